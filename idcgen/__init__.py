@@ -1,0 +1,34 @@
+"""idcgen: coverage-guided test-input generation for Keras classifiers, built on Importance-Driven
+Coverage (DeepImportance, ICSE 2020).
+
+    import idcgen
+    model = idcgen.load_model("m.h5")
+    train = idcgen.load_inputs("mnist:train")
+    analysis = idcgen.analyze(model, train.x, train.y, m=8)
+    analysis.coverage(idcgen.load_inputs("mnist:test").x)   # CoverageResult(score=..., covered=..., total=...)
+
+TensorFlow is imported on first use of a name that needs it, so the numpy-only parts load fast.
+"""
+
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_NAMES = {
+    "load_inputs": "data", "fit_to_model": "data", "Dataset": "data",
+    "silhouette_1d": "clusters", "kmeans_1d": "clusters", "cluster_neuron": "clusters",
+    "Combinations": "coverage", "CoverageTracker": "coverage", "CoverageResult": "coverage",
+    "load_model": "models", "Network": "models",
+    "Relevance": "relevance", "input_relevance": "relevance",
+    "analyze": "analysis", "Analysis": "analysis",
+    "IdcgenError": "errors", "ModelError": "errors", "LayerError": "errors", "InputError": "errors",
+    "ParameterError": "errors", "AnalysisMismatchError": "errors",
+}
+
+__all__ = sorted(_NAMES) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        return getattr(import_module(f".{_NAMES[name]}", __name__), name)
+    raise AttributeError(f"module 'idcgen' has no attribute {name!r}")

@@ -1,0 +1,249 @@
+"""The analysis: important neurons of a layer and their activation clusters, saved once, reused.
+
+``analyze`` runs one batched relevance pass over the training inputs (which also yields every
+neuron's activations), ranks neurons by importance, and clusters the top m (DESIGN §2-4). An
+``Analysis`` maps any input set to combinations and measures IDC (DESIGN §5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import __version__
+from .clusters import NeuronClusters, cluster_neuron
+from .coverage import Combinations, CoverageResult, CoverageTracker
+from .data import check_labels, fit_to_model
+from .errors import AnalysisMismatchError, InputError, ParameterError
+from .importance import AGGREGATES, importance, top_neurons
+from .models import Network
+from .relevance import Relevance
+
+FORMAT_VERSION = 1
+
+
+def versions() -> dict:
+    import keras
+    import sklearn
+    import tensorflow as tf
+    return {"idcgen": __version__, "python": platform.python_version(), "tensorflow": tf.__version__,
+            "keras": keras.__version__, "numpy": np.__version__, "scikit-learn": sklearn.__version__}
+
+
+def as_network(model) -> Network:
+    return model if isinstance(model, Network) else Network(model)
+
+
+@dataclass
+class Analysis:
+    """Important neurons of ``layer`` with their centroids, for one model (by weights fingerprint)."""
+
+    layer: str
+    neurons: np.ndarray                     # (m,) indices of the important neurons, most important first
+    importance: np.ndarray                  # (layer neurons,) importance of every neuron of the layer
+    clusters: list[NeuronClusters]          # one per important neuron, same order
+    fingerprint: str
+    config: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    network: Network | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.combinations = Combinations([c.centroids for c in self.clusters])
+
+    @property
+    def m(self) -> int:
+        return len(self.neurons)
+
+    @property
+    def total(self) -> int:
+        """|INCC|: the number of combinations."""
+        return self.combinations.total
+
+    # ---- the model it belongs to ------------------------------------------------------------
+    def bind(self, model) -> "Analysis":
+        """Attach the model to measure with; refuse a model whose weights differ from the analysed one."""
+        network = as_network(model)
+        got = network.fingerprint()
+        if got != self.fingerprint:
+            raise AnalysisMismatchError(
+                f"this analysis was made for another model (weights fingerprint {self.fingerprint[:12]}, "
+                f"this model {got[:12]}); run `idcgen analyze` on this model first")
+        network.layer(self.layer)
+        self.network = network
+        return self
+
+    def _network(self, model=None) -> Network:
+        if model is not None:
+            self.bind(model)
+        if self.network is None:
+            raise ParameterError("no model bound to this analysis: pass model=... or call analysis.bind(model)")
+        return self.network
+
+    # ---- measuring --------------------------------------------------------------------------
+    def select(self, layer_activations: np.ndarray) -> np.ndarray:
+        """(n, layer neurons) -> (n, m) activations of the important neurons."""
+        return layer_activations[:, self.neurons]
+
+    def activations(self, x: np.ndarray, model=None) -> np.ndarray:
+        network = self._network(model)
+        _, (acts,) = network.forward(fit_to_model(x, network.input_shape), (self.layer,))
+        return self.select(acts)
+
+    def ids(self, x: np.ndarray, model=None) -> np.ndarray:
+        """Combination id of each input (n,)."""
+        return self.combinations.ids(self.activations(x, model))
+
+    def tracker(self, x: np.ndarray | None = None, model=None) -> CoverageTracker:
+        tracker = CoverageTracker(self.total)
+        if x is not None:
+            tracker.update(self.ids(x, model))
+        return tracker
+
+    def coverage(self, x: np.ndarray, model=None) -> CoverageResult:
+        """IDC of the input set ``x``: the share of combinations it reaches."""
+        return self.tracker(x, model).result()
+
+    # ---- persistence ------------------------------------------------------------------------
+    def summary(self) -> dict:
+        return {
+            "format_version": FORMAT_VERSION,
+            "layer": self.layer,
+            "m": self.m,
+            "important_neurons": [int(n) for n in self.neurons],
+            "importance_of_important_neurons": [float(self.importance[n]) for n in self.neurons],
+            "clusters": [{"neuron": int(c.neuron), "k": c.k, "centroids": [float(v) for v in c.centroids],
+                          "silhouette": c.silhouette,
+                          "silhouette_per_k": {str(k): float(v) for k, v in c.scores.items()},
+                          "note": c.note} for c in self.clusters],
+            "combinations_total": int(self.total),
+            "model_fingerprint": self.fingerprint,
+            "config": self.config,
+            "data": self.data,
+            "timings_seconds": self.timings,
+            "versions": self.versions,
+            "notes": self.notes,
+        }
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write ``analysis.json`` (for people) and ``arrays.npz`` into ``folder``, atomically."""
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".analysis-", dir=folder.parent))
+        try:
+            (tmp / "analysis.json").write_text(json.dumps(self.summary(), indent=2) + "\n")
+            np.savez(tmp / "arrays.npz", neurons=self.neurons, importance=self.importance)
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, model=None) -> "Analysis":
+        folder = Path(folder)
+        meta_path = folder / "analysis.json"
+        if not meta_path.is_file():
+            raise InputError(f"not an analysis folder (no analysis.json): {folder}")
+        try:
+            meta = json.loads(meta_path.read_text())
+            with np.load(folder / "arrays.npz") as arrays:
+                neurons, imp = arrays["neurons"], arrays["importance"]
+            clusters = [NeuronClusters(neuron=c["neuron"], centroids=np.asarray(c["centroids"], np.float64),
+                                       silhouette=c["silhouette"],
+                                       scores={int(k): v for k, v in c["silhouette_per_k"].items()},
+                                       note=c["note"]) for c in meta["clusters"]]
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(f"analysis folder {folder} is incomplete or corrupt: {exc}") from None
+        analysis = cls(layer=meta["layer"], neurons=neurons, importance=imp, clusters=clusters,
+                       fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
+                       timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"])
+        return analysis.bind(model) if model is not None else analysis
+
+
+def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
+            clusters: Sequence[int] = (2, 3, 4, 5), relevance_of: str = "predicted", correct_only: bool = False,
+            only_class: int | None = None, aggregate: str = "sum", eps: float = 1e-7, random_state: int = 0,
+            data_summary: dict | None = None, progress: bool = True) -> Analysis:
+    """Find the m most important neurons of ``layer`` over ``x`` and cluster their activations.
+
+    Parameters
+    ----------
+    model : keras.Model or Network
+    x : array (n, *input_shape)
+        Training inputs, scaled as the model expects.
+    y : array (n,), optional
+        Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
+    layer : str, default: the last hidden layer before the logits
+    m : int, default 8
+    clusters : the k values tried per neuron, default 2..5; the silhouette picks one
+    relevance_of : "predicted" (default) or "label": which logit the relevance starts from
+    correct_only : keep only inputs the model classifies correctly
+    only_class : keep only inputs of this label (the paper's per-class setting)
+    aggregate : "sum" (cumulative relevance, default), "abs" or "mean"
+    """
+    network = as_network(model)
+    layer = network.check_subject_layer(layer or network.default_layer())
+    width = network.neuron_count(layer)
+    top_neurons(np.zeros(width), m)  # validates m against the layer before any work
+    if relevance_of not in ("predicted", "label"):
+        raise ParameterError(f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead.")
+    if aggregate not in AGGREGATES:
+        raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
+    x = fit_to_model(x, network.input_shape)
+    if y is not None:
+        y = check_labels(x, y)
+    elif relevance_of == "label" or correct_only or only_class is not None:
+        raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
+    if only_class is not None:
+        keep = y == only_class
+        if not keep.any():
+            raise InputError(f"no inputs of class {only_class} (classes present: {sorted(set(y.tolist()))})")
+        x, y = x[keep], y[keep]
+
+    timings = {}
+    start = time.perf_counter()
+    rel = Relevance(network, layer=layer, eps=eps)
+    with tqdm(total=len(x), desc="relevance", unit="input", disable=not progress, leave=False) as bar:
+        relevance, acts, logits = rel(x, y if relevance_of == "label" else None, progress=bar)
+    timings["relevance"] = time.perf_counter() - start
+    n_used = len(x)
+    if correct_only:
+        keep = logits.argmax(axis=1) == y
+        if not keep.any():
+            raise InputError("no input is classified correctly; cannot use correct_only")
+        relevance, acts, n_used = relevance[keep], acts[keep], int(keep.sum())
+
+    scores = importance(relevance, aggregate=aggregate)
+    neurons = top_neurons(scores, m)
+    start = time.perf_counter()
+    rng = np.random.default_rng(random_state)
+    found = [cluster_neuron(acts[:, n], neuron=int(n), ks=tuple(clusters), rng=rng)
+             for n in tqdm(neurons, desc="clusters", unit="neuron", disable=not progress, leave=False)]
+    timings["clusters"] = time.perf_counter() - start
+    notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
+
+    data = dict(data_summary or {})
+    data.update(n_inputs=int(len(x)), n_used=n_used,
+                accuracy=None if y is None else float((logits.argmax(axis=1) == y).mean()))
+    config = dict(layer=layer, m=int(m), clusters=[int(k) for k in clusters], relevance_of=relevance_of,
+                  correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
+                  random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
+                  if len(network.layer(layer).output.shape) > 2 else "unit")
+    return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
+                    fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
+                    versions=versions(), notes=notes, network=network)

@@ -1,0 +1,135 @@
+"""The ``idcgen`` command line: a thin layer over the library.
+
+Every library error becomes one line on stderr (``error: ...``) and exit status 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import IdcgenError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Coverage-guided test-input generation with Importance-Driven Coverage (IDC).")
+
+DEFAULT_OUTPUTS = Path("outputs")
+
+ModelOpt = typer.Option(..., "--model", help="Keras model file (.keras or .h5).")
+UnsafeOpt = typer.Option(False, "--unsafe", help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
+ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 -> [0, 1], floats kept), 255 (divide by 255) or none.")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def command(func):
+    """Register ``func`` as a command and turn idcgen errors into one clear line."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except IdcgenError as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted")
+    return app.command()(wrapper)
+
+
+def _network(model: Path, unsafe: bool):
+    from .models import Network, load_model
+    return Network(load_model(model, safe_mode=not unsafe))
+
+
+def _inputs(spec: str, network, scale: str, limit: Optional[int] = None):
+    from .data import fit_to_model, load_inputs
+    ds = load_inputs(spec, scale=scale, channels=network.input_shape[-1] if len(network.input_shape) == 3 else None,
+                     limit=limit)
+    return ds, fit_to_model(ds, network.input_shape)
+
+
+@command
+def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt):
+    """List the model's layers: name, type, output shape, neurons (units or channels)."""
+    network = _network(model, unsafe)
+    rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
+    widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
+    for row in [("name", "type", "output shape", "neurons")] + rows:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    typer.echo(f"logits: {network.logits_layer}   default subject layer: {network.default_layer()}")
+
+
+@command
+def analyze(model: Path = ModelOpt,
+            train: str = typer.Option(..., "--train", help="Training inputs: folder, .npz, .npy, IDX .gz, or a dataset name."),
+            layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer (default: last hidden layer)."),
+            m: int = typer.Option(8, "--m", help="Number of important neurons."),
+            clusters: str = typer.Option("2-5", "--clusters", help="k values tried per neuron, e.g. 2-5 or 2,3,4."),
+            relevance_of: str = typer.Option("predicted", "--relevance-of", help="predicted or label."),
+            correct_only: bool = typer.Option(False, "--correct-only", help="Use only correctly classified inputs."),
+            only_class: Optional[int] = typer.Option(None, "--class", help="Use only inputs of this label."),
+            random_state: int = typer.Option(0, "--random-state"),
+            limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
+            scale: str = ScaleOpt,
+            out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>)."),
+            unsafe: bool = UnsafeOpt):
+    """Find the m most important neurons of a layer and cluster their activations."""
+    from .analysis import analyze as run
+    from .clusters import parse_cluster_range
+    ks = parse_cluster_range(clusters)
+    network = _network(model, unsafe)
+    ds, x = _inputs(train, network, scale, limit)
+    analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, relevance_of=relevance_of,
+                   correct_only=correct_only, only_class=only_class, random_state=random_state,
+                   data_summary=ds.summary())
+    out = out or DEFAULT_OUTPUTS / "analyses" / f"{model.stem}_{analysis.layer}_m{m}"
+    analysis.save(out)
+    ks_chosen = [c.k for c in analysis.clusters]
+    typer.echo(f"layer {analysis.layer}: important neurons {analysis.neurons.tolist()}, clusters {ks_chosen}, "
+               f"{analysis.total} combinations")
+    for note in analysis.notes:
+        typer.echo(f"note: {note}")
+    train_cov = analysis.coverage(x)
+    typer.echo(f"training inputs reach {train_cov}")
+    typer.echo(f"analysis saved to {out} ({sum(analysis.timings.values()):.1f} s)")
+
+
+@command
+def coverage(analysis: Path = typer.Option(..., "--analysis", help="Analysis folder from `idcgen analyze`."),
+             model: Path = ModelOpt,
+             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure."),
+             as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+             limit: Optional[int] = typer.Option(None, "--limit"),
+             scale: str = ScaleOpt, unsafe: bool = UnsafeOpt):
+    """Measure the IDC of an input set: the share of important-neuron cluster combinations it reaches."""
+    from .analysis import Analysis
+    network = _network(model, unsafe)
+    found = Analysis.load(analysis, model=network)
+    ds, x = _inputs(inputs, network, scale, limit)
+    result = found.coverage(x)
+    if as_json:
+        typer.echo(json.dumps(dict(result.to_dict(), inputs=len(x), layer=found.layer, m=found.m)))
+    else:
+        typer.echo(f"{result}  [{len(x)} inputs, layer {found.layer}, m={found.m}]")
+
+
+@command
+def demo(out: Path = typer.Option(DEFAULT_OUTPUTS / "demo", "--out", help="Output folder."),
+         epochs: int = typer.Option(8, "--epochs", help="Training epochs of the demo LeNet-5.")):
+    """Train LeNet-5 on the embedded MNIST digits, analyse it and measure coverage: no download needed."""
+    from .demo import run_demo
+    run_demo(out, epochs=epochs, echo=typer.echo)
+
+
+def main():
+    app()
+
+
+if __name__ == "__main__":
+    main()

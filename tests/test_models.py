@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+
+from conftest import hand_dense, small_cnn
+from idcgen.errors import LayerError, ModelError
+
+SHARED = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared"
+
+
+def test_load_keras_and_h5_round_trip(tmp_path):
+    from idcgen.models import Network, load_model
+    model = small_cnn()
+    x = np.random.default_rng(0).random((5, 12, 12, 1), dtype=np.float32)
+    for name in ("m.keras", "m.h5"):
+        model.save(tmp_path / name)
+        loaded = Network(load_model(tmp_path / name))
+        np.testing.assert_allclose(loaded.forward(x)[0], model(x).numpy(), atol=1e-6)
+        assert loaded.fingerprint() == Network(model).fingerprint()
+
+
+@pytest.mark.skipif(not (SHARED / "models/deepconcolic/mnist_tiny.h5").exists(), reason="needs ../shared")
+def test_load_keras2_h5_with_separate_softmax():
+    from idcgen.models import Network, load_model
+    net = Network(load_model(SHARED / "models/deepconcolic/mnist_tiny.h5"))
+    assert net.logits_layer == "dense_1"
+    assert net.default_layer() == "activation_1"  # post-ReLU Dense32: the layer before the logits
+
+
+def test_missing_and_corrupt_model_files(tmp_path):
+    from idcgen.models import load_model
+    with pytest.raises(ModelError, match="model file not found"):
+        load_model(tmp_path / "nope.h5")
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"this is not an HDF5 file")
+    with pytest.raises(ModelError, match="could not read model"):
+        load_model(bad)
+    with pytest.raises(ModelError, match="is a folder"):
+        load_model(tmp_path)
+
+
+def test_layers_info_and_default_layer():
+    from idcgen.models import Network
+    net = Network(small_cnn())
+    info = {i.name: i for i in net.layers_info()}
+    assert info["conv2"].neurons == 6 and info["conv2"].output_shape == (None, 3, 3, 6)
+    assert info["fc"].neurons == 16
+    assert net.logits_layer == "before_softmax"
+    assert net.default_layer() == "fc"  # dropout skipped
+    assert Network(hand_dense(False)).logits_layer == "logits"
+
+
+def test_unknown_layer_lists_valid_names():
+    from idcgen.models import Network
+    net = Network(small_cnn())
+    with pytest.raises(LayerError, match=r"unknown layer 'fc9'; valid layers: conv1, pool1, conv2"):
+        net.layer("fc9")
+    with pytest.raises(LayerError, match="is the logits or after them"):
+        net.check_subject_layer("predictions")
+
+
+def test_logits_model_gives_pre_softmax_values():
+    from idcgen.models import Network
+    x = np.array([[1.0, 2.0]], np.float32)
+    for as_layer in (True, False):
+        logits = Network(hand_dense(as_layer)).logits_model()(x).numpy()
+        np.testing.assert_allclose(logits, [[5.0, -3.0]], atol=1e-6)
+
+
+def test_non_softmax_non_linear_output_rejected():
+    import keras
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="sigmoid")(inputs))
+    from idcgen.models import Network
+    with pytest.raises(ModelError, match="cannot find the logits"):
+        Network(model)
+
+
+def test_fingerprint_changes_with_weights():
+    from idcgen.models import Network
+    a, b = hand_dense(), hand_dense(b2=(0.5, 0.0))
+    assert Network(a).fingerprint() != Network(b).fingerprint()
+    assert Network(a).fingerprint() == Network(hand_dense()).fingerprint()
+
+
+def test_forward_taps_channels_as_spatial_mean():
+    import keras
+    from idcgen.models import Network
+    model = small_cnn()
+    net = Network(model, batch_size=4)
+    x = np.random.default_rng(0).random((10, 12, 12, 1), dtype=np.float32)
+    probs, (conv2, fc) = net.forward(x, ("conv2", "fc"))
+    raw = keras.Model(model.inputs, model.get_layer("conv2").output)(x).numpy()
+    np.testing.assert_allclose(conv2, raw.mean(axis=(1, 2)), atol=1e-6)
+    assert probs.shape == (10, 10) and fc.shape == (10, 16)
