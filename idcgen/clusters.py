@@ -279,8 +279,9 @@ def kmeans_1d(
 
     Returns
     -------
-    KMeans1D with centroids sorted ascending. An empty cluster is re-seeded at the value farthest from
-    its centroid; one still empty after ``max_iter`` iterations is dropped (fewer than k centroids).
+    KMeans1D with centroids sorted ascending, each the mean of its cluster. An empty cluster is
+    re-seeded at the value farthest from its centroid; one still empty after ``max_iter`` iterations is
+    dropped (then fewer than k centroids; not seen in practice).
     """
     x = _as_values(values, "kmeans_1d")
     k = _check_int(k, "k", "kmeans_1d", 1)
@@ -310,12 +311,11 @@ def kmeans_1d(
         if inertia < best_inertia:
             best, best_inertia = centroids, inertia
 
-    centroids = np.unique(best + offset)  # np.unique: sorted, and guards against rounding collapses
+    # Final centroids: the means of the best partition, in the original coordinates (pairwise sums).
+    bounds = _partition(xc, best)
+    centroids = np.array([xs[lo:hi].mean() for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo])
+    centroids = np.unique(centroids)  # sorted; guards against two means collapsing after rounding
     labels = nearest_centroid(x, centroids)
-    occupied = np.bincount(labels, minlength=centroids.size) > 0
-    if not occupied.all():
-        centroids = centroids[occupied]
-        labels = nearest_centroid(x, centroids)
     inertia = float(np.sum((x - centroids[labels]) ** 2))
     centroids.setflags(write=False)
     labels.setflags(write=False)

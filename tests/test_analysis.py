@@ -1,0 +1,128 @@
+import json
+
+import numpy as np
+import pytest
+
+from conftest import small_cnn
+from idcgen.errors import AnalysisMismatchError, InputError, LayerError, ParameterError
+
+
+@pytest.fixture(scope="module")
+def analysed(trained_lenet, digits):
+    from idcgen.analysis import analyze
+    model, _ = trained_lenet
+    x_train, y_train, _, _ = digits
+    return analyze(model, x_train[:2000], y_train[:2000], m=4, progress=False)
+
+
+def test_analysis_structure(analysed):
+    a = analysed
+    assert a.layer == "flatten"           # LeNet-1: the layer before its logits
+    assert a.m == 4 and len(a.clusters) == 4
+    assert a.importance.shape == (588,)
+    np.testing.assert_array_equal(a.neurons, np.argsort(-a.importance, kind="stable")[:4])
+    assert a.total == int(np.prod([c.k for c in a.clusters]))
+    for c in a.clusters:
+        assert np.all(np.diff(c.centroids) > 0)
+    assert a.timings["relevance"] > 0 and a.data["n_inputs"] == 2000
+
+
+def test_coverage_bounds_monotone_and_order_independent(analysed, trained_lenet, digits):
+    model, _ = trained_lenet
+    _, _, x_test, _ = digits
+    a = analysed.bind(model)
+    small, big = a.coverage(x_test[:100]), a.coverage(x_test)
+    assert 0 <= small.score <= big.score <= 1
+    perm = np.random.default_rng(0).permutation(len(x_test))
+    assert a.coverage(x_test[perm]) == big
+    halves = a.tracker(x_test[:500]).merge(a.tracker(x_test[500:]))
+    assert halves.result() == big
+
+
+def test_ids_match_nearest_centroids(analysed, trained_lenet, digits):
+    model, _ = trained_lenet
+    x = digits[2][:50]
+    acts = analysed.activations(x, model)
+    idx = np.stack([np.abs(acts[:, j, None] - c.centroids[None]).argmin(1) for j, c in enumerate(analysed.clusters)], 1)
+    np.testing.assert_array_equal(analysed.combinations.decode(analysed.ids(x, model)), idx)
+
+
+def test_save_load_round_trip(analysed, trained_lenet, digits, tmp_path):
+    from idcgen.analysis import Analysis
+    model, _ = trained_lenet
+    analysed.save(tmp_path / "a")
+    meta = json.loads((tmp_path / "a" / "analysis.json").read_text())
+    assert meta["important_neurons"] == analysed.neurons.tolist()
+    assert meta["combinations_total"] == analysed.total and "versions" in meta
+    loaded = Analysis.load(tmp_path / "a", model=model)
+    x = digits[2][:300]
+    assert loaded.coverage(x) == analysed.coverage(x, model)
+    np.testing.assert_allclose(loaded.importance, analysed.importance)
+    assert [c.k for c in loaded.clusters] == [c.k for c in analysed.clusters]
+    assert not list(tmp_path.glob(".analysis-*"))  # no temporary folder left behind
+
+
+def test_other_model_refused(analysed, tmp_path):
+    from idcgen.analysis import Analysis
+    analysed.save(tmp_path / "a")
+    from idcgen.zoo import lenet1
+    with pytest.raises(AnalysisMismatchError, match="made for another model"):
+        Analysis.load(tmp_path / "a", model=lenet1())
+
+
+def test_load_corrupt_folder(tmp_path):
+    from idcgen.analysis import Analysis
+    with pytest.raises(InputError, match="no analysis.json"):
+        Analysis.load(tmp_path)
+    (tmp_path / "analysis.json").write_text("{not json")
+    with pytest.raises(InputError, match="incomplete or corrupt"):
+        Analysis.load(tmp_path)
+
+
+def test_conv_subject_layer_and_options():
+    from idcgen.analysis import analyze
+    x = np.random.default_rng(0).random((300, 12, 12, 1), dtype=np.float32)
+    y = np.random.default_rng(1).integers(0, 10, 300)
+    model = small_cnn()
+    a = analyze(model, x, y, layer="conv2", m=3, clusters=(2, 3), progress=False)
+    assert a.importance.shape == (6,) and a.config["neuron"].startswith("channel")
+    pred = model(x).numpy().argmax(1)
+    cls = int(pred[0])
+    b = analyze(model, x, y, layer="fc", m=2, only_class=int(y[0]), relevance_of="label", progress=False)
+    assert b.data["n_inputs"] == int((y == y[0]).sum())
+    c = analyze(model, x, pred, layer="fc", m=2, correct_only=True, progress=False)
+    assert c.data["n_used"] == 300 and cls >= 0
+
+
+def test_bad_parameters():
+    from idcgen.analysis import analyze
+    model = small_cnn()
+    x = np.random.default_rng(0).random((20, 12, 12, 1), dtype=np.float32)
+    with pytest.raises(ParameterError, match=r"'m' parameter must be an int in the range \[1, 16\]"):
+        analyze(model, x, m=17, progress=False)
+    with pytest.raises(LayerError, match="unknown layer 'nope'"):
+        analyze(model, x, layer="nope", progress=False)
+    with pytest.raises(InputError, match="labels are needed"):
+        analyze(model, x, correct_only=True, progress=False)
+    with pytest.raises(InputError, match="got 19 labels for 20 inputs"):
+        analyze(model, x, np.zeros(19, int), progress=False)
+    with pytest.raises(InputError, match="channel count"):
+        analyze(model, np.zeros((4, 12, 12, 3), np.float32), progress=False)
+
+
+def test_constant_neuron_is_reported_not_dropped():
+    import keras
+    from idcgen.analysis import analyze
+    inputs = keras.Input((4,))
+    h = keras.layers.Dense(3, activation="relu", name="h")(inputs)
+    out = keras.layers.Dense(2, activation="softmax", name="out")(h)
+    model = keras.Model(inputs, out)
+    w = np.array([[1.0, 0, -1], [0.5, 0, -1], [0, 0, -1], [1, 0, -1]], np.float32)
+    model.get_layer("h").set_weights([w, np.zeros(3, np.float32)])   # neuron 1 is always 0
+    model.get_layer("out").set_weights([np.array([[1, -1], [5, 5], [1, 1]], np.float32), np.zeros(2, np.float32)])
+    x = np.random.default_rng(0).random((200, 4), dtype=np.float32)
+    a = analyze(model, x, m=3, progress=False)
+    assert a.m == 3
+    ks = {c.neuron: c.k for c in a.clusters}
+    assert ks[1] == 1 and ks[2] == 1
+    assert any("neuron 1" in n and "constant" in n for n in a.notes)

@@ -1,0 +1,303 @@
+"""Tests of idcgen.clusters: exact 1-D silhouette, 1-D k-means, per-neuron clustering."""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+from sklearn.metrics import silhouette_score
+
+from idcgen.clusters import (
+    NeuronClusters,
+    cluster_neuron,
+    kmeans_1d,
+    nearest_centroid,
+    parse_cluster_range,
+    silhouette_1d,
+)
+from idcgen.errors import InputError, ParameterError
+
+
+def sk_silhouette(x, labels):
+    return silhouette_score(np.asarray(x, dtype=float).reshape(-1, 1), labels)
+
+
+def nearest_labels(x, centroids):
+    """Nearest-centroid labels the slow way (argmin: ties to the lower centroid)."""
+    centroids = np.sort(centroids)
+    return np.argmin(np.abs(x[:, None] - centroids[None, :]), axis=1)
+
+
+# ------------------------------------------------------------------ silhouette_1d
+
+
+def test_silhouette_hand_example():
+    # values [0, 1, 10, 11], clusters {0, 1} and {10, 11}; a(i) = 1 for every point.
+    #   x=0:  b = (10 + 11) / 2 = 10.5, s = (10.5 - 1) / 10.5 = 19/21
+    #   x=1:  b = ( 9 + 10) / 2 =  9.5, s = ( 9.5 - 1) /  9.5 = 17/19
+    #   x=10: b = (10 +  9) / 2 =  9.5, s = 17/19
+    #   x=11: b = (11 + 10) / 2 = 10.5, s = 19/21
+    # mean = (19/21 + 17/19) / 2 = 359/399 = 0.899749...
+    assert silhouette_1d(np.array([0.0, 1.0, 10.0, 11.0]), np.array([0, 0, 1, 1])) == pytest.approx(359 / 399, abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_silhouette_matches_sklearn_random(seed, k):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 2001))
+    x = rng.normal(size=n) * rng.uniform(0.1, 50) + rng.uniform(-100, 100)
+    labels = nearest_labels(x, rng.choice(x, size=k, replace=False))
+    if len(np.unique(labels)) < 2:
+        pytest.skip("degenerate draw")
+    assert silhouette_1d(x, labels) == pytest.approx(sk_silhouette(x, labels), abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_silhouette_matches_sklearn_with_ties(seed):
+    rng = np.random.default_rng(100 + seed)
+    x = rng.integers(0, 8, size=int(rng.integers(50, 1500))).astype(float)  # many repeats
+    k = int(rng.integers(2, 6))
+    labels = nearest_labels(x, rng.choice(np.unique(x), size=k, replace=False))
+    assert silhouette_1d(x, labels) == pytest.approx(sk_silhouette(x, labels), abs=1e-9)
+
+
+def test_silhouette_singletons_and_two_point_clusters():
+    x = np.array([0.0, 0.1, 5.0, 5.3, 9.0, 20.0, 21.0, 21.5, 22.0, 50.0])
+    labels = nearest_labels(x, np.array([0.05, 5.1, 9.0, 21.0, 50.0]))  # 2, 2, 1, 4, 1 points
+    assert sorted(np.bincount(labels)) == [1, 1, 2, 2, 4]
+    assert silhouette_1d(x, labels) == pytest.approx(sk_silhouette(x, labels), abs=1e-12)
+    # two-point clusters only
+    x2 = np.array([0.0, 1.0, 3.0, 4.5])
+    assert silhouette_1d(x2, [0, 0, 1, 1]) == pytest.approx(sk_silhouette(x2, [0, 0, 1, 1]), abs=1e-12)
+
+
+def test_silhouette_constant_clusters_score_zero_like_sklearn():
+    # a(i) = b(i) = 0 cannot happen across clusters, but a = 0 within constant clusters gives s = 1.
+    x = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 7.0])
+    labels = np.array([0, 0, 0, 1, 1, 2])
+    assert silhouette_1d(x, labels) == pytest.approx(sk_silhouette(x, labels), abs=1e-12)
+
+
+def test_silhouette_label_names_and_order_do_not_matter():
+    x = np.array([0.0, 1.0, 1.0, 2.0, 7.0, 8.0])
+    # equal values 1.0 straddle the boundary, and the cluster on the left has the larger label
+    labels = np.array(["b", "b", "a", "a", "c", "c"])
+    assert silhouette_1d(x, labels) == pytest.approx(sk_silhouette(x, labels), abs=1e-12)
+    # {0, 1} and {1, 2}: intervals whose equal values straddle the boundary
+    x2, labels2 = np.array([0.0, 1.0, 1.0, 2.0]), np.array([0, 1, 0, 1])
+    assert silhouette_1d(x2, labels2) == pytest.approx(sk_silhouette(x2, labels2), abs=1e-12)
+    shuffled = np.random.default_rng(0).permutation(6)
+    assert silhouette_1d(x[shuffled], labels[shuffled]) == pytest.approx(silhouette_1d(x, labels), abs=1e-15)
+
+
+def brute_force_silhouette(x, labels):
+    """The definition, with |x_i - x_j| computed directly (no dot-product expansion)."""
+    d = np.abs(x[:, None] - x[None, :])
+    names = np.unique(labels)
+    mean_to = np.stack([d[:, labels == c].sum(axis=1) / (labels == c).sum() for c in names], axis=1)
+    own = np.searchsorted(names, labels)
+    same = labels[:, None] == labels[None, :]
+    size = same.sum(axis=1)
+    a = (d * same).sum(axis=1) / np.maximum(size - 1, 1)
+    mean_to[np.arange(x.size), own] = np.inf
+    b = mean_to.min(axis=1)
+    s = np.where(size > 1, (b - a) / np.maximum(a, b), 0.0)
+    return s.mean()
+
+
+def test_silhouette_large_offset_stays_exact():
+    # sklearn's euclidean distances expand (x - y)^2 = x^2 + y^2 - 2xy and lose about 1e-5 here, so
+    # the reference is the definition computed directly.
+    rng = np.random.default_rng(3)
+    x = 1e6 + rng.normal(size=1500)
+    labels = nearest_labels(x, np.array([1e6 - 1, 1e6 + 1]))
+    assert silhouette_1d(x, labels) == pytest.approx(brute_force_silhouette(x, labels), abs=1e-9)
+    small = x[:300] - 1e6
+    assert brute_force_silhouette(small, labels[:300]) == pytest.approx(sk_silhouette(small, labels[:300]), abs=1e-12)
+
+
+def test_silhouette_non_contiguous_labels_raise():
+    with pytest.raises(InputError, match="intervals of the sorted values"):
+        silhouette_1d(np.array([0.0, 1.0, 2.0, 3.0]), np.array([0, 1, 0, 1]))
+    # cluster 1 = {1.0} lies inside cluster 0 = {0.0, 1.0, 2.0}, although it shares a value with it
+    with pytest.raises(InputError, match="overlap"):
+        silhouette_1d(np.array([0.0, 1.0, 1.0, 2.0]), np.array([0, 1, 0, 0]))
+
+
+@pytest.mark.parametrize(
+    "labels, count",
+    [([0, 0, 0, 0], 1), ([0, 1, 2, 3], 4)],
+)
+def test_silhouette_label_count_raises_like_sklearn(labels, count):
+    with pytest.raises(ParameterError, match=f"Number of labels is {count}. Valid values are 2 to n_samples - 1"):
+        silhouette_1d(np.array([0.0, 1.0, 2.0, 3.0]), np.array(labels))
+
+
+def test_silhouette_bad_input_raises():
+    with pytest.raises(InputError, match="finite"):
+        silhouette_1d(np.array([0.0, np.nan, 2.0, 3.0]), np.array([0, 0, 1, 1]))
+    with pytest.raises(InputError, match=r"labels must have shape \(4,\)"):
+        silhouette_1d(np.array([0.0, 1.0, 2.0, 3.0]), np.array([0, 0, 1]))
+
+
+# ------------------------------------------------------------------ kmeans_1d
+
+
+def sklearn_inertia(x, k):
+    return KMeans(n_clusters=k, n_init=10, random_state=0).fit(x.reshape(-1, 1)).inertia_
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+@pytest.mark.parametrize("kind", ["separated", "uniform"])
+def test_kmeans_inertia_no_worse_than_sklearn(kind, k):
+    rng = np.random.default_rng(k)
+    if kind == "separated":
+        x = np.concatenate([rng.normal(10.0 * c, 0.5, size=400) for c in range(k)])
+    else:
+        x = rng.uniform(-3, 3, size=2000)
+    ours = kmeans_1d(x, k, rng=np.random.default_rng(0))
+    assert ours.inertia <= sklearn_inertia(x, k) * (1 + 1e-6)
+    assert ours.inertia == pytest.approx(np.sum((x - ours.centroids[ours.labels]) ** 2), rel=1e-12)
+
+
+def test_kmeans_same_rng_same_result_and_sorted():
+    x = np.random.default_rng(5).normal(size=3000)
+    a = kmeans_1d(x, 4, rng=np.random.default_rng(7))
+    b = kmeans_1d(x, 4, rng=np.random.default_rng(7))
+    np.testing.assert_array_equal(a.centroids, b.centroids)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert a.inertia == b.inertia
+    assert np.all(np.diff(a.centroids) > 0)
+    np.testing.assert_array_equal(a.labels, nearest_centroid(x, a.centroids))
+
+
+def test_kmeans_centroids_are_cluster_means():
+    x = np.random.default_rng(6).exponential(size=1000)
+    result = kmeans_1d(x, 3, rng=np.random.default_rng(0))
+    for j, c in enumerate(result.centroids):
+        assert c == pytest.approx(x[result.labels == j].mean(), rel=1e-12)
+
+
+def test_kmeans_k_equal_to_distinct_values_with_heavy_ties():
+    x = np.array([0.0] * 200 + [1.0, 2.0])
+    result = kmeans_1d(x, 3, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(result.centroids, [0.0, 1.0, 2.0])
+    assert result.inertia == 0.0
+
+
+def test_kmeans_parameter_errors():
+    x = np.array([0.0, 0.0, 1.0])
+    with pytest.raises(ParameterError, match=r"'k' parameter of kmeans_1d must be at most the number of distinct values \(2\)"):
+        kmeans_1d(x, 3, rng=np.random.default_rng(0))
+    with pytest.raises(ParameterError, match=r"'k' parameter of kmeans_1d must be an int in the range \[1, inf\)"):
+        kmeans_1d(x, 0, rng=np.random.default_rng(0))
+    with pytest.raises(ParameterError, match="'rng' parameter of kmeans_1d"):
+        kmeans_1d(x, 2, rng=0)
+
+
+def test_nearest_centroid_tie_goes_to_lower():
+    np.testing.assert_array_equal(nearest_centroid([0.5, 1.5, 0.49, 0.51], np.array([0.0, 1.0, 2.0])), [0, 1, 0, 1])
+
+
+# ------------------------------------------------------------------ cluster_neuron
+
+
+def test_cluster_neuron_picks_three_blobs():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(c, 0.2, size=300) for c in (0.0, 4.0, 9.0)])
+    result = cluster_neuron(x, neuron=7, rng=np.random.default_rng(0))
+    assert result.k == 3 and result.neuron == 7
+    np.testing.assert_allclose(result.centroids, [0.0, 4.0, 9.0], atol=0.05)
+    assert set(result.scores) == {2, 3, 4, 5}
+    assert result.silhouette == max(result.scores.values()) == result.scores[3]
+    assert result.note is None
+
+
+def test_cluster_neuron_constant():
+    result = cluster_neuron(np.zeros(500), neuron=1, rng=np.random.default_rng(0))
+    assert result.k == 1 and result.silhouette is None and result.scores == {}
+    np.testing.assert_array_equal(result.centroids, [0.0])
+    assert result.note == "constant activation 0: one cluster"
+
+
+def test_cluster_neuron_two_distinct_values():
+    x = np.array([0.0] * 90 + [2.5] * 10)
+    result = cluster_neuron(x, neuron=0, rng=np.random.default_rng(0))
+    assert result.k == 2
+    np.testing.assert_array_equal(result.centroids, [0.0, 2.5])
+    assert result.note == "only 2 distinct values: k limited to 2"
+    assert result.silhouette == pytest.approx(1.0)
+
+
+def test_cluster_neuron_fewer_distinct_values_than_every_k():
+    x = np.array([0.0] * 50 + [1.0] * 50)
+    result = cluster_neuron(x, neuron=0, ks=(3, 4), rng=np.random.default_rng(0))
+    assert result.k == 2 and "fewer than the smallest k (3)" in result.note
+
+
+def test_cluster_neuron_almost_constant_is_noted_not_dropped():
+    x = np.zeros(10_000)
+    x[:5] = [3.0, 3.1, 2.9, 7.0, 7.2]
+    result = cluster_neuron(x, neuron=4, rng=np.random.default_rng(0))
+    assert result.k >= 2
+    assert "almost constant: 9995 of 10000 values equal 0" in result.note
+
+
+def test_cluster_neuron_too_few_values():
+    result = cluster_neuron(np.array([1.0, 3.0]), neuron=0, rng=np.random.default_rng(0))
+    assert result.k == 1 and result.centroids[0] == 2.0 and "too few" in result.note
+
+
+def test_cluster_neuron_same_rng_same_result():
+    x = np.random.default_rng(2).gamma(2.0, size=2000)
+    a = cluster_neuron(x, neuron=0, rng=np.random.default_rng(11))
+    b = cluster_neuron(x, neuron=0, rng=np.random.default_rng(11))
+    assert a == b
+
+
+def test_cluster_neuron_nan_raises():
+    with pytest.raises(InputError, match=r"neuron 3.*finite.*index 1"):
+        cluster_neuron(np.array([0.0, np.nan, 1.0]), neuron=3, rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("ks", [(), (1, 2), (2, 2.5), "2-5", (True, 3), 3])
+def test_cluster_neuron_bad_ks(ks):
+    with pytest.raises(ParameterError, match="The 'ks' parameter of cluster_neuron must be a non-empty sequence of ints >= 2"):
+        cluster_neuron(np.arange(10.0), neuron=0, ks=ks, rng=np.random.default_rng(0))
+
+
+def test_neuron_clusters_dict_round_trip():
+    x = np.random.default_rng(1).normal(size=300)
+    result = cluster_neuron(x, neuron=2, rng=np.random.default_rng(0))
+    assert NeuronClusters.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    with pytest.raises(ValueError):
+        result.centroids[0] = 1.0  # read-only
+
+
+# ------------------------------------------------------------------ parse_cluster_range
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("2-5", (2, 3, 4, 5)), ("2,3,4", (2, 3, 4)), (" 3 ", (3,)), ("2-3, 6", (2, 3, 6)), ("4,2,4", (2, 4))],
+)
+def test_parse_cluster_range(text, expected):
+    assert parse_cluster_range(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "a", "5-2", "1-4", "2-", "2,,3", "-3", "2.5"])
+def test_parse_cluster_range_bad(text):
+    with pytest.raises(ParameterError, match="The cluster range must be integers >= 2"):
+        parse_cluster_range(text)
+
+
+def test_lloyd_reseeds_empty_clusters():
+    from idcgen.clusters import _lloyd
+
+    xs = np.sort(np.random.default_rng(4).uniform(0, 1, size=500))
+    prefix = np.concatenate(([0.0], np.cumsum(xs)))
+    # the first two centroids start far left of the data: their clusters are empty
+    centroids = _lloyd(xs, prefix, np.array([-100.0, -99.0, 0.5]), max_iter=300, tol=0.0)
+    assert centroids.size == 3 and np.all(np.diff(centroids) > 0)
+    assert np.all((centroids > 0) & (centroids < 1))
