@@ -1,0 +1,117 @@
+"""Benchmark the analysis and coverage core on LeNet-5 and full MNIST (a script, not a test).
+
+    python benchmarks/bench_analysis.py [--shared ../shared] [--m 6 8]
+
+Measures in one run:
+- the whole analysis of the 60,000 training inputs (LRP + importance + clustering), against the floor:
+  one plain batched forward+backward pass over the same inputs (gradient of the top logit);
+- IDC of the 10,000 test inputs, against one plain batched forward pass;
+- the exact 1-D silhouette against scikit-learn's at 20,000 points;
+- peak memory (max resident set size of the process).
+Uses DeepXplore's LeNet-5 weights (MNIST_Model3.h5) and MNIST from ../shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def timed(fn, *args, repeat=1, **kw):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn(*args, **kw)
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser.add_argument("--m", type=int, nargs="+", default=[6, 8])
+    args = parser.parse_args()
+
+    import tensorflow as tf
+    from sklearn.metrics import silhouette_score
+
+    from idcgen.analysis import analyze
+    from idcgen.clusters import kmeans_1d, silhouette_1d
+    from idcgen.data import fit_to_model, load_inputs
+    from idcgen.models import Network
+    from idcgen.zoo import lenet5
+
+    weights = args.shared / "models/deepxplore/MNIST_Model3.h5"
+    mnist = args.shared / "data/mnist"
+    if not weights.exists() or not mnist.exists():
+        sys.exit(f"needs {weights} and {mnist} (the ../shared folder of the development workspace)")
+    model = lenet5()
+    model.load_weights(weights)
+    network = Network(model)
+    train, test = load_inputs(mnist, split="train"), load_inputs(mnist, split="test")
+    x_train, x_test = fit_to_model(train, (28, 28, 1)), fit_to_model(test, (28, 28, 1))
+    accuracy = float((network.predict(x_test) == test.y).mean())
+    print(f"LeNet-5 (DeepXplore weights), MNIST test accuracy {accuracy:.2%}; "
+          f"{len(x_train)} training, {len(x_test)} test inputs")
+
+    # The floor: one plain forward+backward pass (gradient of the top logit w.r.t. the input), batched.
+    logits_model = network.logits_model()
+
+    @tf.function(reduce_retracing=True)
+    def forward_backward(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            top = tf.reduce_max(logits_model(x, training=False), axis=1)
+        return tape.gradient(top, x)
+
+    def floor_pass(x, batch=512):
+        for i in range(0, len(x), batch):
+            forward_backward(tf.convert_to_tensor(x[i:i + batch])).numpy()
+
+    @tf.function(reduce_retracing=True)
+    def forward(x):
+        return model(x, training=False)
+
+    def forward_pass(x, batch=1024):
+        for i in range(0, len(x), batch):
+            forward(tf.convert_to_tensor(x[i:i + batch])).numpy()
+
+    floor_pass(x_train[:1024])
+    forward_pass(x_test[:2048])
+    t_floor, _ = timed(floor_pass, x_train, repeat=3)
+    t_forward, _ = timed(forward_pass, x_test, repeat=3)
+    print(f"floor: forward+backward over 60,000 inputs {t_floor:.2f} s; forward over 10,000 inputs {t_forward:.3f} s")
+
+    rows = []
+    for m in args.m:
+        t_analysis, analysis = timed(analyze, network, x_train, train.y, layer="fc2", m=m, random_state=0,
+                                     progress=False)
+        analysis.coverage(x_test[:1000])  # trace the tap once, as a fuzz campaign or CLI would have
+        t_cov, cov = timed(analysis.coverage, x_test, repeat=3)
+        rows.append((m, t_analysis, analysis, t_cov, cov))
+        print(f"m={m}: analysis {t_analysis:.2f} s (relevance {analysis.timings['relevance']:.2f} s, "
+              f"clusters {analysis.timings['clusters']:.2f} s) = {t_analysis / t_floor:.2f}x the floor; "
+              f"clusters per neuron {[c.k for c in analysis.clusters]}; "
+              f"IDC of the test set {cov} in {t_cov:.3f} s = {t_cov / t_forward:.2f}x a forward pass")
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.normal(mu, 1.0, 20_000 // 3 + 1) for mu in (0, 4, 9)])[:20_000]
+    labels = kmeans_1d(values, 3, rng=np.random.default_rng(0)).labels
+    t_ours, ours = timed(silhouette_1d, values, labels, repeat=5)
+    t_sk, theirs = timed(silhouette_score, values.reshape(-1, 1), labels)
+    print(f"silhouette at 20,000 points: ours {t_ours * 1e3:.2f} ms, scikit-learn {t_sk:.2f} s, "
+          f"{t_sk / t_ours:.0f}x faster, |difference| {abs(ours - theirs):.1e}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak memory (max RSS of this process, TensorFlow included): {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
