@@ -247,3 +247,29 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
                     fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
                     versions=versions(), notes=notes, network=network)
+
+
+def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, layer: str | None = None,
+                  m: int | None = None) -> tuple[Analysis | None, list[Path]]:
+    """Look for a saved analysis of this model (same weights fingerprint) in ``folders`` and their
+    subfolders; returns the newest match (or None) and the folders searched."""
+    fingerprint = network.fingerprint()
+    searched, matches = [], []
+    for folder in map(Path, folders):
+        searched.append(folder)
+        if not folder.is_dir():
+            continue
+        for meta_path in list(folder.glob("analysis.json")) + list(folder.glob("*/analysis.json")):
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("model_fingerprint") != fingerprint:
+                continue
+            if (layer and meta.get("layer") != layer) or (m and meta.get("m") != m):
+                continue
+            matches.append(meta_path.parent)
+    if not matches:
+        return None, searched
+    newest = max(matches, key=lambda p: (p / "analysis.json").stat().st_mtime)
+    return Analysis.load(newest, model=network), searched

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -117,6 +117,53 @@ def coverage(analysis: Path = typer.Option(..., "--analysis", help="Analysis fol
         typer.echo(json.dumps(dict(result.to_dict(), inputs=len(x), layer=found.layer, m=found.m)))
     else:
         typer.echo(f"{result}  [{len(x)} inputs, layer {found.layer}, m={found.m}]")
+
+
+@command
+def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model under test; repeat for the disagreement oracle (first = under test)."),
+         seeds: Optional[str] = typer.Option(None, "--seeds", help="Seed inputs (folder, .npz, .npy, IDX, dataset name)."),
+         budget: Optional[int] = typer.Option(None, "--budget", help="Execs: mutants run through the model (on --resume: the new total)."),
+         train: Optional[str] = typer.Option(None, "--train", help="Analyse on these training inputs first."),
+         analysis: Optional[Path] = typer.Option(None, "--analysis", help="Reuse a saved analysis."),
+         layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer when analysing."),
+         m: int = typer.Option(8, "--m", help="Important neurons when analysing."),
+         clusters: str = typer.Option("2-5", "--clusters", help="k values when analysing."),
+         mutators: Optional[str] = typer.Option(None, "--mutators", help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see `idcgen mutators`)."),
+         oracle: str = typer.Option("misclassification", "--oracle", help="misclassification, prediction-change or disagreement."),
+         scheduler: str = typer.Option("prioritized", "--scheduler", help="prioritized (DeepHunter) or uniform."),
+         batch_size: int = typer.Option(256, "--batch-size", help="Mutants per step."),
+         no_validity: bool = typer.Option(False, "--no-validity", help="Turn DeepHunter's validity bounds off."),
+         alpha: float = typer.Option(0.02, "--alpha", help="Validity: share of pixels that may change freely."),
+         beta: float = typer.Option(0.2, "--beta", help="Validity: largest change of any pixel otherwise (share of the range)."),
+         random_state: int = typer.Option(0, "--random-state"),
+         limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N seeds only."),
+         out: Optional[Path] = typer.Option(None, "--out", help="Campaign folder (default outputs/campaigns/<model>_<time>)."),
+         resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
+         scale: str = ScaleOpt, unsafe: bool = UnsafeOpt):
+    """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
+    from .fuzz.session import new_campaign, resume_campaign
+    if resume is not None:
+        result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe, echo=typer.echo)
+    else:
+        if not model or seeds is None or budget is None:
+            _fail("--model, --seeds and --budget are needed (or --resume DIR)")
+        result = new_campaign(models=model, seeds=seeds, budget=budget, train=train, analysis=analysis, layer=layer,
+                              m=m, clusters=clusters, mutators=mutators, oracle=oracle, scheduler=scheduler,
+                              batch_size=batch_size, validity=not no_validity, alpha=alpha, beta=beta,
+                              random_state=random_state, limit=limit, out=out, scale=scale, safe_mode=not unsafe,
+                              echo=typer.echo)
+    if result is None:  # interrupted: what was committed is on disk
+        raise typer.Exit(130)
+
+
+@command
+def mutators():
+    """List the mutators with their kinds and default parameters."""
+    from .fuzz.mutators import DEFAULT_MUTATORS, describe_mutators
+    for name, kind, params in describe_mutators():
+        args = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        typer.echo(f"{name:<16} {kind:<10} {args}")
+    typer.echo(f"default: {DEFAULT_MUTATORS}")
 
 
 @command

@@ -1,0 +1,105 @@
+"""Benchmark the fuzz loop on LeNet-5 / MNIST (a script, not a test).
+
+    python benchmarks/bench_fuzz.py [--shared ../shared] [--budget 10000] [--seeds 100] [--m 6 8]
+
+Measures in one run:
+1. throughput: the loop with the cheap mutators (noise and transforms) in execs/s, against the raw
+   batched forward throughput (a tf.function forward pass at the same batch size);
+2. a budget-N campaign with the default mutators from the first S MNIST test inputs, for each m:
+   wall time, IDC of the seeds and of the grown set, findings, and the per-mutator table.
+Uses DeepXplore's LeNet-5 weights and full MNIST from ../shared (the analysis runs on the 60,000
+training inputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CHEAP = "gauss,random_pixels,brightness,contrast,noise,blur,rotate,shift"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser.add_argument("--budget", type=int, default=10_000)
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--m", type=int, nargs="+", default=[6, 8])
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--throughput-execs", type=int, default=20_000)
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    from idcgen.analysis import analyze
+    from idcgen.data import fit_to_model, load_inputs
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.fuzz.mutators import DEFAULT_MUTATORS
+    from idcgen.models import Network
+    from idcgen.report import mutator_table
+    from idcgen.zoo import lenet5
+
+    weights, mnist = args.shared / "models/deepxplore/MNIST_Model3.h5", args.shared / "data/mnist"
+    if not weights.exists() or not mnist.exists():
+        sys.exit(f"needs {weights} and {mnist}")
+    model = lenet5()
+    model.load_weights(weights)
+    network = Network(model)
+    train, test = load_inputs(mnist, split="train"), load_inputs(mnist, split="test")
+    x_train, x_test = fit_to_model(train, (28, 28, 1)), fit_to_model(test, (28, 28, 1))
+    analyses = {m: analyze(network, x_train, train.y, layer="fc2", m=m, random_state=0, progress=False)
+                for m in args.m}
+
+    # 1. raw forward throughput at the fuzz batch size, then the loop with cheap mutators
+    @tf.function(reduce_retracing=True)
+    def forward(x):
+        return model(x, training=False)
+    batch = x_test[:args.batch_size]
+    forward(tf.constant(batch))
+    reps = max(1, args.throughput_execs // args.batch_size)
+    start = time.perf_counter()
+    for _ in range(reps):
+        forward(tf.constant(batch)).numpy()
+    raw = reps * args.batch_size / (time.perf_counter() - start)
+
+    analysis = analyses[max(args.m)]
+    with tempfile.TemporaryDirectory() as tmp:
+        fuzzer = Fuzzer(analysis, mutators=CHEAP.split(","), batch_size=args.batch_size, random_state=0)
+        campaign = fuzzer.start(x_test[:args.seeds], test.y[:args.seeds], Path(tmp) / "c",
+                                budget=args.throughput_execs)
+        t0, e0 = campaign.elapsed, campaign.execs
+        fuzzer.run(campaign, progress=False)
+        loop = (campaign.execs - e0) / (campaign.elapsed - t0)
+    print(f"throughput at batch {args.batch_size}: raw forward {raw:,.0f} inputs/s; fuzz loop with cheap mutators "
+          f"({CHEAP}) {loop:,.0f} execs/s = {loop / raw:.2f}x raw")
+
+    # 2. budget-N campaigns with the default mutators
+    for m in args.m:
+        with tempfile.TemporaryDirectory() as tmp:
+            fuzzer = Fuzzer(analyses[m], mutators=DEFAULT_MUTATORS.split(",") if isinstance(DEFAULT_MUTATORS, str)
+                            else DEFAULT_MUTATORS, batch_size=args.batch_size, random_state=0)
+            start = time.perf_counter()
+            campaign = fuzzer.start(x_test[:args.seeds], test.y[:args.seeds], Path(tmp) / "c", budget=args.budget)
+            seeds_cov = campaign.tracker.result()
+            fuzzer.run(campaign, progress=False)
+            wall = time.perf_counter() - start
+            print(f"\nm={m}: budget {args.budget} from {args.seeds} seeds in {wall:.1f} s; IDC seeds {seeds_cov} -> "
+                  f"grown set {campaign.tracker.result()} ({len(campaign.corpus)} inputs); "
+                  f"{campaign.n_findings} findings; full test set (10,000) reaches {analyses[m].coverage(x_test)}")
+            print("| mutator | execs | valid | kept | findings | seconds | IDC gain per 1,000 execs | errors |")
+            print("|---|---|---|---|---|---|---|---|")
+            for r in mutator_table(campaign):
+                print(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
+                      f"{r['seconds']:.1f} | {r['idc_gain_per_1000_execs']:.2%} | {r['errors']} |")
+
+
+if __name__ == "__main__":
+    main()

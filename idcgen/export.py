@@ -1,0 +1,79 @@
+"""Exports of a campaign: the grown test set and the retraining set.
+
+Every exported input is also re-checked after rounding to uint8, because a saved image is what users
+will reload: DeepXplore users found failures that no longer failed once clipped and rounded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .fuzz.campaign import Campaign, atomic_text, atomic_write
+from .imageio import quantise, to_png, to_uint8
+
+
+def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, train_y: np.ndarray | None = None,
+                    out: str | Path | None = None, images: bool = True) -> dict:
+    """Write ``grown.npz``, ``grown/`` (PNG per class), ``retrain.npz`` and ``exports.json``.
+
+    ``grown.npz`` holds the seeds and kept mutants (``x`` float32 as run, ``x_uint8``, ``y`` = root seed's
+    label, ``id``, ``seed``, ``root``, ``prediction``, ``combination``, ``combination_uint8``).
+    ``retrain.npz`` holds ``x_train``/``y_train``: the training data (when given) followed by the kept
+    mutants labelled with their root seed's label, as uint8-rounded values.
+    """
+    corpus, analysis = campaign.corpus, campaign.analysis
+    network = analysis.network
+    out = Path(out) if out is not None else campaign.folder / "exports"
+    out.mkdir(parents=True, exist_ok=True)
+    vr = campaign.value_range
+    x, y = corpus.x, corpus.label
+    is_seed = corpus.parent < 0
+    xq = quantise(x, vr)
+    probs, (acts,) = network.forward(xq, (analysis.layer,))
+    combo_q = analysis.combinations.ids(analysis.select(acts))
+    grown = dict(x=x, x_uint8=to_uint8(x, vr), y=y, id=np.arange(len(x)), seed=is_seed, root=corpus.root,
+                 prediction=corpus.prediction, prediction_uint8=probs.argmax(1), combination=corpus.combination,
+                 combination_uint8=combo_q)
+    atomic_write(out / "grown.npz", lambda f: np.savez_compressed(f, **grown))
+
+    if images:
+        width = max(1, len(str(max(int(y.max()), 0)))) if len(y) else 1
+        for i in range(len(x)):
+            folder = out / "grown" / (f"{y[i]:0{width}d}" if y[i] >= 0 else "unlabelled")
+            folder.mkdir(parents=True, exist_ok=True)
+            to_png(x[i], vr).save(folder / f"{'seed' if is_seed[i] else 'mutant'}-{i:06d}.png")
+
+    mutants = ~is_seed & (y >= 0)
+    parts_x, parts_y = [quantise(x[mutants], vr)], [y[mutants]]
+    if train_x is not None:
+        parts_x.insert(0, np.asarray(train_x, np.float32))
+        parts_y.insert(0, np.asarray(train_y, np.int64))
+    retrain = dict(x_train=np.concatenate(parts_x), y_train=np.concatenate(parts_y),
+                   from_campaign=np.concatenate([np.zeros(len(p), bool) for p in parts_x[:-1]] +
+                                                [np.ones(int(mutants.sum()), bool)]))
+    atomic_write(out / "retrain.npz", lambda f: np.savez_compressed(f, **retrain))
+
+    findings = campaign.findings()
+    summary = {
+        "grown": {"inputs": int(len(x)), "seeds": int(is_seed.sum()), "mutants": int((~is_seed).sum()),
+                  "idc_as_run": campaign.tracker.score,
+                  "idc_uint8": _tracker(analysis, combo_q).score,
+                  "mutants_keeping_combination_uint8": int((combo_q == corpus.combination)[~is_seed].sum()),
+                  "mutants_keeping_prediction_uint8": int((probs.argmax(1) == corpus.prediction)[~is_seed].sum())},
+        "retrain": {"inputs": int(len(retrain["y_train"])), "training_inputs": 0 if train_x is None else len(train_x),
+                    "mutants": int(mutants.sum())},
+        "findings": {"total": int(len(findings.get("id", []))),
+                     "surviving_uint8": int(findings["survives_uint8"].sum()) if findings else 0},
+        "files": {"grown": "grown.npz", "grown_images": "grown/" if images else None, "retrain": "retrain.npz"},
+    }
+    atomic_text(out / "exports.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _tracker(analysis, ids):
+    tracker = analysis.tracker()
+    tracker.update(ids)
+    return tracker

@@ -1,0 +1,242 @@
+"""The coverage-guided fuzz loop (DESIGN §7).
+
+Each step: the scheduler picks parents, one mutator makes a batch of mutants, one forward pass gives
+their predictions and subject-layer activations, the coverage tracker says which reach a combination
+not yet covered (those join the corpus), and the oracle marks findings.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..analysis import Analysis
+from ..coverage import CoverageTracker
+from ..data import check_labels, fit_to_model
+from ..errors import InputError, ParameterError
+from ..imageio import quantise
+from .campaign import Campaign, MutatorStats
+from . import directed  # noqa: F401  (registers the coverage-directed mutator)
+from .corpus import Corpus
+from .mutators import Mutator, MutationContext, make_mutator
+from .oracle import make_oracle
+from .scheduler import make_scheduler
+from .validity import Validity
+
+
+@dataclass(frozen=True)
+class FuzzContext(MutationContext):
+    """What a mutator may use: the model, the batch's root labels, and for coverage-directed mutators
+    the analysis and the coverage so far."""
+
+    analysis: Analysis | None = None
+    tracker: CoverageTracker | None = None
+    parent_combinations: np.ndarray | None = field(default=None, repr=False)
+
+
+class Fuzzer:
+    """Grow a test set that reaches new important-neuron cluster combinations.
+
+    Parameters
+    ----------
+    analysis : Analysis bound to the model under test
+    mutators : mutator objects or spec strings such as ``"gauss(std=0.05)"``
+    oracle : "misclassification" (against the root seed's label), "prediction-change" or "disagreement"
+    others : further models (Network) for the disagreement oracle
+    scheduler : "prioritized" (DeepHunter's batch prioritisation) or "uniform"
+    validity : DeepHunter's bounds (``Validity(enabled=False)`` turns them off)
+    batch_size : mutants per step
+    """
+
+    def __init__(self, analysis: Analysis, *, mutators: Sequence, oracle: str = "misclassification",
+                 others: Sequence = (), scheduler: str = "prioritized", validity: Validity | None = None,
+                 batch_size: int = 256, random_state: int = 0, value_range=(0.0, 1.0)):
+        if analysis.network is None:
+            raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
+        if not mutators:
+            raise ParameterError("at least one mutator is needed")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ParameterError(f"The 'batch_size' parameter must be an int >= 1. Got {batch_size!r} instead.")
+        self.analysis = analysis
+        self.network = analysis.network
+        self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
+        self.oracle_name = oracle
+        self.oracle = make_oracle(oracle, others)
+        self.scheduler = make_scheduler(scheduler)
+        self.value_range = tuple(float(v) for v in value_range)
+        self.validity = validity or Validity(value_range=self.value_range)
+        self.batch_size = batch_size
+        self.random_state = random_state
+
+    def config(self, budget: int) -> dict:
+        return {"budget": int(budget), "mutators": [repr(m) for m in self.mutators], "oracle": self.oracle_name,
+                "scheduler": self.scheduler.name, "batch_size": self.batch_size,
+                "random_state": self.random_state, "value_range": list(self.value_range),
+                "validity": {"enabled": self.validity.enabled, "alpha": self.validity.alpha,
+                             "beta": self.validity.beta},
+                "layer": self.analysis.layer, "m": self.analysis.m,
+                "input_shape": list(self.network.input_shape)}
+
+    # ---- starting and resuming --------------------------------------------------------------
+    def start(self, x_seeds: np.ndarray, y_seeds: np.ndarray | None, out: str | Path, *, budget: int,
+              extra_config: dict | None = None) -> Campaign:
+        """Run the seeds, mark their combinations covered, and write a new campaign folder."""
+        _check_budget(budget)
+        x = fit_to_model(x_seeds, self.network.input_shape)
+        y = np.full(len(x), -1, np.int64) if y_seeds is None else check_labels(x, y_seeds)
+        lo, hi = self.value_range
+        if x.min() < lo or x.max() > hi:
+            raise InputError(f"seed values span [{x.min():g}, {x.max():g}], outside the value range [{lo:g}, {hi:g}]")
+        config = dict(self.config(budget), **(extra_config or {}))
+        corpus = Corpus(self.network.input_shape)
+        campaign = Campaign(folder=Path(out), config=config, analysis=self.analysis, corpus=corpus,
+                            tracker=self.analysis.tracker(), rng=np.random.default_rng(self.random_state),
+                            mutator_stats={repr(m): MutatorStats() for m in self.mutators})
+        campaign.create()
+        started = time.perf_counter()
+        probs, (acts,) = self.network.forward(x, (self.analysis.layer,))
+        ids = self.analysis.combinations.ids(self.analysis.select(acts))
+        campaign.tracker.update(ids)
+        n = len(x)
+        new_ids = corpus.add(x, x, [[] for _ in range(n)], parent=np.full(n, -1), root=np.arange(n), label=y,
+                             prediction=probs.argmax(1), combination=ids, affine=np.zeros(n, bool),
+                             step=np.zeros(n, np.int64))
+        campaign.seed_execs = n
+        campaign.elapsed = time.perf_counter() - started
+        campaign.commit(new_ids, None, self._stats_row(campaign, None, 0.0))
+        return campaign
+
+    def resume(self, folder: str | Path) -> Campaign:
+        campaign = Campaign.load(folder, self.network)
+        campaign.analysis = self.analysis
+        for m in self.mutators:
+            campaign.mutator_stats.setdefault(repr(m), MutatorStats())
+        return campaign
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run(self, campaign: Campaign, *, budget: int | None = None, progress: bool = True,
+            on_step: Callable[[Campaign], None] | None = None) -> Campaign:
+        """Fuzz until ``campaign.execs`` reaches the budget (total mutant execs, default the campaign's)."""
+        if budget is not None:
+            _check_budget(budget)
+            campaign.config["budget"] = int(budget)
+        idle = 0
+        with tqdm(total=campaign.budget, initial=min(campaign.execs, campaign.budget), unit="exec",
+                  desc="fuzz", disable=not progress, dynamic_ncols=True) as bar:
+            while campaign.execs < campaign.budget:
+                done = self.step(campaign)
+                bar.update(done)
+                bar.set_postfix(IDC=f"{campaign.tracker.score:.1%}", corpus=len(campaign.corpus),
+                                findings=campaign.n_findings,
+                                execs_s=f"{campaign.execs / max(campaign.elapsed, 1e-9):.0f}", refresh=False)
+                idle = idle + 1 if done == 0 else 0
+                if idle > 50:
+                    raise ParameterError("50 steps in a row made no mutant (every mutator failed or was "
+                                         "not applicable); see the errors in campaign.json")
+                if on_step is not None:
+                    on_step(campaign)
+        return campaign
+
+    def step(self, c: Campaign) -> int:
+        """One step of the loop; returns the number of execs it made."""
+        started = time.perf_counter()
+        rng, corpus = c.rng, c.corpus
+        n = min(self.batch_size, c.budget - c.execs)
+        mutator = self.mutators[int(rng.integers(len(self.mutators)))]
+        stats = c.mutator_stats[repr(mutator)]
+        parents = self.scheduler.pick(corpus.fuzz_count, n, rng)
+        if mutator.affine:  # DeepHunter: at most one affine transform per chain
+            parents = parents[~corpus.affine[parents]]
+        c.step += 1
+        if len(parents) == 0:
+            c.elapsed += time.perf_counter() - started
+            c.commit(np.zeros(0, np.int64), None, self._stats_row(c, mutator, 0.0))
+            return 0
+        roots = corpus.root[parents]
+        ctx = FuzzContext(network=self.network, labels=corpus.label[roots], value_range=self.value_range,
+                          analysis=self.analysis, tracker=c.tracker,
+                          parent_combinations=corpus.combination[parents])
+        try:
+            mutants = mutator.mutate(corpus.x[parents], rng, ctx)
+        except Exception as exc:  # an attack failing on a batch is reported, the campaign goes on
+            stats.errors += 1
+            stats.last_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            seconds = time.perf_counter() - started
+            stats.seconds += seconds
+            c.elapsed += seconds
+            c.commit(np.zeros(0, np.int64), None, self._stats_row(c, mutator, seconds))
+            return 0
+        references = mutants if mutator.affine else corpus.reference[parents]
+        valid = self.validity.check(mutants, references)
+        probs, (acts,) = self.network.forward(mutants, (self.analysis.layer,))
+        preds = probs.argmax(1)
+        ids = self.analysis.combinations.ids(self.analysis.select(acts))
+        new = np.zeros(len(mutants), bool)
+        new[valid] = c.tracker.update(ids[valid])
+        flagged = self.oracle(mutants, preds, corpus.label[roots], corpus.prediction[roots]) & valid
+        np.add.at(corpus.fuzz_count, parents, 1)
+
+        chain_of = [corpus.chains[p] + [repr(mutator)] for p in parents]
+        kept = np.flatnonzero(new)
+        new_ids = corpus.add(mutants[kept], references[kept], [chain_of[i] for i in kept], parent=parents[kept],
+                             root=roots[kept], label=corpus.label[roots][kept], prediction=preds[kept],
+                             combination=ids[kept], affine=corpus.affine[parents][kept] | mutator.affine,
+                             step=np.full(len(kept), c.step))
+        findings = self._findings(c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain_of)
+
+        seconds = time.perf_counter() - started
+        c.execs += len(mutants)
+        c.elapsed += seconds
+        stats.execs += len(mutants)
+        stats.valid += int(valid.sum())
+        stats.kept += len(kept)
+        stats.findings += 0 if findings is None else len(findings["id"])
+        stats.seconds += seconds
+        stats.steps += 1
+        c.commit(new_ids, findings, self._stats_row(c, mutator, seconds))
+        return len(mutants)
+
+    def _findings(self, c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain_of):
+        """Unique findings of this step: flagged mutants whose (combination, prediction) is new."""
+        corpus_id = np.full(len(mutants), -1, np.int64)
+        corpus_id[kept] = new_ids
+        chosen = []
+        for i in np.flatnonzero(flagged):
+            key = (int(ids[i]), int(preds[i]))
+            if key not in c.finding_keys:
+                c.finding_keys.add(key)
+                chosen.append(i)
+        if not chosen:
+            return None
+        chosen = np.asarray(chosen)
+        x = mutants[chosen]
+        # DeepXplore's issue #13: saved failures that no longer fail once rounded to uint8
+        xq = quantise(x, self.value_range)
+        pq = self.network.predict(xq)
+        survives = self.oracle(xq, pq, c.corpus.label[roots[chosen]], c.corpus.prediction[roots[chosen]])
+        first = c.n_findings
+        c.n_findings += len(chosen)
+        return {"id": np.arange(first, c.n_findings), "x": x, "corpus_id": corpus_id[chosen],
+                "parent": parents[chosen], "root": roots[chosen], "label": c.corpus.label[roots[chosen]],
+                "root_prediction": c.corpus.prediction[roots[chosen]], "prediction": preds[chosen],
+                "combination": ids[chosen], "step": np.full(len(chosen), c.step),
+                "chain": np.array(["|".join(chain_of[i]) for i in chosen], dtype=str),
+                "survives_uint8": survives}
+
+    def _stats_row(self, c: Campaign, mutator, seconds: float) -> dict:
+        return {"step": c.step, "time": round(c.elapsed, 4), "execs": c.execs,
+                "execs_per_s": round(c.execs / c.elapsed, 1) if c.elapsed > 0 else 0.0,
+                "corpus": len(c.corpus), "idc": c.tracker.score, "covered": c.tracker.covered,
+                "findings": c.n_findings, "mutator": None if mutator is None else repr(mutator),
+                "seconds": round(seconds, 4)}
+
+
+def _check_budget(budget) -> None:
+    if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < 1:
+        raise ParameterError(f"The 'budget' parameter must be an int >= 1 (execs: mutants run through the "
+                             f"model). Got {budget!r} instead.")

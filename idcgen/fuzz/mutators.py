@@ -1,0 +1,509 @@
+"""Mutators: one kind of mutation with its parameters; a batch of inputs in, a batch of mutants out.
+
+Three kinds (DESIGN §6): *noise* (Gaussian noise on all pixels, on the most relevant pixels, on random
+pixels), *transform* (albumentations 2.0.8 affine and photometric transforms) and *attack* (cleverhans
+and ART, in :mod:`idcgen.fuzz.attacks`). A mutator is written as a spec string, ``"gauss"`` or
+``"gauss(std=0.1)"``; its ``repr`` is the canonical spec and round-trips through :func:`make_mutator`.
+
+Magnitudes (noise std, attack eps and theta) are fractions of the width of the valid input range, so on
+the usual [0, 1] range they are absolute pixel values.
+
+Every mutator keeps the contract of :meth:`Mutator.mutate`: a new float32 array of the input's shape,
+finite, clipped to the valid range; the input untouched; randomness only from the ``rng`` passed in
+(same generator state, same mutants), with random parameters drawn per image.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from ..errors import InputError, ParameterError
+
+if TYPE_CHECKING:
+    from ..models import Network
+
+logger = logging.getLogger(__name__)
+
+#: Every mutator class with a ``name``, registered as it is defined (name -> class).
+REGISTRY: dict[str, type[Mutator]] = {}
+
+#: The fuzz default: every cheap mutator. ``cw`` (about 20 s per 100 MNIST images) and ``jsma`` (about
+#: 0.3 s per image) are left out for cost; add them explicitly.
+DEFAULT_MUTATORS = ("gauss,relevant_pixels,random_pixels,rotate,shift,scale,shear,brightness,contrast,"
+                    "blur,elastic,noise,fgsm,bim,pgd")
+
+
+# ---- parameters as data -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    """One mutator parameter: default, type (``int``, ``float`` or ``bool``) and valid interval.
+
+    ``closed`` says which ends of ``[low, high]`` are allowed: "both", "left", "right" or "neither".
+    A float parameter also accepts an int; only a bool parameter accepts a bool.
+    """
+
+    default: int | float | bool
+    type: type = float
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"
+
+    def describe(self) -> str:
+        if self.type is bool:
+            return "a bool (True or False)"
+        left = "[" if self.closed in ("both", "left") and self.low is not None else "("
+        right = "]" if self.closed in ("both", "right") and self.high is not None else ")"
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        return f"{'an int' if self.type is int else 'a float'} in the range {left}{low}, {high}{right}"
+
+    def accepts(self, value) -> bool:
+        if isinstance(value, bool) or self.type is bool:
+            return isinstance(value, bool) and self.type is bool
+        if self.type is int and not isinstance(value, (int, np.integer)):
+            return False
+        if self.type is float and (not isinstance(value, (int, float, np.integer, np.floating))
+                                   or not math.isfinite(value)):
+            return False
+        if self.low is not None and (value < self.low or value == self.low and self.closed in ("right", "neither")):
+            return False
+        if self.high is not None and (value > self.high or value == self.high and self.closed in ("left", "neither")):
+            return False
+        return True
+
+
+def _bad(mutator: str, name: str, expected: str, value) -> ParameterError:
+    return ParameterError(f"The {name!r} parameter of {mutator} must be {expected}. Got {value!r} instead.")
+
+
+def _parameter_names(cls: type[Mutator]) -> list[str]:
+    if cls.parameters:
+        return list(cls.parameters)
+    signature = inspect.signature(cls.__init__)  # a mutator with its own __init__ (e.g. directed)
+    return [p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+# ---- the base class -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MutationContext:
+    """What a mutator may use besides the inputs.
+
+    network : the model under test (:class:`idcgen.models.Network`)
+    labels : (b,) int labels of the batch's root seeds, -1 where unknown
+    value_range : valid input range; mutants are clipped to it
+    """
+
+    network: Network
+    labels: np.ndarray
+    value_range: tuple[float, float] = (0.0, 1.0)
+
+    def __post_init__(self):
+        lo, hi = self.value_range
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ParameterError(f"value_range must be two finite numbers (low, high) with low < high. "
+                                 f"Got {self.value_range!r} instead.")
+
+
+class Mutator:
+    """One kind of mutation with its parameters; a batch in, a batch of mutants out.
+
+    Subclasses set ``name``, ``kind``, ``parameters`` (name -> :class:`Param`) and implement
+    ``_mutate(x, rng, ctx)``; the base class validates parameters and inputs and clips the result.
+    """
+
+    name: ClassVar[str]
+    kind: ClassVar[str]                 # "noise" | "attack" | "transform"
+    affine: ClassVar[bool] = False      # rotate/shift/scale/shear: at most one per chain (DeepHunter)
+    needs_model: ClassVar[bool] = False
+    stochastic: ClassVar[bool] = True   # False: the output does not depend on rng (fgsm, bim, cw)
+    parameters: ClassVar[dict[str, Param]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            REGISTRY[cls.name] = cls
+
+    def __init__(self, **params):
+        unknown = [key for key in params if key not in self.parameters]
+        if unknown:
+            raise ParameterError(f"{self.name} has no parameter {unknown[0]!r}; its parameters are: "
+                                 f"{', '.join(self.parameters) or '(none)'}.")
+        for key, spec in self.parameters.items():
+            value = params.get(key, spec.default)
+            if not spec.accepts(value):
+                raise _bad(self.name, key, spec.describe(), value)
+            setattr(self, key, value)
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """Constraints between parameters (override)."""
+
+    def params(self) -> dict:
+        """The parameters, JSON-able, in declaration order."""
+        return {key: getattr(self, key) for key in self.parameters}
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params().items())})"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self.params() == other.params()
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    def mutate(self, x: np.ndarray, rng: np.random.Generator, ctx: MutationContext) -> np.ndarray:
+        """Mutants of the batch ``x``.
+
+        x : (b, h, w, c) float32 inside ``ctx.value_range``; never modified.
+        rng : the only source of randomness (same state, same mutants).
+        Returns a new (b, h, w, c) float32 array, finite and clipped to ``ctx.value_range``.
+        """
+        x = self._check_batch(x, rng, ctx)
+        if len(x) == 0:
+            return x.copy()
+        out = np.asarray(self._mutate(x, rng, ctx), dtype=np.float32)
+        if out.shape != x.shape:
+            raise RuntimeError(f"{self!r} returned shape {out.shape} for inputs of shape {x.shape}")
+        finite = np.isfinite(out)
+        if not finite.all():  # keep the parent's pixel rather than hand a NaN to the model
+            logger.warning("%r produced %d non-finite values; they keep the input's value", self, (~finite).sum())
+            out = np.where(finite, out, x)
+        return np.clip(out, *ctx.value_range).astype(np.float32, copy=False)
+
+    def _mutate(self, x: np.ndarray, rng: np.random.Generator, ctx: MutationContext) -> np.ndarray:
+        raise NotImplementedError
+
+    def _check_batch(self, x, rng, ctx) -> np.ndarray:
+        if not isinstance(rng, np.random.Generator):
+            raise ParameterError(f"{self.name}: rng must be a numpy Generator (np.random.default_rng(...)). "
+                                 f"Got {type(rng).__name__} instead.")
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim != 4:
+            raise InputError(f"{self.name}: expected a batch of images (b, h, w, c); got shape {x.shape}")
+        if len(x) == 0:
+            return x
+        lo, hi = ctx.value_range
+        tol = 1e-6 * (hi - lo)
+        if not np.isfinite(x).all() or x.min() < lo - tol or x.max() > hi + tol:
+            raise InputError(f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "
+                             f"values in [{np.nanmin(x):g}, {np.nanmax(x):g}]")
+        if self.needs_model and len(ctx.labels) != len(x):
+            raise InputError(f"{self.name}: got {len(ctx.labels)} labels for {len(x)} inputs")
+        return x
+
+
+# ---- noise --------------------------------------------------------------------------------------
+def pixel_count(fraction: float, height: int, width: int) -> int:
+    """Pixel positions perturbed: ``floor(fraction * h * w)``, at least one.
+
+    Floor, not round, gives the paper's counts: 15 of 784 on MNIST, 20 of 1,024 on CIFAR-10.
+    """
+    return max(1, int(math.floor(fraction * height * width + 1e-9)))
+
+
+def noise_at(x: np.ndarray, positions: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Add N(0, std) to every channel of the given flat pixel positions (b, k) of each image."""
+    b, h, w, c = x.shape
+    out = x.reshape(b, h * w, c).copy()
+    noise = rng.standard_normal((b, positions.shape[1], c), dtype=np.float32) * np.float32(std)
+    out[np.arange(b)[:, None], positions] += noise
+    return out.reshape(x.shape)
+
+
+class Gauss(Mutator):
+    """Gaussian noise N(0, std) on every pixel.
+
+    The paper's U_S used std 0.3; the default 0.05 keeps most mutants inside DeepHunter's validity
+    bound (L-inf <= 0.2), so the fuzzer keeps them.
+    """
+
+    name = "gauss"
+    kind = "noise"
+    parameters = {"std": Param(0.05, float, 0.0, 1.0, closed="right")}
+
+    def _mutate(self, x, rng, ctx):
+        lo, hi = ctx.value_range
+        return x + rng.standard_normal(x.shape, dtype=np.float32) * np.float32(self.std * (hi - lo))
+
+
+class RelevantPixels(Mutator):
+    """The paper's "DI" inputs: N(0, std) noise on the top ``fraction`` of pixel positions by
+    |input relevance| of the predicted logit (all channels of a chosen position).
+
+    On multi-channel images a position's relevance is the sum over its channels (ties: lower index first).
+    """
+
+    name = "relevant_pixels"
+    kind = "noise"
+    needs_model = True
+    stochastic = True
+    parameters = {"fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
+                  "std": Param(0.75, float, 0.0, None, closed="neither")}
+
+    def positions(self, x: np.ndarray, network: Network) -> np.ndarray:
+        """(b, k) flat indices of the most relevant pixel positions, most relevant first."""
+        from ..relevance import input_relevance
+        b, h, w, _ = x.shape
+        score = np.abs(input_relevance(network, x).sum(axis=-1)).reshape(b, h * w)
+        return np.argsort(-score, axis=1, kind="stable")[:, :pixel_count(self.fraction, h, w)]
+
+    def _mutate(self, x, rng, ctx):
+        lo, hi = ctx.value_range
+        return noise_at(x, self.positions(x, ctx.network), self.std * (hi - lo), rng)
+
+
+class RandomPixels(Mutator):
+    """The RQ2 control: the same number of pixel positions as ``relevant_pixels``, chosen uniformly."""
+
+    name = "random_pixels"
+    kind = "noise"
+    parameters = {"fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
+                  "std": Param(0.75, float, 0.0, None, closed="neither")}
+
+    def _mutate(self, x, rng, ctx):
+        b, h, w, _ = x.shape
+        positions = np.argsort(rng.random((b, h * w)), axis=1)[:, :pixel_count(self.fraction, h, w)]
+        lo, hi = ctx.value_range
+        return noise_at(x, positions, self.std * (hi - lo), rng)
+
+
+# ---- albumentations transforms ------------------------------------------------------------------
+class _Albumentations(Mutator):
+    """A transform applied image by image, each with its own seed drawn from ``rng``.
+
+    (A ``Compose`` called with ``images=batch`` would give the whole batch the same parameters.)
+    Images are rescaled to [0, 1] around the call; albumentations keeps float32 HxWxC as it is.
+    """
+
+    kind = "transform"
+
+    def _build(self, height: int, width: int):
+        """The albumentations transform for images of this size."""
+        raise NotImplementedError
+
+    def _mutate(self, x, rng, ctx):
+        cache = self.__dict__.setdefault("_transforms", {})
+        if x.shape[1:3] not in cache:
+            cache[x.shape[1:3]] = self._build(*x.shape[1:3])
+        transform = cache[x.shape[1:3]]
+        lo, hi = ctx.value_range
+        unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
+        out = np.empty_like(unit)
+        for i, seed in enumerate(rng.integers(0, 2**32, size=len(x), dtype=np.uint64)):
+            transform.set_random_seed(int(seed))
+            out[i] = transform(image=np.ascontiguousarray(unit[i]))["image"].reshape(unit.shape[1:])
+        return np.clip(out, 0.0, 1.0) * np.float32(hi - lo) + np.float32(lo)
+
+
+def _affine(**kwargs):
+    import albumentations as A
+    import cv2
+    return A.Affine(**kwargs, border_mode=cv2.BORDER_CONSTANT, fill=0, p=1.0)
+
+
+class _AffineTransform(_Albumentations):
+    affine = True
+
+
+class Rotate(_AffineTransform):
+    """Rotation by an angle drawn from [-limit, limit] degrees about the centre; corners filled with 0."""
+
+    name = "rotate"
+    parameters = {"limit": Param(30.0, float, 0.0, 180.0, closed="right")}
+
+    def _build(self, height, width):
+        return _affine(rotate=(-self.limit, self.limit))
+
+
+class Shift(_AffineTransform):
+    """Translation by a whole number of pixels drawn uniformly from [-limit, limit] times the width
+    (and, independently, the height), rounded: up to 3 pixels each way on 28x28 at limit 0.1.
+
+    (albumentations' ``translate_percent`` truncates towards zero, which makes no shift twice as likely
+    as any other; ``translate_px`` draws integers uniformly.)
+    """
+
+    name = "shift"
+    parameters = {"limit": Param(0.1, float, 0.0, 1.0, closed="neither")}
+
+    def _build(self, height, width):
+        dx, dy = max(1, round(self.limit * width)), max(1, round(self.limit * height))
+        return _affine(translate_px={"x": (-dx, dx), "y": (-dy, dy)})
+
+
+class Scale(_AffineTransform):
+    """Zoom about the centre by a factor drawn from [low, high], the same on both axes."""
+
+    name = "scale"
+    parameters = {"low": Param(0.8, float, 0.0, None, closed="neither"),
+                  "high": Param(1.2, float, 0.0, None, closed="neither")}
+
+    def _check_params(self):
+        if self.high < self.low:
+            raise _bad(self.name, "high", f">= low ({self.low!r})", self.high)
+
+    def _build(self, height, width):
+        return _affine(scale=(self.low, self.high), keep_ratio=True)
+
+
+class Shear(_AffineTransform):
+    """Horizontal shear by an angle drawn from [-limit, limit] degrees (as DeepHunter's shear)."""
+
+    name = "shear"
+    parameters = {"limit": Param(20.0, float, 0.0, 90.0, closed="neither")}
+
+    def _build(self, height, width):
+        return _affine(shear={"x": (-self.limit, self.limit), "y": (0.0, 0.0)})
+
+
+class Brightness(_Albumentations):
+    """Add a brightness offset drawn from [-limit, limit] (of the value range)."""
+
+    name = "brightness"
+    parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
+
+    def _build(self, height, width):
+        import albumentations as A
+        return A.RandomBrightnessContrast(brightness_limit=(-self.limit, self.limit), contrast_limit=(0.0, 0.0),
+                                          p=1.0)
+
+
+class Contrast(_Albumentations):
+    """Multiply by a contrast factor drawn from [1 - limit, 1 + limit]."""
+
+    name = "contrast"
+    parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
+
+    def _build(self, height, width):
+        import albumentations as A
+        return A.RandomBrightnessContrast(brightness_limit=(0.0, 0.0), contrast_limit=(-self.limit, self.limit),
+                                          p=1.0)
+
+
+class Blur(_Albumentations):
+    """Box blur with an odd kernel size drawn from 3..max_kernel."""
+
+    name = "blur"
+    parameters = {"max_kernel": Param(5, int, 3, 31)}
+
+    def _build(self, height, width):
+        import albumentations as A
+        return A.Blur(blur_limit=(3, self.max_kernel), p=1.0)
+
+
+class Elastic(_Albumentations):
+    """Elastic deformation (Simard et al.): displacement fields scaled by alpha, smoothed by sigma pixels."""
+
+    name = "elastic"
+    parameters = {"alpha": Param(8.0, float, 0.0, None, closed="neither"),
+                  "sigma": Param(4.0, float, 0.0, None, closed="neither")}
+
+    def _build(self, height, width):
+        import albumentations as A
+        import cv2
+        return A.ElasticTransform(alpha=self.alpha, sigma=self.sigma, border_mode=cv2.BORDER_CONSTANT, fill=0,
+                                  p=1.0)
+
+
+class Noise(_Albumentations):
+    """albumentations' GaussNoise, std drawn per image from [std_low, std_high] (``std_range``; the old
+    ``var_limit`` is silently ignored by 2.0.8)."""
+
+    name = "noise"
+    parameters = {"std_low": Param(0.02, float, 0.0, 1.0),
+                  "std_high": Param(0.08, float, 0.0, 1.0)}
+
+    def _check_params(self):
+        if self.std_high < self.std_low:
+            raise _bad(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
+
+    def _build(self, height, width):
+        import albumentations as A
+        return A.GaussNoise(std_range=(self.std_low, self.std_high), p=1.0)
+
+
+# ---- specs --------------------------------------------------------------------------------------
+_SPEC = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
+
+
+def make_mutator(spec: str) -> Mutator:
+    """A mutator from its spec: ``"gauss"`` or ``"gauss(std=0.1)"``; values are Python literals."""
+    if not isinstance(spec, str):
+        raise ParameterError(f"a mutator spec must be a string such as 'gauss(std=0.1)'. Got {spec!r} instead.")
+    match = _SPEC.fullmatch(spec)
+    if not match:
+        raise ParameterError(f"malformed mutator spec {spec!r}: expected name or name(param=value, ...)")
+    name, args = match.group(1), match.group(2)
+    if name not in REGISTRY:
+        raise ParameterError(f"unknown mutator {name!r}; known mutators: {', '.join(REGISTRY)}")
+    cls = REGISTRY[name]
+    kwargs = _parse_args(spec, args or "")
+    known = _parameter_names(cls)
+    unknown = [key for key in kwargs if key not in known]
+    if unknown:
+        raise ParameterError(f"{name} has no parameter {unknown[0]!r}; its parameters are: "
+                             f"{', '.join(known) or '(none)'}.")
+    return cls(**kwargs)
+
+
+def _parse_args(spec: str, args: str) -> dict:
+    try:  # ast.parse only builds a syntax tree; literal_eval below accepts literals only
+        call = ast.parse(f"f({args})", mode="eval").body
+    except SyntaxError as exc:
+        raise ParameterError(f"malformed mutator spec {spec!r}: {exc.msg}; expected name(param=value, ...)") from None
+    if not isinstance(call, ast.Call) or call.args or any(kw.arg is None for kw in call.keywords):
+        raise ParameterError(f"malformed mutator spec {spec!r}: give parameters by name, as name(param=value, ...)")
+    kwargs = {}
+    for kw in call.keywords:
+        if kw.arg in kwargs:
+            raise ParameterError(f"malformed mutator spec {spec!r}: parameter {kw.arg!r} given twice")
+        try:
+            kwargs[kw.arg] = ast.literal_eval(kw.value)
+        except (ValueError, SyntaxError, TypeError):
+            raise ParameterError(f"malformed mutator spec {spec!r}: the value of {kw.arg!r} must be a Python "
+                                 f"literal (number, bool, string or tuple). Got {ast.unparse(kw.value)!r}") from None
+    return kwargs
+
+
+def split_specs(text: str) -> list[str]:
+    """Split at commas outside parentheses, brackets and quotes."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts]
+
+
+def parse_mutators(text: str) -> list[Mutator]:
+    """Mutators from a comma-separated list of specs, e.g. ``"gauss(std=0.05),rotate,fgsm(eps=0.1)"``."""
+    specs = split_specs(text)
+    if any(not spec for spec in specs):
+        raise ParameterError(f"empty mutator spec in {text!r}; expected a comma-separated list such as "
+                             f"'gauss(std=0.05),rotate'")
+    return [make_mutator(spec) for spec in specs]
+
+
+def describe_mutators() -> list[tuple[str, str, dict]]:
+    """(name, kind, default parameters) of every registered mutator, for listings."""
+    return [(name, cls.kind, cls().params()) for name, cls in REGISTRY.items()]
+
+
+from . import attacks as _attacks  # noqa: E402,F401  (registers the attack mutators)

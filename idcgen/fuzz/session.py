@@ -1,0 +1,133 @@
+"""A whole fuzz session as the CLI runs it: models, seeds, analysis, loop, exports, report.
+
+The analysis comes from ``--analysis``, or from ``--train`` (analysed first), or from a saved analysis
+of the same model, or, as a last resort, from the seeds themselves (said plainly in the output and the
+report).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..analysis import Analysis, analyze, find_analysis
+from ..clusters import parse_cluster_range
+from ..data import fit_to_model, load_inputs
+from ..errors import AnalysisMismatchError, InputError
+from ..export import export_campaign
+from ..models import Network, load_model
+from ..report import write_report
+from .campaign import Campaign
+from .fuzzer import Fuzzer
+from .mutators import DEFAULT_MUTATORS, parse_mutators
+from .validity import Validity
+
+OUTPUTS = Path("outputs")
+
+
+def _channels(network: Network):
+    return network.input_shape[-1] if len(network.input_shape) == 3 else None
+
+
+def _load(spec, network, scale, limit=None):
+    ds = load_inputs(spec, scale=scale, channels=_channels(network), limit=limit)
+    return ds, fit_to_model(ds, network.input_shape)
+
+
+def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5",
+                 mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
+                 validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
+                 safe_mode=True, echo=print, progress=True) -> dict | None:
+    if budget is not None and (not isinstance(budget, int) or budget < 1):
+        raise InputError(f"--budget must be a positive number of execs. Got {budget!r} instead.")
+    if train is not None and analysis is not None:
+        raise InputError("give --train (analyse first) or --analysis (reuse), not both")
+    mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
+    networks = [Network(load_model(p, safe_mode=safe_mode)) for p in models]
+    network = networks[0]
+    seeds_ds, x_seeds = _load(seeds, network, scale, limit)
+    notes, train_ds, x_train = [], None, None
+    if analysis is not None:
+        found = Analysis.load(analysis, model=network)
+        source = f"loaded from {analysis}"
+    elif train is not None:
+        train_ds, x_train = _load(train, network, scale)
+        found = analyze(network, x_train, train_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
+                        random_state=random_state, data_summary=train_ds.summary(), progress=progress)
+        saved = found.save(OUTPUTS / "analyses" / f"{Path(models[0]).stem}_{found.layer}_m{m}")
+        source = f"analysed on {train} ({len(x_train)} inputs), saved to {saved}"
+    else:
+        places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
+        found, searched = find_analysis(network, places, layer=layer, m=m)
+        if found is not None:
+            source = "found a saved analysis of this model (searched " + ", ".join(map(str, searched)) + ")"
+        else:
+            found = analyze(network, x_seeds, seeds_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
+                            random_state=random_state, data_summary=seeds_ds.summary(), progress=progress)
+            source = "analysed on the seeds themselves"
+            notes.append("no --train or --analysis given and no saved analysis of this model in "
+                         + ", ".join(map(str, searched)) + ": the analysis was made on the SEEDS, so IDC is "
+                         "measured against the seeds' own clusters, not the training data's. Pass --train "
+                         "for the paper's setting.")
+    for note in notes:
+        echo(f"note: {note}")
+    echo(f"analysis: layer {found.layer}, m = {found.m}, {found.total} combinations ({source})")
+
+    fuzzer = Fuzzer(found, mutators=mutator_list, oracle=oracle, others=networks[1:], scheduler=scheduler,
+                    validity=Validity(alpha=alpha, beta=beta, enabled=validity), batch_size=batch_size,
+                    random_state=random_state)
+    echo(fuzzer.validity.describe())
+    echo("mutators: " + ", ".join(repr(mu) for mu in fuzzer.mutators))
+    out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
+    extra = {"model": str(models[0]), "other_models": [str(p) for p in models[1:]], "seeds": str(seeds),
+             "train": None if train is None else str(train), "analysis_source": source, "notes": notes,
+             "scale": scale}
+    campaign = fuzzer.start(x_seeds, seeds_ds.y, out, budget=budget, extra_config=extra)
+    echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
+         f"{campaign.tracker.total})")
+    return _run_and_finish(fuzzer, campaign, x_train, None if train_ds is None else train_ds.y, notes, echo, progress)
+
+
+def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, echo=print, progress=True) -> dict | None:
+    folder = Path(folder)
+    probe = Campaign.load(folder)  # reads config; checks the folder before any model is loaded
+    cfg = probe.config
+    paths = models or [cfg["model"], *cfg.get("other_models", [])]
+    networks = [Network(load_model(p, safe_mode=safe_mode)) for p in paths]
+    try:
+        found = probe.analysis.bind(networks[0])
+    except AnalysisMismatchError as exc:
+        raise AnalysisMismatchError(f"cannot resume {folder}: {exc}") from None
+    v = cfg["validity"]
+    fuzzer = Fuzzer(found, mutators=parse_mutators(",".join(cfg["mutators"])), oracle=cfg["oracle"],
+                    others=networks[1:], scheduler=cfg["scheduler"],
+                    validity=Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"],
+                                      value_range=tuple(cfg["value_range"])),
+                    batch_size=cfg["batch_size"], random_state=cfg["random_state"], value_range=cfg["value_range"])
+    campaign = fuzzer.resume(folder)
+    if budget is not None:
+        campaign.config["budget"] = int(budget)
+    echo(f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
+         f"IDC {campaign.tracker.score:.1%}")
+    x_train = y_train = None
+    if cfg.get("train"):
+        train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"))
+        y_train = train_ds.y
+    return _run_and_finish(fuzzer, campaign, x_train, y_train, cfg.get("notes", []), echo, progress)
+
+
+def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -> dict | None:
+    try:
+        fuzzer.run(campaign, progress=progress)
+    except KeyboardInterrupt:
+        echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
+        return None
+    exports = export_campaign(campaign, train_x=x_train, train_y=y_train)
+    report = write_report(campaign, notes=notes, exports=exports)
+    state = campaign.state()
+    seeds_idc = campaign.stats_rows()[0]["idc"]
+    echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} (grown set, {len(campaign.corpus)} inputs); "
+         f"{campaign.n_findings} findings ({exports['findings']['surviving_uint8']} survive uint8 rounding); "
+         f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s")
+    echo(f"report: {report} (and report.html); exports: {campaign.folder / 'exports'}")
+    return {"state": state, "exports": exports, "seeds_idc": seeds_idc, "report": str(report)}

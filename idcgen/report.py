@@ -1,0 +1,174 @@
+"""The campaign report: ``report.md`` and ``report.html`` with plots, for a person to open.
+
+Answers: how much did IDC grow, at what cost, which mutations raise it most, and what do the
+mutants look like beside their seeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+import numpy as np
+
+from .fuzz.campaign import Campaign, atomic_text
+
+
+def mutator_table(campaign: Campaign) -> list[dict]:
+    """Per-mutator figures, best IDC gain per 1,000 execs first."""
+    total = campaign.tracker.total
+    rows = []
+    for name, s in campaign.mutator_stats.items():
+        gain = s.kept / total if total else 0.0
+        rows.append({"mutator": name, "execs": s.execs, "valid": s.valid, "kept": s.kept,
+                     "new_combinations": s.kept, "findings": s.findings, "seconds": round(s.seconds, 2),
+                     "errors": s.errors, "idc_gain": gain,
+                     "idc_gain_per_1000_execs": gain / s.execs * 1000 if s.execs else 0.0,
+                     "last_error": s.last_error})
+    return sorted(rows, key=lambda r: (-r["idc_gain_per_1000_execs"], r["mutator"]))
+
+
+def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = {}
+    stats = campaign.stats_rows()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["execs"] for r in stats], [100 * r["idc"] for r in stats], lw=1.5)
+    ax.set_xlabel("execs (mutants run)")
+    ax.set_ylabel("IDC (%)")
+    ax.set_title(f"IDC against execs (layer {campaign.analysis.layer}, m = {campaign.analysis.m})")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths["idc"] = folder / "idc_vs_execs.png"
+    fig.savefig(paths["idc"], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 0.35 * len(rows) + 1.2))
+    names = [r["mutator"] for r in rows][::-1]
+    ax.barh(names, [r["idc_gain_per_1000_execs"] * 100 for r in rows][::-1], color="tab:blue")
+    ax.set_xlabel("IDC gain per 1,000 execs (percentage points)")
+    ax.set_title("Which mutations raise IDC most")
+    fig.tight_layout()
+    paths["mutators"] = folder / "mutators.png"
+    fig.savefig(paths["mutators"], dpi=110)
+    plt.close(fig)
+
+    corpus = campaign.corpus
+    kept = np.flatnonzero(corpus.parent >= 0)
+    if len(kept):
+        pick = kept[np.linspace(0, len(kept) - 1, min(8, len(kept))).astype(int)]
+        fig, axes = plt.subplots(2, len(pick), figsize=(1.6 * len(pick), 3.6), squeeze=False)
+        lo, hi = campaign.value_range
+        for col, i in enumerate(pick):
+            for row, (img, title) in enumerate([(corpus.x[corpus.root[i]], f"seed {corpus.root[i]}"),
+                                                (corpus.x[i], corpus.chains[i][-1].split("(")[0])]):
+                ax = axes[row, col]
+                shown = (img - lo) / (hi - lo)
+                ax.imshow(shown[..., 0] if shown.shape[-1] == 1 else shown, cmap="gray", vmin=0, vmax=1)
+                label = f"pred {corpus.prediction[corpus.root[i] if row == 0 else i]}"
+                ax.set_title(f"{title}\n{label}", fontsize=7)
+                ax.axis("off")
+        fig.suptitle("Kept mutants (bottom) beside their seeds (top)", fontsize=9)
+        fig.tight_layout()
+        paths["examples"] = folder / "examples.png"
+        fig.savefig(paths["examples"], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | None = None) -> Path:
+    """Write ``report.md``, ``report.html`` and the plots into the campaign folder."""
+    folder = campaign.folder
+    rows = mutator_table(campaign)
+    plots = _plots(campaign, rows, folder)
+    stats = campaign.stats_rows()
+    seeds_idc = stats[0]["idc"] if stats else 0.0
+    cfg, a = campaign.config, campaign.analysis
+    state = campaign.state()
+    lines = [f"# Fuzz campaign report: {folder.name}", ""]
+    lines += [f"- note: {n}" for n in notes]
+    lines += [
+        f"- model: `{cfg.get('model', '?')}`; analysis: layer `{a.layer}`, m = {a.m}, "
+        f"{a.total} combinations ({cfg.get('analysis_source', '')})",
+        f"- seeds: {campaign.corpus.n_seeds} from `{cfg.get('seeds', '?')}`; oracle: {cfg['oracle']}; "
+        f"scheduler: {cfg['scheduler']}; batch {cfg['batch_size']}; random_state {cfg['random_state']}",
+        f"- {_validity_text(cfg)}",
+        f"- budget {cfg['budget']} execs; done {state['execs']} execs in {state['elapsed_seconds']:.1f} s "
+        f"({state['execs'] / max(state['elapsed_seconds'], 1e-9):.0f} execs/s)",
+        "",
+        "## Coverage",
+        "",
+        f"| | IDC | covered |\n|---|---|---|\n| seeds | {seeds_idc:.1%} | {stats[0]['covered'] if stats else 0} |"
+        f"\n| grown test set | {campaign.tracker.score:.1%} | {campaign.tracker.covered} |",
+        "",
+        f"Corpus: {len(campaign.corpus)} inputs ({campaign.corpus.n_seeds} seeds + "
+        f"{len(campaign.corpus) - campaign.corpus.n_seeds} kept mutants). Findings: {campaign.n_findings} unique "
+        "(combination, prediction) pairs flagged by the oracle.",
+    ]
+    if exports:
+        f, g = exports["findings"], exports["grown"]
+        lines += ["", f"After rounding to uint8: {f['surviving_uint8']} of {f['total']} findings still fail; "
+                      f"{g['mutants_keeping_combination_uint8']} of {g['mutants']} kept mutants keep their "
+                      f"combination; IDC of the rounded grown set {g['idc_uint8']:.1%}."]
+    lines += ["", "![IDC against execs](idc_vs_execs.png)", "", "## Which mutations raise IDC most", "",
+              "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs | errors |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
+                     f"{r['seconds']:.1f} | {r['idc_gain']:.2%} | {r['idc_gain_per_1000_execs']:.2%} | {r['errors']} |")
+    errors = [r for r in rows if r["last_error"]]
+    if errors:
+        lines += ["", "Mutator errors (the campaign went on):", ""]
+        lines += [f"- `{r['mutator']}`: {r['errors']} failed batches, last: {r['last_error']}" for r in errors]
+    lines += ["", "![IDC gain per mutator](mutators.png)"]
+    if "examples" in plots:
+        lines += ["", "## Examples", "", "![Mutants beside their seeds](examples.png)"]
+    md = "\n".join(lines) + "\n"
+    atomic_text(folder / "report.md", md)
+    atomic_text(folder / "report.html", _html(md, folder))
+    return folder / "report.md"
+
+
+def _validity_text(cfg: dict) -> str:
+    v = cfg["validity"]
+    if not v["enabled"]:
+        return "validity bounds: off"
+    return f"validity bounds (DeepHunter): L0 < {v['alpha']:g} x pixels, or else L-inf <= {v['beta']:g} x range"
+
+
+def _html(md: str, folder: Path) -> str:
+    """A small Markdown-to-HTML rendering (headings, lists, tables, images inlined)."""
+    out, table = [], []
+
+    def flush():
+        if table:
+            rows = [r.strip("|").split("|") for r in table if not set(r) <= set("|-")]
+            head, body = rows[0], rows[1:]
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(c.strip())}</th>" for c in head) + "</tr>" +
+                       "".join("<tr>" + "".join(f"<td>{html.escape(c.strip().strip('`'))}</td>" for c in r) + "</tr>"
+                               for r in body) + "</table>")
+            table.clear()
+    for line in md.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("!["):
+            src = line[line.index("(") + 1:-1]
+            data = base64.b64encode((folder / src).read_bytes()).decode()
+            out.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(src)}"></p>')
+        elif line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
+        elif line.startswith("- "):
+            out.append(f"<li>{html.escape(line[2:])}</li>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    flush()
+    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}img{max-width:100%}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>idcgen report</title><style>{style}</style></head><body>{''.join(out)}</body></html>\n"

@@ -1,0 +1,200 @@
+"""The fuzz loop, campaigns, resume, exports and the fuzz command, on a small real LeNet-1."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from idcgen.errors import AnalysisMismatchError, InputError, ParameterError
+
+CHEAP = ["gauss(std=0.05)", "random_pixels", "rotate", "brightness"]
+
+
+@pytest.fixture(scope="module")
+def setup(trained_lenet, digits):
+    from idcgen.analysis import analyze
+    model, path = trained_lenet
+    x_train, y_train, x_test, y_test = digits
+    analysis = analyze(model, x_train[:1000], y_train[:1000], layer="block2_conv1", m=6, progress=False)
+    return analysis, model, path, x_test[:60], y_test[:60]
+
+
+def make_fuzzer(analysis, mutators=CHEAP, **kw):
+    from idcgen.fuzz.fuzzer import Fuzzer
+    kw.setdefault("batch_size", 64)
+    return Fuzzer(analysis, mutators=list(mutators), random_state=kw.pop("random_state", 3), **kw)
+
+
+def test_loop_keeps_only_new_combinations_and_idc_never_falls(setup, tmp_path):
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=640)
+    seeds_idc = c.tracker.score
+    fuzzer.run(c, progress=False)
+    assert c.execs == 640
+    kept = c.corpus.parent >= 0
+    assert kept.any(), "no mutant reached a new combination"
+    combos = c.corpus.combination
+    seed_combos = set(combos[~kept].tolist())
+    assert not (set(combos[kept].tolist()) & seed_combos)          # every kept mutant reached a new one
+    assert len(set(combos[kept].tolist())) == kept.sum()            # ... and no two the same
+    np.testing.assert_array_equal(np.sort(np.unique(combos)), c.tracker.covered_ids())
+    rows = c.stats_rows()
+    idc = [r["idc"] for r in rows]
+    assert idc[0] == seeds_idc and all(b >= a for a, b in zip(idc, idc[1:])) and idc[-1] > seeds_idc
+    assert [r["execs"] for r in rows][-1] == 640
+    manifest = [json.loads(line) for line in (c.folder / "manifest.jsonl").read_text().splitlines()]
+    assert len(manifest) == len(c.corpus) and manifest[-1]["chain"][-1] in [repr(m) for m in fuzzer.mutators]
+    # validity: every kept mutant within DeepHunter's bounds of its reference
+    assert fuzzer.validity.check(c.corpus.x[kept], c.corpus.reference[kept]).all()
+    # one affine transform per chain at most
+    assert max(sum(s.startswith("rotate") for s in chain) for chain in c.corpus.chains) <= 1
+
+
+def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(setup, tmp_path):
+    analysis, model, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    full = fuzzer.start(x, y, tmp_path / "full", budget=576)
+    fuzzer.run(full, progress=False)
+
+    fuzzer2 = make_fuzzer(analysis)
+    part = fuzzer2.start(x, y, tmp_path / "part", budget=576)
+
+    def stop_after_three(c):
+        if c.step == 3:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        fuzzer2.run(part, progress=False, on_step=stop_after_three)
+    # a crash after the commit could leave a half-written next step: simulate its leftovers
+    (tmp_path / "part" / "corpus" / "step-000099.npz").write_bytes(b"garbage")
+    with open(tmp_path / "part" / "manifest.jsonl", "a") as f:
+        f.write('{"id": 99999, "half": tru')
+    resumed = make_fuzzer(analysis).resume(tmp_path / "part")
+    assert resumed.step == 3
+    make_fuzzer(analysis).run(resumed, progress=False)
+    np.testing.assert_array_equal(resumed.corpus.x, full.corpus.x)
+    np.testing.assert_array_equal(resumed.corpus.combination, full.corpus.combination)
+    assert resumed.corpus.chains == full.corpus.chains and resumed.n_findings == full.n_findings
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "execs_per_s", "seconds")} for r in rows]
+    assert strip(resumed.stats_rows()) == strip(full.stats_rows())
+    assert (tmp_path / "part" / "manifest.jsonl").read_text() == (tmp_path / "full" / "manifest.jsonl").read_text()
+
+
+def test_failing_mutator_is_reported_and_campaign_goes_on(setup, tmp_path, monkeypatch):
+    from idcgen.fuzz.mutators import REGISTRY, Mutator
+    monkeypatch.setattr("idcgen.fuzz.mutators.REGISTRY", dict(REGISTRY))  # keep the test class out of the real one
+
+    class Broken(Mutator):
+        name, kind = "broken", "attack"
+
+        def params(self):
+            return {}
+
+        def mutate(self, x, rng, ctx):
+            raise RuntimeError("attack exploded on this batch")
+
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis, mutators=[Broken(), "gauss(std=0.05)"], batch_size=32)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=512)
+    fuzzer.run(c, progress=False)
+    stats = c.mutator_stats[repr(fuzzer.mutators[0])]
+    assert c.execs == 512 and stats.errors >= 1 and "attack exploded" in stats.last_error
+
+
+def test_exports_load_back_and_match_manifest(setup, tmp_path):
+    from idcgen.data import load_inputs
+    from idcgen.export import export_campaign
+    from idcgen.report import write_report
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=384)
+    fuzzer.run(c, progress=False)
+    extra_x, extra_y = x[:10], y[:10]
+    summary = export_campaign(c, train_x=extra_x, train_y=extra_y)
+    grown = np.load(c.folder / "exports" / "grown.npz")
+    manifest = [json.loads(line) for line in (c.folder / "manifest.jsonl").read_text().splitlines()]
+    assert len(grown["x"]) == len(manifest) == len(c.corpus)
+    np.testing.assert_array_equal(grown["combination"], [r["combination"] for r in manifest])
+    np.testing.assert_array_equal(grown["y"], [r["label"] for r in manifest])
+    assert c.analysis.coverage(grown["x"]).covered == c.tracker.covered
+    folder = load_inputs(c.folder / "exports" / "grown")
+    assert len(folder) == len(c.corpus) and sorted(set(folder.y.tolist())) == sorted(set(y.tolist()))
+    retrain = np.load(c.folder / "exports" / "retrain.npz")
+    n_mut = int((c.corpus.parent >= 0).sum())
+    assert len(retrain["x_train"]) == 10 + n_mut and summary["retrain"]["mutants"] == n_mut
+    np.testing.assert_array_equal(retrain["y_train"][10:], c.corpus.label[c.corpus.parent >= 0])
+    report = write_report(c, exports=summary)
+    text = report.read_text()
+    assert "Which mutations raise IDC most" in text and "gauss(std=0.05)" in text
+    assert (c.folder / "report.html").read_text().count("data:image/png;base64") >= 2
+
+
+def test_bad_input(setup, tmp_path):
+    from idcgen.fuzz.campaign import Campaign
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    with pytest.raises(ParameterError, match="'budget' parameter must be an int >= 1"):
+        fuzzer.start(x, y, tmp_path / "a", budget=0)
+    with pytest.raises(ParameterError, match="unknown mutator"):
+        make_fuzzer(analysis, mutators=["gauss", "sparkle"])
+    with pytest.raises(InputError, match="channel count"):
+        fuzzer.start(np.zeros((3, 28, 28, 3), np.float32), None, tmp_path / "b", budget=10)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=64)
+    with pytest.raises(InputError, match="already holds a campaign"):
+        fuzzer.start(x, y, tmp_path / "c", budget=64)
+    from idcgen.zoo import lenet1
+    with pytest.raises(AnalysisMismatchError, match="run on another model"):
+        Campaign.load(c.folder, network=__import__("idcgen.models", fromlist=["Network"]).Network(lenet1()))
+    with pytest.raises(InputError, match="not a campaign folder"):
+        Campaign.load(tmp_path)
+
+
+def test_directed_mutator_moves_towards_uncovered_combinations(setup, tmp_path):
+    from idcgen.fuzz.directed import CoverageDirected
+    from idcgen.fuzz.fuzzer import FuzzContext
+    analysis, model, _, x, y = setup
+    tracker = analysis.tracker(x)
+    ids = analysis.ids(x)
+    mut = CoverageDirected(steps=5, eps=0.15)
+    ctx = FuzzContext(network=analysis.network, labels=y, analysis=analysis, tracker=tracker, parent_combinations=ids)
+    before = x.copy()
+    out = mut.mutate(x, np.random.default_rng(0), ctx)
+    np.testing.assert_array_equal(x, before)
+    assert out.shape == x.shape and out.dtype == np.float32
+    assert np.abs(out - x).max() <= 0.15 + 1e-6 and out.min() >= 0 and out.max() <= 1
+    np.testing.assert_array_equal(out, mut.mutate(x, np.random.default_rng(0), ctx))
+    assert tracker.would_cover(analysis.ids(out)).sum() > 0      # some reach an uncovered combination
+
+
+def test_fuzz_command_end_to_end_and_resume(setup, trained_lenet, digits, tmp_path, monkeypatch):
+    from idcgen.cli import app
+    monkeypatch.chdir(tmp_path)
+    _, _, _, x, y = setup
+    _, path = trained_lenet
+    np.savez(tmp_path / "seeds.npz", x=(x[..., 0] * 255).round().astype(np.uint8), y=y)
+    np.savez(tmp_path / "train.npz", x=(digits[0][:800, ..., 0] * 255).round().astype(np.uint8), y=digits[1][:800])
+    runner = CliRunner()
+    args = ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "256", "--train", "train.npz",
+            "--m", "5", "--mutators", "gauss(std=0.05),rotate", "--batch-size", "64", "--out", "camp"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "IDC" in result.output and "validity bounds (DeepHunter)" in result.output
+    for name in ("report.md", "report.html", "stats.jsonl", "manifest.jsonl", "campaign.json",
+                 "exports/grown.npz", "exports/retrain.npz", "idc_vs_execs.png"):
+        assert (tmp_path / "camp" / name).exists(), name
+    retrain = np.load(tmp_path / "camp" / "exports" / "retrain.npz")
+    assert len(retrain["x_train"]) >= 800
+    result = runner.invoke(app, ["fuzz", "--resume", "camp", "--budget", "384"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "camp" / "campaign.json").read_text())["state"]["execs"] == 384
+    # without --train/--analysis: finds the analysis saved by the first run, and says where it looked
+    result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "64", "--m", "5",
+                                 "--mutators", "gauss", "--out", "camp2"])
+    assert result.exit_code == 0, result.output
+    assert "found a saved analysis of this model" in result.output
+    result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "0"])
+    assert result.exit_code == 1 and "budget" in result.output
+    result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "64", "--m", "3",
+                                 "--mutators", "gauss", "--out", "camp3"])
+    assert result.exit_code == 0 and "analysis was made on the SEEDS" in result.output

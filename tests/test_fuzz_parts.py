@@ -1,0 +1,70 @@
+"""Validity bounds, schedulers, oracles and the corpus: numpy-only parts of the fuzzer."""
+
+import numpy as np
+import pytest
+
+from idcgen.errors import InputError, ParameterError
+from idcgen.fuzz.corpus import Corpus
+from idcgen.fuzz.oracle import Misclassification, PredictionChange, make_oracle
+from idcgen.fuzz.scheduler import BatchPrioritization, Uniform, make_scheduler
+from idcgen.fuzz.validity import Validity
+
+
+def test_validity_bounds_by_hand():
+    ref = np.zeros((1, 10, 10, 1), np.float32)                 # 100 pixels: L0 bound 0.02 * 100 = 2
+    one_big = ref.copy(); one_big[0, 0, 0] = 1.0                # L0 = 1 < 2: valid whatever L-inf
+    two_big = ref.copy(); two_big[0, 0, :2] = 1.0               # L0 = 2, L-inf 1 > 0.2: invalid
+    all_small = ref + 0.2                                       # L-inf = 0.2 <= 0.2: valid
+    all_bigger = ref + 0.21                                     # invalid
+    rounding = ref + 0.001                                      # below half a uint8 step: no change
+    batch = np.concatenate([one_big, two_big, all_small, all_bigger, rounding])
+    v = Validity()
+    np.testing.assert_array_equal(v.check(batch, np.repeat(ref, 5, 0)), [True, False, True, False, True])
+    assert Validity(enabled=False).check(batch, np.repeat(ref, 5, 0)).all()
+    assert "L0 < 0.02" in v.describe() and "51/255" in v.describe()
+    with pytest.raises(ParameterError, match="'beta' validity bound"):
+        Validity(beta=0)
+
+
+def test_batch_prioritization_weights_by_hand():
+    s = BatchPrioritization(gamma=5, p_min=0.01)
+    # f = 0 -> 1; f = 2 -> 1 - 2/5 = 0.6; f = 4 -> 0.2; f = 4.95 threshold: f = 5 -> p_min
+    np.testing.assert_allclose(s.weights(np.array([0, 2, 4, 5, 9])), [1, 0.6, 0.2, 0.01, 0.01])
+    rng = np.random.default_rng(0)
+    picks = s.pick(np.array([0, 100]), 10_000, rng)
+    assert (picks == 0).mean() > 0.98                           # 1 vs 0.01
+    np.testing.assert_array_equal(s.pick(np.zeros(5, int), 7, np.random.default_rng(1)),
+                                  s.pick(np.zeros(5, int), 7, np.random.default_rng(1)))
+    assert set(Uniform().pick(np.zeros(3, int), 100, rng)) == {0, 1, 2}
+    with pytest.raises(ParameterError, match="'scheduler' parameter"):
+        make_scheduler("fifo")
+
+
+def test_oracles():
+    preds, labels, root_preds = np.array([1, 2, 3]), np.array([1, 1, 3]), np.array([1, 2, 0])
+    np.testing.assert_array_equal(Misclassification()(None, preds, labels, root_preds), [False, True, False])
+    np.testing.assert_array_equal(PredictionChange()(None, preds, labels, root_preds), [False, False, True])
+    with pytest.raises(InputError, match="needs labelled seeds"):
+        Misclassification()(None, preds, np.array([-1, 1, 1]), root_preds)
+    with pytest.raises(ParameterError, match="at least two models"):
+        make_oracle("disagreement")(np.zeros((3, 2)), preds, labels, root_preds)
+    with pytest.raises(ParameterError, match="'oracle' parameter"):
+        make_oracle("crash")
+
+
+def test_corpus_grows_and_round_trips():
+    c = Corpus((2, 2, 1))
+    x = np.arange(12, dtype=np.float32).reshape(3, 2, 2, 1)
+    ids = c.add(x, x, [[], [], []], parent=np.full(3, -1), root=np.arange(3), label=[0, 1, 2], prediction=[0, 1, 1],
+                combination=[5, 6, 7], affine=np.zeros(3, bool), step=0)
+    for k in range(40):                                         # forces several reallocations
+        c.add(x[:1] + k, x[:1], [["gauss(std=0.05)"]], parent=[0], root=[0], label=[0], prediction=[0],
+              combination=[100 + k], affine=[False], step=k + 1)
+    assert len(c) == 43 and c.n_seeds == 3 and list(ids) == [0, 1, 2]
+    np.add.at(c.fuzz_count, [0, 0, 5], 1)
+    assert c.fuzz_count[0] == 2 and c.fuzz_count[5] == 1
+    c2 = Corpus((2, 2, 1))
+    c2.add_entries(c.entries(np.arange(len(c))))
+    np.testing.assert_array_equal(c2.x, c.x)
+    np.testing.assert_array_equal(c2.combination, c.combination)
+    assert c2.chains == c.chains and c2.chains[0] == [] and c2.chains[5] == ["gauss(std=0.05)"]
