@@ -168,10 +168,11 @@ def mutators():
 
 @command
 def demo(out: Path = typer.Option(DEFAULT_OUTPUTS / "demo", "--out", help="Output folder."),
-         epochs: int = typer.Option(8, "--epochs", help="Training epochs of the demo LeNet-5.")):
-    """Train LeNet-5 on the embedded MNIST digits, analyse it and measure coverage: no download needed."""
+         epochs: int = typer.Option(8, "--epochs", help="Training epochs of the demo LeNet-5."),
+         budget: int = typer.Option(3000, "--budget", help="Execs of the demo's fuzz step (0 skips it).")):
+    """Train LeNet-5 on the embedded MNIST digits, analyse it, measure coverage, fuzz: no download needed."""
     from .demo import run_demo
-    run_demo(out, epochs=epochs, echo=typer.echo)
+    run_demo(out, epochs=epochs, budget=budget, echo=typer.echo)
 
 
 def main():

@@ -186,7 +186,7 @@ class Network:
     def _tap(self, layers: tuple[str, ...]):
         if layers not in self._taps:
             outputs = [self.layer(name).output for name in layers] + [self.model.outputs[0]]
-            tap_model = keras.Model(self.model.inputs, outputs)
+            tap_model = keras.Model(self.model.inputs[0], outputs)
 
             @tf.function(reduce_retracing=True)
             def run(x):
@@ -226,5 +226,5 @@ class Network:
                 linear.set_weights(last.get_weights())
             else:
                 out = last.output
-            self._logits_model = keras.Model(self.model.inputs, out)
+            self._logits_model = keras.Model(self.model.inputs[0], out)
         return self._logits_model

@@ -61,7 +61,7 @@ def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path
     kept = np.flatnonzero(corpus.parent >= 0)
     if len(kept):
         pick = kept[np.linspace(0, len(kept) - 1, min(8, len(kept))).astype(int)]
-        fig, axes = plt.subplots(2, len(pick), figsize=(1.6 * len(pick), 3.6), squeeze=False)
+        fig, axes = plt.subplots(2, len(pick), figsize=(1.6 * len(pick), 4.4), squeeze=False)
         lo, hi = campaign.value_range
         for col, i in enumerate(pick):
             for row, (img, title) in enumerate([(corpus.x[corpus.root[i]], f"seed {corpus.root[i]}"),

@@ -89,6 +89,6 @@ def test_forward_taps_channels_as_spatial_mean():
     net = Network(model, batch_size=4)
     x = np.random.default_rng(0).random((10, 12, 12, 1), dtype=np.float32)
     probs, (conv2, fc) = net.forward(x, ("conv2", "fc"))
-    raw = keras.Model(model.inputs, model.get_layer("conv2").output)(x).numpy()
+    raw = keras.Model(model.inputs[0], model.get_layer("conv2").output)(x).numpy()
     np.testing.assert_allclose(conv2, raw.mean(axis=(1, 2)), atol=1e-6)
     assert probs.shape == (10, 10) and fc.shape == (10, 16)

@@ -66,7 +66,7 @@ def test_lrp0_equals_activation_times_gradient_on_relu_net():
     model = small_cnn()
     x = np.random.default_rng(1).random((16, 12, 12, 1), dtype=np.float32)
     r, _, _ = relevance_of(model, "conv2", x, eps=1e-12)
-    tap = keras.Model(model.inputs, model.get_layer("conv2").output)
+    tap = keras.Model(model.inputs[0], model.get_layer("conv2").output)
     a = tf.Variable(tap(x))
     head = [model.get_layer(n) for n in ("flatten", "fc", "before_softmax")]
     with tf.GradientTape() as tape:

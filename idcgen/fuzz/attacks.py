@@ -5,9 +5,10 @@ attacks push away from the root seed's label where it is known (``ctx.labels >= 
 model's current prediction; JSMA aims at a random other class drawn from ``rng``. ``eps``, ``eps_iter``
 and ``theta`` are fractions of the width of the value range (absolute on [0, 1]).
 
-Paper settings (DESIGN §6) differ where cost matters: FGSM/BIM eps 0.3 in the paper, 0.15 here (mutants
-nearer DeepHunter's L-inf <= 0.2 validity bound); C&W 1000 iterations at lr 5e-3 in the paper, 100 at
-lr 0.1 here; JSMA gamma 1 in the paper, 0.1 here (at most 10 % of the pixels changed).
+Defaults differ from the paper's settings (DESIGN §6) where validity or cost matters: FGSM/BIM eps 0.3
+(BIM eps_iter 0.05) in the paper, eps 0.15 and eps_iter 0.02 here, inside DeepHunter's L-inf <= 0.2
+validity bound; C&W 1000 iterations at lr 5e-3 in the paper, 100 at lr 0.1 here; JSMA gamma 1 in the
+paper, 0.1 here (at most about 10 % of the pixels changed).
 A failing attack raises: the fuzz loop reports the error per mutator and goes on.
 """
 
@@ -183,8 +184,9 @@ class CW(_Attack):
     The paper ran 1000 iterations at lr 5e-3 (about 100 s per 100 MNIST images on 2 cores). At 100
     iterations lr 5e-3 moves almost nothing (2 % of LeNet-5 mutants change class): lr 0.1 makes 100
     iterations succeed on every image with about the paper setting's L2 distortion.
-    The batch is attacked in chunks of at most ``chunk`` images: cleverhans' bookkeeping of the constant
-    (see ``_carlini_wagner_class``) holds arrays of b * b * d values between binary-search steps.
+    The batch is attacked in chunks of b images with b * b * d <= ``chunk_values`` (100 MNIST images):
+    cleverhans' bookkeeping of the constant (see ``_carlini_wagner_class``) holds arrays of b * b * d
+    values between binary-search steps.
     """
 
     name = "cw"
@@ -206,8 +208,9 @@ class CW(_Attack):
         model, labels = logits_fn(ctx.network), attack_labels(x, ctx)
         attack = _carlini_wagner_class()(
             lambda t: model(tf.reshape(t, (-1, *shape))), y=labels, batch_size=chunk, clip_min=lo, clip_max=hi,
-            binary_search_steps=self.binary_search_steps, max_iterations=self.max_iterations, abort_early=self.abort_early,
-            confidence=self.confidence, initial_const=self.initial_const, learning_rate=self.lr)
+            binary_search_steps=self.binary_search_steps, max_iterations=self.max_iterations,
+            abort_early=self.abort_early, confidence=self.confidence, initial_const=self.initial_const,
+            learning_rate=self.lr)
         attack.targeted = False          # cleverhans sets targeted = (y is not None), ignoring its argument
         flat, out = x.reshape(b, d, 1, 1), np.empty((b, d, 1, 1), np.float32)
         for start in range(0, b, chunk):
@@ -222,7 +225,7 @@ class CW(_Attack):
 # ---- ART's JSMA ---------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _quiet_tensorflow():
-    """Mute TensorFlow's warning about ART's gradient calls inside a persistent tape (once per call)."""
+    """Mute TensorFlow's warning about ART calling ``tape.gradient`` inside a persistent tape."""
     tf_logger = logging.getLogger("tensorflow")
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)

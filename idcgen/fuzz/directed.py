@@ -61,7 +61,7 @@ class CoverageDirected(Mutator):
         key = (layer, tuple(int(n) for n in neurons))
         if key not in cache:
             import keras
-            tap = keras.Model(network.model.inputs, network.layer(layer).output)
+            tap = keras.Model(network.model.inputs[0], network.layer(layer).output)
             idx = tf.constant(neurons, tf.int32)
 
             @tf.function(reduce_retracing=True)

@@ -21,7 +21,6 @@ from ..data import check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..imageio import quantise
 from .campaign import Campaign, MutatorStats
-from . import directed  # noqa: F401  (registers the coverage-directed mutator)
 from .corpus import Corpus
 from .mutators import Mutator, MutationContext, make_mutator
 from .oracle import make_oracle
@@ -147,7 +146,11 @@ class Fuzzer:
         started = time.perf_counter()
         rng, corpus = c.rng, c.corpus
         n = min(self.batch_size, c.budget - c.execs)
-        mutator = self.mutators[int(rng.integers(len(self.mutators)))]
+        # mutators take turns in an order shuffled every round, so each gets an equal share of the
+        # budget and the per-mutator table compares like with like (derived from the step: resumable)
+        round_, turn = divmod(c.step, len(self.mutators))
+        order = np.random.default_rng([self.random_state, round_]).permutation(len(self.mutators))
+        mutator = self.mutators[order[turn]]
         stats = c.mutator_stats[repr(mutator)]
         parents = self.scheduler.pick(corpus.fuzz_count, n, rng)
         if mutator.affine:  # DeepHunter: at most one affine transform per chain
