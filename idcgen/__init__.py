@@ -10,7 +10,12 @@ Coverage (DeepImportance, ICSE 2020).
 TensorFlow is imported on first use of a name that needs it, so the numpy-only parts load fast.
 """
 
+import os
 from importlib import import_module
+
+# albumentations asks PyPI for a newer version on import: a network call on every run, and a hang
+# where there is no network. idcgen never reaches out at run time.
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 __version__ = "0.1.0"
 

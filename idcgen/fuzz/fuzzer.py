@@ -124,6 +124,14 @@ class Fuzzer:
         if budget is not None:
             _check_budget(budget)
             campaign.config["budget"] = int(budget)
+            campaign.write_json()
+        try:
+            self._loop(campaign, progress, on_step)
+        finally:  # also on Ctrl-C: what was committed gets its previews and a readable state
+            campaign.close()
+        return campaign
+
+    def _loop(self, campaign: Campaign, progress: bool, on_step) -> None:
         idle = 0
         with tqdm(total=campaign.budget, initial=min(campaign.execs, campaign.budget), unit="exec",
                   desc="fuzz", disable=not progress, dynamic_ncols=True) as bar:
@@ -139,7 +147,6 @@ class Fuzzer:
                                          "not applicable); see the errors in campaign.json")
                 if on_step is not None:
                     on_step(campaign)
-        return campaign
 
     def step(self, c: Campaign) -> int:
         """One step of the loop; returns the number of execs it made."""
@@ -151,14 +158,15 @@ class Fuzzer:
         round_, turn = divmod(c.step, len(self.mutators))
         order = np.random.default_rng([self.random_state, round_]).permutation(len(self.mutators))
         mutator = self.mutators[order[turn]]
-        stats = c.mutator_stats[repr(mutator)]
+        name = repr(mutator)
+        stats = c.mutator_stats[name]
         parents = self.scheduler.pick(corpus.fuzz_count, n, rng)
         if mutator.affine:  # DeepHunter: at most one affine transform per chain
             parents = parents[~corpus.affine[parents]]
         c.step += 1
         if len(parents) == 0:
             c.elapsed += time.perf_counter() - started
-            c.commit(np.zeros(0, np.int64), None, self._stats_row(c, mutator, 0.0))
+            c.commit(np.zeros(0, np.int64), None, self._stats_row(c, name, 0.0))
             return 0
         roots = corpus.root[parents]
         ctx = FuzzContext(network=self.network, labels=corpus.label[roots], value_range=self.value_range,
@@ -172,7 +180,7 @@ class Fuzzer:
             seconds = time.perf_counter() - started
             stats.seconds += seconds
             c.elapsed += seconds
-            c.commit(np.zeros(0, np.int64), None, self._stats_row(c, mutator, seconds))
+            c.commit(np.zeros(0, np.int64), None, self._stats_row(c, name, seconds))
             return 0
         references = mutants if mutator.affine else corpus.reference[parents]
         valid = self.validity.check(mutants, references)
@@ -184,7 +192,7 @@ class Fuzzer:
         flagged = self.oracle(mutants, preds, corpus.label[roots], corpus.prediction[roots]) & valid
         np.add.at(corpus.fuzz_count, parents, 1)
 
-        chain_of = [corpus.chains[p] + [repr(mutator)] for p in parents]
+        chain_of = [corpus.chains[p] + [name] for p in parents]
         kept = np.flatnonzero(new)
         new_ids = corpus.add(mutants[kept], references[kept], [chain_of[i] for i in kept], parent=parents[kept],
                              root=roots[kept], label=corpus.label[roots][kept], prediction=preds[kept],
@@ -201,7 +209,7 @@ class Fuzzer:
         stats.findings += 0 if findings is None else len(findings["id"])
         stats.seconds += seconds
         stats.steps += 1
-        c.commit(new_ids, findings, self._stats_row(c, mutator, seconds))
+        c.commit(new_ids, findings, self._stats_row(c, name, seconds))
         return len(mutants)
 
     def _findings(self, c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain_of):
@@ -231,11 +239,11 @@ class Fuzzer:
                 "chain": np.array(["|".join(chain_of[i]) for i in chosen], dtype=str),
                 "survives_uint8": survives}
 
-    def _stats_row(self, c: Campaign, mutator, seconds: float) -> dict:
+    def _stats_row(self, c: Campaign, mutator: str | None, seconds: float) -> dict:
         return {"step": c.step, "time": round(c.elapsed, 4), "execs": c.execs,
                 "execs_per_s": round(c.execs / c.elapsed, 1) if c.elapsed > 0 else 0.0,
                 "corpus": len(c.corpus), "idc": c.tracker.score, "covered": c.tracker.covered,
-                "findings": c.n_findings, "mutator": None if mutator is None else repr(mutator),
+                "findings": c.n_findings, "mutator": mutator,
                 "seconds": round(seconds, 4)}
 
 
