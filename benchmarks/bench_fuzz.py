@@ -104,7 +104,7 @@ def main():
             print("|---|---|---|---|---|---|---|---|")
             for r in mutator_table(campaign):
                 print(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
-                      f"{r['seconds']:.1f} | {r['idc_gain_per_1000_execs']:.2%} | {r['errors']} |")
+                      f"{r['seconds']:.1f} | {100 * r['idc_gain_per_1000_execs']:+.2f} pp | {r['errors']} |")
 
 
 if __name__ == "__main__":

@@ -157,6 +157,34 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
 
 
 @command
+def harden(model: Path = ModelOpt,
+           train: str = typer.Option(..., "--train", help="The model's training data."),
+           campaign: Path = typer.Option(..., "--campaign", help="Campaign folder whose kept inputs retrain the model."),
+           test: str = typer.Option(..., "--test", help="Test set to measure robustness on (keep it apart from the seeds)."),
+           mode: str = typer.Option("finetune", "--mode", help="finetune (from the model's weights) or scratch."),
+           epochs: int = typer.Option(3, "--epochs", help="Training epochs, the same for both retrainings."),
+           repeats: int = typer.Option(1, "--repeats", help="Repetitions (mean ± std)."),
+           random_state: int = typer.Option(0, "--random-state"),
+           limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
+           out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
+           scale: str = ScaleOpt, unsafe: bool = UnsafeOpt):
+    """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
+    from .fuzz.campaign import Campaign
+    from .harden import format_table, harden as run
+    network = _network(model, unsafe)
+    found = Campaign.load(campaign, network)
+    train_ds, x_train = _inputs(train, network, scale)
+    test_ds, x_test = _inputs(test, network, scale, limit_test)
+    if train_ds.y is None or test_ds.y is None:
+        _fail("--train and --test need labels")
+    out = out or campaign / "harden"
+    summary = run(network.model, x_train, train_ds.y, found, x_test, test_ds.y, mode=mode, epochs=epochs,
+                  repeats=repeats, random_state=random_state, out=out)
+    typer.echo(format_table(summary))
+    typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.png) in {summary['seconds']} s")
+
+
+@command
 def mutators():
     """List the mutators with their kinds and default parameters."""
     from .fuzz.mutators import DEFAULT_MUTATORS, describe_mutators

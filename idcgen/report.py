@@ -115,11 +115,13 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
                       f"{g['mutants_keeping_combination_uint8']} of {g['mutants']} kept mutants keep their "
                       f"combination; IDC of the rounded grown set {g['idc_uint8']:.1%}."]
     lines += ["", "![IDC against execs](idc_vs_execs.png)", "", "## Which mutations raise IDC most", "",
+              "IDC gain in percentage points (pp) of the combinations; valid = inside the validity bounds.", "",
               "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs | errors |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
-                     f"{r['seconds']:.1f} | {r['idc_gain']:.2%} | {r['idc_gain_per_1000_execs']:.2%} | {r['errors']} |")
+                     f"{r['seconds']:.1f} | {100 * r['idc_gain']:+.2f} pp | {100 * r['idc_gain_per_1000_execs']:+.2f} pp | "
+                     f"{r['errors']} |")
     errors = [r for r in rows if r["last_error"]]
     if errors:
         lines += ["", "Mutator errors (the campaign went on):", ""]
