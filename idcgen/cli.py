@@ -101,22 +101,48 @@ def analyze(model: Path = ModelOpt,
 
 
 @command
-def coverage(analysis: Path = typer.Option(..., "--analysis", help="Analysis folder from `idcgen analyze`."),
+def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder from `idcgen analyze` (for IDC)."),
              model: Path = ModelOpt,
              inputs: str = typer.Option(..., "--inputs", help="Inputs to measure."),
+             criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc."),
+             train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
              limit: Optional[int] = typer.Option(None, "--limit"),
              scale: str = ScaleOpt, unsafe: bool = UnsafeOpt):
-    """Measure the IDC of an input set: the share of important-neuron cluster combinations it reaches."""
+    """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
+    reaches) and, on request, the other criteria."""
     from .analysis import Analysis
+    from .criteria import make_criterion, parse_criteria
+    names = parse_criteria(criteria)
+    if "idc" in names and analysis is None:
+        _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
     network = _network(model, unsafe)
-    found = Analysis.load(analysis, model=network)
-    ds, x = _inputs(inputs, network, scale, limit)
-    result = found.coverage(x)
+    found = Analysis.load(analysis, model=network) if "idc" in names else None
+    _, x = _inputs(inputs, network, scale, limit)
+    others = [make_criterion(n) for n in names if n != "idc"]
+    x_train = y_train = None
+    if any(c.needs_data for c in others):
+        if train is None:
+            _fail(f"{', '.join(c.name for c in others if c.needs_data)} need --train DATA (the model's training inputs)")
+        train_ds, x_train = _inputs(train, network, scale)
+        y_train = train_ds.y
+    results = {}
+    if found is not None:
+        results["idc"] = found.coverage(x)
+    for criterion in others:
+        results[criterion.name] = criterion.fit(network, x_train if x_train is not None else x[:1], y_train
+                                                if x_train is not None else None).coverage(network, x)
     if as_json:
-        typer.echo(json.dumps(dict(result.to_dict(), inputs=len(x), layer=found.layer, m=found.m)))
+        first = results[names[0]]
+        payload = dict(first.to_dict(), inputs=len(x))
+        if found is not None:
+            payload.update(idc=results["idc"].score, layer=found.layer, m=found.m)
+        payload["criteria"] = {k: {"score": r.score, "covered": r.covered, "total": r.total} for k, r in results.items()}
+        typer.echo(json.dumps(payload))
     else:
-        typer.echo(f"{result}  [{len(x)} inputs, layer {found.layer}, m={found.m}]")
+        for name, result in results.items():
+            extra = f", layer {found.layer}, m={found.m}" if name == "idc" else ""
+            typer.echo(f"{result}  [{len(x)} inputs{extra}]")
 
 
 @command

@@ -1,0 +1,312 @@
+"""Surprise adequacy (Kim, Feldt, Yoo, ICSE 2019): LSC and DSC on the activations of one layer.
+
+The surprise of an input is measured against the training activations of its **predicted** class;
+the training activations are grouped by label (or by predicted class when no labels are given).
+Surprise coverage cuts [lower, upper] into ``n_buckets`` equal buckets and reports the share hit.
+Values outside [lower, upper] (and undefined ones) hit **no** bucket: an input more surprising than
+the upper bound adds nothing, and the bucket count never exceeds ``n_buckets``.
+
+Both criteria compare each input with thousands of training points; the work is done in blocks of
+at most ``_BLOCK_ELEMENTS`` float64 distances (64 MiB), with matrix products.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.special import logsumexp
+from scipy.stats import gaussian_kde
+
+from idcgen.data import fit_to_model
+from idcgen.errors import InputError, ParameterError
+
+from .base import Criterion, _check_batch_size, _raw_inputs, as_network, check_int, check_real
+
+__all__ = ["LikelihoodSurpriseCoverage", "DistanceSurpriseCoverage"]
+
+logger = logging.getLogger(__name__)
+
+_BLOCK_ELEMENTS = 1 << 23
+
+
+def _row_blocks(n_rows: int, n_ref: int):
+    rows = max(1, _BLOCK_ELEMENTS // max(1, n_ref))
+    for start in range(0, n_rows, rows):
+        yield slice(start, min(start + rows, n_rows))
+
+
+def _squared_distances(q: np.ndarray, ref: np.ndarray, ref_sq: np.ndarray) -> np.ndarray:
+    """(rows, n_ref) squared Euclidean distances via one matrix product, in place, clipped at 0."""
+    d2 = q @ ref.T
+    d2 *= -2.0
+    d2 += ref_sq
+    d2 += np.einsum("ij,ij->i", q, q)[:, None]
+    return np.maximum(d2, 0.0, out=d2)
+
+
+def nearest(queries: np.ndarray, ref: np.ndarray, ref_sq: np.ndarray | None = None,
+            exclude: slice | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest reference point of each query: (index (n,) int64, Euclidean distance (n,) float64).
+
+    ``exclude``: a slice of reference points not to consider. The distance is recomputed directly
+    from the chosen pair, so it carries no cancellation error from the matrix-product search.
+    """
+    ref_sq = np.einsum("ij,ij->i", ref, ref) if ref_sq is None else ref_sq
+    index = np.empty(len(queries), dtype=np.int64)
+    dist = np.empty(len(queries), dtype=np.float64)
+    for block in _row_blocks(len(queries), len(ref)):
+        q = queries[block]
+        d2 = _squared_distances(q, ref, ref_sq)
+        if exclude is not None:
+            d2[:, exclude] = np.inf
+        j = d2.argmin(axis=1)
+        index[block] = j
+        dist[block] = np.sqrt(np.einsum("ij,ij->i", q - ref[j], q - ref[j]))
+    return index, dist
+
+
+class ClassDensity:
+    """A Gaussian KDE of one class's training activations, fitted by ``scipy.stats.gaussian_kde``
+    (Scott's rule, as SA's authors) and evaluated with matrix products in blocks: scipy's own
+    ``logpdf`` takes about 1 s per 1,000 points against 6,000 84-d training points, this a few ms.
+
+    log p(x) = logsumexp_i(-|L^-1 (x - x_i)|^2 / 2) - log n - d/2 log(2 pi) - log det L, with
+    L L^T the KDE's kernel covariance.
+    """
+
+    def __init__(self, points: np.ndarray):
+        kde = gaussian_kde(points.T)  # ValueError / LinAlgError on too few points or a singular covariance
+        self.chol = np.linalg.cholesky(kde.covariance)
+        self.z = solve_triangular(self.chol, points.T, lower=True).T
+        self.z_sq = np.einsum("ij,ij->i", self.z, self.z)
+        n, d = points.shape
+        self.log_norm = -np.log(n) - 0.5 * d * np.log(2 * np.pi) - np.log(np.diag(self.chol)).sum()
+
+    def logpdf(self, x: np.ndarray) -> np.ndarray:
+        """(m, d) -> (m,) log density."""
+        zq = solve_triangular(self.chol, x.T, lower=True).T
+        out = np.empty(len(x), dtype=np.float64)
+        for block in _row_blocks(len(x), len(self.z)):
+            d2 = _squared_distances(zq[block], self.z, self.z_sq)
+            d2 *= -0.5
+            out[block] = logsumexp(d2, axis=1)
+        return out + self.log_norm
+
+
+class _SurpriseCriterion(Criterion):
+    """Surprise of each input on one layer, bucketed. Learns ``layer_``, ``width_``, ``classes_``."""
+
+    unit = "buckets"
+
+    def _validate_params(self) -> None:
+        owner = type(self).__name__
+        if self.layer is not None and not isinstance(self.layer, str):
+            raise ParameterError(f"The 'layer' parameter of {owner} must be a layer name or None. "
+                                 f"Got {self.layer!r} instead.")
+        check_int(owner, "n_buckets", self.n_buckets, 1)
+        check_real(owner, "lower", self.lower)
+        check_real(owner, "upper", self.upper, self.lower, None, closed="neither")
+
+    def _fit_layers(self, network) -> tuple[str, ...]:
+        name = network.default_layer() if self.layer is None else self.layer
+        self.layer_ = network.layer(name).name  # LayerError for an unknown name
+        self.width_ = network.neuron_count(self.layer_)
+        return (self.layer_,)
+
+    def _forward_layers(self) -> tuple[str, ...]:
+        return (self.layer_,)
+
+    def _fit_start(self, network, layers):
+        return {"acts": [], "classes": []}
+
+    def _fit_batch(self, state, probs, acts, y) -> None:
+        state["acts"].append(np.asarray(acts[0], dtype=np.float64))
+        state["classes"].append(np.asarray(probs).argmax(axis=1) if y is None else y)
+
+    def _fit_end(self, state) -> None:
+        self._fit_classes(np.concatenate(state["acts"]), np.concatenate(state["classes"]).astype(np.int64))
+        self.total_ = int(self.n_buckets)
+
+    def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _surprise(self, acts: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # ---- measuring --------------------------------------------------------------------------------
+    def surprise_from(self, probs: np.ndarray, acts) -> np.ndarray:
+        """(n,) float64 surprise of each input from one forward pass on ``(self.layer_,)``; NaN where
+        undefined (a predicted class with no fitted training data)."""
+        self._check_fitted()
+        self._check_widths(acts, (self.width_,), (self.layer_,))
+        return self._surprise(np.asarray(acts[0], dtype=np.float64), np.asarray(probs).argmax(axis=1))
+
+    def surprise(self, network, x, *, batch_size: int = 1024) -> np.ndarray:
+        """(n,) float64 surprise (LSA or DSA) of each input, batched."""
+        self._check_fitted()
+        _check_batch_size(type(self).__name__, batch_size)
+        network = as_network(network)
+        x = _raw_inputs(x, network)
+        out = []
+        for start in range(0, len(x), batch_size):
+            probs, acts = network.forward(fit_to_model(x[start:start + batch_size], network.input_shape),
+                                          self._forward_layers())
+            out.append(self.surprise_from(probs, acts))
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def buckets(self, values: Any) -> np.ndarray:
+        """(n,) int64 bucket of each surprise value; -1 outside [lower, upper] or undefined."""
+        self._validate_params()
+        v = np.asarray(values, dtype=np.float64)
+        span = self.upper - self.lower
+        inside = np.isfinite(v) & (v >= self.lower) & (v <= self.upper)
+        position = np.where(inside, (np.where(inside, v, self.lower) - self.lower) * self.n_buckets / span, 0.0)
+        return np.where(inside, np.minimum(np.floor(position).astype(np.int64), self.n_buckets - 1), -1)
+
+    def features_from(self, probs, acts) -> np.ndarray:
+        return self.buckets(self.surprise_from(probs, acts)).reshape(-1, 1)
+
+
+class LikelihoodSurpriseCoverage(_SurpriseCriterion):
+    """LSC: likelihood-based surprise adequacy, LSA(x) = -log p_c(x), with p_c a Gaussian KDE of the
+    training activations of x's predicted class c; coverage of ``n_buckets`` buckets on [lower, upper].
+
+    Neurons whose variance within some class is below ``var_threshold`` are dropped before the KDEs
+    are fitted (as SA's authors do: such neurons make the KDE covariance singular). A class whose KDE
+    cannot be fitted (fewer inputs than kept neurons, singular covariance) is skipped with a warning
+    and listed in ``notes_``; inputs predicted as a class without a KDE have no LSA and hit no bucket.
+    LSA can be negative (density above 1): below ``lower`` it hits no bucket either.
+
+    Parameters
+    ----------
+    layer : layer name, default the last hidden layer before the logits.
+    n_buckets : int >= 1, default 1000.
+    lower, upper : the bucketed range, default [0, 2000] (the paper's setting).
+    var_threshold : float >= 0, default 1e-5.
+
+    Learned: ``layer_``, ``width_``, ``kept_neurons_`` (indices into the layer), ``classes_`` (classes
+    with a KDE), ``densities_`` (class -> ClassDensity), ``notes_``, ``total_``, ``n_inputs_``.
+    """
+
+    name = "lsc"
+
+    def __init__(self, *, layer: str | None = None, n_buckets: int = 1000, lower: float = 0.0,
+                 upper: float = 2000.0, var_threshold: float = 1e-5):
+        self.layer = layer
+        self.n_buckets = n_buckets
+        self.lower = lower
+        self.upper = upper
+        self.var_threshold = var_threshold
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        check_real(type(self).__name__, "var_threshold", self.var_threshold, 0.0, None)
+
+    def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
+        labels = np.unique(classes)
+        low_variance = np.zeros(acts.shape[1], dtype=bool)
+        for label in labels:
+            rows = acts[classes == label]
+            if len(rows) >= 2:
+                low_variance |= rows.var(axis=0) < self.var_threshold
+        kept = np.flatnonzero(~low_variance)
+        if kept.size == 0:
+            raise InputError(f"LSC: every neuron of layer {self.layer_!r} varies less than var_threshold="
+                             f"{self.var_threshold} within some class; choose another layer.")
+        densities, notes = {}, []
+        if low_variance.any():
+            notes.append(f"{int(low_variance.sum())} of {acts.shape[1]} neurons dropped (variance below "
+                         f"{self.var_threshold} within some class)")
+        for label in labels:
+            rows = acts[classes == label][:, kept]
+            try:
+                densities[int(label)] = ClassDensity(rows)
+            except (np.linalg.LinAlgError, ValueError) as exc:
+                note = (f"class {int(label)}: no KDE from {len(rows)} inputs x {kept.size} neurons "
+                        f"({str(exc).splitlines()[0][:120]}); its inputs get no LSA")
+                logger.warning("LSC: %s", note)
+                notes.append(note)
+        if not densities:
+            raise InputError(f"LSC: no class of the training data gives a KDE on layer {self.layer_!r} "
+                             f"({notes[-1]}); give more training inputs or choose a narrower layer.")
+        self.kept_neurons_ = kept
+        self.densities_ = densities
+        self.classes_ = np.array(sorted(densities), dtype=np.int64)
+        self.notes_ = notes
+
+    def _surprise(self, acts: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        out = np.full(len(acts), np.nan)
+        kept = acts[:, self.kept_neurons_]
+        for label in np.unique(predicted):
+            density = self.densities_.get(int(label))
+            if density is not None:
+                rows = predicted == label
+                out[rows] = -density.logpdf(kept[rows])
+        return out
+
+
+class DistanceSurpriseCoverage(_SurpriseCriterion):
+    """DSC: distance-based surprise adequacy, DSA(x) = a / b, where a is the distance from x to x_a,
+    its nearest training activation of x's predicted class, and b the distance from x_a to the nearest
+    training activation of any other class; coverage of ``n_buckets`` buckets on [lower, upper].
+
+    b = 0 (x_a duplicated in another class) gives DSA = inf, above every bucket. The b of a training
+    point is computed when first needed and kept (a memo, not part of the fit).
+
+    Parameters
+    ----------
+    layer : layer name, default the last hidden layer before the logits.
+    n_buckets : int >= 1, default 1000.
+    lower, upper : the bucketed range, default [0, 2] (the paper's setting).
+
+    Learned: ``layer_``, ``width_``, ``train_activations_`` (n, width) float64 sorted by class,
+    ``train_classes_`` (n,) sorted, ``classes_``, ``total_``, ``n_inputs_``.
+    """
+
+    name = "dsc"
+
+    def __init__(self, *, layer: str | None = None, n_buckets: int = 1000, lower: float = 0.0,
+                 upper: float = 2.0):
+        self.layer = layer
+        self.n_buckets = n_buckets
+        self.lower = lower
+        self.upper = upper
+
+    def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
+        order = np.argsort(classes, kind="stable")
+        self.train_activations_ = acts[order]
+        self.train_classes_ = classes[order]
+        labels, starts = np.unique(self.train_classes_, return_index=True)
+        if len(labels) < 2:
+            raise InputError(f"DSC needs training inputs of at least two classes; got only class {labels[0]}.")
+        ends = np.append(starts[1:], len(order))
+        self.classes_ = labels.astype(np.int64)
+        self._slices = {int(c): slice(int(s), int(e)) for c, s, e in zip(labels, starts, ends)}
+        self._train_sq = np.einsum("ij,ij->i", self.train_activations_, self.train_activations_)
+        self._other_distance = np.full(len(order), np.nan)
+
+    def _surprise(self, acts: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        train, train_sq = self.train_activations_, self._train_sq
+        a = np.full(len(acts), np.nan)
+        nearest_point = np.full(len(acts), -1, dtype=np.int64)
+        for label in np.unique(predicted):
+            own = self._slices.get(int(label))
+            if own is None:
+                continue
+            rows = np.flatnonzero(predicted == label)
+            index, a[rows] = nearest(acts[rows], train[own], train_sq[own])
+            nearest_point[rows] = own.start + index
+        found = nearest_point >= 0
+        needed = np.unique(nearest_point[found])
+        needed = needed[np.isnan(self._other_distance[needed])]
+        for label in np.unique(self.train_classes_[needed]):
+            points = needed[self.train_classes_[needed] == label]
+            _, self._other_distance[points] = nearest(train[points], train, train_sq,
+                                                      exclude=self._slices[int(label)])
+        out = np.full(len(acts), np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[found] = a[found] / self._other_distance[nearest_point[found]]
+        return out
