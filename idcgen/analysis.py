@@ -140,14 +140,21 @@ class Analysis:
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``analysis.json`` (for people) and ``arrays.npz`` into ``folder``, atomically."""
         folder = Path(folder)
+        if folder.exists() and (not folder.is_dir() or (any(folder.iterdir())
+                                                        and not (folder / "analysis.json").exists())):
+            raise InputError(f"{folder} exists and is not an analysis folder: refusing to replace it; "
+                             "choose another --out")
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".analysis-", dir=folder.parent))
+        old = folder.with_name(f".{folder.name}.old")
         try:
             (tmp / "analysis.json").write_text(json.dumps(self.summary(), indent=2) + "\n")
             np.savez(tmp / "arrays.npz", neurons=self.neurons, importance=self.importance)
-            if folder.exists():
-                shutil.rmtree(folder)
+            if folder.exists():  # swap: the old analysis stays whole until the new one is in place
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(folder, old)
             os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -167,12 +174,24 @@ class Analysis:
                                        silhouette=c["silhouette"],
                                        scores={int(k): v for k, v in c["silhouette_per_k"].items()},
                                        note=c["note"]) for c in meta["clusters"]]
-        except (OSError, ValueError, KeyError) as exc:
+            if meta.get("format_version") != FORMAT_VERSION:
+                raise ValueError(f"format version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
+            if len(clusters) != len(neurons):
+                raise ValueError(f"{len(neurons)} important neurons but {len(clusters)} cluster sets")
+            analysis = cls(layer=meta["layer"], neurons=neurons, importance=imp, clusters=clusters,
+                           fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
+                           timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InputError(f"analysis folder {folder} is incomplete or corrupt: {exc}") from None
-        analysis = cls(layer=meta["layer"], neurons=neurons, importance=imp, clusters=clusters,
-                       fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
-                       timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"])
         return analysis.bind(model) if model is not None else analysis
+
+
+def check_class_labels(x: np.ndarray, y, n_classes: int) -> np.ndarray:
+    """Labels as int64, one per input, each a class of the model (0 .. n_classes - 1)."""
+    y = check_labels(x, y)
+    if len(y) and y.max() >= n_classes:
+        raise InputError(f"labels go up to {int(y.max())} but the model has {n_classes} classes (0 .. {n_classes - 1})")
+    return y
 
 
 def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
@@ -205,8 +224,10 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     if aggregate not in AGGREGATES:
         raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
     x = fit_to_model(x, network.input_shape)
+    if not isinstance(random_state, (int, np.integer)) or random_state < 0:
+        raise ParameterError(f"The 'random_state' parameter must be an int >= 0. Got {random_state!r} instead.")
     if y is not None:
-        y = check_labels(x, y)
+        y = check_class_labels(x, y, network.n_classes)
     elif relevance_of == "label" or correct_only or only_class is not None:
         raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
     if only_class is not None:
@@ -268,6 +289,9 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
                 continue
             if (layer and meta.get("layer") != layer) or (m and meta.get("m") != m):
                 continue
+            config = meta.get("config", {})
+            if config.get("only_class") is not None or config.get("correct_only"):
+                continue  # only an all-classes analysis stands in for the model's
             matches.append(meta_path.parent)
     if not matches:
         return None, searched

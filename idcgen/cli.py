@@ -37,8 +37,11 @@ def command(func):
             return func(*args, **kwargs)
         except IdcgenError as exc:
             _fail(str(exc))
+        except OSError as exc:  # unwritable --out, a file where a folder should be, a full disk
+            _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
         except KeyboardInterrupt:
-            _fail("interrupted")
+            typer.echo("error: interrupted", err=True)
+            raise typer.Exit(130)
     return app.command()(wrapper)
 
 
@@ -152,7 +155,7 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
          train: Optional[str] = typer.Option(None, "--train", help="Analyse on these training inputs first."),
          analysis: Optional[Path] = typer.Option(None, "--analysis", help="Reuse a saved analysis."),
          layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer when analysing."),
-         m: int = typer.Option(8, "--m", help="Important neurons when analysing."),
+         m: Optional[int] = typer.Option(None, "--m", help="Important neurons when analysing (default 8); also picks a saved analysis."),
          clusters: str = typer.Option("2-5", "--clusters", help="k values when analysing."),
          mutators: Optional[str] = typer.Option(None, "--mutators", help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see `idcgen mutators`)."),
          oracle: str = typer.Option("misclassification", "--oracle", help="misclassification, prediction-change or disagreement."),

@@ -48,7 +48,7 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
 
     mutants = ~is_seed & (y >= 0)
     parts_x, parts_y = [quantise(x[mutants], vr)], [y[mutants]]
-    if train_x is not None:
+    if train_x is not None and train_y is not None:  # unlabelled training data cannot be retrained on
         parts_x.insert(0, np.asarray(train_x, np.float32))
         parts_y.insert(0, np.asarray(train_y, np.int64))
     retrain = dict(x_train=np.concatenate(parts_x), y_train=np.concatenate(parts_y),
@@ -63,8 +63,9 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
                   "idc_uint8": _tracker(analysis, combo_q).score,
                   "mutants_keeping_combination_uint8": int((combo_q == corpus.combination)[~is_seed].sum()),
                   "mutants_keeping_prediction_uint8": int((probs.argmax(1) == corpus.prediction)[~is_seed].sum())},
-        "retrain": {"inputs": int(len(retrain["y_train"])), "training_inputs": 0 if train_x is None else len(train_x),
-                    "mutants": int(mutants.sum())},
+        "retrain": {"inputs": int(len(retrain["y_train"])),
+                    "training_inputs": len(parts_x[0]) if len(parts_x) == 2 else 0, "mutants": int(mutants.sum()),
+                    "note": None if len(parts_x) == 2 else "no labelled training data given: the kept mutants only"},
         "findings": {"total": int(len(findings.get("id", []))),
                      "surviving_uint8": int(findings["survives_uint8"].sum()) if findings else 0},
         "files": {"grown": "grown.npz", "grown_images": "grown/" if images else None, "retrain": "retrain.npz"},

@@ -37,8 +37,19 @@ PASS_THROUGH = (
     keras.layers.Flatten,
     keras.layers.Reshape,
 )
-_SKIP_BEFORE_LOGITS = (keras.layers.Dropout, keras.layers.SpatialDropout2D, keras.layers.GaussianNoise,
-                       keras.layers.GaussianDropout, keras.layers.AlphaDropout, keras.layers.ActivityRegularization)
+#: Skipped when choosing the default subject layer: identity at inference, or a reshape whose
+#: "neurons" would be feature-map positions rather than channels (DESIGN §2).
+_SKIP_BEFORE_LOGITS = (keras.layers.Dropout, keras.layers.SpatialDropout1D, keras.layers.SpatialDropout2D,
+                       keras.layers.SpatialDropout3D, keras.layers.GaussianNoise, keras.layers.GaussianDropout,
+                       keras.layers.AlphaDropout, keras.layers.ActivityRegularization, keras.layers.Flatten,
+                       keras.layers.Reshape)
+#: Layers the epsilon rule handles exactly (linear given the activation is taken off, or max-pooling).
+LRP_LAYERS = (keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,
+              keras.layers.DepthwiseConv2D, keras.layers.MaxPooling1D, keras.layers.MaxPooling2D,
+              keras.layers.MaxPooling3D, keras.layers.AveragePooling1D, keras.layers.AveragePooling2D,
+              keras.layers.AveragePooling3D, keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D,
+              keras.layers.GlobalMaxPooling1D, keras.layers.GlobalMaxPooling2D, keras.layers.BatchNormalization,
+              keras.layers.ZeroPadding1D, keras.layers.ZeroPadding2D, keras.layers.Cropping1D, keras.layers.Cropping2D)
 
 
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True) -> keras.Model:

@@ -13,8 +13,8 @@ import contextlib
 
 import numpy as np
 
-from .errors import InputError
-from .models import PASS_THROUGH, Network, keras, neuron_activations, tf
+from .errors import InputError, LayerError
+from .models import LRP_LAYERS, PASS_THROUGH, Network, keras, neuron_activations, tf
 
 
 @contextlib.contextmanager
@@ -70,6 +70,11 @@ class Relevance:
         start = 0 if layer is None else names.index(network.check_subject_layer(layer)) + 1
         self._below = network.logits_chain[:start]   # input -> subject layer (forward only)
         self._above = network.logits_chain[start:]   # subject layer -> logits (propagated through)
+        for lay in self._above:
+            if not isinstance(lay, PASS_THROUGH + LRP_LAYERS):
+                raise LayerError(f"cannot propagate relevance through layer {lay.name!r} "
+                                 f"({type(lay).__name__}): idcgen's LRP handles dense, convolutional, pooling, "
+                                 "batch-normalisation, padding, reshaping and elementwise layers")
         self._fn = tf.function(self._pass, reduce_retracing=True)
 
     def _pass(self, x, target):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .fuzz.campaign import Campaign, atomic_text
+from .fuzz.validity import Validity
 
 
 def mutator_table(campaign: Campaign) -> list[dict]:
@@ -22,10 +23,9 @@ def mutator_table(campaign: Campaign) -> list[dict]:
     for name, s in campaign.mutator_stats.items():
         gain = s.kept / total if total else 0.0
         rows.append({"mutator": name, "execs": s.execs, "valid": s.valid, "kept": s.kept,
-                     "new_combinations": s.kept, "findings": s.findings, "seconds": round(s.seconds, 2),
-                     "errors": s.errors, "idc_gain": gain,
+                     "findings": s.findings, "seconds": round(s.seconds, 2), "errors": s.errors, "idc_gain": gain,
                      "idc_gain_per_1000_execs": gain / s.execs * 1000 if s.execs else 0.0,
-                     "last_error": s.last_error})
+                     "idc_gain_per_second": gain / s.seconds if s.seconds else 0.0, "last_error": s.last_error})
     return sorted(rows, key=lambda r: (-r["idc_gain_per_1000_execs"], r["mutator"]))
 
 
@@ -115,13 +115,16 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
                       f"{g['mutants_keeping_combination_uint8']} of {g['mutants']} kept mutants keep their "
                       f"combination; IDC of the rounded grown set {g['idc_uint8']:.1%}."]
     lines += ["", "![IDC against execs](idc_vs_execs.png)", "", "## Which mutations raise IDC most", "",
-              "IDC gain in percentage points (pp) of the combinations; valid = inside the validity bounds.", "",
-              "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs | errors |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "IDC gain in percentage points (pp) of the combinations. A kept mutant is credited to the last "
+              "mutator of its chain, and gains are marginal: what a mutator added given the coverage reached "
+              "before its turn (mutators take turns in a shuffled order). valid = inside the validity bounds; "
+              "findings = unique (combination, label, prediction) misbehaviours.", "",
+              "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs | per second | errors |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
                      f"{r['seconds']:.1f} | {100 * r['idc_gain']:+.2f} pp | {100 * r['idc_gain_per_1000_execs']:+.2f} pp | "
-                     f"{r['errors']} |")
+                     f"{100 * r['idc_gain_per_second']:+.2f} pp | {r['errors']} |")
     errors = [r for r in rows if r["last_error"]]
     if errors:
         lines += ["", "Mutator errors (the campaign went on):", ""]
@@ -137,9 +140,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
 
 def _validity_text(cfg: dict) -> str:
     v = cfg["validity"]
-    if not v["enabled"]:
-        return "validity bounds: off"
-    return f"validity bounds (DeepHunter): L0 < {v['alpha']:g} x pixels, or else L-inf <= {v['beta']:g} x range"
+    return Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"]).describe()
 
 
 def _html(md: str, folder: Path) -> str:

@@ -17,9 +17,9 @@ def analysed(trained_lenet, digits):
 
 def test_analysis_structure(analysed):
     a = analysed
-    assert a.layer == "flatten"           # LeNet-1: the layer before its logits
+    assert a.layer == "block2_pool1"      # LeNet-1: before its logits, Flatten skipped (neurons are channels)
     assert a.m == 4 and len(a.clusters) == 4
-    assert a.importance.shape == (588,)
+    assert a.importance.shape == (12,)
     np.testing.assert_array_equal(a.neurons, np.argsort(-a.importance, kind="stable")[:4])
     assert a.total == int(np.prod([c.k for c in a.clusters]))
     for c in a.clusters:
@@ -90,8 +90,10 @@ def test_conv_subject_layer_and_options():
     cls = int(pred[0])
     b = analyze(model, x, y, layer="fc", m=2, only_class=int(y[0]), relevance_of="label", progress=False)
     assert b.data["n_inputs"] == int((y == y[0]).sum())
-    c = analyze(model, x, pred, layer="fc", m=2, correct_only=True, progress=False)
-    assert c.data["n_used"] == 300 and cls >= 0
+    c = analyze(model, x, y, layer="fc", m=2, correct_only=True, progress=False)
+    assert c.data["n_used"] == int((pred == y).sum()) < 300
+    d = analyze(model, x, pred, layer="fc", m=2, correct_only=True, progress=False)
+    assert d.data["n_used"] == 300 and 0 <= cls < 10
 
 
 def test_bad_parameters():
@@ -108,6 +110,21 @@ def test_bad_parameters():
         analyze(model, x, np.zeros(19, int), progress=False)
     with pytest.raises(InputError, match="channel count"):
         analyze(model, np.zeros((4, 12, 12, 3), np.float32), progress=False)
+    with pytest.raises(InputError, match="labels go up to 12 but the model has 10 classes"):
+        analyze(model, x, np.full(20, 12), progress=False)
+    with pytest.raises(ParameterError, match="'random_state' parameter"):
+        analyze(model, x, random_state=-1, progress=False)
+
+
+def test_save_refuses_to_replace_other_folders(analysed, tmp_path):
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "campaign.txt").write_text("keep me")
+    with pytest.raises(InputError, match="not an analysis folder"):
+        analysed.save(tmp_path / "precious")
+    assert (tmp_path / "precious" / "campaign.txt").read_text() == "keep me"
+    analysed.save(tmp_path / "a")
+    analysed.save(tmp_path / "a")  # replacing an analysis is fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "precious"]
 
 
 def test_constant_neuron_is_reported_not_dropped():

@@ -27,7 +27,7 @@ def test_layers(trained_lenet):
     result = invoke("layers", "--model", path)
     assert result.exit_code == 0, result.output
     assert "block1_conv1" in result.output and "Conv2D" in result.output and "(None, 28, 28, 4)" in result.output
-    assert "default subject layer: flatten" in result.output
+    assert "default subject layer: block2_pool1" in result.output
 
 
 def test_analyze_then_coverage(trained_lenet, data_files, tmp_path):

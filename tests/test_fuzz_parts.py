@@ -41,13 +41,14 @@ def test_batch_prioritization_weights_by_hand():
 
 
 def test_oracles():
-    preds, labels, root_preds = np.array([1, 2, 3]), np.array([1, 1, 3]), np.array([1, 2, 0])
-    np.testing.assert_array_equal(Misclassification()(None, preds, labels, root_preds), [False, True, False])
-    np.testing.assert_array_equal(PredictionChange()(None, preds, labels, root_preds), [False, False, True])
+    preds, labels, root_preds = np.array([1, 2, 3, 4]), np.array([1, 1, 3, 1]), np.array([1, 1, 0, 2])
+    # mutant 1: seed right (1), mutant says 2 -> finding; mutant 3: seed already wrong (2 for 1) -> not one
+    np.testing.assert_array_equal(Misclassification()(None, preds, labels, root_preds), [False, True, False, False])
+    np.testing.assert_array_equal(PredictionChange()(None, preds, labels, root_preds), [False, True, True, True])
     with pytest.raises(InputError, match="needs labelled seeds"):
         Misclassification()(None, preds, np.array([-1, 1, 1]), root_preds)
     with pytest.raises(ParameterError, match="at least two models"):
-        make_oracle("disagreement")(np.zeros((3, 2)), preds, labels, root_preds)
+        make_oracle("disagreement")
     with pytest.raises(ParameterError, match="'oracle' parameter"):
         make_oracle("crash")
 

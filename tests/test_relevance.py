@@ -103,3 +103,16 @@ def test_batched_equals_one_by_one():
     r_all, _, _ = rel(x)
     r_one = np.concatenate([rel(x[i:i + 1])[0] for i in range(len(x))])
     np.testing.assert_allclose(r_all, r_one, rtol=1e-5, atol=1e-6)
+
+
+def test_unsupported_layer_refused():
+    import keras
+    from idcgen.errors import LayerError
+    from idcgen.models import Network
+    from idcgen.relevance import Relevance
+    inputs = keras.Input((4,))
+    h = keras.layers.Dense(3, activation="relu", name="h")(inputs)
+    h = keras.layers.LayerNormalization(name="norm")(h)
+    out = keras.layers.Dense(2, activation="softmax", name="out")(h)
+    with pytest.raises(LayerError, match="cannot propagate relevance through layer 'norm'"):
+        Relevance(Network(keras.Model(inputs, out)), layer="h")

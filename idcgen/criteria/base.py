@@ -96,7 +96,14 @@ class CriterionTracker:
 
     def _split(self, features: Any, where: str) -> tuple[np.ndarray, np.ndarray, int]:
         ids = _as_features(features, where)
-        hit = ids != -1  # other negative ids reach CoverageTracker, which refuses them
+        outside = (ids < -1) | (ids >= self.total)
+        if outside.any():
+            row, col = (int(i[0]) for i in np.nonzero(outside))
+            raise InputError(
+                f"{where}: item ids must be in [0, {self.total}) or -1 for none; got {int(outside.sum())} "
+                f"outside, the first {ids[row, col]} in row {row}. Were the features made by another criterion "
+                "or fit?")
+        hit = ids != -1
         return ids[hit], np.nonzero(hit)[0], len(ids)
 
     def _row_mask(self, rows: np.ndarray, new: np.ndarray, n: int) -> np.ndarray:
@@ -140,18 +147,20 @@ def check_int(owner: str, name: str, value: Any, low: int) -> None:
 
 def check_real(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
                closed: str = "both") -> None:
-    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, Real) and np.isfinite(value)
+    """A finite real in the interval from low to high; ``closed`` says which ends belong to it."""
+    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, Real) and bool(np.isfinite(value))
     if ok and low is not None:
         ok = value >= low if closed in ("both", "left") else value > low
     if ok and high is not None:
         ok = value <= high if closed in ("both", "right") else value < high
     if not ok:
-        left = "[" if closed in ("both", "left") else "("
-        right = "]" if closed in ("both", "right") else ")"
-        span = f" in the range {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
+        span = ""
+        if low is not None or high is not None:
+            left = "[" if low is not None and closed in ("both", "left") else "("
+            right = "]" if high is not None and closed in ("both", "right") else ")"
+            span = f" in the range {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
         raise ParameterError(
-            f"The '{name}' parameter of {owner} must be a finite float{span if low is not None or high is not None else ''}. "
-            f"Got {value!r} instead.")
+            f"The '{name}' parameter of {owner} must be a finite float{span}. Got {value!r} instead.")
 
 
 def check_layer_names(owner: str, layers: Any) -> None:

@@ -110,26 +110,28 @@ class Campaign:
     # ---- writing ----------------------------------------------------------------------------
     def create(self) -> None:
         """Make the folder for a new campaign (refusing to overwrite another campaign)."""
-        if (self.folder / "state.npz").exists():
+        if (self.folder / "state.npz").exists() or (self.folder / "campaign.json").exists():
             raise InputError(f"{self.folder} already holds a campaign: resume it with --resume {self.folder}, "
                              "or choose another --out")
+        if self.folder.exists() and (not self.folder.is_dir() or any(self.folder.iterdir())):
+            raise InputError(f"{self.folder} exists and is not empty: choose another --out")
         for sub in ("corpus/png", "findings/png"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         self.analysis.save(self.folder / "analysis")
         for name in ("manifest.jsonl", "findings.jsonl", "stats.jsonl"):
             atomic_text(self.folder / name, "")
+        self.write_json()
 
     def _submit(self, task) -> None:
-        """Run a file write on the campaign's writer thread, in order; a failed write stops the run."""
+        """Run a step's file writes on the writer thread while the next step computes.
+
+        At most one step's writes are in flight (so a kill loses at most that step and the one being
+        computed), and a failed write stops the run before anything later is written.
+        """
+        self.flush()
         if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idcgen-writer")
-        still_running = []
-        for future in self._pending:
-            if future.done():
-                future.result()  # re-raises a write that failed
-            else:
-                still_running.append(future)
-        self._pending = still_running + [self._writer.submit(task)]
+        self._pending.append(self._writer.submit(task))
 
     def _append(self, name: str, text: str) -> None:
         """Append JSON lines (writer thread); the handles stay open, as opening a file costs ~0.5 ms here."""
@@ -139,22 +141,26 @@ class Campaign:
         self._handles[name].flush()
 
     def flush(self) -> None:
-        """Wait until every submitted write is on disk (re-raising a write that failed)."""
-        for future in self._pending:
+        """Wait until the submitted writes are on disk (re-raising a write that failed)."""
+        pending, self._pending = self._pending, []
+        for future in pending:
             future.result()
-        self._pending.clear()
 
     def close(self) -> None:
-        """Finish the writes, write campaign.json and the PNG previews, close the log files."""
-        self.flush()
-        if self._writer is not None:
-            self._writer.shutdown(wait=True)
-            self._writer = None
+        """Finish the writes, write campaign.json and the PNG previews, close the log files.
+
+        After a failed write only the cleanup runs (the folder keeps its last committed step)."""
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
+            for handle in self._handles.values():
+                handle.close()
+            self._handles.clear()
         self.write_json()
         self.write_previews()
-        for handle in self._handles.values():
-            handle.close()
-        self._handles.clear()
 
     def commit(self, new_ids: np.ndarray, findings: dict | None, stats_row: dict) -> None:
         """Persist one step: new corpus entries, findings, a stats row, then the state (commit point).
@@ -208,7 +214,7 @@ class Campaign:
                 "mutators": {k: vars(v) for k, v in self.mutator_stats.items()}}
 
     def _state_arrays(self) -> dict:
-        keys = np.array(sorted(self.finding_keys), np.int64).reshape(-1, 2)
+        keys = np.array(sorted(self.finding_keys), np.int64).reshape(-1, 3)
         return dict(state=json.dumps(self.state()), rng=json.dumps(self.rng.bit_generator.state),
                     n_stats_rows=self.n_stats_rows, fuzz_count=self.corpus.fuzz_count.copy(),
                     covered=self.tracker.covered_ids(), finding_keys=keys)
@@ -232,12 +238,20 @@ class Campaign:
 
     # ---- reading ----------------------------------------------------------------------------
     @classmethod
-    def load(cls, folder: str | os.PathLike, network=None) -> "Campaign":
-        """Reopen a campaign at its last committed step (anything written after it is dropped)."""
+    def load(cls, folder: str | os.PathLike, network=None, *, repair: bool = False) -> "Campaign":
+        """Reopen a campaign at its last committed step.
+
+        ``repair=True`` (resuming) also deletes what was written after that step and truncates the logs
+        to it; without it the folder is only read (safe while another process fuzzes into it).
+        """
         folder = Path(folder)
         if not (folder / "state.npz").is_file() or not (folder / "campaign.json").is_file():
             raise InputError(f"not a campaign folder (no state.npz / campaign.json): {folder}")
-        meta = json.loads((folder / "campaign.json").read_text())
+        try:
+            meta = json.loads((folder / "campaign.json").read_text())
+            meta["config"]["input_shape"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
         analysis = Analysis.load(folder / "analysis")
         if network is not None:
             try:
@@ -252,14 +266,15 @@ class Campaign:
             fuzz_count, covered = st["fuzz_count"], st["covered"]
             keys, n_rows = st["finding_keys"], int(st["n_stats_rows"])
         corpus = Corpus(analysis_input_shape(meta))
-        for path in sorted((folder / "corpus").glob("step-*.npz")):
-            if int(path.stem.split("-")[1]) > state["step"]:
-                path.unlink()  # written after the last commit
+        for path in sorted((folder / "corpus").glob("step-*.npz"), key=_step_of):
+            if _step_of(path) > state["step"]:
+                if repair:
+                    path.unlink()  # written after the last commit
                 continue
             with np.load(path) as arrays:
                 corpus.add_entries({k: arrays[k] for k in arrays.files})
         for path in (folder / "findings").glob("step-*.npz"):
-            if int(path.stem.split("-")[1]) > state["step"]:
+            if _step_of(path) > state["step"] and repair:
                 path.unlink()
         if len(corpus) != state["corpus"]:
             raise InputError(f"campaign {folder} is inconsistent: {len(corpus)} corpus entries on disk, "
@@ -270,9 +285,10 @@ class Campaign:
         rng = np.random.default_rng()
         rng.bit_generator.state = rng_state
         tracker = CoverageTracker(analysis.total, covered)
-        _truncate_lines(folder / "manifest.jsonl", len(corpus))
-        _truncate_lines(folder / "findings.jsonl", state["findings"])
-        _truncate_lines(folder / "stats.jsonl", n_rows)
+        if repair:
+            _truncate_lines(folder / "manifest.jsonl", len(corpus))
+            _truncate_lines(folder / "findings.jsonl", state["findings"])
+            _truncate_lines(folder / "stats.jsonl", n_rows)
         campaign = cls(folder=folder, config=meta["config"], analysis=analysis, corpus=corpus, tracker=tracker,
                        rng=rng, step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
                        elapsed=state["elapsed_seconds"], n_findings=state["findings"], n_stats_rows=n_rows,
@@ -285,17 +301,24 @@ class Campaign:
         return campaign
 
     def stats_rows(self) -> list[dict]:
-        return [json.loads(line) for line in (self.folder / "stats.jsonl").read_text().splitlines() if line]
+        rows = [json.loads(line) for line in (self.folder / "stats.jsonl").read_text().splitlines() if line]
+        return rows[:self.n_stats_rows]
 
     def findings(self) -> dict:
-        """All findings as arrays (concatenated over steps)."""
+        """All committed findings as arrays (concatenated over steps)."""
         parts = []
-        for path in sorted((self.folder / "findings").glob("step-*.npz")):
+        for path in sorted((self.folder / "findings").glob("step-*.npz"), key=_step_of):
+            if _step_of(path) > self.step:
+                continue
             with np.load(path) as arrays:
                 parts.append({k: arrays[k] for k in arrays.files})
         if not parts:
             return {}
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _step_of(path: Path) -> int:
+    return int(path.stem.split("-")[1])
 
 
 def analysis_input_shape(meta: dict) -> tuple:

@@ -7,6 +7,7 @@ not yet covered (those join the corpus), and the oracle marks findings.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ from tqdm.auto import tqdm
 
 from ..analysis import Analysis
 from ..coverage import CoverageTracker
-from ..data import check_labels, fit_to_model
+from ..analysis import check_class_labels
+from ..data import fit_to_model
 from ..errors import InputError, ParameterError
 from ..imageio import quantise
 from .campaign import Campaign, MutatorStats
@@ -70,7 +72,14 @@ class Fuzzer:
         self.value_range = tuple(float(v) for v in value_range)
         self.validity = validity or Validity(value_range=self.value_range)
         self.batch_size = batch_size
-        self.random_state = random_state
+        if not isinstance(random_state, (int, np.integer)) or random_state < 0:
+            raise ParameterError(f"The 'random_state' parameter must be an int >= 0. Got {random_state!r} instead.")
+        self.random_state = int(random_state)
+        for other in others:  # differential testing needs models that read and answer alike
+            if other.input_shape != self.network.input_shape or other.n_classes != self.network.n_classes:
+                raise ParameterError(f"every model must take inputs {self.network.input_shape} and give "
+                                     f"{self.network.n_classes} classes; one takes {other.input_shape} and gives "
+                                     f"{other.n_classes}")
 
     def config(self, budget: int) -> dict:
         return {"budget": int(budget), "mutators": [repr(m) for m in self.mutators], "oracle": self.oracle_name,
@@ -87,7 +96,10 @@ class Fuzzer:
         """Run the seeds, mark their combinations covered, and write a new campaign folder."""
         _check_budget(budget)
         x = fit_to_model(x_seeds, self.network.input_shape)
-        y = np.full(len(x), -1, np.int64) if y_seeds is None else check_labels(x, y_seeds)
+        y = np.full(len(x), -1, np.int64) if y_seeds is None else check_class_labels(x, y_seeds, self.network.n_classes)
+        if y_seeds is None and self.oracle_name == "misclassification":
+            raise InputError("the seeds have no labels, which the misclassification oracle needs; "
+                             "use --oracle prediction-change (or disagreement with several models)")
         lo, hi = self.value_range
         if x.min() < lo or x.max() > hi:
             raise InputError(f"seed values span [{x.min():g}, {x.max():g}], outside the value range [{lo:g}, {hi:g}]")
@@ -111,10 +123,21 @@ class Fuzzer:
         return campaign
 
     def resume(self, folder: str | Path) -> Campaign:
-        campaign = Campaign.load(folder, self.network)
+        """Reopen a campaign made by a fuzzer with this one's analysis and settings, at its last step."""
+        campaign = Campaign.load(folder, self.network, repair=True)
+        mine, theirs = self.analysis.summary(), campaign.analysis.summary()
+        keys = ("layer", "important_neurons", "clusters", "combinations_total")
+        if any(mine[k] != theirs[k] for k in keys):
+            raise ParameterError(f"campaign {folder} was made with another analysis (layer {theirs['layer']}, "
+                                 f"neurons {theirs['important_neurons']}); resume it with its own "
+                                 f"({Path(folder) / 'analysis'})")
+        ours = self.config(campaign.budget)
+        changed = [k for k in ("mutators", "oracle", "scheduler", "batch_size", "random_state", "validity")
+                   if ours[k] != campaign.config.get(k)]
+        if changed:
+            raise ParameterError(f"campaign {folder} was made with other settings ({', '.join(changed)}); "
+                                 "a resumed campaign keeps its own")
         campaign.analysis = self.analysis
-        for m in self.mutators:
-            campaign.mutator_stats.setdefault(repr(m), MutatorStats())
         return campaign
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -173,7 +196,13 @@ class Fuzzer:
                           analysis=self.analysis, tracker=c.tracker,
                           parent_combinations=corpus.combination[parents])
         try:
-            mutants = mutator.mutate(corpus.x[parents], rng, ctx)
+            if mutator.affine:  # the reference moves with the same transform (DeepHunter)
+                twin = copy.deepcopy(rng)
+                mutants = mutator.mutate(corpus.x[parents], rng, ctx)
+                references = mutator.mutate(corpus.reference[parents], twin, ctx)
+            else:
+                mutants = mutator.mutate(corpus.x[parents], rng, ctx)
+                references = corpus.reference[parents]
         except Exception as exc:  # an attack failing on a batch is reported, the campaign goes on
             stats.errors += 1
             stats.last_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
@@ -182,7 +211,6 @@ class Fuzzer:
             c.elapsed += seconds
             c.commit(np.zeros(0, np.int64), None, self._stats_row(c, name, seconds))
             return 0
-        references = mutants if mutator.affine else corpus.reference[parents]
         valid = self.validity.check(mutants, references)
         probs, (acts,) = self.network.forward(mutants, (self.analysis.layer,))
         preds = probs.argmax(1)
@@ -213,12 +241,12 @@ class Fuzzer:
         return len(mutants)
 
     def _findings(self, c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain_of):
-        """Unique findings of this step: flagged mutants whose (combination, prediction) is new."""
+        """Unique findings of this step: flagged mutants whose (combination, true label, prediction) is new."""
         corpus_id = np.full(len(mutants), -1, np.int64)
         corpus_id[kept] = new_ids
         chosen = []
         for i in np.flatnonzero(flagged):
-            key = (int(ids[i]), int(preds[i]))
+            key = (int(ids[i]), int(c.corpus.label[roots[i]]), int(preds[i]))
             if key not in c.finding_keys:
                 c.finding_keys.add(key)
                 chosen.append(i)

@@ -10,7 +10,8 @@ the usual [0, 1] range they are absolute pixel values.
 
 Every mutator keeps the contract of :meth:`Mutator.mutate`: a new float32 array of the input's shape,
 finite, clipped to the valid range; the input untouched; randomness only from the ``rng`` passed in
-(same generator state, same mutants), with random parameters drawn per image.
+(same generator state, same mutants). Noise and attacks draw per image; geometric and photometric
+transforms draw their parameters per group of 16 images (see ``_Albumentations``).
 """
 
 from __future__ import annotations
@@ -413,9 +414,12 @@ class Blur(_Albumentations):
 
 
 class Elastic(_Albumentations):
-    """Elastic deformation (Simard et al.): displacement fields scaled by alpha, smoothed by sigma pixels."""
+    """Elastic deformation (Simard et al.): displacement fields scaled by alpha, smoothed by sigma pixels.
+
+    Applied image by image: in a group call every image would get the same displacement field."""
 
     name = "elastic"
+    group = 1
     parameters = {"alpha": Param(8.0, float, 0.0, None, closed="neither"),
                   "sigma": Param(4.0, float, 0.0, None, closed="neither")}
 
@@ -431,6 +435,7 @@ class Noise(_Albumentations):
     ``var_limit`` is silently ignored by 2.0.8)."""
 
     name = "noise"
+    group = 1  # in a group call albumentations adds the same noise field to every image
     parameters = {"std_low": Param(0.02, float, 0.0, 1.0),
                   "std_high": Param(0.08, float, 0.0, 1.0)}
 

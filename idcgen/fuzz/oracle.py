@@ -15,14 +15,18 @@ from ..errors import InputError, ParameterError
 
 @dataclass(frozen=True)
 class Misclassification:
-    """The prediction differs from the root seed's label (the default)."""
+    """The prediction differs from the root seed's label (the default).
+
+    Only mutants of seeds the model classifies correctly count: every mutant of a seed that is already
+    misclassified would otherwise be a "finding".
+    """
 
     name = "misclassification"
 
     def __call__(self, x, predictions, root_labels, root_predictions) -> np.ndarray:
         if np.any(root_labels < 0):
             raise InputError("the misclassification oracle needs labelled seeds; use --oracle prediction-change")
-        return predictions != root_labels
+        return (predictions != root_labels) & (root_predictions == root_labels)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ ORACLES = ("misclassification", "prediction-change", "disagreement")
 
 
 def make_oracle(name: str, others=()):
+    if name == "disagreement" and not others:
+        raise ParameterError("the disagreement oracle needs at least two models (repeat --model)")
     if name == "misclassification":
         return Misclassification()
     if name == "prediction-change":

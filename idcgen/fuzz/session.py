@@ -7,6 +7,7 @@ report).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -17,7 +18,6 @@ from ..errors import AnalysisMismatchError, InputError
 from ..export import export_campaign
 from ..models import Network, load_model
 from ..report import write_report
-from .campaign import Campaign
 from .fuzzer import Fuzzer
 from .mutators import DEFAULT_MUTATORS, parse_mutators
 from .validity import Validity
@@ -43,6 +43,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
+    wanted_m, m = m, m or 8  # a saved analysis is looked up with the m asked for, any m if none
     networks = [Network(load_model(p, safe_mode=safe_mode)) for p in models]
     network = networks[0]
     seeds_ds, x_seeds = _load(seeds, network, scale, limit)
@@ -58,7 +59,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         source = f"analysed on {train} ({len(x_train)} inputs), saved to {saved}"
     else:
         places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
-        found, searched = find_analysis(network, places, layer=layer, m=m)
+        found, searched = find_analysis(network, places, layer=layer, m=wanted_m)
         if found is not None:
             source = "found a saved analysis of this model (searched " + ", ".join(map(str, searched)) + ")"
         else:
@@ -90,12 +91,16 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
 
 def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, echo=print, progress=True) -> dict | None:
     folder = Path(folder)
-    probe = Campaign.load(folder)  # reads config; checks the folder before any model is loaded
-    cfg = probe.config
+    if not (folder / "campaign.json").is_file():
+        raise InputError(f"not a campaign folder (no campaign.json): {folder}")
+    try:
+        cfg = json.loads((folder / "campaign.json").read_text())["config"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
     paths = models or [cfg["model"], *cfg.get("other_models", [])]
     networks = [Network(load_model(p, safe_mode=safe_mode)) for p in paths]
     try:
-        found = probe.analysis.bind(networks[0])
+        found = Analysis.load(folder / "analysis", model=networks[0])
     except AnalysisMismatchError as exc:
         raise AnalysisMismatchError(f"cannot resume {folder}: {exc}") from None
     v = cfg["validity"]
@@ -106,9 +111,12 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, echo=pr
                     batch_size=cfg["batch_size"], random_state=cfg["random_state"], value_range=cfg["value_range"])
     campaign = fuzzer.resume(folder)
     if budget is not None:
+        if not isinstance(budget, int) or budget < 1:
+            raise InputError(f"--budget must be a positive number of execs. Got {budget!r} instead.")
         campaign.config["budget"] = int(budget)
     echo(f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
          f"IDC {campaign.tracker.score:.1%}")
+    echo(fuzzer.validity.describe())
     x_train = y_train = None
     if cfg.get("train"):
         train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"))
