@@ -145,7 +145,7 @@ def notes(rows: list[dict], runs: list[dict], facts: dict, args) -> str:
             f"test inputs): important {imp_rel:.2f} {'>' if imp_rel > rnd_rel else '<='} random {rnd_rel:.2f} "
             f"(ratio {imp_rel / rnd_rel:.2f}; {paper}); control: the important neurons move "
             f"{imp_rel / imp_rand:.2f}x as much under relevant-pixel noise as under random-pixel noise "
-            f"({imp_rel:.2f} vs {imp_rand:.2f}).")
+            f"({imp_rel:.2f} vs {imp_rand:.2f}); std-scaled ratio {row['ratio (std-scaled)']:.2f}.")
     return "\n".join(lines)
 
 
@@ -157,7 +157,7 @@ def plot(runs: list[dict], path) -> None:
     labels = {"important_rel": "important, relevant pixels", "random_rel": "random neurons, relevant pixels",
               "important_rand": "important, random pixels", "random_rand": "random neurons, random pixels"}
     fig, ax = plt.subplots(figsize=(1.2 + 2.2 * len(models), 3.6))
-    width = 0.8 / len(labels)
+    width, top = 0.8 / len(labels), max(max(r[key] for key in labels) for r in runs)
     for i, (key, label) in enumerate(labels.items()):
         values = [[r[key] for r in runs if r["model"] == name] for name in models]
         ax.bar(np.arange(len(models)) + (i - 1.5) * width, [np.mean(v) for v in values], width,
@@ -165,7 +165,8 @@ def plot(runs: list[dict], path) -> None:
     ax.set_xticks(np.arange(len(models)), models)
     ax.set_ylabel("mean L2 distance of activations")
     ax.set_title("RQ1: activation change under 2 % pixel noise")
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, 1.4 * top)  # room for the legend above the bars
+    ax.legend(fontsize=7, ncol=2, loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -82,7 +82,8 @@ def notes(runs: list[dict], args, inputs: int) -> str:
              "separated by spaces). Conv neurons are channels (activation: spatial mean); when m is at least "
              "the number of channels, every channel is 'important'.", "",
              "A layer whose neurons get more clusters has more combinations (|INCC|) to cover, so IDC across "
-             "layers compares fractions of different totals. The importance ranking does not depend on the "
+             "layers compares fractions of different totals (`--clusters 2` compares them at equal |INCC|). "
+             "The importance ranking does not depend on the "
              "random_state, and 1-D k-means on the whole training set rarely does: the spread comes mostly "
              "from the noise of DI.", "",
              "Paper (Table 5): deeper layers give higher IDC and a larger gap between U_O and U_O+DI.", ""]

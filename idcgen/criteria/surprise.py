@@ -86,15 +86,17 @@ class ClassDensity:
 
     def __init__(self, points: np.ndarray):
         kde = gaussian_kde(points.T)  # ValueError / LinAlgError on too few points or a singular covariance
-        self.chol = np.linalg.cholesky(kde.covariance)
-        z = solve_triangular(self.chol, points.T, lower=True).T
+        chol = np.linalg.cholesky(kde.covariance)
+        # z = x @ whiten, with whiten = L^-T: one small matrix product per batch instead of a solve
+        self.whiten = solve_triangular(chol, np.eye(len(chol)), lower=True).T
+        z = points @ self.whiten
         self.keys = _augment(z, -0.5 * np.einsum("ij,ij->i", z, z))
         n, d = points.shape
-        self.log_norm = -np.log(n) - 0.5 * d * np.log(2 * np.pi) - np.log(np.diag(self.chol)).sum()
+        self.log_norm = -np.log(n) - 0.5 * d * np.log(2 * np.pi) - np.log(np.diag(chol)).sum()
 
     def logpdf(self, x: np.ndarray) -> np.ndarray:
         """(m, d) -> (m,) log density."""
-        z = solve_triangular(self.chol, np.asarray(x, dtype=np.float64).T, lower=True).T
+        z = np.asarray(x, dtype=np.float64) @ self.whiten
         out = np.empty(len(x), dtype=np.float64)
         for block in _row_blocks(len(x), len(self.keys)):
             e = _augment(z[block], 1.0) @ self.keys.T
