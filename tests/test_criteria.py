@@ -353,6 +353,7 @@ def test_invariants_score_monotone_order_merge(case):
 def test_invariants_update_mask(case):
     criterion, net, x = case
     features = criterion.features(net, x)
+    np.testing.assert_array_equal(criterion.features_from(*net.forward(x, criterion.forward_layers())), features)
     batch = criterion.tracker()
     assert not batch.would_cover(features[:0]).size
     expected = batch.would_cover(features)

@@ -281,9 +281,7 @@ class Criterion:
         _check_batch_size(owner, batch_size)
         network = as_network(network)
         layers = self._fit_layers(network)
-        x = _raw_inputs(x_train, network)
-        if len(x) == 0:
-            raise InputError(f"{owner}.fit: no training inputs (got an array of shape {x.shape}).")
+        x = _raw_inputs(x_train, network)  # InputError when empty or mis-shaped
         y = None if y_train is None else check_labels(x, y_train)
         state = self._fit_start(network, layers)
         if self.needs_data:
@@ -302,12 +300,12 @@ class Criterion:
             raise ParameterError(f"this {type(self).__name__} is not fitted yet: call fit first.")
 
     # ---- measuring --------------------------------------------------------------------------------
-    def _forward_layers(self) -> tuple[str, ...]:
-        """The layers whose activations ``features_from`` needs, in order."""
+    def forward_layers(self) -> tuple[str, ...]:
+        """The layers whose activations ``features_from`` needs, in order (after fit)."""
         raise NotImplementedError
 
     def features_from(self, probs: np.ndarray, acts: Sequence[np.ndarray]) -> np.ndarray:
-        """Features from one forward pass already made: ``network.forward(x, self._forward_layers())``.
+        """Features from a forward pass already made: ``probs, acts = network.forward(x, crit.forward_layers())``.
 
         Lets a caller that runs the model anyway (a fuzz loop) share the pass. Returns (n, slots) int64
         item ids, -1 for none.
@@ -319,7 +317,7 @@ class Criterion:
         self._check_fitted()
         network = as_network(network)
         probs, acts = network.forward(fit_to_model(x.x if isinstance(x, Dataset) else x, network.input_shape),
-                                      self._forward_layers())
+                                      self.forward_layers())
         return self.features_from(probs, acts)
 
     def tracker(self) -> CriterionTracker:

@@ -35,7 +35,7 @@ class _NeuronCriterion(Criterion):
         self.n_neurons_ = int(sum(self.widths_))
         return layers
 
-    def _forward_layers(self) -> tuple[str, ...]:
+    def forward_layers(self) -> tuple[str, ...]:
         return self.layers_
 
     def _stack(self, acts: Sequence[np.ndarray]) -> np.ndarray:

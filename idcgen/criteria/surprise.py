@@ -127,7 +127,7 @@ class _SurpriseCriterion(Criterion):
         self.width_ = network.neuron_count(self.layer_)
         return (self.layer_,)
 
-    def _forward_layers(self) -> tuple[str, ...]:
+    def forward_layers(self) -> tuple[str, ...]:
         return (self.layer_,)
 
     def _fit_start(self, network, layers):
@@ -164,7 +164,7 @@ class _SurpriseCriterion(Criterion):
         out = []
         for start in range(0, len(x), batch_size):
             probs, acts = network.forward(fit_to_model(x[start:start + batch_size], network.input_shape),
-                                          self._forward_layers())
+                                          self.forward_layers())
             out.append(self.surprise_from(probs, acts))
         return np.concatenate(out) if out else np.zeros(0)
 
