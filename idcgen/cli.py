@@ -51,10 +51,8 @@ def _network(model: Path, unsafe: bool):
 
 
 def _inputs(spec: str, network, scale: str, limit: Optional[int] = None):
-    from .data import fit_to_model, load_inputs
-    ds = load_inputs(spec, scale=scale, channels=network.input_shape[-1] if len(network.input_shape) == 3 else None,
-                     limit=limit)
-    return ds, fit_to_model(ds, network.input_shape)
+    from .data import load_for_model
+    return load_for_model(spec, network.input_shape, scale=scale, limit=limit)
 
 
 @command

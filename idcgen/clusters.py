@@ -457,11 +457,15 @@ def cluster_neuron(
     best_k, best_centroids = None, None
     for k in tried:
         result = kmeans_1d(x, k, rng=rng)
-        if result.centroids.size < 2:
+        got = int(result.centroids.size)  # an empty cluster may have been dropped
+        if got < 2 or got in scores:
             continue
-        scores[k] = silhouette_1d(x, result.labels)
-        if best_k is None or scores[k] > scores[best_k]:
-            best_k, best_centroids = k, result.centroids
+        scores[got] = silhouette_1d(x, result.labels)
+        if best_k is None or scores[got] > scores[best_k]:
+            best_k, best_centroids = got, result.centroids
+    if best_k is None:
+        notes.append("k-means found fewer than 2 clusters for every k tried: one cluster")
+        return NeuronClusters(neuron, np.array([x.mean()]), None, {}, "; ".join(notes))
     return NeuronClusters(neuron, best_centroids, scores[best_k], scores, "; ".join(notes) or None)
 
 

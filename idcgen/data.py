@@ -64,7 +64,8 @@ from PIL import Image
 
 from idcgen.errors import InputError, ParameterError
 
-__all__ = ["Dataset", "load_inputs", "fit_to_model", "check_labels", "embedded_mnist", "KNOWN_DATASETS"]
+__all__ = ["Dataset", "load_inputs", "load_for_model", "fit_to_model", "check_labels", "embedded_mnist",
+           "KNOWN_DATASETS"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 KNOWN_DATASETS = ("embedded-mnist", "mnist", "fashion-mnist")
@@ -551,3 +552,11 @@ def _shape_difference(item: tuple, want: tuple) -> str:
             return "; ".join(problems)
     return (f"{int(np.prod(item))} values per item cannot be reshaped to {want}; "
             "give inputs of the model's input shape")
+
+
+def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int | None = None):
+    """``load_inputs`` for a model taking ``input_shape``: images converted to its channel count,
+    then shaped by ``fit_to_model``. Returns (Dataset, x)."""
+    channels = input_shape[-1] if len(input_shape) == 3 and input_shape[-1] in (1, 3) else None
+    ds = load_inputs(spec, scale=scale, channels=channels, limit=limit)
+    return ds, fit_to_model(ds, input_shape)

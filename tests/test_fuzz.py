@@ -185,9 +185,11 @@ def test_fuzz_command_end_to_end_and_resume(setup, trained_lenet, digits, tmp_pa
         assert (tmp_path / "camp" / name).exists(), name
     retrain = np.load(tmp_path / "camp" / "exports" / "retrain.npz")
     assert len(retrain["x_train"]) >= 800
+    first = (tmp_path / "camp" / "manifest.jsonl").read_text()
     result = runner.invoke(app, ["fuzz", "--resume", "camp", "--budget", "384"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "camp" / "campaign.json").read_text())["state"]["execs"] == 384
+    assert (tmp_path / "camp" / "manifest.jsonl").read_text().startswith(first)   # continued, not restarted
     # without --train/--analysis: finds the analysis saved by the first run, and says where it looked
     result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "64", "--m", "5",
                                  "--mutators", "gauss", "--out", "camp2"])

@@ -8,6 +8,7 @@ not yet covered (those join the corpus), and the oracle marks findings.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,7 @@ class Fuzzer:
         self.oracle = make_oracle(oracle, others)
         self.scheduler = make_scheduler(scheduler)
         self.value_range = tuple(float(v) for v in value_range)
-        self.validity = validity or Validity(value_range=self.value_range)
+        self.validity = dataclasses.replace(validity or Validity(), value_range=self.value_range)
         self.batch_size = batch_size
         if not isinstance(random_state, (int, np.integer)) or random_state < 0:
             raise ParameterError(f"The 'random_state' parameter must be an int >= 0. Got {random_state!r} instead.")

@@ -13,33 +13,27 @@ from pathlib import Path
 
 from ..analysis import Analysis, analyze, find_analysis
 from ..clusters import parse_cluster_range
-from ..data import fit_to_model, load_inputs
+from ..data import load_for_model
 from ..errors import AnalysisMismatchError, InputError
 from ..export import export_campaign
 from ..models import Network, load_model
 from ..report import write_report
-from .fuzzer import Fuzzer
+from .fuzzer import Fuzzer, _check_budget
 from .mutators import DEFAULT_MUTATORS, parse_mutators
 from .validity import Validity
 
 OUTPUTS = Path("outputs")
 
 
-def _channels(network: Network):
-    return network.input_shape[-1] if len(network.input_shape) == 3 else None
-
-
 def _load(spec, network, scale, limit=None):
-    ds = load_inputs(spec, scale=scale, channels=_channels(network), limit=limit)
-    return ds, fit_to_model(ds, network.input_shape)
+    return load_for_model(spec, network.input_shape, scale=scale, limit=limit)
 
 
 def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5",
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
                  safe_mode=True, echo=print, progress=True) -> dict | None:
-    if budget is not None and (not isinstance(budget, int) or budget < 1):
-        raise InputError(f"--budget must be a positive number of execs. Got {budget!r} instead.")
+    _check_budget(budget)  # before any model is loaded
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
@@ -111,8 +105,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, echo=pr
                     batch_size=cfg["batch_size"], random_state=cfg["random_state"], value_range=cfg["value_range"])
     campaign = fuzzer.resume(folder)
     if budget is not None:
-        if not isinstance(budget, int) or budget < 1:
-            raise InputError(f"--budget must be a positive number of execs. Got {budget!r} instead.")
+        _check_budget(budget)
         campaign.config["budget"] = int(budget)
     echo(f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
          f"IDC {campaign.tracker.score:.1%}")
