@@ -291,3 +291,9 @@ def test_cw_mutants_do_not_depend_on_the_rest_of_the_batch(channels, nets, monke
     np.testing.assert_allclose(both[:2], alone, atol=1e-6)
     monkeypatch.setattr(CW, "chunk_values", 3 * 3 * 144 * channels)   # chunks of 3 and 1
     np.testing.assert_allclose(cw.mutate(x, np.random.default_rng(0), context(net, 4)), both, atol=1e-6)
+
+
+def test_noise_fields_differ_within_a_group(nets):
+    x = np.repeat(batch(1, interior=True), 16, axis=0)
+    out = make_mutator("noise").mutate(x, np.random.default_rng(0), context(nets[1], 16))
+    assert len({(out[i] - x[i]).tobytes() for i in range(16)}) == 16

@@ -313,8 +313,13 @@ class _Albumentations(Mutator):
         for start, seed in zip(starts, rng.integers(0, 2**32, size=len(starts), dtype=np.uint64)):
             transform.set_random_seed(int(seed))
             chunk = np.ascontiguousarray(unit[start:start + self.group])
-            out[start:start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
+            out[start:start + self.group] = self._apply(transform, chunk)
         return np.clip(out, 0.0, 1.0) * np.float32(hi - lo) + np.float32(lo)
+
+
+    def _apply(self, transform, chunk: np.ndarray) -> np.ndarray:
+        """One albumentations call on a group of images (b, h, w, c), same parameters for all."""
+        return transform(images=chunk)["images"].reshape(chunk.shape)
 
 
 def _affine(**kwargs):
@@ -431,11 +436,10 @@ class Elastic(_Albumentations):
 
 
 class Noise(_Albumentations):
-    """albumentations' GaussNoise, std drawn per image from [std_low, std_high] (``std_range``; the old
-    ``var_limit`` is silently ignored by 2.0.8)."""
+    """albumentations' GaussNoise: an independent noise field per image, its std drawn per group of
+    images from [std_low, std_high] (``std_range``; the old ``var_limit`` is silently ignored by 2.0.8)."""
 
     name = "noise"
-    group = 1  # in a group call albumentations adds the same noise field to every image
     parameters = {"std_low": Param(0.02, float, 0.0, 1.0),
                   "std_high": Param(0.08, float, 0.0, 1.0)}
 
@@ -445,7 +449,14 @@ class Noise(_Albumentations):
 
     def _build(self, height, width):
         import albumentations as A
-        return A.GaussNoise(std_range=(self.std_low, self.std_high), p=1.0)
+        return A.GaussNoise(std_range=(self.std_low, self.std_high), per_channel=True, p=1.0)
+
+    def _apply(self, transform, chunk):
+        # called with images= the group would share one noise field; stacked as the channels of one
+        # image, every image gets its own noise (per channel), the std drawn once per group
+        b, h, w, c = chunk.shape
+        stacked = np.ascontiguousarray(chunk.transpose(1, 2, 0, 3).reshape(h, w, b * c))
+        return transform(image=stacked)["image"].reshape(h, w, b, c).transpose(2, 0, 1, 3)
 
 
 # ---- specs --------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Smoke runs of the RQ1 and RQ5 recipes on the embedded digits, writing into a temporary folder.
+"""Smoke runs of the recipes on the embedded digits, writing into a temporary folder.
 
-Both tests share one outputs folder, so the LeNet-5 trained on the 4,000 embedded digits (a few
+The tests share one outputs folder, so the LeNet-5 trained on the 4,000 embedded digits (a few
 seconds) is trained once.
 """
 
@@ -117,3 +117,44 @@ def test_bad_sizes_are_refused_before_any_work(recipe, name, argv, capsys):
         recipe(name).main(argv)
     assert exc.value.code == 2
     assert "must be positive" in capsys.readouterr().err
+
+
+def test_train_models_smoke(recipe, outputs, monkeypatch):
+    module = recipe("train_models")
+    run_recipe(module, ["--dataset", "embedded-mnist", "--models", "lenet1", "--epochs", "1"], monkeypatch)
+    rows = read_csv(outputs / "train_models" / "accuracy_embedded_mnist.csv")
+    assert rows[0]["model"] == "lenet1" and 10 < float(rows[0]["test accuracy %"]) <= 100
+    assert (outputs / "models" / "lenet1_embedded_mnist.keras").exists()
+
+
+def test_rq2_smoke(recipe, outputs, monkeypatch):
+    module = recipe("rq2_idc_by_m")
+    run_recipe(module, ["--dataset", "embedded-mnist", "--models", "lenet5", "--m", "2", "4", "--repetitions", "1",
+                        "--limit", "200", "--criteria", "nc,kmnc"], monkeypatch)
+    rows = read_csv(outputs / "rq2_idc_by_m" / "idc.csv")
+    assert [int(r["m"]) for r in rows] == [2, 4]
+    for r in rows:
+        u_o, di = mean_of(r["IDC U_O %"]), mean_of(r["IDC U_O+DI %"])
+        assert 0 <= u_o <= di <= 100
+    crit = read_csv(outputs / "rq2_idc_by_m" / "criteria.csv")
+    assert [r["criterion"] for r in crit] == ["nc", "kmnc"]
+
+
+def test_rq3_smoke(recipe, outputs, monkeypatch):
+    module = recipe("rq3_adversarial")
+    run_recipe(module, ["--dataset", "embedded-mnist", "--m", "3", "--attack-inputs", "20", "--sets", "U_O+noise",
+                        "U_O+FGSM", "--criteria", "nc"], monkeypatch)
+    rows = read_csv(outputs / "rq3_adversarial" / "coverage.csv")
+    idc = next(r for r in rows if r["criterion"] == "IDC m=3")
+    assert 0 <= float(idc["U_O"]) <= float(idc["U_O+FGSM"]) <= 100
+    assert any(r["criterion"] == "NC" for r in rows) and any(r["criterion"] == "attack success" for r in rows)
+
+
+def test_rq6_smoke(recipe, outputs, monkeypatch):
+    module = recipe("rq6_harden")
+    run_recipe(module, ["--dataset", "embedded-mnist", "--seeds", "40", "--budget", "256", "--m", "4", "--epochs", "1",
+                        "--repeats", "1", "--limit-train", "600"], monkeypatch)
+    rows = read_csv(outputs / "rq6_harden" / "harden.csv")
+    assert [r["model"] for r in rows] == ["original", "IDC-guided", "random control"]
+    assert all(0 <= float(r["clean"]) <= 1 for r in rows)
+    assert (outputs / "rq6_harden" / "harden.md").read_text().count("Command:") == 1
