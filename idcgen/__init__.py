@@ -26,6 +26,10 @@ _NAMES = {
     "load_model": "models", "Network": "models",
     "Relevance": "relevance", "input_relevance": "relevance",
     "analyze": "analysis", "Analysis": "analysis",
+    "Fuzzer": "fuzz.fuzzer", "Campaign": "fuzz.campaign", "Validity": "fuzz.validity",
+    "make_mutator": "fuzz.mutators", "parse_mutators": "fuzz.mutators",
+    "export_campaign": "export", "write_report": "report", "harden": "harden",
+    "make_criterion": "criteria",
     "IdcgenError": "errors", "ModelError": "errors", "LayerError": "errors", "InputError": "errors",
     "ParameterError": "errors", "AnalysisMismatchError": "errors",
 }
