@@ -170,7 +170,8 @@ def test_directed_mutator_moves_towards_uncovered_combinations(setup, tmp_path):
     blind = x.copy()
     for _ in range(mut.steps):
         blind = np.clip(np.clip(blind + mut.step_size * rng.choice([-1.0, 1.0], size=x.shape), x - 0.15, x + 0.15), 0, 1)
-    assert directed > tracker.would_cover(analysis.ids(blind.astype(np.float32))).sum()
+    blind_count = tracker.would_cover(analysis.ids(blind.astype(np.float32))).sum()
+    assert directed > blind_count
 
 
 def test_fuzz_command_end_to_end_and_resume(setup, trained_lenet, digits, tmp_path, monkeypatch):
