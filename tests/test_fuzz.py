@@ -164,14 +164,16 @@ def test_directed_mutator_moves_towards_uncovered_combinations(setup, tmp_path):
     assert out.shape == x.shape and out.dtype == np.float32
     assert np.abs(out - x).max() <= 0.15 + 1e-6 and out.min() >= 0 and out.max() <= 1
     np.testing.assert_array_equal(out, mut.mutate(x, np.random.default_rng(0), ctx))
-    directed = tracker.would_cover(analysis.ids(out)).sum()
-    # the same number of signed steps of the same size in random directions reaches fewer
-    rng = np.random.default_rng(1)
+    # the targets it aimed at (same rng state), and how far the important neurons are from them
+    targets = mut.targets(ids, analysis.combinations, tracker, np.random.default_rng(0))
+    goal = np.stack([analysis.combinations.centroid_vector(t) for t in targets])
+    spread = np.array([max(np.ptp(c.centroids), 1e-3) for c in analysis.clusters])
+    distance = lambda inputs: np.abs((analysis.activations(inputs) - goal) / spread).mean()
+    rng = np.random.default_rng(1)   # as many signed steps of the same size, in random directions
     blind = x.copy()
     for _ in range(mut.steps):
         blind = np.clip(np.clip(blind + mut.step_size * rng.choice([-1.0, 1.0], size=x.shape), x - 0.15, x + 0.15), 0, 1)
-    blind_count = tracker.would_cover(analysis.ids(blind.astype(np.float32))).sum()
-    assert directed > blind_count
+    assert distance(out) < 0.8 * distance(x) and distance(out) < 0.8 * distance(blind.astype(np.float32))
 
 
 def test_fuzz_command_end_to_end_and_resume(setup, trained_lenet, digits, tmp_path, monkeypatch):
