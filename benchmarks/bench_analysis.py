@@ -24,6 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lenet5_mnist import lenet5_mnist  # noqa: E402
+
 
 def timed(fn, *args, repeat=1, **kw):
     best, out = float("inf"), None
@@ -45,19 +47,9 @@ def main():
 
     from idcgen.analysis import analyze
     from idcgen.clusters import kmeans_1d, silhouette_1d
-    from idcgen.data import fit_to_model, load_inputs
-    from idcgen.models import Network
-    from idcgen.zoo import lenet5
 
-    weights = args.shared / "models/deepxplore/MNIST_Model3.h5"
-    mnist = args.shared / "data/mnist"
-    if not weights.exists() or not mnist.exists():
-        sys.exit(f"needs {weights} and {mnist} (the ../shared folder of the development workspace)")
-    model = lenet5()
-    model.load_weights(weights)
-    network = Network(model)
-    train, test = load_inputs(mnist, split="train"), load_inputs(mnist, split="test")
-    x_train, x_test = fit_to_model(train, (28, 28, 1)), fit_to_model(test, (28, 28, 1))
+    network, train, test, x_train, x_test = lenet5_mnist(args.shared)
+    model = network.model
     accuracy = float((network.predict(x_test) == test.y).mean())
     print(f"LeNet-5 (DeepXplore weights), MNIST test accuracy {accuracy:.2%}; "
           f"{len(x_train)} training, {len(x_test)} test inputs")

@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lenet5_mnist import lenet5_mnist  # noqa: E402
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,20 +36,10 @@ def main():
     import tensorflow as tf
 
     from idcgen.criteria import default_neuron_layers, make_criterion, parse_criteria
-    from idcgen.data import fit_to_model, load_inputs
-    from idcgen.models import Network
-    from idcgen.zoo import lenet5
 
     names = [n for n in parse_criteria(args.criteria) if n != "idc"]
-    weights = args.shared / "models/deepxplore/MNIST_Model3.h5"
-    mnist = args.shared / "data/mnist"
-    if not weights.exists() or not mnist.exists():
-        sys.exit(f"needs {weights} and {mnist} (the ../shared folder of the development workspace)")
-    model = lenet5()
-    model.load_weights(weights)
-    network = Network(model)
-    train, test = load_inputs(mnist, split="train"), load_inputs(mnist, split="test")
-    x_train, x_test = fit_to_model(train, (28, 28, 1)), fit_to_model(test, (28, 28, 1))
+    network, train, test, x_train, x_test = lenet5_mnist(args.shared)
+    model = network.model
     print(f"LeNet-5 (DeepXplore weights), {len(x_train)} training and {len(x_test)} test inputs; "
           f"neuron layers {default_neuron_layers(network)}, surprise layer {network.default_layer()!r}")
 

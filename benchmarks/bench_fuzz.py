@@ -19,10 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from lenet5_mnist import lenet5_mnist  # noqa: E402
 
 CHEAP = "gauss,random_pixels,brightness,contrast,noise,rotate,shift"
 NOISE = "gauss,random_pixels"
@@ -41,21 +42,12 @@ def main():
     import tensorflow as tf
 
     from idcgen.analysis import analyze
-    from idcgen.data import fit_to_model, load_inputs
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
-    from idcgen.models import Network
     from idcgen.report import mutator_table
-    from idcgen.zoo import lenet5
 
-    weights, mnist = args.shared / "models/deepxplore/MNIST_Model3.h5", args.shared / "data/mnist"
-    if not weights.exists() or not mnist.exists():
-        sys.exit(f"needs {weights} and {mnist}")
-    model = lenet5()
-    model.load_weights(weights)
-    network = Network(model)
-    train, test = load_inputs(mnist, split="train"), load_inputs(mnist, split="test")
-    x_train, x_test = fit_to_model(train, (28, 28, 1)), fit_to_model(test, (28, 28, 1))
+    network, train, test, x_train, x_test = lenet5_mnist(args.shared)
+    model = network.model
     analyses = {m: analyze(network, x_train, train.y, layer="fc2", m=m, random_state=0, progress=False)
                 for m in args.m}
 

@@ -33,11 +33,16 @@ FORMAT_VERSION = 1
 
 
 def versions() -> dict:
-    import keras
-    import sklearn
-    import tensorflow as tf
-    return {"idcgen": __version__, "python": platform.python_version(), "tensorflow": tf.__version__,
-            "keras": keras.__version__, "numpy": np.__version__, "scikit-learn": sklearn.__version__}
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+    return {"idcgen": __version__, "python": platform.python_version(),
+            "tensorflow": installed("tensorflow-cpu") or installed("tensorflow"), "keras": installed("keras"),
+            "numpy": np.__version__, "scikit-learn": installed("scikit-learn")}
 
 
 def as_network(model) -> Network:
@@ -75,6 +80,8 @@ class Analysis:
     # ---- the model it belongs to ------------------------------------------------------------
     def bind(self, model) -> "Analysis":
         """Attach the model to measure with; refuse a model whose weights differ from the analysed one."""
+        if self.network is not None and model in (self.network, self.network.model):
+            return self  # already bound: hashing every weight again would cost more than the measurement
         network = as_network(model)
         got = network.fingerprint()
         if got != self.fingerprint:
