@@ -4,7 +4,9 @@
 
 Measures in one run:
 1. throughput: the loop with cheap mutators (noise and transforms; noise only) in execs/s, against the
-   raw batched forward throughput (a tf.function forward pass at the same batch size, 256 and 1024);
+   raw batched forward throughput (a tf.function forward pass at the same batch size, 256 and 1024),
+   timed alternately in blocks of 8 steps and 8 back-to-back passes (the machine's speed drifts by
+   10-30 % between seconds); the ratio of each of --rounds runs, and their median;
 2. a budget-N campaign with the default mutators from the first S MNIST test inputs, for each m:
    wall time, IDC of the seeds and of the grown set, findings, and the per-mutator table.
 Uses DeepXplore's LeNet-5 weights and full MNIST from ../shared (the analysis runs on the 60,000
@@ -18,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +41,7 @@ def main():
     parser.add_argument("--m", type=int, nargs="+", default=[6, 8])
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--throughput-execs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5, help="throughput runs per setting")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -51,33 +56,49 @@ def main():
     analyses = {m: analyze(network, x_train, train.y, layer="fc2", m=m, random_state=0, progress=False)
                 for m in args.m}
 
-    # 1. raw forward throughput at the fuzz batch size, then the loop (imports and traces warmed up first)
+    # 1. throughput. This (shared, virtual) machine's speed drifts by 10-30 % from one second to the
+    # next, so raw forward passes and loop steps alternate in blocks: after every BLOCK steps, BLOCK
+    # back-to-back passes over a fixed batch of the same size, timed after one untimed pass (the raw
+    # figure is the hot, best-case one). Rounds of that give a ratio each; the median round is reported.
     @tf.function(reduce_retracing=True)
     def forward(x):
         return model(x, training=False)
 
-    def loop_throughput(mutators: str, batch_size: int) -> float:
-        with tempfile.TemporaryDirectory() as tmp:
-            for budget, name in ((2 * batch_size * len(mutators.split(",")), "warm"), (args.throughput_execs, "run")):
-                fuzzer = Fuzzer(analysis, mutators=mutators.split(","), batch_size=batch_size, random_state=0)
-                campaign = fuzzer.start(x_test[:args.seeds], test.y[:args.seeds], Path(tmp) / name, budget=budget)
-                t0, e0 = campaign.elapsed, campaign.execs
-                fuzzer.run(campaign, progress=False)
-        return (campaign.execs - e0) / (campaign.elapsed - t0)
-
     analysis = analyses[max(args.m)]
+    block = 8
+
+    def throughputs(mutators: str, batch) -> tuple[float, float]:
+        """(loop execs/s, raw forward inputs/s), timed alternately in blocks."""
+        raw_seconds = []
+
+        def time_forward(campaign):
+            if campaign.step % block:
+                return
+            forward(batch).numpy()
+            start = time.perf_counter()
+            for _ in range(block):
+                forward(batch).numpy()
+            raw_seconds.append(time.perf_counter() - start)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            fuzzer = Fuzzer(analysis, mutators=mutators.split(","), batch_size=len(batch), random_state=0)
+            campaign = fuzzer.start(x_test[:args.seeds], test.y[:args.seeds], Path(tmp) / "c",
+                                    budget=args.throughput_execs)
+            t0, e0 = campaign.elapsed, campaign.execs
+            fuzzer.run(campaign, progress=False, on_step=time_forward)
+        raw = block * len(batch) * len(raw_seconds) / sum(raw_seconds)
+        return (campaign.execs - e0) / (campaign.elapsed - t0), raw
+
     for batch_size in sorted({args.batch_size, 1024}):
         batch = tf.constant(x_test[:batch_size])
-        forward(batch)
-        reps = max(1, args.throughput_execs // batch_size)
-        start = time.perf_counter()
-        for _ in range(reps):
-            forward(batch).numpy()
-        raw = reps * batch_size / (time.perf_counter() - start)
-        print(f"batch {batch_size}: raw forward {raw:,.0f} inputs/s")
+        for mutators in (CHEAP, NOISE):  # warm up imports, traces and thread pools
+            throughputs(mutators, batch)
         for label, mutators in (("noise and transforms", CHEAP), ("noise only", NOISE)):
-            loop = loop_throughput(mutators, batch_size)
-            print(f"  fuzz loop, {label} ({mutators}): {loop:,.0f} execs/s = {loop / raw:.2f}x raw")
+            rounds = np.array([throughputs(mutators, batch) for _ in range(args.rounds)])
+            ratio = rounds[:, 0] / rounds[:, 1]
+            print(f"batch {batch_size}, {label} ({mutators}): loop {np.median(rounds[:, 0]):,.0f} execs/s, raw "
+                  f"forward {np.median(rounds[:, 1]):,.0f} inputs/s; ratio per round "
+                  f"{', '.join(f'{r:.2f}' for r in ratio)}: median {np.median(ratio):.2f}x")
 
     # 2. budget-N campaigns with the default mutators
     for m in args.m:

@@ -1,7 +1,8 @@
 """Exports of a campaign: the grown test set and the retraining set.
 
 Every exported input is also re-checked after rounding to uint8, because a saved image is what users
-will reload: DeepXplore users found failures that no longer failed once clipped and rounded.
+will reload: DeepXplore users found failures that no longer failed once clipped and rounded. The fuzz
+loop leaves this to the export, where all findings take one batched forward pass.
 """
 
 from __future__ import annotations
@@ -11,18 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .fuzz.campaign import Campaign, atomic_text, atomic_write
+from .fuzz.campaign import Campaign, atomic_npz, atomic_text
+from .fuzz.oracle import make_oracle
 from .imageio import quantise, to_png, to_uint8
 
 
 def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, train_y: np.ndarray | None = None,
-                    out: str | Path | None = None, images: bool = True) -> dict:
-    """Write ``grown.npz``, ``grown/`` (PNG per class), ``retrain.npz`` and ``exports.json``.
+                    out: str | Path | None = None, images: bool = True, oracle=None) -> dict:
+    """Write ``grown.npz``, ``grown/`` (PNG per class), ``retrain.npz``, ``findings.jsonl`` and
+    ``exports.json``.
 
     ``grown.npz`` holds the seeds and kept mutants (``x`` float32 as run, ``x_uint8``, ``y`` = root seed's
     label, ``id``, ``seed``, ``root``, ``prediction``, ``combination``, ``combination_uint8``).
     ``retrain.npz`` holds ``x_train``/``y_train``: the training data (when given) followed by the kept
     mutants labelled with their root seed's label, as uint8-rounded values.
+    ``findings.jsonl`` is the campaign's findings.jsonl with ``prediction_uint8`` and ``survives_uint8``:
+    whether the oracle (the campaign's, or ``oracle``; the disagreement oracle needs it given) still
+    flags the finding once rounded to uint8.
     """
     corpus, analysis = campaign.corpus, campaign.analysis
     network = analysis.network
@@ -37,7 +43,7 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     grown = dict(x=x, x_uint8=to_uint8(x, vr), y=y, id=np.arange(len(x)), seed=is_seed, root=corpus.root,
                  prediction=corpus.prediction, prediction_uint8=probs.argmax(1), combination=corpus.combination,
                  combination_uint8=combo_q)
-    atomic_write(out / "grown.npz", lambda f: np.savez_compressed(f, **grown))
+    atomic_npz(out / "grown.npz", grown, compressed=True)
 
     if images:
         width = max(1, len(str(max(int(y.max()), 0)))) if len(y) else 1
@@ -54,9 +60,9 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     retrain = dict(x_train=np.concatenate(parts_x), y_train=np.concatenate(parts_y),
                    from_campaign=np.concatenate([np.zeros(len(p), bool) for p in parts_x[:-1]] +
                                                 [np.ones(int(mutants.sum()), bool)]))
-    atomic_write(out / "retrain.npz", lambda f: np.savez_compressed(f, **retrain))
+    atomic_npz(out / "retrain.npz", retrain, compressed=True)
 
-    findings = campaign.findings()
+    surviving = _recheck_findings(campaign, out, oracle)
     summary = {
         "grown": {"inputs": int(len(x)), "seeds": int(is_seed.sum()), "mutants": int((~is_seed).sum()),
                   "idc_as_run": campaign.tracker.score,
@@ -66,12 +72,30 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
         "retrain": {"inputs": int(len(retrain["y_train"])),
                     "training_inputs": len(parts_x[0]) if len(parts_x) == 2 else 0, "mutants": int(mutants.sum()),
                     "note": None if len(parts_x) == 2 else "no labelled training data given: the kept mutants only"},
-        "findings": {"total": int(len(findings.get("id", []))),
-                     "surviving_uint8": int(findings["survives_uint8"].sum()) if findings else 0},
-        "files": {"grown": "grown.npz", "grown_images": "grown/" if images else None, "retrain": "retrain.npz"},
+        "findings": {"total": campaign.n_findings, "surviving_uint8": surviving},
+        "files": {"grown": "grown.npz", "grown_images": "grown/" if images else None, "retrain": "retrain.npz",
+                  "findings": "findings.jsonl"},
     }
     atomic_text(out / "exports.json", json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int:
+    """Write ``findings.jsonl`` with the uint8 re-check of every finding; returns how many survive."""
+    rows = [json.loads(line) for line in (campaign.folder / "findings.jsonl").read_text().splitlines() if line]
+    rows = rows[:campaign.n_findings]
+    found = campaign.findings()
+    survives = np.zeros(0, bool)
+    if rows:
+        oracle = oracle if oracle is not None else make_oracle(campaign.config["oracle"])
+        xq = quantise(found["x"], campaign.value_range)
+        predictions = campaign.analysis.network.predict(xq)
+        survives = oracle(xq, predictions, found["label"], found["root_prediction"])
+        by_id = {row["id"]: row for row in rows}
+        for i, p, ok in zip(found["id"], predictions, survives):
+            by_id[int(i)].update(prediction_uint8=int(p), survives_uint8=bool(ok))
+    atomic_text(out / "findings.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    return int(survives.sum())
 
 
 def _tracker(analysis, ids):

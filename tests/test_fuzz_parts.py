@@ -33,6 +33,9 @@ def test_batch_prioritization_weights_by_hand():
     rng = np.random.default_rng(0)
     picks = s.pick(np.array([0, 100]), 10_000, rng)
     assert (picks == 0).mean() > 0.98                           # 1 vs 0.01
+    picks = s.pick(np.array([0, 2, 4, 5]), 100_000, rng)         # weights 1, 0.6, 0.2, 0.01 (sum 1.81)
+    np.testing.assert_allclose(np.bincount(picks, minlength=4) / 100_000, np.array([1, 0.6, 0.2, 0.01]) / 1.81,
+                               atol=0.005)
     np.testing.assert_array_equal(s.pick(np.zeros(5, int), 7, np.random.default_rng(1)),
                                   s.pick(np.zeros(5, int), 7, np.random.default_rng(1)))
     assert set(Uniform().pick(np.zeros(3, int), 100, rng)) == {0, 1, 2}

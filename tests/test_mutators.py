@@ -131,6 +131,32 @@ def test_relevant_pixels_hits_the_most_relevant(channels, nets):
         assert ((out != x).sum(axis=-1).reshape(6, -1)[changed] == 3).all()
 
 
+@pytest.mark.parametrize("n, k", [(144, 2), (144, 30)])                # sparse (redraws) and dense (partition)
+def test_distinct_positions_are_uniform_subsets(n, k):
+    from idcgen.fuzz.mutators import distinct_positions
+    positions = distinct_positions(np.random.default_rng(0), 20_000, n, k)
+    assert positions.shape == (20_000, k) and positions.min() >= 0 and positions.max() < n
+    assert (np.diff(np.sort(positions, axis=1), axis=1) > 0).all()
+    expected = 20_000 * k / n
+    counts = np.bincount(positions.ravel(), minlength=n)
+    assert np.abs(counts - expected).max() < 5 * np.sqrt(expected)    # every position equally likely
+    pairs = np.bincount((np.sort(positions[:, :2], axis=1) @ [n, 1]), minlength=n * n).reshape(n, n)
+    assert pairs[0, 1] > 0 and pairs[1, 0] == 0 and (np.diag(pairs) == 0).all()
+
+
+def test_standard_normal_is_reproducible_in_parts():
+    from idcgen.fuzz.mutators import standard_normal
+    big = standard_normal(np.random.default_rng(0), (300, 28, 28, 1))       # filled on two threads
+    np.testing.assert_array_equal(big, standard_normal(np.random.default_rng(0), (300, 28, 28, 1)))
+    assert big.dtype == np.float32 and abs(big.mean()) < 0.01 and abs(big.std() - 1) < 0.01
+    small = standard_normal(np.random.default_rng(0), (3, 5))
+    assert small.shape == (3, 5) and not np.array_equal(small, standard_normal(np.random.default_rng(1), (3, 5)))
+    used, expected = np.random.default_rng(0), np.random.default_rng(0)
+    standard_normal(used, (2, 2))
+    expected.integers(0, 2**63, 2)
+    assert used.bit_generator.state == expected.bit_generator.state         # rng advanced by the two child seeds
+
+
 def test_random_pixels_changes_the_same_count(nets):
     x = batch(6, interior=True)
     out = make_mutator("random_pixels(fraction=0.05)").mutate(x, np.random.default_rng(0), context(nets[1], 6))
@@ -138,15 +164,117 @@ def test_random_pixels_changes_the_same_count(nets):
     assert len({tuple(np.flatnonzero(row)) for row in changed_positions(out, x)}) > 1   # per-image positions
 
 
-def test_transforms_draw_parameters_per_group(nets):
-    group = make_mutator("rotate").group
-    x = np.repeat(batch(1), 4 * group, axis=0)
-    for name in ("rotate", "brightness", "elastic"):
-        out = make_mutator(name).mutate(x, np.random.default_rng(0), context(nets[1], len(x)))
-        firsts = {out[i * group].tobytes() for i in range(4)}
-        assert len(firsts) == 4, name                               # each group its own parameters
-        if name != "elastic":                                      # same parameters within a group
-            assert all(np.array_equal(out[0], out[i]) for i in range(group)), name
+@pytest.mark.parametrize("spec", ["rotate", "shift(limit=0.25)", "scale", "shear", "brightness", "contrast", "noise",
+                                  "elastic"])
+def test_transforms_draw_parameters_per_image(spec, nets):
+    x = np.repeat(batch(1, interior=True), 16, axis=0)
+    out = make_mutator(spec).mutate(x, np.random.default_rng(0), context(nets[1], len(x)))
+    assert len({o.tobytes() for o in out}) >= 12                   # shift: 49 possible moves on 12x12
+
+
+def test_blur_draws_parameters_per_group(nets):
+    group = make_mutator("blur").group
+    x = np.repeat(batch(1), 8 * group, axis=0)
+    out = make_mutator("blur").mutate(x, np.random.default_rng(0), context(nets[1], len(x)))
+    assert len({out[i * group].tobytes() for i in range(8)}) > 1       # groups draw their own kernel size
+    assert all(np.array_equal(out[0], out[i]) for i in range(group))  # one draw within a group
+
+
+AFFINE_CASES = [dict(rotate=17.0), dict(rotate=-25.0, scale=0.85), dict(shear=12.0), dict(translate=(2, -3)),
+                dict(rotate=33.0, scale=1.15, shear=-7.0, translate=(1, 2))]
+
+
+@pytest.mark.parametrize("shape", [(12, 12, 1), (20, 15, 3)])
+@pytest.mark.parametrize("case", AFFINE_CASES, ids=repr)
+def test_warp_affine_matches_albumentations(case, shape):
+    import albumentations as A
+    import cv2
+    from idcgen.fuzz.transforms import affine_matrices, warp_affine
+    rotate, scale, shear = case.get("rotate", 0.0), case.get("scale", 1.0), case.get("shear", 0.0)
+    tx, ty = case.get("translate", (0, 0))
+    x = np.random.default_rng(0).random((3, *shape), dtype=np.float32)
+    reference = A.Affine(rotate=(rotate, rotate), scale=(scale, scale), shear={"x": (shear, shear), "y": (0, 0)},
+                         translate_px={"x": (tx, tx), "y": (ty, ty)}, keep_ratio=True,
+                         border_mode=cv2.BORDER_CONSTANT, fill=0, p=1.0)
+    expected = np.stack([reference(image=image)["image"].reshape(shape) for image in x])
+    # albumentations negates the drawn shear angle
+    matrices = affine_matrices(shape[0], shape[1], rotate=rotate, scale=scale, shear_x=-shear,
+                               translate_x=tx, translate_y=ty).repeat(3, axis=0)
+    np.testing.assert_allclose(warp_affine(x, matrices), expected, atol=2e-5)
+
+
+def test_warp_affine_identity_and_canvas_chunks(monkeypatch):
+    from idcgen.fuzz import transforms
+    x = np.random.default_rng(1).random((7, 9, 11, 5), dtype=np.float32)   # 5 channels: two remaps
+    np.testing.assert_array_equal(transforms.warp_affine(x, transforms.affine_matrices(9, 11).repeat(7, 0)), x)
+    matrices = transforms.affine_matrices(9, 11, rotate=np.linspace(-40, 40, 7), scale=np.linspace(0.7, 1.3, 7))
+    whole = transforms.warp_affine(x, matrices)
+    monkeypatch.setattr(transforms, "_MAX_ROWS", 2 * (9 + 2 * transforms._PAD))  # canvases of 2 images
+    np.testing.assert_allclose(transforms.warp_affine(x, matrices), whole, atol=1e-4)
+    assert not np.allclose(whole, x)
+
+
+@pytest.mark.parametrize("name", ["rotate", "scale", "shear"])
+def test_affine_mutators_draw_as_documented(name, nets):
+    """rotate/scale/shear draw one uniform value per image from their range, in batch order."""
+    import albumentations as A
+    import cv2
+    from idcgen.fuzz.transforms import affine_matrices, warp_affine
+    x, mutator = batch(5), make_mutator(name)
+    out = mutator.mutate(x, np.random.default_rng(3), context(nets[1], 5))
+    low, high = {"rotate": (-30.0, 30.0), "scale": (0.8, 1.2), "shear": (-20.0, 20.0)}[name]
+    drawn = np.random.default_rng(3).uniform(low, high, 5)
+    key = {"rotate": "rotate", "scale": "scale", "shear": "shear_x"}[name]
+    np.testing.assert_allclose(out, np.clip(warp_affine(x, affine_matrices(12, 12, **{key: drawn})), 0, 1))
+    if name == "rotate":  # and the same as albumentations' Affine with that angle
+        first = A.Affine(rotate=(drawn[0], drawn[0]), border_mode=cv2.BORDER_CONSTANT, fill=0, p=1.0)
+        np.testing.assert_allclose(out[0], first(image=x[0])["image"].reshape(12, 12, 1), atol=2e-5)
+
+
+def test_shift_moves_whole_pixels_within_the_limit(nets):
+    x = np.zeros((64, 12, 12, 1), np.float32)
+    x[:, 5, 6] = 1.0                                               # one bright pixel, away from the border
+    out = make_mutator("shift(limit=0.2)").mutate(x, np.random.default_rng(0), context(nets[1], 64))
+    assert set(np.unique(out)) == {0.0, 1.0}                       # whole pixels: no interpolation
+    rows, cols = np.nonzero(out[..., 0].reshape(64, -1) == 1.0)[1] // 12, np.nonzero(out[..., 0].reshape(64, -1))[1] % 12
+    moves = set(zip((rows - 5).tolist(), (cols - 6).tolist()))
+    assert all(abs(dy) <= 2 and abs(dx) <= 2 for dy, dx in moves) and len(moves) > 10
+
+
+@pytest.mark.parametrize("name, albumentations_kwargs", [
+    ("brightness", lambda v: dict(brightness_limit=(v, v), contrast_limit=(0.0, 0.0))),
+    ("contrast", lambda v: dict(brightness_limit=(0.0, 0.0), contrast_limit=(v - 1.0, v - 1.0))),
+])
+def test_photometric_mutators_match_albumentations(name, albumentations_kwargs, nets):
+    import albumentations as A
+    x = batch(4)
+    out = make_mutator(name).mutate(x, np.random.default_rng(5), context(nets[1], 4))
+    drawn = np.random.default_rng(5).uniform(*((-0.2, 0.2) if name == "brightness" else (0.8, 1.2)), 4)
+    for i in range(4):
+        expected = A.RandomBrightnessContrast(**albumentations_kwargs(drawn[i]), p=1.0)(image=x[i])["image"]
+        np.testing.assert_allclose(out[i], np.clip(expected, 0, 1), atol=1e-6)
+
+
+def test_noise_std_is_drawn_per_image(nets):
+    x = np.full((200, 12, 12, 1), 0.5, np.float32)
+    out = make_mutator("noise(std_low=0.02, std_high=0.08)").mutate(x, np.random.default_rng(0), context(nets[1], 200))
+    std = (out - x).reshape(200, -1).std(axis=1)
+    assert 0.015 < std.min() < 0.03 and 0.07 < std.max() < 0.095    # 144 pixels each: std estimates +-6 %
+
+
+@pytest.mark.parametrize("name", ["rotate", "shift", "scale", "shear"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_mutate_with_reference_moves_both_alike(name, channels, nets):
+    mutator = make_mutator(name)
+    x, reference = batch(6, channels, seed=1), batch(6, channels, seed=2)
+    reference[[1, 4]] = x[[1, 4]]                                   # seeds are their own reference
+    ctx = context(nets[channels], 6)
+    mutants, moved = mutator.mutate_with_reference(x, reference, np.random.default_rng(4), ctx)
+    np.testing.assert_allclose(mutants, mutator.mutate(x, np.random.default_rng(4), ctx), atol=1e-5)
+    np.testing.assert_allclose(moved, mutator.mutate(reference, np.random.default_rng(4), ctx), atol=1e-5)
+    np.testing.assert_array_equal(moved[[1, 4]], mutants[[1, 4]])
+    with pytest.raises(InputError, match="references of shape"):
+        mutator.mutate_with_reference(x, reference[:3], np.random.default_rng(4), ctx)
 
 
 def test_affine_flags():
@@ -293,7 +421,3 @@ def test_cw_mutants_do_not_depend_on_the_rest_of_the_batch(channels, nets, monke
     np.testing.assert_allclose(cw.mutate(x, np.random.default_rng(0), context(net, 4)), both, atol=1e-6)
 
 
-def test_noise_fields_differ_within_a_group(nets):
-    x = np.repeat(batch(1, interior=True), 16, axis=0)
-    out = make_mutator("noise").mutate(x, np.random.default_rng(0), context(nets[1], 16))
-    assert len({(out[i] - x[i]).tobytes() for i in range(16)}) == 16

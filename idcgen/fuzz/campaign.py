@@ -2,7 +2,7 @@
 
     campaign.json      config, versions, model fingerprint, a readable copy of the state
     state.npz          the commit point of every step: counters, rng state, per-mutator stats,
-                       fuzz counts, covered combinations, finding keys
+                       fuzz counts, covered combinations
     analysis/          the analysis the campaign measures with (a copy: the folder is self-contained)
     corpus/            step-NNNNNN.npz (entries added at that step; step 0 = the seeds), png/ previews
     findings/          step-NNNNNN.npz (findings of that step), png/ previews
@@ -16,6 +16,7 @@ after a kill the folder holds the last committed step and anything newer is drop
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -51,6 +52,14 @@ def atomic_write(path: Path, write, *, sync: bool = False) -> None:
 
 def atomic_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def atomic_npz(path: Path, arrays: dict, *, compressed: bool = False) -> None:
+    """``np.savez`` through :func:`atomic_write`. The archive is built in memory first: zipfile's many
+    small writes and seeks on a real file cost twice as much, on the writer thread of every step."""
+    buffer = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buffer, **arrays)
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
 
 
 def _truncate_lines(path: Path, keep: int) -> None:
@@ -189,12 +198,12 @@ class Campaign:
 
         def write():
             if entries is not None:
-                atomic_write(folder / "corpus" / tag, lambda f: np.savez(f, **entries))
+                atomic_npz(folder / "corpus" / tag, entries)
             if findings is not None:
-                atomic_write(folder / "findings" / tag, lambda f: np.savez(f, **findings))
+                atomic_npz(folder / "findings" / tag, findings)
             for name, text in lines:
                 self._append(name, text)
-            atomic_write(folder / "state.npz", lambda f: np.savez(f, **state))
+            atomic_npz(folder / "state.npz", state)
         self._submit(write)
         if time.monotonic() - self._json_written >= JSON_EVERY_SECONDS:
             self.flush()  # campaign.json must not run ahead of state.npz
@@ -214,10 +223,9 @@ class Campaign:
                 "mutators": {k: vars(v) for k, v in self.mutator_stats.items()}}
 
     def _state_arrays(self) -> dict:
-        keys = np.array(sorted(self.finding_keys), np.int64).reshape(-1, 3)
         return dict(state=json.dumps(self.state()), rng=json.dumps(self.rng.bit_generator.state),
                     n_stats_rows=self.n_stats_rows, fuzz_count=self.corpus.fuzz_count.copy(),
-                    covered=self.tracker.covered_ids(), finding_keys=keys)
+                    covered=self.tracker.covered_ids())
 
     def write_previews(self) -> None:
         """PNG previews of the entries committed since the last call; written when a run ends, not per
@@ -264,7 +272,7 @@ class Campaign:
             state = json.loads(str(st["state"]))
             rng_state = json.loads(str(st["rng"]))
             fuzz_count, covered = st["fuzz_count"], st["covered"]
-            keys, n_rows = st["finding_keys"], int(st["n_stats_rows"])
+            n_rows = int(st["n_stats_rows"])
         corpus = Corpus(analysis_input_shape(meta))
         for path in sorted((folder / "corpus").glob("step-*.npz"), key=_step_of):
             if _step_of(path) > state["step"]:
@@ -292,10 +300,12 @@ class Campaign:
         campaign = cls(folder=folder, config=meta["config"], analysis=analysis, corpus=corpus, tracker=tracker,
                        rng=rng, step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
                        elapsed=state["elapsed_seconds"], n_findings=state["findings"], n_stats_rows=n_rows,
-                       finding_keys={tuple(k) for k in keys.tolist()},
                        mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()})
         campaign._pending_png = pending
         found = campaign.findings()
+        # a finding is saved once per (combination, true label, prediction): the committed ones say which
+        campaign.finding_keys = set(zip(*(found[k].tolist() for k in ("combination", "label", "prediction")))) \
+            if found else set()
         campaign._pending_png += [("findings", int(i), x) for i, x in zip(found.get("id", []), found.get("x", []))
                                   if not (folder / "findings" / "png" / f"{int(i):06d}.png").exists()]
         return campaign

@@ -1,8 +1,8 @@
 """Mutators: one kind of mutation with its parameters; a batch of inputs in, a batch of mutants out.
 
 Three kinds (DESIGN §6): *noise* (Gaussian noise on all pixels, on the most relevant pixels, on random
-pixels), *transform* (albumentations 2.0.8 affine and photometric transforms) and *attack* (cleverhans
-and ART, in :mod:`idcgen.fuzz.attacks`). A mutator is written as a spec string, ``"gauss"`` or
+pixels), *transform* (affine and photometric transforms computed as albumentations 2.0.8 does, blur
+and elastic through it) and *attack* (cleverhans and ART, in :mod:`idcgen.fuzz.attacks`). A mutator is written as a spec string, ``"gauss"`` or
 ``"gauss(std=0.1)"``; its ``repr`` is the canonical spec and round-trips through :func:`make_mutator`.
 
 Magnitudes (noise std, attack eps and theta) are fractions of the width of the valid input range, so on
@@ -10,8 +10,8 @@ the usual [0, 1] range they are absolute pixel values.
 
 Every mutator keeps the contract of :meth:`Mutator.mutate`: a new float32 array of the input's shape,
 finite, clipped to the valid range; the input untouched; randomness only from the ``rng`` passed in
-(same generator state, same mutants). Noise and attacks draw per image; geometric and photometric
-transforms draw their parameters per group of 16 images (see ``_Albumentations``).
+(same generator state, same mutants). Noise, attacks, affine and photometric transforms draw their
+parameters per image; blur per group of 16 images (see ``_Albumentations``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..errors import InputError, ParameterError
+from .parallel import run_parts
+from .transforms import affine_matrices, per_image, warp_affine
 
 if TYPE_CHECKING:
     from ..models import Network
@@ -172,7 +174,11 @@ class Mutator:
         x = self._check_batch(x, rng, ctx)
         if len(x) == 0:
             return x.copy()
-        out = np.asarray(self._mutate(x, rng, ctx), dtype=np.float32)
+        return self._finish(x, self._mutate(x, rng, ctx), ctx)
+
+    def _finish(self, x: np.ndarray, out: np.ndarray, ctx: MutationContext) -> np.ndarray:
+        """The contract's end: float32 of x's shape, finite, clipped to the value range."""
+        out = np.asarray(out, dtype=np.float32)
         if out.shape != x.shape:
             raise RuntimeError(f"{self!r} returned shape {out.shape} for inputs of shape {x.shape}")
         finite = np.isfinite(out)
@@ -195,10 +201,11 @@ class Mutator:
             return x
         lo, hi = ctx.value_range
         tol = 1e-6 * (hi - lo)
-        if not (lo - tol <= x.min() and x.max() <= hi + tol):  # NaN fails both comparisons
+        low, high = x.min(), x.max()
+        if not (lo - tol <= low and high <= hi + tol):  # NaN fails both comparisons
             raise InputError(f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "
                              f"values in [{np.nanmin(x):g}, {np.nanmax(x):g}]")
-        if x.min() < lo or x.max() > hi:  # rounding error only: clip (on a copy), as cleverhans' C&W insists
+        if low < lo or high > hi:  # rounding error only: clip (on a copy), as cleverhans' C&W insists
             x = np.clip(x, lo, hi)
         if self.needs_model and len(ctx.labels) != len(x):
             raise InputError(f"{self.name}: got {len(ctx.labels)} labels for {len(x)} inputs")
@@ -212,6 +219,44 @@ def pixel_count(fraction: float, height: int, width: int) -> int:
     Floor, not round, gives the paper's counts: 15 of 784 on MNIST, 20 of 1,024 on CIFAR-10.
     """
     return max(1, int(math.floor(fraction * height * width + 1e-9)))
+
+
+def distinct_positions(rng: np.random.Generator, b: int, n: int, k: int) -> np.ndarray:
+    """(b, k) positions in range(n), distinct within each row, every k-subset equally likely."""
+    if k * k > 4 * n:  # dense: the k smallest of n random keys (a partition, not a sort)
+        keys = rng.random((b, n), dtype=np.float32)
+        return keys.argpartition(k - 1, axis=1)[:, :k] if k < n else np.argsort(keys, axis=1)
+    # sparse: draw k positions and redraw the rows that repeat one (accepted with probability > e^-2)
+    positions = rng.integers(0, n, (b, k))
+    while True:
+        ordered = np.sort(positions, axis=1)
+        repeats = np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1))
+        if len(repeats) == 0:
+            return positions
+        positions[repeats] = rng.integers(0, n, (len(repeats), k))
+
+
+#: the noise of a batch is drawn in two halves, each from its own child generator (see parallel.py)
+_NOISE_PARTS = 2
+
+
+def standard_normal(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """float32 N(0, 1) samples of ``shape``. Drawing them is most of the cost of Gaussian noise, so
+    large arrays are filled in two parts on two threads."""
+    out = np.empty(shape, np.float32)
+    flat = out.reshape(-1)
+    seeds = rng.integers(0, 2**63, size=_NOISE_PARTS)
+    bounds = np.linspace(0, flat.size, _NOISE_PARTS + 1).astype(int)
+
+    def fill(i):
+        np.random.default_rng(seeds[i]).standard_normal(dtype=np.float32, out=flat[bounds[i]:bounds[i + 1]])
+
+    if flat.size < 65_536:
+        for i in range(_NOISE_PARTS):
+            fill(i)
+    else:
+        run_parts(fill, range(_NOISE_PARTS))
+    return out
 
 
 def noise_at(x: np.ndarray, positions: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
@@ -236,7 +281,10 @@ class Gauss(Mutator):
 
     def _mutate(self, x, rng, ctx):
         lo, hi = ctx.value_range
-        return x + rng.standard_normal(x.shape, dtype=np.float32) * np.float32(self.std * (hi - lo))
+        noise = standard_normal(rng, x.shape)
+        noise *= np.float32(self.std * (hi - lo))
+        noise += x
+        return noise
 
 
 class RelevantPixels(Mutator):
@@ -276,22 +324,158 @@ class RandomPixels(Mutator):
     def _mutate(self, x, rng, ctx):
         b, h, w, _ = x.shape
         k = pixel_count(self.fraction, h, w)
-        # k distinct positions per image: the k smallest of h*w random keys (a partition, not a sort)
-        keys = rng.random((b, h * w), dtype=np.float32)
-        positions = keys.argpartition(k - 1, axis=1)[:, :k] if k < h * w else np.argsort(keys, axis=1)
         lo, hi = ctx.value_range
-        return noise_at(x, positions, self.std * (hi - lo), rng)
+        return noise_at(x, distinct_positions(rng, b, h * w, k), self.std * (hi - lo), rng)
 
 
-# ---- albumentations transforms ------------------------------------------------------------------
+# ---- transforms -------------------------------------------------------------------------------
+class _BatchedTransform(Mutator):
+    """A transform with its own random parameters for every image, applied to the whole batch at once
+    (:mod:`idcgen.fuzz.transforms`). Works on [0, 1]: images are rescaled around the call."""
+
+    kind = "transform"
+
+    def _mutate(self, x, rng, ctx):
+        return _in_unit_range(lambda unit: self._transform(unit, rng), x, ctx)
+
+    def _transform(self, unit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+
+def _in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
+    """``transform`` applied to x rescaled to [0, 1], its result clipped and scaled back."""
+    lo, hi = ctx.value_range
+    unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
+    out = np.clip(transform(unit), 0.0, 1.0)
+    return out if (lo, hi) == (0.0, 1.0) else out * np.float32(hi - lo) + np.float32(lo)
+
+
+class _AffineTransform(_BatchedTransform):
+    """An affine transform (zero fill outside the image). DeepHunter allows one per chain, and moves the
+    chain's reference image with it: :meth:`mutate_with_reference` applies each image's draw to both."""
+
+    affine = True
+
+    def _matrices(self, n: int, height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+        """(n, 2, 3) matrices, one random draw per image."""
+        raise NotImplementedError
+
+    def _transform(self, unit, rng):
+        return warp_affine(unit, self._matrices(len(unit), unit.shape[1], unit.shape[2], rng))
+
+    def mutate_with_reference(self, x: np.ndarray, reference: np.ndarray, rng: np.random.Generator,
+                              ctx: MutationContext) -> tuple[np.ndarray, np.ndarray]:
+        """``(mutate(x), reference moved by the same transforms)``, drawing from ``rng`` exactly as
+        :meth:`mutate` does, in one warp (references equal to their image are not warped twice)."""
+        x, reference = self._check_batch(x, rng, ctx), self._check_batch(reference, rng, ctx)
+        if x.shape != reference.shape:
+            raise InputError(f"{self.name}: references of shape {reference.shape} for inputs of shape {x.shape}")
+        if len(x) == 0:
+            return x.copy(), reference.copy()
+        matrices = self._matrices(len(x), x.shape[1], x.shape[2], rng)
+        differ = np.flatnonzero((x != reference).reshape(len(x), -1).any(axis=1))
+        both = np.concatenate([x, reference[differ]])
+        warped = _in_unit_range(lambda unit: warp_affine(unit, np.concatenate([matrices, matrices[differ]])),
+                                both, ctx)
+        warped = self._finish(both, warped, ctx)
+        mutants = warped[:len(x)]
+        moved = mutants.copy()
+        moved[differ] = warped[len(x):]
+        return mutants, moved
+
+
+class Rotate(_AffineTransform):
+    """Rotation by an angle drawn from [-limit, limit] degrees about the centre."""
+
+    name = "rotate"
+    parameters = {"limit": Param(30.0, float, 0.0, 180.0, closed="right")}
+
+    def _matrices(self, n, height, width, rng):
+        return affine_matrices(height, width, rotate=rng.uniform(-self.limit, self.limit, n))
+
+
+class Shift(_AffineTransform):
+    """Translation by a whole number of pixels drawn uniformly from [-limit, limit] times the width
+    (and, independently, the height), rounded: up to 3 pixels each way on 28x28 at limit 0.1."""
+
+    name = "shift"
+    parameters = {"limit": Param(0.1, float, 0.0, 1.0, closed="neither")}
+
+    def _matrices(self, n, height, width, rng):
+        dx, dy = max(1, round(self.limit * width)), max(1, round(self.limit * height))
+        return affine_matrices(height, width, translate_x=rng.integers(-dx, dx + 1, n),
+                               translate_y=rng.integers(-dy, dy + 1, n))
+
+
+class Scale(_AffineTransform):
+    """Zoom about the centre by a factor drawn from [low, high], the same on both axes."""
+
+    name = "scale"
+    parameters = {"low": Param(0.8, float, 0.0, None, closed="neither"),
+                  "high": Param(1.2, float, 0.0, None, closed="neither")}
+
+    def _check_params(self):
+        if self.high < self.low:
+            raise _bad(self.name, "high", f">= low ({self.low!r})", self.high)
+
+    def _matrices(self, n, height, width, rng):
+        return affine_matrices(height, width, scale=rng.uniform(self.low, self.high, n))
+
+
+class Shear(_AffineTransform):
+    """Horizontal shear by an angle drawn from [-limit, limit] degrees (as DeepHunter's shear)."""
+
+    name = "shear"
+    parameters = {"limit": Param(20.0, float, 0.0, 90.0, closed="neither")}
+
+    def _matrices(self, n, height, width, rng):
+        return affine_matrices(height, width, shear_x=rng.uniform(-self.limit, self.limit, n))
+
+
+class Brightness(_BatchedTransform):
+    """Add a brightness offset drawn from [-limit, limit] (of the value range) per image."""
+
+    name = "brightness"
+    parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
+
+    def _transform(self, unit, rng):
+        return unit + per_image(rng.uniform(-self.limit, self.limit, len(unit)))
+
+
+class Contrast(_BatchedTransform):
+    """Multiply by a contrast factor drawn from [1 - limit, 1 + limit] per image."""
+
+    name = "contrast"
+    parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
+
+    def _transform(self, unit, rng):
+        return unit * per_image(rng.uniform(1.0 - self.limit, 1.0 + self.limit, len(unit)))
+
+
+class Noise(_BatchedTransform):
+    """albumentations' GaussNoise: per image a std drawn from [std_low, std_high] (of the value range),
+    then independent N(0, std) noise on every pixel and channel."""
+
+    name = "noise"
+    parameters = {"std_low": Param(0.02, float, 0.0, 1.0),
+                  "std_high": Param(0.08, float, 0.0, 1.0)}
+
+    def _check_params(self):
+        if self.std_high < self.std_low:
+            raise _bad(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
+
+    def _transform(self, unit, rng):
+        std = per_image(rng.uniform(self.std_low, self.std_high, len(unit)))
+        return unit + standard_normal(rng, unit.shape) * std
+
+
 class _Albumentations(Mutator):
-    """A transform applied to groups of ``group`` consecutive images, each group with its own random
-    parameters (one seed drawn from ``rng`` per group).
+    """An albumentations transform applied to groups of ``group`` consecutive images, each group with
+    its own random parameters (one seed drawn from ``rng`` per group).
 
     albumentations called with ``images=`` gives the whole call the same parameters; calling it image
-    by image costs about 0.1-0.2 ms of Python per image, ten times the work. Groups of 16 keep 16
-    parameter draws per batch of 256 at a tenth of the cost. Images are rescaled to [0, 1] around the
-    call; albumentations keeps float32 HxWxC as it is.
+    by image costs about 0.1-0.2 ms of Python per image. Images are rescaled to [0, 1] around the call;
+    albumentations keeps float32 HxWxC as it is.
     """
 
     kind = "transform"
@@ -313,98 +497,8 @@ class _Albumentations(Mutator):
         for start, seed in zip(starts, rng.integers(0, 2**32, size=len(starts), dtype=np.uint64)):
             transform.set_random_seed(int(seed))
             chunk = np.ascontiguousarray(unit[start:start + self.group])
-            out[start:start + self.group] = self._apply(transform, chunk)
+            out[start:start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
         return np.clip(out, 0.0, 1.0) * np.float32(hi - lo) + np.float32(lo)
-
-
-    def _apply(self, transform, chunk: np.ndarray) -> np.ndarray:
-        """One albumentations call on a group of images (b, h, w, c), same parameters for all."""
-        return transform(images=chunk)["images"].reshape(chunk.shape)
-
-
-def _affine(**kwargs):
-    import albumentations as A
-    import cv2
-    return A.Affine(**kwargs, border_mode=cv2.BORDER_CONSTANT, fill=0, p=1.0)
-
-
-class _AffineTransform(_Albumentations):
-    affine = True
-
-
-class Rotate(_AffineTransform):
-    """Rotation by an angle drawn from [-limit, limit] degrees about the centre; corners filled with 0."""
-
-    name = "rotate"
-    parameters = {"limit": Param(30.0, float, 0.0, 180.0, closed="right")}
-
-    def _build(self, height, width):
-        return _affine(rotate=(-self.limit, self.limit))
-
-
-class Shift(_AffineTransform):
-    """Translation by a whole number of pixels drawn uniformly from [-limit, limit] times the width
-    (and, independently, the height), rounded: up to 3 pixels each way on 28x28 at limit 0.1.
-
-    (albumentations' ``translate_percent`` truncates towards zero, which makes no shift twice as likely
-    as any other; ``translate_px`` draws integers uniformly.)
-    """
-
-    name = "shift"
-    parameters = {"limit": Param(0.1, float, 0.0, 1.0, closed="neither")}
-
-    def _build(self, height, width):
-        dx, dy = max(1, round(self.limit * width)), max(1, round(self.limit * height))
-        return _affine(translate_px={"x": (-dx, dx), "y": (-dy, dy)})
-
-
-class Scale(_AffineTransform):
-    """Zoom about the centre by a factor drawn from [low, high], the same on both axes."""
-
-    name = "scale"
-    parameters = {"low": Param(0.8, float, 0.0, None, closed="neither"),
-                  "high": Param(1.2, float, 0.0, None, closed="neither")}
-
-    def _check_params(self):
-        if self.high < self.low:
-            raise _bad(self.name, "high", f">= low ({self.low!r})", self.high)
-
-    def _build(self, height, width):
-        return _affine(scale=(self.low, self.high), keep_ratio=True)
-
-
-class Shear(_AffineTransform):
-    """Horizontal shear by an angle drawn from [-limit, limit] degrees (as DeepHunter's shear)."""
-
-    name = "shear"
-    parameters = {"limit": Param(20.0, float, 0.0, 90.0, closed="neither")}
-
-    def _build(self, height, width):
-        return _affine(shear={"x": (-self.limit, self.limit), "y": (0.0, 0.0)})
-
-
-class Brightness(_Albumentations):
-    """Add a brightness offset drawn from [-limit, limit] (of the value range)."""
-
-    name = "brightness"
-    parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
-
-    def _build(self, height, width):
-        import albumentations as A
-        return A.RandomBrightnessContrast(brightness_limit=(-self.limit, self.limit), contrast_limit=(0.0, 0.0),
-                                          p=1.0)
-
-
-class Contrast(_Albumentations):
-    """Multiply by a contrast factor drawn from [1 - limit, 1 + limit]."""
-
-    name = "contrast"
-    parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
-
-    def _build(self, height, width):
-        import albumentations as A
-        return A.RandomBrightnessContrast(brightness_limit=(0.0, 0.0), contrast_limit=(-self.limit, self.limit),
-                                          p=1.0)
 
 
 class Blur(_Albumentations):
@@ -433,30 +527,6 @@ class Elastic(_Albumentations):
         import cv2
         return A.ElasticTransform(alpha=self.alpha, sigma=self.sigma, border_mode=cv2.BORDER_CONSTANT, fill=0,
                                   p=1.0)
-
-
-class Noise(_Albumentations):
-    """albumentations' GaussNoise: an independent noise field per image, its std drawn per group of
-    images from [std_low, std_high] (``std_range``; the old ``var_limit`` is silently ignored by 2.0.8)."""
-
-    name = "noise"
-    parameters = {"std_low": Param(0.02, float, 0.0, 1.0),
-                  "std_high": Param(0.08, float, 0.0, 1.0)}
-
-    def _check_params(self):
-        if self.std_high < self.std_low:
-            raise _bad(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
-
-    def _build(self, height, width):
-        import albumentations as A
-        return A.GaussNoise(std_range=(self.std_low, self.std_high), per_channel=True, p=1.0)
-
-    def _apply(self, transform, chunk):
-        # called with images= the group would share one noise field; stacked as the channels of one
-        # image, every image gets its own noise (per channel), the std drawn once per group
-        b, h, w, c = chunk.shape
-        stacked = np.ascontiguousarray(chunk.transpose(1, 2, 0, 3).reshape(h, w, b * c))
-        return transform(image=stacked)["image"].reshape(h, w, b, c).transpose(2, 0, 1, 3)
 
 
 # ---- specs --------------------------------------------------------------------------------------

@@ -26,8 +26,9 @@ class BatchPrioritization:
         return np.where(f < (1 - self.p_min) * self.gamma, 1 - f / self.gamma, self.p_min)
 
     def pick(self, fuzz_count: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        w = self.weights(fuzz_count)
-        return rng.choice(len(w), size=n, p=w / w.sum())
+        # inverse-CDF sampling (rng.choice(p=...) validates p on every call: ten times slower)
+        cdf = np.cumsum(self.weights(fuzz_count))
+        return np.minimum(np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right"), len(cdf) - 1)
 
 
 @dataclass(frozen=True)

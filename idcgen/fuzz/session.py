@@ -123,7 +123,7 @@ def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -
     except KeyboardInterrupt:
         echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
         return None
-    exports = export_campaign(campaign, train_x=x_train, train_y=y_train)
+    exports = export_campaign(campaign, train_x=x_train, train_y=y_train, oracle=fuzzer.oracle)
     report = write_report(campaign, notes=notes, exports=exports)
     state = campaign.state()
     seeds_idc = campaign.stats_rows()[0]["idc"]
