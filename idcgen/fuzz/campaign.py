@@ -100,6 +100,7 @@ class Campaign:
     n_findings: int = 0
     n_stats_rows: int = 0
     finding_keys: set = field(default_factory=set)
+    pick_counts: np.ndarray | None = None   # resumed: the fuzz counts the next batch's parents come from
     mutator_stats: dict = field(default_factory=dict)
     _json_written: float = field(default=-float("inf"), repr=False)
     _pending_png: list = field(default_factory=list, repr=False)
@@ -171,61 +172,56 @@ class Campaign:
         self.write_json()
         self.write_previews()
 
-    def commit(self, new_ids: np.ndarray, findings: dict | None, stats_row: dict) -> None:
+    def commit(self, new_ids: np.ndarray, findings: dict | None, stats_row: dict, *,
+               next_batch: tuple[dict, np.ndarray] | None = None) -> None:
         """Persist one step: new corpus entries, findings, a stats row, then the state (commit point).
 
         Everything is snapshotted here and written by one background thread in this order, so disk
         time overlaps the next step and a kill still leaves a consistent last committed step.
+        ``next_batch``: (generator state, fuzz counts) the next step's batch was already mutated from;
+        they are saved instead of the current ones, so that a resumed campaign mutates it again alike.
         """
         tag = f"step-{self.step:06d}.npz"
-        folder, lines = self.folder, []
-        if len(new_ids):
-            entries = self.corpus.entries(new_ids)
+        folder = self.folder
+        entries = self.corpus.entries(new_ids) if len(new_ids) else None
+        if entries is not None:
             self._pending_png.extend(("corpus", int(i), x) for i, x in zip(new_ids, entries["x"]))
-            lines.append(("manifest.jsonl", "".join(json.dumps(self._manifest_row(i)) + "\n" for i in new_ids)))
-        else:
-            entries = None
+            chains = [self.corpus.chains[i] for i in new_ids]  # never modified once added
         if findings is not None and len(findings["id"]):
             self._pending_png.extend(("findings", int(i), x) for i, x in zip(findings["id"], findings["x"]))
-            rows = [{k: (v[j].item() if hasattr(v[j], "item") else v[j]) for k, v in findings.items() if k != "x"}
-                    for j in range(len(findings["id"]))]
-            lines.append(("findings.jsonl", "".join(json.dumps(r) + "\n" for r in rows)))
         else:
             findings = None
-        lines.append(("stats.jsonl", json.dumps(stats_row) + "\n"))
         self.n_stats_rows += 1
-        state = self._state_arrays()
+        # snapshots only: encoding them (JSON, npz) is left to the writer thread
+        rng, pick_counts = next_batch if next_batch is not None else (self.rng.bit_generator.state, None)
+        state = dict(state=self.state(), rng=rng, n_stats_rows=self.n_stats_rows,
+                     fuzz_count=self.corpus.fuzz_count.copy(), covered=self.tracker.covered_ids())
+        if pick_counts is not None:
+            state["pick_counts"] = pick_counts
 
         def write():
             if entries is not None:
                 atomic_npz(folder / "corpus" / tag, entries)
+                self._append("manifest.jsonl", "".join(json.dumps(_manifest_row(entries, j, chains[j])) + "\n"
+                                                       for j in range(len(chains))))
             if findings is not None:
                 atomic_npz(folder / "findings" / tag, findings)
-            for name, text in lines:
-                self._append(name, text)
-            atomic_npz(folder / "state.npz", state)
+                self._append("findings.jsonl", "".join(json.dumps(_finding_row(findings, j)) + "\n"
+                                                       for j in range(len(findings["id"]))))
+            self._append("stats.jsonl", json.dumps(stats_row) + "\n")
+            atomic_npz(folder / "state.npz", dict(state, state=json.dumps(state["state"]), rng=json.dumps(state["rng"])))
         self._submit(write)
         if time.monotonic() - self._json_written >= JSON_EVERY_SECONDS:
             self.flush()  # campaign.json must not run ahead of state.npz
             self.write_json()
 
-    def _manifest_row(self, i: int) -> dict:
-        c = self.corpus
-        return {"id": int(i), "parent": int(c.parent[i]), "root": int(c.root[i]), "chain": c.chains[i],
-                "combination": int(c.combination[i]), "prediction": int(c.prediction[i]),
-                "label": int(c.label[i]), "step": int(c.step[i]), "seed": bool(c.parent[i] < 0)}
-
     def state(self) -> dict:
+        """The counters as a new dict (a snapshot: later steps do not change it)."""
         return {"step": self.step, "execs": self.execs, "seed_execs": self.seed_execs,
                 "elapsed_seconds": round(self.elapsed, 3), "corpus": len(self.corpus),
                 "seeds": self.corpus.n_seeds, "findings": self.n_findings,
                 "idc": self.tracker.score, "covered": self.tracker.covered, "total": self.tracker.total,
-                "mutators": {k: vars(v) for k, v in self.mutator_stats.items()}}
-
-    def _state_arrays(self) -> dict:
-        return dict(state=json.dumps(self.state()), rng=json.dumps(self.rng.bit_generator.state),
-                    n_stats_rows=self.n_stats_rows, fuzz_count=self.corpus.fuzz_count.copy(),
-                    covered=self.tracker.covered_ids())
+                "mutators": {k: dict(vars(v)) for k, v in self.mutator_stats.items()}}
 
     def write_previews(self) -> None:
         """PNG previews of the entries committed since the last call; written when a run ends, not per
@@ -273,6 +269,7 @@ class Campaign:
             rng_state = json.loads(str(st["rng"]))
             fuzz_count, covered = st["fuzz_count"], st["covered"]
             n_rows = int(st["n_stats_rows"])
+            pick_counts = st["pick_counts"] if "pick_counts" in st.files else None
         corpus = Corpus(analysis_input_shape(meta))
         for path in sorted((folder / "corpus").glob("step-*.npz"), key=_step_of):
             if _step_of(path) > state["step"]:
@@ -300,7 +297,8 @@ class Campaign:
         campaign = cls(folder=folder, config=meta["config"], analysis=analysis, corpus=corpus, tracker=tracker,
                        rng=rng, step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
                        elapsed=state["elapsed_seconds"], n_findings=state["findings"], n_stats_rows=n_rows,
-                       mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()})
+                       mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()},
+                       pick_counts=pick_counts)
         campaign._pending_png = pending
         found = campaign.findings()
         # a finding is saved once per (combination, true label, prediction): the committed ones say which
@@ -325,6 +323,19 @@ class Campaign:
         if not parts:
             return {}
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _manifest_row(entries: dict, j: int, chain: list) -> dict:
+    """The manifest.jsonl row of the j-th of a step's new corpus entries."""
+    return {"id": int(entries["id"][j]), "parent": int(entries["parent"][j]), "root": int(entries["root"][j]),
+            "chain": chain, "combination": int(entries["combination"][j]),
+            "prediction": int(entries["prediction"][j]), "label": int(entries["label"][j]),
+            "step": int(entries["step"][j]), "seed": bool(entries["parent"][j] < 0)}
+
+
+def _finding_row(findings: dict, j: int) -> dict:
+    """The findings.jsonl row of the j-th of a step's findings (everything but the input)."""
+    return {k: v[j].item() for k, v in findings.items() if k != "x"}
 
 
 def _step_of(path: Path) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -153,61 +154,109 @@ class Fuzzer:
             campaign.close()
         return campaign
 
-    def _loop(self, campaign: Campaign, progress: bool, on_step) -> None:
-        idle = 0
-        with tqdm(total=campaign.budget, initial=min(campaign.execs, campaign.budget), unit="exec",
-                  desc="fuzz", disable=not progress, dynamic_ncols=True) as bar:
-            while campaign.execs < campaign.budget:
-                done = self.step(campaign)
-                bar.update(done)
-                bar.set_postfix(IDC=f"{campaign.tracker.score:.1%}", corpus=len(campaign.corpus),
-                                findings=campaign.n_findings,
-                                execs_s=f"{campaign.execs / max(campaign.elapsed, 1e-9):.0f}", refresh=False)
-                idle = idle + 1 if done == 0 else 0
-                if idle > 50:
-                    raise ParameterError("50 steps in a row made no mutant (every mutator failed; "
-                                         "see the errors in campaign.json)")
-                if on_step is not None:
-                    on_step(campaign)
+    def _loop(self, c: Campaign, progress: bool, on_step) -> None:
+        """Steps, one batch in flight: while the model runs step k's mutants on a worker thread, the main
+        thread commits step k - 1 and mutates step k + 1 (whose parents therefore come from the corpus as
+        it was after step k - 1). Mutators that use the model or the coverage wait for the batch in flight.
+        """
+        idle, inflight = 0, None
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idcgen-forward")
+        tick = time.perf_counter()
+        try:
+            with tqdm(total=c.budget, initial=min(c.execs, c.budget), unit="exec", desc="fuzz",
+                      disable=not progress, dynamic_ncols=True) as bar:
+                while True:
+                    planned = c.execs + (len(inflight.parents) if inflight is not None else 0)
+                    batch = None
+                    if planned < c.budget:
+                        step = (inflight.step if inflight is not None else c.step) + 1
+                        mutator = self._mutator_of(step)
+                        if inflight is None or _pipelined(mutator):  # else: finish the batch in flight first
+                            batch = self._prepare(c, step, mutator, c.budget - planned)
+                            if batch.mutants is not None:
+                                batch.result = worker.submit(self._run, batch.mutants)
+                    if inflight is None:
+                        if batch is None:
+                            break
+                        inflight = batch  # nothing in flight to finish yet
+                        continue
+                    done, tick = self._finish(c, inflight, batch, tick)
+                    inflight = batch
+                    bar.update(done)
+                    bar.set_postfix(IDC=f"{c.tracker.score:.1%}", corpus=len(c.corpus), findings=c.n_findings,
+                                    execs_s=f"{c.execs / max(c.elapsed, 1e-9):.0f}", refresh=False)
+                    idle = idle + 1 if done == 0 else 0
+                    if idle > 50:
+                        raise ParameterError("50 steps in a row made no mutant (every mutator failed; "
+                                             "see the errors in campaign.json)")
+                    if on_step is not None:
+                        on_step(c)
+                        tick = time.perf_counter()  # the callback's time is not the campaign's
+        finally:
+            worker.shutdown(wait=True)
 
-    def step(self, c: Campaign) -> int:
-        """One step of the loop; returns the number of execs it made."""
-        started = time.perf_counter()
-        rng, corpus = c.rng, c.corpus
-        n = min(self.batch_size, c.budget - c.execs)
+    def _mutator_of(self, step: int) -> Mutator:
         # mutators take turns in an order shuffled every round, so each gets an equal share of the
         # budget and the per-mutator table compares like with like (derived from the step: resumable)
-        round_, turn = divmod(c.step, len(self.mutators))
-        mutator = self.mutators[self._turn_order(round_)[turn]]
-        name = repr(mutator)
-        stats = c.mutator_stats[name]
-        if mutator.affine:  # DeepHunter: at most one affine transform per chain, so parents without one
-            eligible = np.flatnonzero(~corpus.affine)  # (never empty: the seeds have none)
-            parents = eligible[self.scheduler.pick(corpus.fuzz_count[eligible], n, rng)]
+        round_, turn = divmod(step - 1, len(self.mutators))
+        return self.mutators[self._turn_order(round_)[turn]]
+
+    def _prepare(self, c: Campaign, step: int, mutator: Mutator, left: int) -> "_Batch":
+        """Pick parents and mutate them: the first half of a step."""
+        started = time.perf_counter()
+        rng, corpus = c.rng, c.corpus
+        batch = _Batch(step=step, mutator=mutator, name=repr(mutator), rng_before=rng.bit_generator.state)
+        if c.pick_counts is not None:  # resuming a campaign whose next batch was picked a step early
+            counts, c.pick_counts = c.pick_counts, None
         else:
-            parents = self.scheduler.pick(corpus.fuzz_count, n, rng)
-        c.step += 1
-        roots = corpus.root[parents]
-        ctx = FuzzContext(network=self.network, labels=corpus.label[roots], value_range=self.value_range,
+            counts = corpus.fuzz_count.copy()
+        batch.pick_counts = counts
+        n = min(self.batch_size, left)
+        if mutator.affine:  # DeepHunter: at most one affine transform per chain, so parents without one
+            eligible = np.flatnonzero(~corpus.affine[:len(counts)])  # (never empty: the seeds have none)
+            parents = eligible[self.scheduler.pick(counts[eligible], n, rng)]
+        else:
+            parents = self.scheduler.pick(counts, n, rng)
+        batch.parents, batch.roots = parents, corpus.root[parents]
+        ctx = FuzzContext(network=self.network, labels=corpus.label[batch.roots], value_range=self.value_range,
                           analysis=self.analysis, tracker=c.tracker,
                           parent_combinations=corpus.combination[parents])
         try:
             if mutator.affine:  # the reference moves with the same transform (DeepHunter)
-                mutants, references = mutator.mutate_with_reference(corpus.x[parents], corpus.reference[parents],
-                                                                    rng, ctx)
+                batch.mutants, batch.references = mutator.mutate_with_reference(
+                    corpus.x[parents], corpus.reference[parents], rng, ctx)
             else:
-                mutants = mutator.mutate(corpus.x[parents], rng, ctx)
-                references = corpus.reference[parents]
+                batch.mutants = mutator.mutate(corpus.x[parents], rng, ctx)
+                batch.references = corpus.reference[parents]
         except Exception as exc:  # an attack failing on a batch is reported, the campaign goes on
-            stats.errors += 1
-            stats.last_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            seconds = time.perf_counter() - started
-            stats.seconds += seconds
-            c.elapsed += seconds
-            c.commit(np.zeros(0, np.int64), None, self._stats_row(c, name, seconds))
-            return 0
-        valid = self.validity.check(mutants, references)
+            message = str(exc).strip()
+            batch.error = f"{type(exc).__name__}: {message.splitlines()[0] if message else ''}"
+            batch.mutants = batch.references = None
+        batch.seconds = time.perf_counter() - started
+        return batch
+
+    def _run(self, mutants: np.ndarray):
+        """The model on a batch (worker thread): predictions, subject-layer activations, seconds."""
+        started = time.perf_counter()
         probs, (acts,) = self.network.forward(mutants, (self.analysis.layer,))
+        return probs, acts, time.perf_counter() - started
+
+    def _finish(self, c: Campaign, batch: "_Batch", following: "_Batch | None", tick: float) -> tuple[int, float]:
+        """Coverage, corpus, oracle and commit of a batch: the second half of its step. Returns the execs
+        it made and the time it committed."""
+        started = time.perf_counter()
+        corpus, name = c.corpus, batch.name
+        stats = c.mutator_stats[name]
+        c.step = batch.step
+        if batch.error is not None:
+            stats.errors += 1
+            stats.last_error = batch.error
+            return 0, self._commit(c, stats, batch, following, tick, started, np.zeros(0, np.int64), None)
+        mutants, references, parents, roots = batch.mutants, batch.references, batch.parents, batch.roots
+        valid = self.validity.check(mutants, references)
+        probs, acts, forward_seconds = batch.result.result()
+        batch.seconds += forward_seconds
+        started = time.perf_counter()
         preds = probs.argmax(1)
         ids = self.analysis.combinations.ids(self.analysis.select(acts))
         new = np.zeros(len(mutants), bool)
@@ -215,25 +264,39 @@ class Fuzzer:
         flagged = self.oracle(mutants, preds, corpus.label[roots], corpus.prediction[roots]) & valid
         np.add.at(corpus.fuzz_count, parents, 1)
 
-        chain_of = [corpus.chains[p] + [name] for p in parents]
-        kept = np.flatnonzero(new)
-        new_ids = corpus.add(mutants[kept], references[kept], [chain_of[i] for i in kept], parent=parents[kept],
-                             root=roots[kept], label=corpus.label[roots][kept], prediction=preds[kept],
-                             combination=ids[kept], affine=corpus.affine[parents][kept] | mutator.affine,
-                             step=np.full(len(kept), c.step))
-        findings = self._findings(c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain_of)
+        def chain(i):  # the mutator chain of mutant i
+            return corpus.chains[parents[i]] + [name]
 
-        seconds = time.perf_counter() - started
+        kept = np.flatnonzero(new)
+        new_ids = corpus.add(mutants[kept], references[kept], [chain(i) for i in kept], parent=parents[kept],
+                             root=roots[kept], label=corpus.label[roots][kept], prediction=preds[kept],
+                             combination=ids[kept], affine=corpus.affine[parents][kept] | batch.mutator.affine,
+                             step=np.full(len(kept), c.step))
+        findings = self._findings(c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain)
+
         c.execs += len(mutants)
-        c.elapsed += seconds
         stats.execs += len(mutants)
         stats.valid += int(valid.sum())
         stats.kept += len(kept)
         stats.findings += 0 if findings is None else len(findings["id"])
-        stats.seconds += seconds
         stats.steps += 1
-        c.commit(new_ids, findings, self._stats_row(c, name, seconds))
-        return len(mutants)
+        return len(mutants), self._commit(c, stats, batch, following, tick, started, new_ids, findings)
+
+    def _commit(self, c: Campaign, stats, batch: "_Batch", following: "_Batch | None", tick: float,
+                started: float, new_ids, findings) -> float:
+        """Commit the step; returns when that was done. The campaign's time is wall time (steps overlap);
+        a mutator's seconds are its batches' mutation, model and bookkeeping time. If the next batch is
+        already mutated, the state saved is the one it was mutated from, so that a resumed campaign
+        mutates it again alike."""
+        now = time.perf_counter()
+        seconds = batch.seconds + now - started
+        stats.seconds += seconds
+        c.elapsed += now - tick
+        c.commit(new_ids, findings, self._stats_row(c, batch.name, seconds),
+                 next_batch=None if following is None else (following.rng_before, following.pick_counts))
+        end = time.perf_counter()
+        c.elapsed += end - now  # the commit itself (saved with the next step)
+        return end
 
     def _turn_order(self, round_: int) -> np.ndarray:
         """The mutators' order in a round (seeding a generator costs 0.3 ms: once per round)."""
@@ -243,7 +306,7 @@ class Fuzzer:
                 len(self.mutators)))
         return cached[1]
 
-    def _findings(self, c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain_of):
+    def _findings(self, c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain):
         """Unique findings of this step: flagged mutants whose (combination, true label, prediction) is new."""
         corpus_id = np.full(len(mutants), -1, np.int64)
         corpus_id[kept] = new_ids
@@ -262,7 +325,7 @@ class Fuzzer:
                 "parent": parents[chosen], "root": roots[chosen], "label": c.corpus.label[roots[chosen]],
                 "root_prediction": c.corpus.prediction[roots[chosen]], "prediction": preds[chosen],
                 "combination": ids[chosen], "step": np.full(len(chosen), c.step),
-                "chain": np.array(["|".join(chain_of[i]) for i in chosen], dtype=str)}
+                "chain": np.array(["|".join(chain(i)) for i in chosen], dtype=str)}
 
     def _stats_row(self, c: Campaign, mutator: str | None, seconds: float) -> dict:
         return {"step": c.step, "time": round(c.elapsed, 4), "execs": c.execs,
@@ -270,6 +333,29 @@ class Fuzzer:
                 "corpus": len(c.corpus), "idc": c.tracker.score, "covered": c.tracker.covered,
                 "findings": c.n_findings, "mutator": mutator,
                 "seconds": round(seconds, 4)}
+
+
+@dataclass
+class _Batch:
+    """One step's mutants on their way through the model."""
+
+    step: int
+    mutator: Mutator
+    name: str
+    rng_before: dict                        # the generator's state before this batch was mutated
+    pick_counts: np.ndarray | None = None   # the fuzz counts its parents were picked with
+    parents: np.ndarray | None = None
+    roots: np.ndarray | None = None
+    mutants: np.ndarray | None = None
+    references: np.ndarray | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    result: Future | None = None
+
+
+def _pipelined(mutator: Mutator) -> bool:
+    """Noise and transforms need neither the model nor the coverage: they may run a step ahead."""
+    return mutator.kind in ("noise", "transform") and not mutator.needs_model
 
 
 def _check_budget(budget) -> None:

@@ -38,8 +38,9 @@ class Validity:
         if not self.enabled:
             return np.ones(len(mutants), bool)
         span = self.value_range[1] - self.value_range[0]
-        diff = np.abs(mutants - references).reshape(len(mutants), -1)
+        diff = np.subtract(mutants, references).reshape(len(mutants), -1)
+        np.abs(diff, out=diff)
         # a change below half a uint8 step is rounding, not a pixel change
-        l0 = (diff > 0.5 / 255 * span).sum(axis=1)
+        l0 = np.count_nonzero(diff > 0.5 / 255 * span, axis=1)
         linf = diff.max(axis=1, initial=0.0)
         return (l0 < self.alpha * diff.shape[1]) | (linf <= self.beta * span + 1e-6)
