@@ -301,9 +301,9 @@ class Campaign:
                        pick_counts=pick_counts)
         campaign._pending_png = pending
         found = campaign.findings()
-        # a finding is saved once per (combination, true label, prediction): the committed ones say which
-        campaign.finding_keys = set(zip(*(found[k].tolist() for k in ("combination", "label", "prediction")))) \
-            if found else set()
+        if found:  # a finding is saved once per (combination, true label, prediction)
+            campaign.finding_keys = set(zip(found["combination"].tolist(), found["label"].tolist(),
+                                            found["prediction"].tolist()))
         campaign._pending_png += [("findings", int(i), x) for i, x in zip(found.get("id", []), found.get("x", []))
                                   if not (folder / "findings" / "png" / f"{int(i):06d}.png").exists()]
         return campaign

@@ -2,7 +2,8 @@
 
 Each step: the scheduler picks parents, one mutator makes a batch of mutants, one forward pass gives
 their predictions and subject-layer activations, the coverage tracker says which reach a combination
-not yet covered (those join the corpus), and the oracle marks findings.
+not yet covered (those join the corpus), and the oracle marks findings. One batch is in flight: the
+model runs on a worker thread while the main thread commits the previous step and mutates the next.
 """
 
 from __future__ import annotations
