@@ -130,6 +130,16 @@ def test_exports_load_back_and_match_manifest(setup, tmp_path):
     n_mut = int((c.corpus.parent >= 0).sum())
     assert len(retrain["x_train"]) == 10 + n_mut and summary["retrain"]["mutants"] == n_mut
     np.testing.assert_array_equal(retrain["y_train"][10:], c.corpus.label[c.corpus.parent >= 0])
+    # findings re-checked once rounded to uint8, against the oracle computed here by hand
+    from idcgen.imageio import quantise
+    found = c.findings()
+    rows = [json.loads(line) for line in (c.folder / "exports" / "findings.jsonl").read_text().splitlines()]
+    assert len(rows) == c.n_findings == len(found["id"]) > 0
+    predictions = c.analysis.network.predict(quantise(found["x"], c.value_range))
+    expected = (predictions != found["label"]) & (found["root_prediction"] == found["label"])
+    assert [r["survives_uint8"] for r in rows] == expected.tolist()
+    assert [r["prediction_uint8"] for r in rows] == predictions.tolist()
+    assert summary["findings"] == {"total": c.n_findings, "surviving_uint8": int(expected.sum())}
     report = write_report(c, exports=summary)
     text = report.read_text()
     assert "Which mutations raise IDC most" in text and "gauss(std=0.05)" in text
