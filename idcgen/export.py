@@ -27,9 +27,11 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     ``retrain.npz`` holds ``x_train``/``y_train``: the training data (when given) followed by the kept
     mutants labelled with their root seed's label, as uint8-rounded values.
     ``findings.jsonl`` is the campaign's findings.jsonl with ``prediction_uint8`` and ``survives_uint8``:
-    whether the oracle (the campaign's, or ``oracle``; the disagreement oracle needs it given) still
-    flags the finding once rounded to uint8.
+    whether the oracle (the campaign's, or ``oracle``) still flags the finding once rounded to uint8.
+    The disagreement oracle needs the other models: without it given, ``survives_uint8`` is null.
     """
+    if oracle is None and campaign.config["oracle"] != "disagreement":
+        oracle = make_oracle(campaign.config["oracle"])
     corpus, analysis = campaign.corpus, campaign.analysis
     network = analysis.network
     out = Path(out) if out is not None else campaign.folder / "exports"
@@ -80,14 +82,17 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     return summary
 
 
-def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int:
-    """Write ``findings.jsonl`` with the uint8 re-check of every finding; returns how many survive."""
+def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
+    """Write ``findings.jsonl`` with the uint8 re-check of every finding; returns how many survive
+    (None: not re-checked)."""
     rows = [json.loads(line) for line in (campaign.folder / "findings.jsonl").read_text().splitlines() if line]
     rows = rows[:campaign.n_findings]
     found = campaign.findings()
+    if oracle is None:  # not computed (a disagreement campaign exported without its other models)
+        atomic_text(out / "findings.jsonl", "".join(json.dumps(dict(r, survives_uint8=None)) + "\n" for r in rows))
+        return None
     survives = np.zeros(0, bool)
     if rows:
-        oracle = oracle if oracle is not None else make_oracle(campaign.config["oracle"])
         xq = quantise(found["x"], campaign.value_range)
         predictions = campaign.analysis.network.predict(xq)
         survives = oracle(xq, predictions, found["label"], found["root_prediction"])

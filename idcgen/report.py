@@ -111,7 +111,9 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     ]
     if exports:
         f, g = exports["findings"], exports["grown"]
-        lines += ["", f"After rounding to uint8: {f['surviving_uint8']} of {f['total']} findings still fail; "
+        surviving = ("findings not re-checked (the disagreement oracle needs the other models)"
+                     if f["surviving_uint8"] is None else f"{f['surviving_uint8']} of {f['total']} findings still fail")
+        lines += ["", f"After rounding to uint8: {surviving}; "
                       f"{g['mutants_keeping_combination_uint8']} of {g['mutants']} kept mutants keep their "
                       f"combination; IDC of the rounded grown set {g['idc_uint8']:.1%}."]
     lines += ["", "![IDC against execs](idc_vs_execs.png)", "", "## Which mutations raise IDC most", "",

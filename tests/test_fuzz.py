@@ -52,39 +52,115 @@ def test_loop_keeps_only_new_combinations_and_idc_never_falls(setup, tmp_path):
     assert max(sum(s.startswith("rotate") for s in chain) for chain in c.corpus.chains) <= 1
 
 
-@pytest.mark.parametrize("mutators", [CHEAP, ["fgsm(eps=0.1)", "gauss(std=0.05)", "relevant_pixels", "rotate"]],
-                         ids=["pipelined", "mixed"])
-def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(mutators, setup, tmp_path):
-    """Noise and transforms are mutated a step ahead (their batch is in flight when a step commits);
-    mutators that use the model wait. Either way a resumed campaign equals an uninterrupted one."""
-    analysis, model, _, x, y = setup
-    fuzzer = make_fuzzer(analysis, mutators)
-    full = fuzzer.start(x, y, tmp_path / "full", budget=576)
-    fuzzer.run(full, progress=False)
+def flaky_noise():
+    """A noise mutator (it runs a step ahead) that fails on about every third batch, by its rng."""
+    from idcgen.fuzz.mutators import Mutator
 
-    fuzzer2 = make_fuzzer(analysis, mutators)
-    part = fuzzer2.start(x, y, tmp_path / "part", budget=576)
+    class Flaky(Mutator):
+        kind = "noise"
+
+        def __repr__(self):
+            return "flaky()"
+
+        def _mutate(self, x, rng, ctx):
+            if rng.random() < 0.35:
+                raise RuntimeError("flaky failure")
+            return x + rng.normal(0, 0.05, x.shape).astype(np.float32)
+
+    return Flaky()
+
+
+@pytest.mark.parametrize("kind", ["pipelined", "mixed", "flaky"])
+def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, setup, tmp_path):
+    """Noise and transforms are mutated a step ahead (their batch is in flight when a step commits);
+    mutators that use the model wait; a failed batch makes no execs. Either way a campaign resumed from
+    its folder, or run again in memory after an interruption, equals an uninterrupted one. The budget
+    is not a multiple of the batch size: the last batch is short."""
+    analysis, model, _, x, y = setup
+
+    def mutators():
+        return {"pipelined": CHEAP, "mixed": ["fgsm(eps=0.1)", "gauss(std=0.05)", "relevant_pixels", "rotate"],
+                "flaky": [flaky_noise(), "rotate", "gauss(std=0.05)"]}[kind]
+
+    fuzzer = make_fuzzer(analysis, mutators())
+    full = fuzzer.start(x, y, tmp_path / "full", budget=600)
+    fuzzer.run(full, progress=False)
+    assert full.execs == 600
 
     def stop_after_three(c):
         if c.step == 3:
             raise KeyboardInterrupt
+
+    fuzzer2 = make_fuzzer(analysis, mutators())
+    part = fuzzer2.start(x, y, tmp_path / "part", budget=600)
     with pytest.raises(KeyboardInterrupt):
         fuzzer2.run(part, progress=False, on_step=stop_after_three)
     # a crash after the commit could leave a half-written next step: simulate its leftovers
     (tmp_path / "part" / "corpus" / "step-000099.npz").write_bytes(b"garbage")
     with open(tmp_path / "part" / "manifest.jsonl", "a") as f:
         f.write('{"id": 99999, "half": tru')
-    resumed = make_fuzzer(analysis, mutators).resume(tmp_path / "part")
+    resumed = make_fuzzer(analysis, mutators()).resume(tmp_path / "part")
     assert resumed.step == 3
-    if mutators is CHEAP:  # the fourth batch was mutated before the third step committed
-        assert resumed.pick_counts is not None and len(resumed.pick_counts) <= len(resumed.corpus)
-    make_fuzzer(analysis, mutators).run(resumed, progress=False)
-    np.testing.assert_array_equal(resumed.corpus.x, full.corpus.x)
-    np.testing.assert_array_equal(resumed.corpus.combination, full.corpus.combination)
-    assert resumed.corpus.chains == full.corpus.chains and resumed.n_findings == full.n_findings
+    if kind == "pipelined":  # the fourth batch was mutated from the corpus after step 2
+        after_two = sum(json.loads(line)["step"] <= 2
+                        for line in (tmp_path / "part" / "manifest.jsonl").read_text().splitlines()[:len(resumed.corpus)])
+        assert resumed.pick_counts is not None and len(resumed.pick_counts) == after_two
+    make_fuzzer(analysis, mutators()).run(resumed, progress=False)
+
+    fuzzer3 = make_fuzzer(analysis, mutators())  # interrupted, then run again in memory
+    again = fuzzer3.start(x, y, tmp_path / "again", budget=600)
+    with pytest.raises(KeyboardInterrupt):
+        fuzzer3.run(again, progress=False, on_step=stop_after_three)
+    fuzzer3.run(again, progress=False)
+
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "execs_per_s", "seconds")} for r in rows]
-    assert strip(resumed.stats_rows()) == strip(full.stats_rows())
-    assert (tmp_path / "part" / "manifest.jsonl").read_text() == (tmp_path / "full" / "manifest.jsonl").read_text()
+    for other, folder in ((resumed, "part"), (again, "again")):
+        np.testing.assert_array_equal(other.corpus.x, full.corpus.x)
+        np.testing.assert_array_equal(other.corpus.combination, full.corpus.combination)
+        np.testing.assert_array_equal(other.corpus.fuzz_count, full.corpus.fuzz_count)
+        assert other.corpus.chains == full.corpus.chains and other.n_findings == full.n_findings
+        assert strip(other.stats_rows()) == strip(full.stats_rows())
+        assert (tmp_path / folder / "manifest.jsonl").read_text() == (tmp_path / "full" / "manifest.jsonl").read_text()
+    if kind == "flaky":
+        assert full.mutator_stats["flaky()"].errors > 0
+
+
+def test_disagreement_oracle_and_its_export(setup, tmp_path):
+    import keras
+    from idcgen.export import export_campaign
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.models import Network
+    analysis, model, _, x, y = setup
+    other = keras.models.clone_model(model)                         # a second model: weights perturbed
+    rng = np.random.default_rng(0)
+    other.set_weights([w + rng.normal(0, 0.2 * (w.std() + 1e-3), w.shape).astype(w.dtype) for w in model.get_weights()])
+    other = Network(other)
+    fuzzer = Fuzzer(analysis, mutators=CHEAP, oracle="disagreement", others=[other], batch_size=64, random_state=0)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=512)
+    fuzzer.run(c, progress=False)
+    found = c.findings()
+    assert c.n_findings > 0
+    np.testing.assert_array_equal(other.predict(found["x"]) != found["prediction"], True)  # they disagree
+    assert export_campaign(c, oracle=fuzzer.oracle, out=tmp_path / "e1", images=False)["findings"]["surviving_uint8"] >= 0
+    summary = export_campaign(c, out=tmp_path / "e2", images=False)   # without the other model: not re-checked
+    assert summary["findings"]["surviving_uint8"] is None
+    rows = [json.loads(line) for line in (tmp_path / "e2" / "findings.jsonl").read_text().splitlines()]
+    assert len(rows) == c.n_findings and all(r["survives_uint8"] is None for r in rows)
+
+
+def test_findings_of_the_first_format_still_load(setup, tmp_path):
+    """Campaigns of the first version saved survives_uint8 with every step's findings."""
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=512)
+    fuzzer.run(c, progress=False)
+    steps = sorted((c.folder / "findings").glob("step-*.npz"))
+    assert len(steps) >= 2
+    with np.load(steps[0]) as old:
+        arrays = dict(old)
+    np.savez(steps[0], **arrays, survives_uint8=np.ones(len(arrays["id"]), bool))
+    found = c.findings()
+    assert "survives_uint8" not in found and len(found["id"]) == c.n_findings
 
 
 def test_failing_mutator_is_reported_and_campaign_goes_on(setup, tmp_path, monkeypatch):

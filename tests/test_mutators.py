@@ -1,5 +1,6 @@
 """Contract tests for every mutator, and the spec parser (idcgen.fuzz.mutators, idcgen.fuzz.attacks)."""
 
+import math
 import re
 
 import numpy as np
@@ -131,17 +132,21 @@ def test_relevant_pixels_hits_the_most_relevant(channels, nets):
         assert ((out != x).sum(axis=-1).reshape(6, -1)[changed] == 3).all()
 
 
-@pytest.mark.parametrize("n, k", [(144, 2), (144, 30)])                # sparse (redraws) and dense (partition)
+@pytest.mark.parametrize("n, k", [(144, 2), (144, 30), (8, 3), (6, 5)])   # sparse (redraws), dense (partition)
 def test_distinct_positions_are_uniform_subsets(n, k):
+    from itertools import combinations
     from idcgen.fuzz.mutators import distinct_positions
-    positions = distinct_positions(np.random.default_rng(0), 20_000, n, k)
-    assert positions.shape == (20_000, k) and positions.min() >= 0 and positions.max() < n
-    assert (np.diff(np.sort(positions, axis=1), axis=1) > 0).all()
-    expected = 20_000 * k / n
-    counts = np.bincount(positions.ravel(), minlength=n)
-    assert np.abs(counts - expected).max() < 5 * np.sqrt(expected)    # every position equally likely
-    pairs = np.bincount((np.sort(positions[:, :2], axis=1) @ [n, 1]), minlength=n * n).reshape(n, n)
-    assert pairs[0, 1] > 0 and pairs[1, 0] == 0 and (np.diag(pairs) == 0).all()
+    draws = 30_000 if n > 10 else 1_000 * math.comb(n, k)
+    positions = distinct_positions(np.random.default_rng(0), draws, n, k)
+    assert positions.shape == (draws, k) and positions.min() >= 0 and positions.max() < n
+    ordered = np.sort(positions, axis=1)
+    assert (np.diff(ordered, axis=1) > 0).all()                     # distinct within each row
+    expected = draws * k / n                                        # every position equally likely
+    assert np.abs(np.bincount(positions.ravel(), minlength=n) - expected).max() < 5 * np.sqrt(expected)
+    if n <= 10:                                                     # ... and every k-subset
+        index = {c: i for i, c in enumerate(combinations(range(n), k))}
+        counts = np.bincount([index[tuple(row)] for row in ordered.tolist()], minlength=len(index))
+        assert np.abs(counts - 1_000).max() < 5 * np.sqrt(1_000)
 
 
 def test_standard_normal_is_reproducible_in_parts():

@@ -322,7 +322,9 @@ class Campaign:
                 parts.append({k: arrays[k] for k in arrays.files})
         if not parts:
             return {}
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        # columns all steps have (campaigns of the first version also saved survives_uint8 per step)
+        common = [k for k in parts[0] if all(k in p for p in parts)]
+        return {k: np.concatenate([p[k] for p in parts]) for k in common}
 
 
 def _manifest_row(entries: dict, j: int, chain: list) -> dict:

@@ -160,19 +160,19 @@ class Fuzzer:
         thread commits step k - 1 and mutates step k + 1 (whose parents therefore come from the corpus as
         it was after step k - 1). Mutators that use the model or the coverage wait for the batch in flight.
         """
-        idle, inflight = 0, None
+        idle, inflight, finishing = 0, None, False
         worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idcgen-forward")
         tick = time.perf_counter()
         try:
             with tqdm(total=c.budget, initial=min(c.execs, c.budget), unit="exec", desc="fuzz",
                       disable=not progress, dynamic_ncols=True) as bar:
                 while True:
-                    planned = c.execs + (len(inflight.parents) if inflight is not None else 0)
+                    planned = c.execs + (_execs(inflight) if inflight is not None else 0)
                     batch = None
                     if planned < c.budget:
                         step = (inflight.step if inflight is not None else c.step) + 1
                         mutator = self._mutator_of(step)
-                        if inflight is None or _pipelined(mutator):  # else: finish the batch in flight first
+                        if inflight is None or self._pipelined(mutator):  # else: finish the batch in flight first
                             batch = self._prepare(c, step, mutator, c.budget - planned)
                             if batch.mutants is not None:
                                 batch.result = worker.submit(self._run, batch.mutants)
@@ -181,8 +181,9 @@ class Fuzzer:
                             break
                         inflight = batch  # nothing in flight to finish yet
                         continue
+                    finishing = True
                     done, tick = self._finish(c, inflight, batch, tick)
-                    inflight = batch
+                    inflight, finishing = batch, False
                     bar.update(done)
                     bar.set_postfix(IDC=f"{c.tracker.score:.1%}", corpus=len(c.corpus), findings=c.n_findings,
                                     execs_s=f"{c.execs / max(c.elapsed, 1e-9):.0f}", refresh=False)
@@ -195,6 +196,11 @@ class Fuzzer:
                         tick = time.perf_counter()  # the callback's time is not the campaign's
         finally:
             worker.shutdown(wait=True)
+            if inflight is not None and not finishing:  # interrupted between steps: a batch was mutated
+                # but not finished; rewind to where it began, as a resume from disk would, so that running
+                # this campaign object again continues the same sequence
+                c.rng.bit_generator.state = inflight.rng_before
+                c.pick_counts = inflight.pick_counts
 
     def _mutator_of(self, step: int) -> Mutator:
         # mutators take turns in an order shuffled every round, so each gets an equal share of the
@@ -299,6 +305,13 @@ class Fuzzer:
         c.elapsed += end - now  # the commit itself (saved with the next step)
         return end
 
+    def _pipelined(self, mutator: Mutator) -> bool:
+        """Noise and transforms need neither the model nor the coverage: they may run a step ahead. (Not
+        with the disagreement oracle, which runs the other models while finishing a step: TensorFlow is
+        then kept to one thread at a time.)"""
+        return (mutator.kind in ("noise", "transform") and not mutator.needs_model
+                and self.oracle_name != "disagreement")
+
     def _turn_order(self, round_: int) -> np.ndarray:
         """The mutators' order in a round (seeding a generator costs 0.3 ms: once per round)."""
         cached = getattr(self, "_order", None)
@@ -354,9 +367,9 @@ class _Batch:
     result: Future | None = None
 
 
-def _pipelined(mutator: Mutator) -> bool:
-    """Noise and transforms need neither the model nor the coverage: they may run a step ahead."""
-    return mutator.kind in ("noise", "transform") and not mutator.needs_model
+def _execs(batch: _Batch) -> int:
+    """The execs a batch will make (none if its mutator failed)."""
+    return 0 if batch.mutants is None else len(batch.mutants)
 
 
 def _check_budget(budget) -> None:

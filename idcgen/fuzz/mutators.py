@@ -224,7 +224,7 @@ def pixel_count(fraction: float, height: int, width: int) -> int:
 def distinct_positions(rng: np.random.Generator, b: int, n: int, k: int) -> np.ndarray:
     """(b, k) positions in range(n), distinct within each row, every k-subset equally likely."""
     if k * k > 4 * n:  # dense: the k smallest of n random keys (a partition, not a sort)
-        keys = rng.random((b, n), dtype=np.float32)
+        keys = rng.random((b, n))  # float64: ties (which would favour lower positions) practically never
         return keys.argpartition(k - 1, axis=1)[:, :k] if k < n else np.argsort(keys, axis=1)
     # sparse: draw k positions and redraw the rows that repeat one (accepted with probability > e^-2)
     positions = rng.integers(0, n, (b, k))
