@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lenet5_mnist import lenet5_mnist  # noqa: E402
+from lenet5_mnist import lenet5_mnist, raw_forward  # noqa: E402
 
 
 def main():
@@ -32,8 +32,6 @@ def main():
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--criteria", default="nc,kmnc,nbc,snac,tknc,lsc,dsc")
     args = parser.parse_args()
-
-    import tensorflow as tf
 
     from idcgen.criteria import default_neuron_layers, make_criterion, parse_criteria
 
@@ -43,13 +41,7 @@ def main():
     print(f"LeNet-5 (DeepXplore weights), {len(x_train)} training and {len(x_test)} test inputs; "
           f"neuron layers {default_neuron_layers(network)}, surprise layer {network.default_layer()!r}")
 
-    @tf.function(reduce_retracing=True)
-    def forward(x):
-        return model(x, training=False)
-
-    def forward_pass(x, batch=1024):
-        for i in range(0, len(x), batch):
-            forward(tf.convert_to_tensor(x[i:i + batch])).numpy()
+    _, forward_pass = raw_forward(model)
 
     forward_pass(x_train[:2048])
     t_forward = float("inf")

@@ -38,11 +38,16 @@ class _NeuronCriterion(Criterion):
     def forward_layers(self) -> tuple[str, ...]:
         return self.layers_
 
-    def _stack(self, acts: Sequence[np.ndarray]) -> np.ndarray:
-        """(n, n_neurons_) float64 activations of every neuron, layers in order."""
+    def _per_layer(self, acts: Sequence[np.ndarray]) -> list[tuple[int, np.ndarray]]:
+        """(index of the layer's first neuron, its (n, width) float64 activations) for each layer."""
         self._check_fitted()
         self._check_widths(acts, self.widths_, self.layers_)
-        return np.concatenate([np.asarray(a, dtype=np.float64) for a in acts], axis=1)
+        offsets = np.cumsum([0, *self.widths_[:-1]])
+        return [(int(offset), np.asarray(a, dtype=np.float64)) for offset, a in zip(offsets, acts)]
+
+    def _stack(self, acts: Sequence[np.ndarray]) -> np.ndarray:
+        """(n, n_neurons_) float64 activations of every neuron, layers in order."""
+        return np.concatenate([a for _, a in self._per_layer(acts)], axis=1)
 
     def _fit_end(self, state: Any) -> None:
         self.total_ = self.n_neurons_
@@ -76,17 +81,13 @@ class NeuronCoverage(_NeuronCriterion):
         check_real(type(self).__name__, "threshold", self.threshold, 0.0, 1.0, closed="left")
 
     def features_from(self, probs, acts) -> np.ndarray:
-        self._check_fitted()
-        self._check_widths(acts, self.widths_, self.layers_)
-        parts, offset = [], 0
-        for a in acts:
-            a = np.asarray(a, dtype=np.float64)
+        parts = []
+        for offset, a in self._per_layer(acts):
             low, high = a.min(axis=1, keepdims=True), a.max(axis=1, keepdims=True)
             span = high - low
             scaled = np.divide(a - low, span, out=np.zeros_like(a), where=span > 0)
             neuron = offset + np.arange(a.shape[1], dtype=np.int64)
             parts.append(np.where(scaled > self.threshold, neuron, -1))
-            offset += a.shape[1]
         return np.concatenate(parts, axis=1)
 
 
@@ -214,12 +215,5 @@ class TopKNeuronCoverage(_NeuronCriterion):
         check_int(type(self).__name__, "k", self.k, 1)
 
     def features_from(self, probs, acts) -> np.ndarray:
-        self._check_fitted()
-        self._check_widths(acts, self.widths_, self.layers_)
-        parts, offset = [], 0
-        for a in acts:
-            a = np.asarray(a, dtype=np.float64)
-            top = np.argsort(-a, axis=1, kind="stable")[:, :self.k]
-            parts.append(offset + top.astype(np.int64))
-            offset += a.shape[1]
-        return np.concatenate(parts, axis=1)
+        return np.concatenate([offset + np.argsort(-a, axis=1, kind="stable")[:, :self.k].astype(np.int64)
+                               for offset, a in self._per_layer(acts)], axis=1)

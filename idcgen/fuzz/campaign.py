@@ -186,7 +186,6 @@ class Campaign:
         entries = self.corpus.entries(new_ids) if len(new_ids) else None
         if entries is not None:
             self._pending_png.extend(("corpus", int(i), x) for i, x in zip(new_ids, entries["x"]))
-            chains = [self.corpus.chains[i] for i in new_ids]  # never modified once added
         if findings is not None and len(findings["id"]):
             self._pending_png.extend(("findings", int(i), x) for i, x in zip(findings["id"], findings["x"]))
         else:
@@ -202,8 +201,8 @@ class Campaign:
         def write():
             if entries is not None:
                 atomic_npz(folder / "corpus" / tag, entries)
-                self._append("manifest.jsonl", "".join(json.dumps(_manifest_row(entries, j, chains[j])) + "\n"
-                                                       for j in range(len(chains))))
+                self._append("manifest.jsonl", "".join(json.dumps(_manifest_row(entries, j)) + "\n"
+                                                       for j in range(len(entries["id"]))))
             if findings is not None:
                 atomic_npz(folder / "findings" / tag, findings)
                 self._append("findings.jsonl", "".join(json.dumps(_finding_row(findings, j)) + "\n"
@@ -327,10 +326,11 @@ class Campaign:
         return {k: np.concatenate([p[k] for p in parts]) for k in common}
 
 
-def _manifest_row(entries: dict, j: int, chain: list) -> dict:
+def _manifest_row(entries: dict, j: int) -> dict:
     """The manifest.jsonl row of the j-th of a step's new corpus entries."""
+    chain = str(entries["chain"][j])
     return {"id": int(entries["id"][j]), "parent": int(entries["parent"][j]), "root": int(entries["root"][j]),
-            "chain": chain, "combination": int(entries["combination"][j]),
+            "chain": chain.split("|") if chain else [], "combination": int(entries["combination"][j]),
             "prediction": int(entries["prediction"][j]), "label": int(entries["label"][j]),
             "step": int(entries["step"][j]), "seed": bool(entries["parent"][j] < 0)}
 

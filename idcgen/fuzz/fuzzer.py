@@ -70,6 +70,7 @@ class Fuzzer:
         self.oracle_name = oracle
         self.oracle = make_oracle(oracle, others)
         self.scheduler = make_scheduler(scheduler)
+        self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
         self.value_range = tuple(float(v) for v in value_range)
         self.validity = dataclasses.replace(validity or Validity(), value_range=self.value_range)
         self.batch_size = batch_size
@@ -307,18 +308,16 @@ class Fuzzer:
 
     def _pipelined(self, mutator: Mutator) -> bool:
         """Noise and transforms need neither the model nor the coverage: they may run a step ahead. (Not
-        with the disagreement oracle, which runs the other models while finishing a step: TensorFlow is
-        then kept to one thread at a time.)"""
-        return (mutator.kind in ("noise", "transform") and not mutator.needs_model
-                and self.oracle_name != "disagreement")
+        with an oracle that runs models of its own while a step finishes: TensorFlow is kept to one
+        thread at a time.)"""
+        return mutator.kind in ("noise", "transform") and not mutator.needs_model and not self.oracle.runs_models
 
     def _turn_order(self, round_: int) -> np.ndarray:
         """The mutators' order in a round (seeding a generator costs 0.3 ms: once per round)."""
-        cached = getattr(self, "_order", None)
-        if cached is None or cached[0] != round_:
-            self._order = cached = (round_, np.random.default_rng([self.random_state, round_]).permutation(
-                len(self.mutators)))
-        return cached[1]
+        if self._order is None or self._order[0] != round_:
+            order = np.random.default_rng([self.random_state, round_]).permutation(len(self.mutators))
+            self._order = (round_, order)
+        return self._order[1]
 
     def _findings(self, c, mutants, flagged, ids, preds, parents, roots, kept, new_ids, chain):
         """Unique findings of this step: flagged mutants whose (combination, true label, prediction) is new."""

@@ -490,15 +490,17 @@ class _Albumentations(Mutator):
         if x.shape[1:3] not in cache:
             cache[x.shape[1:3]] = self._build(*x.shape[1:3])
         transform = cache[x.shape[1:3]]
-        lo, hi = ctx.value_range
-        unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
-        out = np.empty_like(unit)
-        starts = range(0, len(x), self.group)
-        for start, seed in zip(starts, rng.integers(0, 2**32, size=len(starts), dtype=np.uint64)):
-            transform.set_random_seed(int(seed))
-            chunk = np.ascontiguousarray(unit[start:start + self.group])
-            out[start:start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
-        return np.clip(out, 0.0, 1.0) * np.float32(hi - lo) + np.float32(lo)
+
+        def in_groups(unit):
+            out = np.empty_like(unit)
+            starts = range(0, len(unit), self.group)
+            for start, seed in zip(starts, rng.integers(0, 2**32, size=len(starts), dtype=np.uint64)):
+                transform.set_random_seed(int(seed))
+                chunk = np.ascontiguousarray(unit[start:start + self.group])
+                out[start:start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
+            return out
+
+        return _in_unit_range(in_groups, x, ctx)
 
 
 class Blur(_Albumentations):

@@ -1,7 +1,7 @@
 """Oracles: which mutants are findings (misbehaviours).
 
 Each oracle takes the batch's predictions and what the corpus knows of the root seeds and returns a
-boolean mask.
+boolean mask; ``runs_models`` says whether it runs models of its own to decide.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class Misclassification:
     """
 
     name = "misclassification"
+    runs_models = False
 
     def __call__(self, x, predictions, root_labels, root_predictions) -> np.ndarray:
         if np.any(root_labels < 0):
@@ -34,6 +35,7 @@ class PredictionChange:
     """The prediction differs from the root seed's prediction (no labels needed)."""
 
     name = "prediction-change"
+    runs_models = False
 
     def __call__(self, x, predictions, root_labels, root_predictions) -> np.ndarray:
         return predictions != root_predictions
@@ -45,6 +47,7 @@ class Disagreement:
 
     others: tuple = field(default=())   # Network objects of the other models
     name = "disagreement"
+    runs_models = True                  # the other models, on the main thread
 
     def __call__(self, x, predictions, root_labels, root_predictions) -> np.ndarray:
         if not self.others:
