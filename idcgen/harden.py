@@ -23,6 +23,7 @@ from .errors import InputError, ParameterError
 from .fuzz.campaign import Campaign, atomic_text
 from .fuzz.mutators import MutationContext, make_mutator
 from .models import Network, keras
+from .plots import pyplot
 
 #: Perturbed test sets: name -> mutator spec (the paper's settings on [0, 1] inputs).
 EVALUATIONS = {
@@ -156,9 +157,7 @@ def format_table(summary: dict) -> str:
 
 def write_outputs(summary: dict, out: Path) -> None:
     """``harden.md``, ``harden.csv``, ``harden.json`` and ``harden.png`` (grouped bars)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
     md = (f"# Hardening: {summary['mode']}, {summary['epochs']} epochs, {summary['repeats']} repetition(s)\n\n"

@@ -14,6 +14,7 @@ import numpy as np
 
 from .fuzz.campaign import Campaign, atomic_text
 from .fuzz.validity import Validity
+from .plots import pyplot
 
 
 def mutator_table(campaign: Campaign) -> list[dict]:
@@ -30,9 +31,7 @@ def mutator_table(campaign: Campaign) -> list[dict]:
 
 
 def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = {}
     stats = campaign.stats_rows()

@@ -150,9 +150,8 @@ def notes(rows: list[dict], runs: list[dict], facts: dict, args) -> str:
 
 
 def plot(runs: list[dict], path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from idcgen.plots import pyplot
+    plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in runs))
     labels = {"important_rel": "important, relevant pixels", "random_rel": "random neurons, relevant pixels",
               "important_rand": "important, random pixels", "random_rand": "random neurons, random pixels"}

@@ -103,9 +103,8 @@ def notes(runs: list[dict], args, inputs: int) -> str:
 
 
 def plot(runs: list[dict], path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from idcgen.plots import pyplot
+    plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in runs))
     fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
     for ax, name in zip(axes[0], models):
