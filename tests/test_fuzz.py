@@ -230,6 +230,23 @@ def test_exports_load_back_and_match_manifest(setup, tmp_path):
     assert (c.folder / "report.html").read_text().count("data:image/png;base64") >= 2
 
 
+def test_started_campaign_is_on_disk_when_start_returns(setup, tmp_path, monkeypatch):
+    import time
+    from idcgen.fuzz import campaign as campaign_module
+    from idcgen.fuzz.campaign import Campaign
+    write = campaign_module.atomic_npz
+
+    def slow(*args, **kw):   # the writer thread writes the seeds' step late
+        time.sleep(0.3)
+        write(*args, **kw)
+
+    monkeypatch.setattr(campaign_module, "atomic_npz", slow)
+    analysis, _, _, x, y = setup
+    c = make_fuzzer(analysis).start(x, y, tmp_path / "c", budget=64)
+    again = Campaign.load(c.folder)
+    assert again.step == 0 and len(again.corpus) == len(x) and again.tracker.covered == c.tracker.covered
+
+
 def test_bad_input(setup, tmp_path):
     from idcgen.fuzz.campaign import Campaign
     analysis, _, _, x, y = setup

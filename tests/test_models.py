@@ -92,3 +92,18 @@ def test_forward_taps_channels_as_spatial_mean():
     raw = keras.Model(model.inputs[0], model.get_layer("conv2").output)(x).numpy()
     np.testing.assert_allclose(conv2, raw.mean(axis=(1, 2)), atol=1e-6)
     assert probs.shape == (10, 10) and fc.shape == (10, 16)
+
+
+def test_zoo_models_are_seeded_without_touching_the_global_generator():
+    import numpy as np
+    from idcgen.zoo import lenet5
+    np.random.seed(7)
+    expected = np.random.rand()
+    np.random.seed(7)
+    a, b, c = lenet5(random_state=0), lenet5(random_state=0), lenet5(random_state=1)
+    assert np.random.rand() == expected          # building a model left numpy's global generator alone
+    for wa, wb, wc in zip(a.get_weights(), b.get_weights(), c.get_weights()):
+        assert np.array_equal(wa, wb)
+        assert wa.ndim == 1 or not np.array_equal(wa, wc)   # kernels differ with the seed; biases start at 0
+    kernels = [w for w in a.get_weights() if w.ndim > 1]
+    assert len({float(w.ravel()[0]) for w in kernels}) == len(kernels)   # each layer has its own draw

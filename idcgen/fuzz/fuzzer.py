@@ -122,6 +122,7 @@ class Fuzzer:
         campaign.seed_execs = n
         campaign.elapsed = time.perf_counter() - started
         campaign.commit(new_ids, None, self._stats_row(campaign, None, 0.0))
+        campaign.flush()  # the seeds' step is on disk when start returns: the folder can be loaded at once
         return campaign
 
     def resume(self, folder: str | Path) -> Campaign:
