@@ -39,8 +39,8 @@ Spec forms accepted by `load_inputs`
     relative to the current directory, then relative to the idcgen repository; ``~/.keras/datasets/mnist.npz``.
     Nothing is ever downloaded.
 
-A named dataset takes its split after a colon (``mnist:train``, ``embedded-mnist:all``); this wins over
-the ``split`` argument. Named datasets default to "test"; "all" is train followed by test (except
+A named dataset, a keras-layout ``.npz`` or an IDX folder takes its split after a colon (``mnist:train``,
+``embedded-mnist:all``, ``data.npz:train``); this wins over the ``split`` argument. Named datasets default to "test"; "all" is train followed by test (except
 ``embedded-mnist``, see above). Splits apply only to sources that have them.
 
 Scaling (``scale``, recorded in `Dataset.scaling`)
@@ -151,6 +151,9 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
 
     text = os.fspath(spec)
     path = Path(text).expanduser()
+    head, _, tail = text.rpartition(":")
+    if not path.exists() and tail in SPLITS and Path(head).expanduser().exists():
+        path, split = Path(head).expanduser(), tail   # "train.npz:train": a file's part, as for a named dataset
     if path.exists():
         x, y, source, class_names = _load_path(path, split, channels, limit)
     else:

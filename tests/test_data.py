@@ -126,6 +126,11 @@ def test_npz_keras_layout_splits(tmp_path, digits):
     assert len(load_inputs(tmp_path / "d.npz")) == 2  # test preferred
     assert len(load_inputs(tmp_path / "d.npz", split="train")) == 4
     assert load_inputs(tmp_path / "d.npz", split="all").y.tolist() == y.tolist()
+    # the README's form: the part after a colon, as for a named dataset, and it wins over `split`
+    assert len(load_inputs(f"{tmp_path / 'd.npz'}:train", split="test")) == 4
+    assert load_inputs(f"{tmp_path / 'd.npz'}:all").y.tolist() == y.tolist()
+    with pytest.raises(InputError, match="no such file"):
+        load_inputs(f"{tmp_path / 'd.npz'}:validation")
 
 
 def test_npz_without_labels(tmp_path, digits):
@@ -186,6 +191,7 @@ def test_idx_folder_splits(tmp_path, digits):
     assert load_inputs(tmp_path).y.tolist() == [1, 2]  # test by default
     assert load_inputs(tmp_path, split="train").y.tolist() == [0, 1, 2, 0]
     assert load_inputs(tmp_path, split="all").y.tolist() == y.tolist()
+    assert load_inputs(f"{tmp_path}:train").y.tolist() == [0, 1, 2, 0]
 
 
 def test_idx_truncated(tmp_path, digits):

@@ -29,6 +29,11 @@ def _load(spec, network, scale, limit=None):
     return load_for_model(spec, network.input_shape, scale=scale, limit=limit)
 
 
+def _folders(paths) -> str:
+    """Folders as a person reads them in a message: './' rather than '.'."""
+    return ", ".join(f"{p}/" for p in paths)
+
+
 def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5",
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
@@ -55,15 +60,14 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
         found, searched = find_analysis(network, places, layer=layer, m=wanted_m)
         if found is not None:
-            source = "found a saved analysis of this model (searched " + ", ".join(map(str, searched)) + ")"
+            source = f"found a saved analysis of this model (searched {_folders(searched)})"
         else:
             found = analyze(network, x_seeds, seeds_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
                             random_state=random_state, data_summary=seeds_ds.summary(), progress=progress)
             source = "analysed on the seeds themselves"
-            notes.append("no --train or --analysis given and no saved analysis of this model in "
-                         + ", ".join(map(str, searched)) + ": the analysis was made on the SEEDS, so IDC is "
-                         "measured against the seeds' own clusters, not the training data's. Pass --train "
-                         "for the paper's setting.")
+            notes.append(f"no --train or --analysis given and no saved analysis of this model in "
+                         f"{_folders(searched)}; the analysis was made on the SEEDS, so IDC is measured against "
+                         "the seeds' own clusters, not the training data's. Pass --train for the paper's setting.")
     for note in notes:
         echo(f"note: {note}")
     echo(f"analysis: layer {found.layer}, m = {found.m}, {found.total} combinations ({source})")
