@@ -278,9 +278,9 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
 
 
 def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, layer: str | None = None,
-                  m: int | None = None) -> tuple[Analysis | None, list[Path]]:
+                  m: int | None = None) -> tuple[Analysis | None, Path | None, list[Path]]:
     """Look for a saved analysis of this model (same weights fingerprint) in ``folders`` and their
-    subfolders; returns the newest match (or None) and the folders searched."""
+    subfolders; returns the newest match and its folder (or None, None) and the folders searched."""
     fingerprint = network.fingerprint()
     searched, matches = [], []
     for folder in map(Path, folders):
@@ -301,6 +301,6 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
                 continue  # only an all-classes analysis stands in for the model's
             matches.append(meta_path.parent)
     if not matches:
-        return None, searched
+        return None, None, searched
     newest = max(matches, key=lambda p: (p / "analysis.json").stat().st_mtime)
-    return Analysis.load(newest, model=network), searched
+    return Analysis.load(newest, model=network), newest, searched

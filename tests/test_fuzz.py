@@ -320,7 +320,8 @@ def test_fuzz_command_end_to_end_and_resume(setup, trained_lenet, digits, tmp_pa
     result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "64", "--m", "5",
                                  "--mutators", "gauss", "--out", "camp2"])
     assert result.exit_code == 0, result.output
-    assert "found a saved analysis of this model" in result.output
+    assert "the saved analysis of this model in outputs/analyses/" in result.output
+    assert f"newest found in outputs/analyses/, {path.parent}/, {path.parent / 'analysis'}/)" in result.output
     result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "0"])
     assert result.exit_code == 1 and "budget" in result.output
     result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "64", "--m", "3",

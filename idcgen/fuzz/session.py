@@ -58,9 +58,9 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         source = f"analysed on {train} ({len(x_train)} inputs), saved to {saved}"
     else:
         places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
-        found, searched = find_analysis(network, places, layer=layer, m=wanted_m)
+        found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m)
         if found is not None:
-            source = f"found a saved analysis of this model (searched {_folders(searched)})"
+            source = f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}"
         else:
             found = analyze(network, x_seeds, seeds_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
                             random_state=random_state, data_summary=seeds_ds.summary(), progress=progress)
