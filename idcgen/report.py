@@ -106,7 +106,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         "",
         f"Corpus: {len(campaign.corpus)} inputs ({campaign.corpus.n_seeds} seeds + "
         f"{len(campaign.corpus) - campaign.corpus.n_seeds} kept mutants). Findings: {campaign.n_findings} unique "
-        "(combination, prediction) pairs flagged by the oracle.",
+        "(combination, true label, prediction) triples flagged by the oracle.",
     ]
     if exports:
         f, g = exports["findings"], exports["grown"]
