@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fuzz.campaign import Campaign, atomic_npz, atomic_text
+from .fuzz.campaign import Campaign, atomic_npz, atomic_text, read_jsonl
 from .fuzz.oracle import make_oracle
 from .imageio import quantise, to_png, to_uint8
 
@@ -85,8 +85,7 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
 def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
     """Write ``findings.jsonl`` with the uint8 re-check of every finding; returns how many survive
     (None: not re-checked)."""
-    rows = [json.loads(line) for line in (campaign.folder / "findings.jsonl").read_text().splitlines() if line]
-    rows = rows[:campaign.n_findings]
+    rows = read_jsonl(campaign.folder / "findings.jsonl", campaign.n_findings)
     found = campaign.findings()
     if oracle is None:  # not computed (a disagreement campaign exported without its other models)
         atomic_text(out / "findings.jsonl", "".join(json.dumps(dict(r, survives_uint8=None)) + "\n" for r in rows))

@@ -1,6 +1,8 @@
 """The fuzz loop, campaigns, resume, exports and the fuzz command, on a small real LeNet-1."""
 
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -113,8 +115,43 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, s
         fuzzer3.run(again, progress=False, on_step=stop_after_three)
     fuzzer3.run(again, progress=False)
 
+    fuzzer4 = make_fuzzer(analysis, mutators())  # Ctrl-C while the main thread waits for the model
+    waiting = fuzzer4.start(x, y, tmp_path / "waiting", budget=600)
+    forward, calls = fuzzer4._run, []
+
+    def interrupted(mutants):
+        calls.append(len(mutants))
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return forward(mutants)
+
+    fuzzer4._run = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        fuzzer4.run(waiting, progress=False)
+    with np.load(tmp_path / "waiting" / "state.npz") as saved:   # memory, campaign.json and state agree
+        on_disk = json.loads(str(saved["state"]))["step"]
+    assert waiting.step == on_disk == json.loads((tmp_path / "waiting" / "campaign.json").read_text())["state"]["step"]
+    fuzzer4._run = forward
+    fuzzer4.run(waiting, progress=False)
+
+    fuzzer5 = make_fuzzer(analysis, mutators())  # a real SIGINT in the middle of a commit: held until it ends
+    signalled = fuzzer5.start(x, y, tmp_path / "signalled", budget=600)
+    commit = signalled.commit
+
+    def commit_and_signal(*args, **kw):
+        if signalled.step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        commit(*args, **kw)
+
+    signalled.commit = commit_and_signal
+    with pytest.raises(KeyboardInterrupt):
+        fuzzer5.run(signalled, progress=False)
+    assert signalled.step == 3 and len(signalled.stats_rows()) == 4   # the seeds' row and three steps
+    signalled.commit = commit
+    fuzzer5.run(signalled, progress=False)
+
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "execs_per_s", "seconds")} for r in rows]
-    for other, folder in ((resumed, "part"), (again, "again")):
+    for other, folder in ((resumed, "part"), (again, "again"), (waiting, "waiting"), (signalled, "signalled")):
         np.testing.assert_array_equal(other.corpus.x, full.corpus.x)
         np.testing.assert_array_equal(other.corpus.combination, full.corpus.combination)
         np.testing.assert_array_equal(other.corpus.fuzz_count, full.corpus.fuzz_count)
@@ -228,6 +265,47 @@ def test_exports_load_back_and_match_manifest(setup, tmp_path):
     text = report.read_text()
     assert "Which mutations raise IDC most" in text and "gauss(std=0.05)" in text
     assert (c.folder / "report.html").read_text().count("data:image/png;base64") >= 2
+
+
+def test_export_after_a_kill_ignores_the_half_written_log_line(setup, tmp_path):
+    from idcgen.export import export_campaign
+    from idcgen.fuzz.campaign import Campaign
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=384)
+    fuzzer.run(c, progress=False)
+    assert c.n_findings > 0
+    with open(c.folder / "findings.jsonl", "a") as f:   # a kill in the middle of an append
+        f.write('{"id": 12345, "par')
+    loaded = Campaign.load(c.folder, analysis.network)   # read-only: the folder is not repaired
+    summary = export_campaign(loaded, images=False)
+    rows = (c.folder / "exports" / "findings.jsonl").read_text().splitlines()
+    assert len(rows) == summary["findings"]["total"] == c.n_findings
+
+
+def test_a_failed_write_survives_an_interrupted_wait(setup, tmp_path):
+    import time
+    analysis, _, _, x, y = setup
+    c = make_fuzzer(analysis).start(x, y, tmp_path / "c", budget=64)
+
+    def failing_write():
+        time.sleep(0.5)
+        raise OSError("disk full (simulated)")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    c._submit(failing_write)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)   # Ctrl-C while the loop waits for that write
+        with pytest.raises(KeyboardInterrupt):
+            c.flush()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(OSError, match="disk full"):   # closing the campaign still reports it
+        c.close()
 
 
 def test_started_campaign_is_on_disk_when_start_returns(setup, tmp_path, monkeypatch):

@@ -62,6 +62,12 @@ def atomic_npz(path: Path, arrays: dict, *, compressed: bool = False) -> None:
     atomic_write(path, lambda f: f.write(buffer.getbuffer()))
 
 
+def read_jsonl(path: Path, keep: int) -> list[dict]:
+    """The first ``keep`` rows of a JSON-lines log. Only those are committed: what follows them (after
+    a kill, possibly half a line) is never parsed."""
+    return [json.loads(line) for line in path.read_text().splitlines()[:keep]]
+
+
 def _truncate_lines(path: Path, keep: int) -> None:
     if not path.exists():
         atomic_text(path, "")
@@ -108,6 +114,7 @@ class Campaign:
     _writer: ThreadPoolExecutor | None = field(default=None, repr=False)
     _pending: list = field(default_factory=list, repr=False)
     _versions: dict | None = field(default=None, repr=False)
+    _committed: dict | None = field(default=None, repr=False)   # state() at the last commit
 
     @property
     def budget(self) -> int:
@@ -151,10 +158,11 @@ class Campaign:
         self._handles[name].flush()
 
     def flush(self) -> None:
-        """Wait until the submitted writes are on disk (re-raising a write that failed)."""
-        pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
+        """Wait until the submitted writes are on disk (re-raising a write that failed). A write leaves
+        the list only once it is known to have succeeded: an interrupted wait loses no error."""
+        while self._pending:
+            self._pending[0].result()
+            self._pending.pop(0)
 
     def close(self) -> None:
         """Finish the writes, write campaign.json and the PNG previews, close the log files.
@@ -169,6 +177,11 @@ class Campaign:
             for handle in self._handles.values():
                 handle.close()
             self._handles.clear()
+            # a write that failed while the wait for it was interrupted: the failure matters more
+            failed = [f.exception() for f in self._pending if f.exception() is not None]
+            self._pending.clear()
+            if failed:
+                raise failed[0]
         self.write_json()
         self.write_previews()
 
@@ -193,7 +206,8 @@ class Campaign:
         self.n_stats_rows += 1
         # snapshots only: encoding them (JSON, npz) is left to the writer thread
         rng, pick_counts = next_batch if next_batch is not None else (self.rng.bit_generator.state, None)
-        state = dict(state=self.state(), rng=rng, n_stats_rows=self.n_stats_rows,
+        self._committed = self.state()
+        state = dict(state=self._committed, rng=rng, n_stats_rows=self.n_stats_rows,
                      fuzz_count=self.corpus.fuzz_count.copy(), covered=self.tracker.covered_ids())
         if pick_counts is not None:
             state["pick_counts"] = pick_counts
@@ -235,7 +249,8 @@ class Campaign:
         if self._versions is None:
             self._versions = versions()
         meta = {"format_version": FORMAT_VERSION, "config": self.config, "versions": self._versions,
-                "model_fingerprint": self.analysis.fingerprint, "state": self.state()}
+                "model_fingerprint": self.analysis.fingerprint,
+                "state": self.state() if self._committed is None else self._committed}
         atomic_text(self.folder / "campaign.json", json.dumps(meta, indent=2) + "\n")
         self._json_written = time.monotonic()
 
@@ -308,8 +323,7 @@ class Campaign:
         return campaign
 
     def stats_rows(self) -> list[dict]:
-        rows = [json.loads(line) for line in (self.folder / "stats.jsonl").read_text().splitlines() if line]
-        return rows[:self.n_stats_rows]
+        return read_jsonl(self.folder / "stats.jsonl", self.n_stats_rows)
 
     def findings(self) -> dict:
         """All committed findings as arrays (concatenated over steps)."""

@@ -9,8 +9,11 @@ model runs on a worker thread while the main thread commits the previous step an
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -146,7 +149,10 @@ class Fuzzer:
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, campaign: Campaign, *, budget: int | None = None, progress: bool = True,
             on_step: Callable[[Campaign], None] | None = None) -> Campaign:
-        """Fuzz until ``campaign.execs`` reaches the budget (total mutant execs, default the campaign's)."""
+        """Fuzz until ``campaign.execs`` reaches the budget (total mutant execs, default the campaign's).
+
+        ``on_step(campaign)`` is called after each committed step, while the next batch may already be
+        running through the model on the worker thread: a callback should not run the model itself."""
         if budget is not None:
             _check_budget(budget)
             campaign.config["budget"] = int(budget)
@@ -183,9 +189,11 @@ class Fuzzer:
                             break
                         inflight = batch  # nothing in flight to finish yet
                         continue
+                    self._await(inflight)  # interrupted here, nothing of the step is committed yet
                     finishing = True
-                    done, tick = self._finish(c, inflight, batch, tick)
-                    inflight, finishing = batch, False
+                    with _interrupts_deferred():  # a step is committed whole; Ctrl-C is raised after it
+                        done, tick = self._finish(c, inflight, batch, tick)
+                        inflight, finishing = batch, False
                     bar.update(done)
                     bar.set_postfix(IDC=f"{c.tracker.score:.1%}", corpus=len(c.corpus), findings=c.n_findings,
                                     execs_s=f"{c.execs / max(c.elapsed, 1e-9):.0f}", refresh=False)
@@ -199,7 +207,7 @@ class Fuzzer:
         finally:
             worker.shutdown(wait=True)
             if inflight is not None and not finishing:  # interrupted between steps: a batch was mutated
-                # but not finished; rewind to where it began, as a resume from disk would, so that running
+                # but not committed; rewind to where it began, as a resume from disk would, so that running
                 # this campaign object again continues the same sequence
                 c.rng.bit_generator.state = inflight.rng_before
                 c.pick_counts = inflight.pick_counts
@@ -250,6 +258,13 @@ class Fuzzer:
         probs, (acts,) = self.network.forward(mutants, (self.analysis.layer,))
         return probs, acts, time.perf_counter() - started
 
+    def _await(self, batch: "_Batch") -> None:
+        """Check the batch's validity while the model runs it, then wait for the model. Changes nothing in
+        the campaign, so an interrupt or a model error here leaves it at its last committed step."""
+        if batch.error is None:
+            batch.valid = self.validity.check(batch.mutants, batch.references)
+            batch.outcome = batch.result.result()
+
     def _finish(self, c: Campaign, batch: "_Batch", following: "_Batch | None", tick: float) -> tuple[int, float]:
         """Coverage, corpus, oracle and commit of a batch: the second half of its step. Returns the execs
         it made and the time it committed."""
@@ -262,8 +277,7 @@ class Fuzzer:
             stats.last_error = batch.error
             return 0, self._commit(c, stats, batch, following, tick, started, np.zeros(0, np.int64), None)
         mutants, references, parents, roots = batch.mutants, batch.references, batch.parents, batch.roots
-        valid = self.validity.check(mutants, references)
-        probs, acts, forward_seconds = batch.result.result()
+        valid, (probs, acts, forward_seconds) = batch.valid, batch.outcome
         batch.seconds += forward_seconds
         started = time.perf_counter()
         preds = probs.argmax(1)
@@ -364,7 +378,29 @@ class _Batch:
     references: np.ndarray | None = None
     error: str | None = None
     seconds: float = 0.0
-    result: Future | None = None
+    result: Future | None = None            # the model's run, on the worker thread
+    valid: np.ndarray | None = None         # set by Fuzzer._await
+    outcome: tuple | None = None            # (probabilities, activations, seconds), set by Fuzzer._await
+
+
+@contextmanager
+def _interrupts_deferred():
+    """Hold back Ctrl-C (SIGINT) until the block ends, then raise it as usual; only the main thread
+    receives signals, so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and previous is not signal.SIG_IGN:
+            if callable(previous):
+                previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
+            else:
+                raise KeyboardInterrupt
 
 
 def _execs(batch: _Batch) -> int:
