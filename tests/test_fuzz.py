@@ -128,8 +128,8 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, s
     fuzzer4._run = interrupted
     with pytest.raises(KeyboardInterrupt):
         fuzzer4.run(waiting, progress=False)
-    with np.load(tmp_path / "waiting" / "state.npz") as saved:   # memory, campaign.json and state agree
-        on_disk = json.loads(str(saved["state"]))["step"]
+    from idcgen.fuzz.campaign import Campaign
+    on_disk = Campaign.load(tmp_path / "waiting").step   # memory, campaign.json and state agree
     assert waiting.step == on_disk == json.loads((tmp_path / "waiting" / "campaign.json").read_text())["state"]["step"]
     fuzzer4._run = forward
     fuzzer4.run(waiting, progress=False)
@@ -150,8 +150,20 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, s
     signalled.commit = commit
     fuzzer5.run(signalled, progress=False)
 
+    fuzzer6 = make_fuzzer(analysis, mutators())  # killed while writing step 3's state: step 2 stands
+    torn = fuzzer6.start(x, y, tmp_path / "torn", budget=600)
+    with pytest.raises(KeyboardInterrupt):
+        fuzzer6.run(torn, progress=False, on_step=stop_after_three)
+    from idcgen.fuzz.campaign import STATE_FILES, read_state
+    newest = tmp_path / "torn" / STATE_FILES[read_state(tmp_path / "torn")[2]]
+    newest.write_bytes(newest.read_bytes()[:-7])
+    torn = make_fuzzer(analysis, mutators()).resume(tmp_path / "torn")
+    assert torn.step == 2
+    make_fuzzer(analysis, mutators()).run(torn, progress=False)
+
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "execs_per_s", "seconds")} for r in rows]
-    for other, folder in ((resumed, "part"), (again, "again"), (waiting, "waiting"), (signalled, "signalled")):
+    for other, folder in ((resumed, "part"), (again, "again"), (waiting, "waiting"), (signalled, "signalled"),
+                          (torn, "torn")):
         np.testing.assert_array_equal(other.corpus.x, full.corpus.x)
         np.testing.assert_array_equal(other.corpus.combination, full.corpus.combination)
         np.testing.assert_array_equal(other.corpus.fuzz_count, full.corpus.fuzz_count)
@@ -343,6 +355,14 @@ def test_bad_input(setup, tmp_path):
         Campaign.load(c.folder, network=__import__("idcgen.models", fromlist=["Network"]).Network(lenet1()))
     with pytest.raises(InputError, match="not a campaign folder"):
         Campaign.load(tmp_path)
+    for name in ("state-0", "state-1"):   # no whole state file: never committed
+        (c.folder / name).write_bytes(b"IDCGSTAT")
+    with pytest.raises(InputError, match="no whole state file"):
+        Campaign.load(c.folder)
+    meta = json.loads((c.folder / "campaign.json").read_text())
+    (c.folder / "campaign.json").write_text(json.dumps(dict(meta, format_version=1)))
+    with pytest.raises(InputError, match="has folder format 1; this idcgen reads format 2"):
+        Campaign.load(c.folder)
 
 
 def test_directed_mutator_moves_towards_uncovered_combinations(setup, tmp_path):
