@@ -337,6 +337,26 @@ def test_started_campaign_is_on_disk_when_start_returns(setup, tmp_path, monkeyp
     assert again.step == 0 and len(again.corpus) == len(x) and again.tracker.covered == c.tracker.covered
 
 
+def test_an_interrupted_start_leaves_no_half_made_campaign(setup, tmp_path):
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    forward = fuzzer.network.forward
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt   # Ctrl-C while the seeds run through the model
+
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "new", tmp_path / "empty"):
+        fuzzer.network.forward = interrupted
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                fuzzer.start(x, y, out, budget=64)
+        finally:
+            fuzzer.network.forward = forward
+        assert not out.exists() if out.name == "new" else list(out.iterdir()) == []  # an empty folder stays
+        assert fuzzer.start(x, y, out, budget=64).step == 0   # and the same --out works at once
+
+
 def test_bad_input(setup, tmp_path):
     from idcgen.fuzz.campaign import Campaign
     analysis, _, _, x, y = setup

@@ -217,19 +217,24 @@ class Campaign:
         try:
             self.flush()
         finally:
-            if self._writer is not None:
-                self._writer.shutdown(wait=True)
-                self._writer = None
-            for handle in self._handles.values():
-                handle.close()
-            self._handles.clear()
-            # a write that failed while the wait for it was interrupted: the failure matters more
-            failed = [f.exception() for f in self._pending if f.exception() is not None]
-            self._pending.clear()
-            if failed:
+            failed = self.close_files()
+            if failed:  # a write that failed while the wait for it was interrupted: the failure matters more
                 raise failed[0]
         self.write_json()
         self.write_previews()
+
+    def close_files(self) -> list[BaseException]:
+        """Stop the writer thread (after its pending writes) and close the files; returns the writes that
+        failed."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+        failed = [f.exception() for f in self._pending if f.exception() is not None]
+        self._pending.clear()
+        return failed
 
     def commit(self, new_ids: np.ndarray, findings: dict | None, stats_row: dict, *,
                next_batch: tuple[dict, np.ndarray] | None = None) -> None:
@@ -321,13 +326,14 @@ class Campaign:
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
         if meta.get("format_version") != FORMAT_VERSION:
+            made_by = meta.get("versions", {}).get("idcgen", "?")
             raise InputError(f"campaign {folder} has folder format {meta.get('format_version')!r}; this idcgen "
-                             f"reads format {FORMAT_VERSION} (made by idcgen {meta.get('versions', {}).get('idcgen', '?')}: "
-                             "open it with that version, or start a new campaign)")
+                             f"reads format {FORMAT_VERSION} (it was made by idcgen {made_by}: open it with that "
+                             "version, or start a new campaign)")
         newest = read_state(folder)
         if newest is None:
-            raise InputError(f"campaign {folder} has no whole state file ({' or '.join(STATE_FILES)}): it was "
-                             "never committed; start it again")
+            raise InputError(f"campaign {folder} has no whole state file ({' or '.join(STATE_FILES)}): its start "
+                             f"was interrupted before the seeds were committed; delete {folder} and start again")
         commits, payload, _ = newest
         analysis = Analysis.load(folder / "analysis")
         if network is not None:

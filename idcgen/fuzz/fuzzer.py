@@ -9,6 +9,7 @@ model runs on a worker thread while the main thread commits the previous step an
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import signal
 import threading
 import time
@@ -113,19 +114,25 @@ class Fuzzer:
         campaign = Campaign(folder=Path(out), config=config, analysis=self.analysis, corpus=corpus,
                             tracker=self.analysis.tracker(), rng=np.random.default_rng(self.random_state),
                             mutator_stats={repr(m): MutatorStats() for m in self.mutators})
+        existed = campaign.folder.exists()
         campaign.create()
-        started = time.perf_counter()
-        probs, (acts,) = self.network.forward(x, (self.analysis.layer,))
-        ids = self.analysis.combinations.ids(self.analysis.select(acts))
-        campaign.tracker.update(ids)
-        n = len(x)
-        new_ids = corpus.add(x, x, [[] for _ in range(n)], parent=np.full(n, -1), root=np.arange(n), label=y,
-                             prediction=probs.argmax(1), combination=ids, affine=np.zeros(n, bool),
-                             step=np.zeros(n, np.int64))
-        campaign.seed_execs = n
-        campaign.elapsed = time.perf_counter() - started
-        campaign.commit(new_ids, None, self._stats_row(campaign, None, 0.0))
-        campaign.flush()  # the seeds' step is on disk when start returns: the folder can be loaded at once
+        try:
+            started = time.perf_counter()
+            probs, (acts,) = self.network.forward(x, (self.analysis.layer,))
+            ids = self.analysis.combinations.ids(self.analysis.select(acts))
+            campaign.tracker.update(ids)
+            n = len(x)
+            new_ids = corpus.add(x, x, [[] for _ in range(n)], parent=np.full(n, -1), root=np.arange(n), label=y,
+                                 prediction=probs.argmax(1), combination=ids, affine=np.zeros(n, bool),
+                                 step=np.zeros(n, np.int64))
+            campaign.seed_execs = n
+            campaign.elapsed = time.perf_counter() - started
+            campaign.commit(new_ids, None, self._stats_row(campaign, None, 0.0))
+            campaign.flush()  # the seeds' step is on disk when start returns: the folder can be loaded at once
+        except BaseException:  # (Ctrl-C too) nothing was committed: leave no half-made campaign behind
+            campaign.close_files()
+            _remove_new_campaign(campaign.folder, existed)
+            raise
         return campaign
 
     def resume(self, folder: str | Path) -> Campaign:
@@ -401,6 +408,13 @@ def _interrupts_deferred():
                 previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
             else:
                 raise KeyboardInterrupt
+
+
+def _remove_new_campaign(folder: Path, existed: bool) -> None:
+    """Delete what ``Campaign.create`` made (it only writes into a new or empty folder)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if existed:
+        folder.mkdir(parents=True, exist_ok=True)
 
 
 def _execs(batch: _Batch) -> int:
