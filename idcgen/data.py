@@ -40,8 +40,9 @@ Spec forms accepted by `load_inputs`
     Nothing is ever downloaded.
 
 A named dataset, a keras-layout ``.npz`` or an IDX folder takes its split after a colon (``mnist:train``,
-``embedded-mnist:all``, ``data.npz:train``); this wins over the ``split`` argument. Named datasets default to "test"; "all" is train followed by test (except
-``embedded-mnist``, see above). Splits apply only to sources that have them.
+``embedded-mnist:all``, ``data.npz:train``); this wins over the ``split`` argument. Named datasets
+default to "test"; "all" is train followed by test (except ``embedded-mnist``, see above). Splits
+apply only to sources that have them.
 
 Scaling (``scale``, recorded in `Dataset.scaling`)
 --------------------------------------------------

@@ -62,12 +62,18 @@ def atomic_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def atomic_npz(path: Path, arrays: dict, *, compressed: bool = False) -> None:
-    """``np.savez`` through :func:`atomic_write`. The archive is built in memory first: zipfile's many
-    small writes and seeks on a real file cost twice as much, on the writer thread of every step."""
+def npz_bytes(arrays: dict, *, compressed: bool = False) -> bytes:
+    """An ``.npz`` archive built in memory: zipfile's many small writes and seeks on a real file cost
+    twice as much, on the writer thread of every step."""
     buffer = io.BytesIO()
     (np.savez_compressed if compressed else np.savez)(buffer, **arrays)
-    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
+    return buffer.getvalue()
+
+
+def atomic_npz(path: Path, arrays: dict, *, compressed: bool = False) -> None:
+    """``np.savez`` through :func:`atomic_write`."""
+    data = npz_bytes(arrays, compressed=compressed)
+    atomic_write(path, lambda f: f.write(data))
 
 
 def frame_state(commit: int, payload: bytes) -> bytes:
@@ -75,10 +81,11 @@ def frame_state(commit: int, payload: bytes) -> bytes:
     return _STATE_HEADER.pack(_STATE_MAGIC, commit, len(payload), zlib.crc32(payload)) + payload
 
 
-def read_state(folder: Path) -> tuple[int, bytes, int] | None:
-    """(commit number, payload, index of its file) of the newest whole state file, None if there is none."""
+def read_state(folder: Path) -> tuple[int, bytes] | None:
+    """(commit number, payload) of the newest whole state file (``STATE_FILES[commit % 2]``), None if
+    there is none."""
     newest = None
-    for index, name in enumerate(STATE_FILES):
+    for name in STATE_FILES:
         try:
             data = (folder / name).read_bytes()
         except OSError:
@@ -90,7 +97,7 @@ def read_state(folder: Path) -> tuple[int, bytes, int] | None:
         if magic != _STATE_MAGIC or len(payload) != length or zlib.crc32(payload) != crc:
             continue  # half written when the process was killed: the other file holds the commit before
         if newest is None or commit > newest[0]:
-            newest = (commit, payload, index)
+            newest = (commit, payload)
     return newest
 
 
@@ -275,9 +282,8 @@ class Campaign:
                 self._append("findings.jsonl", "".join(json.dumps(_finding_row(findings, j)) + "\n"
                                                        for j in range(len(findings["id"]))))
             self._append("stats.jsonl", json.dumps(stats_row) + "\n")
-            payload = io.BytesIO()
-            np.savez(payload, **dict(state, state=json.dumps(state["state"]), rng=json.dumps(state["rng"])))
-            self._write_state(commit, payload.getvalue())
+            self._write_state(commit, npz_bytes(dict(state, state=json.dumps(state["state"]),
+                                                     rng=json.dumps(state["rng"]))))
         self._submit(write)
         if time.monotonic() - self._json_written >= JSON_EVERY_SECONDS:
             self.flush()  # campaign.json must not run ahead of the state files
@@ -334,7 +340,7 @@ class Campaign:
         if newest is None:
             raise InputError(f"campaign {folder} has no whole state file ({' or '.join(STATE_FILES)}): its start "
                              f"was interrupted before the seeds were committed; delete {folder} and start again")
-        commits, payload, _ = newest
+        commits, payload = newest
         analysis = Analysis.load(folder / "analysis")
         if network is not None:
             try:
