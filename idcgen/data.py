@@ -46,9 +46,15 @@ apply only to sources that have them.
 
 Scaling (``scale``, recorded in `Dataset.scaling`)
 --------------------------------------------------
-"auto" (default): integer inputs in 0..255 are divided by 255; float inputs must already lie in [0, 1].
+Images are brought into ``value_range``, the range of the images the model takes (default [0, 1];
+0..255 for a model that starts with ``Rescaling(1/255)``, see :mod:`idcgen.convention`).
+"auto" (default): integer inputs in 0..255 are mapped linearly from 0..255 onto the value range (divided
+by 255 for [0, 1], kept as they are for [0, 255]); float inputs must already lie in the value range.
 "255": divide by 255 whatever the dtype. "none": keep the values, as float32. Inputs with NaN or Inf are
-refused, and so are values outside [0, 1] after "auto" or "255" scaling.
+refused, and so are values outside the value range after "auto" or "255" scaling.
+
+Resizing (``resize=(h, w)``, image folders only): every image is resized with PIL's bilinear filter on
+load, and `Dataset.source` says so.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ from PIL import Image
 from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Dataset", "load_inputs", "load_for_model", "fit_to_model", "check_labels", "embedded_mnist",
-           "KNOWN_DATASETS"]
+           "parse_resize", "KNOWN_DATASETS"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 KNOWN_DATASETS = ("embedded-mnist", "mnist", "fashion-mnist")
@@ -130,7 +136,8 @@ class Dataset:
 
 
 def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str = "auto",
-                channels: int | None = None, limit: int | None = None) -> Dataset:
+                channels: int | None = None, limit: int | None = None, value_range=(0.0, 1.0),
+                resize: tuple[int, int] | str | None = None) -> Dataset:
     """Load inputs and optional labels from `spec` (see the module docstring for the forms).
 
     Args:
@@ -140,6 +147,8 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
         channels: 1 or 3 to convert the images of an image folder to grayscale or RGB; None keeps
             each image's own (grayscale or RGB). Ignored for array sources.
         limit: keep only the first `limit` inputs.
+        value_range: (low, high) of the images the model takes; "auto" scaling maps 0..255 onto it.
+        resize: (height, width) or "HxW": resize the images of an image folder (PIL, bilinear).
 
     Returns:
         A `Dataset` with float32 inputs and int64 labels (or None).
@@ -150,13 +159,17 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
         raise ParameterError(f"The 'limit' parameter must be a positive int or None. Got {limit!r} instead.")
 
+    value_range = _check_value_range(value_range)
+    resize = parse_resize(resize)
     text = os.fspath(spec)
     path = Path(text).expanduser()
     head, _, tail = text.rpartition(":")
     if not path.exists() and tail in SPLITS and Path(head).expanduser().exists():
         path, split = Path(head).expanduser(), tail   # "train.npz:train": a file's part, as for a named dataset
+    if resize is not None and not (path.is_dir() and not _idx_folder_files(path)):
+        raise InputError(f"resize applies to folders of images; {text} is not one (resize arrays before saving them)")
     if path.exists():
-        x, y, source, class_names = _load_path(path, split, channels, limit)
+        x, y, source, class_names = _load_path(path, split, channels, limit, resize)
     else:
         name, _, colon_split = text.partition(":")
         name = _ALIASES.get(name.strip().lower(), name.strip().lower())
@@ -172,7 +185,7 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
     if y is not None:
         y = check_labels(x, y)[:limit]
     x = x[:limit]
-    x, scaling = _scale(x, scale)
+    x, scaling = _scale(x, scale, value_range)
     return Dataset(x=x, y=y, source=source, scaling=scaling, class_names=class_names)
 
 
@@ -271,14 +284,14 @@ def _embedded_mnist_all() -> tuple[np.ndarray, np.ndarray]:
 
 # --- sources -----------------------------------------------------------------------------------------
 
-def _load_path(path: Path, split, channels, limit):
+def _load_path(path: Path, split, channels, limit, resize=None):
     """(x, y, source, class_names) from an existing file or folder."""
     if path.is_dir():
         if _idx_folder_files(path):
             x, y, source = _split_parts(lambda s: _load_idx_folder(path, s), split or "test")
             return x, y, source, None
         _no_split(split, path)
-        return _load_image_folder(path, channels, limit)
+        return _load_image_folder(path, channels, limit, resize)
     name = path.name.lower()
     if name.endswith(".npz"):
         x, y, source = _load_npz(path, split)
@@ -445,7 +458,7 @@ def _image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def _load_image_folder(folder: Path, channels, limit):
+def _load_image_folder(folder: Path, channels, limit, resize=None):
     direct = _image_files(folder)
     subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     per_class = [_image_files(d) for d in subfolders]
@@ -461,21 +474,25 @@ def _load_image_folder(folder: Path, channels, limit):
     if not files:
         raise InputError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {folder}")
     files = files[:limit]  # decode only what is kept
-    images = [_read_image(f, channels) for f in files]
+    images = [_read_image(f, channels, resize) for f in files]
     for f, image in zip(files, images):
         if image.shape != images[0].shape:
             raise InputError(f"images differ in size: {files[0]} is {_image_size(images[0])} but {f} is "
-                             f"{_image_size(image)}; resize them to one size"
+                             f"{_image_size(image)}; resize them to one size (--resize HxW)"
                              + ("" if channels else " (or pass channels=1 or 3 to convert them to one mode)"))
-    source = f"{folder} (image folder" + (f", {len(class_names)} classes)" if class_names else ")")
+    source = f"{folder} (image folder" + (f", {len(class_names)} classes" if class_names else "")
+    source += (f", resized to {resize[0]}x{resize[1]} (HxW) with PIL bilinear)" if resize else ")")
     return np.stack(images), None if labels is None else labels[:limit], source, class_names
 
 
-def _read_image(path: Path, channels) -> np.ndarray:
+def _read_image(path: Path, channels, resize=None) -> np.ndarray:
     try:
         with Image.open(path) as image:
             mode = {1: "L", 3: "RGB"}.get(channels) or ("L" if image.mode in _GRAY_MODES else "RGB")
-            return np.asarray(image.convert(mode), dtype=np.uint8)
+            image = image.convert(mode)
+            if resize is not None and image.size != (resize[1], resize[0]):
+                image = image.resize((resize[1], resize[0]), Image.Resampling.BILINEAR)
+            return np.asarray(image, dtype=np.uint8)
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise InputError(f"cannot read image {path}: {err}") from err
 
@@ -503,8 +520,35 @@ def _check_raw(x: np.ndarray, source: str) -> None:
         raise InputError(f"no inputs in {source}")
 
 
-def _scale(x: np.ndarray, scale: str) -> tuple[np.ndarray, str]:
-    """Float32 inputs and a description of the scaling; refuses NaN, Inf and out-of-range values."""
+def parse_resize(resize) -> tuple[int, int] | None:
+    """"66x200" (height x width) or (66, 200) -> (66, 200); None stays None."""
+    if resize is None:
+        return None
+    try:
+        dims = [int(v) for v in re.split(r"[x,\s]+", resize.strip().lower())] if isinstance(resize, str) \
+            else [int(v) for v in resize]
+    except (TypeError, ValueError, AttributeError):
+        dims = []
+    if len(dims) != 2 or min(dims) < 1:
+        raise ParameterError(f"resize must be HxW (height x width, e.g. 66x200). Got {resize!r} instead.")
+    return dims[0], dims[1]
+
+
+def _check_value_range(value_range) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        lo = hi = float("nan")
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise ParameterError(f"The 'value_range' parameter must be (low, high) with low < high. Got {value_range!r} instead.")
+    return lo, hi
+
+
+def _scale(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.ndarray, str]:
+    """Float32 inputs in ``value_range`` and a description of the scaling; refuses NaN, Inf and
+    out-of-range values."""
+    vlo, vhi = value_range
+    target = f"[{vlo:g}, {vhi:g}]"
     if scale == "none":
         out, how = x.astype(np.float32), "none (scale='none': values kept as float32)"
     elif scale == "255":
@@ -513,10 +557,16 @@ def _scale(x: np.ndarray, scale: str) -> tuple[np.ndarray, str]:
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi > 255:
             raise InputError(f"integer inputs range over [{lo}, {hi}], beyond 0..255, so scale='auto' cannot map them "
-                             "to [0, 1]; pass scale='none' to keep them unscaled")
-        out, how = x.astype(np.float32) / np.float32(255), f"{x.dtype}/255 -> [0, 1]"
+                             f"to {target}; pass scale='none' to keep them unscaled")
+        if (vlo, vhi) == (0.0, 255.0):
+            out, how = x.astype(np.float32), f"{x.dtype} kept in 0..255 (the model takes [0, 255])"
+        elif (vlo, vhi) == (0.0, 1.0):
+            out, how = x.astype(np.float32) / np.float32(255), f"{x.dtype}/255 -> [0, 1]"
+        else:
+            out = x.astype(np.float32) * np.float32((vhi - vlo) / 255) + np.float32(vlo)
+            how = f"{x.dtype} 0..255 -> {target} (linear)"
     else:
-        out, how = x.astype(np.float32), "none (float input already in [0, 1])"
+        out, how = x.astype(np.float32), f"none (float input already in {target})"
     bad = ~np.isfinite(out)
     if bad.any():
         n_nan = int(np.isnan(out).sum())
@@ -524,11 +574,13 @@ def _scale(x: np.ndarray, scale: str) -> tuple[np.ndarray, str]:
         raise InputError(f"inputs contain {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values; the first is in "
                          f"input {first[0]} at index {tuple(int(i) for i in first)}; fix or drop those inputs")
     lo, hi = float(out.min()), float(out.max())
-    if scale == "auto" and x.dtype.kind == "f" and (lo < 0 or hi > 1):
-        raise InputError(f"float inputs lie in [{lo:g}, {hi:g}], outside [0, 1]; pass scale='255' to divide them "
-                         "by 255, or scale='none' to keep them as they are")
-    if scale == "255" and (lo < 0 or hi > 1):
-        raise InputError(f"inputs lie in [{lo:g}, {hi:g}] after dividing by 255, outside [0, 1]; "
+    if scale == "auto" and x.dtype.kind == "f" and (lo < vlo or hi > vhi):
+        hint = ("pass scale='255' to divide them by 255" if hi > vhi and (vlo, vhi) == (0.0, 1.0) else
+                "give the value range the model takes (--value-range LO,HI)")
+        raise InputError(f"float inputs lie in [{lo:g}, {hi:g}], outside {target}; {hint}, "
+                         "or pass scale='none' to keep them as they are")
+    if scale == "255" and (lo < vlo or hi > vhi):
+        raise InputError(f"inputs lie in [{lo:g}, {hi:g}] after dividing by 255, outside the value range {target}; "
                          "pass scale='none' to keep them as they are")
     return out, how
 
@@ -558,9 +610,11 @@ def _shape_difference(item: tuple, want: tuple) -> str:
             "give inputs of the model's input shape")
 
 
-def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int | None = None):
-    """``load_inputs`` for a model taking ``input_shape``: images converted to its channel count,
-    then shaped by ``fit_to_model``. Returns (Dataset, x)."""
+def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int | None = None,
+                   value_range=(0.0, 1.0), resize=None):
+    """``load_inputs`` for a model taking ``input_shape`` and images in ``value_range``: images
+    converted to its channel count (and resized to ``resize``, (h, w), for image folders), then shaped
+    by ``fit_to_model``. Returns (Dataset, x)."""
     channels = input_shape[-1] if len(input_shape) == 3 and input_shape[-1] in (1, 3) else None
-    ds = load_inputs(spec, scale=scale, channels=channels, limit=limit)
+    ds = load_inputs(spec, scale=scale, channels=channels, limit=limit, value_range=value_range, resize=resize)
     return ds, fit_to_model(ds, input_shape)
