@@ -52,23 +52,32 @@ LRP_LAYERS = (keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, kera
               keras.layers.ZeroPadding1D, keras.layers.ZeroPadding2D, keras.layers.Cropping1D, keras.layers.Cropping2D)
 
 
-def load_model(path: str | os.PathLike, *, safe_mode: bool = True) -> keras.Model:
+def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None) -> keras.Model:
     """Load a Keras 3 ``.keras``/``.h5`` or a Keras 2.x full-model ``.h5`` file, uncompiled.
 
     ``safe_mode=False`` allows lambda layers (arbitrary code): only for files you trust.
+    ``architecture`` (a Keras JSON file, as ``model.to_json()`` writes, or its text) builds the model for
+    a weights-only file (``save_weights``) and loads the weights into it (``idcgen.legacy``).
     """
     path = Path(path)
     if not path.exists():
         raise ModelError(f"model file not found: {path}")
     if path.is_dir():
         raise ModelError(f"model path is a folder, expected a .keras or .h5 file: {path}")
+    from . import legacy
+    if architecture is not None:
+        return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
     try:
         model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
     except Exception as exc:  # Keras raises many types for unreadable files; report them as one
+        summary = legacy.weights_only_summary(path)
+        if summary is not None:
+            raise ModelError(legacy.weights_only_message(path, summary)) from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = ""
         if "pop expected at most 1 argument" in str(exc):
-            hint = " (a Keras 2.1-era file: re-save it with tf-keras, `pip install --no-deps tf-keras`)"
+            hint = (f" (a Keras {legacy.full_legacy_model(path)} file, which Keras 3 cannot read: re-save it with "
+                    f"`idcgen convert {path} NEW.keras`, which needs tf-keras)")
         elif "safe_mode" in str(exc) or "Lambda" in str(exc):
             hint = " (the file has a Lambda layer: pass --unsafe only if you trust it)"
         raise ModelError(f"could not read model {path}: {first}{hint}") from None

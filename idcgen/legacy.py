@@ -1,0 +1,296 @@
+"""Old and partial model files: weights-only HDF5 files and Keras 2.1-era full models.
+
+A weights-only file (``save_weights``) has no architecture: it is loaded into a model built from a Keras
+JSON architecture (``model.to_json()``). Keras 2.1-era full models store a config that Keras 3 cannot
+read; ``convert`` re-saves them with ``tf-keras`` (the Keras 2 line kept for TensorFlow 2.16+), an
+optional install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from .errors import ModelError
+from .models import keras
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _legacy_group(f: h5py.File):
+    """The group holding Keras 2 style weights (``layer_names`` attribute), or None."""
+    if "layer_names" in f.attrs:
+        return f
+    if "model_weights" in f and "layer_names" in f["model_weights"].attrs:
+        return f["model_weights"]
+    return None
+
+
+def _legacy_weights(group) -> list[tuple[str, list[np.ndarray]]]:
+    """(layer name, arrays in the layer's weight order) for each layer with weights, in the file's order."""
+    out = []
+    for name in map(_text, group.attrs["layer_names"]):
+        arrays = [group[name][_text(w)][()] for w in group[name].attrs.get("weight_names", [])]
+        if arrays:
+            out.append((name, arrays))
+    return out
+
+
+def _keras3_weights(f: h5py.File) -> list[tuple[str, list[tuple]]]:
+    """(layer name, weight shapes) from a Keras 3 ``.weights.h5`` file: every ``vars`` group with arrays."""
+    found = []
+
+    def visit(path, obj):
+        if isinstance(obj, h5py.Group) and path.split("/")[-1] == "vars" and len(obj):
+            name = _text(obj.attrs.get("name", path.split("/")[-2]))
+            found.append((name, [obj[k].shape for k in sorted(obj, key=int)]))
+    f.visititems(visit)
+    return found
+
+
+def weights_only_summary(path) -> str | None:
+    """A short description of a weights-only HDF5 file (its layers and weight shapes); None if the file
+    is not one (a full model, a ``.keras`` archive, not HDF5 at all)."""
+    try:
+        with h5py.File(path, "r") as f:
+            if "model_config" in f.attrs:
+                return None
+            group = _legacy_group(f)
+            if group is not None:
+                version = _text(f.attrs.get("keras_version", "?"))
+                layers = [(n, [a.shape for a in arrays]) for n, arrays in _legacy_weights(group)]
+                kind = f"Keras {version} save_weights format"
+            elif "layers" in f or "vars" in f:
+                layers, kind = _keras3_weights(f), "Keras 3 .weights.h5 format"
+            else:
+                return None
+    except OSError:
+        return None
+    shown = ", ".join(f"{n} [{', '.join('x'.join(map(str, s)) for s in shapes)}]" for n, shapes in layers[:6])
+    more = f", and {len(layers) - 6} more" if len(layers) > 6 else ""
+    return f"{kind}, {len(layers)} layers with weights: {shown}{more}"
+
+
+def weights_only_message(path, summary: str) -> str:
+    return (f"{path} holds weights only, no architecture ({summary}); load it with --architecture model.json "
+            "(a Keras JSON architecture, as model.to_json() writes), or build the model in Python and call "
+            "model.load_weights(path)")
+
+
+def full_legacy_model(path) -> str | None:
+    """The Keras version of a Keras 2.x full-model HDF5 file (it has a ``model_config``), else None."""
+    try:
+        with h5py.File(path, "r") as f:
+            if "model_config" in f.attrs:
+                return _text(f.attrs.get("keras_version", "2.x"))
+    except OSError:
+        pass
+    return None
+
+
+def model_from_architecture(architecture, *, safe_mode: bool = True) -> keras.Model:
+    """Build an uncompiled model from a Keras JSON architecture: a file path or the JSON text itself.
+
+    Keras 3 JSON (``model.to_json()``) is read with Keras' own deserialiser; Keras 2 JSON (no ``module``
+    keys) with Keras' legacy one, the one its ``.h5`` loader uses.
+    """
+    text = str(architecture)
+    if not text.lstrip().startswith("{"):
+        path = Path(architecture)
+        if not path.is_file():
+            raise ModelError(f"architecture file not found: {path} (expected a Keras JSON file, as model.to_json() writes)")
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            text = ""  # a binary file, e.g. the weights given twice: reported as not JSON below
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise ModelError(f"architecture {architecture} is not JSON ({exc}); expected a Keras JSON "
+                         "architecture, as model.to_json() writes") from None
+    if not isinstance(config, dict) or "class_name" not in config or "config" not in config:
+        raise ModelError(f"architecture {architecture} is JSON but not a Keras model architecture "
+                         "(no class_name/config); expected what model.to_json() writes")
+    if isinstance(config["config"], list):
+        raise ModelError(f"architecture {architecture} is a Keras 2.1-era config (its layers are a bare list), "
+                         "which Keras 3 cannot read; convert the full model with `idcgen convert OLD NEW`")
+    if safe_mode and _has_lambda(config):
+        raise ModelError(f"architecture {architecture} has a Lambda layer (arbitrary code): pass --unsafe "
+                         "(safe_mode=False) only if you trust it")
+    try:
+        if '"module"' in text:
+            model = keras.saving.deserialize_keras_object(config, safe_mode=safe_mode)
+        else:  # Keras 2 JSON; Keras 3 reads it only through its legacy loader (pinned keras, private path)
+            from keras.src.legacy.saving.saving_utils import model_from_config
+            with warnings.catch_warnings():  # Keras 2 configs give input_shape to the first layer, as they did
+                warnings.simplefilter("ignore")
+                model = model_from_config(config)
+    except Exception as exc:  # Keras raises many types for a config it cannot build
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"could not build a model from architecture {architecture}: {first}") from None
+    if not isinstance(model, keras.Model):
+        raise ModelError(f"architecture {architecture} describes a {type(model).__name__}, not a model")
+    return model
+
+
+def _match(model: keras.Model, stored: list[tuple[str, list[tuple]]], path, architecture) -> list:
+    """Pair the model's layers that have weights with the file's (name, weight shapes): by layer name when
+    the names match, else in order (as Keras 2 loaded them); a clear error when they do not fit."""
+    layers = [layer for layer in model.layers if layer.weights]
+    names = [name for name, _ in stored]
+    mismatch = f"the architecture {architecture} does not fit the weights in {path}"
+    if sorted(layer.name for layer in layers) == sorted(names):
+        pairs = [(layer, names.index(layer.name)) for layer in layers]
+    elif len(layers) == len(stored):
+        pairs = list(zip(layers, range(len(stored))))
+    else:
+        missing = sorted({layer.name for layer in layers} - set(names))
+        extra = sorted(set(names) - {layer.name for layer in layers})
+        raise ModelError(f"{mismatch}: {len(stored)} layers with weights in the file, {len(layers)} in the "
+                         f"architecture (only in the architecture: {', '.join(missing) or '-'}; only in the file: "
+                         f"{', '.join(extra) or '-'})")
+    for layer, i in pairs:
+        expected = [tuple(w.shape) for w in layer.weights]
+        if [tuple(s) for s in stored[i][1]] != expected:
+            raise ModelError(f"{mismatch}: layer {layer.name!r} has weights {', '.join(map(str, stored[i][1]))} in "
+                             f"the file (layer {stored[i][0]!r}), {', '.join(map(str, expected))} in the architecture")
+    return pairs
+
+
+def load_with_architecture(path, architecture, *, safe_mode: bool = True) -> keras.Model:
+    """Build the model from ``architecture`` and load the weights of ``path`` into it.
+
+    ``path`` is a Keras 2 weights file (``save_weights`` to ``.h5``), a Keras 3 ``.weights.h5`` file, or a
+    Keras 2.x full-model ``.h5`` (its weights are used, its stored config ignored).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    model = model_from_architecture(architecture, safe_mode=safe_mode)
+    try:
+        with h5py.File(path, "r") as f:
+            group = _legacy_group(f)
+            stored = _legacy_weights(group) if group is not None else None
+    except OSError:
+        raise ModelError(f"{path} is not an HDF5 weights file; --architecture goes with a weights-only .h5 "
+                         "(a .keras file holds its architecture already)") from None
+    if stored is not None:
+        pairs = _match(model, [(n, [a.shape for a in arrays]) for n, arrays in stored], path, architecture)
+        for layer, i in pairs:
+            layer.set_weights(stored[i][1])
+        return model
+    if not path.name.endswith(".weights.h5"):
+        raise ModelError(f"{path} holds no Keras weights layout idcgen knows (Keras 2 layer_names or a Keras 3 "
+                         ".weights.h5 file)")
+    if not any(isinstance(layer, keras.Model) for layer in model.layers):  # nested models: Keras' own check
+        with h5py.File(path, "r") as f:
+            _match(model, _keras3_weights(f), path, architecture)  # a clear message; Keras loads by structure
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.load_weights(path)
+    except Exception as exc:  # Keras 3 reports a mismatch as ValueError with a long multi-line text
+        text = " ".join(str(exc).split()).split(" Target variable:")[0]
+        raise ModelError(f"the architecture {architecture} does not fit the weights in {path}: {text}") from None
+    return model
+
+
+def _tf_keras():
+    """Import tf-keras, or say exactly what to install."""
+    import tensorflow as tf
+    major, minor = tf.__version__.split(".")[:2]
+    try:
+        import tf_keras
+    except ImportError:
+        raise ModelError(f"converting a Keras 2.1-era file needs tf-keras, which is not installed: run "
+                         f"pip install --no-deps \"tf-keras=={major}.{minor}.*\" (the version matching TensorFlow "
+                         f"{tf.__version__}; --no-deps stops pip from adding the full tensorflow package)") from None
+    return tf_keras
+
+
+def _has_lambda(config) -> bool:
+    if isinstance(config, dict):
+        return config.get("class_name") == "Lambda" or any(_has_lambda(v) for v in config.values())
+    if isinstance(config, list):
+        return any(_has_lambda(v) for v in config)
+    return False
+
+
+def _read_with_tf_keras(old: Path, tmp: Path, safe_mode: bool) -> tuple[keras.Model, np.ndarray, np.ndarray]:
+    """Read ``old`` with tf-keras, re-save it as a tf-keras 2.x ``.h5`` (which Keras 3 reads), load that with
+    Keras 3; return the Keras 3 model and both models' outputs on one random batch."""
+    with h5py.File(old, "r") as f:
+        config = json.loads(_text(f.attrs["model_config"]))
+    if safe_mode and _has_lambda(config):
+        raise ModelError(f"{old} has a Lambda layer, stored as code that loading runs: pass --unsafe only if you "
+                         "trust the file")
+    tf_keras = _tf_keras()
+    import tensorflow as tf
+    level = tf.get_logger().level
+    try:  # both Kerases warn about HDF5 being legacy and about the old input_shape argument: noise here
+        tf.get_logger().setLevel("ERROR")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                old_model = tf_keras.models.load_model(old, compile=False)
+            except Exception as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise ModelError(f"tf-keras could not read {old} either: {first}") from None
+            old_model.save(tmp)
+            model = keras.models.load_model(tmp, compile=False)
+    finally:
+        tf.get_logger().setLevel(level)
+    shape = (4, *old_model.input_shape[1:])
+    x = np.random.default_rng(0).uniform(0, 1, shape).astype("float32")
+    return model, np.asarray(old_model(x, training=False)), np.asarray(model(x, training=False))
+
+
+def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
+    """Re-save a model file in a format Keras 3 reads: ``.keras`` or ``.h5``, by ``new``'s suffix.
+
+    Keras 2.1-era full models go through tf-keras (checked: the same outputs on a random batch); files
+    Keras 3 reads already, and weights-only files with ``architecture``, are simply re-saved. Returns a
+    one-line summary.
+    """
+    from .models import load_model
+    old, new = Path(old), Path(new)
+    if new.suffix not in (".keras", ".h5"):
+        raise ModelError(f"the new file must end with .keras or .h5 (the format is chosen by its suffix), got {new}")
+    if not old.is_file():
+        raise ModelError(f"model file not found: {old}")
+    if new.resolve() == old.resolve():
+        raise ModelError(f"the new file is the old one ({new}); give another name")
+    new.parent.mkdir(parents=True, exist_ok=True)
+    legacy_version = None if architecture is not None else full_legacy_model(old)
+    check = ""
+    with tempfile.TemporaryDirectory(dir=new.parent) as tmp:
+        try:
+            model = load_model(old, safe_mode=safe_mode, architecture=architecture)
+            how = "read with Keras 3" + (f" and architecture {architecture}" if architecture is not None else "")
+        except ModelError:
+            if legacy_version is None:
+                raise
+            model, before, after = _read_with_tf_keras(old, Path(tmp) / "tf_keras.h5", safe_mode)
+            diff = float(np.max(np.abs(before - after)))
+            if not np.allclose(before, after, atol=1e-5, rtol=1e-4):
+                raise ModelError(f"converting {old} changed its outputs (largest difference {diff:.3g} on a random "
+                                 "batch); the file was not written")
+            import tf_keras
+            how = f"Keras {legacy_version} file read with tf-keras {tf_keras.__version__}"
+            check = f"; outputs equal on a random batch (largest difference {diff:.1g})"
+        staged = Path(tmp) / f"model{new.suffix}"
+        with warnings.catch_warnings():  # Keras calls .h5 "legacy"; the user asked for it by the suffix
+            warnings.simplefilter("ignore")
+            model.save(staged)
+        os.replace(staged, new)
+    fmt = "Keras 3 .keras archive" if new.suffix == ".keras" else "HDF5 .h5"
+    return (f"converted {old} ({how}) -> {new} ({fmt}): {len(model.layers)} layers, "
+            f"{model.count_params():,} parameters{check}")
