@@ -7,6 +7,7 @@ neuron's activations), ranks neurons by importance, and clusters the top m (DESI
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .clusters import NeuronClusters, cluster_neuron
+from .convention import InputConvention, check_scale, convention_of, prepare, resolve
 from .coverage import Combinations, CoverageResult, CoverageTracker
 from .data import check_labels, fit_to_model
 from .errors import AnalysisMismatchError, InputError, ParameterError
@@ -49,6 +51,21 @@ def as_network(model) -> Network:
     return model if isinstance(model, Network) else Network(model)
 
 
+def network_with_convention(model, *, value_range=None, preprocess=None, image_shape=None,
+                            recorded: InputConvention | None = None) -> tuple[Network, InputConvention]:
+    """The Network to measure (the model wrapped with what its input convention puts in front of it,
+    see :mod:`idcgen.convention`) and that convention. A Network passed with no choices is kept."""
+    if isinstance(model, Network) and value_range is None and preprocess is None and image_shape is None \
+            and recorded is None:
+        known = model.__dict__.get("_idcgen_convention") or convention_of(model.model) or resolve(model.model)
+        return model, known
+    wrapped, convention = prepare(model, value_range=value_range, preprocess=preprocess, image_shape=image_shape,
+                                  recorded=recorded)
+    network = model if isinstance(model, Network) and wrapped is model.model else Network(wrapped)
+    network.__dict__["_idcgen_convention"] = convention  # what later calls with this Network fall back to
+    return network, convention
+
+
 @dataclass
 class Analysis:
     """Important neurons of ``layer`` with their centroids, for one model (by weights fingerprint)."""
@@ -63,6 +80,7 @@ class Analysis:
     timings: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     network: Network | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -71,6 +89,21 @@ class Analysis:
     @property
     def m(self) -> int:
         return len(self.neurons)
+
+    @property
+    def convention(self) -> InputConvention:
+        """The input convention the analysis was made with (value range, preprocessing)."""
+        return InputConvention.from_dict(self.config.get("input_convention"))
+
+    @property
+    def observed_range(self) -> tuple[float, float] | None:
+        """(min, max) of the training inputs' values, as analysed."""
+        seen = self.data.get("observed_range")
+        return None if seen is None else (float(seen[0]), float(seen[1]))
+
+    def check_inputs(self, x: np.ndarray, what: str = "the inputs") -> None:
+        """Refuse inputs clearly on another scale than the training inputs (one line naming the fix)."""
+        check_scale(x, self.convention, self.observed_range, what)
 
     @property
     def total(self) -> int:
@@ -82,7 +115,19 @@ class Analysis:
         """Attach the model to measure with; refuse a model whose weights differ from the analysed one."""
         if self.network is not None and model in (self.network, self.network.model):
             return self  # already bound: hashing every weight again would cost more than the measurement
-        network = as_network(model)
+        recorded = self.convention
+        if isinstance(model, Network):
+            network = model
+            have = convention_of(network.model)
+            have = None if have is None or have.preprocess is None else have.preprocess.spec
+            want = None if recorded.preprocess is None else recorded.preprocess.spec
+            if have != want:
+                raise AnalysisMismatchError(
+                    f"this analysis was made with preprocessing {want or 'none'} but the model is given with "
+                    f"{have or 'none'}; pass --preprocess {want} (or the model wrapped with it)" if want else
+                    f"this analysis was made without preprocessing but the model is given with {have}; drop --preprocess")
+        else:  # a Keras model: put the recorded preprocessing in front of it (the image shape is the fuzzer's)
+            network, _ = network_with_convention(model, recorded=dataclasses.replace(recorded, image_shape=None))
         got = network.fingerprint()
         if got != self.fingerprint:
             raise AnalysisMismatchError(
@@ -116,6 +161,7 @@ class Analysis:
     def tracker(self, x: np.ndarray | None = None, model=None) -> CoverageTracker:
         tracker = CoverageTracker(self.total)
         if x is not None:
+            self.check_inputs(np.asarray(x))
             tracker.update(self.ids(x, model))
         return tracker
 
@@ -142,6 +188,7 @@ class Analysis:
             "timings_seconds": self.timings,
             "versions": self.versions,
             "notes": self.notes,
+            "warnings": self.warnings,
         }
 
     def save(self, folder: str | os.PathLike) -> Path:
@@ -187,7 +234,8 @@ class Analysis:
                 raise ValueError(f"{len(neurons)} important neurons but {len(clusters)} cluster sets")
             analysis = cls(layer=meta["layer"], neurons=neurons, importance=imp, clusters=clusters,
                            fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
-                           timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"])
+                           timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"],
+                           warnings=meta.get("warnings", []))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InputError(f"analysis folder {folder} is incomplete or corrupt: {exc}") from None
         return analysis.bind(model) if model is not None else analysis
@@ -204,14 +252,15 @@ def check_class_labels(x: np.ndarray, y, n_classes: int) -> np.ndarray:
 def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
             clusters: Sequence[int] = (2, 3, 4, 5), relevance_of: str = "predicted", correct_only: bool = False,
             only_class: int | None = None, aggregate: str = "sum", eps: float = 1e-7, random_state: int = 0,
-            data_summary: dict | None = None, progress: bool = True) -> Analysis:
+            value_range=None, preprocess=None, image_shape=None, data_summary: dict | None = None,
+            progress: bool = True) -> Analysis:
     """Find the m most important neurons of ``layer`` over ``x`` and cluster their activations.
 
     Parameters
     ----------
     model : keras.Model or Network
     x : array (n, *input_shape)
-        Training inputs, scaled as the model expects.
+        Training inputs: images in the model's value range (see ``value_range``).
     y : array (n,), optional
         Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
     layer : str, default: the last hidden layer before the logits
@@ -221,8 +270,14 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     correct_only : keep only inputs the model classifies correctly
     only_class : keep only inputs of this label (the paper's per-class setting)
     aggregate : "sum" (cumulative relevance, default), "abs" or "mean"
+    value_range : (low, high) of the images the model takes; default: read from the model (0..255 when
+        it starts with ``Rescaling(1/255)``), else [0, 1]. Recorded, with the inputs' observed range.
+    preprocess : a spec such as "tf" or "mean=0.5,std=0.25" applied between image and model
+        (:func:`idcgen.convention.parse_preprocess`); recorded and re-applied when the analysis is loaded.
+    image_shape : (h, w, c) images for a model taking flat or channel-less inputs (for the fuzzer)
     """
-    network = as_network(model)
+    network, convention = network_with_convention(model, value_range=value_range, preprocess=preprocess,
+                                                  image_shape=image_shape)
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
     top_neurons(np.zeros(width), m)  # validates m against the layer before any work
@@ -231,6 +286,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     if aggregate not in AGGREGATES:
         raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
     x = fit_to_model(x, network.input_shape)
+    check_scale(x, convention, what="the training inputs")
     if not isinstance(random_state, (int, np.integer)) or random_state < 0:
         raise ParameterError(f"The 'random_state' parameter must be an int >= 0. Got {random_state!r} instead.")
     if y is not None:
@@ -266,15 +322,25 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
 
     data = dict(data_summary or {})
-    data.update(n_inputs=int(len(x)), n_used=n_used,
-                accuracy=None if y is None else float((logits.argmax(axis=1) == y).mean()))
+    accuracy = None if y is None else float((logits.argmax(axis=1) == y).mean())
+    data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy,
+                observed_range=[float(x.min()), float(x.max())])
+    warnings = []
+    n_classes = network.n_classes
+    if accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
+        lo, hi = convention.value_range
+        warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
+                        f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
+                        f"[{x.min():g}, {x.max():g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
+                        f"{convention.source}); check --scale, --value-range and --preprocess")
     config = dict(layer=layer, m=int(m), clusters=[int(k) for k in clusters], relevance_of=relevance_of,
                   correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
                   random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
-                  if len(network.layer(layer).output.shape) > 2 else "unit")
+                  if len(network.layer(layer).output.shape) > 2 else "unit",
+                  input_convention=convention.to_dict())
     return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
                     fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
-                    versions=versions(), notes=notes, network=network)
+                    versions=versions(), notes=notes + warnings, warnings=warnings, network=network)
 
 
 def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, layer: str | None = None,
@@ -282,6 +348,8 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
     """Look for a saved analysis of this model (same weights fingerprint) in ``folders`` and their
     subfolders; returns the newest match and its folder (or None, None) and the folders searched."""
     fingerprint = network.fingerprint()
+    wrapped_with = convention_of(network.model)
+    preprocess = None if wrapped_with is None or wrapped_with.preprocess is None else wrapped_with.preprocess.spec
     searched, matches = [], []
     for folder in map(Path, folders):
         searched.append(folder)
@@ -299,6 +367,8 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
             config = meta.get("config", {})
             if config.get("only_class") is not None or config.get("correct_only"):
                 continue  # only an all-classes analysis stands in for the model's
+            if (config.get("input_convention") or {}).get("preprocess") != preprocess:
+                continue  # made with other preprocessing between image and model
             matches.append(meta_path.parent)
     if not matches:
         return None, None, searched

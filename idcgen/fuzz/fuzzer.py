@@ -22,9 +22,9 @@ from typing import Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..analysis import Analysis
+from ..analysis import Analysis, check_class_labels, network_with_convention
+from ..convention import check_scale, infer_image_shape, parse_image_shape, parse_value_range
 from ..coverage import CoverageTracker
-from ..analysis import check_class_labels
 from ..data import fit_to_model
 from ..errors import InputError, ParameterError
 from .campaign import Campaign, MutatorStats
@@ -57,17 +57,27 @@ class Fuzzer:
     scheduler : "prioritized" (DeepHunter's batch prioritisation) or "uniform"
     validity : DeepHunter's bounds (``Validity(enabled=False)`` turns them off)
     batch_size : mutants per step
+    value_range : (low, high) of the images mutated; default: the analysis' recorded value range
+    image_shape : (h, w, c) of the images mutated when the model takes flat (d,) or channel-less (h, w)
+        inputs; default: inferred (see :func:`idcgen.convention.infer_image_shape`). The model is then
+        run through a wrapper that reshapes the images to its input (:mod:`idcgen.convention`), so the
+        corpus, mutators, validity and exports all work on images.
     """
 
     def __init__(self, analysis: Analysis, *, mutators: Sequence, oracle: str = "misclassification",
                  others: Sequence = (), scheduler: str = "prioritized", validity: Validity | None = None,
-                 batch_size: int = 256, random_state: int = 0, value_range=(0.0, 1.0)):
+                 batch_size: int = 256, random_state: int = 0, value_range=None, image_shape=None):
         if analysis.network is None:
             raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
         if not mutators:
             raise ParameterError("at least one mutator is needed")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ParameterError(f"The 'batch_size' parameter must be an int >= 1. Got {batch_size!r} instead.")
+        image_shape = parse_image_shape(image_shape)
+        shape = tuple(analysis.network.input_shape)
+        if len(shape) != 3 or (image_shape is not None and image_shape != shape):
+            image_shape = image_shape or infer_image_shape(shape)
+            analysis, others = self._as_images(analysis, others, image_shape)
         self.analysis = analysis
         self.network = analysis.network
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
@@ -75,7 +85,7 @@ class Fuzzer:
         self.oracle = make_oracle(oracle, others)
         self.scheduler = make_scheduler(scheduler)
         self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
-        self.value_range = tuple(float(v) for v in value_range)
+        self.value_range = parse_value_range(value_range) or tuple(analysis.convention.value_range)
         self.validity = dataclasses.replace(validity or Validity(), value_range=self.value_range)
         self.batch_size = batch_size
         if not isinstance(random_state, (int, np.integer)) or random_state < 0:
@@ -87,6 +97,15 @@ class Fuzzer:
                                      f"{self.network.n_classes} classes; one takes {other.input_shape} and gives "
                                      f"{other.n_classes}")
 
+    @staticmethod
+    def _as_images(analysis: Analysis, others: Sequence, image_shape: tuple) -> tuple[Analysis, list]:
+        """The analysis bound to the model behind an image -> model-input reshape (and the other
+        models alike); the analysis given is left as it is."""
+        recorded = dataclasses.replace(analysis.convention, image_shape=tuple(image_shape))
+        network, _ = network_with_convention(analysis.network, recorded=recorded)
+        wrapped = [network_with_convention(o, recorded=recorded)[0] for o in others]
+        return dataclasses.replace(analysis, network=None).bind(network), wrapped
+
     def config(self, budget: int) -> dict:
         return {"budget": int(budget), "mutators": [repr(m) for m in self.mutators], "oracle": self.oracle_name,
                 "scheduler": self.scheduler.name, "batch_size": self.batch_size,
@@ -94,7 +113,9 @@ class Fuzzer:
                 "validity": {"enabled": self.validity.enabled, "alpha": self.validity.alpha,
                              "beta": self.validity.beta},
                 "layer": self.analysis.layer, "m": self.analysis.m,
-                "input_shape": list(self.network.input_shape)}
+                "input_shape": list(self.network.input_shape),
+                "input_convention": dict(self.analysis.convention.to_dict(), value_range=list(self.value_range),
+                                         image_shape=list(self.network.input_shape))}
 
     # ---- starting and resuming --------------------------------------------------------------
     def start(self, x_seeds: np.ndarray, y_seeds: np.ndarray | None, out: str | Path, *, budget: int,
@@ -108,7 +129,10 @@ class Fuzzer:
                              "use --oracle prediction-change (or disagreement with several models)")
         lo, hi = self.value_range
         if x.min() < lo or x.max() > hi:
-            raise InputError(f"seed values span [{x.min():g}, {x.max():g}], outside the value range [{lo:g}, {hi:g}]")
+            raise InputError(f"seed values span [{x.min():g}, {x.max():g}], outside the value range [{lo:g}, {hi:g}]; "
+                             f"load them in that range (--scale) or give the model's range (--value-range LO,HI)")
+        check_scale(x, dataclasses.replace(self.analysis.convention, value_range=self.value_range),
+                    self.analysis.observed_range, "the seeds")
         config = dict(self.config(budget), **(extra_config or {}))
         corpus = Corpus(self.network.input_shape)
         campaign = Campaign(folder=Path(out), config=config, analysis=self.analysis, corpus=corpus,
