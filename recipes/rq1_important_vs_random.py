@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, mnist, write_table
+from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, load_data, write_table
 from sets import PERTURBATIONS
 
 RECIPE = "rq1_important_vs_random"
@@ -187,8 +187,8 @@ def main(argv=None):
         parser.error("--m, --repetitions and --inputs must be positive")
 
     rng = np.random.default_rng(args.random_state)
-    x_train, y_train = mnist("train", args.dataset)
-    x_test, y_test = mnist("test", args.dataset)
+    x_train, y_train = load_data("train", args.dataset)
+    x_test, y_test = load_data("test", args.dataset)
     if not args.full and args.inputs < len(x_test):
         pick = np.sort(rng.choice(len(x_test), size=args.inputs, replace=False))
         x_test, y_test = x_test[pick], y_test[pick]

@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, mnist, write_table
+from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, load_data, write_table
 from sets import PERTURBATIONS, perturbed
 
 SETS = ("U_O", "U_O+S", "U_O+DI")
@@ -53,8 +53,8 @@ def main(argv=None):
     from idcgen.analysis import analyze
     from idcgen.models import Network
 
-    x_train, y_train = mnist("train", args.dataset)
-    x_test, y_test = mnist("test", args.dataset)
+    x_train, y_train = load_data("train", args.dataset)
+    x_test, y_test = load_data("test", args.dataset)
     if args.limit:
         x_test, y_test = x_test[:args.limit], y_test[:args.limit]
     rows, crit_rows = [], []

@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from common import DATASETS, OUTPUTS, Timer, command_line, load_model, mnist, write_table
+from common import DATASETS, OUTPUTS, Timer, command_line, load_model, load_data, write_table
 from sets import PERTURBATIONS, perturbed
 
 SETS = ("U_O", "U_O+noise", "U_O+FGSM", "U_O+BIM", "U_O+JSMA", "U_O+CW")
@@ -40,8 +40,8 @@ def main(argv=None):
     from idcgen.analysis import analyze
     from idcgen.models import Network
 
-    x_train, y_train = mnist("train", args.dataset)
-    x_test, y_test = mnist("test", args.dataset)
+    x_train, y_train = load_data("train", args.dataset)
+    x_test, y_test = load_data("test", args.dataset)
     n_attack = len(x_test) if args.full else min(args.attack_inputs, len(x_test))
     rows = []
     with Timer() as t:

@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, mnist, write_table
+from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, load_data, write_table
 from sets import PERTURBATIONS, perturbed
 
 RECIPE = "rq5_layers"
@@ -139,8 +139,8 @@ def main(argv=None):
     if args.m < 1 or args.repetitions < 1 or (args.inputs is not None and args.inputs < 1):
         parser.error("--m, --repetitions and --inputs must be positive")
 
-    x_train, y_train = mnist("train", args.dataset)
-    x_test, y_test = mnist("test", args.dataset)
+    x_train, y_train = load_data("train", args.dataset)
+    x_test, y_test = load_data("test", args.dataset)
     if args.inputs is not None and args.inputs < len(x_test):
         pick = np.sort(np.random.default_rng(args.random_state).choice(len(x_test), size=args.inputs, replace=False))
         x_test, y_test = x_test[pick], y_test[pick]

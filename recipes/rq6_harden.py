@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from common import DATASETS, OUTPUTS, Timer, command_line, load_model, mnist
+from common import DATASETS, OUTPUTS, Timer, command_line, load_model, load_data
 
 
 def main(argv=None):
@@ -40,10 +40,10 @@ def main(argv=None):
     out = OUTPUTS / "rq6_harden"
     model = load_model(args.model, args.dataset)
     network = Network(model)
-    x_train, y_train = mnist("train", args.dataset)
+    x_train, y_train = load_data("train", args.dataset)
     if args.limit_train:
         x_train, y_train = x_train[:args.limit_train], y_train[:args.limit_train]
-    x_test, y_test = mnist("test", args.dataset)
+    x_test, y_test = load_data("test", args.dataset)
     rng_order = __import__("numpy").random.default_rng(args.random_state).permutation(len(x_test))
     seeds, rest = rng_order[:args.seeds], rng_order[args.seeds:]   # seeds never used for evaluation
     with Timer() as t:
