@@ -21,6 +21,7 @@ DEFAULT_OUTPUTS = Path("outputs")
 
 ModelOpt = typer.Option(..., "--model", help="Keras model file (.keras or .h5).")
 UnsafeOpt = typer.Option(False, "--unsafe", help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
+ArchitectureOpt = typer.Option(None, "--architecture", help="Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file.")
 ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 -> [0, 1], floats kept), 255 (divide by 255) or none.")
 
 
@@ -45,9 +46,9 @@ def command(func):
     return app.command()(wrapper)
 
 
-def _network(model: Path, unsafe: bool):
+def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None):
     from .models import Network, load_model
-    return Network(load_model(model, safe_mode=not unsafe))
+    return Network(load_model(model, safe_mode=not unsafe, architecture=architecture))
 
 
 def _inputs(spec: str, network, scale: str, limit: Optional[int] = None):
@@ -56,9 +57,9 @@ def _inputs(spec: str, network, scale: str, limit: Optional[int] = None):
 
 
 @command
-def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt):
+def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """List the model's layers: name, type, output shape, neurons (units or channels)."""
-    network = _network(model, unsafe)
+    network = _network(model, unsafe, architecture)
     rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
     for row in [("name", "type", "output shape", "neurons")] + rows:
@@ -79,12 +80,12 @@ def analyze(model: Path = ModelOpt,
             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
             scale: str = ScaleOpt,
             out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>)."),
-            unsafe: bool = UnsafeOpt):
+            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Find the m most important neurons of a layer and cluster their activations."""
     from .analysis import analyze as run
     from .clusters import parse_cluster_range
     ks = parse_cluster_range(clusters)
-    network = _network(model, unsafe)
+    network = _network(model, unsafe, architecture)
     ds, x = _inputs(train, network, scale, limit)
     analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
@@ -109,7 +110,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
              limit: Optional[int] = typer.Option(None, "--limit"),
-             scale: str = ScaleOpt, unsafe: bool = UnsafeOpt):
+             scale: str = ScaleOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
     from .analysis import Analysis
@@ -117,7 +118,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
-    network = _network(model, unsafe)
+    network = _network(model, unsafe, architecture)
     found = Analysis.load(analysis, model=network) if "idc" in names else None
     _, x = _inputs(inputs, network, scale, limit)
     others = [make_criterion(n) for n in names if n != "idc"]
@@ -166,11 +167,13 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
          limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N seeds only."),
          out: Optional[Path] = typer.Option(None, "--out", help="Campaign folder (default outputs/campaigns/<model>_<time>)."),
          resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
-         scale: str = ScaleOpt, unsafe: bool = UnsafeOpt):
+         scale: str = ScaleOpt, unsafe: bool = UnsafeOpt,
+         architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .fuzz.session import new_campaign, resume_campaign
     if resume is not None:
-        result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe, echo=typer.echo)
+        result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe,
+                                 architectures=architecture or None, echo=typer.echo)
     else:
         if not model or seeds is None or budget is None:
             _fail("--model, --seeds and --budget are needed (or --resume DIR)")
@@ -178,7 +181,7 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
                               m=m, clusters=clusters, mutators=mutators, oracle=oracle, scheduler=scheduler,
                               batch_size=batch_size, validity=not no_validity, alpha=alpha, beta=beta,
                               random_state=random_state, limit=limit, out=out, scale=scale, safe_mode=not unsafe,
-                              echo=typer.echo)
+                              architectures=architecture or None, echo=typer.echo)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
 
@@ -194,11 +197,11 @@ def harden(model: Path = ModelOpt,
            random_state: int = typer.Option(0, "--random-state"),
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
-           scale: str = ScaleOpt, unsafe: bool = UnsafeOpt):
+           scale: str = ScaleOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
     from .harden import format_table, harden as run
-    network = _network(model, unsafe)
+    network = _network(model, unsafe, architecture)
     found = Campaign.load(campaign, network)
     train_ds, x_train = _inputs(train, network, scale)
     test_ds, x_test = _inputs(test, network, scale, limit_test)
@@ -209,6 +212,15 @@ def harden(model: Path = ModelOpt,
                   repeats=repeats, random_state=random_state, out=out)
     typer.echo(format_table(summary))
     typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.png) in {summary['seconds']} s")
+
+
+@command
+def convert(old: Path = typer.Argument(..., help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture."),
+            new: Path = typer.Argument(..., help="File to write: .keras or .h5 (the format follows the suffix)."),
+            architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt):
+    """Re-save an old or weights-only model file as one Keras 3 reads (Keras 2.1-era files need tf-keras)."""
+    from .legacy import convert as run
+    typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe))
 
 
 @command

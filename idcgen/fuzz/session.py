@@ -29,6 +29,17 @@ def _load(spec, network, scale, limit=None):
     return load_for_model(spec, network.input_shape, scale=scale, limit=limit)
 
 
+def _networks(models, architectures, safe_mode) -> list:
+    """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
+    in order, one per model, ``-`` for a model file that holds its own architecture."""
+    architectures = [None if str(a) == "-" else a for a in architectures or []]
+    if architectures and len(architectures) != len(models):
+        raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
+                         "(- for a model file that holds its architecture)")
+    pairs = zip(models, architectures or [None] * len(models))
+    return [Network(load_model(p, safe_mode=safe_mode, architecture=a)) for p, a in pairs]
+
+
 def _folders(paths) -> str:
     """Folders as a person reads them in a message: './' rather than '.'."""
     return ", ".join(f"{p}/" for p in paths)
@@ -37,13 +48,13 @@ def _folders(paths) -> str:
 def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5",
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
-                 safe_mode=True, echo=print, progress=True) -> dict | None:
+                 safe_mode=True, architectures=None, echo=print, progress=True) -> dict | None:
     _check_budget(budget)  # before any model is loaded
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
     wanted_m, m = m, m or 8  # a saved analysis is looked up with the m asked for, any m if none
-    networks = [Network(load_model(p, safe_mode=safe_mode)) for p in models]
+    networks = _networks(models, architectures, safe_mode)
     network = networks[0]
     seeds_ds, x_seeds = _load(seeds, network, scale, limit)
     notes, train_ds, x_train = [], None, None
@@ -80,14 +91,15 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     extra = {"model": str(models[0]), "other_models": [str(p) for p in models[1:]], "seeds": str(seeds),
              "train": None if train is None else str(train), "analysis_source": source, "notes": notes,
-             "scale": scale}
+             "scale": scale, "architectures": [str(a) for a in architectures or []]}
     campaign = fuzzer.start(x_seeds, seeds_ds.y, out, budget=budget, extra_config=extra)
     echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
          f"{campaign.tracker.total})")
     return _run_and_finish(fuzzer, campaign, x_train, None if train_ds is None else train_ds.y, notes, echo, progress)
 
 
-def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, echo=print, progress=True) -> dict | None:
+def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, architectures=None, echo=print,
+                    progress=True) -> dict | None:
     folder = Path(folder)
     if not (folder / "campaign.json").is_file():
         raise InputError(f"not a campaign folder (no campaign.json): {folder}")
@@ -96,7 +108,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, echo=pr
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
     paths = models or [cfg["model"], *cfg.get("other_models", [])]
-    networks = [Network(load_model(p, safe_mode=safe_mode)) for p in paths]
+    networks = _networks(paths, architectures or (None if models else cfg.get("architectures")), safe_mode)
     try:
         found = Analysis.load(folder / "analysis", model=networks[0])
     except AnalysisMismatchError as exc:
