@@ -131,12 +131,12 @@ def test_rq2_smoke(recipe, outputs, monkeypatch):
     module = recipe("rq2_idc_by_m")
     run_recipe(module, ["--dataset", "embedded-mnist", "--models", "lenet5", "--m", "2", "4", "--repetitions", "1",
                         "--limit", "200", "--criteria", "nc,kmnc"], monkeypatch)
-    rows = read_csv(outputs / "rq2_idc_by_m" / "idc.csv")
+    rows = read_csv(outputs / "rq2_idc_by_m" / "idc_embedded_mnist.csv")
     assert [int(r["m"]) for r in rows] == [2, 4]
     for r in rows:
         u_o, di = mean_of(r["IDC U_O %"]), mean_of(r["IDC U_O+DI %"])
         assert 0 <= u_o <= di <= 100
-    crit = read_csv(outputs / "rq2_idc_by_m" / "criteria.csv")
+    crit = read_csv(outputs / "rq2_idc_by_m" / "criteria_embedded_mnist.csv")
     assert [r["criterion"] for r in crit] == ["nc", "kmnc"]
 
 
@@ -144,7 +144,7 @@ def test_rq3_smoke(recipe, outputs, monkeypatch):
     module = recipe("rq3_adversarial")
     run_recipe(module, ["--dataset", "embedded-mnist", "--m", "3", "--attack-inputs", "20", "--sets", "U_O+noise",
                         "U_O+FGSM", "--criteria", "nc"], monkeypatch)
-    rows = read_csv(outputs / "rq3_adversarial" / "coverage.csv")
+    rows = read_csv(outputs / "rq3_adversarial" / "coverage_embedded_mnist.csv")
     idc = next(r for r in rows if r["criterion"] == "IDC m=3")
     assert 0 <= float(idc["U_O"]) <= float(idc["U_O+FGSM"]) <= 100
     assert any(r["criterion"] == "NC" for r in rows) and any(r["criterion"] == "attack success" for r in rows)
@@ -158,3 +158,133 @@ def test_rq6_smoke(recipe, outputs, monkeypatch):
     assert [r["model"] for r in rows] == ["original", "IDC-guided", "random control"]
     assert all(0 <= float(r["clean"]) <= 1 for r in rows)
     assert (outputs / "rq6_harden" / "harden.md").read_text().count("Command:") == 1
+
+
+# ---- CIFAR-10: the paper's network, ResNet-20 and the data path ---------------------------------------
+
+SHARED_CIFAR10 = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
+needs_cifar10 = pytest.mark.skipif(not SHARED_CIFAR10.is_dir(), reason="../shared/data/cifar10 not present")
+
+
+def test_cifar10_cnn_is_the_keras_example():
+    import numpy as np
+
+    from idcgen.models import Network
+    from idcgen.zoo import cifar10_cnn
+    model = cifar10_cnn()
+    kinds = [type(layer).__name__ for layer in model.layers]
+    conv_block = ["Conv2D", "Activation", "Conv2D", "Activation", "MaxPooling2D", "Dropout"]
+    assert kinds == ["InputLayer", *conv_block, *conv_block, "Flatten", "Dense", "Activation", "Dropout",
+                     "Dense", "Activation"]
+    assert model.output_shape == (None, 10) and model.get_layer("fc1_relu").output.shape[1:] == (512,)
+    # 3x3 convolutions 3->32 (same), 32->32 (valid: 32 -> 30 -> pool 15), 32->64 (same), 64->64 (valid:
+    # 15 -> 13 -> pool 6), dense 6*6*64 -> 512 -> 10, each with biases
+    convs = [(3, 32), (32, 32), (32, 64), (64, 64)]
+    expected = sum(9 * a * b + b for a, b in convs) + (6 * 6 * 64 * 512 + 512) + (512 * 10 + 10)
+    assert model.count_params() == expected == 1_250_858
+    assert Network(model).default_layer() == "fc1_relu"  # the paper's penultimate layer, dropout skipped
+    again = cifar10_cnn()
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), again.get_weights()))
+
+
+def test_resnet20_is_the_standard_cifar_resnet():
+    import numpy as np
+
+    from idcgen.zoo import resnet20
+    model = resnet20()
+    kinds = [type(layer).__name__ for layer in model.layers]
+    assert kinds.count("Add") == 9  # 3 stages x 3 basic blocks
+    assert kinds.count("Conv2D") == 1 + 9 * 2 + 2  # stem, two per block, two projections
+    assert kinds.count("BatchNormalization") == kinds.count("Conv2D")
+    assert model.output_shape == (None, 10)
+    assert [model.get_layer(f"stage{s}_block3_out").output.shape[1:] for s in (1, 2, 3)] == \
+        [(32, 32, 16), (16, 16, 32), (8, 8, 64)]
+    assert model.get_layer("stage2_block1_proj").kernel.shape == (1, 1, 16, 32)
+    # kernels (no biases before BN): stem, stage 1, stage 2 (first block widens), stage 3, projections
+    convs = 9 * 3 * 16 + 6 * 9 * 16 * 16 + (9 * 16 * 32 + 5 * 9 * 32 * 32) + (9 * 32 * 64 + 5 * 9 * 64 * 64)
+    convs += 16 * 32 + 32 * 64
+    bn = 4 * (16 + 6 * 16 + 7 * 32 + 7 * 64)  # gamma, beta, moving mean and variance per channel
+    assert model.count_params() == convs + bn + 64 * 10 + 10 == 274_042
+    probs = model.predict(np.random.default_rng(0).random((4, 32, 32, 3), dtype=np.float32), verbose=0)
+    assert probs.shape == (4, 10) and np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+
+
+def test_flip_and_shift_moves_each_image_whole(recipe):
+    import numpy as np
+    train_models = recipe("train_models")
+    x = np.random.default_rng(1).random((64, 6, 7, 2), dtype=np.float32) + 1  # no zeros of its own
+    out = train_models.flip_and_shift(x, np.random.default_rng(2), shift=2)
+    seen = set()
+    for image, moved in zip(x, out):
+        matches = []
+        for flip in (False, True):
+            src = image[:, ::-1] if flip else image
+            for dy in range(-2, 3):
+                for dx in range(-2, 3):
+                    want = np.zeros_like(src)
+                    want[max(dy, 0):6 + min(dy, 0), max(dx, 0):7 + min(dx, 0)] = \
+                        src[max(-dy, 0):6 + min(-dy, 0), max(-dx, 0):7 + min(-dx, 0)]
+                    if np.array_equal(moved, want):
+                        matches.append((flip, dy, dx))
+        assert len(matches) == 1
+        seen.add(matches[0])
+    assert len({m[0] for m in seen}) == 2 and len(seen) > 20  # both flips and many offsets drawn
+
+
+@needs_cifar10
+def test_cifar10_test_split_labels_and_order(recipe):
+    import numpy as np
+    common = recipe("common")
+    x, y = common.cifar10("test")
+    assert x.shape == (10000, 32, 32, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
+    assert np.bincount(y).tolist() == [1000] * 10
+    assert len(set(y[:100].tolist())) == 10  # the class-grouped file is put in a mixed order
+    # label order: each of the 100 exact test images (ERAN's copy) has as nearest JPEG-decoded image one
+    # of the same label, at about the JPEG error
+    with np.load(SHARED_CIFAR10 / "eran_cifar10_test_first100.npz") as exact:
+        ex, ey = exact["x_test"].reshape(100, -1) / 255.0, exact["y_test"]
+    flat = x.reshape(len(x), -1)
+    nearest = ((flat ** 2).sum(1)[None] - 2 * ex @ flat.T).argmin(axis=1)
+    assert (y[nearest] == ey).all()
+    assert np.abs(flat[nearest] - ex).mean() < 10 / 255
+
+
+@needs_cifar10
+def test_cifar10_recipes_smoke(recipe, outputs, monkeypatch):
+    """The whole cifar10 path on a few inputs: extract and read the training JPEGs, train, RQ2, RQ3."""
+    import numpy as np
+    train_models = recipe("train_models")
+    run_recipe(train_models, ["--dataset", "cifar10", "--models", "cifar10_cnn", "--epochs", "1", "--limit", "512"],
+               monkeypatch)
+    common = sys.modules["common"]
+    assert len(list((outputs / "data" / "cifar10" / "train" / "cat").glob("*.jpg"))) == 5000
+    x, y = common.cifar10("train", limit=1000)
+    assert x.shape == (1000, 32, 32, 3) and len(np.unique(y)) == 10 and 0 <= x.min() and x.max() <= 1
+    (row,) = read_csv(outputs / "train_models" / "accuracy_cifar10.csv")
+    assert (row["model"], row["params"], row["train images"]) == ("cifar10_cnn", "1250858", "512")
+    assert row["optimizer"] == "adam lr 0.001 cosine-decayed" and 0 <= float(row["test accuracy %"]) <= 100
+    assert [r["epoch"] for r in read_csv(outputs / "train_models" / "history_cifar10.csv")] == ["1"]
+    assert (outputs / "models" / "cifar10_cnn.keras").is_file()
+
+    rq2 = recipe("rq2_idc_by_m")
+    run_recipe(rq2, ["--dataset", "cifar10", "--m", "3", "--repetitions", "1", "--limit", "100",
+                     "--train-limit", "300", "--criteria", "nc"], monkeypatch)
+    (row,) = read_csv(outputs / "rq2_idc_by_m" / "idc_cifar10.csv")
+    assert (row["model"], row["layer"], row["m"]) == ("cifar10_cnn", "fc1_relu", "3")
+    assert 0 <= mean_of(row["IDC U_O %"]) <= mean_of(row["IDC U_O+DI %"]) <= 100
+    assert "analyses of 300 training inputs" in (outputs / "rq2_idc_by_m" / "idc_cifar10.md").read_text()
+
+    rq3 = recipe("rq3_adversarial")
+    run_recipe(rq3, ["--dataset", "cifar10", "--m", "3", "--attack-inputs", "10", "--train-limit", "300",
+                     "--sets", "U_O+noise", "U_O+FGSM", "--criteria", ""], monkeypatch)
+    rows = read_csv(outputs / "rq3_adversarial" / "coverage_cifar10.csv")
+    idc = next(r for r in rows if r["criterion"] == "IDC m=3")
+    assert idc["model"] == "cifar10_cnn" and 0 <= float(idc["U_O"]) <= float(idc["U_O+FGSM"]) <= 100
+
+
+@pytest.mark.parametrize("name", ["train_models", "rq2_idc_by_m", "rq3_adversarial"])
+def test_models_must_fit_the_dataset(recipe, name, capsys):
+    with pytest.raises(SystemExit) as exc:
+        recipe(name).main(["--dataset", "cifar10", "--models", "lenet5"])
+    assert exc.value.code == 2
+    assert "do not fit --dataset cifar10" in capsys.readouterr().err
