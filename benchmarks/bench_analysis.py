@@ -55,13 +55,11 @@ def main():
           f"{len(x_train)} training, {len(x_test)} test inputs")
 
     # The floor: one plain forward+backward pass (gradient of the top logit w.r.t. the input), batched.
-    logits_model = network.logits_model()
-
     @tf.function(reduce_retracing=True)
     def forward_backward(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            top = tf.reduce_max(logits_model(x, training=False), axis=1)
+            top = tf.reduce_max(network.logits(x), axis=1)
         return tape.gradient(top, x)
 
     def floor_pass(x, batch=512):

@@ -1,7 +1,7 @@
 """Load a Keras classifier, expose its logits, and tap named layers in batched forward passes.
 
 A *neuron* is a unit of a dense layer or a channel (feature map) of a convolutional layer; the
-activation of a channel is its spatial mean (DESIGN §2).
+activation of a channel is its spatial mean (docs/design.md, "Relevance").
 """
 
 from __future__ import annotations
@@ -20,36 +20,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-#: Layers whose relevance passes straight through (elementwise, identity at inference, or reshaping).
-PASS_THROUGH = (
-    keras.layers.InputLayer,
-    keras.layers.Activation,
-    keras.layers.ReLU,
-    keras.layers.LeakyReLU,
-    keras.layers.ELU,
-    keras.layers.Dropout,
-    keras.layers.SpatialDropout1D,
-    keras.layers.SpatialDropout2D,
-    keras.layers.GaussianNoise,
-    keras.layers.GaussianDropout,
-    keras.layers.AlphaDropout,
-    keras.layers.ActivityRegularization,
-    keras.layers.Flatten,
-    keras.layers.Reshape,
-)
 #: Skipped when choosing the default subject layer: identity at inference, or a reshape whose
-#: "neurons" would be feature-map positions rather than channels (DESIGN §2).
+#: "neurons" would be feature-map positions rather than channels (docs/design.md, "Relevance").
 _SKIP_BEFORE_LOGITS = (keras.layers.Dropout, keras.layers.SpatialDropout1D, keras.layers.SpatialDropout2D,
                        keras.layers.SpatialDropout3D, keras.layers.GaussianNoise, keras.layers.GaussianDropout,
                        keras.layers.AlphaDropout, keras.layers.ActivityRegularization, keras.layers.Flatten,
                        keras.layers.Reshape)
-#: Layers the epsilon rule handles exactly (linear given the activation is taken off, or max-pooling).
-LRP_LAYERS = (keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,
-              keras.layers.DepthwiseConv2D, keras.layers.MaxPooling1D, keras.layers.MaxPooling2D,
-              keras.layers.MaxPooling3D, keras.layers.AveragePooling1D, keras.layers.AveragePooling2D,
-              keras.layers.AveragePooling3D, keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D,
-              keras.layers.GlobalMaxPooling1D, keras.layers.GlobalMaxPooling2D, keras.layers.BatchNormalization,
-              keras.layers.ZeroPadding1D, keras.layers.ZeroPadding2D, keras.layers.Cropping1D, keras.layers.Cropping2D)
 
 
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None) -> keras.Model:
@@ -94,10 +70,6 @@ class LayerInfo:
     neurons: int
 
 
-def _output_shape(layer) -> tuple:
-    return tuple(layer.output.shape)
-
-
 def neuron_activations(outputs: tf.Tensor) -> tf.Tensor:
     """(n, ..., C) layer output -> (n, C): dense units as they are, channels by spatial mean."""
     if len(outputs.shape) > 2:
@@ -105,92 +77,119 @@ def neuron_activations(outputs: tf.Tensor) -> tf.Tensor:
     return outputs
 
 
-def _chain(model: keras.Model) -> list:
-    """The model's layers from input to output, if it is a chain (each layer has one input)."""
-    if isinstance(model, keras.Sequential):
-        return [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
-    chain, tensor = [], model.outputs[0]
-    if len(model.outputs) != 1:
-        raise ModelError(f"the model has {len(model.outputs)} outputs; idcgen expects one classifier output")
-    while True:
-        layer = tensor._keras_history.operation
-        if isinstance(layer, keras.layers.InputLayer):
-            break
-        inputs = layer._inbound_nodes[0].input_tensors
-        if len(inputs) != 1:
-            raise LayerError(f"layer {layer.name!r} merges {len(inputs)} inputs; idcgen's relevance "
-                             "handles chain models (one input per layer) only")
-        chain.append(layer)
-        tensor = inputs[0]
-    return chain[::-1]
+def _activation_name(layer) -> str:
+    act = getattr(layer, "activation", None)
+    return "linear" if act is None else getattr(act, "__name__", str(act))
+
+
+def _is_softmax(layer) -> bool:
+    return isinstance(layer, keras.layers.Softmax) or (
+        isinstance(layer, keras.layers.Activation) and _activation_name(layer) == "softmax")
 
 
 class Network:
-    """A classifier with its logits exposed and batched taps on named layers.
+    """A classifier with its logits exposed and batched taps on named layers, for any functional graph.
 
-    The logits are the pre-softmax values: the input of a final ``Activation("softmax")`` layer, or
-    the pre-activation of a final layer with ``activation="softmax"`` (DESIGN §2).
+    The model is read as a `Graph` (idcgen/graph.py): nested models are expanded, so every layer of a
+    ``keras.applications`` backbone inside a wrapper has its own name here. The logits are the
+    pre-softmax values: the input of a final ``Softmax``/``Activation("softmax")`` layer, or the
+    pre-activation of a final layer with ``activation="softmax"`` (docs/design.md, "Relevance").
     """
 
     def __init__(self, model: keras.Model, *, batch_size: int = 1024):
+        from .graph import Graph
         self.model = model
         self.batch_size = batch_size
-        self.chain = _chain(model)
-        if not self.chain:
+        self.graph = Graph(model)
+        if not self.graph.steps:
             raise ModelError("the model has no layers")
         self.input_shape = tuple(model.inputs[0].shape[1:])
-        last = self.chain[-1]
-        act = getattr(last, "activation", None)
-        act_name = getattr(act, "__name__", str(act))
-        if isinstance(last, keras.layers.Activation) and act_name == "softmax" or isinstance(last, keras.layers.Softmax):
-            self.logits_chain = self.chain[:-1]      # drop the softmax layer
+        last = self.graph.producer_of(self.graph.output_key)
+        if _is_softmax(last.layer):
+            self.logits_key = last.inputs[0]                      # drop the softmax layer
             self.softmax_in_last_layer = False
-        elif act_name == "softmax":
-            self.logits_chain = self.chain            # last layer called with its activation removed
+        elif _activation_name(last.layer) == "softmax":
+            self.logits_key = last.outputs[0]                     # last layer called with its activation removed
             self.softmax_in_last_layer = True
-        elif act_name == "linear" or act is None:
-            self.logits_chain = self.chain            # the model already outputs logits
+        elif _activation_name(last.layer) == "linear":
+            self.logits_key = last.outputs[0]                     # the model already outputs logits
             self.softmax_in_last_layer = False
         else:
             raise ModelError(f"cannot find the logits: the last layer {last.name!r} has activation "
-                             f"{act_name!r}; expected softmax (as a layer or an activation) or linear logits")
-        self.logits_layer = self.logits_chain[-1].name
-        self.n_classes = int(self.logits_chain[-1].output.shape[-1])
+                             f"{_activation_name(last.layer)!r}; expected softmax (as a layer or an activation) "
+                             "or linear logits")
+        self.logits_step = self.graph.producer_of(self.logits_key)
+        if self.logits_step is None:
+            raise ModelError("the model's softmax is applied to its input directly: there is no layer to explain")
+        self.logits_layer = self.logits_step.name
+        self.n_classes = int(self.logits_step.output_shapes[0][-1])
+        self._hidden = self.graph.ancestors(self.logits_key) - {self.logits_key, self.graph.input_key}
         self._taps: dict[tuple, object] = {}
+        self._logits_fn = None
 
     # ---- layers -----------------------------------------------------------------------------
+    @property
+    def chain(self) -> list:
+        """Every layer in topological order (a shared layer once per call)."""
+        return [step.layer for step in self.graph.steps]
+
     def layer_names(self) -> list[str]:
-        return [layer.name for layer in self.chain]
+        return [step.name for step in self.graph.steps]
+
+    def step(self, name: str):
+        """The graph step (one layer call) named ``name``."""
+        try:
+            return self.graph.step(name)
+        except KeyError:
+            names = self.layer_names()
+            shown = ", ".join(names) if len(names) <= 40 else \
+                ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
+            raise LayerError(f"unknown layer {name!r}; valid layers: {shown}") from None
 
     def layer(self, name: str):
-        for layer in self.chain:
-            if layer.name == name:
-                return layer
-        raise LayerError(f"unknown layer {name!r}; valid layers: {', '.join(self.layer_names())}")
+        return self.step(name).layer
+
+    def output_shape(self, name: str) -> tuple:
+        return tuple(self.step(name).output_shapes[0])
 
     def layers_info(self) -> list[LayerInfo]:
-        return [LayerInfo(layer.name, type(layer).__name__, _output_shape(layer), int(_output_shape(layer)[-1]))
-                for layer in self.chain]
+        return [LayerInfo(s.name, s.kind, tuple(s.output_shapes[0]),
+                          int(s.output_shapes[0][-1]) if s.output_shapes[0] and s.output_shapes[0][-1] else 0)
+                for s in self.graph.steps]
 
     def neuron_count(self, name: str) -> int:
-        return int(_output_shape(self.layer(name))[-1])
+        return int(self.output_shape(name)[-1])
 
     def default_layer(self) -> str:
-        """The last hidden layer before the logits (the paper's penultimate layer), skipping dropout."""
-        idx = [layer.name for layer in self.chain].index(self.logits_layer) - 1
-        while idx >= 0 and isinstance(self.chain[idx], _SKIP_BEFORE_LOGITS):
-            idx -= 1
-        if idx < 0:
-            raise LayerError("the model has no hidden layer before its logits")
-        return self.chain[idx].name
+        """The last hidden layer before the logits (the paper's penultimate layer), skipping dropout and
+        reshapes: walk back from the logits layer's input while the producer is one of those."""
+        key = self.logits_step.inputs[0]
+        while True:
+            step = self.graph.producer_of(key)
+            if step is None:
+                raise LayerError("the model has no hidden layer before its logits")
+            if not isinstance(step.layer, _SKIP_BEFORE_LOGITS) or len(step.inputs) != 1:
+                return step.name
+            key = step.inputs[0]
 
     def check_subject_layer(self, name: str) -> str:
-        names = self.layer_names()
-        layer = self.layer(name)
-        if names.index(name) >= names.index(self.logits_layer):
-            raise LayerError(f"layer {name!r} is the logits or after them; choose a hidden layer: "
-                             f"{', '.join(names[:names.index(self.logits_layer)])}")
-        return layer.name
+        """A layer whose output the logits depend on (a hidden layer): else a LayerError."""
+        step = self.step(name)
+        if len(step.outputs) != 1 or step.outputs[0] not in self._hidden:
+            hidden = [s.name for s in self.graph.steps if s.outputs[0] in self._hidden]
+            shown = ", ".join(hidden) if len(hidden) <= 30 else ", ".join(hidden[:10] + ["..."] + hidden[-10:])
+            where = "is the logits or after them" if step.outputs[0] in self.graph.descendants(self.logits_key) \
+                else "does not lead to the logits"
+            raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
+        return step.name
+
+    def is_hidden(self, name: str) -> bool:
+        """Whether layer ``name``'s output is a hidden tensor the logits depend on."""
+        return self.step(name).outputs[0] in self._hidden
+
+    def key_of(self, name: str) -> int:
+        """The graph key of layer ``name``'s output tensor."""
+        return self.step(name).outputs[0]
 
     # ---- identity ---------------------------------------------------------------------------
     def fingerprint(self) -> str:
@@ -203,17 +202,24 @@ class Network:
         return digest.hexdigest()
 
     # ---- forward ----------------------------------------------------------------------------
+    def outputs(self, x, layers: tuple[str, ...]) -> tuple[list, object]:
+        """Symbolic forward pass (for use under a GradientTape or in a tf.function): the raw outputs of
+        ``layers`` and the model's output."""
+        from .graph import TRACE_LOCK
+        keys = [self.key_of(name) for name in layers]
+        with TRACE_LOCK:
+            values = self.graph.run(x)
+        return [values[k] for k in keys], values[self.graph.output_key]
+
     def _tap(self, layers: tuple[str, ...]):
         if layers not in self._taps:
-            outputs = [self.layer(name).output for name in layers] + [self.model.outputs[0]]
-            tap_model = keras.Model(self.model.inputs[0], outputs)
+            for name in layers:
+                self.step(name)  # LayerError for an unknown name, before tracing
 
             @tf.function(reduce_retracing=True)
             def run(x):
-                outs = tap_model(x, training=False)
-                if not layers:  # a one-output Keras model returns a tensor, not a list
-                    return [], outs
-                return [neuron_activations(o) for o in outs[:-1]], outs[-1]
+                outs, final = self.outputs(x, layers)
+                return [neuron_activations(o) for o in outs], final
 
             self._taps[layers] = run
         return self._taps[layers]
@@ -235,16 +241,17 @@ class Network:
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.forward(x)[0].argmax(axis=1)
 
-    def logits_model(self) -> keras.Model:
-        """A Keras model from the inputs to the logits (for attacks that need logits)."""
-        if not hasattr(self, "_logits_model"):
-            last = self.logits_chain[-1]
-            if self.softmax_in_last_layer:
-                config = dict(last.get_config(), activation="linear", name=last.name + "_logits")
-                linear = type(last).from_config(config)
-                out = linear(last.input)
-                linear.set_weights(last.get_weights())
-            else:
-                out = last.output
-            self._logits_model = keras.Model(self.model.inputs[0], out)
-        return self._logits_model
+    def logits(self, x, training=False):
+        """Symbolic logits of ``x`` (differentiable; ``training`` is accepted and ignored: inference)."""
+        from .graph import TRACE_LOCK
+        index = self.graph.steps.index(self.logits_step)
+        with TRACE_LOCK:
+            values = self.graph.run(x, until=index, linear=self.logits_step if self.softmax_in_last_layer else None)
+        return values[self.logits_key]
+
+    def logits_model(self):
+        """A callable from inputs to logits, traced once (for attacks: ``f(x, training=False)``)."""
+        if self._logits_fn is None:
+            traced = tf.function(lambda x: self.logits(x), reduce_retracing=True)
+            self._logits_fn = lambda x, training=False: traced(tf.convert_to_tensor(x, tf.float32))
+        return self._logits_fn

@@ -189,17 +189,19 @@ def default_neuron_layers(network) -> list[str]:
                  L.SpatialDropout1D, L.SpatialDropout2D, L.SpatialDropout3D, L.GaussianNoise,
                  L.GaussianDropout, L.AlphaDropout, L.ActivityRegularization)
     activations = (L.Activation, L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)
-    chain = network.chain
-    end = [layer.name for layer in chain].index(network.logits_layer)
-    chosen = []
-    for i, layer in enumerate(chain[:end]):
-        if not layer.weights or isinstance(layer, followers + activations):
+    graph, chosen = network.graph, []
+    for step in graph.steps:
+        if (not network.is_hidden(step.name) or not getattr(step.layer, "weights", None)
+                or isinstance(step.layer, followers + activations)):
             continue
-        pick, j = layer, i + 1
-        while j < end and isinstance(chain[j], followers + activations):
-            if isinstance(chain[j], activations):
-                pick = chain[j]
-            j += 1
+        pick, key = step, step.outputs[0]
+        while len(graph.consumers.get(key, ())) == 1:  # follow a single reader through norm/dropout/activation
+            nxt = graph.steps[graph.consumers[key][0]]
+            if not network.is_hidden(nxt.name) or not isinstance(nxt.layer, followers + activations):
+                break
+            if isinstance(nxt.layer, activations):
+                pick = nxt
+            key = nxt.outputs[0]
         chosen.append(pick.name)
     if not chosen:
         raise LayerError("the model has no hidden layer with weights before its logits; pass layers=[...] "

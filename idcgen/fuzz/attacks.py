@@ -27,16 +27,8 @@ from .mutators import Mutator, Param, _bad
 
 # ---- shared -------------------------------------------------------------------------------------
 def logits_fn(network):
-    """The network's logits as a one-input Keras model, cached on the network.
-
-    (``Network.logits_model()`` takes its inputs as a list, and Keras warns on every call with a tensor.)
-    """
-    cache = network.__dict__.setdefault("_attack_cache", {})
-    if "logits" not in cache:
-        import keras
-        model = network.logits_model()
-        cache["logits"] = keras.Model(model.inputs[0], model.outputs[0])
-    return cache["logits"]
+    """The network's logits as a callable ``f(x, training=False)``, traced once per network."""
+    return network.logits_model()
 
 
 def attack_labels(x: np.ndarray, ctx) -> np.ndarray:

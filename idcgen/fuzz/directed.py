@@ -60,15 +60,14 @@ class CoverageDirected(Mutator):
         cache = network.__dict__.setdefault("_directed_grad", {})
         key = (layer, tuple(int(n) for n in neurons))
         if key not in cache:
-            import keras
-            tap = keras.Model(network.model.inputs[0], network.layer(layer).output)
             idx = tf.constant(neurons, tf.int32)
 
             @tf.function(reduce_retracing=True)
             def grad(x, target, scale):
                 with tf.GradientTape() as tape:
                     tape.watch(x)
-                    acts = tf.gather(neuron_activations(tap(x, training=False)), idx, axis=1)
+                    (out,), _ = network.outputs(x, (layer,))
+                    acts = tf.gather(neuron_activations(out), idx, axis=1)
                     loss = tf.reduce_sum(tf.square((acts - target) / scale))
                 return tape.gradient(loss, x)
             cache[key] = grad
