@@ -1,4 +1,4 @@
-"""Coverage criteria to compare IDC with (DESIGN §8): NC (DeepXplore), KMNC, NBC, SNAC, TKNC
+"""Coverage criteria to compare IDC with (docs/design.md, "Other criteria"): NC (DeepXplore), KMNC, NBC, SNAC, TKNC
 (DeepGauge), LSC and DSC (surprise adequacy), with the DeepImportance paper's parameters.
 
     crit = make_criterion("kmnc").fit(network, x_train)      # one batched pass over the training data

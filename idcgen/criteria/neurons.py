@@ -2,7 +2,7 @@
 
 Neurons are those of several layers, by default :func:`default_neuron_layers` (every hidden layer
 with weights before the logits, the ReLU output where an activation layer follows). A conv neuron is
-a channel, its activation the spatial mean (DESIGN §2). Neurons are numbered across the layers in
+a channel, its activation the spatial mean (docs/design.md, "Relevance"). Neurons are numbered across the layers in
 order: layer 0's neurons first.
 """
 

@@ -1,1 +1,1 @@
-"""The fuzzer: corpus, mutators, attacks, oracles, schedulers and the fuzz loop (DESIGN §6-7)."""
+"""The fuzzer: corpus, mutators, attacks, oracles, schedulers and the fuzz loop (docs/design.md, "Mutations", "Fuzz loop")."""

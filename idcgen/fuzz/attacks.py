@@ -5,7 +5,7 @@ attacks push away from the root seed's label where it is known (``ctx.labels >= 
 model's current prediction; JSMA aims at a random other class drawn from ``rng``. ``eps``, ``eps_iter``
 and ``theta`` are fractions of the width of the value range (absolute on [0, 1]).
 
-Defaults differ from the paper's settings (DESIGN §6) where validity or cost matters: FGSM/BIM eps 0.3
+Defaults differ from the paper's settings (docs/design.md, "Mutations") where validity or cost matters: FGSM/BIM eps 0.3
 (BIM eps_iter 0.05) in the paper, eps 0.15 and eps_iter 0.02 here, inside DeepHunter's L-inf <= 0.2
 validity bound; C&W 1000 iterations at lr 5e-3 in the paper, 100 at lr 0.1 here; JSMA gamma 1 in the
 paper, 0.1 here (at most about 10 % of the pixels changed).
