@@ -34,57 +34,68 @@ def models_for(dataset: str) -> tuple[str, ...]:
     return CIFAR10_MODELS if dataset == "cifar10" else MODELS
 
 
-def load_data(split: str, dataset: str = "mnist"):
+def load_data(split: str, dataset: str = "mnist", limit: int | None = None):
     """(x, y) of `dataset`'s "train" or "test" split, float32 in [0, 1], channels-last: MNIST (from ../shared,
-    $IDCGEN_MNIST or ~/.keras), Fashion-MNIST (Debian), the embedded digits, or CIFAR-10 (`cifar10`)."""
+    $IDCGEN_MNIST or ~/.keras), Fashion-MNIST (Debian), the embedded digits, or CIFAR-10 (`cifar10`);
+    the first `limit` inputs only if given."""
     if dataset == "cifar10":
-        return cifar10(split)
+        return cifar10(split, limit)
     from idcgen.data import fit_to_model, load_inputs
-    ds = load_inputs(f"{dataset}:{split}")
+    ds = load_inputs(f"{dataset}:{split}", limit=limit)
     return fit_to_model(ds, (28, 28, 1)), ds.y
 
 
 def cifar10(split: str, limit: int | None = None):
     """CIFAR-10 from ../shared/data/cifar10, both splits JPEG round-tripped (mean error about 6/255).
 
-    train: the 50,000 JPEG files of ``yoongikim_cifar10_train_jpg.zip``, extracted once to
-    ``outputs/data/cifar10/train/<class>/`` and read as an image folder by ``idcgen.load_inputs``, the
-    reader a user's ``--train outputs/data/cifar10/train`` goes through (labels: the sorted class folders,
-    which is CIFAR-10's own label order, checked); the decoded images are kept beside it as uint8
-    (``train_uint8.npz``, read in 1 s instead of 12 s). test: ``yoongikim_cifar10_test_jpeg_decoded.npz``.
-    Both splits are stored grouped by class, so each is put in one fixed random order (seed 0) and
-    "the first N inputs" (`limit`) mix the classes.
+    train: the 50,000 JPEG files ``train/<class>/NNNN.jpg`` of ``yoongikim_cifar10_train_jpg.zip``, decoded
+    straight from the zip (no 50,000 small files on disk; a subset decodes only its own images) and, when
+    all are decoded, kept as uint8 in ``outputs/data/cifar10/train_uint8.npz`` (read in 1 s instead of
+    12 s). Labels are the class folders in sorted order, which is CIFAR-10's own label order.
+    test: the 10,000 images of ``yoongikim_cifar10_test_jpeg_decoded.npz``.
+    Both are stored grouped by class, so each split is put in one fixed random order (seed 0) and "the
+    first N inputs" (`limit`) mix the classes.
     """
-    if split == "train":
-        cache = OUTPUTS / "data" / "cifar10" / "train_uint8.npz"
-        if not cache.exists():
-            from idcgen.data import load_inputs
-            ds = load_inputs(cifar10_train_folder())
-            if ds.class_names != CIFAR10_CLASSES:
-                raise RuntimeError(f"unexpected CIFAR-10 class folders {ds.class_names}; expected {CIFAR10_CLASSES}")
-            np.savez(cache, x=np.rint(ds.x * 255).astype(np.uint8), y=ds.y)
-        source = cache
-    else:
-        source = CIFAR10 / "yoongikim_cifar10_test_jpeg_decoded.npz"
-    with np.load(source) as data:
-        x, y = data["x"], data["y"].astype(np.int64)
-    order = np.random.default_rng(0).permutation(len(x))[:limit]
-    return x[order].astype(np.float32) / 255.0, y[order]
+    if split == "test":
+        with np.load(CIFAR10 / "yoongikim_cifar10_test_jpeg_decoded.npz") as data:
+            x, y = data["x"], data["y"].astype(np.int64)
+        order = np.random.default_rng(0).permutation(len(x))[:limit]
+        return x[order].astype(np.float32) / 255.0, y[order]
+    cache = OUTPUTS / "data" / "cifar10" / "train_uint8.npz"
+    if cache.exists():
+        with np.load(cache) as data:
+            x, y = data["x"], data["y"]
+        order = np.random.default_rng(0).permutation(len(x))[:limit]
+        return x[order].astype(np.float32) / 255.0, y[order]
+    x, y = _cifar10_train_zip(limit)
+    return x.astype(np.float32) / 255.0, y
 
 
-def cifar10_train_folder() -> Path:
-    """``outputs/data/cifar10/train``, extracted from the zip on first use (about 10 s)."""
+def _cifar10_train_zip(limit: int | None):
+    """The training images (uint8) and labels in the fixed order, decoded from the zip; all of them are cached."""
+    import io
     import zipfile
-    target = OUTPUTS / "data" / "cifar10"
-    done = target / ".extracted"
-    if not done.exists():
-        archive = CIFAR10 / "yoongikim_cifar10_train_jpg.zip"
-        if not archive.exists():
-            raise FileNotFoundError(f"{archive} not found: the cifar10 dataset needs ../shared/data/cifar10")
-        with zipfile.ZipFile(archive) as zf:
-            zf.extractall(target)
-        done.write_text(f"extracted from {archive.name}\n")
-    return target / "train"
+
+    from PIL import Image
+    archive = CIFAR10 / "yoongikim_cifar10_train_jpg.zip"
+    if not archive.exists():
+        raise FileNotFoundError(f"{archive} not found: --dataset cifar10 needs ../shared/data/cifar10")
+    with zipfile.ZipFile(archive) as zf:
+        names = sorted(n for n in zf.namelist() if n.lower().endswith(".jpg"))
+        classes = tuple(sorted({n.split("/")[1] for n in names}))
+        if classes != CIFAR10_CLASSES:
+            raise RuntimeError(f"unexpected CIFAR-10 class folders {classes} in {archive}; expected {CIFAR10_CLASSES}")
+        order = np.random.default_rng(0).permutation(len(names))[:limit]
+        x = np.stack([np.asarray(Image.open(io.BytesIO(zf.read(names[i]))).convert("RGB")) for i in order])
+    y = np.array([classes.index(names[i].split("/")[1]) for i in order], dtype=np.int64)
+    if limit is None or limit >= len(names):
+        cache = OUTPUTS / "data" / "cifar10" / "train_uint8.npz"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        unordered = np.empty_like(x), np.empty_like(y)  # cached in the zip's own order, like the test file
+        unordered[0][order], unordered[1][order] = x, y
+        np.savez(cache.with_suffix(".tmp.npz"), x=unordered[0], y=unordered[1])
+        cache.with_suffix(".tmp.npz").replace(cache)
+    return x, y
 
 
 def model_path(name: str, dataset: str = "mnist") -> Path:

@@ -57,8 +57,7 @@ def main(argv=None):
     from idcgen.analysis import analyze
     from idcgen.models import Network
 
-    x_train, y_train = load_data("train", args.dataset)
-    x_train, y_train = x_train[:train_limit], y_train[:train_limit]
+    x_train, y_train = load_data("train", args.dataset, limit=train_limit)
     x_test, y_test = load_data("test", args.dataset)
     n_attack = len(x_test) if args.full else min(attack_inputs, len(x_test))
     rows = []

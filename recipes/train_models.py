@@ -18,7 +18,7 @@ import argparse
 
 import numpy as np
 
-from common import (CIFAR10_MODELS, DATASETS, cifar10, MODELS, OUTPUTS, Timer, command_line, load_data, model_path,
+from common import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, model_path,
                     write_table)
 
 #: Chosen from one measured epoch of each on 2 shared CPU cores (94 s and 216 s at batch 128).
@@ -73,7 +73,7 @@ def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | Non
     settings = dict(CIFAR10_SETTINGS[name])
     settings.update({k: v for k, v in dict(epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr).items()
                      if v is not None})
-    x_train, y_train = cifar10("train", limit)
+    x_train, y_train = load_data("train", "cifar10", limit=limit)
     x_test, y_test = load_data("test", "cifar10")
     keras.utils.set_random_seed(random_state)
     rng = np.random.default_rng(random_state)
@@ -132,14 +132,29 @@ def main(argv=None):
                     command=command_line(),
                     notes="Paper (DeepXplore's models, Table 1 of DeepImportance): 98.3-99.0 % on MNIST.")
         return rows
-    rows = [train_cifar10(name, epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer,
-                          lr=args.lr, augment=not args.no_augment, limit=args.limit) for name in models]
-    write_table(OUTPUTS / "train_models", "history_cifar10", [h for r in rows for h in r.pop("history")],
-                title="CIFAR-10 training, per epoch", command=command_line())
-    write_table(OUTPUTS / "train_models", "accuracy_cifar10", rows, title="CIFAR-10 models", command=command_line(),
-                notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the test images JPEG "
-                      "round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
+    rows = []
+    for name in models:  # tables written after each model, keeping the rows of models trained by other runs
+        rows.append(train_cifar10(name, epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer,
+                                  lr=args.lr, augment=not args.no_augment, limit=args.limit))
+        row = dict(rows[-1], command=command_line())
+        history = [dict(h, command=row["command"]) for h in row.pop("history")]
+        write_table(OUTPUTS / "train_models", "history_cifar10", _merge("history_cifar10", history, name),
+                    title="CIFAR-10 training, per epoch")
+        write_table(OUTPUTS / "train_models", "accuracy_cifar10", _merge("accuracy_cifar10", [row], name),
+                    title="CIFAR-10 models", notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the "
+                    "test images JPEG round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
     return rows
+
+
+def _merge(table: str, rows: list[dict], model: str) -> list[dict]:
+    """The rows of `table`.csv for other models than `model` (earlier runs), then `rows`."""
+    import csv
+    path = OUTPUTS / "train_models" / f"{table}.csv"
+    if not path.exists():
+        return rows
+    with open(path, newline="") as handle:
+        kept = [r for r in csv.DictReader(handle) if r["model"] != model and list(r) == list(rows[0])]
+    return kept + rows
 
 
 if __name__ == "__main__":

@@ -251,15 +251,14 @@ def test_cifar10_test_split_labels_and_order(recipe):
 
 @needs_cifar10
 def test_cifar10_recipes_smoke(recipe, outputs, monkeypatch):
-    """The whole cifar10 path on a few inputs: extract and read the training JPEGs, train, RQ2, RQ3."""
+    """The whole cifar10 path on a few inputs: decode training JPEGs from the zip, train, RQ2, RQ3."""
     import numpy as np
     train_models = recipe("train_models")
     run_recipe(train_models, ["--dataset", "cifar10", "--models", "cifar10_cnn", "--epochs", "1", "--limit", "512"],
                monkeypatch)
-    common = sys.modules["common"]
-    assert len(list((outputs / "data" / "cifar10" / "train" / "cat").glob("*.jpg"))) == 5000
-    x, y = common.cifar10("train", limit=1000)
+    x, y = sys.modules["common"].cifar10("train", limit=1000)  # the same first images, decoded again
     assert x.shape == (1000, 32, 32, 3) and len(np.unique(y)) == 10 and 0 <= x.min() and x.max() <= 1
+    assert not (outputs / "data" / "cifar10" / "train_uint8.npz").exists()  # only the whole set is cached
     (row,) = read_csv(outputs / "train_models" / "accuracy_cifar10.csv")
     assert (row["model"], row["params"], row["train images"]) == ("cifar10_cnn", "1250858", "512")
     assert row["optimizer"] == "adam lr 0.001 cosine-decayed" and 0 <= float(row["test accuracy %"]) <= 100
@@ -288,3 +287,15 @@ def test_models_must_fit_the_dataset(recipe, name, capsys):
         recipe(name).main(["--dataset", "cifar10", "--models", "lenet5"])
     assert exc.value.code == 2
     assert "do not fit --dataset cifar10" in capsys.readouterr().err
+
+
+def test_cifar10_tables_keep_the_other_models_rows(recipe, outputs):
+    train_models = recipe("train_models")
+    folder = outputs / "train_models"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "merge_check.csv").write_text("model,accuracy\ncifar10_cnn,70.0\nresnet20,80.0\n")
+    rows = train_models._merge("merge_check", [{"model": "resnet20", "accuracy": 85.0}], "resnet20")
+    assert rows == [{"model": "cifar10_cnn", "accuracy": "70.0"}, {"model": "resnet20", "accuracy": 85.0}]
+    # a table of another layout (older columns) is not mixed in
+    rows = train_models._merge("merge_check", [{"model": "resnet20", "top-1": 85.0}], "resnet20")
+    assert rows == [{"model": "resnet20", "top-1": 85.0}]
