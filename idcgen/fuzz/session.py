@@ -7,13 +7,15 @@ report).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
-from ..analysis import Analysis, analyze, find_analysis
+from ..analysis import Analysis, analyze, find_analysis, network_with_convention
 from ..clusters import parse_cluster_range
-from ..data import load_for_model
+from ..convention import InputConvention, infer_image_shape, parse_image_shape
+from ..data import fit_to_model, load_for_model
 from ..errors import AnalysisMismatchError, InputError
 from ..export import export_campaign
 from ..models import Network, load_model
@@ -25,8 +27,10 @@ from .validity import Validity
 OUTPUTS = Path("outputs")
 
 
-def _load(spec, network, scale, limit=None):
-    return load_for_model(spec, network.input_shape, scale=scale, limit=limit)
+def _load(spec, network, scale, limit=None, *, convention=None, resize=None):
+    value_range = (0.0, 1.0) if convention is None else convention.value_range
+    return load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
+                          resize=resize)
 
 
 def _networks(models, architectures, safe_mode) -> list:
@@ -48,21 +52,28 @@ def _folders(paths) -> str:
 def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5",
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
+                 value_range=None, preprocess=None, image_shape=None, resize=None,
                  safe_mode=True, architectures=None, echo=print, progress=True) -> dict | None:
     _check_budget(budget)  # before any model is loaded
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
     wanted_m, m = m, m or 8  # a saved analysis is looked up with the m asked for, any m if none
+    image_shape = parse_image_shape(image_shape)
+    recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
     networks = _networks(models, architectures, safe_mode)
-    network = networks[0]
-    seeds_ds, x_seeds = _load(seeds, network, scale, limit)
+    network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
+                                                  recorded=recorded)
+    networks = [network] + [network_with_convention(n, recorded=convention)[0] for n in networks[1:]]
+    seeds_ds, x_seeds = _load(seeds, network, scale, limit, convention=convention, resize=resize)
+    if image_shape is None and len(network.input_shape) != 3:  # flat or channel-less: fuzzed as images
+        image_shape = infer_image_shape(network.input_shape, seeds_ds.x.shape[1:])
     notes, train_ds, x_train = [], None, None
     if analysis is not None:
         found = Analysis.load(analysis, model=network)
         source = f"loaded from {analysis}"
     elif train is not None:
-        train_ds, x_train = _load(train, network, scale)
+        train_ds, x_train = _load(train, network, scale, convention=convention, resize=resize)
         found = analyze(network, x_train, train_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
                         random_state=random_state, data_summary=train_ds.summary(), progress=progress)
         saved = found.save(OUTPUTS / "analyses" / f"{Path(models[0]).stem}_{found.layer}_m{m}")
@@ -79,19 +90,21 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
             notes.append(f"no --train or --analysis given and no saved analysis of this model in "
                          f"{_folders(searched)}; the analysis was made on the SEEDS, so IDC is measured against "
                          "the seeds' own clusters, not the training data's. Pass --train for the paper's setting.")
+    echo(f"inputs: {convention.describe()}")
     for note in notes:
         echo(f"note: {note}")
     echo(f"analysis: layer {found.layer}, m = {found.m}, {found.total} combinations ({source})")
 
     fuzzer = Fuzzer(found, mutators=mutator_list, oracle=oracle, others=networks[1:], scheduler=scheduler,
                     validity=Validity(alpha=alpha, beta=beta, enabled=validity), batch_size=batch_size,
-                    random_state=random_state)
+                    random_state=random_state, value_range=convention.value_range, image_shape=image_shape)
     echo(fuzzer.validity.describe())
     echo("mutators: " + ", ".join(repr(mu) for mu in fuzzer.mutators))
     out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     extra = {"model": str(models[0]), "other_models": [str(p) for p in models[1:]], "seeds": str(seeds),
              "train": None if train is None else str(train), "analysis_source": source, "notes": notes,
-             "scale": scale, "architectures": [str(a) for a in architectures or []]}
+             "scale": scale, "resize": None if resize is None else str(resize),
+             "architectures": [str(a) for a in architectures or []]}
     campaign = fuzzer.start(x_seeds, seeds_ds.y, out, budget=budget, extra_config=extra)
     echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
          f"{campaign.tracker.total})")
@@ -109,6 +122,9 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
         raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
     paths = models or [cfg["model"], *cfg.get("other_models", [])]
     networks = _networks(paths, architectures or (None if models else cfg.get("architectures")), safe_mode)
+    recorded = InputConvention.from_dict(cfg.get("input_convention"))
+    recorded = dataclasses.replace(recorded, image_shape=None, value_range=tuple(cfg["value_range"]))
+    networks = [network_with_convention(n, recorded=recorded)[0] for n in networks]
     try:
         found = Analysis.load(folder / "analysis", model=networks[0])
     except AnalysisMismatchError as exc:
@@ -118,7 +134,8 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
                     others=networks[1:], scheduler=cfg["scheduler"],
                     validity=Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"],
                                       value_range=tuple(cfg["value_range"])),
-                    batch_size=cfg["batch_size"], random_state=cfg["random_state"], value_range=cfg["value_range"])
+                    batch_size=cfg["batch_size"], random_state=cfg["random_state"], value_range=cfg["value_range"],
+                    image_shape=tuple(cfg["input_shape"]))
     campaign = fuzzer.resume(folder)
     if budget is not None:
         _check_budget(budget)
@@ -128,7 +145,8 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     echo(fuzzer.validity.describe())
     x_train = y_train = None
     if cfg.get("train"):
-        train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"))
+        train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"), convention=recorded,
+                                  resize=cfg.get("resize"))
         y_train = train_ds.y
     return _run_and_finish(fuzzer, campaign, x_train, y_train, cfg.get("notes", []), echo, progress)
 
@@ -139,6 +157,8 @@ def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -
     except KeyboardInterrupt:
         echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
         return None
+    if x_train is not None:  # the retraining data in the corpus' image shape (flat or channel-less models)
+        x_train = fit_to_model(x_train, fuzzer.network.input_shape)
     exports = export_campaign(campaign, train_x=x_train, train_y=y_train, oracle=fuzzer.oracle)
     report = write_report(campaign, notes=notes, exports=exports)
     state = campaign.state()
