@@ -5,6 +5,7 @@ Every library error becomes one line on stderr (``error: ...``) and exit status 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -22,7 +23,10 @@ DEFAULT_OUTPUTS = Path("outputs")
 ModelOpt = typer.Option(..., "--model", help="Keras model file (.keras or .h5).")
 UnsafeOpt = typer.Option(False, "--unsafe", help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
 ArchitectureOpt = typer.Option(None, "--architecture", help="Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file.")
-ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 -> [0, 1], floats kept), 255 (divide by 255) or none.")
+ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by 255) or none.")
+ValueRangeOpt = typer.Option(None, "--value-range", help="LO,HI: range of the images the model takes (default: 0,255 if it starts with Rescaling(1/255), else 0,1).")
+PreprocessOpt = typer.Option(None, "--preprocess", help="Between image and model: imagenet-caffe, imagenet-torch, tf ([0,255] -> [-1,1]) or mean=M,std=S.")
+ResizeOpt = typer.Option(None, "--resize", help="HxW: resize the images of image folders (PIL, bilinear).")
 
 
 def _fail(message: str) -> None:
@@ -51,9 +55,16 @@ def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None):
     return Network(load_model(model, safe_mode=not unsafe, architecture=architecture))
 
 
-def _inputs(spec: str, network, scale: str, limit: Optional[int] = None):
+def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None):
     from .data import load_for_model
-    return load_for_model(spec, network.input_shape, scale=scale, limit=limit)
+    value_range = (0.0, 1.0) if convention is None else convention.value_range
+    return load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range, resize=resize)
+
+
+def _with_convention(network, value_range=None, preprocess=None, recorded=None):
+    """(Network measured in image space, its input convention); see idcgen.convention."""
+    from .analysis import network_with_convention
+    return network_with_convention(network, value_range=value_range, preprocess=preprocess, recorded=recorded)
 
 
 @command
@@ -65,6 +76,17 @@ def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optio
     for row in [("name", "type", "output shape", "neurons")] + rows:
         typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
     typer.echo(f"logits: {network.logits_layer}   default subject layer: {network.default_layer()}")
+    from .convention import from_model, leading_preprocessing
+    typer.echo(f"expects: {from_model(network.model).describe()}")
+    found = leading_preprocessing(network.model)
+    typer.echo("preprocessing layers: " + (", ".join(_describe_layer(layer) for layer in found) if found else
+                                           "none (give --preprocess if the model expects normalised inputs)"))
+
+
+def _describe_layer(layer) -> str:
+    config = layer.get_config()
+    keys = [k for k in ("scale", "offset", "mean", "variance", "height", "width") if config.get(k) is not None]
+    return f"{type(layer).__name__} {layer.name!r}" + (f" ({', '.join(f'{k}={config[k]}' for k in keys)})" if keys else "")
 
 
 @command
@@ -78,15 +100,16 @@ def analyze(model: Path = ModelOpt,
             only_class: Optional[int] = typer.Option(None, "--class", help="Use only inputs of this label."),
             random_state: int = typer.Option(0, "--random-state"),
             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
-            scale: str = ScaleOpt,
+            scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
+            preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
             out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>)."),
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Find the m most important neurons of a layer and cluster their activations."""
     from .analysis import analyze as run
     from .clusters import parse_cluster_range
     ks = parse_cluster_range(clusters)
-    network = _network(model, unsafe, architecture)
-    ds, x = _inputs(train, network, scale, limit)
+    network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess)
+    ds, x = _inputs(train, network, scale, limit, convention, resize)
     analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=ds.summary())
@@ -95,8 +118,12 @@ def analyze(model: Path = ModelOpt,
     ks_chosen = [c.k for c in analysis.clusters]
     typer.echo(f"layer {analysis.layer}: important neurons {analysis.neurons.tolist()}, clusters {ks_chosen}, "
                f"{analysis.total} combinations")
+    typer.echo(f"inputs: {convention.describe()}; training inputs span [{x.min():g}, {x.max():g}] ({ds.scaling})")
     for note in analysis.notes:
-        typer.echo(f"note: {note}")
+        if note not in analysis.warnings:
+            typer.echo(f"note: {note}")
+    for warning in analysis.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     train_cov = analysis.coverage(x)
     typer.echo(f"training inputs reach {train_cov}")
     typer.echo(f"analysis saved to {out} ({sum(analysis.timings.values()):.1f} s)")
@@ -110,7 +137,9 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
              limit: Optional[int] = typer.Option(None, "--limit"),
-             scale: str = ScaleOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
+             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
     from .analysis import Analysis
@@ -118,15 +147,18 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
-    network = _network(model, unsafe, architecture)
-    found = Analysis.load(analysis, model=network) if "idc" in names else None
-    _, x = _inputs(inputs, network, scale, limit)
+    found = Analysis.load(analysis) if "idc" in names else None
+    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
+    network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
+    if found is not None:
+        found.bind(network)
+    _, x = _inputs(inputs, network, scale, limit, convention, resize)
     others = [make_criterion(n) for n in names if n != "idc"]
     x_train = y_train = None
     if any(c.needs_data for c in others):
         if train is None:
             _fail(f"{', '.join(c.name for c in others if c.needs_data)} need --train DATA (the model's training inputs)")
-        train_ds, x_train = _inputs(train, network, scale)
+        train_ds, x_train = _inputs(train, network, scale, None, convention, resize)
         y_train = train_ds.y
     results = {}
     if found is not None:
@@ -167,7 +199,10 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
          limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N seeds only."),
          out: Optional[Path] = typer.Option(None, "--out", help="Campaign folder (default outputs/campaigns/<model>_<time>)."),
          resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
-         scale: str = ScaleOpt, unsafe: bool = UnsafeOpt,
+         scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
+         preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+         image_shape: Optional[str] = typer.Option(None, "--image-shape", help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred)."),
+         unsafe: bool = UnsafeOpt,
          architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .fuzz.session import new_campaign, resume_campaign
@@ -180,7 +215,8 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
         result = new_campaign(models=model, seeds=seeds, budget=budget, train=train, analysis=analysis, layer=layer,
                               m=m, clusters=clusters, mutators=mutators, oracle=oracle, scheduler=scheduler,
                               batch_size=batch_size, validity=not no_validity, alpha=alpha, beta=beta,
-                              random_state=random_state, limit=limit, out=out, scale=scale, safe_mode=not unsafe,
+                              random_state=random_state, limit=limit, out=out, scale=scale, value_range=value_range,
+                              preprocess=preprocess, image_shape=image_shape, resize=resize, safe_mode=not unsafe,
                               architectures=architecture or None, echo=typer.echo)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
@@ -201,10 +237,13 @@ def harden(model: Path = ModelOpt,
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
     from .harden import format_table, harden as run
-    network = _network(model, unsafe, architecture)
+    from .analysis import Analysis
+    recorded = dataclasses.replace(Analysis.load(campaign / "analysis").convention, image_shape=None)
+    network, convention = _with_convention(_network(model, unsafe, architecture), recorded=recorded)
     found = Campaign.load(campaign, network)
-    train_ds, x_train = _inputs(train, network, scale)
-    test_ds, x_test = _inputs(test, network, scale, limit_test)
+    convention = dataclasses.replace(convention, value_range=found.value_range)  # the inputs as the campaign's
+    train_ds, x_train = _inputs(train, network, scale, None, convention)
+    test_ds, x_test = _inputs(test, network, scale, limit_test, convention)
     if train_ds.y is None or test_ds.y is None:
         _fail("--train and --test need labels")
     out = out or campaign / "harden"
