@@ -348,8 +348,9 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
     """Look for a saved analysis of this model (same weights fingerprint) in ``folders`` and their
     subfolders; returns the newest match and its folder (or None, None) and the folders searched."""
     fingerprint = network.fingerprint()
-    wrapped_with = convention_of(network.model)
+    wrapped_with = network.__dict__.get("_idcgen_convention") or convention_of(network.model)
     preprocess = None if wrapped_with is None or wrapped_with.preprocess is None else wrapped_with.preprocess.spec
+    value_range = None if wrapped_with is None else [float(v) for v in wrapped_with.value_range]
     searched, matches = [], []
     for folder in map(Path, folders):
         searched.append(folder)
@@ -367,8 +368,11 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
             config = meta.get("config", {})
             if config.get("only_class") is not None or config.get("correct_only"):
                 continue  # only an all-classes analysis stands in for the model's
-            if (config.get("input_convention") or {}).get("preprocess") != preprocess:
+            recorded = config.get("input_convention") or {}
+            if recorded.get("preprocess") != preprocess:
                 continue  # made with other preprocessing between image and model
+            if value_range is not None and [float(v) for v in recorded.get("value_range", (0, 1))] != value_range:
+                continue  # made for images in another range
             matches.append(meta_path.parent)
     if not matches:
         return None, None, searched
