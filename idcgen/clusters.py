@@ -6,12 +6,17 @@ for every k in a small range and keeps the k with the highest silhouette score. 
 clusters of k-means are intervals of the sorted values, so prefix sums give the exact score in
 O(n log n), and one Lloyd iteration costs O(k log n).
 
+A variant, ``method="zero-aware"`` (not the default), gives a ReLU neuron's exact zeros their own
+cluster and chooses k by the silhouette of the positive values only (see ``_zero_aware`` for why and
+docs/results.md, "Clusters on real models", for what it changes).
+
 Nearest-centroid rule used everywhere in idcgen (here and in :mod:`idcgen.coverage`): a value exactly
 halfway between two centroids goes to the lower one, as ``np.argmin`` over distances would choose.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -23,17 +28,27 @@ import numpy as np
 from idcgen.errors import InputError, ParameterError
 
 __all__ = [
+    "CLUSTER_METHODS",
     "DEFAULT_KS",
     "KMeans1D",
     "NeuronClusters",
+    "check_cluster_method",
     "cluster_neuron",
     "kmeans_1d",
     "nearest_centroid",
     "parse_cluster_range",
     "silhouette_1d",
+    "silhouette_samples_1d",
 ]
 
 DEFAULT_KS: tuple[int, ...] = (2, 3, 4, 5)
+
+#: how each neuron's clusters are found: "silhouette" is DeepImportance's (the default); "zero-aware"
+#: gives a ReLU's exact zeros their own cluster (see ``_zero_aware``)
+CLUSTER_METHODS: tuple[str, ...] = ("silhouette", "zero-aware")
+
+#: zero-aware: exact zeros get their own cluster from this share of the values on
+ZERO_CLUSTER_MIN_SHARE = 0.01
 
 # A neuron whose most common value covers at least this share of the inputs is reported as almost
 # constant (typically a ReLU that almost never fires); it is still clustered.
@@ -102,6 +117,17 @@ def silhouette_1d(values: np.ndarray, labels: np.ndarray) -> float:
     Equal to ``sklearn.metrics.silhouette_score(values.reshape(-1, 1), labels)`` (euclidean), in
     O(n log n) time instead of O(n^2). Any k-means or nearest-centroid labelling of 1-D data has
     interval clusters. Singletons score 0, as do points with a(i) = b(i) = 0 (sklearn's nan_to_num).
+    Parameters and errors as :func:`silhouette_samples_1d`.
+    """
+    s_sorted, _ = _silhouette_sorted(values, labels, "silhouette_1d")
+    return float(s_sorted.mean())  # summed in sorted order, as before silhouette_samples_1d existed
+
+
+def silhouette_samples_1d(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Exact silhouette of every point of 1-D data whose clusters are intervals of the sorted values.
+
+    Equal to ``sklearn.metrics.silhouette_samples(values.reshape(-1, 1), labels)``; returns (n,) float64
+    in the input order. Lets a report say which points carry the mean (e.g. a ReLU's exact zeros).
 
     Parameters
     ----------
@@ -115,11 +141,19 @@ def silhouette_1d(values: np.ndarray, labels: np.ndarray) -> float:
     InputError
         Non-finite values, mismatched shapes, or clusters that are not intervals of the sorted values.
     """
-    x = _as_values(values, "silhouette_1d")
+    s_sorted, order = _silhouette_sorted(values, labels, "silhouette_samples_1d")
+    out = np.empty(s_sorted.size)
+    out[order] = s_sorted
+    return out
+
+
+def _silhouette_sorted(values: np.ndarray, labels: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Silhouette of each point in sorted order, and the order (the sorted points are values[order])."""
+    x = _as_values(values, where)
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != x.shape[0]:
         raise InputError(
-            f"silhouette_1d: labels must have shape ({x.shape[0]},) like values; got shape {labels.shape}."
+            f"{where}: labels must have shape ({x.shape[0]},) like values; got shape {labels.shape}."
         )
     names, inverse = np.unique(labels, return_inverse=True)
     n, k = x.size, names.size
@@ -143,7 +177,7 @@ def silhouette_1d(values: np.ndarray, labels: np.ndarray) -> float:
         i = backwards[0]
         first, second = names[label_of_rank[ranks[i + 1]]], names[label_of_rank[ranks[i]]]
         raise InputError(
-            f"silhouette_1d: clusters {first!r} and {second!r} overlap (value {xs[i]:g} of {second!r} "
+            f"{where}: clusters {first!r} and {second!r} overlap (value {xs[i]:g} of {second!r} "
             f"lies above value {xs[i + 1]:g} of {first!r}); the exact 1-D silhouette needs clusters that "
             "are intervals of the sorted values, as k-means and nearest-centroid labels are. "
             "Use sklearn.metrics.silhouette_score for other labellings."
@@ -175,7 +209,7 @@ def silhouette_1d(values: np.ndarray, labels: np.ndarray) -> float:
         denom = np.maximum(a, b)
         with np.errstate(divide="ignore", invalid="ignore"):
             s[lo:hi] = np.where(denom > 0, (b - a) / denom, 0.0)
-    return float(s.mean())
+    return s, order
 
 
 # --------------------------------------------------------------------------------------------------
@@ -412,6 +446,8 @@ def cluster_neuron(
     neuron: int,
     ks: Sequence[int] = DEFAULT_KS,
     rng: np.random.Generator,
+    method: str = "silhouette",
+    min_zero_share: float = ZERO_CLUSTER_MIN_SHARE,
 ) -> NeuronClusters:
     """Cluster one neuron's activations; keep the k in ``ks`` with the highest silhouette.
 
@@ -425,11 +461,79 @@ def cluster_neuron(
     neuron : index of the neuron in its layer (kept for reports).
     ks : numbers of clusters to try. Default (2, 3, 4, 5).
     rng : generator for k-means seeding.
+    method : "silhouette" (default, DeepImportance's method: k-means on all values) or "zero-aware"
+        (the exact zeros of a ReLU form their own cluster and the silhouette chooses k on the positive
+        values only, so the neuron gets 1 + k clusters; see :func:`_zero_aware` and docs/design.md,
+        "Clusters").
+    min_zero_share : zero-aware only: the share of exact zeros from which they get their own cluster.
+        Default 0.01.
     """
     where = f"cluster_neuron (neuron {neuron})"
     x = _as_values(values, where)
     ks = _check_ks(ks)
     rng = _check_rng(rng, "cluster_neuron")
+    method = check_cluster_method(method)
+    if method == "zero-aware":
+        if isinstance(min_zero_share, bool) or not isinstance(min_zero_share, (int, float)) \
+                or not 0 < min_zero_share <= 1:
+            raise ParameterError(f"The 'min_zero_share' parameter of cluster_neuron must be a float in (0, 1]. "
+                                 f"Got {min_zero_share!r} instead.")
+        return _zero_aware(x, neuron, ks, rng, float(min_zero_share))
+    return _by_silhouette(x, neuron, ks, rng)
+
+
+def check_cluster_method(method: Any) -> str:
+    """``method`` if it is one of :data:`CLUSTER_METHODS`, else a one-line ParameterError."""
+    if method not in CLUSTER_METHODS:
+        raise ParameterError(f"The cluster method must be one of {', '.join(CLUSTER_METHODS)} "
+                             f"(silhouette is DeepImportance's). Got {method!r} instead.")
+    return method
+
+
+def _zero_aware(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.Generator,
+                min_zero_share: float) -> NeuronClusters:
+    """Exact zeros as their own cluster, k chosen by the silhouette of the positive values.
+
+    Why: a ReLU neuron is exactly 0 on every input where it is off. On all values, the silhouette of
+    k = 2 puts those zeros and the smallest positives in one cluster whose points are nearly all at
+    one spot (a(i) ~ 0, s(i) ~ 1), so the mass at zero alone lifts k = 2 above any finer split and
+    IDC counts on/off patterns. The zeros are a state, not a range of values: giving them a cluster
+    of their own and asking the silhouette only about the positive part lets the k reflect how the
+    active values spread. Neurons with negative values (not a ReLU's output) or with fewer than
+    ``min_zero_share`` exact zeros keep the paper's method, with a note.
+
+    Consistency with nearest-centroid assignment (:func:`nearest_centroid`, :mod:`idcgen.coverage`):
+    the zero cluster's centroid is stored as -c1, the mirror of the lowest positive centroid c1, so
+    the boundary between them is (-c1 + c1) / 2 = 0 exactly; ties go to the lower centroid, so a value
+    <= 0 maps to the zero cluster and any value > 0 to its nearest positive centroid, the same rule
+    that labelled the training values. (A centroid at 0 would instead send positives below c1 / 2 to
+    the zero cluster.) ``scores`` are the positive part's silhouettes, keyed by the neuron's total
+    number of clusters (1 + k), so ``silhouette == scores[k]`` as for the paper's method.
+    """
+    n = x.size
+    negative = int(np.count_nonzero(x < 0))
+    zeros = int(np.count_nonzero(x == 0))
+    if negative:
+        found = _by_silhouette(x, neuron, ks, rng)
+        why = f"zero-aware: {negative} negative values (not a ReLU's output), clustered by silhouette on all values"
+        return dataclasses.replace(found, note="; ".join(filter(None, [why, found.note])))
+    if zeros == n or zeros < min_zero_share * n:
+        found = _by_silhouette(x, neuron, ks, rng)
+        why = None if zeros == n else (f"zero-aware: {zeros} of {n} values exactly 0, below the {min_zero_share:.0%} "
+                                       "for a zero cluster; clustered by silhouette on all values")
+        return dataclasses.replace(found, note="; ".join(filter(None, [why, found.note])) or None)
+    positive = _by_silhouette(x[x > 0], neuron, ks, rng)
+    lowest = positive.centroids[0]
+    centroids = np.concatenate(([-lowest], positive.centroids))
+    scores = {k + 1: v for k, v in positive.scores.items()}
+    note = (f"zero cluster for {zeros} of {n} values exactly 0 ({zeros / n:.1%}), stored centroid {-lowest:.4g} "
+            f"(mirror of the lowest positive one: boundary at 0) + {positive.k} positive")
+    return NeuronClusters(neuron, centroids, positive.silhouette, scores,
+                          "; ".join(filter(None, [note, positive.note])))
+
+
+def _by_silhouette(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.Generator) -> NeuronClusters:
+    """DeepImportance's method on checked values: k-means for each k, the best silhouette wins."""
     n = x.size
     distinct, counts = np.unique(x, return_counts=True)
     n_distinct = distinct.size

@@ -301,3 +301,120 @@ def test_lloyd_reseeds_empty_clusters():
     centroids = _lloyd(xs, prefix, np.array([-100.0, -99.0, 0.5]), max_iter=300, tol=0.0)
     assert centroids.size == 3 and np.all(np.diff(centroids) > 0)
     assert np.all((centroids > 0) & (centroids < 1))
+
+
+# ------------------------------------------------------------------ silhouette_samples_1d
+
+
+def test_silhouette_samples_match_sklearn_and_the_mean():
+    from sklearn.metrics import silhouette_samples
+
+    from idcgen.clusters import silhouette_samples_1d
+
+    rng = np.random.default_rng(11)
+    x = np.concatenate([np.zeros(40), rng.gamma(2.0, 1.0, 160)])
+    rng.shuffle(x)
+    labels = kmeans_1d(x, 3, rng=np.random.default_rng(0)).labels
+    got = silhouette_samples_1d(x, labels)
+    np.testing.assert_allclose(got, silhouette_samples(x.reshape(-1, 1), labels), atol=1e-9)
+    assert silhouette_1d(x, labels) == pytest.approx(got.mean(), abs=1e-12)
+
+
+# ------------------------------------------------------------------ zero-aware clusters
+
+# The hand example: four exact zeros (a ReLU off on half the inputs) and two groups of positives.
+HAND = np.array([0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 10.0, 11.0])
+
+
+def test_paper_method_on_the_hand_example_picks_two_clusters():
+    # k = 2: {0,0,0,0,1,2} (mean 0.5) and {10,11} (mean 10.5).
+    #   each 0: a = (0+0+0+1+2)/5 = 0.6, b = 10.5        -> s = 9.9/10.5
+    #   1: a = (1*4+1)/5 = 1, b = 9.5                      -> s = 8.5/9.5
+    #   2: a = (2*4+1)/5 = 1.8, b = 8.5                    -> s = 6.7/8.5
+    #   10: a = 1, b = 10 - 0.5 = 9.5                      -> s = 8.5/9.5
+    #   11: a = 1, b = 10.5                                -> s = 9.5/10.5
+    k2 = (4 * 9.9 / 10.5 + 8.5 / 9.5 + 6.7 / 8.5 + 8.5 / 9.5 + 9.5 / 10.5) / 8
+    # k = 3: {0,0,0,0} {1,2} {10,11} (inertia 1, the least of any 3 intervals).
+    #   each 0: a = 0 -> s = 1; 1: a = 1, b = |1 - 0| = 1 -> s = 0; 2: a = 1, b = 2 -> s = 1/2
+    #   10: a = 1, b = 10 - 1.5 = 8.5 -> s = 7.5/8.5; 11: a = 1, b = 9.5 -> s = 8.5/9.5
+    k3 = (4 * 1 + 0 + 0.5 + 7.5 / 8.5 + 8.5 / 9.5) / 8
+    result = cluster_neuron(HAND, neuron=3, ks=(2, 3), rng=np.random.default_rng(0))
+    assert result.scores == pytest.approx({2: k2, 3: k3}, abs=1e-12)
+    assert k2 > k3 and result.k == 2
+    np.testing.assert_allclose(result.centroids, [0.5, 10.5])
+
+
+def test_zero_aware_on_the_hand_example():
+    # positives [1, 2, 10, 11] alone. k = 2: {1,2} {10,11}; a = 1 for each point.
+    #   1: b = (9+10)/2 = 9.5 -> 17/19;  2: b = (8+9)/2 = 8.5 -> 15/17; 10 and 11 mirror them.
+    pos2 = (17 / 19 + 15 / 17) / 2
+    # k = 3: {1,2} {10} {11} or its mirror {1} {2} {10,11} (equal inertia, equal score); singletons 0.
+    #   1: a = 1, b = |1 - 10| = 9 -> 8/9;  2: a = 1, b = 8 -> 7/8
+    pos3 = (8 / 9 + 7 / 8) / 4
+    result = cluster_neuron(HAND, neuron=3, ks=(2, 3), rng=np.random.default_rng(0), method="zero-aware")
+    # 1 + 2 clusters: the zeros, then the positives' means 1.5 and 10.5; the zero cluster's centroid is
+    # stored as -1.5 so that the boundary between it and 1.5 is exactly 0.
+    np.testing.assert_array_equal(result.centroids, [-1.5, 1.5, 10.5])
+    assert result.k == 3
+    assert result.scores == pytest.approx({3: pos2, 4: pos3}, abs=1e-12)
+    assert result.silhouette == result.scores[3]
+    assert "4 of 8 values exactly 0" in result.note
+
+
+def test_zero_aware_assignment_agrees_with_coverage():
+    from idcgen.coverage import Combinations
+
+    result = cluster_neuron(HAND, neuron=0, ks=(2, 3), rng=np.random.default_rng(0), method="zero-aware")
+    combos = Combinations([result.centroids])
+    # the training values get the clusters that built the centroids: zeros, {1, 2}, {10, 11}
+    np.testing.assert_array_equal(combos.assign(HAND[:, None])[:, 0], [0, 0, 0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(nearest_centroid(HAND, result.centroids), [0, 0, 0, 0, 1, 1, 2, 2])
+    # exactly 0 (and below) is the zero cluster; the tiniest positive value is active, however small
+    probe = np.array([-0.5, -0.0, 0.0, 1e-30, 0.2, 0.75, 5.9, 6.1, 100.0])
+    np.testing.assert_array_equal(combos.assign(probe[:, None])[:, 0], [0, 0, 0, 1, 1, 1, 1, 2, 2])
+
+
+def test_zero_aware_keeps_the_paper_method_without_a_zero_mass():
+    rng = np.random.default_rng(5)
+    x = rng.gamma(2.0, 1.0, 300)
+    x[:2] = 0.0  # 2 of 300 = 0.7 % exact zeros, below the 1 % for a zero cluster
+    paper = cluster_neuron(x, neuron=1, rng=np.random.default_rng(0))
+    variant = cluster_neuron(x, neuron=1, rng=np.random.default_rng(0), method="zero-aware")
+    np.testing.assert_array_equal(variant.centroids, paper.centroids)
+    assert variant.scores == paper.scores
+    assert "2 of 300 values exactly 0, below the 1%" in variant.note
+    # from 1 % on (3 of 300), the zeros get a cluster and the rest is clustered alone
+    x[2] = 0.0
+    variant = cluster_neuron(x, neuron=1, rng=np.random.default_rng(0), method="zero-aware")
+    alone = cluster_neuron(x[x > 0], neuron=1, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(variant.centroids, np.concatenate(([-alone.centroids[0]], alone.centroids)))
+    assert variant.scores == {k + 1: v for k, v in alone.scores.items()}
+    # a lower threshold makes 2 zeros enough
+    x[2] = 1.0
+    low = cluster_neuron(x, neuron=1, rng=np.random.default_rng(0), method="zero-aware", min_zero_share=0.005)
+    assert low.k == cluster_neuron(x[x > 0], neuron=1, rng=np.random.default_rng(0)).k + 1
+
+
+def test_zero_aware_leaves_neurons_with_negative_values_to_the_paper_method():
+    x = np.array([-3.0, -2.0, 0.0, 0.0, 0.0, 5.0, 6.0])
+    paper = cluster_neuron(x, neuron=2, ks=(2, 3), rng=np.random.default_rng(0))
+    variant = cluster_neuron(x, neuron=2, ks=(2, 3), rng=np.random.default_rng(0), method="zero-aware")
+    np.testing.assert_array_equal(variant.centroids, paper.centroids)
+    assert variant.note.startswith("zero-aware: 2 negative values")
+
+
+def test_zero_aware_degenerate_neurons():
+    rng = np.random.default_rng(0)
+    dead = cluster_neuron(np.zeros(50), neuron=0, rng=rng, method="zero-aware")
+    assert dead.k == 1 and dead.centroids.tolist() == [0.0] and "constant" in dead.note
+    # on or off at one level: zero cluster + one positive cluster, boundary at 0
+    two = cluster_neuron(np.array([0.0] * 5 + [2.0] * 5), neuron=0, rng=rng, method="zero-aware")
+    assert two.centroids.tolist() == [-2.0, 2.0] and two.silhouette is None
+    assert "constant activation 2" in two.note
+
+
+def test_cluster_method_is_checked():
+    with pytest.raises(ParameterError, match="The cluster method must be one of silhouette, zero-aware"):
+        cluster_neuron(HAND, neuron=0, rng=np.random.default_rng(0), method="zeros")
+    with pytest.raises(ParameterError, match="min_zero_share"):
+        cluster_neuron(HAND, neuron=0, rng=np.random.default_rng(0), method="zero-aware", min_zero_share=0)
