@@ -22,7 +22,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import __version__
-from .clusters import NeuronClusters, cluster_neuron
+from .clusters import NeuronClusters, check_cluster_method, cluster_neuron
 from .convention import InputConvention, check_scale, convention_of, prepare, resolve
 from .coverage import Combinations, CoverageResult, CoverageTracker
 from .data import check_labels, fit_to_model
@@ -250,7 +250,8 @@ def check_class_labels(x: np.ndarray, y, n_classes: int) -> np.ndarray:
 
 
 def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
-            clusters: Sequence[int] = (2, 3, 4, 5), relevance_of: str = "predicted", correct_only: bool = False,
+            clusters: Sequence[int] = (2, 3, 4, 5), cluster_method: str = "silhouette",
+            relevance_of: str = "predicted", correct_only: bool = False,
             only_class: int | None = None, aggregate: str = "sum", eps: float = 1e-7, random_state: int = 0,
             value_range=None, preprocess=None, image_shape=None, data_summary: dict | None = None,
             progress: bool = True) -> Analysis:
@@ -266,6 +267,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     layer : str, default: the last hidden layer before the logits
     m : int, default 8
     clusters : the k values tried per neuron, default 2..5; the silhouette picks one
+    cluster_method : "silhouette" (DeepImportance's, default) or "zero-aware" (a ReLU's exact zeros form
+        their own cluster, k is chosen on the positive values; :func:`idcgen.clusters.cluster_neuron`)
     relevance_of : "predicted" (default) or "label": which logit the relevance starts from
     correct_only : keep only inputs the model classifies correctly
     only_class : keep only inputs of this label (the paper's per-class setting)
@@ -285,6 +288,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         raise ParameterError(f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead.")
     if aggregate not in AGGREGATES:
         raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
+    check_cluster_method(cluster_method)
     x = fit_to_model(x, network.input_shape)
     check_scale(x, convention, what="the training inputs")
     if not isinstance(random_state, (int, np.integer)) or random_state < 0:
@@ -316,7 +320,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     neurons = top_neurons(scores, m)
     start = time.perf_counter()
     rng = np.random.default_rng(random_state)
-    found = [cluster_neuron(acts[:, n], neuron=int(n), ks=tuple(clusters), rng=rng)
+    found = [cluster_neuron(acts[:, n], neuron=int(n), ks=tuple(clusters), rng=rng, method=cluster_method)
              for n in tqdm(neurons, desc="clusters", unit="neuron", disable=not progress, leave=False)]
     timings["clusters"] = time.perf_counter() - start
     notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
@@ -333,7 +337,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
                         f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
                         f"[{x.min():g}, {x.max():g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
                         f"{convention.source}); check --scale, --value-range and --preprocess")
-    config = dict(layer=layer, m=int(m), clusters=[int(k) for k in clusters], relevance_of=relevance_of,
+    config = dict(layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
+                  relevance_of=relevance_of,
                   correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
                   random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
                   if len(network.layer(layer).output.shape) > 2 else "unit",
@@ -344,9 +349,10 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
 
 
 def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, layer: str | None = None,
-                  m: int | None = None) -> tuple[Analysis | None, Path | None, list[Path]]:
+                  m: int | None = None, cluster_method: str | None = None) -> tuple[Analysis | None, Path | None, list[Path]]:
     """Look for a saved analysis of this model (same weights fingerprint) in ``folders`` and their
-    subfolders; returns the newest match and its folder (or None, None) and the folders searched."""
+    subfolders (with ``layer``, ``m`` and ``cluster_method`` if given); returns the newest match and its
+    folder (or None, None) and the folders searched."""
     fingerprint = network.fingerprint()
     wrapped_with = network.__dict__.get("_idcgen_convention") or convention_of(network.model)
     preprocess = None if wrapped_with is None or wrapped_with.preprocess is None else wrapped_with.preprocess.spec
@@ -366,6 +372,8 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
             if (layer and meta.get("layer") != layer) or (m and meta.get("m") != m):
                 continue
             config = meta.get("config", {})
+            if cluster_method and config.get("cluster_method", "silhouette") != cluster_method:
+                continue
             if config.get("only_class") is not None or config.get("correct_only"):
                 continue  # only an all-classes analysis stands in for the model's
             recorded = config.get("input_convention") or {}

@@ -95,6 +95,7 @@ def analyze(model: Path = ModelOpt,
             layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer (default: last hidden layer)."),
             m: int = typer.Option(8, "--m", help="Number of important neurons."),
             clusters: str = typer.Option("2-5", "--clusters", help="k values tried per neuron, e.g. 2-5 or 2,3,4."),
+            cluster_method: str = typer.Option("silhouette", "--cluster-method", help="silhouette (the paper's) or zero-aware (a ReLU's exact zeros get their own cluster; k chosen on the positive values)."),
             relevance_of: str = typer.Option("predicted", "--relevance-of", help="predicted or label."),
             correct_only: bool = typer.Option(False, "--correct-only", help="Use only correctly classified inputs."),
             only_class: Optional[int] = typer.Option(None, "--class", help="Use only inputs of this label."),
@@ -110,10 +111,11 @@ def analyze(model: Path = ModelOpt,
     ks = parse_cluster_range(clusters)
     network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess)
     ds, x = _inputs(train, network, scale, limit, convention, resize)
-    analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, relevance_of=relevance_of,
+    analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=ds.summary())
-    out = out or DEFAULT_OUTPUTS / "analyses" / f"{model.stem}_{analysis.layer}_m{m}"
+    out = out or DEFAULT_OUTPUTS / "analyses" / (f"{model.stem}_{analysis.layer}_m{m}"
+                                                 + ("" if cluster_method == "silhouette" else f"_{cluster_method}"))
     analysis.save(out)
     ks_chosen = [c.k for c in analysis.clusters]
     typer.echo(f"layer {analysis.layer}: important neurons {analysis.neurons.tolist()}, clusters {ks_chosen}, "
@@ -188,6 +190,7 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
          layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer when analysing."),
          m: Optional[int] = typer.Option(None, "--m", help="Important neurons when analysing (default 8); also picks a saved analysis."),
          clusters: str = typer.Option("2-5", "--clusters", help="k values when analysing."),
+         cluster_method: Optional[str] = typer.Option(None, "--cluster-method", help="silhouette (default when analysing) or zero-aware; also picks a saved analysis."),
          mutators: Optional[str] = typer.Option(None, "--mutators", help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see `idcgen mutators`)."),
          oracle: str = typer.Option("misclassification", "--oracle", help="misclassification, prediction-change or disagreement."),
          scheduler: str = typer.Option("prioritized", "--scheduler", help="prioritized (DeepHunter) or uniform."),
@@ -213,7 +216,7 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
         if not model or seeds is None or budget is None:
             _fail("--model, --seeds and --budget are needed (or --resume DIR)")
         result = new_campaign(models=model, seeds=seeds, budget=budget, train=train, analysis=analysis, layer=layer,
-                              m=m, clusters=clusters, mutators=mutators, oracle=oracle, scheduler=scheduler,
+                              m=m, clusters=clusters, cluster_method=cluster_method, mutators=mutators, oracle=oracle, scheduler=scheduler,
                               batch_size=batch_size, validity=not no_validity, alpha=alpha, beta=beta,
                               random_state=random_state, limit=limit, out=out, scale=scale, value_range=value_range,
                               preprocess=preprocess, image_shape=image_shape, resize=resize, safe_mode=not unsafe,

@@ -418,3 +418,89 @@ def test_cluster_method_is_checked():
         cluster_neuron(HAND, neuron=0, rng=np.random.default_rng(0), method="zeros")
     with pytest.raises(ParameterError, match="min_zero_share"):
         cluster_neuron(HAND, neuron=0, rng=np.random.default_rng(0), method="zero-aware", min_zero_share=0)
+
+
+# ------------------------------------------------------------------ zero-aware through analyze, the CLI, find_analysis
+
+
+@pytest.fixture(scope="module")
+def relu_mlp(digits, tmp_path_factory):
+    """Flatten - Dense(32, relu) 'fc' - Dense(10) - softmax, trained one epoch on 1,500 embedded digits."""
+    import keras
+
+    from idcgen.zoo import train
+
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((28, 28, 1))
+    h = keras.layers.Dense(32, activation="relu", name="fc")(keras.layers.Flatten()(inputs))
+    out = keras.layers.Activation("softmax")(keras.layers.Dense(10, name="logits")(h))
+    model = keras.Model(inputs, out)
+    x, y = digits[0][:1500], digits[1][:1500]
+    train(model, x, y, epochs=1, optimizer="adam")
+    path = tmp_path_factory.mktemp("mlp") / "mlp.keras"
+    model.save(path)
+    return model, path, x, y
+
+
+def test_analyze_zero_aware_clusters_match_coverage(relu_mlp):
+    from idcgen.analysis import analyze
+
+    model, _, x, y = relu_mlp
+    paper = analyze(model, x, y, layer="fc", m=6, progress=False)
+    variant = analyze(model, x, y, layer="fc", m=6, cluster_method="zero-aware", progress=False)
+    assert paper.config["cluster_method"] == "silhouette" and variant.config["cluster_method"] == "zero-aware"
+    np.testing.assert_array_equal(paper.neurons, variant.neurons)  # only the clustering differs
+    acts = variant.activations(x)
+    labels = variant.combinations.assign(acts)
+    with_zero_cluster = 0
+    for j, c in enumerate(variant.clusters):
+        v = acts[:, j]
+        if (v == 0).mean() < 0.01:
+            continue
+        with_zero_cluster += 1
+        # the zero cluster holds exactly the inputs where the ReLU is off
+        np.testing.assert_array_equal(labels[:, j] == 0, v == 0)
+        # each positive centroid is the mean of the training values the coverage mapping gives it
+        for i in range(1, c.k):
+            assert c.centroids[i] == pytest.approx(v[labels[:, j] == i].mean(), rel=1e-6)
+        assert c.k - 1 in range(1, 6) and c.silhouette == c.scores[c.k]
+    assert with_zero_cluster >= 3, [float((acts[:, j] == 0).mean()) for j in range(variant.m)]
+
+
+def test_cli_cluster_method(relu_mlp, tmp_path):
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+
+    _, path, x, y = relu_mlp
+    np.savez(tmp_path / "train.npz", x=(x[..., 0] * 255).round().astype(np.uint8), y=y)
+    out = tmp_path / "za"
+    result = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "train.npz"),
+                                      "--layer", "fc", "--m", "4", "--cluster-method", "zero-aware", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "analysis.json").read_text())
+    assert meta["config"]["cluster_method"] == "zero-aware"
+    assert any("zero cluster for" in (c["note"] or "") for c in meta["clusters"])
+    bad = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "train.npz"),
+                                   "--cluster-method", "zeros", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 1
+    assert "error: The cluster method must be one of silhouette, zero-aware" in bad.output
+
+
+def test_find_analysis_by_cluster_method(relu_mlp, tmp_path):
+    import os
+
+    from idcgen.analysis import analyze, find_analysis
+    from idcgen.models import Network
+
+    model, _, x, y = relu_mlp
+    network = Network(model)
+    analyze(network, x[:400], y[:400], layer="fc", m=3, progress=False).save(tmp_path / "paper")
+    analyze(network, x[:400], y[:400], layer="fc", m=3, cluster_method="zero-aware", progress=False).save(tmp_path / "za")
+    os.utime(tmp_path / "paper" / "analysis.json", (1e9, 1e9))  # the zero-aware one is the newest
+    newest, where, _ = find_analysis(network, [tmp_path])
+    assert where.name == "za"
+    found, where, _ = find_analysis(network, [tmp_path], cluster_method="silhouette")
+    assert where.name == "paper" and found.config["cluster_method"] == "silhouette"
+    found, where, _ = find_analysis(network, [tmp_path], cluster_method="zero-aware")
+    assert where.name == "za"

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..analysis import Analysis, analyze, find_analysis, network_with_convention
-from ..clusters import parse_cluster_range
+from ..clusters import check_cluster_method, parse_cluster_range
 from ..convention import InputConvention, infer_image_shape, parse_image_shape
 from ..data import fit_to_model, load_for_model
 from ..errors import AnalysisMismatchError, InputError
@@ -49,7 +49,7 @@ def _folders(paths) -> str:
     return ", ".join(f"{p}/" for p in paths)
 
 
-def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5",
+def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5", cluster_method=None,
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
                  value_range=None, preprocess=None, image_shape=None, resize=None,
@@ -59,6 +59,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
     wanted_m, m = m, m or 8  # a saved analysis is looked up with the m asked for, any m if none
+    wanted_method, cluster_method = cluster_method, check_cluster_method(cluster_method or "silhouette")  # likewise
     image_shape = parse_image_shape(image_shape)
     recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
     networks = _networks(models, architectures, safe_mode)
@@ -75,17 +76,19 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     elif train is not None:
         train_ds, x_train = _load(train, network, scale, convention=convention, resize=resize)
         found = analyze(network, x_train, train_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
-                        random_state=random_state, data_summary=train_ds.summary(), progress=progress)
-        saved = found.save(OUTPUTS / "analyses" / f"{Path(models[0]).stem}_{found.layer}_m{m}")
+                        cluster_method=cluster_method, random_state=random_state, data_summary=train_ds.summary(),
+                        progress=progress)
+        saved = found.save(OUTPUTS / "analyses" / (f"{Path(models[0]).stem}_{found.layer}_m{m}"
+                                                   + ("" if cluster_method == "silhouette" else f"_{cluster_method}")))
         source = f"analysed on {train} ({len(x_train)} inputs), saved to {saved}"
     else:
         places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
-        found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m)
+        found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m, cluster_method=wanted_method)
         if found is not None:
             source = f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}"
         else:
             found = analyze(network, x_seeds, seeds_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
-                            random_state=random_state, data_summary=seeds_ds.summary(), progress=progress)
+                            cluster_method=cluster_method, random_state=random_state, data_summary=seeds_ds.summary(), progress=progress)
             source = "analysed on the seeds themselves"
             notes.append(f"no --train or --analysis given and no saved analysis of this model in "
                          f"{_folders(searched)}; the analysis was made on the SEEDS, so IDC is measured against "
