@@ -25,7 +25,8 @@ from .fuzz.mutators import MutationContext, make_mutator
 from .models import Network, keras
 from .plots import pyplot
 
-#: Perturbed test sets: name -> mutator spec (the paper's settings on [0, 1] inputs).
+#: Perturbed test sets: name -> mutator spec (the paper's settings on [0, 1] inputs; amounts are fractions
+#: of the campaign's value range, so the same on a model taking 0..255).
 EVALUATIONS = {
     "clean": None,
     "gauss (std 0.3)": "gauss(std=0.3)",
@@ -48,7 +49,8 @@ class Augmentation:
 
 
 def campaign_augmentations(campaign: Campaign, network: Network, *, random_state: int = 0):
-    """The kept mutants (labelled with their root seed's label) and their unguided control twins."""
+    """The kept mutants (labelled with their root seed's label) and their unguided control twins, in the
+    campaign's image shape; ``network`` takes those images (see `on_images`)."""
     c = campaign.corpus
     kept = np.flatnonzero((c.parent >= 0) & (c.label >= 0))
     if not len(kept):
@@ -83,7 +85,19 @@ def retrain(model: keras.Model, x: np.ndarray, y: np.ndarray, *, mode: str, epoc
     return copy
 
 
-def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, random_state: int = 0) -> dict:
+def on_images(network: Network, image_shape: tuple) -> Network:
+    """``network`` taking images of ``image_shape``: the campaign mutated (h, w, c) images for a model
+    taking flat or channel-less inputs (docs/design.md), so the test set is perturbed in that shape and
+    reshaped in front of the model."""
+    if tuple(network.input_shape) == tuple(image_shape):
+        return network
+    wrapper = keras.Sequential([keras.Input(tuple(image_shape)), keras.layers.Reshape(tuple(network.input_shape)),
+                                network.model])
+    return Network(wrapper)
+
+
+def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, random_state: int = 0,
+               value_range=(0.0, 1.0)) -> dict:
     """Accuracy on the clean and perturbed test sets; attacks are run against this model."""
     out = {}
     for name, spec in EVALUATIONS.items():
@@ -92,7 +106,7 @@ def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, r
         elif name in fixed:
             xs = fixed[name]
         else:
-            ctx = MutationContext(network=network, labels=y, value_range=(0.0, 1.0))
+            ctx = MutationContext(network=network, labels=y, value_range=value_range)
             xs = make_mutator(spec).mutate(x, np.random.default_rng(random_state), ctx)
         out[name] = float((network.predict(xs) == y).mean())
     return out
@@ -110,18 +124,25 @@ def harden(model: keras.Model, x_train: np.ndarray, y_train: np.ndarray, campaig
     if network.fingerprint() != campaign.analysis.fingerprint:
         raise InputError("the campaign was run on another model than the one given to harden")
     started = time.perf_counter()
-    guided, control = campaign_augmentations(campaign, network, random_state=random_state)
+    # Mutations happen where the campaign made them: its value range (a Rescaling model takes 0..255,
+    # amounts are fractions of the range) and its image shape; retraining feeds the model its own shape.
+    value_range, image_shape = tuple(campaign.value_range), tuple(campaign.corpus.x.shape[1:])
+    model_shape = (-1,) + tuple(network.input_shape)
+    x_test = x_test.reshape((-1,) + image_shape)
+    images = on_images(network, image_shape)
+    guided, control = campaign_augmentations(campaign, images, random_state=random_state)
     rng = np.random.default_rng(random_state)
-    fixed = {name: make_mutator(spec).mutate(x_test, rng, MutationContext(network, y_test))
+    fixed = {name: make_mutator(spec).mutate(x_test, rng, MutationContext(images, y_test, value_range))
              for name, spec in EVALUATIONS.items() if spec and not make_mutator(spec).needs_model}
-    results = {"original": [robustness(network, x_test, y_test, fixed, random_state=random_state)]}
+    results = {"original": [robustness(images, x_test, y_test, fixed, random_state=random_state,
+                                       value_range=value_range)]}
     jobs = [(name, aug, r) for r in range(repeats) for name, aug in (("IDC-guided", guided), ("random control", control))]
     for name, aug, r in tqdm(jobs, desc="retrain", disable=not progress, leave=False):
-        x = np.concatenate([x_train, aug.x])
+        x = np.concatenate([x_train.reshape(model_shape), aug.x.reshape(model_shape)])
         y = np.concatenate([y_train, aug.y])
         trained = retrain(model, x, y, mode=mode, epochs=epochs, random_state=random_state + r)
-        results.setdefault(name, []).append(
-            robustness(Network(trained), x_test, y_test, fixed, random_state=random_state + r))
+        results.setdefault(name, []).append(robustness(on_images(Network(trained), image_shape), x_test, y_test,
+                                                       fixed, random_state=random_state + r, value_range=value_range))
     table = _table(results)
     summary = {"mode": mode, "epochs": epochs, "repeats": repeats, "random_state": random_state,
                "training_inputs": int(len(x_train)), "extra_inputs": int(len(guided.y)),

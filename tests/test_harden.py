@@ -55,3 +55,36 @@ def test_harden_refuses_bad_input(campaign, digits):
         harden(lenet1(), x_train[:10], y_train[:10], campaign, x_test[:10], y_test[:10], progress=False)
     with pytest.raises(ParameterError, match="'mode' parameter"):
         retrain(lenet1(), x_train[:10], y_train[:10], mode="warm", epochs=1)
+
+
+def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_path):
+    """LeNet-1 behind Input((28, 28)) -> Rescaling(1/255) -> Reshape: the campaign mutates (28, 28, 1) images
+    in 0..255. The original model's row must equal the same perturbations of the [0, 1] test set measured
+    on the bare LeNet-1 (amounts are fractions of the range; FGSM/BIM signs are unchanged by the scale)."""
+    import keras
+    from idcgen.analysis import analyze
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.fuzz.mutators import MutationContext, make_mutator
+    from idcgen.harden import EVALUATIONS, harden, robustness
+    from idcgen.models import Network
+    lenet, _ = trained_lenet
+    x_train, y_train, x_test, y_test = digits
+    wrapped = keras.Sequential([keras.Input((28, 28)), keras.layers.Rescaling(1 / 255),
+                                keras.layers.Reshape((28, 28, 1)), lenet])
+    flat255 = lambda x: (x[..., 0] * 255).astype(np.float32)
+    analysis = analyze(wrapped, flat255(x_train[:600]), y_train[:600], layer="block2_conv1", m=4, progress=False)
+    fuzzer = Fuzzer(analysis, mutators=["rotate", "gauss(std=0.05)"], batch_size=64, random_state=0)
+    assert fuzzer.value_range == (0.0, 255.0)
+    c = fuzzer.start(flat255(x_test[::20]), y_test[::20], tmp_path / "c", budget=256)
+    fuzzer.run(c, progress=False)
+    xt, yt = x_test[1::10], y_test[1::10]
+    summary = harden(wrapped, flat255(x_train[:300]), y_train[:300], c, flat255(xt), yt, epochs=1, progress=False)
+    original = summary["table"][0]
+    rng = np.random.default_rng(0)
+    plain = Network(lenet)
+    fixed = {name: make_mutator(spec).mutate(xt, rng, MutationContext(plain, yt))
+             for name, spec in EVALUATIONS.items() if spec and not make_mutator(spec).needs_model}
+    expected = robustness(plain, xt, yt, fixed)
+    for name in EVALUATIONS:
+        assert abs(original[name] - expected[name]) <= 1.5 / len(yt), name  # one input may round differently
+    assert [row["model"] for row in summary["table"]] == ["original", "IDC-guided", "random control"]
