@@ -1,8 +1,8 @@
 """The analysis: important neurons of a layer and their activation clusters, saved once, reused.
 
 ``analyze`` runs one batched relevance pass over the training inputs (which also yields every
-neuron's activations), ranks neurons by importance, and clusters the top m (DESIGN §2-4). An
-``Analysis`` maps any input set to combinations and measures IDC (DESIGN §5).
+neuron's activations), ranks neurons by importance, and clusters the top m (docs/design.md, "Relevance" to "Clusters"). An
+``Analysis`` maps any input set to combinations and measures IDC (docs/design.md, "Coverage").
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from .convention import InputConvention, check_scale, convention_of, prepare, re
 from .coverage import Combinations, CoverageResult, CoverageTracker
 from .data import check_labels, fit_to_model
 from .errors import AnalysisMismatchError, InputError, ParameterError
-from .importance import AGGREGATES, importance, top_neurons
+from .importance import AGGREGATES, top_neurons
 from .models import Network
-from .relevance import Relevance
+from .relevance import Relevance, batch_size_for, relevance_totals
 
 FORMAT_VERSION = 1
+#: Bytes of subject-layer activations kept during the relevance pass; wider layers get a second, forward pass.
+ACTIVATIONS_IN_ONE_PASS = 64 * 2**20
 
 
 def versions() -> dict:
@@ -305,28 +307,37 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
 
     timings = {}
     start = time.perf_counter()
-    rel = Relevance(network, layer=layer, eps=eps)
+    # Streamed: the relevance pass keeps per-neuron totals (and the layer's activations when they are small),
+    # else a forward pass then keeps only the m important neurons' activations, so memory holds a batch and
+    # at most max(ACTIVATIONS_IN_ONE_PASS, inputs x m floats), whatever the layer's width.
+    rel = Relevance(network, layer=layer, eps=eps, batch_size=batch_size_for(network))
+    one_pass = len(x) * width * 4 <= ACTIVATIONS_IN_ONE_PASS
     with tqdm(total=len(x), desc="relevance", unit="input", disable=not progress, leave=False) as bar:
-        relevance, acts, logits = rel(x, y if relevance_of == "label" else None, progress=bar)
+        signed, absolute, n_used, predictions, acts = relevance_totals(
+            rel, x, y if relevance_of == "label" else None, labels=y if correct_only else None,
+            keep_activations=one_pass, progress=bar)
     timings["relevance"] = time.perf_counter() - start
-    n_used = len(x)
-    if correct_only:
-        keep = logits.argmax(axis=1) == y
-        if not keep.any():
-            raise InputError("no input is classified correctly; cannot use correct_only")
-        relevance, acts, n_used = relevance[keep], acts[keep], int(keep.sum())
-
-    scores = importance(relevance, aggregate=aggregate)
+    if n_used == 0:
+        raise InputError("no input is classified correctly; cannot use correct_only")
+    scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
     neurons = top_neurons(scores, m)
     start = time.perf_counter()
+    if one_pass:
+        acts = acts[:, neurons]
+    else:
+        rows = np.flatnonzero(predictions == y) if correct_only else np.arange(len(x))
+        acts = network.activations(x, layer, neurons, rows=rows)
+    timings["activations"] = time.perf_counter() - start
+
+    start = time.perf_counter()
     rng = np.random.default_rng(random_state)
-    found = [cluster_neuron(acts[:, n], neuron=int(n), ks=tuple(clusters), rng=rng, method=cluster_method)
-             for n in tqdm(neurons, desc="clusters", unit="neuron", disable=not progress, leave=False)]
+    found = [cluster_neuron(acts[:, i], neuron=int(n), ks=tuple(clusters), rng=rng, method=cluster_method)
+             for i, n in tqdm(list(enumerate(neurons)), desc="clusters", unit="neuron", disable=not progress, leave=False)]
     timings["clusters"] = time.perf_counter() - start
     notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
 
     data = dict(data_summary or {})
-    accuracy = None if y is None else float((logits.argmax(axis=1) == y).mean())
+    accuracy = None if y is None else float((predictions == y).mean())
     data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy,
                 observed_range=[float(x.min()), float(x.max())])
     warnings = []
@@ -341,7 +352,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
                   relevance_of=relevance_of,
                   correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
                   random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
-                  if len(network.layer(layer).output.shape) > 2 else "unit",
+                  if len(network.output_shape(layer)) > 2 else "unit",
                   input_convention=convention.to_dict())
     return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
                     fingerprint=network.fingerprint(), config=config, data=data, timings=timings,

@@ -29,6 +29,14 @@ PreprocessOpt = typer.Option(None, "--preprocess", help="Between image and model
 ResizeOpt = typer.Option(None, "--resize", help="HxW: resize the images of image folders (PIL, bilinear).")
 
 
+def _peak_memory_mib() -> float:
+    """This process' peak resident memory so far (Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
@@ -128,7 +136,7 @@ def analyze(model: Path = ModelOpt,
         typer.echo(f"warning: {warning}", err=True)
     train_cov = analysis.coverage(x)
     typer.echo(f"training inputs reach {train_cov}")
-    typer.echo(f"analysis saved to {out} ({sum(analysis.timings.values()):.1f} s)")
+    typer.echo(f"analysis saved to {out} ({sum(analysis.timings.values()):.1f} s, peak memory {_peak_memory_mib():,.0f} MiB)")
 
 
 @command

@@ -552,7 +552,7 @@ def _scale(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.ndarra
     if scale == "none":
         out, how = x.astype(np.float32), "none (scale='none': values kept as float32)"
     elif scale == "255":
-        out, how = x.astype(np.float32) / np.float32(255), f"{x.dtype}/255 -> [0, 1] (scale='255')"
+        out, how = _divided_by_255(x), f"{x.dtype}/255 -> [0, 1] (scale='255')"
     elif x.dtype.kind in "ui":
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi > 255:
@@ -561,7 +561,7 @@ def _scale(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.ndarra
         if (vlo, vhi) == (0.0, 255.0):
             out, how = x.astype(np.float32), f"{x.dtype} kept in 0..255 (the model takes [0, 255])"
         elif (vlo, vhi) == (0.0, 1.0):
-            out, how = x.astype(np.float32) / np.float32(255), f"{x.dtype}/255 -> [0, 1]"
+            out, how = _divided_by_255(x), f"{x.dtype}/255 -> [0, 1]"
         else:
             out = x.astype(np.float32) * np.float32((vhi - vlo) / 255) + np.float32(vlo)
             how = f"{x.dtype} 0..255 -> {target} (linear)"
@@ -583,6 +583,13 @@ def _scale(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.ndarra
         raise InputError(f"inputs lie in [{lo:g}, {hi:g}] after dividing by 255, outside the value range {target}; "
                          "pass scale='none' to keep them as they are")
     return out, how
+
+
+def _divided_by_255(x: np.ndarray) -> np.ndarray:
+    """x / 255 as float32, divided in place: one float32 copy of the data at a time, not two."""
+    out = x.astype(np.float32)   # a copy even for float32 input, so the caller's array is never changed
+    out /= np.float32(255)
+    return out
 
 
 def _dims(shape: tuple) -> str:

@@ -238,6 +238,17 @@ class Network:
         probs = np.concatenate(probs) if probs else np.zeros((0, self.n_classes), np.float32)
         return probs, [np.concatenate(a) for a in acts]
 
+    def activations(self, x: np.ndarray, layer: str, neurons, *, rows=None) -> np.ndarray:
+        """(len(rows), len(neurons)) activations of some neurons of ``layer``, batch by batch: memory holds one
+        batch of the layer and the selected columns, never (inputs x layer width)."""
+        rows = np.arange(len(x)) if rows is None else np.asarray(rows)
+        columns = np.asarray(neurons)
+        out = np.empty((len(rows), len(columns)), np.float32)
+        for start in range(0, len(rows), self.batch_size):
+            _, (acts,) = self.forward(x[rows[start:start + self.batch_size]], (layer,))
+            out[start:start + len(acts)] = acts[:, columns]
+        return out
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.forward(x)[0].argmax(axis=1)
 

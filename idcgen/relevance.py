@@ -222,6 +222,43 @@ class Relevance:
         return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
 
 
+def batch_size_for(network: Network, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
+    """Inputs per relevance batch: the forward values and their gradients (about three floats per value of
+    every tensor) within ``budget_bytes``, so that a ResNet's batch does not take gigabytes; 16 .. largest."""
+    floats = sum(int(np.prod([d or 1 for d in shape[1:]])) for s in network.graph.steps for shape in s.output_shapes)
+    return int(np.clip(budget_bytes // max(12 * floats, 1), 16, largest))
+
+
+def relevance_totals(rel: Relevance, x: np.ndarray, target=None, *, labels=None, keep_activations=False,
+                     progress=None):
+    """One streamed relevance pass: per-neuron totals, never the (inputs x neurons) relevance matrix.
+
+    Returns ``(signed_sum, abs_sum, n_used, predictions, activations)``: sums over the inputs used (all, or
+    with ``labels`` given only those classified correctly), every input's predicted class, and, with
+    ``keep_activations``, the subject layer's neuron activations of the inputs used (else None).
+    """
+    signed = absolute = None
+    n_used, predictions, activations = 0, [], []
+    for start in range(0, len(x), rel.batch_size):
+        stop = start + rel.batch_size
+        r, a, z = rel.raw(x[start:stop], None if target is None else target[start:stop])
+        if len(r.shape) > 2:
+            r = tf.reduce_sum(r, axis=list(range(1, len(r.shape) - 1)))
+        r, pred = r.numpy().astype(np.float64), z.numpy().argmax(axis=1)
+        used = slice(None) if labels is None else pred == labels[start:stop]
+        r = r[used]
+        if keep_activations:
+            activations.append(neuron_activations(a).numpy()[used])
+        signed = r.sum(axis=0) if signed is None else signed + r.sum(axis=0)
+        absolute = np.abs(r).sum(axis=0) if absolute is None else absolute + np.abs(r).sum(axis=0)
+        n_used += len(r)
+        predictions.append(pred)
+        if progress is not None:
+            progress.update(len(pred))
+    return (signed, absolute, n_used, np.concatenate(predictions),
+            np.concatenate(activations) if keep_activations else None)
+
+
 def input_relevance(network: Network, x: np.ndarray, target: np.ndarray | None = None, *,
                     eps: float = 1e-7) -> np.ndarray:
     """Pixel-level relevance of the predicted (or ``target``) logit: same shape as ``x``."""

@@ -143,3 +143,31 @@ def test_constant_neuron_is_reported_not_dropped():
     ks = {c.neuron: c.k for c in a.clusters}
     assert ks[1] == 1 and ks[2] == 1
     assert any("neuron 1" in n and "constant" in n for n in a.notes)
+
+
+@pytest.mark.parametrize("aggregate, correct_only", [("sum", False), ("abs", True), ("mean", False)])
+def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, monkeypatch, aggregate, correct_only):
+    # The streamed pass (totals, then the important neurons' activations, in one pass or two) must give what
+    # the whole (inputs x neurons) relevance and activation matrices give.
+    import idcgen.analysis as analysis_module
+    from idcgen.clusters import cluster_neuron
+    from idcgen.importance import importance, top_neurons
+    from idcgen.models import Network
+    from idcgen.relevance import Relevance
+    model, _ = trained_lenet
+    x, y = digits[0][:700], digits[1][:700]
+    network = Network(model)
+    rel, acts, logits = Relevance(network, layer="block2_pool1")(x)
+    keep = logits.argmax(axis=1) == y if correct_only else np.ones(len(x), bool)
+    neurons = top_neurons(importance(rel[keep], aggregate=aggregate), 3)
+    for one_pass in (2**40, 0):
+        monkeypatch.setattr(analysis_module, "ACTIVATIONS_IN_ONE_PASS", one_pass)
+        a = analysis_module.analyze(network, x, y, m=3, aggregate=aggregate, correct_only=correct_only, progress=False)
+        np.testing.assert_array_equal(a.neurons, neurons)
+        np.testing.assert_allclose(a.importance, importance(rel[keep], aggregate=aggregate), rtol=1e-5)
+        assert a.data["n_used"] == int(keep.sum())
+        rng = np.random.default_rng(0)
+        for c, n in zip(a.clusters, neurons):
+            expected = cluster_neuron(acts[keep][:, n], neuron=int(n), ks=(2, 3, 4, 5), rng=rng)
+            assert c.k == expected.k
+            np.testing.assert_allclose(c.centroids, expected.centroids, rtol=1e-4, atol=1e-5)

@@ -1,4 +1,4 @@
-"""The coverage-guided fuzz loop (DESIGN §7).
+"""The coverage-guided fuzz loop (docs/design.md, "Fuzz loop").
 
 Each step: the scheduler picks parents, one mutator makes a batch of mutants, one forward pass gives
 their predictions and subject-layer activations, the coverage tracker says which reach a combination

@@ -1,6 +1,6 @@
 """Mutators: one kind of mutation with its parameters; a batch of inputs in, a batch of mutants out.
 
-Three kinds (DESIGN §6): *noise* (Gaussian noise on all pixels, on the most relevant pixels, on random
+Three kinds (docs/design.md, "Mutations"): *noise* (Gaussian noise on all pixels, on the most relevant pixels, on random
 pixels), *transform* (affine and photometric transforms computed as albumentations 2.0.8 does, blur
 and elastic through it) and *attack* (cleverhans and ART, in :mod:`idcgen.fuzz.attacks`). A mutator is written as a spec string, ``"gauss"`` or
 ``"gauss(std=0.1)"``; its ``repr`` is the canonical spec and round-trips through :func:`make_mutator`.
