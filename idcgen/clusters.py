@@ -494,13 +494,16 @@ def _zero_aware(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.
                 min_zero_share: float) -> NeuronClusters:
     """Exact zeros as their own cluster, k chosen by the silhouette of the positive values.
 
-    Why: a ReLU neuron is exactly 0 on every input where it is off. On all values, the silhouette of
-    k = 2 puts those zeros and the smallest positives in one cluster whose points are nearly all at
-    one spot (a(i) ~ 0, s(i) ~ 1), so the mass at zero alone lifts k = 2 above any finer split and
-    IDC counts on/off patterns. The zeros are a state, not a range of values: giving them a cluster
-    of their own and asking the silhouette only about the positive part lets the k reflect how the
-    active values spread. Neurons with negative values (not a ReLU's output) or with fewer than
-    ``min_zero_share`` exact zeros keep the paper's method, with a note.
+    Why: a ReLU neuron is exactly 0 on every input where it is off. On all values, the silhouette
+    mixes two things: how the active values spread, and how pure the cluster holding the zeros is
+    (zeros among zeros score s(i) = 1). With a small zero mass, k = 2 lumps the zeros with the lowest
+    active values; with a large one, finer splits win because they purify the zero cluster (50 %
+    zeros + half-normal: k = 5), whatever the active values do. The zeros are a state, not a range of
+    values: giving them a cluster of their own and asking the silhouette only about the positive part
+    makes k describe the active values. (Measured in docs/results.md, "Clusters on real models": the
+    silhouette also picks k = 2 on every unimodal shape without zeros, so k = 2 on real models is
+    mostly that, not the zeros.) Neurons with negative values (not a ReLU's output) or with fewer
+    than ``min_zero_share`` exact zeros keep the paper's method, with a note.
 
     Consistency with nearest-centroid assignment (:func:`nearest_centroid`, :mod:`idcgen.coverage`):
     the zero cluster's centroid is stored as -c1, the mirror of the lowest positive centroid c1, so
