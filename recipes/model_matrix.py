@@ -281,7 +281,8 @@ def run_inprocess(argv: list[str], log: Path) -> Outcome:
 
 def _log(path: Path, out: Outcome) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"$ idcgen {shlex.join(out.argv)}\n# {'ok' if out.ok else 'FAILED'} in {out.seconds:.1f} s (step {out.step} s)\n"
+    step = "" if out.step is None else f" (step {out.step:.1f} s)"
+    path.write_text(f"$ idcgen {shlex.join(out.argv)}\n# {'ok' if out.ok else 'FAILED'} in {out.seconds:.1f} s{step}\n"
                     f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}\n")
 
 
@@ -371,7 +372,7 @@ def run_subject(key: str, model: Path, files: dict, *, commands=COMMANDS, budget
         step = "" if out.step is None else round(out.step, 1)
         rows.append(dict(row, ok="yes" if out.ok else "FAILED", seconds=round(out.seconds, 1), step_seconds=step,
                          result=result))
-        print(f"{key:>14} {command:<9} {rows[-1]['ok']:<7} {out.seconds:6.1f} s ({step} s)  {result}", flush=True)
+        print(f"{key:>14} {command:<9} {rows[-1]['ok']:<7} {_time(rows[-1]):>16}  {result}", flush=True)
     return rows
 
 
