@@ -124,9 +124,16 @@ def write_inputs(folder: Path, data, sizes: Sizes, size: int | None = None) -> d
 
 # --- models -----------------------------------------------------------------------------------------------
 
-def fit(model, x, y, epochs: int, lr: float = 1e-3, batch_size: int = 128):
+def fit(model, x, y, epochs: int, lr: float = 1e-3, batch_size: int = 128, bn_momentum: float | None = None):
+    """Adam on sparse labels. ``bn_momentum``: batch normalisation's moving-average momentum for the
+    training (keras.applications use 0.99-0.999, whose moving statistics barely move in the few hundred
+    steps trained here, so the trained model would predict one class)."""
     import keras
     keras.utils.set_random_seed(0)
+    if bn_momentum is not None:
+        for layer in model.layers:
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.momentum = bn_momentum
     model.compile(optimizer=keras.optimizers.Adam(lr), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=2)
     return model
@@ -169,6 +176,8 @@ class Subject:
     epochs: int = 1
     trained: str | None = None             # outputs/models/<name>.keras made by recipes/train_models.py
     scale_255: bool = False                # trains on 0..255 (the model rescales)
+    bn_momentum: float | None = None       # see fit()
+    batch_size: int = 128
     sizes: Sizes = field(default_factory=Sizes)
 
 
@@ -180,14 +189,15 @@ def subjects() -> dict[str, Subject]:
          Subject("cifar10_cnn", "paper's CIFAR-10 net", "cifar10", zoo.cifar10_cnn, trained="cifar10_cnn"),
          Subject("resnet20", "ResNet-20 (CIFAR-10)", "cifar10", zoo.resnet20, trained="resnet20"),
          Subject("mobilenetv2", "MobileNetV2 alpha 0.35 (CIFAR-10, 32x32)", "cifar10",
-                 lambda: keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=10)),
+                 lambda: keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=10),
+                 epochs=2, bn_momentum=0.9),
          Subject("rescaling_cnn", "CNN with Rescaling(1/255), 0..255 inputs (CIFAR-10)", "cifar10", rescaling_cnn,
                  epochs=2, scale_255=True),
          Subject("mnist_28x28", "28x28 MNIST MLP, no channel axis", "mnist", mnist_no_channel, epochs=2,
                  sizes=Sizes(train=5000, fit=60000)),
          Subject("resnet50", "ResNet50 (weights=None, 64x64, CIFAR-10 upsampled)", "cifar64",
                  lambda: keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10),
-                 sizes=Sizes(train=300, cover=200, seeds=50, test=100, fit=1000))]
+                 bn_momentum=0.8, batch_size=32, sizes=Sizes(train=300, cover=200, seeds=50, test=100, fit=1000))]
     return {x.key: x for x in s}
 
 
@@ -209,12 +219,14 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
         if subject.data == "cifar64":
             xtr = upsample(xtr, 64)
         how = (f"trained here: {subject.epochs} epoch(s) on {len(xtr)} {data[4]} training inputs"
-               + (" (0..255)" if subject.scale_255 else ""))
+               + (" (0..255)" if subject.scale_255 else "")
+               + (f", batch normalisation momentum {subject.bn_momentum}" if subject.bn_momentum else ""))
         if retrain or not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             x = xtr.astype(np.float32) if subject.scale_255 else xtr.astype(np.float32) / 255
             with Timer() as t:
-                fit(subject.build(), x, ytr, subject.epochs).save(path)
+                fit(subject.build(), x, ytr, subject.epochs, batch_size=subject.batch_size,
+                    bn_momentum=subject.bn_momentum).save(path)
             print(f"{subject.key}: trained in {t.seconds:.0f} s -> {path}", flush=True)
     model = load_model(path)
     x = x_cover.astype(np.float32) if subject.scale_255 else x_cover.astype(np.float32) / 255
@@ -321,6 +333,13 @@ def headline(command: str, out: Outcome, work: Path) -> str:
     raise ValueError(command)
 
 
+def _headline(command: str, out: Outcome, work: Path) -> str:
+    try:
+        return headline(command, out, work)
+    except Exception as exc:  # the command worked; its output did not read as expected
+        return f"(output not parsed: {type(exc).__name__}: {exc})"
+
+
 def argv_for(command: str, model: Path, files: dict, work: Path, budget: int) -> list[str]:
     m = str(model)
     if command == "layers":
@@ -361,13 +380,17 @@ def run_subject(key: str, model: Path, files: dict, *, commands=COMMANDS, budget
             rows.append(dict(row, ok="not run", seconds="", step_seconds="", result=f"needs a successful `{before}`"))
             done[command] = False
             continue
-        out = runner(argv_for(command, model, files, work, budget), work / f"{command}.log")
-        result = out.error_line()
-        if out.ok:
-            try:
-                result = headline(command, out, work)
-            except Exception as exc:  # the command worked; its output did not read as expected
-                result = f"(output not parsed: {type(exc).__name__}: {exc})"
+        argv = argv_for(command, model, files, work, budget)
+        out = runner(argv, work / f"{command}.log")
+        result = out.error_line() if not out.ok else _headline(command, out, work)
+        failed = re.match(r"error: ([A-Z]+): ", result) if command == "coverage" and not out.ok else None
+        if failed and failed.group(1).lower() in CRITERIA.split(","):
+            # one criterion refused these inputs: measure the other seven, so the row says which work
+            rest = ",".join(c for c in argv[argv.index("--criteria") + 1].split(",") if c != failed.group(1).lower())
+            again = runner([rest if a == argv[argv.index("--criteria") + 1] else a for a in argv],
+                           work / "coverage_without.log")
+            if again.ok:
+                result += f" | without {failed.group(1)}: {_headline(command, again, work)}"
         done[command] = out.ok
         step = "" if out.step is None else round(out.step, 1)
         rows.append(dict(row, ok="yes" if out.ok else "FAILED", seconds=round(out.seconds, 1), step_seconds=step,
@@ -404,8 +427,10 @@ def matrix_markdown(rows: list[dict], provenance: dict, titles: dict) -> str:
         cells = []
         for c in commands:
             r = next((r for r in rows if r["model"] == key and r["command"] == c), None)
+            partly = re.match(r"error: ([A-Z]+): .* \| without \1: ", r["result"]) if r else None
             cells.append("" if r is None else
-                         {"yes": f"ok {_time(r)}", "FAILED": f"**FAILED** {_time(r)}"}.get(r["ok"], r["ok"]))
+                         {"yes": f"ok {_time(r)}", "FAILED": f"**FAILED** {_time(r)}" + (
+                             f" ({partly.group(1)}; the other criteria ok)" if partly else "")}.get(r["ok"], r["ok"]))
         lines.append(f"| {titles[key]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -467,6 +492,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runner", choices=RUNNERS, default="per-model",
                         help="per-model: one process per model, its commands run in it through typer's CliRunner; "
                              "subprocess: one `idcgen` process per command; inprocess: all in this process")
+    parser.add_argument("--keep-others", action="store_true",
+                        help="put the other models' rows from their last per-model run into the tables")
     parser.add_argument("--child-result", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     table = subjects()
@@ -491,7 +518,15 @@ def main(argv=None) -> int:
             else:
                 runner = run_subprocess if args.runner == "subprocess" else run_inprocess
                 provenance[key], found = one_model(table[key], args, runner, cache)
+                (HERE / "runs" / f"{key}.json").write_text(json.dumps({"provenance": provenance[key], "rows": found}))
             rows += found
+    ran = list(keys)
+    if args.keep_others:  # rows of models not run now, from their last per-model run, in the table's order
+        kept = {k: json.loads((HERE / "runs" / f"{k}.json").read_text()) for k in table
+                if k not in keys and (HERE / "runs" / f"{k}.json").exists()}
+        keys = [k for k in table if k in kept or k in keys]
+        rows = [r for k in keys for r in (kept[k]["rows"] if k in kept else [r for r in rows if r["model"] == k])]
+        provenance.update({k: v["provenance"] + " [row from an earlier run]" for k, v in kept.items()})
     titles = {k: table[k].title for k in keys}
     sizes = "; ".join(f"{k}: train {table[k].sizes.train}, coverage {table[k].sizes.cover}, seeds "
                       f"{table[k].sizes.seeds}, harden test {table[k].sizes.test}" for k in keys)
@@ -504,13 +539,16 @@ def main(argv=None) -> int:
         f"Machine: {machine()}.",
         f"Runner: {args.runner}: {how[args.runner]}; a fresh process importing idcgen and TensorFlow took "
         f"{startup:.1f} s on top.",
-        f"Whole matrix (training the recipe's own models included): {total.seconds / 60:.1f} min. Fuzz: default "
+        f"This run ({', '.join(ran)}; training the recipe's own models included): {total.seconds / 60:.1f} min. Fuzz: default "
         f"mutators, {args.budget} execs. Harden: 1 epoch (finetune). Coverage criteria: {CRITERIA}.",
         f"Inputs per model: {sizes}.", "", "Models:"] + [f"- {k}: {titles[k]}: {provenance[k]}" for k in keys])
     write_table(HERE, "results", rows, title="Model x command: every step, result and time", notes=notes,
                 command=command_line())
     matrix = matrix_markdown(rows, provenance, titles)
-    (HERE / "matrix.md").write_text(f"# Model x command\n\nCommand: `{command_line()}`\n\n{matrix}\n\n{notes}\n")
+    failures = [f"- {titles[r['model']]}, `{r['command']}`: {r['result']}" for r in rows if r["ok"] != "yes"]
+    (HERE / "matrix.md").write_text(f"# Model x command\n\nCommand: `{command_line()}`\n\n{matrix}\n\n"
+                                    + ("Failures:\n" + "\n".join(failures) + "\n\n" if failures else "")
+                                    + f"{notes}\n")
     print("\n" + matrix)
     return 0 if all(r["ok"] == "yes" for r in rows) else 1
 
