@@ -96,11 +96,11 @@ class Network:
     pre-activation of a final layer with ``activation="softmax"`` (docs/design.md, "Relevance").
     """
 
-    def __init__(self, model: keras.Model, *, batch_size: int = 1024):
+    def __init__(self, model: keras.Model, *, batch_size: int | None = None):
         from .graph import Graph
         self.model = model
-        self.batch_size = batch_size
         self.graph = Graph(model)
+        self.batch_size = batch_size or self._forward_batch_size()
         if not self.graph.steps:
             raise ModelError("the model has no layers")
         self.input_shape = tuple(model.inputs[0].shape[1:])
@@ -126,6 +126,12 @@ class Network:
         self._hidden = self.graph.ancestors(self.logits_key) - {self.logits_key, self.graph.input_key}
         self._taps: dict[tuple, object] = {}
         self._logits_fn = None
+
+    def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
+        """Inputs per forward batch: 1,024 for small models; fewer when the largest tensor of a batch (with
+        its neighbours, about three of that size alive at once) would pass ``budget_bytes``."""
+        largest = max(int(np.prod([d or 1 for d in shape[1:]])) for s in self.graph.steps for shape in s.output_shapes)
+        return int(np.clip(budget_bytes // (12 * largest), 32, 1024))
 
     # ---- layers -----------------------------------------------------------------------------
     @property
