@@ -268,3 +268,34 @@ def test_chain_model_equals_layer_by_layer_epsilon_rule():
             total = tf.reduce_sum(out * s)
         rel = a_in * tape.gradient(total, a_in)
     np.testing.assert_allclose(r, rel.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cli_on_a_nested_mobilenet(tmp_path):
+    # `idcgen layers`, `analyze` on a layer inside the nested backbone, and `coverage` by IDC and the neuron
+    # criteria, on a keras.applications MobileNetV2 inside a Sequential wrapper, saved and read back as a file.
+    import json
+
+    import keras
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+    backbone = keras.applications.MobileNetV2(weights=None, include_top=False, input_shape=(32, 32, 3), alpha=0.35)
+    model = keras.Sequential([keras.Input((32, 32, 3)), backbone, keras.layers.GlobalAveragePooling2D(name="gap"),
+                              keras.layers.Dense(10, activation="softmax", name="head")])
+    model.save(tmp_path / "wrapped.keras")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "imgs.npz", x=rng.integers(0, 256, (60, 32, 32, 3), dtype=np.uint8), y=rng.integers(0, 10, 60))
+    run = CliRunner().invoke
+    result = run(app, ["layers", "--model", str(tmp_path / "wrapped.keras")])
+    assert result.exit_code == 0, result.output
+    assert "block_16_project_BN" in result.output and "DepthwiseConv2D" in result.output
+    assert "default subject layer: gap" in result.output
+    result = run(app, ["analyze", "--model", str(tmp_path / "wrapped.keras"), "--train", str(tmp_path / "imgs.npz"),
+                       "--layer", "block_13_expand_relu", "--m", "3", "--clusters", "2-3", "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "a" / "analysis.json").read_text())["layer"] == "block_13_expand_relu"
+    result = run(app, ["coverage", "--model", str(tmp_path / "wrapped.keras"), "--analysis", str(tmp_path / "a"),
+                       "--inputs", str(tmp_path / "imgs.npz"), "--criteria", "idc,nc,tknc", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output.strip().splitlines()[-1])
+    assert set(payload["criteria"]) == {"idc", "nc", "tknc"} and all(0 < v["score"] <= 1 for v in payload["criteria"].values())
