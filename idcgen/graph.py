@@ -140,28 +140,14 @@ class Graph:
 
     def ancestors(self, key: int) -> set[int]:
         """Keys of every tensor ``key`` depends on, itself included."""
-        seen, todo = set(), [key]
-        while todo:
-            k = todo.pop()
-            if k in seen:
-                continue
-            seen.add(k)
+        def inputs(k):
             step = self.producer_of(k)
-            if step is not None:
-                todo.extend(step.inputs)
-        return seen
+            return () if step is None else step.inputs
+        return _closure(key, inputs)
 
     def descendants(self, key: int) -> set[int]:
         """Keys of every tensor computed from ``key``, itself included."""
-        seen, todo = set(), [key]
-        while todo:
-            k = todo.pop()
-            if k in seen:
-                continue
-            seen.add(k)
-            for i in self.consumers.get(k, ()):
-                todo.extend(self.steps[i].outputs)
-        return seen
+        return _closure(key, lambda k: [out for i in self.consumers.get(k, ()) for out in self.steps[i].outputs])
 
     # ---- running --------------------------------------------------------------------------------
     def run(self, x, *, until: int | None = None, linear: Step | None = None) -> dict:
@@ -174,3 +160,14 @@ class Graph:
             outs = step.call([values[k] for k in step.inputs], linear=step is linear)
             values.update(zip(step.outputs, outs))
         return values
+
+
+def _closure(key: int, neighbours) -> set[int]:
+    """``key`` and every key reachable from it through ``neighbours``."""
+    seen, todo = set(), [key]
+    while todo:
+        k = todo.pop()
+        if k not in seen:
+            seen.add(k)
+            todo.extend(neighbours(k))
+    return seen
