@@ -47,7 +47,7 @@ def test_matrix_runs_every_command_on_a_residual_cnn(matrix, digits, tmp_path):
     x_train, y_train, x_test, y_test = x_train[train], y_train[train], x_test[test], y_test[test]
     model = residual_cnn()
     model.compile("adam", "sparse_categorical_crossentropy")
-    model.fit(x_train, y_train, epochs=2, batch_size=32, verbose=0)
+    model.fit(x_train, y_train, epochs=1, batch_size=32, verbose=0)
     path = tmp_path / "residual.keras"
     model.save(path)
     to8 = lambda x: np.rint(x[..., 0] * 255).astype(np.uint8)
