@@ -527,6 +527,7 @@ def main(argv=None) -> int:
         keys = [k for k in table if k in kept or k in keys]
         rows = [r for k in keys for r in (kept[k]["rows"] if k in kept else [r for r in rows if r["model"] == k])]
         provenance.update({k: v["provenance"] + " [row from an earlier run]" for k, v in kept.items()})
+        provenance = {k: provenance[k] for k in keys}
     titles = {k: table[k].title for k in keys}
     sizes = "; ".join(f"{k}: train {table[k].sizes.train}, coverage {table[k].sizes.cover}, seeds "
                       f"{table[k].sizes.seeds}, harden test {table[k].sizes.test}" for k in keys)
