@@ -21,9 +21,10 @@ import numpy as np
 from common import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, model_path,
                     write_table)
 
-#: Chosen from one measured epoch of each on 2 shared CPU cores (94 s and 216 s at batch 128).
+#: Chosen from one measured epoch of each on 2 CPU cores (94 s and 216 s at batch 128, uncontended); with
+#: three other jobs on the cores they took 1,971 s and 2,499 s (docs/results.md, CIFAR-10).
 CIFAR10_SETTINGS = {"cifar10_cnn": {"epochs": 10, "batch_size": 128, "optimizer": "adam", "lr": 1e-3},
-                    "resnet20": {"epochs": 8, "batch_size": 128, "optimizer": "adam", "lr": 2e-3}}
+                    "resnet20": {"epochs": 6, "batch_size": 128, "optimizer": "adam", "lr": 2e-3}}
 PAPER_CIFAR10 = "Paper (Keras' cifar10_cnn example, RMSprop lr 1e-4, batch 32, 40 epochs): 77.68 % on CIFAR-10."
 
 
