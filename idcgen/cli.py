@@ -173,20 +173,27 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     results = {}
     if found is not None:
         results["idc"] = found.coverage(x)
+    notes = {}
     for criterion in others:
         results[criterion.name] = criterion.fit(network, x_train if x_train is not None else x[:1], y_train
                                                 if x_train is not None else None).coverage(network, x)
+        if getattr(criterion, "notes_", None):  # e.g. LSC classes without a density: their inputs get no score
+            notes[criterion.name] = list(criterion.notes_)
     if as_json:
         first = results[names[0]]
         payload = dict(first.to_dict(), inputs=len(x))
         if found is not None:
             payload.update(idc=results["idc"].score, layer=found.layer, m=found.m)
         payload["criteria"] = {k: {"score": r.score, "covered": r.covered, "total": r.total} for k, r in results.items()}
+        for name, lines in notes.items():
+            payload["criteria"][name]["notes"] = lines
         typer.echo(json.dumps(payload))
     else:
         for name, result in results.items():
             extra = f", layer {found.layer}, m={found.m}" if name == "idc" else ""
             typer.echo(f"{result}  [{len(x)} inputs{extra}]")
+            for line in notes.get(name, ()):
+                typer.echo(f"note: {name.upper()}: {line}")
 
 
 @command

@@ -98,3 +98,19 @@ def test_demo_runs_end_to_end(tmp_path):
     # depending on the exact figure, which CPU float rounding moves by a point or two
     assert 0 < summary["coverage"]["idc"] <= 1 and summary["accuracy"] > 0.6
     assert (tmp_path / "demo" / "lenet5.keras").exists() and (tmp_path / "demo" / "analysis" / "analysis.json").exists()
+
+
+def test_coverage_prints_criterion_notes(trained_lenet, digits, tmp_path):
+    # LSC fits one density per class: a class with fewer training inputs than neurons gets none, and the
+    # CLI must say so rather than print a bare score.
+    _, path = trained_lenet
+    x_train, y_train, x_test, _ = digits
+    rows = np.concatenate([np.flatnonzero(y_train == 0)[:150], np.flatnonzero(y_train == 1)[:150],
+                           np.flatnonzero(y_train == 2)[:3]])
+    to_uint8 = lambda a: (a[..., 0] * 255).round().astype(np.uint8)  # noqa: E731
+    np.savez(tmp_path / "train.npz", x=to_uint8(x_train[rows]), y=y_train[rows])
+    np.savez(tmp_path / "test.npz", x=to_uint8(x_test[:100]))
+    result = invoke("coverage", "--model", path, "--inputs", tmp_path / "test.npz", "--train", tmp_path / "train.npz",
+                    "--criteria", "lsc")
+    assert result.exit_code == 0, result.output
+    assert "note: LSC:" in result.output and "class 2" in result.output
