@@ -30,9 +30,16 @@ ResizeOpt = typer.Option(None, "--resize", help="HxW: resize the images of image
 
 
 def _peak_memory_mib() -> float:
-    """This process' peak resident memory so far (Linux reports KiB, macOS bytes)."""
+    """This process' peak resident memory so far. Linux: VmHWM of /proc/self/status (ru_maxrss would also
+    count a parent's memory at fork time); elsewhere ru_maxrss (KiB, or bytes on macOS)."""
     import resource
     import sys
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
