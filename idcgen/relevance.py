@@ -52,8 +52,8 @@ _LINEAR_WITH_KERNEL = (L.Dense, L.Conv1D, L.Conv2D, L.Conv3D, L.DepthwiseConv1D,
 #: keras.ops calls recorded in a functional graph (``x + y``): the same rules as their layer forms.
 _OP_RULES = {"Add": "epsilon", "Subtract": "epsilon", "Reshape": "routing", "Concatenate": "routing"}
 _GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid", "hard_silu", "softmax")
-SUPPORTED = ", ".join(sorted({c.__name__ for c in PASS_THROUGH + ROUTING + EPSILON + GATE}
-                             | {"UpSampling2D", "UpSampling3D"} - {"InputLayer"}))
+SUPPORTED = ", ".join(sorted(({c.__name__ for c in PASS_THROUGH + ROUTING + EPSILON + GATE}
+                              | {"UpSampling2D", "UpSampling3D"}) - {"InputLayer"}))
 
 
 def rule_of(layer) -> str | None:
