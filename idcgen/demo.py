@@ -1,4 +1,4 @@
-"""``idcgen demo``: the whole pipeline on the embedded MNIST digits, no download and no ../shared."""
+"""``idcgen demo``: the whole pipeline on the embedded MNIST digits, no download and no data beyond the installed packages."""
 
 from __future__ import annotations
 
