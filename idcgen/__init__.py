@@ -23,7 +23,7 @@ _NAMES = {
     "load_inputs": "data", "fit_to_model": "data", "Dataset": "data",
     "silhouette_1d": "clusters", "kmeans_1d": "clusters", "cluster_neuron": "clusters",
     "Combinations": "coverage", "CoverageTracker": "coverage", "CoverageResult": "coverage",
-    "load_model": "models", "Network": "models", "convert": "legacy",
+    "load_model": "models", "Network": "models", "convert": "models",
     "InputConvention": "convention", "parse_preprocess": "convention",
     "Relevance": "relevance", "input_relevance": "relevance",
     "analyze": "analysis", "Analysis": "analysis",

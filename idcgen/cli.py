@@ -283,7 +283,7 @@ def convert(old: Path = typer.Argument(..., help="Model file to read: a Keras 2.
             new: Path = typer.Argument(..., help="File to write: .keras or .h5 (the format follows the suffix)."),
             architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt):
     """Re-save an old or weights-only model file as one Keras 3 reads (Keras 2.1-era files need tf-keras)."""
-    from .legacy import convert as run
+    from .models import convert as run
     typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe))
 
 

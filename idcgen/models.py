@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +62,49 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     if not isinstance(model, keras.Model):
         raise ModelError(f"{path} does not hold a Keras model (got {type(model).__name__})")
     return model
+
+
+def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
+    """Re-save a model file in a format Keras 3 reads: ``.keras`` or ``.h5``, by ``new``'s suffix.
+
+    Keras 2.1-era full models go through tf-keras (checked: the same outputs on a random batch); files
+    Keras 3 reads already, and weights-only files with ``architecture``, are simply re-saved. Returns a
+    one-line summary.
+    """
+    from . import legacy
+    old, new = Path(old), Path(new)
+    if new.suffix not in (".keras", ".h5"):
+        raise ModelError(f"the new file must end with .keras or .h5 (the format is chosen by its suffix), got {new}")
+    if not old.is_file():
+        raise ModelError(f"model file not found: {old}")
+    if new.resolve() == old.resolve():
+        raise ModelError(f"the new file is the old one ({new}); give another name")
+    new.parent.mkdir(parents=True, exist_ok=True)
+    legacy_version = None if architecture is not None else legacy.full_legacy_model(old)
+    check = ""
+    with tempfile.TemporaryDirectory(dir=new.parent) as tmp:
+        try:
+            model = load_model(old, safe_mode=safe_mode, architecture=architecture)
+            how = "read with Keras 3" + (f" and architecture {architecture}" if architecture is not None else "")
+        except ModelError:
+            if legacy_version is None:
+                raise
+            model, before, after = legacy._read_with_tf_keras(old, Path(tmp) / "tf_keras.h5", safe_mode)
+            diff = float(np.max(np.abs(before - after)))
+            if not np.allclose(before, after, atol=1e-5, rtol=1e-4):
+                raise ModelError(f"converting {old} changed its outputs (largest difference {diff:.3g} on a random "
+                                 "batch); the file was not written")
+            import tf_keras
+            how = f"Keras {legacy_version} file read with tf-keras {tf_keras.__version__}"
+            check = f"; outputs equal on a random batch (largest difference {diff:.1g})"
+        staged = Path(tmp) / f"model{new.suffix}"
+        with warnings.catch_warnings():  # Keras calls .h5 "legacy"; the user asked for it by the suffix
+            warnings.simplefilter("ignore")
+            model.save(staged)
+        os.replace(staged, new)
+    fmt = "Keras 3 .keras archive" if new.suffix == ".keras" else "HDF5 .h5"
+    return (f"converted {old} ({how}) -> {new} ({fmt}): {len(model.layers)} layers, "
+            f"{model.count_params():,} parameters{check}")
 
 
 @dataclass(frozen=True)
