@@ -107,6 +107,13 @@ def gate_rule(step, graph, inputs, relevance):
     return [tf.reshape(relevance, tf.shape(a)) if i == signal else tf.zeros_like(a) for i, a in enumerate(inputs)]
 
 
+def per_neuron(relevance):
+    """(n, ..., C) relevance -> (n, C): a convolutional neuron (channel) sums its positions."""
+    if len(relevance.shape) > 2:
+        return tf.reduce_sum(relevance, axis=list(range(1, len(relevance.shape) - 1)))
+    return relevance
+
+
 class Relevance:
     """Relevance of a subject layer's neurons (or of the input pixels), from one logit per input.
 
@@ -212,9 +219,7 @@ class Relevance:
         for start in range(0, len(x), self.batch_size):
             stop = start + self.batch_size
             r, a, z = self.raw(x[start:stop], None if target is None else target[start:stop])
-            if len(r.shape) > 2:
-                r = tf.reduce_sum(r, axis=list(range(1, len(r.shape) - 1)))
-            rel.append(r.numpy())
+            rel.append(per_neuron(r).numpy())
             act.append(neuron_activations(a).numpy())
             logits.append(z.numpy())
             if progress is not None:
@@ -242,9 +247,7 @@ def relevance_totals(rel: Relevance, x: np.ndarray, target=None, *, labels=None,
     for start in range(0, len(x), rel.batch_size):
         stop = start + rel.batch_size
         r, a, z = rel.raw(x[start:stop], None if target is None else target[start:stop])
-        if len(r.shape) > 2:
-            r = tf.reduce_sum(r, axis=list(range(1, len(r.shape) - 1)))
-        r, pred = r.numpy().astype(np.float64), z.numpy().argmax(axis=1)
+        r, pred = per_neuron(r).numpy().astype(np.float64), z.numpy().argmax(axis=1)
         used = slice(None) if labels is None else pred == labels[start:stop]
         r = r[used]
         if keep_activations:
