@@ -230,7 +230,7 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
          unsafe: bool = UnsafeOpt,
          architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
-    from .fuzz.session import new_campaign, resume_campaign
+    from .session import new_campaign, resume_campaign
     if resume is not None:
         result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe,
                                  architectures=architecture or None, echo=typer.echo)

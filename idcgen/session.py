@@ -12,17 +12,17 @@ import json
 import time
 from pathlib import Path
 
-from ..analysis import Analysis, analyze, find_analysis, network_with_convention
-from ..clusters import check_cluster_method, parse_cluster_range
-from ..convention import InputConvention, infer_image_shape, parse_image_shape
-from ..data import fit_to_model, load_for_model
-from ..errors import AnalysisMismatchError, InputError
-from ..export import export_campaign
-from ..models import Network, load_model
-from ..report import write_report
-from .fuzzer import Fuzzer, _check_budget
-from .mutators import DEFAULT_MUTATORS, parse_mutators
-from .validity import Validity
+from .analysis import Analysis, analyze, find_analysis, network_with_convention
+from .clusters import check_cluster_method, parse_cluster_range
+from .convention import InputConvention, infer_image_shape, parse_image_shape
+from .data import fit_to_model, load_for_model
+from .errors import AnalysisMismatchError, InputError
+from .export import export_campaign
+from .models import Network, load_model
+from .report import write_report
+from .fuzz.fuzzer import Fuzzer, _check_budget
+from .fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+from .fuzz.validity import Validity
 
 OUTPUTS = Path("outputs")
 
