@@ -150,7 +150,7 @@ def analyze(model: Path = ModelOpt,
 def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder from `idcgen analyze` (for IDC)."),
              model: Path = ModelOpt,
              inputs: str = typer.Option(..., "--inputs", help="Inputs to measure."),
-             criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc."),
+             criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as name:key=value, e.g. nc:scaling=channel-means, lsc:group=label."),
              train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
              limit: Optional[int] = typer.Option(None, "--limit"),
@@ -170,22 +170,22 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     if found is not None:
         found.bind(network)
     _, x = _inputs(inputs, network, scale, limit, convention, resize)
-    others = [make_criterion(n) for n in names if n != "idc"]
+    others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc:threshold=0.5"
     x_train = y_train = None
-    if any(c.needs_data for c in others):
+    if any(c.needs_data for c in others.values()):
         if train is None:
-            _fail(f"{', '.join(c.name for c in others if c.needs_data)} need --train DATA (the model's training inputs)")
+            _fail(f"{', '.join(c.name for c in others.values() if c.needs_data)} need --train DATA (the model's training inputs)")
         train_ds, x_train = _inputs(train, network, scale, None, convention, resize)
         y_train = train_ds.y
     results = {}
     if found is not None:
         results["idc"] = found.coverage(x)
     notes = {}
-    for criterion in others:
-        results[criterion.name] = criterion.fit(network, x_train if x_train is not None else x[:1], y_train
-                                                if x_train is not None else None).coverage(network, x)
+    for spec, criterion in others.items():
+        results[spec] = criterion.fit(network, x_train if x_train is not None else x[:1], y_train
+                                      if x_train is not None else None).coverage(network, x)
         if getattr(criterion, "notes_", None):  # e.g. LSC classes without a density: their inputs get no score
-            notes[criterion.name] = list(criterion.notes_)
+            notes[spec] = list(criterion.notes_)
     if as_json:
         first = results[names[0]]
         payload = dict(first.to_dict(), inputs=len(x))
@@ -197,7 +197,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         typer.echo(json.dumps(payload))
     else:
         for name, result in results.items():
-            extra = f", layer {found.layer}, m={found.m}" if name == "idc" else ""
+            extra = f", layer {found.layer}, m={found.m}" if name == "idc" else f", {name}" if ":" in name else ""
             typer.echo(f"{result}  [{len(x)} inputs{extra}]")
             for line in notes.get(name, ()):
                 typer.echo(f"note: {name.upper()}: {line}")

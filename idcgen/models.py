@@ -122,6 +122,18 @@ def neuron_activations(outputs: tf.Tensor) -> tf.Tensor:
     return outputs
 
 
+#: ``forward`` on ``name + RANGE_TAP`` gives each input's (min, max) over the whole output of layer ``name``,
+#: shape (n, 2): what NC's per-input min-max scaling of a layer needs, without the feature maps themselves.
+RANGE_TAP = "@range"
+
+
+def _tap_target(name: str, known) -> tuple[str, bool]:
+    """(layer name, whether the tap is the layer's range): a real layer name wins over the suffix."""
+    if name.endswith(RANGE_TAP) and name not in known:
+        return name[:-len(RANGE_TAP)], True
+    return name, False
+
+
 def _activation_name(layer) -> str:
     act = getattr(layer, "activation", None)
     return "linear" if act is None else getattr(act, "__name__", str(act))
@@ -264,19 +276,29 @@ class Network:
 
     def _tap(self, layers: tuple[str, ...]):
         if layers not in self._taps:
-            for name in layers:
+            known = set(self.layer_names())
+            targets = [_tap_target(name, known) for name in layers]
+            for name, _ in targets:
                 self.step(name)  # LayerError for an unknown name, before tracing
+            names = tuple(name for name, _ in targets)
+
+            def reduce(out, span):
+                if not span:
+                    return neuron_activations(out)
+                flat = tf.reshape(out, (tf.shape(out)[0], -1))
+                return tf.stack([tf.reduce_min(flat, axis=1), tf.reduce_max(flat, axis=1)], axis=1)
 
             @tf.function(reduce_retracing=True)
             def run(x):
-                outs, final = self.outputs(x, layers)
-                return [neuron_activations(o) for o in outs], final
+                outs, final = self.outputs(x, names)
+                return [reduce(o, span) for o, (_, span) in zip(outs, targets)], final
 
             self._taps[layers] = run
         return self._taps[layers]
 
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
-        """Batched forward pass: (probabilities (n, classes), [neuron activations (n, neurons) per layer])."""
+        """Batched forward pass: (probabilities (n, classes), [neuron activations (n, neurons) per layer]);
+        a name ending in ``RANGE_TAP`` gives that layer's per-input (min, max) instead (n, 2)."""
         run = self._tap(tuple(layers))
         probs, acts = [], [[] for _ in layers]
         for start in range(0, len(x), self.batch_size):

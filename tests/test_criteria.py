@@ -10,7 +10,7 @@ from idcgen.coverage import CoverageResult
 from idcgen.criteria import (CRITERIA, CriterionTracker, DistanceSurpriseCoverage, KMultisectionCoverage,
                              LikelihoodSurpriseCoverage, NeuronBoundaryCoverage, NeuronCoverage,
                              StrongNeuronActivationCoverage, TopKNeuronCoverage, default_neuron_layers,
-                             make_criterion, parse_criteria)
+                             make_criterion, parse_criteria, parse_spec)
 from idcgen.errors import InputError, LayerError, ParameterError
 
 # ------------------------------------------------------------------ tiny models with hand-set weights
@@ -95,6 +95,80 @@ def test_nc_by_hand(hand_net):
     np.testing.assert_array_equal(tracker.covered_ids(), [0, 1])
     # a layer equal everywhere (h = 0, 0, 0) covers nothing
     np.testing.assert_array_equal(nc.features(hand_net, np.array([[-1, -1]], np.float32)), [[-1, -1, -1]])
+
+
+def _conv_net():
+    """Input 2x2x1 -> 1x1 conv "conv" (channel 0 = x, channel 1 = x / 2 + 1) -> Flatten -> Dense(3, relu) "fc"
+    (x[0, 0], x[1, 1], 0) -> Dense(2) logits -> softmax."""
+    import keras
+    from idcgen.models import Network
+    L = keras.layers
+    inputs = keras.Input((2, 2, 1))
+    x = L.Conv2D(2, 1, name="conv")(inputs)
+    x = L.Dense(3, activation="relu", name="fc")(L.Flatten(name="flat")(x))
+    model = keras.Model(inputs, L.Activation("softmax")(L.Dense(2, name="logits")(x)))
+    model.get_layer("conv").set_weights([np.array([1.0, 0.5]).reshape(1, 1, 1, 2), np.array([0.0, 1.0])])
+    w = np.zeros((8, 3))  # flatten order (row, column, channel): channel 0 of (0, 0) is 0, of (1, 1) is 6
+    w[0, 0] = w[6, 1] = 1.0
+    model.get_layer("fc").set_weights([w, np.zeros(3)])
+    return Network(model)
+
+
+# input A: channel 0 = 0, 1, 2, 3 (mean 1.5), channel 1 = 1, 1.5, 2, 2.5 (mean 1.75), layer range [0, 3], fc (0, 3, 0)
+# input B: channel 0 = 4, 0, 0, 0 (mean 1), channel 1 = 3, 1, 1, 1 (mean 1.5), layer range [0, 4], fc (4, 0, 0)
+# input C: channel 0 = 3 everywhere, channel 1 = 2.5 everywhere, layer range [2.5, 3], fc (3, 3, 0)
+X_CONV = np.array([[[0, 1], [2, 3]], [[4, 0], [0, 0]], [[3, 3], [3, 3]]], np.float32)[..., None]
+
+
+def test_nc_scales_the_feature_maps_by_hand():
+    net = _conv_net()
+    nc = NeuronCoverage(layers=["conv", "fc"]).fit(net, X_CONV)
+    assert nc.forward_layers() == ("conv", "fc", "conv@range")
+    # feature maps scaled over the layer, then channel means: A (0.5, 0.583), B (0.25, 0.375), C (1, 0);
+    # fc scaled: A (0, 1, 0), B (1, 0, 0), C (1, 1, 0); neurons: conv 0-1, fc 2-4
+    np.testing.assert_array_equal(nc.features(net, X_CONV), [[-1, -1, -1, 3, -1], [-1, -1, 2, -1, -1],
+                                                             [0, -1, 2, 3, -1]])
+    assert nc.coverage(net, X_CONV).covered == 3
+    # at 0.55 the 0.583 of A's channel 1 counts, the 0.5 of its channel 0 does not (strictly above)
+    nc55 = NeuronCoverage(layers=["conv"], threshold=0.55).fit(net, X_CONV)
+    np.testing.assert_array_equal(nc55.features(net, X_CONV), [[-1, 1], [-1, -1], [0, -1]])
+    # the same from a forward pass the caller makes (a fuzz loop sharing it)
+    probs, acts = net.forward(X_CONV, nc.forward_layers())
+    np.testing.assert_array_equal(nc.features_from(probs, acts), nc.features(net, X_CONV))
+    with pytest.raises(InputError, match=r"expected the activations of \['conv', 'fc', 'conv@range'\]"):
+        nc.features_from(probs, acts[:2])
+
+
+def test_nc_channel_means_variant_by_hand():
+    net = _conv_net()
+    nc = NeuronCoverage(layers=["conv", "fc"], scaling="channel-means").fit(net, X_CONV)
+    assert nc.forward_layers() == ("conv", "fc")
+    # channel means scaled among themselves: A (0, 1), B (0, 1), C (1, 0); fc as before
+    np.testing.assert_array_equal(nc.features(net, X_CONV), [[-1, 1, -1, 3, -1], [-1, 1, 2, -1, -1],
+                                                             [0, -1, 2, 3, -1]])
+    assert nc.coverage(net, X_CONV).covered == 4
+    assert make_criterion("nc:scaling=channel-means:threshold=0.5").get_params() == {
+        "threshold": 0.5, "layers": None, "scaling": "channel-means"}
+
+
+def test_nc_equals_scaling_whole_feature_maps(cnn_data):
+    """Against a direct computation: each input's full layer output scaled to [0, 1], then channel means."""
+    import keras
+    net, _, x = cnn_data
+    layers = ["conv1", "conv2", "fc"]
+    model = keras.Model(net.model.inputs, [net.model.get_layer(n).output for n in layers])
+    expected, offset = [], 0
+    for out in model.predict(x, verbose=0):
+        out = out.astype(np.float64).reshape(len(x), -1, out.shape[-1])
+        low, high = out.min(axis=(1, 2), keepdims=True), out.max(axis=(1, 2), keepdims=True)
+        scaled = ((out - low) / np.where(high > low, high - low, 1.0)).mean(axis=1)
+        expected.append(np.where(scaled > 0.5, offset + np.arange(out.shape[-1]), -1))
+        offset += out.shape[-1]
+    features = NeuronCoverage(threshold=0.5).fit(net, x).features(net, x)
+    assert default_neuron_layers(net) == layers
+    np.testing.assert_array_equal(features, np.concatenate(expected, axis=1))
+    # the channel-means variant differs on this model (it is not the standard)
+    assert (NeuronCoverage(threshold=0.5, scaling="channel-means").fit(net, x).features(net, x) != features).any()
 
 
 def test_kmnc_by_hand(hand_net):
@@ -383,6 +457,18 @@ def test_make_criterion_and_parse_criteria():
     assert isinstance(make_criterion("KMNC", k=4), KMultisectionCoverage)
     assert make_criterion(" lsc ", upper=100.0).upper == 100.0
     assert parse_criteria("idc, NC,kmnc,nc") == ["idc", "nc", "kmnc"]
+    assert parse_criteria("idc, NC:threshold=0.5,kmnc:k=10:layers=conv1+fc,nc:threshold=0.5") == [
+        "idc", "nc:threshold=0.5", "kmnc:k=10:layers=conv1+fc"]
+    assert parse_spec("kmnc:k=10:layers=conv1+fc") == ("kmnc", {"k": 10, "layers": ["conv1", "fc"]})
+    assert parse_spec("lsc:lower=-50:upper=2e3:layer=7") == ("lsc", {"lower": -50, "upper": 2000.0, "layer": "7"})
+    assert make_criterion("lsc:upper=20", upper=30.0).upper == 30.0  # keywords override the spec
+    with pytest.raises(ParameterError, match=r"criterion spec 'nc:threshold': expected name:key=value"):
+        parse_criteria("nc:threshold")
+    with pytest.raises(ParameterError, match=r"The 'scaling' parameter of NeuronCoverage must be a str among "
+                                             r"\{'feature-maps', 'channel-means'\}. Got 'maps' instead."):
+        parse_criteria("nc:scaling=maps")
+    with pytest.raises(ParameterError, match="IDC takes no parameters here"):
+        parse_criteria("idc:m=8")
     with pytest.raises(ParameterError,
                        match=r"unknown criterion 'foo'; known criteria: nc, kmnc, nbc, snac, tknc, lsc, dsc"):
         make_criterion("foo")

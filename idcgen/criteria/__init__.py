@@ -24,7 +24,7 @@ from .surprise import DistanceSurpriseCoverage, LikelihoodSurpriseCoverage
 __all__ = ["CRITERIA", "Criterion", "CriterionResult", "CriterionTracker", "DistanceSurpriseCoverage",
            "KMultisectionCoverage", "LikelihoodSurpriseCoverage", "NeuronBoundaryCoverage", "NeuronCoverage",
            "StrongNeuronActivationCoverage", "TopKNeuronCoverage", "default_neuron_layers", "make_criterion",
-           "parse_criteria"]
+           "parse_criteria", "parse_spec"]
 
 CRITERIA: dict[str, type[Criterion]] = {cls.name: cls for cls in (
     NeuronCoverage, KMultisectionCoverage, NeuronBoundaryCoverage, StrongNeuronActivationCoverage,
@@ -34,9 +34,54 @@ CRITERIA: dict[str, type[Criterion]] = {cls.name: cls for cls in (
 ALL_NAMES = ("idc",) + tuple(CRITERIA)
 
 
+def _spec_value(key: str, text: str) -> Any:
+    """A parameter value written in a spec: layer names stay strings ("a+b" lists several), numbers
+    become int or float, "none" None."""
+    if key == "layers":
+        return [part for part in text.split("+")] if text.lower() != "none" else None
+    if key == "layer" or not text:
+        return None if text.lower() == "none" else text
+    if text.lower() == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """A criterion spec -> (lower-case name, parameters).
+
+    ``"nc"`` -> ``("nc", {})``; ``"nc:threshold=0.5:scaling=channel-means"`` ->
+    ``("nc", {"threshold": 0.5, "scaling": "channel-means"})``; ``"kmnc:layers=conv1+fc"`` gives
+    ``layers=["conv1", "fc"]``. The CLI's ``--criteria`` takes comma-separated specs.
+    """
+    if not isinstance(spec, str):
+        raise ParameterError(f"a criterion spec must be a string such as 'nc' or 'nc:threshold=0.5'; got {spec!r}.")
+    name, *parts = spec.split(":")
+    params = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ParameterError(f"criterion spec {spec!r}: expected name:key=value[:key=value...] "
+                                 f"(e.g. 'lsc:group=label:lower=-50'); got {part!r}.")
+        if key in params:
+            raise ParameterError(f"criterion spec {spec!r} sets {key!r} twice.")
+        params[key] = _spec_value(key, value.strip())
+    return name.strip().lower(), params
+
+
 def make_criterion(name: str, **params: Any) -> Criterion:
-    """A criterion by its short name ("nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc"), with its
-    parameters validated now rather than at fit."""
+    """A criterion by its short name ("nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc") or spec
+    ("nc:scaling=channel-means", see :func:`parse_spec`), with its parameters validated now rather than
+    at fit. Keyword parameters override those of the spec."""
+    spec_params: dict = {}
+    if isinstance(name, str) and ":" in name:
+        name, spec_params = parse_spec(name)
+    params = {**spec_params, **params}
     key = name.strip().lower() if isinstance(name, str) else None
     if key not in CRITERIA:
         hint = " (IDC is measured by an analysis: idcgen.analyze)" if key == "idc" else ""
@@ -53,19 +98,29 @@ def make_criterion(name: str, **params: Any) -> Criterion:
 
 
 def parse_criteria(text: str) -> list[str]:
-    """Comma-separated criterion names -> validated lower-case names, in order, without repeats.
+    """Comma-separated criterion specs -> validated specs with lower-case names, in order, without repeats.
 
-    ``"idc,nc,kmnc"`` -> ``["idc", "nc", "kmnc"]``. "idc" is accepted (the caller measures it).
+    ``"idc,NC,kmnc:k=100"`` -> ``["idc", "nc", "kmnc:k=100"]``. "idc" is accepted (the caller measures
+    it, without parameters); every other spec is checked by building it (:func:`make_criterion`).
     """
     if not isinstance(text, str):
         raise ParameterError(f"The 'criteria' parameter must be a comma-separated string such as 'idc,nc,kmnc'. "
                              f"Got {text!r} instead.")
-    names = [part.strip().lower() for part in text.split(",") if part.strip()]
-    if not names:
+    specs = [part.strip() for part in text.split(",") if part.strip()]
+    if not specs:
         raise ParameterError(f"The 'criteria' parameter must name at least one of {', '.join(ALL_NAMES)}. "
                              f"Got {text!r} instead.")
+    names = [spec.split(":")[0].strip().lower() for spec in specs]
     unknown = [n for n in names if n not in ALL_NAMES]
     if unknown:
         raise ParameterError(f"unknown criteria {', '.join(map(repr, unknown))} in {text!r}; "
                              f"known criteria: {', '.join(ALL_NAMES)}.")
-    return list(dict.fromkeys(names))
+    out = []
+    for name, spec in zip(names, specs):
+        rest = spec[spec.index(":"):] if ":" in spec else ""
+        if name == "idc" and rest:
+            raise ParameterError(f"criterion spec {spec!r}: IDC takes no parameters here (its analysis sets them).")
+        if name != "idc":
+            make_criterion(spec)  # ParameterError for a bad parameter, before any work
+        out.append(name + rest)
+    return list(dict.fromkeys(out))

@@ -163,6 +163,12 @@ def check_real(owner: str, name: str, value: Any, low: float | None = None, high
             f"The '{name}' parameter of {owner} must be a finite float{span}. Got {value!r} instead.")
 
 
+def check_choice(owner: str, name: str, value: Any, choices: Sequence[str]) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ParameterError(f"The '{name}' parameter of {owner} must be a str among "
+                             f"{{{', '.join(map(repr, choices))}}}. Got {value!r} instead.")
+
+
 def check_layer_names(owner: str, layers: Any) -> None:
     if layers is None:
         return

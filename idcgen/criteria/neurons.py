@@ -12,7 +12,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .base import Criterion, check_int, check_layer_names, check_real, default_neuron_layers
+from idcgen.errors import InputError
+
+from .base import (Criterion, check_choice, check_int, check_layer_names, check_real,
+                   default_neuron_layers)
 
 __all__ = ["NeuronCoverage", "KMultisectionCoverage", "NeuronBoundaryCoverage",
            "StrongNeuronActivationCoverage", "TopKNeuronCoverage"]
@@ -57,33 +60,69 @@ class NeuronCoverage(_NeuronCriterion):
     """NC (DeepXplore): a neuron is covered when, for some input, its activation min-max scaled over
     its layer for that input exceeds ``threshold``.
 
-    Scaling is per input and per layer: ``(a - min(layer)) / (max(layer) - min(layer))``; a layer whose
-    neurons are all equal for an input covers nothing with it. (DeepXplore scales a conv layer's whole
-    feature map before taking channel means; here the channel means are scaled, the neuron activations
-    every criterion shares.) Fit needs no training data: it only resolves the layers.
+    ``scaling`` says what is scaled (docs/design.md, "Other criteria"):
+
+    - ``"feature-maps"`` (default, as DeepXplore and DeepHunter compute it): the layer's whole output
+      for one input (every position of every feature map) is scaled to [0, 1] by its minimum and
+      maximum, then a conv neuron's value is the spatial mean of its scaled map. Scaling is affine, so
+      this is ``(channel mean - min(output)) / (max(output) - min(output))``: only the channel means and
+      each input's output range are needed.
+    - ``"channel-means"``: the channel means are scaled by their own minimum and maximum over the
+      layer. Their range is narrower than the maps', so more neurons pass the threshold (on LeNet-5
+      several points of NC more).
+
+    Both are the same for dense layers. A layer whose output is constant for an input covers nothing
+    with it. Fit needs no training data: it only resolves the layers.
 
     Parameters
     ----------
     threshold : float in [0, 1), default 0.75 (the DeepImportance paper's setting).
     layers : layer names, default every hidden layer with weights before the logits.
+    scaling : "feature-maps" (default) or "channel-means".
     """
 
     name = "nc"
     unit = "neurons"
     needs_data = False
+    SCALINGS = ("feature-maps", "channel-means")
 
-    def __init__(self, *, threshold: float = 0.75, layers: Sequence[str] | None = None):
+    def __init__(self, *, threshold: float = 0.75, layers: Sequence[str] | None = None,
+                 scaling: str = "feature-maps"):
         self.threshold = threshold
         self.layers = layers
+        self.scaling = scaling
 
     def _validate_params(self) -> None:
         super()._validate_params()
         check_real(type(self).__name__, "threshold", self.threshold, 0.0, 1.0, closed="left")
+        check_choice(type(self).__name__, "scaling", self.scaling, self.SCALINGS)
+
+    def _fit_layers(self, network) -> tuple[str, ...]:
+        layers = super()._fit_layers(network)
+        # the layers whose output range differs from their neurons' range: those with feature maps
+        self.map_layers_ = tuple(i for i, name in enumerate(layers) if len(network.output_shape(name)) > 2) \
+            if self.scaling == "feature-maps" else ()
+        return layers
+
+    def forward_layers(self) -> tuple[str, ...]:
+        from idcgen.models import RANGE_TAP
+        return self.layers_ + tuple(self.layers_[i] + RANGE_TAP for i in self.map_layers_)
 
     def features_from(self, probs, acts) -> np.ndarray:
+        self._check_fitted()
+        acts = list(acts)
+        n = len(self.layers_)
+        if len(acts) != n + len(self.map_layers_):
+            raise InputError(f"NeuronCoverage: expected the activations of {list(self.forward_layers())} "
+                             f"(from network.forward(x, nc.forward_layers())); got {len(acts)} arrays.")
+        ranges = dict(zip(self.map_layers_, acts[n:]))
         parts = []
-        for offset, a in self._per_layer(acts):
-            low, high = a.min(axis=1, keepdims=True), a.max(axis=1, keepdims=True)
+        for i, (offset, a) in enumerate(self._per_layer(acts[:n])):
+            if i in ranges:
+                extent = np.asarray(ranges[i], dtype=np.float64)
+                low, high = extent[:, :1], extent[:, 1:2]
+            else:
+                low, high = a.min(axis=1, keepdims=True), a.max(axis=1, keepdims=True)
             span = high - low
             scaled = np.divide(a - low, span, out=np.zeros_like(a), where=span > 0)
             neuron = offset + np.arange(a.shape[1], dtype=np.int64)
