@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .fuzz.campaign import Campaign, atomic_npz, atomic_text, read_jsonl
-from .fuzz.oracle import make_oracle
+from .files import atomic_npz, atomic_text, jsonl
+from .fuzz.campaign import Campaign
+from .fuzz.oracle import Execution, make_oracle
+from .errors import ParameterError
 from .imageio import quantise, to_png, to_uint8
 
 
@@ -30,10 +32,12 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     whether the oracle (the campaign's, or ``oracle``) still flags the finding once rounded to uint8.
     The disagreement oracle needs the other models: without it given, ``survives_uint8`` is null.
     """
-    if oracle is None and campaign.config["oracle"] != "disagreement":
+    if oracle is None and "disagreement" not in campaign.config["oracle"]:
         oracle = make_oracle(campaign.config["oracle"])
     corpus, analysis = campaign.corpus, campaign.analysis
     network = analysis.network
+    if out is None and campaign.folder is None:
+        raise ParameterError("this campaign is in memory only: give out= (a folder for the exports) or save it first")
     out = Path(out) if out is not None else campaign.folder / "exports"
     out.mkdir(parents=True, exist_ok=True)
     vr = campaign.value_range
@@ -85,20 +89,20 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
 def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
     """Write ``findings.jsonl`` with the uint8 re-check of every finding; returns how many survive
     (None: not re-checked)."""
-    rows = read_jsonl(campaign.folder / "findings.jsonl", campaign.n_findings)
     found = campaign.findings()
+    rows = [{k: v[j].item() for k, v in found.items() if k != "x"} for j in range(len(found.get("id", ())))]
     if oracle is None:  # not computed (a disagreement campaign exported without its other models)
-        atomic_text(out / "findings.jsonl", "".join(json.dumps(dict(r, survives_uint8=None)) + "\n" for r in rows))
+        atomic_text(out / "findings.jsonl", jsonl(dict(r, survives_uint8=None) for r in rows))
         return None
     survives = np.zeros(0, bool)
     if rows:
         xq = quantise(found["x"], campaign.value_range)
-        predictions = campaign.analysis.network.predict(xq)
-        survives = oracle(xq, predictions, found["label"], found["root_prediction"])
-        by_id = {row["id"]: row for row in rows}
-        for i, p, ok in zip(found["id"], predictions, survives):
-            by_id[int(i)].update(prediction_uint8=int(p), survives_uint8=bool(ok))
-    atomic_text(out / "findings.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        probs, _ = campaign.analysis.network.forward(xq)
+        predictions = probs.argmax(1)
+        survives = oracle(Execution(xq, probs, predictions, found["label"], found["root_prediction"]))
+        for row, p, ok in zip(rows, predictions, survives):
+            row.update(prediction_uint8=int(p), survives_uint8=bool(ok))
+    atomic_text(out / "findings.jsonl", jsonl(rows))
     return int(survives.sum())
 
 

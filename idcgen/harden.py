@@ -20,7 +20,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .errors import InputError, ParameterError
-from .fuzz.campaign import Campaign, atomic_text
+from .files import atomic_text
+from .fuzz.campaign import Campaign
 from .fuzz.mutators import MutationContext, make_mutator
 from .models import Network, keras
 from .plots import pyplot

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .fuzz.campaign import Campaign, atomic_text
+from .files import atomic_text
+from .fuzz.campaign import Campaign
 from .fuzz.validity import Validity
 from .plots import pyplot
 

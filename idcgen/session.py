@@ -15,22 +15,27 @@ from pathlib import Path
 from .analysis import Analysis, analyze, find_analysis, network_with_convention
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import InputConvention, infer_image_shape, parse_image_shape
-from .data import fit_to_model, load_for_model
+from .data import fit_to_model, load_for_model, parse_class_names
 from .errors import AnalysisMismatchError, InputError
 from .export import export_campaign
 from .models import Network, load_model
 from .report import write_report
-from .fuzz.fuzzer import Fuzzer, _check_budget
+from .fuzz.campaign import check_budget
+from .fuzz.fuzzer import Fuzzer
 from .fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
 from .fuzz.validity import Validity
 
 OUTPUTS = Path("outputs")
 
 
-def _load(spec, network, scale, limit=None, *, convention=None, resize=None):
+def _load(spec, network, scale, limit=None, *, convention=None, resize=None, class_names=None, echo=print):
+    """(Dataset, x) for the model; the label mapping and conversions are echoed once."""
     value_range = (0.0, 1.0) if convention is None else convention.value_range
-    return load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
-                          resize=resize)
+    ds, x = load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
+                           resize=resize, class_names=class_names, n_classes=network.n_classes)
+    for note in ds.notes:
+        echo(note if note.startswith("labels: ") else f"note: {note}")
+    return ds, x
 
 
 def _networks(models, architectures, safe_mode) -> list:
@@ -52,9 +57,9 @@ def _folders(paths) -> str:
 def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5", cluster_method=None,
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
-                 value_range=None, preprocess=None, image_shape=None, resize=None,
+                 value_range=None, preprocess=None, image_shape=None, resize=None, class_names=None,
                  safe_mode=True, architectures=None, echo=print, progress=True) -> dict | None:
-    _check_budget(budget)  # before any model is loaded
+    check_budget(budget)  # before any model is loaded
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
@@ -66,7 +71,8 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
     networks = [network] + [network_with_convention(n, recorded=convention)[0] for n in networks[1:]]
-    seeds_ds, x_seeds = _load(seeds, network, scale, limit, convention=convention, resize=resize)
+    seeds_ds, x_seeds = _load(seeds, network, scale, limit, convention=convention, resize=resize,
+                              class_names=class_names, echo=echo)
     if image_shape is None and len(network.input_shape) != 3:  # flat or channel-less: fuzzed as images
         image_shape = infer_image_shape(network.input_shape, seeds_ds.x.shape[1:])
     notes, train_ds, x_train = [], None, None
@@ -74,13 +80,16 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         found = Analysis.load(analysis, model=network)
         source = f"loaded from {analysis}"
     elif train is not None:
-        train_ds, x_train = _load(train, network, scale, convention=convention, resize=resize)
+        train_ds, x_train = _load(train, network, scale, convention=convention, resize=resize,
+                                  class_names=class_names, echo=echo)
         found = analyze(network, x_train, train_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
                         cluster_method=cluster_method, random_state=random_state, data_summary=train_ds.summary(),
                         progress=progress)
-        saved = found.save(OUTPUTS / "analyses" / (f"{Path(models[0]).stem}_{found.layer}_m{m}"
-                                                   + ("" if cluster_method == "silhouette" else f"_{cluster_method}")))
-        source = f"analysed on {train} ({len(x_train)} inputs), saved to {saved}"
+        wanted = OUTPUTS / "analyses" / found.default_name(Path(models[0]).stem)
+        saved, written = found.save_unique(wanted)  # never over another analysis
+        source = f"analysed on {train} ({len(x_train)} inputs), " + (
+            f"the same as the one saved in {saved}" if not written else f"saved to {saved}" if saved == wanted
+            else f"saved to {saved} ({wanted} holds another analysis)")
     else:
         places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
         found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m, cluster_method=wanted_method)
@@ -107,6 +116,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     extra = {"model": str(models[0]), "other_models": [str(p) for p in models[1:]], "seeds": str(seeds),
              "train": None if train is None else str(train), "analysis_source": source, "notes": notes,
              "scale": scale, "resize": None if resize is None else str(resize),
+             "class_names": None if class_names is None else list(parse_class_names(class_names)),
              "architectures": [str(a) for a in architectures or []]}
     campaign = fuzzer.start(x_seeds, seeds_ds.y, out, budget=budget, extra_config=extra)
     echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
@@ -141,14 +151,18 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
                     image_shape=tuple(cfg["input_shape"]))
     campaign = fuzzer.resume(folder)
     if budget is not None:
-        _check_budget(budget)
-        campaign.config["budget"] = int(budget)
+        try:
+            campaign.set_budget(budget)
+        except BaseException:
+            campaign.close()
+            raise
     echo(f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
          f"IDC {campaign.tracker.score:.1%}")
     echo(fuzzer.validity.describe())
     x_train = y_train = None
     if cfg.get("train"):
         train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"), convention=recorded,
+                                  class_names=cfg.get("class_names"), echo=echo,
                                   resize=cfg.get("resize"))
         y_train = train_ds.y
     return _run_and_finish(fuzzer, campaign, x_train, y_train, cfg.get("notes", []), echo, progress)

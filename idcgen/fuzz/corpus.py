@@ -61,11 +61,18 @@ class Corpus:
     def reference(self) -> np.ndarray:
         return self._reference[:self._size]
 
-    def __getattr__(self, name):
-        cols = self.__dict__.get("_cols")
-        if cols is not None and name in cols:
-            return cols[name][:self._size]
-        raise AttributeError(name)
+    # the per-entry columns, as views of the filled part
+    parent = property(lambda self: self._column("parent"))
+    root = property(lambda self: self._column("root"))
+    label = property(lambda self: self._column("label"))
+    prediction = property(lambda self: self._column("prediction"))
+    combination = property(lambda self: self._column("combination"))
+    affine = property(lambda self: self._column("affine"))
+    fuzz_count = property(lambda self: self._column("fuzz_count"))
+    step = property(lambda self: self._column("step"))
+
+    def _column(self, name: str) -> np.ndarray:
+        return self._cols[name][:self._size]
 
     def entries(self, ids: np.ndarray) -> dict:
         """Everything about ``ids`` as arrays (for saving a chunk)."""

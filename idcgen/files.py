@@ -1,0 +1,57 @@
+"""Files written so that a killed process leaves the old version or the new one, never half of one."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def atomic_write(path: Path, write, *, sync: bool = False) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path``, then rename it into place.
+
+    ``sync`` also survives a power cut, at a cost of milliseconds per call. The temporary name
+    (``.NAME.tmp``) is fixed, so a leftover of a killed write is found and replaced by the next one.
+    """
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or Ctrl-C: leave no temporary file behind
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def temporary_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
+
+
+def atomic_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def npz_bytes(arrays: dict, *, compressed: bool = False) -> bytes:
+    """An ``.npz`` archive built in memory (zipfile's many small writes and seeks on a real file cost
+    twice as much)."""
+    buffer = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def atomic_npz(path: Path, arrays: dict, *, compressed: bool = False) -> None:
+    """``np.savez`` through :func:`atomic_write`."""
+    data = npz_bytes(arrays, compressed=compressed)
+    atomic_write(path, lambda f: f.write(data))
+
+
+def jsonl(rows) -> str:
+    """Rows as JSON lines."""
+    return "".join(json.dumps(row) + "\n" for row in rows)
+

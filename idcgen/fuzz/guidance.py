@@ -1,0 +1,85 @@
+"""What a campaign measures, and which criterion decides that a mutant joins the corpus.
+
+A *measure* turns one forward pass (probabilities and the activations of the layers it names) into the
+items a tracker counts: IDC's cluster combinations (from the analysis), or any other criterion's items
+(:mod:`idcgen.criteria`). A campaign measures IDC always, and every criterion it is given besides.
+*Guidance* picks one measure: a valid mutant joins the corpus when it covers an item of that measure
+not covered yet; guidance ``"none"`` keeps every valid mutant (the unguided baseline). Every tracker
+counts what the corpus covers, so the coverage figures always describe the grown test set.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ParameterError
+
+#: every guidance name the command line accepts
+GUIDES = ("idc", "nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc", "none")
+
+
+class IDCMeasure:
+    """IDC: the important neurons' cluster combination of each input."""
+
+    name = "idc"
+
+    def __init__(self, analysis):
+        self.analysis = analysis
+        self.layers = (analysis.layer,)
+
+    def features(self, probabilities: np.ndarray, activations: Sequence[np.ndarray]) -> np.ndarray:
+        return self.analysis.combinations.ids(self.analysis.select(activations[0]))
+
+    def tracker(self):
+        return self.analysis.tracker()
+
+
+class CriterionMeasure:
+    """Any fitted criterion of :mod:`idcgen.criteria` (NC, KMNC, NBC, SNAC, TKNC, LSC, DSC)."""
+
+    def __init__(self, criterion):
+        criterion._check_fitted()
+        self.criterion = criterion
+        self.name = criterion.name
+        self.layers = tuple(criterion.forward_layers())
+
+    def features(self, probabilities: np.ndarray, activations: Sequence[np.ndarray]) -> np.ndarray:
+        return self.criterion.features_from(probabilities, list(activations))
+
+    def tracker(self):
+        return self.criterion.tracker()
+
+
+def measures_of(analysis, criteria: Sequence = ()) -> list:
+    """IDC first, then one measure per fitted criterion (each name once)."""
+    measures = [IDCMeasure(analysis)]
+    for criterion in criteria:
+        measure = criterion if isinstance(criterion, (IDCMeasure, CriterionMeasure)) else CriterionMeasure(criterion)
+        if measure.name in (m.name for m in measures):
+            raise ParameterError(f"criterion {measure.name} is measured twice; give each criterion once")
+        measures.append(measure)
+    return measures
+
+
+def check_guide(guide: str, measures: Sequence) -> str:
+    """The guiding measure's name: "none" or one of the measures'."""
+    names = [m.name for m in measures]
+    if guide == "none" or guide in names:
+        return guide
+    if guide in GUIDES:
+        raise ParameterError(f"guidance by {guide} needs that criterion fitted: pass "
+                             f"measure=[make_criterion({guide!r}).fit(network, x_train)] (the command line fits it "
+                             "on --train)")
+    raise ParameterError(f"The 'guide' parameter must be one of {', '.join(GUIDES)}. Got {guide!r} instead.")
+
+
+def new_coverage(guide: str, trackers: dict, features: dict, valid: np.ndarray) -> np.ndarray:
+    """Which mutants join the corpus: valid ones that cover a new item of the guiding measure (a new item
+    counts for its first mutant only), or every valid one without guidance."""
+    if guide == "none":
+        return valid.copy()
+    keep = np.zeros(len(valid), bool)
+    keep[valid] = trackers[guide].would_cover(features[guide][valid])
+    return keep
