@@ -9,12 +9,18 @@ Spec forms accepted by `load_inputs`
 ------------------------------------
 ``some/folder`` of images
     Files ending ``.png``, ``.jpg``, ``.jpeg`` or ``.bmp`` (any case), decoded with PIL. With class
-    subfolders (``folder/cat/1.png``, ``folder/dog/7.png``) the subfolder names, sorted alphabetically,
-    give the labels 0..K-1 as in keras' ``image_dataset_from_directory`` (an empty subfolder still takes
-    its index; hidden ``.name`` folders are skipped); files are read in name order within each class.
+    subfolders (``folder/3/1.png``, ``folder/cat/7.png``) the labels come from the subfolder names:
+    folders named by integers are those classes (``3/`` is class 3, whatever other folders exist);
+    other names take their index in ``class_names`` when given, else their index in the sorted names
+    (0..K-1, as keras' ``image_dataset_from_directory`` does; an empty subfolder still takes its index).
+    Integer and other names mixed need ``class_names``. Hidden ``.name`` folders are skipped; files are
+    read in name order within each class. With ``n_classes`` (the model's class count) a folder whose
+    label is beyond it is refused, naming the folder. The mapping is recorded as a line in
+    `Dataset.notes` (e.g. "labels: cat=0, dog=1 (sorted folder names)") for the caller to show.
     With the images directly in the folder there are no labels. Grayscale images give (h, w), colour
     images (h, w, 3); ``channels=1`` converts every image to grayscale, ``channels=3`` to RGB (the CLI
-    passes the model's channel count). All images must have the same size.
+    passes the model's channel count), and a note says how many were converted. All images must have
+    the same size.
 ``file.npz``
     Keys tried in this order: ``x`` (with optional ``y``); ``x_test``/``y_test`` and
     ``x_train``/``y_train`` (the keras layout: ``split`` chooses; without a split the test part is used
@@ -72,7 +78,7 @@ from PIL import Image
 from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Dataset", "load_inputs", "load_for_model", "fit_to_model", "check_labels", "embedded_mnist",
-           "parse_resize", "KNOWN_DATASETS"]
+           "parse_resize", "parse_class_names", "KNOWN_DATASETS"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 KNOWN_DATASETS = ("embedded-mnist", "mnist", "fashion-mnist")
@@ -100,7 +106,10 @@ class Dataset:
         y: int64 labels of shape (n,), or None.
         source: what was loaded, e.g. "/data/test.npz[x_test,y_test]" or "embedded-mnist:test".
         scaling: how raw values were scaled, e.g. "uint8/255 -> [0, 1]".
-        class_names: the class subfolder names of an image folder (index = label), else None.
+        class_names: the class names of an image folder, index = label (given ones or the sorted
+            subfolder names), else None (also for folders named by class integers).
+        notes: lines the caller should show once: the label mapping of an image folder, channel
+            conversions.
     """
 
     x: np.ndarray
@@ -108,6 +117,7 @@ class Dataset:
     source: str
     scaling: str
     class_names: tuple[str, ...] | None = None
+    notes: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.x)
@@ -132,12 +142,14 @@ class Dataset:
             "n_labels": 0 if self.y is None else len(self.y),
             "class_counts": None if self.y is None else {str(k): int(c) for k, c in zip(labels, counts)},
             "class_names": None if self.class_names is None else list(self.class_names),
+            "notes": list(self.notes),
         }
 
 
 def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str = "auto",
                 channels: int | None = None, limit: int | None = None, value_range=(0.0, 1.0),
-                resize: tuple[int, int] | str | None = None) -> Dataset:
+                resize: tuple[int, int] | str | None = None, class_names=None,
+                n_classes: int | None = None) -> Dataset:
     """Load inputs and optional labels from `spec` (see the module docstring for the forms).
 
     Args:
@@ -149,6 +161,9 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
         limit: keep only the first `limit` inputs.
         value_range: (low, high) of the images the model takes; "auto" scaling maps 0..255 onto it.
         resize: (height, width) or "HxW": resize the images of an image folder (PIL, bilinear).
+        class_names: the classes in label order (a sequence, or the text `parse_class_names` reads):
+            labels of an image folder's non-integer subfolder names.
+        n_classes: the model's class count, if known: labels at or beyond it are refused.
 
     Returns:
         A `Dataset` with float32 inputs and int64 labels (or None).
@@ -161,6 +176,7 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
 
     value_range = _check_value_range(value_range)
     resize = parse_resize(resize)
+    class_names = parse_class_names(class_names)
     text = os.fspath(spec)
     path = Path(text).expanduser()
     head, _, tail = text.rpartition(":")
@@ -168,8 +184,9 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
         path, split = Path(head).expanduser(), tail   # "train.npz:train": a file's part, as for a named dataset
     if resize is not None and not (path.is_dir() and not _idx_folder_files(path)):
         raise InputError(f"resize applies to folders of images; {text} is not one (resize arrays before saving them)")
+    notes = ()
     if path.exists():
-        x, y, source, class_names = _load_path(path, split, channels, limit, resize)
+        x, y, source, found_names, notes = _load_path(path, split, channels, limit, resize, class_names, n_classes)
     else:
         name, _, colon_split = text.partition(":")
         name = _ALIASES.get(name.strip().lower(), name.strip().lower())
@@ -178,15 +195,21 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
         if colon_split and colon_split not in SPLITS:
             raise InputError(f"unknown split {colon_split!r} in {text!r}; expected one of {', '.join(SPLITS)}")
         x, y, source = _load_named(name, colon_split or split or "test")
-        class_names = None
+        found_names = None
+    if class_names is not None and found_names is None and not notes:
+        notes = (f"class names not used: {source} is not an image folder with class subfolders",)
 
     x = np.asarray(x)
     _check_raw(x, source)
     if y is not None:
         y = check_labels(x, y)[:limit]
+        if n_classes is not None and n_classes >= 2 and len(y) and y.max() >= n_classes:
+            i = int(np.argmax(y))
+            raise InputError(f"labels from {source} reach {y[i]} (input {i}) but the model has {n_classes} classes "
+                             f"(0..{n_classes - 1}); give labels the model's class indices")
     x = x[:limit]
     x, scaling = _scale(x, scale, value_range)
-    return Dataset(x=x, y=y, source=source, scaling=scaling, class_names=class_names)
+    return Dataset(x=x, y=y, source=source, scaling=scaling, class_names=found_names, notes=tuple(notes))
 
 
 def fit_to_model(ds_or_x, input_shape: tuple) -> np.ndarray:
@@ -284,24 +307,24 @@ def _embedded_mnist_all() -> tuple[np.ndarray, np.ndarray]:
 
 # --- sources -----------------------------------------------------------------------------------------
 
-def _load_path(path: Path, split, channels, limit, resize=None):
-    """(x, y, source, class_names) from an existing file or folder."""
+def _load_path(path: Path, split, channels, limit, resize=None, class_names=None, n_classes=None):
+    """(x, y, source, class_names, notes) from an existing file or folder."""
     if path.is_dir():
         if _idx_folder_files(path):
             x, y, source = _split_parts(lambda s: _load_idx_folder(path, s), split or "test")
-            return x, y, source, None
+            return x, y, source, None, ()
         _no_split(split, path)
-        return _load_image_folder(path, channels, limit, resize)
+        return _load_image_folder(path, channels, limit, resize, class_names, n_classes)
     name = path.name.lower()
     if name.endswith(".npz"):
         x, y, source = _load_npz(path, split)
-        return x, y, source, None
+        return x, y, source, None, ()
     _no_split(split, path)
     if name.endswith(".npy"):
-        return _read_array(path), None, str(path), None
+        return _read_array(path), None, str(path), None, ()
     if _is_idx_name(name):
         x, y, source = _load_idx_images(path)
-        return x, y, source, None
+        return x, y, source, None, ()
     raise InputError(f"unsupported file type: {path}; expected a folder of images, .npz, .npy "
                      "or an IDX file (*-ubyte.gz)")
 
@@ -458,41 +481,104 @@ def _image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def _load_image_folder(folder: Path, channels, limit, resize=None):
+def parse_class_names(spec) -> tuple[str, ...] | None:
+    """Class names in label order from a sequence, a comma list ("cat,dog") or a text file with one
+    name per line (blank lines skipped); None stays None."""
+    if spec is None:
+        return None
+    if isinstance(spec, (str, os.PathLike)):
+        text = os.fspath(spec)
+        path = Path(text).expanduser()
+        names = path.read_text().splitlines() if path.is_file() else text.split(",")
+        where = f" in {path}" if path.is_file() else ""
+    else:
+        names, where = [str(n) for n in spec], ""
+    names = [n.strip() for n in names if n.strip()]
+    if not names:
+        raise ParameterError(f"class names{where} are empty; give them in label order, e.g. cat,dog "
+                             "or a file with one name per line")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ParameterError(f"class names{where} repeat {', '.join(repeated)}; each class needs one name")
+    return tuple(names)
+
+
+def _folder_labels(folder: Path, names: list[str], class_names, n_classes):
+    """(label per subfolder name, class names by label or None, the line saying the mapping)."""
+    integer = [n for n in names if re.fullmatch(r"\d+", n)]
+    if class_names is not None:
+        index = {n: i for i, n in enumerate(class_names)}
+        unknown = [n for n in names if n not in index]
+        if unknown:
+            raise InputError(f"class subfolder {folder / unknown[0]} is not among the class names "
+                             f"({', '.join(class_names)}); add its name or remove the folder")
+        labels, by_label, how = {n: index[n] for n in names}, tuple(class_names), "class names given"
+    elif integer and len(integer) == len(names):
+        labels, by_label, how = {n: int(n) for n in names}, None, "integer folder names"
+    elif integer:
+        other = [n for n in names if n not in integer]
+        raise InputError(f"class subfolders of {folder} mix integers ({integer[0]}) and other names ({other[0]}); "
+                         "name every folder by its class index, or give the class names in label order "
+                         "(--class-names)")
+    else:
+        labels, by_label, how = {n: i for i, n in enumerate(names)}, tuple(names), "sorted folder names"
+    if n_classes is not None and n_classes >= 2:
+        beyond = [n for n in names if labels[n] >= n_classes]
+        if beyond:
+            raise InputError(f"class subfolder {folder / beyond[0]} has label {labels[beyond[0]]} ({how}) but the "
+                             f"model has {n_classes} classes (0..{n_classes - 1}); name folders by class index "
+                             "or give the class names in label order (--class-names)")
+    shown = ", ".join(f"{n}={labels[n]}" for n in sorted(names, key=lambda n: (labels[n], n)))
+    return labels, by_label, f"labels: {shown} ({how})"
+
+
+def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=None, n_classes=None):
     direct = _image_files(folder)
     subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     per_class = [_image_files(d) for d in subfolders]
     if direct and any(per_class):
         raise InputError(f"{folder} holds both images and class subfolders with images; "
                          "move the images into class subfolders or point at a folder with one kind")
+    notes = []
     if direct:
-        files, labels, class_names = direct, None, None
+        files, labels, by_label = direct, None, None
+        if class_names is not None:
+            notes.append(f"class names not used: {folder} has no class subfolders, so its images have no labels")
     else:
         files = [f for fs in per_class for f in fs]
-        labels = np.array([c for c, fs in enumerate(per_class) for _ in fs], dtype=np.int64)
-        class_names = tuple(d.name for d in subfolders)
+        label_of, by_label, mapping = _folder_labels(folder, [d.name for d in subfolders], class_names, n_classes)
+        labels = np.array([label_of[d.name] for d, fs in zip(subfolders, per_class) for _ in fs], dtype=np.int64)
+        notes.append(mapping)
     if not files:
         raise InputError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {folder}")
     files = files[:limit]  # decode only what is kept
-    images = [_read_image(f, channels, resize) for f in files]
+    read = [_read_image(f, channels, resize) for f in files]
+    images = [image for image, _ in read]
+    converted = sum(changed for _, changed in read)
+    if converted:
+        kind = ("colour", "grayscale") if channels == 1 else ("grayscale", "RGB")
+        notes.append(f"{converted} of {len(files)} images converted from {kind[0]} to {kind[1]} "
+                     f"({channels} channel{'s' if channels > 1 else ''} wanted)")
     for f, image in zip(files, images):
         if image.shape != images[0].shape:
             raise InputError(f"images differ in size: {files[0]} is {_image_size(images[0])} but {f} is "
                              f"{_image_size(image)}; resize them to one size (--resize HxW)"
                              + ("" if channels else " (or pass channels=1 or 3 to convert them to one mode)"))
-    source = f"{folder} (image folder" + (f", {len(class_names)} classes" if class_names else "")
+    source = f"{folder} (image folder" + (f", {len(subfolders)} classes" if labels is not None else "")
     source += (f", resized to {resize[0]}x{resize[1]} (HxW) with PIL bilinear)" if resize else ")")
-    return np.stack(images), None if labels is None else labels[:limit], source, class_names
+    return np.stack(images), None if labels is None else labels[:limit], source, by_label, tuple(notes)
 
 
-def _read_image(path: Path, channels, resize=None) -> np.ndarray:
+def _read_image(path: Path, channels, resize=None) -> tuple[np.ndarray, bool]:
+    """(uint8 image, whether it was converted between grayscale and colour to give `channels`)."""
     try:
         with Image.open(path) as image:
-            mode = {1: "L", 3: "RGB"}.get(channels) or ("L" if image.mode in _GRAY_MODES else "RGB")
+            natural = "L" if image.mode in _GRAY_MODES else "RGB"
+            mode = {1: "L", 3: "RGB"}.get(channels) or natural
             image = image.convert(mode)
             if resize is not None and image.size != (resize[1], resize[0]):
                 image = image.resize((resize[1], resize[0]), Image.Resampling.BILINEAR)
-            return np.asarray(image, dtype=np.uint8)
+            return np.asarray(image, dtype=np.uint8), mode != natural
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise InputError(f"cannot read image {path}: {err}") from err
 
@@ -622,10 +708,12 @@ def _shape_difference(item: tuple, want: tuple) -> str:
 
 
 def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int | None = None,
-                   value_range=(0.0, 1.0), resize=None):
+                   value_range=(0.0, 1.0), resize=None, class_names=None, n_classes: int | None = None):
     """``load_inputs`` for a model taking ``input_shape`` and images in ``value_range``: images
-    converted to its channel count (and resized to ``resize``, (h, w), for image folders), then shaped
-    by ``fit_to_model``. Returns (Dataset, x)."""
+    converted to its channel count (and resized to ``resize``, (h, w), for image folders), labels
+    checked against its ``n_classes``, then shaped by ``fit_to_model``. Returns (Dataset, x); show
+    ``Dataset.notes`` to the user."""
     channels = input_shape[-1] if len(input_shape) == 3 and input_shape[-1] in (1, 3) else None
-    ds = load_inputs(spec, scale=scale, channels=channels, limit=limit, value_range=value_range, resize=resize)
+    ds = load_inputs(spec, scale=scale, channels=channels, limit=limit, value_range=value_range, resize=resize,
+                     class_names=class_names, n_classes=n_classes)
     return ds, fit_to_model(ds, input_shape)

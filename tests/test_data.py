@@ -102,6 +102,96 @@ def test_images_beside_class_subfolders(tmp_path):
         load_inputs(tmp_path)
 
 
+def test_integer_subfolders_are_those_classes(tmp_path, digits):
+    x, _ = digits
+    write_png(tmp_path / "7" / "a.png", x[0])
+    write_png(tmp_path / "3" / "a.png", x[1])
+    write_png(tmp_path / "3" / "b.png", x[2])
+    write_png(tmp_path / "10" / "a.png", x[3])   # sorts before "3" as text; still class 10
+    ds = load_inputs(tmp_path)
+    assert ds.y.tolist() == [10, 3, 3, 7]        # folders in name order: 10, 3, 7
+    assert ds.class_names is None
+    assert ds.notes == ("labels: 3=3, 7=7, 10=10 (integer folder names)",)
+    assert ds.summary()["notes"] == list(ds.notes)
+
+
+def test_sorted_names_are_said(tmp_path, digits):
+    x, _ = digits
+    write_png(tmp_path / "dog" / "a.png", x[0])
+    write_png(tmp_path / "cat" / "a.png", x[1])
+    ds = load_inputs(tmp_path)
+    assert ds.y.tolist() == [0, 1] and ds.notes == ("labels: cat=0, dog=1 (sorted folder names)",)
+
+
+@pytest.mark.parametrize("as_file", [False, True])
+def test_class_names_give_the_order(tmp_path, digits, as_file):
+    x, _ = digits
+    write_png(tmp_path / "imgs" / "dog" / "a.png", x[0])
+    write_png(tmp_path / "imgs" / "cat" / "a.png", x[1])
+    write_png(tmp_path / "imgs" / "cat" / "b.png", x[2])
+    names = "bird, dog,cat"
+    if as_file:
+        (tmp_path / "names.txt").write_text("bird\ndog\n\ncat\n")
+        names = str(tmp_path / "names.txt")
+    ds = load_inputs(tmp_path / "imgs", class_names=names)
+    assert ds.y.tolist() == [2, 2, 1]             # cat/a, cat/b, dog/a
+    assert ds.class_names == ("bird", "dog", "cat")
+    assert ds.notes == ("labels: dog=1, cat=2 (class names given)",)
+    assert load_inputs(tmp_path / "imgs", class_names=["cat", "dog"]).y.tolist() == [0, 0, 1]
+
+
+def test_class_names_refusals(tmp_path, digits):
+    x, _ = digits
+    write_png(tmp_path / "dog" / "a.png", x[0])
+    write_png(tmp_path / "cow" / "a.png", x[1])
+    with pytest.raises(InputError, match=r"class subfolder .*cow is not among the class names \(cat, dog\)"):
+        load_inputs(tmp_path, class_names="cat,dog")
+    with pytest.raises(ParameterError, match="class names repeat dog"):
+        load_inputs(tmp_path, class_names="dog,cow,dog")
+    with pytest.raises(ParameterError, match="class names are empty"):
+        load_inputs(tmp_path, class_names=" , ")
+
+
+def test_mixed_integer_and_named_subfolders_are_refused(tmp_path, digits):
+    x, _ = digits
+    write_png(tmp_path / "3" / "a.png", x[0])
+    write_png(tmp_path / "cat" / "a.png", x[1])
+    with pytest.raises(InputError, match=r"mix integers \(3\) and other names \(cat\).*--class-names"):
+        load_inputs(tmp_path)
+    assert load_inputs(tmp_path, class_names="cat,x,y,3").y.tolist() == [3, 0]
+
+
+def test_labels_beyond_the_model_are_refused(tmp_path, digits):
+    x, y = digits
+    write_png(tmp_path / "ints" / "3" / "a.png", x[0])
+    write_png(tmp_path / "ints" / "12" / "a.png", x[1])
+    assert load_inputs(tmp_path / "ints", n_classes=13).y.tolist() == [12, 3]
+    with pytest.raises(InputError, match=r"class subfolder .*ints/12 has label 12 \(integer folder names\) but the "
+                                         r"model has 10 classes \(0\.\.9\)"):
+        load_inputs(tmp_path / "ints", n_classes=10)
+    for i, name in enumerate("abc"):
+        write_png(tmp_path / "names" / name / "a.png", x[i])
+    with pytest.raises(InputError, match=r"subfolder .*names/c has label 2 \(sorted folder names\) but the model has 2"):
+        load_inputs(tmp_path / "names", n_classes=2)
+    np.savez(tmp_path / "d.npz", x=x, y=np.array([0, 1, 2, 0, 5, 2]))
+    with pytest.raises(InputError, match=r"labels from .*d\.npz\[x,y\] reach 5 \(input 4\) but the model has 3 classes"):
+        load_inputs(tmp_path / "d.npz", n_classes=3)
+    assert load_inputs(tmp_path / "d.npz", n_classes=1).y.max() == 5   # one output: not a classifier, no check
+
+
+def test_colour_conversion_is_said(tmp_path, digits):
+    rgb = np.zeros((4, 5, 3), dtype=np.uint8)
+    rgb[..., 1] = 200
+    write_png(tmp_path / "rgb" / "a.png", rgb)
+    write_png(tmp_path / "rgb" / "b.png", digits[0][0])   # already grayscale: not converted
+    assert load_inputs(tmp_path / "rgb", channels=1).notes == (
+        "1 of 2 images converted from colour to grayscale (1 channel wanted)",)
+    write_png(tmp_path / "gray" / "a.png", digits[0][0])
+    assert load_inputs(tmp_path / "gray", channels=3).notes == (
+        "1 of 1 images converted from grayscale to RGB (3 channels wanted)",)
+    assert load_inputs(tmp_path / "gray", channels=1).notes == ()
+
+
 # --- arrays ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("keys, split, expected_source", [
@@ -357,7 +447,8 @@ def test_subset_and_summary():
     summary = ds.summary()
     assert json.loads(json.dumps(summary)) == summary
     assert summary == {"source": "s", "n": 3, "shape": [1, 1], "dtype": "float32", "scaling": "none",
-                       "min": 0.0, "max": 1.0, "n_labels": 3, "class_counts": {"0": 1, "2": 2}, "class_names": None}
+                       "min": 0.0, "max": 1.0, "n_labels": 3, "class_counts": {"0": 1, "2": 2}, "class_names": None,
+                       "notes": []}
 
 
 # --- check_labels ------------------------------------------------------------------------------------
