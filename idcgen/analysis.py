@@ -8,12 +8,14 @@ neuron's activations), ranks neurons by importance, and clusters the top m (docs
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
 import json
 import os
 import platform
 import shutil
-import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -32,6 +34,9 @@ from .models import Network
 from .relevance import Relevance, batch_size_for, relevance_totals
 
 FORMAT_VERSION = 1
+#: What makes two saved analyses the same one (with the training data's fingerprint): see Analysis.matches_saved.
+SAME_ANALYSIS_KEYS = ("format_version", "model_fingerprint", "layer", "important_neurons", "clusters",
+                      "combinations_total", "config")
 #: Bytes of subject-layer activations kept during the relevance pass; wider layers get a second, forward pass.
 ACTIVATIONS_IN_ONE_PASS = 64 * 2**20
 
@@ -193,15 +198,32 @@ class Analysis:
             "warnings": self.warnings,
         }
 
-    def save(self, folder: str | os.PathLike) -> Path:
-        """Write ``analysis.json`` (for people) and ``arrays.npz`` into ``folder``, atomically."""
+    def matches_saved(self, folder: str | os.PathLike) -> bool:
+        """Whether ``folder`` holds this same analysis: same model, training data, settings and result
+        (timings and versions aside)."""
+        try:
+            meta = json.loads((Path(folder) / "analysis.json").read_text())
+        except (OSError, ValueError):
+            return False
+        mine = json.loads(json.dumps(self.summary()))  # as it would read back from disk
+        same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # noqa: E731 (NaN == NaN)
+        return isinstance(meta, dict) and all(same(meta.get(k), mine[k]) for k in SAME_ANALYSIS_KEYS) \
+            and same((meta.get("data") or {}).get("fingerprint"), mine["data"].get("fingerprint"))
+
+    def save(self, folder: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write ``analysis.json`` (for people) and ``arrays.npz`` into ``folder``, atomically.
+
+        A folder already holding this same analysis is left as it is; one holding another analysis is
+        replaced only with ``overwrite=True`` (work is never lost silently); any other non-empty folder
+        is refused."""
         folder = Path(folder)
-        if folder.exists() and (not folder.is_dir() or (any(folder.iterdir())
-                                                        and not (folder / "analysis.json").exists())):
-            raise InputError(f"{folder} exists and is not an analysis folder: refusing to replace it; "
-                             "choose another --out")
+        if self.matches_saved(folder):
+            return folder
+        check_save_target(folder, overwrite=overwrite)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".analysis-", dir=folder.parent))
+        # os.mkdir, not tempfile.mkdtemp (always 0700): the folder gets the permissions the umask gives
+        tmp = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
+        tmp.mkdir()
         old = folder.with_name(f".{folder.name}.old")
         try:
             (tmp / "analysis.json").write_text(json.dumps(self.summary(), indent=2) + "\n")
@@ -215,6 +237,25 @@ class Analysis:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return folder
+
+    def save_unique(self, folder: str | os.PathLike) -> tuple[Path, bool]:
+        """Save into ``folder``, or ``folder-2``, ``-3``, ... when it holds another analysis: (the folder
+        used, whether it was written; False when it already held this same analysis)."""
+        folder = Path(folder)
+        for i in itertools.count(1):
+            candidate = folder if i == 1 else folder.with_name(f"{folder.name}-{i}")
+            if self.matches_saved(candidate):
+                return candidate, False
+            if not candidate.exists():
+                return self.save(candidate), True
+
+    def default_name(self, model_name: str) -> str:
+        """``<model>_<layer>_m<m>[_<cluster method>]_<data fingerprint>``: what tells analyses apart, so
+        two of one model made on different data or settings do not share a folder."""
+        method = self.config.get("cluster_method", "silhouette")
+        fingerprint = self.data.get("fingerprint")
+        return (f"{model_name}_{self.layer}_m{self.m}" + ("" if method == "silhouette" else f"_{method}")
+                + ("" if fingerprint is None else f"_{fingerprint}"))
 
     @classmethod
     def load(cls, folder: str | os.PathLike, model=None) -> "Analysis":
@@ -241,6 +282,29 @@ class Analysis:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InputError(f"analysis folder {folder} is incomplete or corrupt: {exc}") from None
         return analysis.bind(model) if model is not None else analysis
+
+
+def check_save_target(folder: str | os.PathLike, *, overwrite: bool = False) -> None:
+    """Refuse to save an analysis into ``folder`` when that would lose something: a folder holding other
+    files, or (unless ``overwrite``) one holding an analysis. Callers check before a long analysis."""
+    folder = Path(folder)
+    if folder.exists() and (not folder.is_dir() or (any(folder.iterdir())
+                                                    and not (folder / "analysis.json").exists())):
+        raise InputError(f"{folder} exists and is not an analysis folder: refusing to replace it; "
+                         "choose another --out")
+    if (folder / "analysis.json").exists() and not overwrite:
+        raise InputError(f"{folder} already holds an analysis: refusing to replace it; pass overwrite=True to "
+                         "replace it, or save elsewhere")
+
+
+def data_fingerprint(x: np.ndarray, y: np.ndarray | None = None) -> str:
+    """8 hex digits identifying the inputs (and labels) analysed: their shapes, dtypes and bytes."""
+    digest = hashlib.blake2b(digest_size=4)
+    for a in (x,) if y is None else (x, y):
+        a = np.ascontiguousarray(a)
+        digest.update(f"{a.shape}{a.dtype}".encode())
+        digest.update(memoryview(a).cast("B"))
+    return digest.hexdigest()
 
 
 def check_class_labels(x: np.ndarray, y, n_classes: int) -> np.ndarray:
@@ -299,6 +363,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         y = check_class_labels(x, y, network.n_classes)
     elif relevance_of == "label" or correct_only or only_class is not None:
         raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
+    fingerprint = data_fingerprint(x, y)  # of the inputs as given, before correct_only / only_class select
     if only_class is not None:
         keep = y == only_class
         if not keep.any():
@@ -338,7 +403,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
 
     data = dict(data_summary or {})
     accuracy = None if y is None else float((predictions == y).mean())
-    data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy,
+    data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy, fingerprint=fingerprint,
                 observed_range=[float(x.min()), float(x.max())])
     warnings = []
     n_classes = network.n_classes

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import List, Optional
 
@@ -44,6 +46,44 @@ def _peak_memory_mib() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
+#: The one table from the library's parameter names to the flags that set them. The library's messages
+#: name Python parameters ("The 'batch_size' parameter must ...", "scale='255'"); the CLI's error handler
+#: rewrites those references into the user's words ("--batch-size must ...", "--scale 255").
+FLAGS = {
+    "alpha": "--alpha", "analysis": "--analysis", "architecture": "--architecture", "beta": "--beta",
+    "budget": "--budget", "batch_size": "--batch-size", "clusters": "--clusters",
+    "cluster_method": "--cluster-method", "correct_only": "--correct-only", "criteria": "--criteria",
+    "epochs": "--epochs", "force": "--force", "image_shape": "--image-shape", "layer": "--layer",
+    "limit": "--limit", "m": "--m", "mode": "--mode", "model": "--model", "mutators": "--mutators",
+    "no_validity": "--no-validity", "only_class": "--class", "oracle": "--oracle", "out": "--out",
+    "overwrite": "--force", "preprocess": "--preprocess", "random_state": "--random-state",
+    "relevance_of": "--relevance-of", "repeats": "--repeats", "resize": "--resize", "scale": "--scale",
+    "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train", "value_range": "--value-range",
+}
+# "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
+_PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? parameters?\b(?! of )")
+# name=value with a Python repr or a bare value, not inside a spec such as rotate(limit=30)
+_ASSIGNMENT = re.compile(r"(?<![\w(])(\w+)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)")
+
+
+def in_cli_words(message: str) -> str:
+    """A library message with its parameter references spelt as the flags that set them (see FLAGS)."""
+    def words(match):
+        names = [n for n in match.groups() if n]
+        if not all(n in FLAGS for n in names):
+            return match.group(0)
+        return " and ".join(FLAGS[n] for n in names)
+
+    def assignment(match):
+        name, value = match.groups()
+        if name not in FLAGS:
+            return match.group(0)
+        if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) >= 2:
+            value = value[1:-1]
+        return FLAGS[name] if value == "True" else f"{FLAGS[name]} {shlex.quote(value)}"
+    return _ASSIGNMENT.sub(assignment, _PARAMETER_WORDS.sub(words, message))
+
+
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
@@ -56,7 +96,7 @@ def command(func):
         try:
             return func(*args, **kwargs)
         except IdcgenError as exc:
-            _fail(str(exc))
+            _fail(in_cli_words(str(exc)))
         except OSError as exc:  # unwritable --out, a file where a folder should be, a full disk
             _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
         except KeyboardInterrupt:
@@ -118,20 +158,27 @@ def analyze(model: Path = ModelOpt,
             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-            out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>)."),
+            out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."),
+            force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Find the m most important neurons of a layer and cluster their activations."""
-    from .analysis import analyze as run
+    from .analysis import analyze as run, check_save_target
     from .clusters import parse_cluster_range
     ks = parse_cluster_range(clusters)
+    if out is not None:
+        check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess)
     ds, x = _inputs(train, network, scale, limit, convention, resize)
     analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=ds.summary())
-    out = out or DEFAULT_OUTPUTS / "analyses" / (f"{model.stem}_{analysis.layer}_m{m}"
-                                                 + ("" if cluster_method == "silhouette" else f"_{cluster_method}"))
-    analysis.save(out)
+    if out is not None:
+        where = f"saved to {analysis.save(out, overwrite=force)}"
+    else:  # the default name tells analyses apart; never replace another one there
+        wanted = DEFAULT_OUTPUTS / "analyses" / analysis.default_name(model.stem)
+        out, written = analysis.save_unique(wanted)
+        where = (f"already in {out}, unchanged" if not written else f"saved to {out}" if out == wanted else
+                 f"saved to {out} ({wanted} holds another analysis)")
     ks_chosen = [c.k for c in analysis.clusters]
     typer.echo(f"layer {analysis.layer}: important neurons {analysis.neurons.tolist()}, clusters {ks_chosen}, "
                f"{analysis.total} combinations")
@@ -143,7 +190,7 @@ def analyze(model: Path = ModelOpt,
         typer.echo(f"warning: {warning}", err=True)
     train_cov = analysis.coverage(x)
     typer.echo(f"training inputs reach {train_cov}")
-    typer.echo(f"analysis saved to {out} ({sum(analysis.timings.values()):.1f} s, peak memory {_peak_memory_mib():,.0f} MiB)")
+    typer.echo(f"analysis {where} ({sum(analysis.timings.values()):.1f} s, peak memory {_peak_memory_mib():,.0f} MiB)")
 
 
 @command
@@ -300,10 +347,11 @@ def mutators():
 @command
 def demo(out: Path = typer.Option(DEFAULT_OUTPUTS / "demo", "--out", help="Output folder."),
          epochs: int = typer.Option(8, "--epochs", help="Training epochs of the demo LeNet-5."),
-         budget: int = typer.Option(3000, "--budget", help="Execs of the demo's fuzz step (0 skips it).")):
+         budget: int = typer.Option(3000, "--budget", help="Execs of the demo's fuzz step (0 skips it)."),
+         force: bool = typer.Option(False, "--force", help="Replace an earlier demo in --out.")):
     """Train LeNet-5 on the embedded MNIST digits, analyse it, measure coverage, fuzz: no download needed."""
     from .demo import run_demo
-    run_demo(out, epochs=epochs, budget=budget, echo=typer.echo)
+    run_demo(out, epochs=epochs, budget=budget, force=force, echo=typer.echo)
 
 
 def main():

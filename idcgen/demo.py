@@ -8,14 +8,22 @@ from pathlib import Path
 
 from .analysis import analyze
 from .data import fit_to_model, load_inputs
+from .errors import InputError
 from .models import Network
 from .zoo import lenet5, train
 
 
-def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, echo=print, progress: bool = True) -> dict:
+def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, force: bool = False, echo=print,
+             progress: bool = True) -> dict:
     """Train LeNet-5 on 4,000 embedded digits, analyse fc2, measure IDC of the 1,000 held-out digits,
-    then fuzz from 100 held-out digits (10 per class) for ``budget`` execs (0 skips the fuzz step)."""
+    then fuzz from 100 held-out digits (10 per class) for ``budget`` execs (0 skips the fuzz step).
+
+    A non-empty ``out`` (an earlier demo, say) is refused unless ``force``: its files are then replaced."""
     out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        what = "an earlier demo" if (out / "coverage.json").exists() else "other files"
+        raise InputError(f"{out} already holds {what}: refusing to replace it; pass force=True to replace it, "
+                         "or give another 'out' parameter")
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     train_ds, test_ds = load_inputs("embedded-mnist:train"), load_inputs("embedded-mnist:test")
@@ -31,7 +39,7 @@ def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, echo
 
     analysis = analyze(network, x_train, train_ds.y, layer="fc2", m=m, random_state=0,
                        data_summary=train_ds.summary(), progress=progress)
-    analysis.save(out / "analysis")
+    analysis.save(out / "analysis", overwrite=force)
     echo(f"analysis: layer fc2, important neurons {analysis.neurons.tolist()}, "
          f"clusters {[c.k for c in analysis.clusters]}, {analysis.total} combinations -> {out / 'analysis'}")
 
@@ -58,7 +66,7 @@ def _fuzz(analysis, x_seeds, y_seeds, x_train, y_train, folder: Path, budget: in
     from .report import write_report
 
     if folder.exists():
-        shutil.rmtree(folder)  # the demo starts over each time
+        shutil.rmtree(folder)  # run_demo refused a non-empty folder unless told to replace it
     fuzzer = Fuzzer(analysis, mutators=parse_mutators(DEFAULT_MUTATORS), random_state=0)
     echo(f"fuzz: {len(x_seeds)} held-out digits as seeds, budget {budget} execs; {fuzzer.validity.describe()}")
     campaign = fuzzer.start(x_seeds, y_seeds, folder, budget=budget,

@@ -59,7 +59,7 @@ def test_save_load_round_trip(analysed, trained_lenet, digits, tmp_path):
     assert loaded.coverage(x) == analysed.coverage(x, model)
     np.testing.assert_allclose(loaded.importance, analysed.importance)
     assert [c.k for c in loaded.clusters] == [c.k for c in analysed.clusters]
-    assert not list(tmp_path.glob(".analysis-*"))  # no temporary folder left behind
+    assert [p.name for p in tmp_path.iterdir()] == ["a"]  # no temporary folder left behind
 
 
 def test_other_model_refused(analysed, tmp_path):
@@ -123,8 +123,51 @@ def test_save_refuses_to_replace_other_folders(analysed, tmp_path):
         analysed.save(tmp_path / "precious")
     assert (tmp_path / "precious" / "campaign.txt").read_text() == "keep me"
     analysed.save(tmp_path / "a")
-    analysed.save(tmp_path / "a")  # replacing an analysis is fine
+    before = (tmp_path / "a" / "analysis.json").stat().st_mtime_ns
+    analysed.save(tmp_path / "a")  # the same analysis again: left as it is
+    assert (tmp_path / "a" / "analysis.json").stat().st_mtime_ns == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "precious"]
+
+
+def test_save_never_replaces_another_analysis_silently(analysed, tmp_path):
+    import dataclasses
+    from idcgen.analysis import Analysis
+    other = dataclasses.replace(analysed, neurons=analysed.neurons[::-1].copy())  # another result, same model
+    analysed.save(tmp_path / "a")
+    assert analysed.matches_saved(tmp_path / "a") and not other.matches_saved(tmp_path / "a")
+    with pytest.raises(InputError, match=f"{tmp_path / 'a'} already holds an analysis: .*overwrite=True"):
+        other.save(tmp_path / "a")
+    assert Analysis.load(tmp_path / "a").neurons.tolist() == analysed.neurons.tolist()
+    other.save(tmp_path / "a", overwrite=True)
+    assert Analysis.load(tmp_path / "a").neurons.tolist() == analysed.neurons[::-1].tolist()
+    # save_unique: the folder itself when it holds the same analysis, else the next free name
+    assert other.save_unique(tmp_path / "a") == (tmp_path / "a", False)
+    assert analysed.save_unique(tmp_path / "a") == (tmp_path / "a-2", True)
+    assert analysed.save_unique(tmp_path / "a") == (tmp_path / "a-2", False)
+    assert Analysis.load(tmp_path / "a").neurons.tolist() == analysed.neurons[::-1].tolist()
+
+
+def test_data_fingerprint_tells_inputs_apart(analysed, digits):
+    from idcgen.analysis import data_fingerprint
+    x, y = digits[0][:2000], digits[1][:2000]
+    assert analysed.data["fingerprint"] == data_fingerprint(x, y)
+    assert len(data_fingerprint(x)) == 8 and data_fingerprint(x) == data_fingerprint(x.copy())
+    changed = x.copy()
+    changed[1234, 5, 6, 0] += 1 / 255
+    assert len({data_fingerprint(x), data_fingerprint(changed), data_fingerprint(x.reshape(2000, 784)),
+                data_fingerprint(x, y), data_fingerprint(x[:1999])}) == 5
+    assert analysed.default_name("lenet1") == f"lenet1_block2_pool1_m4_{data_fingerprint(x, y)}"
+
+
+def test_saved_folder_follows_the_umask(analysed, tmp_path):
+    import os
+    import stat
+    previous = os.umask(0o022)
+    try:
+        analysed.save(tmp_path / "a")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o755
 
 
 def test_constant_neuron_is_reported_not_dropped():

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def test_analyze_then_coverage(trained_lenet, data_files, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--m", 9999], "'m' parameter must be an int in the range"),
+    (["--m", 9999], "error: --m must be an int in the range [1, 12]"),
     (["--layer", "nope"], "unknown layer 'nope'; valid layers:"),
     (["--clusters", "5-2"], "cluster range"),
 ])
@@ -114,3 +115,92 @@ def test_coverage_prints_criterion_notes(trained_lenet, digits, tmp_path):
                     "--criteria", "lsc")
     assert result.exit_code == 0, result.output
     assert "note: LSC:" in result.output and "class 2" in result.output
+
+
+def test_analyze_out_refuses_an_existing_analysis(trained_lenet, data_files, tmp_path):
+    _, path = trained_lenet
+    out = tmp_path / "mine"
+    base = ["analyze", "--model", path, "--train", data_files / "train.npz", "--clusters", "2-3", "--out", out]
+    assert invoke(*base, "--m", 3).exit_code == 0
+    result = invoke(*base, "--m", 4)
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"error: {out} already holds an analysis: refusing to replace it; pass --force "
+                                     "to replace it, or save elsewhere")
+    assert json.loads((out / "analysis.json").read_text())["m"] == 3
+    result = invoke(*base, "--m", 4, "--force")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "analysis.json").read_text())["m"] == 4
+
+
+def test_default_analysis_folders_never_collide(trained_lenet, data_files, tmp_path, monkeypatch):
+    # the default folder names the data (fingerprint); a second analysis whose name is taken by another one
+    # goes to a new name and says so; fuzz --train does the same, and the analyses it saved are found again
+    from idcgen.analysis import data_fingerprint
+    from idcgen.data import fit_to_model, load_inputs
+    monkeypatch.chdir(tmp_path)
+    _, path = trained_lenet
+    train = load_inputs(data_files / "train.npz")
+    fingerprint = data_fingerprint(fit_to_model(train, (28, 28, 1)), train.y)
+    first = Path("outputs/analyses") / f"lenet1_block2_pool1_m3_{fingerprint}"
+    base = ["analyze", "--model", path, "--train", data_files / "train.npz", "--m", 3]
+    result = invoke(*base, "--clusters", "2-3")
+    assert result.exit_code == 0, result.output
+    assert f"analysis saved to {first} (" in result.output
+    mine = (first / "analysis.json").read_text()
+    result = invoke(*base, "--clusters", "2-3")  # the same analysis: kept
+    assert result.exit_code == 0 and f"analysis already in {first}, unchanged" in result.output
+    result = invoke(*base, "--clusters", "4-5")
+    assert result.exit_code == 0, result.output
+    assert f"analysis saved to {first}-2 ({first} holds another analysis)" in result.output
+    assert json.loads((Path(f"{first}-2") / "analysis.json").read_text())["config"]["clusters"] == [4, 5]
+    np.savez("seeds.npz", x=np.load(data_files / "test.npz")["x"][:40], y=np.load(data_files / "test.npz")["y"][:40])
+    fuzz = ["fuzz", "--model", path, "--seeds", "seeds.npz", "--budget", 64, "--batch-size", 64, "--m", 3,
+            "--mutators", "gauss"]
+    result = invoke(*fuzz, "--train", data_files / "train.npz", "--out", "camp")  # k 2-5: a third analysis
+    assert result.exit_code == 0, result.output
+    assert f"saved to {first}-3 ({first} holds another analysis)" in result.output
+    assert (first / "analysis.json").read_text() == mine   # the user's analysis is untouched
+    result = invoke(*fuzz, "--out", "camp2")  # no --train: finds the newest saved analysis of the model
+    assert result.exit_code == 0, result.output
+    assert f"(the saved analysis of this model in {first}-3/" in result.output
+
+
+def test_demo_refuses_an_earlier_demo(tmp_path):
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "coverage.json").write_text("{}")
+    result = invoke("demo", "--out", out, "--epochs", 1, "--budget", 0)
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"error: {out} already holds an earlier demo: refusing to replace it; pass "
+                                     "--force to replace it, or give another --out")
+    assert [p.name for p in out.iterdir()] == ["coverage.json"]
+    result = invoke("demo", "--out", out, "--epochs", 1, "--budget", 0, "--force")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "coverage.json").read_text())["layer"] == "fc2"
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("The 'batch_size' parameter must be an int >= 1. Got 0 instead.", "--batch-size must be an int >= 1. Got 0 instead."),
+    ("pass scale='none' to keep them", "pass --scale none to keep them"),
+    ("made for layer='fc2' and m=8; drop the 'layer' and 'm' parameters", "made for --layer fc2 and --m 8; drop --layer and --m"),
+    ("made with mutators='gauss(std=0.05),rotate'", "made with --mutators 'gauss(std=0.05),rotate'"),
+    ("pass overwrite=True to replace it", "pass --force to replace it"),
+    # a mutator's own parameters and layers' names are not options: left as they are
+    ("The 'limit' parameter of rotate must be a float", "The 'limit' parameter of rotate must be a float"),
+    ("bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'", "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'"),
+    ("split='test' was asked for", "split='test' was asked for"),
+])
+def test_errors_name_flags(message, expected):
+    from idcgen.cli import in_cli_words
+    assert in_cli_words(message) == expected
+
+
+def test_library_errors_reach_the_user_as_flags(trained_lenet, tmp_path):
+    _, path = trained_lenet
+    np.save(tmp_path / "floats.npy", np.full((5, 28, 28), 200.0, np.float32))  # 0..255 floats, model takes 0..1
+    result = invoke("analyze", "--model", path, "--train", tmp_path / "floats.npy")
+    assert result.exit_code == 1 and "--scale 255" in result.output and "scale=" not in result.output
+    result = invoke("fuzz", "--model", path, "--seeds", tmp_path / "floats.npy", "--scale", "255", "--budget", 10,
+                    "--batch-size", 0, "--out", tmp_path / "c")
+    assert result.exit_code == 1
+    assert "error: --batch-size must be an int >= 1. Got 0 instead." in result.output
