@@ -287,8 +287,9 @@ def test_lsc_drops_low_variance_neurons_and_skips_classes_without_a_kde(sa_net):
     x_train[:, 2] = 0.5                    # neuron 2 constant in both classes
     x_train[y_train == 0, 1] = -1.0        # neuron 1 constant in class 0 only: dropped too (union over classes)
     with pytest.raises(InputError, match="every neuron of layer 'h' varies less than var_threshold"):
-        LikelihoodSurpriseCoverage().fit(sa_net, np.where(y_train[:, None] == 0, x_train, x_train * [0, 1, 0]), y_train)
-    lsc = LikelihoodSurpriseCoverage().fit(sa_net, x_train, y_train)
+        LikelihoodSurpriseCoverage(group="label").fit(
+            sa_net, np.where(y_train[:, None] == 0, x_train, x_train * [0, 1, 0]), y_train)
+    lsc = LikelihoodSurpriseCoverage(group="label").fit(sa_net, x_train, y_train)
     assert list(lsc.kept_neurons_) == [0] and "2 of 3 neurons dropped" in lsc.notes_[0]
     _, (acts,) = sa_net.forward(x_train, ("h",))
     probs, (test_acts,) = sa_net.forward(x_test, ("h",))
@@ -299,7 +300,7 @@ def test_lsc_drops_low_variance_neurons_and_skips_classes_without_a_kde(sa_net):
     # a class with one training input has no KDE: noted, and its inputs get no LSA
     y_odd = y_train.copy()
     y_odd[0] = 5
-    lsc = LikelihoodSurpriseCoverage().fit(sa_net, x_train, y_odd)
+    lsc = LikelihoodSurpriseCoverage(group="label").fit(sa_net, x_train, y_odd)
     assert list(lsc.classes_) == [0, 1] and any("class 5" in note for note in lsc.notes_)
 
 
@@ -332,16 +333,78 @@ def test_dsa_equals_brute_force(sa_net):
 
 
 def test_dsa_by_hand_and_zero_b(sa_net):
-    # activations are x + 10; class 0 at x0 > 0. The point (1, 0, 0) is in both classes.
+    # activations are x + 10; class 0 at x0 > 0. The point (1, 0, 0) is in both classes (by label).
     x_train = np.array([[1, 0, 0], [1, 0, 0], [2, 1, 0], [3, 0, 1], [-2, 0, 0], [-3, 1, 1]], np.float32)
     y_train = np.array([0, 1, 0, 0, 1, 1])
-    dsc = DistanceSurpriseCoverage(n_buckets=4).fit(sa_net, x_train, y_train)
+    dsc = DistanceSurpriseCoverage(n_buckets=4, group="label").fit(sa_net, x_train, y_train)
     dsa = dsc.surprise(sa_net, np.array([[2, 1, 0.5], [1.25, 0, 0]], np.float32))
     # input 0: nearest class-0 point (2, 1, 0) at 0.5; from there the nearest class-1 point (1, 0, 0) at sqrt 2
     # input 1: nearest class-0 point (1, 0, 0), which is also a class-1 point: b = 0, DSA = inf, no bucket
     np.testing.assert_allclose(dsa[0], 0.5 / np.sqrt(2), rtol=1e-6)
     assert dsa[1] == np.inf
     np.testing.assert_array_equal(dsc.buckets(dsa), [0, -1])
+
+
+def test_dsa_groups_training_inputs_by_prediction_by_hand(sa_net):
+    # activations x + 10 (distances as in x); predicted class 0 when x0 > 0, else 1. (3, 0, 0) is labelled 1.
+    x_train = np.array([[1, 0, 0], [3, 0, 0], [-1, 0, 0], [-2, 2, 0]], np.float32)
+    y_train = np.array([0, 1, 1, 1])
+    x_test = np.array([[2.5, 0, 0]], np.float32)  # predicted 0
+    # by prediction: class 0 = {(1,0,0), (3,0,0)}; nearest (3,0,0) at 0.5; from it the nearest class-1 point
+    # (-1,0,0) at 4 (the other at sqrt 29): DSA = 0.5 / 4
+    dsc = DistanceSurpriseCoverage(n_buckets=8).fit(sa_net, x_train, y_train)
+    np.testing.assert_allclose(dsc.surprise(sa_net, x_test), [0.125], rtol=1e-6)
+    assert list(dsc.train_classes_) == [0, 0, 1, 1]
+    # by label: class 0 = {(1,0,0)} at 1.5; from it (3,0,0) and (-1,0,0) at 2: DSA = 0.75
+    by_label = DistanceSurpriseCoverage(n_buckets=8, group="label").fit(sa_net, x_train, y_train)
+    np.testing.assert_allclose(by_label.surprise(sa_net, x_test), [0.75], rtol=1e-6)
+    np.testing.assert_array_equal([dsc.features(sa_net, x_test)[0, 0], by_label.features(sa_net, x_test)[0, 0]], [0, 3])
+
+
+def test_lsa_groups_training_inputs_by_prediction(sa_net):
+    x_train, _, x_test = _sa_data(n=90)
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 2, size=len(x_train))  # labels unrelated to the predictions
+    _, (train_acts,) = sa_net.forward(x_train, ("h",))
+    probs, (test_acts,) = sa_net.forward(x_test, ("h",))
+    train_pred = sa_net.forward(x_train)[0].argmax(axis=1)
+    train_acts, test_acts = train_acts.astype(np.float64), test_acts.astype(np.float64)
+
+    def reference(groups):
+        return np.array([-gaussian_kde(train_acts[groups == c].T).logpdf(a[:, None])[0]
+                         for a, c in zip(test_acts, probs.argmax(axis=1))])
+
+    lsc = LikelihoodSurpriseCoverage(upper=20.0).fit(sa_net, x_train, labels)  # labels given, not used
+    np.testing.assert_allclose(lsc.surprise(sa_net, x_test), reference(train_pred), rtol=1e-9)
+    by_label = LikelihoodSurpriseCoverage(upper=20.0, group="label").fit(sa_net, x_train, labels)
+    np.testing.assert_allclose(by_label.surprise(sa_net, x_test), reference(labels), rtol=1e-9)
+    assert not np.allclose(reference(train_pred), reference(labels))
+
+
+def test_surprise_coverage_cli_equals_api(trained_lenet, digits, tmp_path):
+    """The CLI (which has labels) and the API (with or without them) group by prediction alike."""
+    import json
+    from typer.testing import CliRunner
+    from idcgen.cli import app
+    from idcgen.data import fit_to_model, load_inputs
+    model, path = trained_lenet
+    x_train, y_train, x_test, _ = digits
+    to_uint8 = lambda a: (a[..., 0] * 255).round().astype(np.uint8)  # noqa: E731
+    np.savez(tmp_path / "train.npz", x=to_uint8(x_train[:800]), y=y_train[:800])
+    np.savez(tmp_path / "test.npz", x=to_uint8(x_test[:200]))
+    specs = "lsc,dsc,lsc:group=label:lower=-100:upper=100:n_buckets=50"
+    result = CliRunner().invoke(app, ["coverage", "--model", str(path), "--inputs", str(tmp_path / "test.npz"),
+                                      "--train", str(tmp_path / "train.npz"), "--criteria", specs, "--json"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output.strip().splitlines()[-1])["criteria"]
+    train = load_inputs(tmp_path / "train.npz")
+    xs, ys = fit_to_model(train, (28, 28, 1)), train.y
+    xt = fit_to_model(load_inputs(tmp_path / "test.npz"), (28, 28, 1))
+    for spec in specs.split(","):
+        with_labels = make_criterion(spec).fit(model, xs, ys).coverage(model, xt)
+        assert got[spec]["covered"] == with_labels.covered, spec
+        if "label" not in spec:
+            assert make_criterion(spec).fit(model, xs).coverage(model, xt).covered == with_labels.covered
 
 
 def test_surprise_buckets_and_bounds(sa_net):
@@ -501,6 +564,8 @@ def test_make_criterion_and_parse_criteria():
     ("dsc", {"upper": 0.0}, r"The 'upper' parameter of DistanceSurpriseCoverage must be a finite float in the range "
                             r"\(0.0, inf\). Got 0.0 instead."),
     ("dsc", {"layer": ["h"]}, r"The 'layer' parameter of DistanceSurpriseCoverage must be a layer name or None"),
+    ("dsc", {"group": "labels"}, r"The 'group' parameter of DistanceSurpriseCoverage must be a str among "
+                                 r"\{'predicted', 'label'\}. Got 'labels' instead."),
 ])
 def test_parameter_errors(name, params, message, hand_net):
     with pytest.raises(ParameterError, match=message):
@@ -526,7 +591,12 @@ def test_usage_errors(hand_net, sa_net):
     with pytest.raises(InputError, match="got 3 labels for 4 inputs"):
         LikelihoodSurpriseCoverage().fit(hand_net, X_TRAIN, [0, 1, 0])
     with pytest.raises(InputError, match="DSC needs training inputs of at least two classes; got only class 1"):
-        DistanceSurpriseCoverage().fit(sa_net, np.ones((5, 3), np.float32), np.ones(5, int))
+        DistanceSurpriseCoverage(group="label").fit(sa_net, np.ones((5, 3), np.float32), np.ones(5, int))
+    with pytest.raises(InputError, match="DSC needs training inputs of at least two classes; got only class 0"):
+        DistanceSurpriseCoverage().fit(sa_net, np.ones((5, 3), np.float32), np.ones(5, int))  # all predicted 0
+    with pytest.raises(ParameterError, match=r"LikelihoodSurpriseCoverage with group='label' groups the training "
+                                             r"inputs by their labels: pass y_train \(or use group='predicted'\)"):
+        LikelihoodSurpriseCoverage(group="label").fit(sa_net, np.ones((5, 3), np.float32))
     kmnc = fitted(KMultisectionCoverage, hand_net, k=4)
     with pytest.raises(InputError,
                        match=r"the activations of layer 'h' must have shape \(n, 3\) as when fitted; got \(2, 4\)"):

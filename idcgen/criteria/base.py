@@ -279,7 +279,7 @@ class Criterion:
         ----------
         network : Network or keras.Model
         x_train : array (n, *input_shape) or Dataset, scaled as the model expects.
-        y_train : array (n,), optional. Labels; only LSC and DSC use them (else the predicted classes).
+        y_train : array (n,), optional. Labels; only LSC and DSC with ``group="label"`` use them.
         batch_size : inputs per forward pass; only one batch of activations is held at a time.
         progress : show a progress bar.
         """

@@ -1,10 +1,12 @@
 """Surprise adequacy (Kim, Feldt, Yoo, ICSE 2019): LSC and DSC on the activations of one layer.
 
 The surprise of an input is measured against the training activations of its **predicted** class;
-the training activations are grouped by label (or by predicted class when no labels are given).
-Surprise coverage cuts [lower, upper] into ``n_buckets`` equal buckets and reports the share hit.
-Values outside [lower, upper] (and undefined ones) hit **no** bucket: an input more surprising than
-the upper bound adds nothing, and the bucket count never exceeds ``n_buckets``.
+the training activations are grouped by the class the model predicts for them (``group="predicted"``,
+as SA's authors do) or by their labels (``group="label"``). Surprise coverage cuts [lower, upper] into
+``n_buckets`` equal buckets and reports the share hit. Values outside [lower, upper] (and undefined
+ones) hit **no** bucket: an input more surprising than the upper bound adds nothing, and the bucket
+count never exceeds ``n_buckets`` (docs/design.md, "Other criteria", says how this differs from SA's
+own script).
 
 Both criteria compare each input with thousands of training points; the work is done in blocks of
 at most ``_BLOCK_ELEMENTS`` float64 distances (64 MiB), with matrix products.
@@ -22,7 +24,7 @@ from scipy.stats import gaussian_kde
 from idcgen.data import fit_to_model
 from idcgen.errors import InputError, ParameterError
 
-from .base import Criterion, _check_batch_size, _raw_inputs, as_network, check_int, check_real
+from .base import Criterion, _check_batch_size, _raw_inputs, as_network, check_choice, check_int, check_real
 
 __all__ = ["LikelihoodSurpriseCoverage", "DistanceSurpriseCoverage"]
 
@@ -111,6 +113,7 @@ class _SurpriseCriterion(Criterion):
     """Surprise of each input on one layer, bucketed. Learns ``layer_``, ``width_``, ``classes_``."""
 
     unit = "buckets"
+    GROUPS = ("predicted", "label")
 
     def _validate_params(self) -> None:
         owner = type(self).__name__
@@ -120,6 +123,15 @@ class _SurpriseCriterion(Criterion):
         check_int(owner, "n_buckets", self.n_buckets, 1)
         check_real(owner, "lower", self.lower)
         check_real(owner, "upper", self.upper, self.lower, None, closed="neither")
+        check_choice(owner, "group", self.group, self.GROUPS)
+
+    def fit(self, network, x_train, y_train=None, **kwargs) -> "_SurpriseCriterion":
+        """As :meth:`Criterion.fit`; ``y_train`` is needed with ``group="label"`` and unused otherwise."""
+        self._validate_params()
+        if self.group == "label" and y_train is None:
+            raise ParameterError(f"{type(self).__name__} with group='label' groups the training inputs by "
+                                 "their labels: pass y_train (or use group='predicted').")
+        return super().fit(network, x_train, y_train, **kwargs)
 
     def _fit_layers(self, network) -> tuple[str, ...]:
         name = network.default_layer() if self.layer is None else self.layer
@@ -135,7 +147,7 @@ class _SurpriseCriterion(Criterion):
 
     def _fit_batch(self, state, probs, acts, y) -> None:
         state["acts"].append(np.asarray(acts[0], dtype=np.float64))
-        state["classes"].append(np.asarray(probs).argmax(axis=1) if y is None else y)
+        state["classes"].append(y if self.group == "label" else np.asarray(probs).argmax(axis=1))
 
     def _fit_end(self, state) -> None:
         self._fit_classes(np.concatenate(state["acts"]), np.concatenate(state["classes"]).astype(np.int64))
@@ -197,6 +209,8 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
     n_buckets : int >= 1, default 1000.
     lower, upper : the bucketed range, default [0, 2000] (the paper's setting).
     var_threshold : float >= 0, default 1e-5.
+    group : "predicted" (default: training inputs grouped by the class the model predicts, as SA's
+        authors do) or "label" (by their labels; fit then needs y_train).
 
     Learned: ``layer_``, ``width_``, ``kept_neurons_`` (indices into the layer), ``classes_`` (classes
     with a KDE), ``densities_`` (class -> ClassDensity), ``notes_``, ``total_``, ``n_inputs_``.
@@ -205,12 +219,13 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
     name = "lsc"
 
     def __init__(self, *, layer: str | None = None, n_buckets: int = 1000, lower: float = 0.0,
-                 upper: float = 2000.0, var_threshold: float = 1e-5):
+                 upper: float = 2000.0, var_threshold: float = 1e-5, group: str = "predicted"):
         self.layer = layer
         self.n_buckets = n_buckets
         self.lower = lower
         self.upper = upper
         self.var_threshold = var_threshold
+        self.group = group
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -272,6 +287,8 @@ class DistanceSurpriseCoverage(_SurpriseCriterion):
     layer : layer name, default the last hidden layer before the logits.
     n_buckets : int >= 1, default 1000.
     lower, upper : the bucketed range, default [0, 2] (the paper's setting).
+    group : "predicted" (default, as SA's authors) or "label": how the training inputs are grouped
+        into classes (the nearest own-class and other-class points).
 
     Learned: ``layer_``, ``width_``, ``train_activations_`` (n, width) float64 sorted by class,
     ``train_classes_`` (n,) sorted, ``classes_``, ``total_``, ``n_inputs_``.
@@ -280,11 +297,12 @@ class DistanceSurpriseCoverage(_SurpriseCriterion):
     name = "dsc"
 
     def __init__(self, *, layer: str | None = None, n_buckets: int = 1000, lower: float = 0.0,
-                 upper: float = 2.0):
+                 upper: float = 2.0, group: str = "predicted"):
         self.layer = layer
         self.n_buckets = n_buckets
         self.lower = lower
         self.upper = upper
+        self.group = group
 
     def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
         order = np.argsort(classes, kind="stable")
