@@ -43,17 +43,43 @@ def test_batch_prioritization_weights_by_hand():
         make_scheduler("fifo")
 
 
+def execution(preds, labels, root_preds, probs=None):
+    from idcgen.fuzz.oracle import Execution
+    preds = np.asarray(preds)
+    probs = np.eye(5)[preds] if probs is None else np.asarray(probs)
+    return Execution(np.zeros((len(preds), 1)), probs, preds, np.asarray(labels), np.asarray(root_preds))
+
+
 def test_oracles():
-    preds, labels, root_preds = np.array([1, 2, 3, 4]), np.array([1, 1, 3, 1]), np.array([1, 1, 0, 2])
+    run = execution([1, 2, 3, 4], [1, 1, 3, 1], [1, 1, 0, 2])
     # mutant 1: seed right (1), mutant says 2 -> finding; mutant 3: seed already wrong (2 for 1) -> not one
-    np.testing.assert_array_equal(Misclassification()(None, preds, labels, root_preds), [False, True, False, False])
-    np.testing.assert_array_equal(PredictionChange()(None, preds, labels, root_preds), [False, True, True, True])
+    np.testing.assert_array_equal(Misclassification()(run), [False, True, False, False])
+    np.testing.assert_array_equal(PredictionChange()(run), [False, True, True, True])
     with pytest.raises(InputError, match="needs labelled seeds"):
-        Misclassification()(None, preds, np.array([-1, 1, 1]), root_preds)
+        Misclassification()(execution([1, 2, 3], [-1, 1, 1], [1, 1, 0]))
     with pytest.raises(ParameterError, match="at least two models"):
         make_oracle("disagreement")
     with pytest.raises(ParameterError, match="'oracle' parameter"):
         make_oracle("crash")
+
+
+def test_oracles_compose():
+    from idcgen.fuzz.oracle import Uncertain
+    # four mutants of correctly classified seeds (label 1); top probabilities 0.9, 0.4, 0.6, 0.3
+    probs = [[0.05, 0.9, 0.05], [0.3, 0.3, 0.4], [0.6, 0.2, 0.2], [0.3, 0.3, 0.3]]
+    run = execution([1, 2, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1], probs)
+    confident = make_oracle("misclassification & ~uncertain")
+    assert str(confident) == "misclassification & ~uncertain"
+    np.testing.assert_array_equal(confident(run), [False, False, True, False])   # wrong and top-1 >= 0.5
+    np.testing.assert_array_equal((Misclassification() & ~Uncertain(0.5))(run), confident(run))
+    np.testing.assert_array_equal(make_oracle("uncertain(0.35)")(run), [False, False, False, True])
+    either = make_oracle("prediction-change | uncertain")
+    np.testing.assert_array_equal(either(run), [False, True, True, True])
+    assert make_oracle(confident) is confident
+    with pytest.raises(ParameterError, match="takes no parameter"):
+        make_oracle("misclassification(3)")
+    with pytest.raises(ParameterError, match="threshold"):
+        Uncertain(1.5)
 
 
 def test_corpus_grows_and_round_trips():

@@ -75,7 +75,8 @@ class Campaign:
     stats: list = field(default_factory=list)        # one row per recorded step
     finding_parts: list = field(default_factory=list, repr=False)   # one dict of arrays per step with findings
     finding_keys: set = field(default_factory=set, repr=False)
-    store: CampaignStore | None = field(default=None, repr=False)
+    folder: Path | None = None     # where it is saved (None: in memory only)
+    store: CampaignStore | None = field(default=None, repr=False)   # writes its steps there (None: read only)
 
     # ---- views ------------------------------------------------------------------------------
     @property
@@ -90,10 +91,6 @@ class Campaign:
     @property
     def value_range(self) -> tuple[float, float]:
         return tuple(self.config["value_range"])
-
-    @property
-    def folder(self) -> Path | None:
-        return None if self.store is None else self.store.folder
 
     @property
     def n_findings(self) -> int:
@@ -219,7 +216,13 @@ class Campaign:
         if self.store is not None:
             raise ParameterError(f"this campaign is already saved in {self.folder}")
         self.store = CampaignStore.create(Path(folder), self)
-        return self.store.folder
+        self.folder = self.store.folder
+        return self.folder
+
+    def open(self) -> None:
+        """Take the folder's writer lock (again) before more steps are recorded; nothing to do in memory."""
+        if self.store is not None:
+            self.store.lock.acquire()
 
     def close(self) -> None:
         """Finish the store's writes (PNG previews, campaign.json) and release the folder; nothing to do
@@ -267,7 +270,7 @@ class Campaign:
             if saved.store is not None:
                 saved.store.release()
             raise
-        campaign.store = saved.store
+        campaign.folder, campaign.store = saved.folder, saved.store
         return campaign
 
 

@@ -198,6 +198,7 @@ class Fuzzer:
         if budget is not None:
             c.set_budget(budget)
         idle = 0
+        c.open()
         try:
             with _Interrupts() as interrupts, tqdm(total=c.budget, initial=min(c.execs, c.budget), unit="exec",
                                                    desc="fuzz", disable=not progress, dynamic_ncols=True) as bar:
