@@ -4,6 +4,7 @@
     crit = make_criterion("kmnc").fit(network, x_train)      # one batched pass over the training data
     crit.coverage(network, x_test)                           # CriterionResult: KMNC 12.3 % (... sections)
     tracker = crit.tracker(); tracker.update(crit.features(network, batch))   # bool mask: new items
+    make_criterion("nc:scaling=channel-means:threshold=0.5")   # a spec, as the CLI's --criteria takes
 
 Every criterion counts *items* (neurons, sections, corners or buckets); a tracker holds the covered
 ones, monotone, order-independent and mergeable, like IDC's. IDC itself comes from an analysis
