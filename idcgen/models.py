@@ -139,6 +139,13 @@ def _activation_name(layer) -> str:
     return "linear" if act is None else getattr(act, "__name__", str(act))
 
 
+def _described(step) -> str:
+    """"Flatten 'flatten' (196 values)": a graph step as an error message names it."""
+    shape = step.output_shapes[0]
+    values = int(np.prod([d for d in shape[1:] if d is not None]))
+    return f"{type(step.layer).__name__} {step.name!r} ({values} values, shape {tuple(shape)})"
+
+
 def _is_softmax(layer) -> bool:
     return isinstance(layer, keras.layers.Softmax) or (
         isinstance(layer, keras.layers.Activation) and _activation_name(layer) == "softmax")
@@ -157,6 +164,7 @@ class Network:
         from .graph import Graph
         self.model = model
         self.graph = Graph(model)
+        self._built: dict = {}   # functions built once per model (traced gradients, attack wrappers)
         self.batch_size = batch_size or self._forward_batch_size()
         if not self.graph.steps:
             raise ModelError("the model has no layers")
@@ -169,6 +177,10 @@ class Network:
             self.logits_key = last.outputs[0]                     # last layer called with its activation removed
             self.softmax_in_last_layer = True
         elif _activation_name(last.layer) == "linear":
+            if not last.layer.weights:  # Flatten, Reshape, pooling, Dropout ...: the output is not a head's
+                raise ModelError(f"the model's output comes from {_described(last)}, not a classifier or "
+                                 "regression head; expected a final Dense (logits, or one unit for regression) "
+                                 "or a softmax")
             self.logits_key = last.outputs[0]                     # the model already outputs logits
             self.softmax_in_last_layer = False
         else:
@@ -179,6 +191,9 @@ class Network:
         if self.logits_step is None:
             raise ModelError("the model's softmax is applied to its input directly: there is no layer to explain")
         self.logits_layer = self.logits_step.name
+        if len(self.logits_step.output_shapes[0]) != 2:  # (batch, classes): one score per class and input
+            raise ModelError(f"the model's logits come from {_described(self.logits_step)}, not one score per "
+                             "class; expected a (batch, classes) output such as a final Dense's")
         self.n_classes = int(self.logits_step.output_shapes[0][-1])
         self._hidden = self.graph.ancestors(self.logits_key) - {self.logits_key, self.graph.input_key}
         self._taps: dict[tuple, object] = {}
@@ -295,6 +310,12 @@ class Network:
 
             self._taps[layers] = run
         return self._taps[layers]
+
+    def cached(self, key, build):
+        """``build()`` once per model and ``key``: traced functions are kept with the model they trace."""
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]
 
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
         """Batched forward pass: (probabilities (n, classes), [neuron activations (n, neurons) per layer]);

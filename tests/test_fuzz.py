@@ -383,7 +383,7 @@ def test_bad_input(setup, tmp_path):
 
 
 def test_directed_mutator_moves_towards_uncovered_combinations(setup, tmp_path):
-    from idcgen.fuzz.directed import CoverageDirected
+    from idcgen.fuzz.mutators.directed import CoverageDirected
     from idcgen.fuzz.fuzzer import FuzzContext
     analysis, model, _, x, y = setup
     tracker = analysis.tracker(x)

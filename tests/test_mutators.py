@@ -1,4 +1,4 @@
-"""Contract tests for every mutator, and the spec parser (idcgen.fuzz.mutators, idcgen.fuzz.attacks)."""
+"""Contract tests for every mutator, and the spec parser (idcgen.fuzz.mutators, idcgen.fuzz.mutators.attacks)."""
 
 import math
 import re
@@ -8,7 +8,8 @@ import pytest
 
 from idcgen.errors import InputError, ParameterError
 from idcgen.fuzz.mutators import (DEFAULT_MUTATORS, REGISTRY, MutationContext, describe_mutators, make_mutator,
-                                  parse_mutators, pixel_count)
+                                  parse_mutators)
+from idcgen.fuzz.mutators.noise import pixel_count
 
 #: Small settings for the slow attacks; every other mutator runs with its defaults.
 SMALL = {"cw": "cw(max_iterations=5, binary_search_steps=1)", "bim": "bim(nb_iter=3)", "pgd": "pgd(nb_iter=3)"}
@@ -135,7 +136,7 @@ def test_relevant_pixels_hits_the_most_relevant(channels, nets):
 @pytest.mark.parametrize("n, k", [(144, 2), (144, 30), (8, 3), (6, 5)])   # sparse (redraws), dense (partition)
 def test_distinct_positions_are_uniform_subsets(n, k):
     from itertools import combinations
-    from idcgen.fuzz.mutators import distinct_positions
+    from idcgen.fuzz.mutators.noise import distinct_positions
     draws = 30_000 if n > 10 else 1_000 * math.comb(n, k)
     positions = distinct_positions(np.random.default_rng(0), draws, n, k)
     assert positions.shape == (draws, k) and positions.min() >= 0 and positions.max() < n
@@ -150,7 +151,7 @@ def test_distinct_positions_are_uniform_subsets(n, k):
 
 
 def test_standard_normal_is_reproducible_in_parts():
-    from idcgen.fuzz.mutators import standard_normal
+    from idcgen.fuzz.mutators.noise import standard_normal
     big = standard_normal(np.random.default_rng(0), (300, 28, 28, 1))       # filled on two threads
     np.testing.assert_array_equal(big, standard_normal(np.random.default_rng(0), (300, 28, 28, 1)))
     assert big.dtype == np.float32 and abs(big.mean()) < 0.01 and abs(big.std() - 1) < 0.01
@@ -194,7 +195,7 @@ AFFINE_CASES = [dict(rotate=17.0), dict(rotate=-25.0, scale=0.85), dict(shear=12
 def test_warp_affine_matches_albumentations(case, shape):
     import albumentations as A
     import cv2
-    from idcgen.fuzz.transforms import affine_matrices, warp_affine
+    from idcgen.fuzz.mutators.geometry import affine_matrices, warp_affine
     rotate, scale, shear = case.get("rotate", 0.0), case.get("scale", 1.0), case.get("shear", 0.0)
     tx, ty = case.get("translate", (0, 0))
     x = np.random.default_rng(0).random((3, *shape), dtype=np.float32)
@@ -209,7 +210,7 @@ def test_warp_affine_matches_albumentations(case, shape):
 
 
 def test_warp_affine_identity_and_canvas_chunks(monkeypatch):
-    from idcgen.fuzz import transforms
+    from idcgen.fuzz.mutators import geometry as transforms
     x = np.random.default_rng(1).random((7, 9, 11, 5), dtype=np.float32)   # 5 channels: two remaps
     np.testing.assert_array_equal(transforms.warp_affine(x, transforms.affine_matrices(9, 11).repeat(7, 0)), x)
     matrices = transforms.affine_matrices(9, 11, rotate=np.linspace(-40, 40, 7), scale=np.linspace(0.7, 1.3, 7))
@@ -224,7 +225,7 @@ def test_affine_mutators_draw_as_documented(name, nets):
     """rotate/scale/shear draw one uniform value per image from their range, in batch order."""
     import albumentations as A
     import cv2
-    from idcgen.fuzz.transforms import affine_matrices, warp_affine
+    from idcgen.fuzz.mutators.geometry import affine_matrices, warp_affine
     x, mutator = batch(5), make_mutator(name)
     out = mutator.mutate(x, np.random.default_rng(3), context(nets[1], 5))
     low, high = {"rotate": (-30.0, 30.0), "scale": (0.8, 1.2), "shear": (-20.0, 20.0)}[name]
@@ -300,7 +301,7 @@ def test_linf_attacks_stay_in_the_eps_ball(spec, value_range, nets):
 
 
 def test_attacks_use_known_labels(nets):
-    from idcgen.fuzz.attacks import attack_labels
+    from idcgen.fuzz.mutators.attacks import attack_labels
     net, x = nets[1], batch(4)
     ctx = MutationContext(network=net, labels=np.array([3, -1, 5, -1]))
     labels = attack_labels(x, ctx)
@@ -415,7 +416,7 @@ def test_bad_inputs_are_rejected(nets):
 @pytest.mark.parametrize("channels", [1, 3])
 def test_cw_mutants_do_not_depend_on_the_rest_of_the_batch(channels, nets, monkeypatch):
     """cleverhans alone weights each example by a constant summed over the batch (or fails on 3 channels)."""
-    from idcgen.fuzz.attacks import CW
+    from idcgen.fuzz.mutators.attacks import CW
     net, x = nets[channels], batch(4, channels)
     cw = make_mutator("cw(max_iterations=20, binary_search_steps=2, initial_const=0.1, abort_early=False)")
     both = cw.mutate(x, np.random.default_rng(0), context(net, 4))

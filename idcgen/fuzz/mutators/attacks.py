@@ -21,8 +21,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import InputError
-from .mutators import Mutator, Param, _bad
+from ...errors import InputError
+from .base import Mutator, Param, _bad
 
 
 # ---- shared -------------------------------------------------------------------------------------
@@ -238,13 +238,13 @@ def _art():
 
 def art_classifier(network, value_range):
     """ART's TensorFlowV2Classifier over the network's logits, built once per network and value range."""
-    cache = network.__dict__.setdefault("_attack_cache", {})
-    key = ("art", tuple(float(v) for v in value_range))
-    if key not in cache:
+    clip = tuple(float(v) for v in value_range)
+
+    def build():
         _, TensorFlowV2Classifier = _art()
-        cache[key] = TensorFlowV2Classifier(model=logits_fn(network), nb_classes=network.n_classes,
-                                            input_shape=tuple(network.input_shape), clip_values=key[1])
-    return cache[key]
+        return TensorFlowV2Classifier(model=logits_fn(network), nb_classes=network.n_classes,
+                                      input_shape=tuple(network.input_shape), clip_values=clip)
+    return network.cached(("art", clip), build)
 
 
 class JSMA(_Attack):

@@ -12,9 +12,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ParameterError
-from ..models import neuron_activations, tf
-from .mutators import Mutator, Param
+from ...errors import ParameterError
+from .base import Mutator, Param
 
 
 class CoverageDirected(Mutator):
@@ -57,9 +56,10 @@ class CoverageDirected(Mutator):
         return chosen
 
     def _gradient_fn(self, network, layer: str, neurons: np.ndarray):
-        cache = network.__dict__.setdefault("_directed_grad", {})
-        key = (layer, tuple(int(n) for n in neurons))
-        if key not in cache:
+        import tensorflow as tf
+        from ...models import neuron_activations
+
+        def build():
             idx = tf.constant(neurons, tf.int32)
 
             @tf.function(reduce_retracing=True)
@@ -70,8 +70,8 @@ class CoverageDirected(Mutator):
                     acts = tf.gather(neuron_activations(out), idx, axis=1)
                     loss = tf.reduce_sum(tf.square((acts - target) / scale))
                 return tape.gradient(loss, x)
-            cache[key] = grad
-        return cache[key]
+            return grad
+        return network.cached(("directed", layer, tuple(int(n) for n in neurons)), build)
 
     def _mutate(self, x: np.ndarray, rng: np.random.Generator, ctx) -> np.ndarray:
         analysis, tracker = getattr(ctx, "analysis", None), getattr(ctx, "tracker", None)
@@ -90,7 +90,7 @@ class CoverageDirected(Mutator):
         eps = self.eps * (hi - lo)
         out = np.array(x, np.float32, copy=True)
         for _ in range(self.steps):
-            g = grad(tf.constant(out), tf.constant(target), tf.constant(spread)).numpy()
+            g = grad(out, target, spread).numpy()
             out = out - self.step_size * (hi - lo) * np.sign(g)
             out = np.clip(np.clip(out, x - eps, x + eps), lo, hi)
         return out.astype(np.float32)

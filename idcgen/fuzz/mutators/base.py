@@ -1,0 +1,186 @@
+"""The mutator contract: parameters as data, the base class, and what a mutator may use besides its inputs.
+
+Every mutator keeps the contract of :meth:`Mutator.mutate`: a new float32 array of the input's shape,
+finite, clipped to the valid range; the input untouched; randomness only from the ``rng`` passed in
+(same generator state, same mutants). Magnitudes (noise std, attack eps and theta) are fractions of the
+width of the valid input range, so on the usual [0, 1] range they are absolute pixel values.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from ...errors import InputError, ParameterError
+
+if TYPE_CHECKING:
+    from ...models import Network
+
+logger = logging.getLogger(__name__)
+
+
+# ---- parameters as data -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    """One mutator parameter: default, type (``int``, ``float`` or ``bool``) and valid interval.
+
+    ``closed`` says which ends of ``[low, high]`` are allowed: "both", "left", "right" or "neither".
+    A float parameter also accepts an int; only a bool parameter accepts a bool.
+    """
+
+    default: int | float | bool
+    type: type = float
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"
+
+    def describe(self) -> str:
+        if self.type is bool:
+            return "a bool (True or False)"
+        left = "[" if self.closed in ("both", "left") and self.low is not None else "("
+        right = "]" if self.closed in ("both", "right") and self.high is not None else ")"
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        return f"{'an int' if self.type is int else 'a float'} in the range {left}{low}, {high}{right}"
+
+    def accepts(self, value) -> bool:
+        if isinstance(value, bool) or self.type is bool:
+            return isinstance(value, bool) and self.type is bool
+        if self.type is int and not isinstance(value, (int, np.integer)):
+            return False
+        if self.type is float and (not isinstance(value, (int, float, np.integer, np.floating))
+                                   or not math.isfinite(value)):
+            return False
+        if self.low is not None and (value < self.low or value == self.low and self.closed in ("right", "neither")):
+            return False
+        if self.high is not None and (value > self.high or value == self.high and self.closed in ("left", "neither")):
+            return False
+        return True
+
+
+def _bad(mutator: str, name: str, expected: str, value) -> ParameterError:
+    return ParameterError(f"The {name!r} parameter of {mutator} must be {expected}. Got {value!r} instead.")
+
+
+def _parameter_names(cls: type[Mutator]) -> list[str]:
+    if cls.parameters:
+        return list(cls.parameters)
+    signature = inspect.signature(cls.__init__)  # a mutator with its own __init__ (e.g. directed)
+    return [p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+# ---- the base class -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MutationContext:
+    """What a mutator may use besides the inputs.
+
+    network : the model under test (:class:`idcgen.models.Network`)
+    labels : (b,) int labels of the batch's root seeds, -1 where unknown
+    value_range : valid input range; mutants are clipped to it
+    """
+
+    network: Network
+    labels: np.ndarray
+    value_range: tuple[float, float] = (0.0, 1.0)
+
+    def __post_init__(self):
+        lo, hi = self.value_range
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ParameterError(f"value_range must be two finite numbers (low, high) with low < high. "
+                                 f"Got {self.value_range!r} instead.")
+
+
+class Mutator:
+    """One kind of mutation with its parameters; a batch in, a batch of mutants out.
+
+    Subclasses set ``name``, ``kind``, ``parameters`` (name -> :class:`Param`) and implement
+    ``_mutate(x, rng, ctx)``; the base class validates parameters and inputs and clips the result.
+    """
+
+    name: ClassVar[str]
+    kind: ClassVar[str]                 # "noise" | "attack" | "transform"
+    affine: ClassVar[bool] = False      # rotate/shift/scale/shear: at most one per chain (DeepHunter)
+    needs_model: ClassVar[bool] = False
+    stochastic: ClassVar[bool] = True   # False: the output does not depend on rng (fgsm, bim, cw)
+    parameters: ClassVar[dict[str, Param]] = {}
+
+    def __init__(self, **params):
+        unknown = [key for key in params if key not in self.parameters]
+        if unknown:
+            raise ParameterError(f"{self.name} has no parameter {unknown[0]!r}; its parameters are: "
+                                 f"{', '.join(self.parameters) or '(none)'}.")
+        for key, spec in self.parameters.items():
+            value = params.get(key, spec.default)
+            if not spec.accepts(value):
+                raise _bad(self.name, key, spec.describe(), value)
+            setattr(self, key, value)
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """Constraints between parameters (override)."""
+
+    def params(self) -> dict:
+        """The parameters, JSON-able, in declaration order."""
+        return {key: getattr(self, key) for key in self.parameters}
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params().items())})"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self.params() == other.params()
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    def mutate(self, x: np.ndarray, rng: np.random.Generator, ctx: MutationContext) -> np.ndarray:
+        """Mutants of the batch ``x``.
+
+        x : (b, h, w, c) float32 inside ``ctx.value_range``; never modified.
+        rng : the only source of randomness (same state, same mutants).
+        Returns a new (b, h, w, c) float32 array, finite and clipped to ``ctx.value_range``.
+        """
+        x = self._check_batch(x, rng, ctx)
+        if len(x) == 0:
+            return x.copy()
+        return self._finish(x, self._mutate(x, rng, ctx), ctx)
+
+    def _finish(self, x: np.ndarray, out: np.ndarray, ctx: MutationContext) -> np.ndarray:
+        """The contract's end: float32 of x's shape, finite, clipped to the value range."""
+        out = np.asarray(out, dtype=np.float32)
+        if out.shape != x.shape:
+            raise RuntimeError(f"{self!r} returned shape {out.shape} for inputs of shape {x.shape}")
+        finite = np.isfinite(out)
+        if not finite.all():  # keep the parent's pixel rather than hand a NaN to the model
+            logger.warning("%r produced %d non-finite values; they keep the input's value", self, (~finite).sum())
+            out = np.where(finite, out, x)
+        return np.clip(out, *ctx.value_range).astype(np.float32, copy=False)
+
+    def _mutate(self, x: np.ndarray, rng: np.random.Generator, ctx: MutationContext) -> np.ndarray:
+        raise NotImplementedError
+
+    def _check_batch(self, x, rng, ctx) -> np.ndarray:
+        if not isinstance(rng, np.random.Generator):
+            raise ParameterError(f"{self.name}: rng must be a numpy Generator (np.random.default_rng(...)). "
+                                 f"Got {type(rng).__name__} instead.")
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim != 4:
+            raise InputError(f"{self.name}: expected a batch of images (b, h, w, c); got shape {x.shape}")
+        if len(x) == 0:
+            return x
+        lo, hi = ctx.value_range
+        tol = 1e-6 * (hi - lo)
+        low, high = x.min(), x.max()
+        if not (lo - tol <= low and high <= hi + tol):  # NaN fails both comparisons
+            raise InputError(f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "
+                             f"values in [{np.nanmin(x):g}, {np.nanmax(x):g}]")
+        if low < lo or high > hi:  # rounding error only: clip (on a copy), as cleverhans' C&W insists
+            x = np.clip(x, lo, hi)
+        if self.needs_model and len(ctx.labels) != len(x):
+            raise InputError(f"{self.name}: got {len(ctx.labels)} labels for {len(x)} inputs")
+        return x
+
