@@ -1,0 +1,123 @@
+"""The module graph of idcgen: no import cycle, no back-edge into a higher layer, and modules that need only
+numpy import without TensorFlow (a notebook or a Ray worker that only reads campaigns should not pay for it)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
+
+#: modules of the command-line layer: nothing below them may import them
+TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.harden"}
+
+#: modules that need numpy (and the image libraries) but never TensorFlow
+NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.quality", "idcgen.clusters", "idcgen.coverage",
+              "idcgen.importance", "idcgen.data", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
+              "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.store",
+              "idcgen.fuzz.mutators"]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, modules: set) -> set:
+    """idcgen modules imported anywhere in the file (module level and inside functions alike)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = ".".join(base[:len(base) - node.level + 1])
+                stem = f"{base}.{node.module}" if node.module else base
+            else:
+                stem = node.module or ""
+            targets = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:   # "idcgen.fuzz.mutators.Mutator" -> the module
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):  # a package's own __init__ is no edge
+                found.add(target)
+    return found
+
+
+def graph() -> dict:
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in files}
+    return {module_name(p): imports_of(p, modules) for p in files}
+
+
+def cycles(edges: dict) -> list:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle():
+    edges = graph()
+    assert "idcgen.fuzz.mutators.base" in edges["idcgen.fuzz.mutators.attacks"]   # the parser sees relative imports
+    assert cycles(edges) == []
+
+
+def test_no_back_edge_into_the_command_layer():
+    back = {(source, target) for source, targets in graph().items() for target in targets
+            if target in TOP and source not in TOP}
+    assert back == set()
+    # and the fuzz package does not reach up into the command layer either
+    assert not any(t in TOP for s, ts in graph().items() if s.startswith("idcgen.fuzz") for t in ts)
+
+
+def test_numpy_only_modules_import_without_tensorflow():
+    code = ("import sys, importlib\n"
+            f"for name in {NUMPY_ONLY!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    heavy = [m for m in ('tensorflow', 'keras') if m in sys.modules]\n"
+            "    assert not heavy, f'{name} imports {heavy}'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_no_module_cites_a_document_outside_the_repository():
+    root = PACKAGE.parent
+    cited = [str(p.relative_to(root)) for folder in ("idcgen", "tests", "recipes", "benchmarks")
+             for p in (root / folder).rglob("*.py")
+             if p.name != "test_imports.py" and ("DESIGN §" in p.read_text() or "shared/DESIGN" in p.read_text())]
+    assert cited == []
