@@ -16,6 +16,7 @@ from .files import atomic_text
 from .fuzz.campaign import Campaign
 from .fuzz.validity import Validity
 from .plots import pyplot
+from .quality import summary
 
 
 def mutator_table(campaign: Campaign) -> list[dict]:
@@ -102,17 +103,28 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         "",
         "## Coverage",
         "",
-        f"| | IDC | covered |\n|---|---|---|\n| seeds | {seeds_idc:.1%} | {stats[0]['covered'] if stats else 0} |"
-        f"\n| grown test set | {campaign.tracker.score:.1%} | {campaign.tracker.covered} |",
+        f"Guided by {cfg.get('guide', 'idc').upper()}: " + ("every valid mutant joins the corpus (no guidance)."
+                                                         if cfg.get("guide") == "none" else
+                                                         "a valid mutant joins the corpus when it covers something new."),
+        "",
+        "| criterion | seeds | grown test set | covered |\n|---|---|---|---|",
+    ]
+    for name, tracker in campaign.coverage.items():
+        before = stats[0].get("idc" if name == "idc" else f"{name}_coverage", 0.0) if stats else 0.0
+        lines.append(f"| {name.upper()} | {before:.1%} | {tracker.score:.1%} | {tracker.covered} of {tracker.total} |")
+    lines += [
         "",
         f"Corpus: {len(campaign.corpus)} inputs ({campaign.corpus.n_seeds} seeds + "
         f"{len(campaign.corpus) - campaign.corpus.n_seeds} kept mutants). Findings: {campaign.n_findings} unique "
         "(combination, true label, prediction) triples flagged by the oracle.",
     ]
+    lines += _failures(campaign, state)
     if exports:
         f, g = exports["findings"], exports["grown"]
         surviving = ("findings not re-checked (the disagreement oracle needs the other models)"
-                     if f["surviving_uint8"] is None else f"{f['surviving_uint8']} of {f['total']} findings still fail")
+                     if f["surviving_uint8"] is None else
+                     f"{f['surviving_uint8']} of {f['total']} findings reproduce from their uint8 PNG "
+                     f"({f['surviving_uint8'] / max(f['total'], 1):.0%})")
         lines += ["", f"After rounding to uint8: {surviving}; "
                       f"{g['mutants_keeping_combination_uint8']} of {g['mutants']} kept mutants keep their "
                       f"combination; IDC of the rounded grown set {g['idc_uint8']:.1%}."]
@@ -138,6 +150,27 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     atomic_text(folder / "report.md", md)
     atomic_text(folder / "report.html", _html(md, folder))
     return folder / "report.md"
+
+
+def _failures(campaign: Campaign, state: dict) -> list[str]:
+    """The failures' rate, variety and distance from their seeds."""
+    found = campaign.findings()
+    if not found:
+        return []
+    q = summary({k: v for k, v in found.items() if k in ("label", "prediction", "combination", "l0", "l2", "linf", "ssim")},
+                int(state["execs"]), float(state["elapsed_seconds"]))
+    rate = "" if q["per_1000_execs"] is None else f"{q['per_1000_execs']:.1f} per 1,000 execs, "
+    per_minute = "" if q["per_minute"] is None else f"{q['per_minute']:.0f} per minute; "
+    rounding = ("mutants were rounded to uint8 before they ran, so every finding reproduces from its PNG"
+                if campaign.config.get("rounding") else "mutants ran unrounded (float seeds, or rounding turned off)")
+    out = ["", "## Failures", "",
+           f"{q['findings']} findings: {rate}{per_minute}{q['unique_pairs']} distinct (true, predicted) pairs, "
+           f"{q['distinct_combinations']} distinct IDC combinations; {rounding}.", ""]
+    if "l2" in found:
+        out += ["Distance to the root seed (mean): "
+                f"L0 {q['mean_l0']:.1%} of pixels, L2 {q['mean_l2']:.3g}, L-inf {q['mean_linf']:.3g}, "
+                f"SSIM {q['mean_ssim']:.3f} (1 = identical)."]
+    return out
 
 
 def _validity_text(cfg: dict) -> str:

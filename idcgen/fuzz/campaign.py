@@ -19,6 +19,7 @@ from ..analysis import Analysis
 from ..coverage import CoverageTracker
 from ..criteria.base import CriterionTracker
 from ..errors import AnalysisMismatchError, ParameterError
+from ..quality import distances
 from .corpus import Corpus
 from .store import CampaignStore
 
@@ -170,7 +171,8 @@ class Campaign:
         row = {"step": self.step, "time": round(self.elapsed, 4), "execs": self.execs,
                "execs_per_s": round(self.execs / self.elapsed, 1) if self.elapsed > 0 else 0.0,
                "corpus": len(self.corpus), "idc": self.tracker.score, "covered": self.tracker.covered,
-               "findings": self.n_findings, "mutator": mutator, "seconds": round(seconds, 4)}
+               "findings": self.n_findings, "unique_pairs": len({key[1:] for key in self.finding_keys}),
+               "mutator": mutator, "seconds": round(seconds, 4)}
         row.update({f"{name}_coverage": t.score for name, t in self.coverage.items() if name != "idc"})
         self.stats.append(row)
         if self.store is not None:
@@ -203,7 +205,10 @@ class Campaign:
         corpus_id[kept] = new_ids
         first = self.n_findings
         parents = step.parents[chosen]
+        # how far each finding is from its root seed (the failure's naturalness)
+        far = distances(step.mutants[chosen], corpus.x[roots[chosen]], self.value_range)
         return {"id": np.arange(first, first + len(chosen)), "x": step.mutants[chosen],
+                **{k: far[k].astype(np.float32) for k in ("l0", "l2", "linf", "ssim")},
                 "corpus_id": corpus_id[chosen], "parent": parents, "root": roots[chosen],
                 "label": labels[chosen], "root_prediction": corpus.prediction[roots[chosen]],
                 "prediction": step.predictions[chosen], "combination": step.combinations[chosen],
