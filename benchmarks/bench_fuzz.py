@@ -58,32 +58,36 @@ def main():
 
     # 1. throughput. This (shared, virtual) machine's speed drifts by 10-30 % from one second to the
     # next, so the loop and raw forward passes alternate in blocks: BLOCK steps of the loop (one run()
-    # call: the pipeline starts empty and drains at its end, which counts against the loop), then BLOCK
+    # call), then BLOCK
     # back-to-back passes over a fixed batch of the same size, timed after one untimed pass (the raw
     # figure is the hot, best case). Rounds of that give a ratio each; the median round is reported.
     forward, _ = raw_forward(model)
     analysis = analyses[max(args.m)]
     block = 32
 
-    def throughputs(mutators: str, batch) -> tuple[float, float]:
-        """(loop execs/s, raw forward inputs/s), timed alternately in blocks."""
-        raw_seconds = loop_seconds = 0.0
+    def throughputs(mutators: str, batch) -> tuple[float, float, float]:
+        """(loop execs/s, raw forward inputs/s, the loop's own CPU microseconds per mutant: its process CPU
+        time per exec less the raw forward pass' per input), timed alternately in blocks."""
+        raw_seconds = loop_seconds = raw_cpu = loop_cpu = 0.0
         loop_execs = raw_inputs = 0
         with tempfile.TemporaryDirectory() as tmp:
             fuzzer = Fuzzer(analysis, mutators=mutators.split(","), batch_size=len(batch), random_state=0)
             campaign = fuzzer.start(x_test[:args.seeds], test.y[:args.seeds], Path(tmp) / "c", budget=1)
             while loop_execs < args.throughput_execs:
-                t0, e0 = campaign.elapsed, campaign.execs
+                t0, e0, c0 = campaign.elapsed, campaign.execs, time.process_time()
                 fuzzer.run(campaign, budget=campaign.execs + block * len(batch), progress=False)
+                loop_cpu += time.process_time() - c0
                 loop_seconds += campaign.elapsed - t0
                 loop_execs += campaign.execs - e0
                 forward(batch).numpy()
-                start = time.perf_counter()
+                start, c0 = time.perf_counter(), time.process_time()
                 for _ in range(block):
                     forward(batch).numpy()
                 raw_seconds += time.perf_counter() - start
+                raw_cpu += time.process_time() - c0
                 raw_inputs += block * len(batch)
-        return loop_execs / loop_seconds, raw_inputs / raw_seconds
+        own = 1e6 * (loop_cpu / loop_execs - raw_cpu / raw_inputs)
+        return loop_execs / loop_seconds, raw_inputs / raw_seconds, own
 
     for batch_size in sorted({args.batch_size, 1024}):
         batch = tf.constant(x_test[:batch_size])
@@ -94,7 +98,8 @@ def main():
             ratio = rounds[:, 0] / rounds[:, 1]
             print(f"batch {batch_size}, {label} ({mutators}): loop {np.median(rounds[:, 0]):,.0f} execs/s, raw "
                   f"forward {np.median(rounds[:, 1]):,.0f} inputs/s; ratio per round "
-                  f"{', '.join(f'{r:.2f}' for r in ratio)}: median {np.median(ratio):.2f}x")
+                  f"{', '.join(f'{r:.2f}' for r in ratio)}: median {np.median(ratio):.2f}x; the loop's own CPU "
+                  f"per mutant {np.median(rounds[:, 2]):.0f} us")
 
     # 2. budget-N campaigns with the default mutators
     for m in args.m:

@@ -209,8 +209,10 @@ class Fuzzer:
                     except BaseException:  # nothing of this step is kept: running again redoes it alike
                         c.rng.bit_generator.state = rng_before
                         raise
+                    computed = time.perf_counter()
                     with interrupts.held():  # a step is recorded whole; Ctrl-C is raised after it
-                        c.record(step, time.perf_counter() - started)
+                        c.record(step, computed - started)
+                    c.elapsed += time.perf_counter() - computed   # recording is the campaign's time too
                     bar.update(step.execs)
                     bar.set_postfix(IDC=f"{c.tracker.score:.1%}", corpus=len(c.corpus), findings=c.n_findings,
                                     execs_s=f"{c.execs / max(c.elapsed, 1e-9):.0f}", refresh=False)
