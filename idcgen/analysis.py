@@ -425,10 +425,11 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
 
 
 def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, layer: str | None = None,
-                  m: int | None = None, cluster_method: str | None = None) -> tuple[Analysis | None, Path | None, list[Path]]:
+                  m: int | None = None, cluster_method: str | None = None,
+                  clusters: Sequence[int] | None = None) -> tuple[Analysis | None, Path | None, list[Path]]:
     """Look for a saved analysis of this model (same weights fingerprint) in ``folders`` and their
-    subfolders (with ``layer``, ``m`` and ``cluster_method`` if given); returns the newest match and its
-    folder (or None, None) and the folders searched."""
+    subfolders (with ``layer``, ``m``, ``cluster_method`` and the k values tried, ``clusters``, if given);
+    returns the newest match and its folder (or None, None) and the folders searched."""
     fingerprint = network.fingerprint()
     wrapped_with = network.__dict__.get("_idcgen_convention") or convention_of(network.model)
     preprocess = None if wrapped_with is None or wrapped_with.preprocess is None else wrapped_with.preprocess.spec
@@ -445,10 +446,12 @@ def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, lay
                 continue
             if meta.get("model_fingerprint") != fingerprint:
                 continue
-            if (layer and meta.get("layer") != layer) or (m and meta.get("m") != m):
+            if (layer and meta.get("layer") != layer) or (m is not None and meta.get("m") != m):
                 continue
             config = meta.get("config", {})
             if cluster_method and config.get("cluster_method", "silhouette") != cluster_method:
+                continue
+            if clusters is not None and config.get("clusters") != [int(k) for k in clusters]:
                 continue
             if config.get("only_class") is not None or config.get("correct_only"):
                 continue  # only an all-classes analysis stands in for the model's

@@ -105,6 +105,12 @@ def command(func):
     return app.command()(wrapper)
 
 
+def _given(ctx: typer.Context) -> dict:
+    """The options typed on the command line (not left at their defaults), by parameter name."""
+    source = ctx.get_parameter_source  # click's ParameterSource (typer vendors click: compared by name)
+    return {k: v for k, v in ctx.params.items() if getattr(source(k), "name", None) == "COMMANDLINE"}
+
+
 def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None):
     from .models import Network, load_model
     return Network(load_model(model, safe_mode=not unsafe, architecture=architecture))
@@ -251,7 +257,8 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
 
 
 @command
-def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model under test; repeat for the disagreement oracle (first = under test)."),
+def fuzz(ctx: typer.Context,
+         model: Optional[List[Path]] = typer.Option(None, "--model", help="Model under test; repeat for the disagreement oracle (first = under test)."),
          seeds: Optional[str] = typer.Option(None, "--seeds", help="Seed inputs (folder, .npz, .npy, IDX, dataset name)."),
          budget: Optional[int] = typer.Option(None, "--budget", help="Execs: mutants run through the model (on --resume: the new total)."),
          train: Optional[str] = typer.Option(None, "--train", help="Analyse on these training inputs first."),
@@ -278,14 +285,16 @@ def fuzz(model: Optional[List[Path]] = typer.Option(None, "--model", help="Model
          architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .session import new_campaign, resume_campaign
-    if resume is not None:
+    given = _given(ctx)
+    if resume is not None:  # the campaign's own settings; any other option given is checked against them
+        options = {k: v for k, v in given.items() if k not in ("model", "architecture", "unsafe", "budget", "resume")}
         result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe,
-                                 architectures=architecture or None, echo=typer.echo)
+                                 architectures=architecture or None, options=options, echo=typer.echo)
     else:
         if not model or seeds is None or budget is None:
             _fail("--model, --seeds and --budget are needed (or --resume DIR)")
         result = new_campaign(models=model, seeds=seeds, budget=budget, train=train, analysis=analysis, layer=layer,
-                              m=m, clusters=clusters, cluster_method=cluster_method, mutators=mutators, oracle=oracle, scheduler=scheduler,
+                              m=m, clusters=given.get("clusters"), cluster_method=cluster_method, mutators=mutators, oracle=oracle, scheduler=scheduler,
                               batch_size=batch_size, validity=not no_validity, alpha=alpha, beta=beta,
                               random_state=random_state, limit=limit, out=out, scale=scale, value_range=value_range,
                               preprocess=preprocess, image_shape=image_shape, resize=resize, safe_mode=not unsafe,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .analysis import analyze
 from .data import fit_to_model, load_inputs
-from .errors import InputError
+from .errors import InputError, ParameterError
 from .models import Network
 from .zoo import lenet5, train
 
@@ -19,6 +19,9 @@ def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, forc
     then fuzz from 100 held-out digits (10 per class) for ``budget`` execs (0 skips the fuzz step).
 
     A non-empty ``out`` (an earlier demo, say) is refused unless ``force``: its files are then replaced."""
+    for name, value, low in (("epochs", epochs, 1), ("m", m, 1), ("budget", budget, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ParameterError(f"The '{name}' parameter must be an int >= {low}. Got {value!r} instead.")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         what = "an earlier demo" if (out / "coverage.json").exists() else "other files"
@@ -52,7 +55,7 @@ def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, forc
         summary["fuzz"] = _fuzz(analysis, x_test[::10], test_ds.y[::10], x_train, train_ds.y, out / "campaign",
                                 budget, echo, progress)
         (out / "coverage.json").write_text(json.dumps(summary, indent=2) + "\n")
-    echo(f"done in {time.perf_counter() - started:.1f} s; everything is under {out}/")
+    echo(f"done in {time.perf_counter() - started:.1f} s (start-up not counted); everything is under {out}/")
     return summary
 
 

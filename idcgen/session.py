@@ -16,7 +16,7 @@ from .analysis import Analysis, analyze, find_analysis, network_with_convention
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import InputConvention, infer_image_shape, parse_image_shape
 from .data import fit_to_model, load_for_model, parse_class_names
-from .errors import AnalysisMismatchError, InputError
+from .errors import AnalysisMismatchError, InputError, ParameterError
 from .export import export_campaign
 from .models import Network, load_model
 from .report import write_report
@@ -54,7 +54,7 @@ def _folders(paths) -> str:
     return ", ".join(f"{p}/" for p in paths)
 
 
-def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=8, clusters="2-5", cluster_method=None,
+def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=None, clusters=None, cluster_method=None,
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
                  value_range=None, preprocess=None, image_shape=None, resize=None, class_names=None,
@@ -63,9 +63,15 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
-    wanted_m, m = m, m or 8  # a saved analysis is looked up with the m asked for, any m if none
+    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+        raise ParameterError(f"The 'm' parameter must be an int >= 1. Got {m!r} instead.")
+    wanted_m, m = m, 8 if m is None else m  # a saved analysis is looked up with the m asked for, any m if none
+    wanted_clusters, clusters = clusters, "2-5" if clusters is None else clusters
     wanted_method, cluster_method = cluster_method, check_cluster_method(cluster_method or "silhouette")  # likewise
     image_shape = parse_image_shape(image_shape)
+    if analysis is not None:  # a saved analysis is used as it is: refuse settings it was not made with
+        check_analysis_options(Analysis.load(analysis), analysis, layer=layer, m=wanted_m, clusters=wanted_clusters,
+                               cluster_method=wanted_method)
     recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
     networks = _networks(models, architectures, safe_mode)
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
@@ -92,7 +98,8 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
             else f"saved to {saved} ({wanted} holds another analysis)")
     else:
         places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
-        found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m, cluster_method=wanted_method)
+        found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m, cluster_method=wanted_method,
+                                               clusters=None if wanted_clusters is None else parse_cluster_range(clusters))
         if found is not None:
             source = f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}"
         else:
@@ -124,8 +131,10 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     return _run_and_finish(fuzzer, campaign, x_train, None if train_ds is None else train_ds.y, notes, echo, progress)
 
 
-def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, architectures=None, echo=print,
-                    progress=True) -> dict | None:
+def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, architectures=None, options=None,
+                    echo=print, progress=True) -> dict | None:
+    """Continue a campaign with its own settings; ``options`` (by parameter name) are other settings
+    given with the resume: refused where they differ from the campaign's."""
     folder = Path(folder)
     if not (folder / "campaign.json").is_file():
         raise InputError(f"not a campaign folder (no campaign.json): {folder}")
@@ -133,6 +142,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
         cfg = json.loads((folder / "campaign.json").read_text())["config"]
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
+    check_resume_options(folder, cfg, options or {})
     paths = models or [cfg["model"], *cfg.get("other_models", [])]
     networks = _networks(paths, architectures or (None if models else cfg.get("architectures")), safe_mode)
     recorded = InputConvention.from_dict(cfg.get("input_convention"))
@@ -185,3 +195,108 @@ def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -
          f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s")
     echo(f"report: {report} (and report.html); exports: {campaign.folder / 'exports'}")
     return {"state": state, "exports": exports, "seeds_idc": seeds_idc, "report": str(report)}
+
+
+# ---- options that conflict with saved work ---------------------------------------------------------
+# The library names parameters; the CLI turns "name=value" and "the 'name' parameter" into its flags.
+
+def _shown(value) -> str:
+    """A setting's value as a message shows it: lists as the comma list an option takes."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _refuse_changes(what: str, conflicts: list, advice: str) -> None:
+    """One line naming each saved setting beside the value asked for: ``conflicts`` holds (name, saved,
+    asked); a saved None reads "without ...", True a flag."""
+    def saved(name, value):
+        if value is None or value is False:
+            return f"without the '{name}' parameter"
+        return f"{name}=True" if value is True else f"{name}={_shown(value)}"
+    shown = ", ".join(saved(n, s) + ("" if a is True else f" (not {_shown(a)})") for n, s, a in conflicts)
+    raise ParameterError(f"{what} {shown}; {advice}")
+
+
+def _same_path(a, b) -> bool:
+    return a is not None and b is not None and (str(a) == str(b) or Path(a).resolve() == Path(b).resolve())
+
+
+def check_analysis_options(analysis, where, *, layer=None, m=None, clusters=None, cluster_method=None) -> None:
+    """Refuse a layer, m, cluster range or cluster method given with a saved analysis made otherwise:
+    the saved analysis is used as it is, so a different value would be silently ignored."""
+    saved = {"layer": analysis.layer, "m": analysis.m, "clusters": analysis.config.get("clusters"),
+             "cluster_method": analysis.config.get("cluster_method", "silhouette")}
+    asked = {"layer": layer, "m": m, "clusters": None if clusters is None else list(parse_cluster_range(clusters)),
+             "cluster_method": cluster_method}
+    conflicts = [(k, saved[k], v) for k, v in asked.items() if v is not None and v != saved[k]]
+    if conflicts:
+        _refuse_changes(f"analysis={str(where)!r} was made with", conflicts,
+                        "leave these out to use it, or analyse again with the 'train' parameter")
+
+
+def check_resume_options(folder: Path, cfg: dict, options: dict) -> None:
+    """Refuse options given with a resume that differ from the campaign's own (it keeps the settings it
+    was made with); ``options`` holds only what was given, by parameter name."""
+    from .convention import parse_preprocess, parse_value_range
+    from .data import parse_resize
+    from .fuzz.oracle import make_oracle
+    from .fuzz.scheduler import make_scheduler
+    try:
+        made = json.loads((folder / "analysis" / "analysis.json").read_text()).get("config", {})
+    except (OSError, ValueError):
+        made = {}
+    convention = cfg.get("input_convention") or {}
+    validity = cfg.get("validity") or {}
+    # parameter -> (the campaign's value, the given value in the same form)
+    forms = {
+        "seeds": lambda v: cfg.get("seeds"), "train": lambda v: cfg.get("train"),
+        "layer": lambda v: cfg.get("layer"), "m": lambda v: cfg.get("m"),
+        "clusters": lambda v: made.get("clusters"), "cluster_method": lambda v: made.get("cluster_method"),
+        "mutators": lambda v: cfg.get("mutators"), "oracle": lambda v: cfg.get("oracle"),
+        "scheduler": lambda v: cfg.get("scheduler"), "batch_size": lambda v: cfg.get("batch_size"),
+        "random_state": lambda v: cfg.get("random_state"), "no_validity": lambda v: not validity.get("enabled", True),
+        "alpha": lambda v: validity.get("alpha"), "beta": lambda v: validity.get("beta"),
+        "scale": lambda v: cfg.get("scale", "auto"), "resize": lambda v: cfg.get("resize"),
+        "value_range": lambda v: cfg.get("value_range"), "preprocess": lambda v: convention.get("preprocess"),
+        "image_shape": lambda v: cfg.get("input_shape"), "class_names": lambda v: cfg.get("class_names"),
+        "guide": lambda v: cfg.get("guide", "idc"), "measure": lambda v: cfg.get("measure_specs", []),
+    }
+    normal = {
+        "clusters": lambda v: list(parse_cluster_range(v)),
+        "mutators": lambda v: [repr(mu) for mu in parse_mutators(v)],
+        "oracle": lambda v: str(make_oracle(v, others=[None] * len(cfg.get("other_models", [])))),
+        "scheduler": lambda v: make_scheduler(v).name,
+        "resize": lambda v: "x".join(map(str, parse_resize(v))),
+        "value_range": lambda v: list(parse_value_range(v)),
+        "preprocess": lambda v: None if parse_preprocess(v) is None else parse_preprocess(v).spec,
+        "image_shape": lambda v: list(parse_image_shape(v)),
+        "class_names": lambda v: list(parse_class_names(v)),
+        "measure": lambda v: measure_specs(cfg.get("guide", "idc"), v),
+    }
+    conflicts = []
+    for name, value in options.items():
+        if name == "out":
+            if not _same_path(value, folder):
+                raise ParameterError(f"a resumed campaign stays in its folder {folder}: drop the 'out' parameter")
+            continue
+        if name in ("limit", "analysis"):
+            raise ParameterError(f"a resumed campaign keeps its seeds and its analysis ({folder / 'analysis'}): "
+                                 f"drop the '{name}' parameter")
+        if name not in forms:
+            raise ParameterError(f"a resumed campaign keeps the settings it was made with: drop the '{name}' parameter")
+        saved = forms[name](value)
+        try:
+            asked = normal[name](value) if name in normal else value
+        except Exception:  # noqa: BLE001 (a value the option would refuse anyway: shown as given)
+            asked = value
+        if name == "resize" and saved is not None:
+            saved = "x".join(map(str, parse_resize(saved)))
+        same = _same_path(saved, asked) if name in ("seeds", "train") else asked == saved
+        if isinstance(saved, float) or isinstance(asked, float):
+            same = saved is not None and abs(float(asked) - float(saved)) <= 1e-12
+        if not same:
+            conflicts.append((name, saved, asked))
+    if conflicts:
+        _refuse_changes(f"campaign {folder} was made with", conflicts,
+                        "a resumed campaign keeps its settings: leave these out, or start a new campaign")

@@ -174,6 +174,10 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
     assert result.output.strip() == (f"error: {out} already holds an earlier demo: refusing to replace it; pass "
                                      "--force to replace it, or give another --out")
     assert [p.name for p in out.iterdir()] == ["coverage.json"]
+    for args, message in [(["--budget", -5], "error: --budget must be an int >= 0. Got -5 instead."),
+                          (["--epochs", 0], "error: --epochs must be an int >= 1. Got 0 instead.")]:
+        result = invoke("demo", "--out", tmp_path / "other", *args)
+        assert result.exit_code == 1 and result.output.strip() == message
     result = invoke("demo", "--out", out, "--epochs", 1, "--budget", 0, "--force")
     assert result.exit_code == 0, result.output
     assert json.loads((out / "coverage.json").read_text())["layer"] == "fc2"
@@ -204,3 +208,75 @@ def test_library_errors_reach_the_user_as_flags(trained_lenet, tmp_path):
                     "--batch-size", 0, "--out", tmp_path / "c")
     assert result.exit_code == 1
     assert "error: --batch-size must be an int >= 1. Got 0 instead." in result.output
+
+
+@pytest.fixture()
+def campaign_files(trained_lenet, data_files, tmp_path):
+    """Seeds (40 held-out digits) and a saved analysis (default layer block2_pool1, m = 3, k 2-3)."""
+    _, path = trained_lenet
+    test = np.load(data_files / "test.npz")
+    np.savez(tmp_path / "seeds.npz", x=test["x"][:40], y=test["y"][:40])
+    result = invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--m", 3, "--clusters", "2-3",
+                    "--out", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    return path, tmp_path / "seeds.npz", tmp_path / "a"
+
+
+def test_fuzz_m_below_one_is_an_error(campaign_files, data_files, tmp_path):
+    path, seeds, _ = campaign_files
+    result = invoke("fuzz", "--model", path, "--seeds", seeds, "--budget", 64, "--train", data_files / "train.npz",
+                    "--m", 0, "--out", tmp_path / "c")
+    assert result.exit_code == 1 and result.output.strip() == "error: --m must be an int >= 1. Got 0 instead."
+    assert not (tmp_path / "c").exists()
+
+
+def test_fuzz_refuses_settings_a_saved_analysis_was_not_made_with(campaign_files, tmp_path):
+    path, seeds, analysis = campaign_files
+    base = ["fuzz", "--model", path, "--seeds", seeds, "--budget", 64, "--batch-size", 64, "--mutators", "gauss",
+            "--analysis", analysis]
+    result = invoke(*base, "--m", 4, "--layer", "block1_conv1", "--out", tmp_path / "c")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: --analysis {analysis} was made with --layer block2_pool1 (not 'block1_conv1'), --m 3 (not 4); "
+        "leave these out to use it, or analyse again with --train")
+    result = invoke(*base, "--clusters", "2-5", "--cluster-method", "zero-aware", "--out", tmp_path / "c")
+    assert result.exit_code == 1 and "--clusters 2,3 (not '2,3,4,5'), --cluster-method silhouette (not 'zero-aware')" \
+        in result.output
+    result = invoke(*base, "--m", 3, "--layer", "block2_pool1", "--out", tmp_path / "c")  # the same values: fine
+    assert result.exit_code == 0, result.output
+    assert "analysis: layer block2_pool1, m = 3" in result.output
+
+
+def test_resume_refuses_options_that_differ_from_the_campaign(campaign_files, data_files, tmp_path):
+    path, seeds, analysis = campaign_files
+    camp = tmp_path / "camp"
+    result = invoke("fuzz", "--model", path, "--seeds", seeds, "--budget", 128, "--batch-size", 64, "--mutators",
+                    "gauss,rotate", "--analysis", analysis, "--out", camp)
+    assert result.exit_code == 0, result.output
+    before = {p.name: p.read_bytes() for p in camp.iterdir() if p.is_file()}
+    result = invoke("fuzz", "--resume", camp, "--batch-size", 32, "--random-state", 3, "--mutators", "rotate",
+                    "--no-validity", "--oracle", "prediction-change")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: campaign {camp} was made with --batch-size 64 (not 32), --random-state 0 (not 3), --mutators "
+        "'gauss(std=0.05),rotate(limit=30.0)' (not 'rotate(limit=30.0)'), without --no-validity, --oracle "
+        "misclassification (not 'prediction-change'); a resumed campaign keeps its settings: leave these out, or "
+        "start a new campaign")
+    for args, message in [
+        (["--seeds", data_files / "test.npz"], f"was made with --seeds {seeds} (not "),
+        (["--alpha", 0.5, "--scale", "255"], "--alpha 0.02 (not 0.5), --scale auto (not '255')"),
+        (["--limit", 10], f"error: a resumed campaign keeps its seeds and its analysis ({camp / 'analysis'}): drop --limit"),
+        (["--out", tmp_path / "elsewhere"], f"error: a resumed campaign stays in its folder {camp}: drop --out"),
+    ]:
+        result = invoke("fuzz", "--resume", camp, *args)
+        assert result.exit_code == 1 and message in result.output, (args, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert {p.name: p.read_bytes() for p in camp.iterdir() if p.is_file()} == before  # refused before any change
+    result = invoke("fuzz", "--resume", camp, "--budget", 100)
+    assert result.exit_code == 1
+    assert "error: budget 100 is below the 128 execs this campaign has already done" in result.output
+    # the same values again are no conflict: the campaign continues
+    result = invoke("fuzz", "--resume", camp, "--batch-size", 64, "--seeds", seeds, "--mutators", "gauss,rotate",
+                    "--budget", 192)
+    assert result.exit_code == 0, result.output
+    assert json.loads((camp / "campaign.json").read_text())["state"]["execs"] == 192

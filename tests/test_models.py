@@ -107,3 +107,25 @@ def test_zoo_models_are_seeded_without_touching_the_global_generator():
         assert wa.ndim == 1 or not np.array_equal(wa, wc)   # kernels differ with the seed; biases start at 0
     kernels = [w for w in a.get_weights() if w.ndim > 1]
     assert len({float(w.ravel()[0]) for w in kernels}) == len(kernels)   # each layer has its own draw
+
+
+def test_output_that_is_not_a_head_is_refused():
+    # a model cut after its Flatten would be taken as 196 "classes"; a Dense(1) regression head stays usable
+    import keras
+    from idcgen.models import Network
+    inputs = keras.Input((28, 28, 1))
+    x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
+    x = keras.layers.MaxPooling2D(4, name="pool")(x)
+    flat = keras.layers.Flatten(name="flatten")(x)
+    with pytest.raises(ModelError, match=r"^the model's output comes from Flatten 'flatten' \(144 values, shape "
+                                         r"\(None, 144\)\), not a classifier or regression head"):
+        Network(keras.Model(inputs, flat))
+    with pytest.raises(ModelError, match=r"output comes from MaxPooling2D 'pool' \(144 values"):
+        Network(keras.Model(inputs, x))
+    dense_on_maps = keras.layers.Dense(3, name="per_pixel")(x)  # (None, 6, 6, 3): not one score per class
+    with pytest.raises(ModelError, match=r"logits come from Dense 'per_pixel' \(108 values, shape \(None, 6, 6, 3\)\)"):
+        Network(keras.Model(inputs, dense_on_maps))
+    regression = Network(keras.Model(inputs, keras.layers.Dense(1, name="steer")(flat)))
+    assert regression.logits_layer == "steer" and regression.n_classes == 1
+    softmax_on_pooling = keras.layers.Softmax(name="sm")(keras.layers.GlobalAveragePooling2D(name="gap")(x))
+    assert Network(keras.Model(inputs, softmax_on_pooling)).n_classes == 4  # a softmax makes it a classifier
