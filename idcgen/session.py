@@ -16,7 +16,7 @@ from .analysis import Analysis, analyze, find_analysis, network_with_convention
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import InputConvention, infer_image_shape, parse_image_shape
 from .data import fit_to_model, load_for_model, parse_class_names
-from .errors import AnalysisMismatchError, InputError, ParameterError
+from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .export import export_campaign
 from .models import Network, load_model
 from .report import write_report
@@ -47,6 +47,12 @@ def _networks(models, architectures, safe_mode) -> list:
                          "(- for a model file that holds its architecture)")
     pairs = zip(models, architectures or [None] * len(models))
     return [Network(load_model(p, safe_mode=safe_mode, architecture=a)) for p, a in pairs]
+
+
+def _absolute(path) -> str:
+    """A path as a campaign records it: absolute when it names a file or folder, so that a resume from
+    another directory finds it; a dataset name such as ``embedded-mnist:train`` as it is."""
+    return str(Path(path).resolve()) if Path(path).exists() else str(path)
 
 
 def _folders(paths) -> str:
@@ -120,11 +126,11 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     echo(fuzzer.validity.describe())
     echo("mutators: " + ", ".join(repr(mu) for mu in fuzzer.mutators))
     out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
-    extra = {"model": str(models[0]), "other_models": [str(p) for p in models[1:]], "seeds": str(seeds),
-             "train": None if train is None else str(train), "analysis_source": source, "notes": notes,
+    extra = {"model": _absolute(models[0]), "other_models": [_absolute(p) for p in models[1:]],
+             "seeds": _absolute(seeds), "train": None if train is None else _absolute(train), "analysis_source": source, "notes": notes,
              "scale": scale, "resize": None if resize is None else str(resize),
              "class_names": None if class_names is None else list(parse_class_names(class_names)),
-             "architectures": [str(a) for a in architectures or []]}
+             "architectures": [str(a) if str(a) == "-" else _absolute(a) for a in architectures or []]}
     campaign = fuzzer.start(x_seeds, seeds_ds.y, out, budget=budget, extra_config=extra)
     echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
          f"{campaign.tracker.total})")
@@ -144,7 +150,14 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
         raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
     check_resume_options(folder, cfg, options or {})
     paths = models or [cfg["model"], *cfg.get("other_models", [])]
-    networks = _networks(paths, architectures or (None if models else cfg.get("architectures")), safe_mode)
+    try:
+        networks = _networks(paths, architectures or (None if models else cfg.get("architectures")), safe_mode)
+    except ModelError as exc:
+        if models:
+            raise
+        relative = "" if Path(cfg["model"]).is_absolute() else ", relative to the directory it was started in"
+        raise ModelError(f"{exc} (the model campaign {folder} recorded{relative}); give the 'model' parameter "
+                         "to override it") from None
     recorded = InputConvention.from_dict(cfg.get("input_convention"))
     recorded = dataclasses.replace(recorded, image_shape=None, value_range=tuple(cfg["value_range"]))
     networks = [network_with_convention(n, recorded=recorded)[0] for n in networks]

@@ -280,3 +280,35 @@ def test_resume_refuses_options_that_differ_from_the_campaign(campaign_files, da
                     "--budget", 192)
     assert result.exit_code == 0, result.output
     assert json.loads((camp / "campaign.json").read_text())["state"]["execs"] == 192
+
+
+def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_path, monkeypatch):
+    import shutil
+    path, seeds, analysis = campaign_files
+    (tmp_path / "m").mkdir()
+    shutil.copy(path, tmp_path / "m" / "lenet1.keras")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("fuzz", "--model", "m/lenet1.keras", "--seeds", "seeds.npz", "--budget", 64, "--batch-size", 64,
+                    "--mutators", "gauss", "--analysis", "a", "--out", "camp")
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "camp" / "campaign.json").read_text())["config"]
+    assert config["model"] == str(tmp_path / "m" / "lenet1.keras") and config["seeds"] == str(tmp_path / "seeds.npz")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    result = invoke("fuzz", "--resume", "../camp", "--budget", 128)
+    assert result.exit_code == 0, result.output
+    (tmp_path / "m" / "lenet1.keras").rename(tmp_path / "moved.keras")
+    result = invoke("fuzz", "--resume", "../camp", "--budget", 192)
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"error: model file not found: {tmp_path / 'm' / 'lenet1.keras'} (the model "
+                                     "campaign ../camp recorded); give --model to override it")
+    result = invoke("fuzz", "--resume", "../camp", "--budget", 192, "--model", "../moved.keras")
+    assert result.exit_code == 0, result.output
+    # a campaign written before paths were recorded absolute: the message says the path was relative
+    meta = json.loads((tmp_path / "camp" / "campaign.json").read_text())
+    meta["config"]["model"] = "m/lenet1.keras"
+    (tmp_path / "camp" / "campaign.json").write_text(json.dumps(meta, indent=2) + "\n")
+    result = invoke("fuzz", "--resume", "../camp", "--budget", 256)
+    assert result.exit_code == 1 and result.output.strip() == (
+        "error: model file not found: m/lenet1.keras (the model campaign ../camp recorded, relative to the "
+        "directory it was started in); give --model to override it")
