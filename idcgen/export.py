@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_npz, atomic_text, jsonl
+from .files import atomic_npz, atomic_text, jsonl, remove_temporaries
 from .fuzz.campaign import Campaign
 from .fuzz.oracle import Execution, make_oracle
 from .errors import ParameterError
@@ -40,6 +40,7 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
         raise ParameterError("this campaign is in memory only: give out= (a folder for the exports) or save it first")
     out = Path(out) if out is not None else campaign.folder / "exports"
     out.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(out)   # left by an export killed midway
     vr = campaign.value_range
     x, y = corpus.x, corpus.label
     is_seed = corpus.parent < 0

@@ -55,3 +55,13 @@ def jsonl(rows) -> str:
     """Rows as JSON lines."""
     return "".join(json.dumps(row) + "\n" for row in rows)
 
+
+
+def remove_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files (``.NAME.tmp``) that writes killed midway left in ``folder``; call
+    only while no other process writes there. Returns what was removed."""
+    removed = []
+    for path in Path(folder).glob(".*.tmp") if Path(folder).is_dir() else ():
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed

@@ -28,7 +28,7 @@ import struct
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +131,7 @@ class Saved:
     finding_parts: list
     stats: list
     store: "CampaignStore | None"   # open for writing when resuming
+    notes: list = field(default_factory=list)   # damage found, and what was rebuilt (or, read only, is to be)
 
 
 class CampaignStore:
@@ -147,6 +148,7 @@ class CampaignStore:
         self._json_written = -float("inf")
         self._previews_from = {"corpus": 0, "findings": 0}   # ids below have their PNG
         self._versions: dict | None = None
+        self.notes: list[str] = []     # what reading the folder for a resume found damaged and rebuilt
 
     # ---- creating ---------------------------------------------------------------------------
     @classmethod
@@ -212,12 +214,11 @@ class CampaignStore:
 
     def _write_entries(self, tag: str, entries: dict) -> None:
         atomic_npz(self.folder / "corpus" / tag, entries)
-        self._append("manifest.jsonl", jsonl(_manifest_row(entries, j) for j in range(len(entries["id"]))))
+        self._append("manifest.jsonl", manifest_text(entries))
 
     def _write_findings(self, tag: str, findings: dict) -> None:
         atomic_npz(self.folder / "findings" / tag, findings)
-        self._append("findings.jsonl", jsonl({k: v[j].item() for k, v in findings.items() if k != "x"}
-                                             for j in range(len(findings["id"]))))
+        self._append("findings.jsonl", findings_text(findings))
 
     def _append(self, name: str, text: str) -> None:
         """Append to a log; the handles stay open (opening a file costs ~0.5 ms) and each log's committed
@@ -233,13 +234,14 @@ class CampaignStore:
     @staticmethod
     def _state_snapshot(campaign) -> dict:
         return {"state": campaign.state(), "rng": campaign.rng.bit_generator.state,
+                "config": json.dumps(campaign.config),   # campaign.json's settings, should it be lost
                 "n_stats_rows": len(campaign.stats), "fuzz_count": campaign.corpus.fuzz_count.copy(),
                 "covered": {name: t.covered_ids() for name, t in campaign.coverage.items()}}
 
     def _encode(self, snapshot: dict) -> bytes:
         arrays = {"state": json.dumps(snapshot["state"]), "rng": json.dumps(snapshot["rng"]),
                   "n_stats_rows": snapshot["n_stats_rows"], "fuzz_count": snapshot["fuzz_count"],
-                  "logs": json.dumps(self._logs)}
+                  "logs": json.dumps(self._logs), "config": snapshot["config"]}
         for name, ids in snapshot["covered"].items():
             arrays["covered" if name == "idc" else f"covered_{name}"] = ids
         return npz_bytes(arrays)
@@ -334,104 +336,108 @@ class CampaignStore:
     # ---- reading ----------------------------------------------------------------------------
     @classmethod
     def read(cls, folder: Path, *, resume: bool = False) -> Saved:
-        """The folder at its last commit. ``resume`` takes the writer lock first, then deletes what was
-        written after the commit and truncates the logs to it; the store returned writes the next steps."""
-        meta = read_meta(folder)
+        """The folder at its last commit, checked against it (:mod:`idcgen.fuzz.checks`). ``resume``
+        takes the writer lock first, then deletes what was written after the commit, cuts the logs back
+        to it and rebuilds what can be rebuilt (said in ``notes``); the store returned writes the next
+        steps. Without it nothing is written: damage that can be rebuilt is only reported."""
+        from .checks import read_meta as checked_meta
+        meta, notes = checked_meta(folder, repair=resume)
         store = None
         if resume:
             store = cls(folder)
             store.lock.acquire()
         try:
-            return cls._read(folder, meta, store)
+            saved = cls._read(folder, meta, store)
         except BaseException:
             if store is not None:
                 store.release()
             raise
+        saved.notes[:0] = notes
+        if store is not None:
+            store.notes = saved.notes
+        return saved
 
     @classmethod
     def _read(cls, folder: Path, meta: dict, store: "CampaignStore | None") -> Saved:
-        newest = read_state(folder)
-        if newest is None:
-            raise InputError(f"campaign {folder} has no whole state file ({' or '.join(STATE_FILES)}): its start "
-                             f"was interrupted before the seeds were committed; delete {folder} and start again")
-        commits, payload = newest
-        import io
-        with np.load(io.BytesIO(payload)) as st:
-            state = json.loads(str(st["state"]))
-            rng_state = json.loads(str(st["rng"]))
-            fuzz_count = st["fuzz_count"]
-            covered = {"idc": st["covered"]}
-            covered.update({k[len("covered_"):]: st[k] for k in st.files if k.startswith("covered_")})
-            n_rows = int(st["n_stats_rows"])
-            logs = {k: tuple(v) for k, v in json.loads(str(st["logs"])).items()} if "logs" in st.files else None
+        from . import checks
         repair = store is not None
-        corpus_parts = _step_files(folder / "corpus", state["step"], repair)
-        finding_parts = _step_files(folder / "findings", state["step"], repair)
-        n_corpus = sum(len(p["id"]) for p in corpus_parts)
-        if n_corpus != state["corpus"]:
-            raise InputError(f"campaign {folder} is inconsistent: {n_corpus} corpus entries on disk, "
-                             f"{state['corpus']} committed")
-        stats = read_jsonl(folder / "stats.jsonl", n_rows)
+        commits, arrays, notes = checks.newest_state(folder, meta)
+        state = json.loads(str(arrays["state"]))
+        rng_state = json.loads(str(arrays["rng"]))
+        covered = {"idc": arrays["covered"]}
+        covered.update({k[len("covered_"):]: v for k, v in arrays.items() if k.startswith("covered_")})
+        n_rows = int(arrays["n_stats_rows"])
+        logs = {k: tuple(v) for k, v in json.loads(str(arrays["logs"])).items()} if "logs" in arrays else None
         if repair:
+            notes += checks.tidy(folder)
+        corpus = checks.step_files(folder, "corpus", state["step"], repair)
+        found = checks.step_files(folder, "findings", state["step"], repair)
+        checks.check_ids(folder, "corpus", corpus, state["corpus"])
+        checks.check_ids(folder, "findings", found, state["findings"])
+        if len(arrays["fuzz_count"]) != state["corpus"]:
+            raise checks.damaged(folder, f"the state holds {len(arrays['fuzz_count'])} fuzz counts for "
+                                 f"{state['corpus']} corpus entries")
+
+        committed = {"manifest.jsonl": state["corpus"], "findings.jsonl": state["findings"], "stats.jsonl": n_rows}
+        rebuilt, stats = {}, None
+        for name in LOGS:
+            problem, data = checks.log_problem(folder / name, logs[name] if logs else None, committed[name])
+            if problem is None and name == "stats.jsonl":
+                stats = checks.parse_rows(data)
+                problem = None if stats is not None and len(stats) == n_rows else "does not parse"
+            if problem is None:
+                continue
+            if name == "manifest.jsonl":
+                rebuilt[name] = "".join(manifest_text(p) for _, p in corpus)
+                how = "rebuilt from the corpus step files"
+            elif name == "findings.jsonl":
+                rebuilt[name] = "".join(findings_text(p) for _, p in found)
+                how = "rebuilt from the findings step files"
+            else:
+                stats = checks.minimal_stats(state, corpus, found)
+                rebuilt[name] = jsonl(stats)
+                how = ("rebuilt with two rows only (the seeds' and the last step's, marked \"rebuilt\"): the "
+                       "per-step statistics are in no other file, so the report's curves start again from here")
+            notes.append(f"{name} {problem}: " + (how if repair else
+                         f"the campaign was read without it; resuming it {how.replace('rebuilt', 'rebuilds it')}"))
+
+        if repair:
+            new_logs = dict(logs) if logs else {}
             for name in LOGS:
-                _truncate(folder / name, logs[name][0] if logs else None,
-                          {"manifest.jsonl": state["corpus"], "findings.jsonl": state["findings"],
-                           "stats.jsonl": n_rows}[name])
-            store._commits = commits   # the next commit overwrites the other, older state file
-            if logs:
-                store._logs = logs
-            else:   # a campaign of an earlier idcgen: the checksums start here
-                store._logs = {name: ((folder / name).stat().st_size, zlib.crc32((folder / name).read_bytes()))
-                               for name in LOGS}
-        return Saved(folder=folder, config=meta["config"], state=state, rng_state=rng_state, fuzz_count=fuzz_count,
-                     covered=covered, corpus_parts=corpus_parts, finding_parts=finding_parts, stats=stats, store=store)
+                path = folder / name
+                if name in rebuilt:
+                    new_logs[name] = checks.rewrite(path, rebuilt[name])
+                elif logs:
+                    checks.truncate(path, logs[name][0])
+                else:   # a campaign of an earlier idcgen: the checksums start here
+                    lines = path.read_text().splitlines(keepends=True)
+                    text = "".join(lines[:committed[name]])
+                    new_logs[name] = checks.rewrite(path, text) if len(lines) != committed[name] else \
+                        (len(text.encode()), zlib.crc32(text.encode()))
+            store._commits, store._logs = commits, new_logs   # the next commit overwrites the older state file
+            if new_logs != logs or len(stats) != n_rows:   # commit what was rebuilt, so the state matches it
+                arrays = dict(arrays, logs=json.dumps(new_logs), n_stats_rows=len(stats))
+                store._write_state(store._next_commit(), npz_bytes(arrays))
+        return Saved(folder=folder, config=meta["config"], state=state, rng_state=rng_state,
+                     fuzz_count=arrays["fuzz_count"], covered=covered, corpus_parts=[p for _, p in corpus],
+                     finding_parts=[p for _, p in found], stats=stats, store=store, notes=notes)
 
 
 def read_meta(folder: Path) -> dict:
-    """campaign.json, checked for the folder format this idcgen reads."""
-    if not (folder / "campaign.json").is_file():
-        raise InputError(f"not a campaign folder (no campaign.json): {folder}")
-    try:
-        meta = json.loads((folder / "campaign.json").read_text())
-        meta["config"]["input_shape"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
-    if meta.get("format_version") != FORMAT_VERSION:
-        made_by = meta.get("versions", {}).get("idcgen", "?")
-        raise InputError(f"campaign {folder} has folder format {meta.get('format_version')!r}; this idcgen "
-                         f"reads format {FORMAT_VERSION} (it was made by idcgen {made_by}: open it with that "
-                         "version, or start a new campaign)")
-    return meta
+    """campaign.json (or, should it be lost, the settings the state holds), checked for the folder
+    format this idcgen reads and for a whole analysis."""
+    from .checks import read_meta as checked_meta
+    return checked_meta(folder)[0]
 
 
-def _step_files(folder: Path, last_step: int, repair: bool) -> list[dict]:
-    """The arrays of ``step-*.npz`` up to the committed step, in step order; with ``repair``, files of
-    later steps (written after the last commit) are deleted."""
-    parts = []
-    for path in sorted(folder.glob("step-*.npz"), key=_step_of):
-        if _step_of(path) > last_step:
-            if repair:
-                path.unlink()
-            continue
-        with np.load(path) as arrays:
-            parts.append({k: arrays[k] for k in arrays.files})
-    return parts
+def manifest_text(entries: dict) -> str:
+    """The manifest.jsonl rows of a step's new corpus entries."""
+    return jsonl(_manifest_row(entries, j) for j in range(len(entries["id"])))
 
 
-def _truncate(path: Path, size: int | None, rows: int) -> None:
-    """Cut a log back to its committed part: ``size`` bytes, or (campaigns of an earlier idcgen) ``rows``
-    lines."""
-    if not path.exists():
-        atomic_text(path, "")
-        return
-    if size is not None:
-        if path.stat().st_size != size:
-            with open(path, "r+b") as handle:
-                handle.truncate(size)
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    if len(lines) != rows:
-        atomic_text(path, "".join(lines[:rows]))
+def findings_text(findings: dict) -> str:
+    """The findings.jsonl rows of a step's findings (every column but the inputs)."""
+    return jsonl({k: v[j].item() for k, v in findings.items() if k != "x"} for j in range(len(findings["id"])))
 
 
 def _manifest_row(entries: dict, j: int) -> dict:
@@ -441,10 +447,6 @@ def _manifest_row(entries: dict, j: int) -> dict:
             "chain": chain.split("|") if chain else [], "combination": int(entries["combination"][j]),
             "prediction": int(entries["prediction"][j]), "label": int(entries["label"][j]),
             "step": int(entries["step"][j]), "seed": bool(entries["parent"][j] < 0)}
-
-
-def _step_of(path: Path) -> int:
-    return int(path.stem.split("-")[1])
 
 
 def _remove_new(folder: Path, existed: bool) -> None:
