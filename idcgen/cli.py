@@ -52,9 +52,10 @@ def _peak_memory_mib() -> float:
 FLAGS = {
     "alpha": "--alpha", "analysis": "--analysis", "architecture": "--architecture", "beta": "--beta",
     "budget": "--budget", "batch_size": "--batch-size", "clusters": "--clusters",
-    "cluster_method": "--cluster-method", "correct_only": "--correct-only", "criteria": "--criteria",
-    "epochs": "--epochs", "force": "--force", "image_shape": "--image-shape", "layer": "--layer",
-    "limit": "--limit", "m": "--m", "mode": "--mode", "model": "--model", "mutators": "--mutators",
+    "class_names": "--class-names", "cluster_method": "--cluster-method", "correct_only": "--correct-only",
+    "criteria": "--criteria", "epochs": "--epochs", "force": "--force", "guide": "--guide",
+    "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit", "m": "--m", "measure": "--measure",
+    "mode": "--mode", "model": "--model", "mutators": "--mutators", "no_round": "--no-round",
     "no_validity": "--no-validity", "only_class": "--class", "oracle": "--oracle", "out": "--out",
     "overwrite": "--force", "preprocess": "--preprocess", "random_state": "--random-state",
     "relevance_of": "--relevance-of", "repeats": "--repeats", "resize": "--resize", "scale": "--scale",
