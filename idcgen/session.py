@@ -22,6 +22,7 @@ from .models import Network, load_model
 from .report import write_report
 from .fuzz.campaign import check_budget
 from .fuzz.fuzzer import Fuzzer
+from .fuzz.store import read_meta
 from .fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
 from .fuzz.validity import Validity
 
@@ -142,12 +143,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     """Continue a campaign with its own settings; ``options`` (by parameter name) are other settings
     given with the resume: refused where they differ from the campaign's."""
     folder = Path(folder)
-    if not (folder / "campaign.json").is_file():
-        raise InputError(f"not a campaign folder (no campaign.json): {folder}")
-    try:
-        cfg = json.loads((folder / "campaign.json").read_text())["config"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"campaign {folder}: campaign.json is unreadable ({exc})") from None
+    cfg = read_meta(folder)["config"]   # checked (the state's copy if campaign.json is lost, a whole analysis)
     check_resume_options(folder, cfg, options or {})
     paths = models or [cfg["model"], *cfg.get("other_models", [])]
     try:
@@ -181,6 +177,8 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
             raise
     echo(f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
          f"IDC {campaign.tracker.score:.1%}")
+    for note in campaign.store.notes:   # damage found on reading, and what was rebuilt
+        echo(f"note: {note}")
     echo(fuzzer.validity.describe())
     x_train = y_train = None
     if cfg.get("train"):
