@@ -160,6 +160,51 @@ def test_rq6_smoke(recipe, outputs, monkeypatch):
     assert (outputs / "rq6_harden" / "harden.md").read_text().count("Command:") == 1
 
 
+def test_guidance_smoke(recipe, outputs, monkeypatch, trained_lenet, capsys):
+    import numpy as np
+    module = recipe("guidance")
+    _, path = trained_lenet
+    argv = ["--dataset", "embedded-mnist", "--model-file", str(path), "--guides", "idc", "none", "--seeds", "20",
+            "--budget", "300", "--repeats", "2", "--fit-train", "400", "--eval", "100"]
+    run_recipe(module, argv, monkeypatch)
+    folder = outputs / "guidance" / "embedded-mnist"
+    runs = read_csv(folder / "runs.csv")
+    assert [(r["guide"], r["repetition"]) for r in runs] == [("idc", "0"), ("none", "0"), ("idc", "1"), ("none", "1")]
+    assert list(runs[0])[:6] == ["guide", "repetition", "execs", "findings", "findings_per_1k", "reproduce_%"]
+    criteria = ["idc", "nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc"]
+    assert [k for k in runs[0] if k.startswith("cov_")] == [f"cov_{c}" for c in criteria]
+    assert [k for k in runs[0] if k.startswith("acc ")] == [f"acc {n}" for n in module.ROBUSTNESS]
+    for r in runs:
+        assert int(r["execs"]) == 300 and float(r["reproduce_%"]) == 100.0   # rounding: every finding reproduces
+        assert float(r["findings_per_1k"]) == pytest.approx(1000 * int(r["findings"]) / 300)
+        assert int(r["unique_pairs"]) <= int(r["findings"]) and int(r["seeds_failed"]) <= 20
+    # unguided keeps every valid mutant, IDC only those reaching a new combination
+    kept = {r["guide"]: int(r["kept"]) for r in runs if r["repetition"] == "0"}
+    assert kept["idc"] < kept["none"] <= 300
+    summary = read_csv(folder / "guidance.csv")
+    assert [r["guide"] for r in summary] == ["idc", "none"]
+    assert {"p findings_per_1k vs none", "p unique_pairs vs none", "cov_dsc", "acc FGSM (eps 0.3)"} <= set(summary[0])
+    assert float(summary[0]["findings"]) == pytest.approx(np.mean([int(r["findings"]) for r in runs[::2]]))
+    text = (folder / "guidance.md").read_text()
+    assert "python recipes/guidance.py --dataset embedded-mnist" in text and "| + kept mutants of `none` |" in text
+    # resumable: a second call reuses every run's file
+    capsys.readouterr()
+    run_recipe(module, argv, monkeypatch)
+    assert capsys.readouterr().out.count("done before, kept") == 4
+    assert read_csv(folder / "runs.csv") == runs
+
+
+def test_guidance_seeds_balance_the_classes(recipe):
+    import numpy as np
+    module = recipe("guidance")
+    y = np.array([0] * 10 + [1] * 3 + [2] * 6)
+    picked = module.stratified(y, 8, np.random.default_rng(0))
+    assert len(set(picked.tolist())) == 8
+    assert np.bincount(y[picked], minlength=3).tolist() == [3, 3, 2]   # classes in turn: 0,1,2 0,1,2 0,1
+    assert module.stratified(y, 19, np.random.default_rng(0)).tolist() != list(range(19))  # shuffled within classes
+    assert sorted(module.stratified(y, 19, np.random.default_rng(0)).tolist()) == list(range(19))
+
+
 # ---- CIFAR-10: the paper's network, ResNet-20 and the data path ---------------------------------------
 
 SHARED_CIFAR10 = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
