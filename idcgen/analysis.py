@@ -16,6 +16,7 @@ import platform
 import shutil
 import time
 import uuid
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -279,7 +280,7 @@ class Analysis:
                            fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
                            timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"],
                            warnings=meta.get("warnings", []))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:  # truncated or empty npz
             raise InputError(f"analysis folder {folder} is incomplete or corrupt: {exc}") from None
         return analysis.bind(model) if model is not None else analysis
 
