@@ -29,6 +29,7 @@ ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto 
 ValueRangeOpt = typer.Option(None, "--value-range", help="LO,HI: range of the images the model takes (default: 0,255 if it starts with Rescaling(1/255), else 0,1).")
 PreprocessOpt = typer.Option(None, "--preprocess", help="Between image and model: imagenet-caffe, imagenet-torch, tf ([0,255] -> [-1,1]) or mean=M,std=S.")
 ResizeOpt = typer.Option(None, "--resize", help="HxW: resize the images of image folders (PIL, bilinear).")
+ClassNamesOpt = typer.Option(None, "--class-names", help="Class names in label order (cat,dog or a file with one per line): labels of image class subfolders not named by integers (default: sorted names).")
 
 
 def _peak_memory_mib() -> float:
@@ -117,10 +118,16 @@ def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None):
     return Network(load_model(model, safe_mode=not unsafe, architecture=architecture))
 
 
-def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None):
+def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None,
+            class_names=None, err: bool = False):
+    """(Dataset, x) for the model; the label mapping and conversions are shown once (stderr if ``err``)."""
     from .data import load_for_model
     value_range = (0.0, 1.0) if convention is None else convention.value_range
-    return load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range, resize=resize)
+    ds, x = load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
+                           resize=resize, class_names=class_names, n_classes=network.n_classes)
+    for note in ds.notes:
+        typer.echo(note if note.startswith("labels: ") else f"note: {note}", err=err)
+    return ds, x
 
 
 def _with_convention(network, value_range=None, preprocess=None, recorded=None):
@@ -165,6 +172,7 @@ def analyze(model: Path = ModelOpt,
             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+            class_names: Optional[str] = ClassNamesOpt,
             out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."),
             force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
@@ -175,7 +183,7 @@ def analyze(model: Path = ModelOpt,
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess)
-    ds, x = _inputs(train, network, scale, limit, convention, resize)
+    ds, x = _inputs(train, network, scale, limit, convention, resize, class_names)
     analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=ds.summary())
@@ -210,6 +218,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              limit: Optional[int] = typer.Option(None, "--limit"),
              scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
              preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+             class_names: Optional[str] = ClassNamesOpt,
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
@@ -223,13 +232,13 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
     if found is not None:
         found.bind(network)
-    _, x = _inputs(inputs, network, scale, limit, convention, resize)
+    _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json)
     others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc:threshold=0.5"
     x_train = y_train = None
     if any(c.needs_data for c in others.values()):
         if train is None:
             _fail(f"{', '.join(c.name for c in others.values() if c.needs_data)} need --train DATA (the model's training inputs)")
-        train_ds, x_train = _inputs(train, network, scale, None, convention, resize)
+        train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=as_json)
         y_train = train_ds.y
     results = {}
     if found is not None:
@@ -269,8 +278,11 @@ def fuzz(ctx: typer.Context,
          clusters: str = typer.Option("2-5", "--clusters", help="k values when analysing."),
          cluster_method: Optional[str] = typer.Option(None, "--cluster-method", help="silhouette (default when analysing) or zero-aware; also picks a saved analysis."),
          mutators: Optional[str] = typer.Option(None, "--mutators", help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see `idcgen mutators`)."),
-         oracle: str = typer.Option("misclassification", "--oracle", help="misclassification, prediction-change or disagreement."),
+         oracle: str = typer.Option("misclassification", "--oracle", help="misclassification, prediction-change, disagreement or uncertain[(P)], or several joined by & and | with ~ for not, e.g. 'misclassification & ~uncertain'."),
          scheduler: str = typer.Option("prioritized", "--scheduler", help="prioritized (DeepHunter) or uniform."),
+         guide: str = typer.Option("idc", "--guide", help="Which criterion's new coverage admits a mutant to the corpus: idc, nc, kmnc, nbc, snac, tknc, lsc, dsc, or none (every valid mutant)."),
+         measure: Optional[str] = typer.Option(None, "--measure", help="Criteria measured besides IDC, e.g. 'nc,kmnc:k=10' (fitted on --train, else on the seeds)."),
+         no_round: bool = typer.Option(False, "--no-round", help="Run mutants unrounded (by default they are rounded to the seeds' uint8 levels, so every finding reproduces from its PNG)."),
          batch_size: int = typer.Option(256, "--batch-size", help="Mutants per step."),
          no_validity: bool = typer.Option(False, "--no-validity", help="Turn DeepHunter's validity bounds off."),
          alpha: float = typer.Option(0.02, "--alpha", help="Validity: share of pixels that may change freely."),
@@ -281,6 +293,7 @@ def fuzz(ctx: typer.Context,
          resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
          scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
          preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+         class_names: Optional[str] = ClassNamesOpt,
          image_shape: Optional[str] = typer.Option(None, "--image-shape", help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred)."),
          unsafe: bool = UnsafeOpt,
          architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
@@ -298,7 +311,8 @@ def fuzz(ctx: typer.Context,
                               m=m, clusters=given.get("clusters"), cluster_method=cluster_method, mutators=mutators, oracle=oracle, scheduler=scheduler,
                               batch_size=batch_size, validity=not no_validity, alpha=alpha, beta=beta,
                               random_state=random_state, limit=limit, out=out, scale=scale, value_range=value_range,
-                              preprocess=preprocess, image_shape=image_shape, resize=resize, safe_mode=not unsafe,
+                              preprocess=preprocess, image_shape=image_shape, resize=resize, class_names=class_names,
+                              guide=guide, measure=measure, rounding=not no_round, safe_mode=not unsafe,
                               architectures=architecture or None, echo=typer.echo)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
@@ -315,7 +329,8 @@ def harden(model: Path = ModelOpt,
            random_state: int = typer.Option(0, "--random-state"),
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
-           scale: str = ScaleOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+           scale: str = ScaleOpt, class_names: Optional[str] = ClassNamesOpt,
+           unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
     from .harden import format_table, harden as run
@@ -324,8 +339,8 @@ def harden(model: Path = ModelOpt,
     network, convention = _with_convention(_network(model, unsafe, architecture), recorded=recorded)
     found = Campaign.load(campaign, network)
     convention = dataclasses.replace(convention, value_range=found.value_range)  # the inputs as the campaign's
-    train_ds, x_train = _inputs(train, network, scale, None, convention)
-    test_ds, x_test = _inputs(test, network, scale, limit_test, convention)
+    train_ds, x_train = _inputs(train, network, scale, None, convention, class_names=class_names)
+    test_ds, x_test = _inputs(test, network, scale, limit_test, convention, class_names=class_names)
     if train_ds.y is None or test_ds.y is None:
         _fail("--train and --test need labels")
     out = out or campaign / "harden"

@@ -65,8 +65,10 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
                  mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
                  value_range=None, preprocess=None, image_shape=None, resize=None, class_names=None,
+                 guide="idc", measure=None, rounding=True,
                  safe_mode=True, architectures=None, echo=print, progress=True) -> dict | None:
     check_budget(budget)  # before any model is loaded
+    specs = measure_specs(guide, measure)
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
@@ -121,9 +123,12 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         echo(f"note: {note}")
     echo(f"analysis: layer {found.layer}, m = {found.m}, {found.total} combinations ({source})")
 
+    criteria = fit_criteria(specs, network, x_seeds if x_train is None else x_train, echo,
+                            "the training inputs" if x_train is not None else "the SEEDS (no --train given)")
     fuzzer = Fuzzer(found, mutators=mutator_list, oracle=oracle, others=networks[1:], scheduler=scheduler,
                     validity=Validity(alpha=alpha, beta=beta, enabled=validity), batch_size=batch_size,
-                    random_state=random_state, value_range=convention.value_range, image_shape=image_shape)
+                    random_state=random_state, value_range=convention.value_range, image_shape=image_shape,
+                    guide=guide, measure=criteria, rounding=rounding)
     echo(fuzzer.validity.describe())
     echo("mutators: " + ", ".join(repr(mu) for mu in fuzzer.mutators))
     out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
@@ -131,7 +136,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
              "seeds": _absolute(seeds), "train": None if train is None else _absolute(train), "analysis_source": source, "notes": notes,
              "scale": scale, "resize": None if resize is None else str(resize),
              "class_names": None if class_names is None else list(parse_class_names(class_names)),
-             "architectures": [str(a) if str(a) == "-" else _absolute(a) for a in architectures or []]}
+             "architectures": [str(a) if str(a) == "-" else _absolute(a) for a in architectures or []], "measure_specs": specs}
     campaign = fuzzer.start(x_seeds, seeds_ds.y, out, budget=budget, extra_config=extra)
     echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
          f"{campaign.tracker.total})")
@@ -161,8 +166,22 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
         found = Analysis.load(folder / "analysis", model=networks[0])
     except AnalysisMismatchError as exc:
         raise AnalysisMismatchError(f"cannot resume {folder}: {exc}") from None
+    x_train = y_train = None
+    if cfg.get("train"):
+        train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"), convention=recorded,
+                                  class_names=cfg.get("class_names"), echo=echo,
+                                  resize=cfg.get("resize"))
+        y_train = train_ds.y
+    criteria = []
+    if cfg.get("measure_specs"):   # fitted again on the data they were fitted on (deterministic)
+        x_fit = x_train if x_train is not None else _load(cfg["seeds"], networks[0], cfg.get("scale", "auto"),
+                                                          convention=recorded, class_names=cfg.get("class_names"),
+                                                          echo=echo, resize=cfg.get("resize"))[1]
+        criteria = fit_criteria(cfg["measure_specs"], networks[0], x_fit, echo,
+                                f"{cfg['train'] or cfg['seeds']} again, as when the campaign started")
     v = cfg["validity"]
     fuzzer = Fuzzer(found, mutators=parse_mutators(",".join(cfg["mutators"])), oracle=cfg["oracle"],
+                    guide=cfg.get("guide", "idc"), measure=criteria,
                     others=networks[1:], scheduler=cfg["scheduler"],
                     validity=Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"],
                                       value_range=tuple(cfg["value_range"])),
@@ -180,13 +199,29 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     for note in campaign.store.notes:   # damage found on reading, and what was rebuilt
         echo(f"note: {note}")
     echo(fuzzer.validity.describe())
-    x_train = y_train = None
-    if cfg.get("train"):
-        train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"), convention=recorded,
-                                  class_names=cfg.get("class_names"), echo=echo,
-                                  resize=cfg.get("resize"))
-        y_train = train_ds.y
     return _run_and_finish(fuzzer, campaign, x_train, y_train, cfg.get("notes", []), echo, progress)
+
+
+def measure_specs(guide: str, measure: str | None) -> list[str]:
+    """The criterion specs to fit and measure besides IDC: ``measure`` (comma-separated specs such as
+    'nc,kmnc:k=10'), plus the guiding criterion when it is not among them."""
+    from .criteria import parse_criteria
+    from .fuzz.guidance import GUIDES
+    if guide not in GUIDES:
+        raise ParameterError(f"The 'guide' parameter must be one of {', '.join(GUIDES)}. Got {guide!r} instead.")
+    specs = [s for s in parse_criteria(measure) if s.split(":")[0] != "idc"] if measure else []
+    if guide not in ("idc", "none") and guide not in (s.split(":")[0] for s in specs):
+        specs.insert(0, guide)
+    return specs
+
+
+def fit_criteria(specs: list[str], network, x, echo, data: str) -> list:
+    """Each criterion spec fitted on ``x`` (one batched pass each), said once."""
+    from .criteria import make_criterion
+    if not specs:
+        return []
+    echo(f"criteria measured besides IDC: {', '.join(specs)} (fitted on {data}, {len(x)} inputs)")
+    return [make_criterion(spec).fit(network, x) for spec in specs]
 
 
 def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -> dict | None:
@@ -272,6 +307,7 @@ def check_resume_options(folder: Path, cfg: dict, options: dict) -> None:
         "value_range": lambda v: cfg.get("value_range"), "preprocess": lambda v: convention.get("preprocess"),
         "image_shape": lambda v: cfg.get("input_shape"), "class_names": lambda v: cfg.get("class_names"),
         "guide": lambda v: cfg.get("guide", "idc"), "measure": lambda v: cfg.get("measure_specs", []),
+        "no_round": lambda v: not cfg.get("rounding", False),
     }
     normal = {
         "clusters": lambda v: list(parse_cluster_range(v)),

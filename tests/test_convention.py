@@ -183,10 +183,10 @@ def test_rescaling_model_is_analysed_measured_and_fuzzed_in_0_255(rescaling_mode
     assert analysis.coverage(test).covered >= 1
 
     class Recording(idcgen.Fuzzer):  # keeps every batch of mutants beside its parents
-        def _prepare(self, c, step, mutator, left):
-            batch = super()._prepare(c, step, mutator, left)
-            self.batches.append((batch.name, c.corpus.x[batch.parents], batch.mutants))
-            return batch
+        def _mutate(self, c, mutator, parents):
+            mutants, references = super()._mutate(c, mutator, parents)
+            self.batches.append((repr(mutator), c.corpus.x[parents], mutants))
+            return mutants, references
 
     fuzzer = Recording(analysis, mutators=["gauss(std=0.05)", "rotate"], batch_size=50, random_state=0)
     fuzzer.batches = []
