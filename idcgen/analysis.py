@@ -29,6 +29,7 @@ from .clusters import NeuronClusters, check_cluster_method, cluster_neuron
 from .convention import InputConvention, check_scale, convention_of, prepare, resolve
 from .coverage import Combinations, CoverageResult, CoverageTracker
 from .data import check_labels, fit_to_model
+from .checks import check_int
 from .errors import AnalysisMismatchError, InputError, ParameterError
 from .importance import AGGREGATES, top_neurons
 from .models import Network
@@ -358,8 +359,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     check_cluster_method(cluster_method)
     x = fit_to_model(x, network.input_shape)
     check_scale(x, convention, what="the training inputs")
-    if not isinstance(random_state, (int, np.integer)) or random_state < 0:
-        raise ParameterError(f"The 'random_state' parameter must be an int >= 0. Got {random_state!r} instead.")
+    check_int("random_state", random_state, 0)
     if y is not None:
         y = check_class_labels(x, y, network.n_classes)
     elif relevance_of == "label" or correct_only or only_class is not None:

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from idcgen.checks import check_int
 from idcgen.errors import InputError, ParameterError
 
 __all__ = [
@@ -74,14 +75,6 @@ def _as_values(values: Any, where: str) -> np.ndarray:
             f"the first at index {int(np.flatnonzero(bad)[0])}. Check the model's activations."
         )
     return x
-
-
-def _check_int(value: Any, name: str, where: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
-        raise ParameterError(
-            f"The '{name}' parameter of {where} must be an int in the range [{low}, inf). Got {value!r} instead."
-        )
-    return int(value)
 
 
 def _check_rng(rng: Any, where: str) -> np.random.Generator:
@@ -318,9 +311,9 @@ def kmeans_1d(
     dropped (then fewer than k centroids; not seen in practice).
     """
     x = _as_values(values, "kmeans_1d")
-    k = _check_int(k, "k", "kmeans_1d", 1)
-    n_init = _check_int(n_init, "n_init", "kmeans_1d", 1)
-    max_iter = _check_int(max_iter, "max_iter", "kmeans_1d", 1)
+    k = check_int("k", k, 1, owner="kmeans_1d")
+    n_init = check_int("n_init", n_init, 1, owner="kmeans_1d")
+    max_iter = check_int("max_iter", max_iter, 1, owner="kmeans_1d")
     if not (isinstance(tol, (int, float)) and tol >= 0):
         raise ParameterError(f"The 'tol' parameter of kmeans_1d must be a float in the range [0, inf). Got {tol!r} instead.")
     rng = _check_rng(rng, "kmeans_1d")

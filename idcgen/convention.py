@@ -378,7 +378,7 @@ def check_scale(x: np.ndarray, convention: InputConvention, observed: tuple[floa
            f"or --scale none for floats already in that range)")
     if got_lo < lo - 0.01 * span or got_hi > hi + 0.01 * span:
         raise InputError(f"{what} span [{got_lo:g}, {got_hi:g}] but the analysis takes images in [{lo:g}, {hi:g}]; "
-                         + (f"divide them by 255 (--scale 255)" if got_hi > 2 and hi <= 1 else fix))
+                         + ("divide them by 255 (--scale 255)" if got_hi > 2 and hi <= 1 else fix))
     if observed is not None:
         seen = float(observed[1]) - float(observed[0])
         if seen > 0.5 * span and 0 < got_hi - got_lo < seen / 20:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .analysis import analyze
 from .data import fit_to_model, load_inputs
-from .errors import InputError, ParameterError
+from .checks import check_int
+from .errors import InputError
 from .models import Network
 from .zoo import lenet5, train
 
@@ -20,8 +21,7 @@ def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, forc
 
     A non-empty ``out`` (an earlier demo, say) is refused unless ``force``: its files are then replaced."""
     for name, value, low in (("epochs", epochs, 1), ("m", m, 1), ("budget", budget, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ParameterError(f"The '{name}' parameter must be an int >= {low}. Got {value!r} instead.")
+        check_int(name, value, low)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         what = "an earlier demo" if (out / "coverage.json").exists() else "other files"

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from .checks import check_int
 from .errors import InputError, ParameterError
 from .files import atomic_text
 from .fuzz.campaign import Campaign
@@ -117,10 +118,8 @@ def harden(model: keras.Model, x_train: np.ndarray, y_train: np.ndarray, campaig
            y_test: np.ndarray, *, mode: str = "finetune", epochs: int = 3, repeats: int = 1, random_state: int = 0,
            out: str | Path | None = None, progress: bool = True) -> dict:
     """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table."""
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ParameterError(f"The 'epochs' parameter must be an int >= 1. Got {epochs!r} instead.")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ParameterError(f"The 'repeats' parameter must be an int >= 1. Got {repeats!r} instead.")
+    check_int("epochs", epochs, 1)
+    check_int("repeats", repeats, 1)
     network = Network(model)
     if network.fingerprint() != campaign.analysis.fingerprint:
         raise InputError("the campaign was run on another model than the one given to harden")

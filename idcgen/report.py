@@ -87,7 +87,6 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     rows = mutator_table(campaign)
     plots = _plots(campaign, rows, folder)
     stats = campaign.stats_rows()
-    seeds_idc = stats[0]["idc"] if stats else 0.0
     cfg, a = campaign.config, campaign.analysis
     state = campaign.state()
     lines = [f"# Fuzz campaign report: {folder.name}", ""]

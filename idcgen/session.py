@@ -16,6 +16,7 @@ from .analysis import Analysis, analyze, find_analysis, network_with_convention
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import InputConvention, infer_image_shape, parse_image_shape
 from .data import fit_to_model, load_for_model, parse_class_names
+from .checks import check_int
 from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .export import export_campaign
 from .models import Network, load_model
@@ -72,8 +73,8 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
-    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
-        raise ParameterError(f"The 'm' parameter must be an int >= 1. Got {m!r} instead.")
+    if m is not None:
+        check_int("m", m, 1)
     wanted_m, m = m, 8 if m is None else m  # a saved analysis is looked up with the m asked for, any m if none
     wanted_clusters, clusters = clusters, "2-5" if clusters is None else clusters
     wanted_method, cluster_method = cluster_method, check_cluster_method(cluster_method or "silhouette")  # likewise

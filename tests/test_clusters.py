@@ -190,7 +190,7 @@ def test_kmeans_parameter_errors():
     x = np.array([0.0, 0.0, 1.0])
     with pytest.raises(ParameterError, match=r"'k' parameter of kmeans_1d must be at most the number of distinct values \(2\)"):
         kmeans_1d(x, 3, rng=np.random.default_rng(0))
-    with pytest.raises(ParameterError, match=r"'k' parameter of kmeans_1d must be an int in the range \[1, inf\)"):
+    with pytest.raises(ParameterError, match=r"'k' parameter of kmeans_1d must be an int >= 1"):
         kmeans_1d(x, 0, rng=np.random.default_rng(0))
     with pytest.raises(ParameterError, match="'rng' parameter of kmeans_1d"):
         kmeans_1d(x, 2, rng=0)

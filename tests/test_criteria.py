@@ -551,8 +551,8 @@ def test_make_criterion_and_parse_criteria():
 
 @pytest.mark.parametrize("name, params, message", [
     ("kmnc", {"k": 0},
-     r"The 'k' parameter of KMultisectionCoverage must be an int in the range \[1, inf\). Got 0 instead."),
-    ("tknc", {"k": 2.5}, r"The 'k' parameter of TopKNeuronCoverage must be an int in the range \[1, inf\). Got 2.5"),
+     r"The 'k' parameter of KMultisectionCoverage must be an int >= 1. Got 0 instead."),
+    ("tknc", {"k": 2.5}, r"The 'k' parameter of TopKNeuronCoverage must be an int >= 1. Got 2.5"),
     ("nc", {"threshold": 1.5}, r"The 'threshold' parameter of NeuronCoverage must be a finite float in the range "
                                r"\[0.0, 1.0\). Got 1.5 instead."),
     ("nbc", {"layers": "h"}, r"The 'layers' parameter of NeuronBoundaryCoverage must be a non-empty list of layer "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from numbers import Integral, Real
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -21,6 +20,7 @@ from tqdm.auto import tqdm
 
 from idcgen.coverage import CoverageResult, CoverageTracker
 from idcgen.data import Dataset, check_labels, fit_to_model
+from idcgen.checks import check_int
 from idcgen.errors import InputError, LayerError, ParameterError
 
 __all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers"]
@@ -138,37 +138,6 @@ class CriterionTracker:
         return merged
 
 
-# ---- parameter checks, in scikit-learn's words -----------------------------------------------------
-def check_int(owner: str, name: str, value: Any, low: int) -> None:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < low:
-        raise ParameterError(
-            f"The '{name}' parameter of {owner} must be an int in the range [{low}, inf). Got {value!r} instead.")
-
-
-def check_real(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
-               closed: str = "both") -> None:
-    """A finite real in the interval from low to high; ``closed`` says which ends belong to it."""
-    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, Real) and bool(np.isfinite(value))
-    if ok and low is not None:
-        ok = value >= low if closed in ("both", "left") else value > low
-    if ok and high is not None:
-        ok = value <= high if closed in ("both", "right") else value < high
-    if not ok:
-        span = ""
-        if low is not None or high is not None:
-            left = "[" if low is not None and closed in ("both", "left") else "("
-            right = "]" if high is not None and closed in ("both", "right") else ")"
-            span = f" in the range {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
-        raise ParameterError(
-            f"The '{name}' parameter of {owner} must be a finite float{span}. Got {value!r} instead.")
-
-
-def check_choice(owner: str, name: str, value: Any, choices: Sequence[str]) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise ParameterError(f"The '{name}' parameter of {owner} must be a str among "
-                             f"{{{', '.join(map(repr, choices))}}}. Got {value!r} instead.")
-
-
 def check_layer_names(owner: str, layers: Any) -> None:
     if layers is None:
         return
@@ -221,7 +190,7 @@ def as_network(model):
 
 
 def _check_batch_size(owner: str, batch_size: Any) -> None:
-    check_int(owner, "batch_size", batch_size, 1)
+    check_int("batch_size", batch_size, 1, owner=owner)
 
 
 def _raw_inputs(x: Any, network) -> np.ndarray:

@@ -14,8 +14,8 @@ import numpy as np
 
 from idcgen.errors import InputError
 
-from .base import (Criterion, check_choice, check_int, check_layer_names, check_real,
-                   default_neuron_layers)
+from ..checks import check_choice, check_int, check_real
+from .base import Criterion, check_layer_names, default_neuron_layers
 
 __all__ = ["NeuronCoverage", "KMultisectionCoverage", "NeuronBoundaryCoverage",
            "StrongNeuronActivationCoverage", "TopKNeuronCoverage"]
@@ -94,8 +94,8 @@ class NeuronCoverage(_NeuronCriterion):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        check_real(type(self).__name__, "threshold", self.threshold, 0.0, 1.0, closed="left")
-        check_choice(type(self).__name__, "scaling", self.scaling, self.SCALINGS)
+        check_real("threshold", self.threshold, 0.0, 1.0, closed="left", owner=type(self).__name__)
+        check_choice("scaling", self.scaling, self.SCALINGS, owner=type(self).__name__)
 
     def _fit_layers(self, network) -> tuple[str, ...]:
         layers = super()._fit_layers(network)
@@ -173,7 +173,7 @@ class KMultisectionCoverage(_BoundsCriterion):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        check_int(type(self).__name__, "k", self.k, 1)
+        check_int("k", self.k, 1, owner=type(self).__name__)
 
     def _total(self) -> int:
         return int(self.k) * self.n_neurons_
@@ -251,7 +251,7 @@ class TopKNeuronCoverage(_NeuronCriterion):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        check_int(type(self).__name__, "k", self.k, 1)
+        check_int("k", self.k, 1, owner=type(self).__name__)
 
     def features_from(self, probs, acts) -> np.ndarray:
         return np.concatenate([offset + np.argsort(-a, axis=1, kind="stable")[:, :self.k].astype(np.int64)

@@ -24,7 +24,8 @@ from scipy.stats import gaussian_kde
 from idcgen.data import fit_to_model
 from idcgen.errors import InputError, ParameterError
 
-from .base import Criterion, _check_batch_size, _raw_inputs, as_network, check_choice, check_int, check_real
+from ..checks import check_choice, check_int, check_real
+from .base import Criterion, _check_batch_size, _raw_inputs, as_network
 
 __all__ = ["LikelihoodSurpriseCoverage", "DistanceSurpriseCoverage"]
 
@@ -120,10 +121,10 @@ class _SurpriseCriterion(Criterion):
         if self.layer is not None and not isinstance(self.layer, str):
             raise ParameterError(f"The 'layer' parameter of {owner} must be a layer name or None. "
                                  f"Got {self.layer!r} instead.")
-        check_int(owner, "n_buckets", self.n_buckets, 1)
-        check_real(owner, "lower", self.lower)
-        check_real(owner, "upper", self.upper, self.lower, None, closed="neither")
-        check_choice(owner, "group", self.group, self.GROUPS)
+        check_int("n_buckets", self.n_buckets, 1, owner=owner)
+        check_real("lower", self.lower, owner=owner)
+        check_real("upper", self.upper, self.lower, None, closed="neither", owner=owner)
+        check_choice("group", self.group, self.GROUPS, owner=owner)
 
     def fit(self, network, x_train, y_train=None, **kwargs) -> "_SurpriseCriterion":
         """As :meth:`Criterion.fit`; ``y_train`` is needed with ``group="label"`` and unused otherwise."""
@@ -229,7 +230,7 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        check_real(type(self).__name__, "var_threshold", self.var_threshold, 0.0, None)
+        check_real("var_threshold", self.var_threshold, 0.0, None, owner=type(self).__name__)
 
     def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
         labels = np.unique(classes)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis import Analysis
+from ..checks import check_int
 from ..coverage import CoverageTracker
 from ..criteria.base import CriterionTracker
 from ..errors import AnalysisMismatchError, ParameterError
@@ -279,7 +280,5 @@ class Campaign:
         return campaign
 
 
-def check_budget(budget) -> None:
-    if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < 1:
-        raise ParameterError(f"The 'budget' parameter must be an int >= 1 (execs: mutants run through the "
-                             f"model). Got {budget!r} instead.")
+def check_budget(budget) -> int:
+    return check_int("budget", budget, 1, why="execs: mutants run through the model")

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..analysis import Analysis, check_class_labels, network_with_convention
+from ..checks import check_int
 from ..convention import check_scale, infer_image_shape, parse_image_shape, parse_value_range
 from ..data import fit_to_model
 from ..errors import InputError, ParameterError
@@ -78,10 +79,7 @@ class Fuzzer:
             raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
         if not mutators:
             raise ParameterError("at least one mutator is needed")
-        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ParameterError(f"The 'batch_size' parameter must be an int >= 1. Got {batch_size!r} instead.")
-        if not isinstance(random_state, (int, np.integer)) or isinstance(random_state, bool) or random_state < 0:
-            raise ParameterError(f"The 'random_state' parameter must be an int >= 0. Got {random_state!r} instead.")
+        batch_size, random_state = check_int("batch_size", batch_size, 1), check_int("random_state", random_state, 0)
         image_shape = parse_image_shape(image_shape)
         shape = tuple(analysis.network.input_shape)
         if len(shape) != 3 or (image_shape is not None and image_shape != shape):
