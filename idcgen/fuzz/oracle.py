@@ -37,10 +37,10 @@ class Oracle:
         raise NotImplementedError
 
     def __and__(self, other: "Oracle") -> "Oracle":
-        return Both(self, _oracle(other))
+        return Combined(self, _oracle(other), "&")
 
     def __or__(self, other: "Oracle") -> "Oracle":
-        return Either(self, _oracle(other))
+        return Combined(self, _oracle(other), "|")
 
     def __invert__(self) -> "Oracle":
         return Not(self)
@@ -120,37 +120,24 @@ class Disagreement(Oracle):
 
 
 @dataclass(frozen=True)
-class Both(Oracle):
+class Combined(Oracle):
+    """Two oracles joined by ``&`` (both flag the mutant) or ``|`` (either does)."""
+
     left: Oracle
     right: Oracle
+    op: str = "&"
 
     @property
     def name(self) -> str:
-        return f"{self.left} & {self.right}"
+        return f"{self.left} & {self.right}" if self.op == "&" else f"({self.left} | {self.right})"
 
     @property
     def runs_models(self) -> bool:
         return self.left.runs_models or self.right.runs_models
 
     def __call__(self, run: Execution) -> np.ndarray:
-        return self.left(run) & self.right(run)
-
-
-@dataclass(frozen=True)
-class Either(Oracle):
-    left: Oracle
-    right: Oracle
-
-    @property
-    def name(self) -> str:
-        return f"({self.left} | {self.right})"
-
-    @property
-    def runs_models(self) -> bool:
-        return self.left.runs_models or self.right.runs_models
-
-    def __call__(self, run: Execution) -> np.ndarray:
-        return self.left(run) | self.right(run)
+        left, right = self.left(run), self.right(run)
+        return left & right if self.op == "&" else left | right
 
 
 @dataclass(frozen=True)
