@@ -74,3 +74,15 @@ def test_cli_class_names_and_refusal(trained_lenet, digits, tmp_path):
         f"error: class subfolder {tmp_path / 'ints' / '12'} has label 12 (integer folder names) but the model has "
         "10 classes (0..9); name folders by class index or give the class names in label order (--class-names)"]
 
+
+
+def test_fuzz_seeds_from_named_folders(trained_lenet, digits, tmp_path):
+    _, path = trained_lenet
+    write_digits(tmp_path / "seeds", digits, names={3: "three", 7: "seven"}, per_class=5)
+    result = invoke("fuzz", "--model", path, "--seeds", tmp_path / "seeds", "--class-names",
+                    "zero,one,two,three,four,five,six,seven,eight,nine", "--budget", 64, "--batch-size", 32,
+                    "--mutators", "gauss", "--out", tmp_path / "campaign")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines().count("labels: three=3, seven=7 (class names given)") == 1
+    config = json.loads((tmp_path / "campaign" / "campaign.json").read_text())["config"]
+    assert config["class_names"][3] == "three"
