@@ -1,0 +1,216 @@
+"""README.md prints what it shows (issue 10): every ``bash`` and ``python`` block of the README runs, in
+order, in one fresh working folder, and where a ``text`` block follows it, the block's output must match
+what that block shows.
+
+Conventions in README.md:
+
+- a ```` ```text ```` block right after a ``bash`` or ``python`` block (only prose between) is that
+  block's stdout; a runnable block without one must just succeed (exit status 0, no exception);
+- the comparison masks numbers (``28.3``, ``1,500``, ``lenet5`` -> ``#``, ``#``, ``lenet#``) and runs of
+  spaces, so figures that vary by machine pass while wording, order and line count must match;
+- a line ``...`` stands for any number of lines (none included), and ``...`` inside a line for any text;
+- ``<!-- readme-test: skip (reason) -->`` right before a block leaves it out; give the reason.
+
+When the output of a command changes, print what the README's blocks print now with
+``python tests/test_readme.py`` (or ``python tests/test_readme.py 7`` for block 7) and paste it into
+the README's ``text`` blocks. Run only these tests with ``pytest -m readme``, skip them with
+``pytest -m "not readme"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+RUNNABLE = ("bash", "python")
+_FENCE = re.compile(r"^```(\w*)\s*$")
+_SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((.+?)\)\s*-->")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[-+]?\d+)?")
+
+
+@dataclass
+class Block:
+    index: int          # among the README's fenced blocks, from 0
+    lang: str
+    line: int           # 1-based line of the opening fence
+    code: str
+    skip: str | None = None     # the reason given in a skip comment
+    shown: str | None = None    # the text block that follows, if any
+
+
+def parse(text: str) -> list[Block]:
+    """The fenced blocks of a Markdown text, with skip marks and the ``text`` block each runnable one shows."""
+    blocks, lines, i, pending_skip = [], text.splitlines(), 0, None
+    while i < len(lines):
+        skip = _SKIP.search(lines[i])
+        if skip:
+            pending_skip = skip.group(1)
+        fence = _FENCE.match(lines[i])
+        if not fence:
+            if lines[i].strip() and not skip and pending_skip and not lines[i].lstrip().startswith("<!--"):
+                raise ValueError(f"README.md line {i + 1}: a readme-test skip comment must come right before a block")
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
+        if end is None:
+            raise ValueError(f"README.md line {i + 1}: unclosed code block")
+        blocks.append(Block(len(blocks), fence.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n", pending_skip))
+        pending_skip, i = None, end + 1
+    for before, block in zip(blocks, blocks[1:]):
+        if block.lang == "text" and before.lang in RUNNABLE:
+            before.shown = block.code
+    return blocks
+
+
+def skeleton(line: str) -> str:
+    """A line with its numbers masked and its spaces collapsed."""
+    return " ".join(_NUMBER.sub("#", line).split())
+
+
+def _line_matches(shown: str, actual: str) -> bool:
+    if "..." not in shown:
+        return shown == actual
+    return re.fullmatch(".*".join(re.escape(part) for part in shown.split("...")), actual) is not None
+
+
+def matches(shown: str, actual: str) -> bool:
+    """Does the output ``actual`` fit what the README shows (numbers masked, ``...`` lines elide any lines)?"""
+    want = [skeleton(line) for line in shown.rstrip("\n").splitlines()]
+    have = [skeleton(line) for line in actual.rstrip("\n").splitlines()]
+    memo: dict[tuple[int, int], bool] = {}
+
+    def fit(i: int, j: int) -> bool:
+        if (i, j) not in memo:
+            if i == len(want):
+                memo[i, j] = j == len(have)
+            elif want[i] == "...":
+                memo[i, j] = fit(i + 1, j) or (j < len(have) and fit(i, j + 1))
+            else:
+                memo[i, j] = j < len(have) and _line_matches(want[i], have[j]) and fit(i + 1, j + 1)
+        return memo[i, j]
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * (len(want) + len(have)) + 100))
+    return fit(0, 0)
+
+
+def first_difference(shown: str, actual: str) -> str:
+    """Where the two first part, for the failure message (``...`` lines end the comparison)."""
+    want, have = shown.rstrip("\n").splitlines(), actual.rstrip("\n").splitlines()
+    for k, line in enumerate(want):
+        if skeleton(line) == "..." or "..." in line:
+            return f"line {k + 1} of the shown output elides; compare the rest by eye"
+        got = have[k] if k < len(have) else "(no more output)"
+        if skeleton(line) != skeleton(got):
+            return f"line {k + 1}: README shows {line!r}, the command printed {got!r}"
+    return f"the command printed {len(have) - len(want)} more lines than shown" if len(have) > len(want) else ""
+
+
+class Runner:
+    """Runs the README's blocks in order in one working folder, each at most once."""
+
+    def __init__(self, workdir: Path):
+        self.workdir, self.blocks = workdir, parse(README.read_text())
+        self.results: dict[int, tuple[int, str, str]] = {}   # index -> (status, stdout, stderr)
+        self.namespace: dict = {"__name__": "__readme__"}
+        bindir = str(Path(sys.executable).parent)
+        self.env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+                        TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+
+    def result(self, index: int) -> tuple[int, str, str]:
+        for block in self.blocks[:index + 1]:
+            if block.lang in RUNNABLE and not block.skip and block.index not in self.results:
+                self.results[block.index] = self._run(block)
+        return self.results[index]
+
+    def _run(self, block: Block) -> tuple[int, str, str]:
+        if block.lang == "bash":
+            done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd=self.workdir, env=self.env,
+                                  capture_output=True, text=True, timeout=900)
+            return done.returncode, done.stdout, done.stderr
+        out, err, status = io.StringIO(), io.StringIO(), 0
+        previous = Path.cwd()
+        os.chdir(self.workdir)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                exec(compile(block.code, f"README.md:{block.line}", "exec"), self.namespace)
+        except Exception as exc:  # reported as the block's failure
+            import traceback
+            err.write("".join(traceback.format_exception(exc)))
+            status = 1
+        finally:
+            os.chdir(previous)
+        return status, out.getvalue(), err.getvalue()
+
+
+_BLOCKS = [b for b in parse(README.read_text()) if b.lang in RUNNABLE]
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    return Runner(tmp_path_factory.mktemp("readme"))
+
+
+@pytest.mark.readme
+@pytest.mark.parametrize("block", _BLOCKS, ids=[f"block{b.index}-{b.lang}-line{b.line}" for b in _BLOCKS])
+def test_readme_block(runner, block):
+    if block.skip:
+        pytest.skip(f"README.md line {block.line}: {block.skip}")
+    status, out, err = runner.result(block.index)
+    assert status == 0, f"README.md line {block.line} failed (exit {status}):\n{block.code}\n{err[-3000:]}"
+    if block.shown is not None:
+        assert matches(block.shown, out), (f"README.md line {block.line}: the output differs from what the README "
+                                           f"shows; {first_difference(block.shown, out)}\n--- printed:\n{out}")
+
+
+# --- the comparison itself ----------------------------------------------------------------------------
+
+def test_parse_finds_shown_output_and_skips():
+    text = ("<!-- readme-test: skip (needs a GPU) -->\n```bash\nrun a\n```\n\nprose\n\n```bash\nrun b\n```\n"
+            "Output:\n```text\nb 1\n```\n```python\nx = 1\n```\n")
+    a, b, shown, c = parse(text)
+    assert (a.skip, a.shown, b.skip, b.shown, c.shown) == ("needs a GPU", None, None, "b 1\n", None)
+    assert (shown.lang, c.lang, c.code, b.line) == ("text", "python", "x = 1\n", 8)
+    with pytest.raises(ValueError, match="line 2: a readme-test skip comment must come right before a block"):
+        parse("<!-- readme-test: skip (why) -->\nprose\n```bash\nx\n```\n")
+
+
+@pytest.mark.parametrize("shown, actual, expected", [
+    ("IDC 28.3 % (181 of 640)\n", "IDC 9.1 % (5 of 1,280)\n", True),     # figures vary
+    ("IDC 28.3 % (181 of 640)\n", "IDC 28.3% (181 of 640)\n", False),    # wording differs
+    ("a 1\nb 2\n", "a 1\nb 2\nc 3\n", False),                              # a line more
+    ("a 1\n...\nd 4\n", "a 1\nb 2\nc 3\nd 4\n", True),                     # elided lines
+    ("a 1\n...\nd 4\n", "a 1\nd 4\n", True),                               # ... may stand for none
+    ("a 1\n...\nd 4\n", "a 1\nb 2\n", False),
+    ("Epoch 1/8\n...\nEpoch 8/8\ndone\n", "Epoch 1/8\nEpoch 2/8\nEpoch 8/8\ndone\n", True),
+    ('{"idc": 0.28, ...}\n', '{"idc": 0.31, "covered": 181}\n', True),    # ... inside a line
+    ("col  a   b\n", "col a b\n", True),                                   # spacing
+    ("lenet5.keras\n", "lenet1.keras\n", True),
+])
+def test_matches(shown, actual, expected):
+    assert matches(shown, actual) is expected
+
+
+if __name__ == "__main__":  # print what the blocks print now, to paste into the README
+    wanted = {int(a) for a in sys.argv[1:]}
+    with tempfile.TemporaryDirectory() as folder:
+        run = Runner(Path(folder))
+        for b in run.blocks:
+            if b.lang not in RUNNABLE or b.skip or (wanted and b.index > max(wanted)):
+                continue
+            status, out, err = run.result(b.index)   # the blocks before run too: they make what it uses
+            if not wanted or b.index in wanted:
+                print(f"===== block {b.index} (README.md line {b.line}, {b.lang}, exit {status}) "
+                      f"{'matches' if b.shown is None or matches(b.shown, out) else 'DIFFERS'}")
+                print(out, end="" if out.endswith("\n") or not out else "\n")
+                if status:
+                    print(err[-3000:])
