@@ -13,11 +13,11 @@ Per run: findings per 1,000 execs (the misclassification oracle; a finding is ke
 combination, true label and prediction), the share of findings that reproduce from their 8-bit image
 (written as PNG, read back, run again: still the same wrong prediction), unique (true, predicted) pairs,
 seeds with a finding, mean SSIM of findings to their root seeds, every criterion's coverage of the grown
-corpus, and robustness after retraining with the kept mutants as ``idcgen harden`` does (docs/design.md,
-"Hardening"): the model fine-tuned 1 epoch on the same training subset plus the run's kept mutants
-(labelled as their root seed), then its accuracy on a fixed held-out test set, clean, noisy, rotated,
-shifted and under FGSM. Each guide is compared with ``none`` by a two-sided Mann-Whitney U test over the
-repetitions.
+corpus, and robustness after retraining with the kept mutants as ``idcgen harden`` does (its retraining
+and perturbed test sets are reused): the model fine-tuned 1 epoch on the same training subset plus the
+run's kept mutants (labelled as their root seed), then its accuracy on a fixed held-out test set, clean,
+noisy, rotated, shifted and under FGSM. Each guide is compared with ``none`` by a two-sided
+Mann-Whitney U test over the repetitions.
 
 Writes ``<out>/runs/<guide>_r<r>.json`` (one per run: an interrupted study resumes where it stopped),
 ``runs.csv``/``runs.json`` (every run), ``guidance.csv`` and ``guidance.md`` (means, spreads and tests).
@@ -197,7 +197,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
             values = np.array([r[k] for r in by[g]], float)
             row[k] = float(np.nanmean(values)) if not np.isnan(values).all() else float("nan")
             row[k + " std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        for k in ("findings_per_1k", "unique_pairs"):
+        for k in ("findings_per_1k", "unique_pairs", "seeds_failed", "mean_ssim"):
             row[f"p {k} vs none"] = (mann_whitney([r[k] for r in by[g]], [r[k] for r in base])
                                      if base and g != "none" else float("nan"))
         rows.append(row)
@@ -219,7 +219,8 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
              f"{settings['seeds']} seeds (test inputs, classes balanced), {settings['budget']} execs per run, "
              f"random states {rs}, mutators `{settings['mutators']}`, batch {settings['batch_size']}, IDC m = "
              f"{settings['m']}; criteria fitted on {settings['fit_train']} training inputs. Mean ± standard "
-             "deviation over the repetitions; p: two-sided Mann-Whitney U of the runs against `none`.", "",
+             "deviation over the repetitions; p: two-sided Mann-Whitney U of the runs against `none` (guidance.csv also "
+             "has it for seeds with a finding and mean SSIM).", "",
              "## Failures", "",
              "| guide | findings / 1k execs | p | reproduce % | unique (true, pred) pairs | p | seeds with a finding "
              "| mean SSIM to seed | kept mutants | fuzz s |",
