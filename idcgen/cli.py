@@ -338,6 +338,8 @@ def harden(model: Path = ModelOpt,
     recorded = dataclasses.replace(Analysis.load(campaign / "analysis").convention, image_shape=None)
     network, convention = _with_convention(_network(model, unsafe, architecture), recorded=recorded)
     found = Campaign.load(campaign, network)
+    for note in found.notes:   # damage found on reading (a read-only load repairs nothing)
+        typer.echo(f"note: {note}")
     convention = dataclasses.replace(convention, value_range=found.value_range)  # the inputs as the campaign's
     train_ds, x_train = _inputs(train, network, scale, None, convention, class_names=class_names)
     test_ds, x_test = _inputs(test, network, scale, limit_test, convention, class_names=class_names)

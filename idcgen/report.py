@@ -90,7 +90,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     cfg, a = campaign.config, campaign.analysis
     state = campaign.state()
     lines = [f"# Fuzz campaign report: {folder.name}", ""]
-    lines += [f"- note: {n}" for n in notes]
+    lines += [f"- note: {n}" for n in [*notes, *campaign.notes]]   # the session's, then damage found on reading
     lines += [
         f"- model: `{cfg.get('model', '?')}`; analysis: layer `{a.layer}`, m = {a.m}, "
         f"{a.total} combinations ({cfg.get('analysis_source', '')})",

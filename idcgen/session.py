@@ -233,8 +233,12 @@ def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -
         return None
     if x_train is not None:  # the retraining data in the corpus' image shape (flat or channel-less models)
         x_train = fit_to_model(x_train, fuzzer.network.input_shape)
-    exports = export_campaign(campaign, train_x=x_train, train_y=y_train, oracle=fuzzer.oracle)
-    report = write_report(campaign, notes=notes, exports=exports)
+    campaign.open()   # the writer lock again: a second session must not export into the same folder at once
+    try:
+        exports = export_campaign(campaign, train_x=x_train, train_y=y_train, oracle=fuzzer.oracle)
+        report = write_report(campaign, notes=notes, exports=exports)
+    finally:
+        campaign.close()
     state = campaign.state()
     seeds_idc = campaign.stats_rows()[0]["idc"]
     echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} (grown set, {len(campaign.corpus)} inputs); "

@@ -78,12 +78,12 @@ def resume(folder) -> tuple[int, str]:
 
 
 def committed_step(folder) -> int:
-    from idcgen.fuzz.store import read_state
+    from idcgen.fuzz.statefile import read_state
     return json.loads(str(np.load(__import__("io").BytesIO(read_state(folder)[1]))["state"]))["step"]
 
 
 def newest_state_file(folder) -> Path:
-    from idcgen.fuzz.store import STATE_FILES, read_state
+    from idcgen.fuzz.statefile import STATE_FILES, read_state
     return folder / STATE_FILES[read_state(folder)[0] % 2]
 
 

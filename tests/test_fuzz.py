@@ -150,7 +150,7 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, s
     torn = fuzzer6.start(x, y, tmp_path / "torn", budget=600)
     with pytest.raises(KeyboardInterrupt):
         fuzzer6.run(torn, progress=False, on_step=stop_after_three)
-    from idcgen.fuzz.store import STATE_FILES, read_state
+    from idcgen.fuzz.statefile import STATE_FILES, read_state
     newest = tmp_path / "torn" / STATE_FILES[read_state(tmp_path / "torn")[0] % 2]
     newest.write_bytes(newest.read_bytes()[:-7])
     torn = make_fuzzer(analysis, mutators()).resume(tmp_path / "torn")

@@ -78,6 +78,7 @@ class Campaign:
     finding_parts: list = field(default_factory=list, repr=False)   # one dict of arrays per step with findings
     finding_keys: set = field(default_factory=set, repr=False)
     folder: Path | None = None     # where it is saved (None: in memory only)
+    notes: list = field(default_factory=list)   # damage found when it was read, and what was rebuilt
     store: CampaignStore | None = field(default=None, repr=False)   # writes its steps there (None: read only)
 
     # ---- views ------------------------------------------------------------------------------
@@ -276,7 +277,7 @@ class Campaign:
             if saved.store is not None:
                 saved.store.release()
             raise
-        campaign.folder, campaign.store = saved.folder, saved.store
+        campaign.folder, campaign.store, campaign.notes = saved.folder, saved.store, list(saved.notes)
         return campaign
 
 

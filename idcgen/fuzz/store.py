@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -36,43 +35,16 @@ import numpy as np
 from ..errors import InputError
 from ..files import atomic_npz, atomic_text, jsonl, npz_bytes
 from ..imageio import to_png
+from . import integrity
+from .statefile import FORMAT_VERSION, STATE_FILES, frame_state
 
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; one writer per campaign is then the user's care
     fcntl = None
 
-FORMAT_VERSION = 2
 JSON_EVERY_SECONDS = 2.0
-STATE_FILES = ("state-0", "state-1")
 LOGS = ("manifest.jsonl", "findings.jsonl", "stats.jsonl")
-_STATE_HEADER = struct.Struct("<8sQQI")  # magic, commit number, payload length, CRC-32 of the payload
-_STATE_MAGIC = b"IDCGSTAT"
-
-
-def frame_state(commit: int, payload: bytes) -> bytes:
-    """A state file's content: header (commit number, length, checksum), then the payload."""
-    return _STATE_HEADER.pack(_STATE_MAGIC, commit, len(payload), zlib.crc32(payload)) + payload
-
-
-def read_state(folder: Path) -> tuple[int, bytes] | None:
-    """(commit number, payload) of the newest whole state file (``STATE_FILES[commit % 2]``), None if
-    there is none."""
-    newest = None
-    for name in STATE_FILES:
-        try:
-            data = (folder / name).read_bytes()
-        except OSError:
-            continue
-        if len(data) < _STATE_HEADER.size:
-            continue
-        magic, commit, length, crc = _STATE_HEADER.unpack_from(data)
-        payload = data[_STATE_HEADER.size:_STATE_HEADER.size + length]
-        if magic != _STATE_MAGIC or len(payload) != length or zlib.crc32(payload) != crc:
-            continue  # half written when the process was killed: the other file holds the commit before
-        if newest is None or commit > newest[0]:
-            newest = (commit, payload)
-    return newest
 
 
 def read_jsonl(path: Path, keep: int) -> list[dict]:
@@ -336,12 +308,11 @@ class CampaignStore:
     # ---- reading ----------------------------------------------------------------------------
     @classmethod
     def read(cls, folder: Path, *, resume: bool = False) -> Saved:
-        """The folder at its last commit, checked against it (:mod:`idcgen.fuzz.checks`). ``resume``
+        """The folder at its last commit, checked against it (:mod:`idcgen.fuzz.integrity`). ``resume``
         takes the writer lock first, then deletes what was written after the commit, cuts the logs back
         to it and rebuilds what can be rebuilt (said in ``notes``); the store returned writes the next
         steps. Without it nothing is written: damage that can be rebuilt is only reported."""
-        from .checks import read_meta as checked_meta
-        meta, notes = checked_meta(folder, repair=resume)
+        meta, notes = integrity.read_meta(folder, repair=resume)
         store = None
         if resume:
             store = cls(folder)
@@ -359,9 +330,8 @@ class CampaignStore:
 
     @classmethod
     def _read(cls, folder: Path, meta: dict, store: "CampaignStore | None") -> Saved:
-        from . import checks
         repair = store is not None
-        commits, arrays, notes = checks.newest_state(folder, meta)
+        commits, arrays, notes = integrity.newest_state(folder, meta)
         state = json.loads(str(arrays["state"]))
         rng_state = json.loads(str(arrays["rng"]))
         covered = {"idc": arrays["covered"]}
@@ -369,21 +339,21 @@ class CampaignStore:
         n_rows = int(arrays["n_stats_rows"])
         logs = {k: tuple(v) for k, v in json.loads(str(arrays["logs"])).items()} if "logs" in arrays else None
         if repair:
-            notes += checks.tidy(folder)
-        corpus = checks.step_files(folder, "corpus", state["step"], repair)
-        found = checks.step_files(folder, "findings", state["step"], repair)
-        checks.check_ids(folder, "corpus", corpus, state["corpus"])
-        checks.check_ids(folder, "findings", found, state["findings"])
+            notes += integrity.tidy(folder)
+        corpus = integrity.step_files(folder, "corpus", state["step"], repair)
+        found = integrity.step_files(folder, "findings", state["step"], repair)
+        integrity.check_ids(folder, "corpus", corpus, state["corpus"])
+        integrity.check_ids(folder, "findings", found, state["findings"])
         if len(arrays["fuzz_count"]) != state["corpus"]:
-            raise checks.damaged(folder, f"the state holds {len(arrays['fuzz_count'])} fuzz counts for "
+            raise integrity.damaged(folder, f"the state holds {len(arrays['fuzz_count'])} fuzz counts for "
                                  f"{state['corpus']} corpus entries")
 
         committed = {"manifest.jsonl": state["corpus"], "findings.jsonl": state["findings"], "stats.jsonl": n_rows}
         rebuilt, stats = {}, None
         for name in LOGS:
-            problem, data = checks.log_problem(folder / name, logs[name] if logs else None, committed[name])
+            problem, data = integrity.log_problem(folder / name, logs[name] if logs else None, committed[name])
             if problem is None and name == "stats.jsonl":
-                stats = checks.parse_rows(data)
+                stats = integrity.parse_rows(data)
                 problem = None if stats is not None and len(stats) == n_rows else "does not parse"
             if problem is None:
                 continue
@@ -394,7 +364,7 @@ class CampaignStore:
                 rebuilt[name] = "".join(findings_text(p) for _, p in found)
                 how = "rebuilt from the findings step files"
             else:
-                stats = checks.minimal_stats(state, corpus, found)
+                stats = integrity.minimal_stats(state, corpus, found)
                 rebuilt[name] = jsonl(stats)
                 how = ("rebuilt with two rows only (the seeds' and the last step's, marked \"rebuilt\"): the "
                        "per-step statistics are in no other file, so the report's curves start again from here")
@@ -406,13 +376,13 @@ class CampaignStore:
             for name in LOGS:
                 path = folder / name
                 if name in rebuilt:
-                    new_logs[name] = checks.rewrite(path, rebuilt[name])
+                    new_logs[name] = integrity.rewrite(path, rebuilt[name])
                 elif logs:
-                    checks.truncate(path, logs[name][0])
+                    integrity.truncate(path, logs[name][0])
                 else:   # a campaign of an earlier idcgen: the checksums start here
                     lines = path.read_text().splitlines(keepends=True)
                     text = "".join(lines[:committed[name]])
-                    new_logs[name] = checks.rewrite(path, text) if len(lines) != committed[name] else \
+                    new_logs[name] = integrity.rewrite(path, text) if len(lines) != committed[name] else \
                         (len(text.encode()), zlib.crc32(text.encode()))
             store._commits, store._logs = commits, new_logs   # the next commit overwrites the older state file
             if new_logs != logs or len(stats) != n_rows:   # commit what was rebuilt, so the state matches it
@@ -426,8 +396,7 @@ class CampaignStore:
 def read_meta(folder: Path) -> dict:
     """campaign.json (or, should it be lost, the settings the state holds), checked for the folder
     format this idcgen reads and for a whole analysis."""
-    from .checks import read_meta as checked_meta
-    return checked_meta(folder)[0]
+    return integrity.read_meta(folder)[0]
 
 
 def manifest_text(entries: dict) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..files import atomic_text, remove_temporaries
+from .statefile import FORMAT_VERSION, STATE_FILES, read_state
 
 #: what reading a damaged file can raise (a truncated npz: BadZipFile; an empty one: EOFError)
 UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
@@ -44,7 +45,6 @@ def _why(exc: BaseException) -> str:
 def read_meta(folder: Path, *, repair: bool = False) -> tuple[dict, list[str]]:
     """(campaign.json, notes). A missing or unreadable campaign.json is read from the newest state,
     which holds the same settings (it is rewritten when a run ends)."""
-    from .store import FORMAT_VERSION, read_state
     path, problem = folder / "campaign.json", None
     try:
         meta = json.loads(path.read_text())
@@ -101,7 +101,6 @@ def check_analysis(folder: Path, meta: dict) -> None:
 # ---- the state ------------------------------------------------------------------------------------
 def _payload(folder: Path, newest: tuple[int, bytes]) -> dict:
     """The arrays of a state payload (its checksum already matched)."""
-    from .store import STATE_FILES
     try:
         with np.load(io.BytesIO(newest[1])) as arrays:
             return {k: arrays[k] for k in arrays.files}
@@ -111,7 +110,6 @@ def _payload(folder: Path, newest: tuple[int, bytes]) -> dict:
 
 def newest_state(folder: Path, meta: dict) -> tuple[int, dict, list[str]]:
     """(commit number, payload arrays, notes) of the last commit."""
-    from .store import STATE_FILES, read_state
     newest = read_state(folder)
     if newest is None:
         present = [name for name in STATE_FILES if (folder / name).exists()]
