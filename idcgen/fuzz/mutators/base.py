@@ -107,6 +107,9 @@ class Mutator:
     affine: ClassVar[bool] = False      # rotate/shift/scale/shear: at most one per chain (DeepHunter)
     needs_model: ClassVar[bool] = False
     stochastic: ClassVar[bool] = True   # False: the output does not depend on rng (fgsm, bim, cw)
+    #: which validity rule judges its mutants (docs/design.md, "Mutations"; idcgen.fuzz.validity):
+    #: "pixel" = DeepHunter's L0/L-inf bounds, "scene" = an SSIM floor (weather, light, camera transforms)
+    validity: ClassVar[str] = "pixel"
     parameters: ClassVar[dict[str, Param]] = {}
 
     def __init__(self, **params):
