@@ -70,7 +70,8 @@ def network_with_convention(model, *, value_range=None, preprocess=None, image_s
         return model, known
     wrapped, convention = prepare(model, value_range=value_range, preprocess=preprocess, image_shape=image_shape,
                                   recorded=recorded)
-    network = model if isinstance(model, Network) and wrapped is model.model else Network(wrapped)
+    network = model if isinstance(model, Network) and wrapped is model.model else \
+        Network(wrapped, task=model.task if isinstance(model, Network) else None)  # keep a --task override
     network.__dict__["_idcgen_convention"] = convention  # what later calls with this Network fall back to
     return network, convention
 
@@ -360,8 +361,12 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     x = fit_to_model(x, network.input_shape)
     check_scale(x, convention, what="the training inputs")
     check_int("random_state", random_state, 0)
+    regression = network.task == "regression"
+    if regression and (relevance_of == "label" or correct_only or only_class is not None):
+        raise InputError("relevance_of='label', correct_only and only_class are for classifiers; a regression "
+                         "model's relevance starts from its one output, and its inputs have no class")
     if y is not None:
-        y = check_class_labels(x, y, network.n_classes)
+        y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
     elif relevance_of == "label" or correct_only or only_class is not None:
         raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
     fingerprint = data_fingerprint(x, y)  # of the inputs as given, before correct_only / only_class select
@@ -403,9 +408,11 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
 
     data = dict(data_summary or {})
-    accuracy = None if y is None else float((predictions == y).mean())
+    accuracy = None if y is None or regression else float((predictions == y).mean())
     data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy, fingerprint=fingerprint,
                 observed_range=[float(x.min()), float(x.max())])
+    if regression and y is not None:  # the model's error on the labels, in the output's units
+        data.update(mse=float(np.mean((network.predict(x).astype(np.float64) - y) ** 2)))
     warnings = []
     n_classes = network.n_classes
     if accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
@@ -414,7 +421,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
                         f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
                         f"[{x.min():g}, {x.max():g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
                         f"{convention.source}); check --scale, --value-range and --preprocess")
-    config = dict(layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
+    config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
                   relevance_of=relevance_of,
                   correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
                   random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"

@@ -29,6 +29,9 @@ ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto 
 ValueRangeOpt = typer.Option(None, "--value-range", help="LO,HI: range of the images the model takes (default: 0,255 if it starts with Rescaling(1/255), else 0,1).")
 PreprocessOpt = typer.Option(None, "--preprocess", help="Between image and model: imagenet-caffe, imagenet-torch, tf ([0,255] -> [-1,1]) or mean=M,std=S.")
 ResizeOpt = typer.Option(None, "--resize", help="HxW: resize the images of image folders (PIL, bilinear).")
+TaskOpt = typer.Option(None, "--task", help="regression or classification (default: detected; a head of one output unit is a regression model).")
+LabelsOpt = typer.Option(None, "--labels", help="CSV of labels for an image folder: FILE.csv (id and target columns detected) or FILE.csv:ID_COLUMN,TARGET_COLUMN; ids are the file names, with or without extension.")
+CropOpt = typer.Option(None, "--crop", help="TOP,BOTTOM,LEFT,RIGHT: pixels cut from each image of an image folder before --resize.")
 ClassNamesOpt = typer.Option(None, "--class-names", help="Class names in label order (cat,dog or a file with one per line): labels of image class subfolders not named by integers (default: sorted names).")
 
 
@@ -113,18 +116,19 @@ def _given(ctx: typer.Context) -> dict:
     return {k: v for k, v in ctx.params.items() if getattr(source(k), "name", None) == "COMMANDLINE"}
 
 
-def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None):
+def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None, task: Optional[str] = None):
     from .models import Network, load_model
-    return Network(load_model(model, safe_mode=not unsafe, architecture=architecture))
+    return Network(load_model(model, safe_mode=not unsafe, architecture=architecture), task=task)
 
 
 def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None,
-            class_names=None, err: bool = False):
+            class_names=None, err: bool = False, labels=None, crop=None):
     """(Dataset, x) for the model; the label mapping and conversions are shown once (stderr if ``err``)."""
     from .data import load_for_model
     value_range = (0.0, 1.0) if convention is None else convention.value_range
     ds, x = load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
-                           resize=resize, class_names=class_names, n_classes=network.n_classes)
+                           resize=resize, class_names=class_names, n_classes=network.n_classes, labels=labels,
+                           crop=crop, task=network.task)
     for note in ds.notes:
         typer.echo(note if note.startswith("labels: ") else f"note: {note}", err=err)
     return ds, x
@@ -137,19 +141,31 @@ def _with_convention(network, value_range=None, preprocess=None, recorded=None):
 
 
 @command
-def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt,
+           task: Optional[str] = TaskOpt):
     """List the model's layers: name, type, output shape, neurons (units or channels)."""
-    network = _network(model, unsafe, architecture)
+    network = _network(model, unsafe, architecture, task)
     rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
     for row in [("name", "type", "output shape", "neurons")] + rows:
         typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    typer.echo(f"task: {_task_line(network)}")
     typer.echo(f"logits: {network.logits_layer}   default subject layer: {network.default_layer()}")
     from .convention import from_model, leading_preprocessing
     typer.echo(f"expects: {from_model(network.model).describe()}")
     found = leading_preprocessing(network.model)
     typer.echo("preprocessing layers: " + (", ".join(_describe_layer(layer) for layer in found) if found else
                                            "none (give --preprocess if the model expects normalised inputs)"))
+
+
+def _task_line(network) -> str:
+    """"regression (one output unit, tanh; ...)" or "classification (10 classes)"."""
+    if network.task == "classification":
+        return f"classification ({network.n_classes} classes)"
+    from .models import _activation_name
+    act = _activation_name(network.logits_step.layer)
+    return (f"regression (one output unit, {act}; relevance starts from its pre-activation; "
+            "--task classification overrides)")
 
 
 def _describe_layer(layer) -> str:
@@ -172,7 +188,8 @@ def analyze(model: Path = ModelOpt,
             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-            class_names: Optional[str] = ClassNamesOpt,
+            class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
+            crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
             out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."),
             force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
@@ -182,8 +199,8 @@ def analyze(model: Path = ModelOpt,
     ks = parse_cluster_range(clusters)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
-    network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess)
-    ds, x = _inputs(train, network, scale, limit, convention, resize, class_names)
+    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess)
+    ds, x = _inputs(train, network, scale, limit, convention, resize, class_names, labels=labels, crop=crop)
     analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=ds.summary())
@@ -195,6 +212,8 @@ def analyze(model: Path = ModelOpt,
         where = (f"already in {out}, unchanged" if not written else f"saved to {out}" if out == wanted else
                  f"saved to {out} ({wanted} holds another analysis)")
     ks_chosen = [c.k for c in analysis.clusters]
+    typer.echo(f"task: {_task_line(network)}" + (f"; MSE on the labels {analysis.data['mse']:.4g}"
+                                                  if analysis.data.get("mse") is not None else ""))
     typer.echo(f"layer {analysis.layer}: important neurons {analysis.neurons.tolist()}, clusters {ks_chosen}, "
                f"{analysis.total} combinations")
     typer.echo(f"inputs: {convention.describe()}; training inputs span [{x.min():g}, {x.max():g}] ({ds.scaling})")
@@ -218,7 +237,8 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              limit: Optional[int] = typer.Option(None, "--limit"),
              scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
              preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-             class_names: Optional[str] = ClassNamesOpt,
+             class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
+             crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
@@ -229,16 +249,18 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
     found = Analysis.load(analysis) if "idc" in names else None
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
-    network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
+    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess,
+                                           recorded)
     if found is not None:
         found.bind(network)
-    _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json)
+    _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, crop=crop)
     others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc:threshold=0.5"
     x_train = y_train = None
     if any(c.needs_data for c in others.values()):
         if train is None:
             _fail(f"{', '.join(c.name for c in others.values() if c.needs_data)} need --train DATA (the model's training inputs)")
-        train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=as_json)
+        train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=as_json,
+                                    labels=labels, crop=crop)
         y_train = train_ds.y
     results = {}
     if found is not None:

@@ -78,7 +78,7 @@ from PIL import Image
 from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Dataset", "load_inputs", "load_for_model", "fit_to_model", "check_labels", "embedded_mnist",
-           "parse_resize", "parse_class_names", "KNOWN_DATASETS"]
+           "parse_resize", "parse_crop", "parse_class_names", "KNOWN_DATASETS"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 KNOWN_DATASETS = ("embedded-mnist", "mnist", "fashion-mnist")
@@ -103,7 +103,7 @@ class Dataset:
     Attributes:
         x: float32 inputs, (n, h, w), (n, h, w, c) or (n, d); channels-last (n, h, w, c) after
             `fit_to_model`.
-        y: int64 labels of shape (n,), or None.
+        y: int64 labels of shape (n,), float64 for a regression target, or None.
         source: what was loaded, e.g. "/data/test.npz[x_test,y_test]" or "embedded-mnist:test".
         scaling: how raw values were scaled, e.g. "uint8/255 -> [0, 1]".
         class_names: the class names of an image folder, index = label (given ones or the sorted
@@ -130,7 +130,8 @@ class Dataset:
     def summary(self) -> dict:
         """JSON-able description: source, n, per-item shape, dtype, scaling, value range, label counts."""
         empty = self.x.size == 0
-        labels, counts = (np.unique(self.y, return_counts=True) if self.y is not None else ((), ()))
+        classes = self.y is not None and self.y.dtype.kind in "iu"   # float labels: a regression target
+        labels, counts = np.unique(self.y, return_counts=True) if classes else ((), ())
         return {
             "source": self.source,
             "n": len(self),
@@ -140,16 +141,17 @@ class Dataset:
             "min": None if empty else float(self.x.min()),
             "max": None if empty else float(self.x.max()),
             "n_labels": 0 if self.y is None else len(self.y),
-            "class_counts": None if self.y is None else {str(k): int(c) for k, c in zip(labels, counts)},
+            "class_counts": None if not classes else {str(k): int(c) for k, c in zip(labels, counts)},
             "class_names": None if self.class_names is None else list(self.class_names),
             "notes": list(self.notes),
-        }
+        } | ({"label_range": [float(self.y.min()), float(self.y.max())]}   # a regression target's span
+             if self.y is not None and not classes and len(self.y) else {})
 
 
 def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str = "auto",
                 channels: int | None = None, limit: int | None = None, value_range=(0.0, 1.0),
                 resize: tuple[int, int] | str | None = None, class_names=None,
-                n_classes: int | None = None) -> Dataset:
+                n_classes: int | None = None, labels=None, crop=None, task: str | None = None) -> Dataset:
     """Load inputs and optional labels from `spec` (see the module docstring for the forms).
 
     Args:
@@ -164,9 +166,15 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
         class_names: the classes in label order (a sequence, or the text `parse_class_names` reads):
             labels of an image folder's non-integer subfolder names.
         n_classes: the model's class count, if known: labels at or beyond it are refused.
+        labels: a CSV giving the labels of an image folder's images, ``FILE.csv`` or
+            ``FILE.csv:id_column,target_column`` (:mod:`idcgen.labelfile`).
+        crop: (top, bottom, left, right) or "T,B,L,R": pixels cut from each image of an image folder
+            before any resize (a driving frame's sky and bonnet).
+        task: "regression" takes the labels as numbers (float64); "classification" as class indices;
+            None: class indices, except float labels from a ``labels`` file.
 
     Returns:
-        A `Dataset` with float32 inputs and int64 labels (or None).
+        A `Dataset` with float32 inputs and int64 labels (float64 for regression, or None).
     """
     _check_choice("split", split, SPLITS, allow_none=True)
     _check_choice("scale", scale, SCALES)
@@ -176,17 +184,23 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
 
     value_range = _check_value_range(value_range)
     resize = parse_resize(resize)
+    crop = parse_crop(crop)
     class_names = parse_class_names(class_names)
     text = os.fspath(spec)
     path = Path(text).expanduser()
     head, _, tail = text.rpartition(":")
     if not path.exists() and tail in SPLITS and Path(head).expanduser().exists():
         path, split = Path(head).expanduser(), tail   # "train.npz:train": a file's part, as for a named dataset
-    if resize is not None and not (path.is_dir() and not _idx_folder_files(path)):
+    image_folder = path.is_dir() and not _idx_folder_files(path)
+    if resize is not None and not image_folder:
         raise InputError(f"resize applies to folders of images; {text} is not one (resize arrays before saving them)")
+    for name, given in (("crop", crop), ("labels", labels)):
+        if given is not None and not image_folder:
+            raise InputError(f"--{name} applies to folders of images; {text} is not one")
     notes = ()
     if path.exists():
-        x, y, source, found_names, notes = _load_path(path, split, channels, limit, resize, class_names, n_classes)
+        x, y, source, found_names, notes = _load_path(path, split, channels, limit, resize, class_names, n_classes,
+                                                      labels, crop)
     else:
         name, _, colon_split = text.partition(":")
         name = _ALIASES.get(name.strip().lower(), name.strip().lower())
@@ -202,8 +216,9 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
     x = np.asarray(x)
     _check_raw(x, source)
     if y is not None:
-        y = check_labels(x, y)[:limit]
-        if n_classes is not None and n_classes >= 2 and len(y) and y.max() >= n_classes:
+        task = task or ("regression" if labels is not None and np.asarray(y).dtype.kind == "f" else "classification")
+        y = check_labels(x, y, task=task)[:limit]
+        if task == "classification" and n_classes is not None and n_classes >= 2 and len(y) and y.max() >= n_classes:
             i = int(np.argmax(y))
             raise InputError(f"labels from {source} reach {y[i]} (input {i}) but the model has {n_classes} classes "
                              f"(0..{n_classes - 1}); give labels the model's class indices")
@@ -246,12 +261,24 @@ def fit_to_model(ds_or_x, input_shape: tuple) -> np.ndarray:
     raise InputError(f"inputs have shape {item} per item but the model expects {want}: {_shape_difference(item, want)}")
 
 
-def check_labels(x, y) -> np.ndarray:
-    """Validate labels for inputs `x`: returns y as int64 of shape (n,).
+def check_labels(x, y, task: str = "classification") -> np.ndarray:
+    """Validate labels for inputs `x`: returns y as int64 of shape (n,), or float64 for ``task="regression"``.
 
-    Accepts integer labels, whole-number floats, (n, 1) columns and one-hot (n, K) rows (argmax).
+    Accepts integer labels, whole-number floats, (n, 1) columns and one-hot (n, K) rows (argmax); for
+    regression any finite numbers, (n,) or (n, 1).
     """
     y = np.asarray(y)
+    if task == "regression":
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1 or y.dtype.kind not in "uif":
+            raise InputError(f"regression labels must be numbers, one per input; got dtype {y.dtype}, shape {y.shape}")
+        if len(y) != len(x):
+            raise InputError(f"got {len(y)} labels for {len(x)} inputs")
+        if not np.isfinite(y).all():
+            i = int(np.argmin(np.isfinite(y)))
+            raise InputError(f"regression labels must be finite numbers; got {y[i]} at index {i}")
+        return y.astype(np.float64)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     elif y.ndim == 2:
@@ -264,7 +291,8 @@ def check_labels(x, y) -> np.ndarray:
         whole = np.isfinite(y) & (y == np.round(y))
         if not whole.all():
             i = int(np.argmin(whole))
-            raise InputError(f"labels must be whole numbers; got {y[i]} at index {i}")
+            raise InputError(f"labels must be whole numbers; got {y[i]} at index {i} (a classifier takes class "
+                             "indices; float labels are for regression models: one output unit, or --task regression)")
     elif y.dtype.kind not in "iu":
         raise InputError(f"labels must be integers; got dtype {y.dtype}")
     if len(y) and y.min() < 0:
@@ -307,14 +335,15 @@ def _embedded_mnist_all() -> tuple[np.ndarray, np.ndarray]:
 
 # --- sources -----------------------------------------------------------------------------------------
 
-def _load_path(path: Path, split, channels, limit, resize=None, class_names=None, n_classes=None):
+def _load_path(path: Path, split, channels, limit, resize=None, class_names=None, n_classes=None, labels=None,
+               crop=None):
     """(x, y, source, class_names, notes) from an existing file or folder."""
     if path.is_dir():
         if _idx_folder_files(path):
             x, y, source = _split_parts(lambda s: _load_idx_folder(path, s), split or "test")
             return x, y, source, None, ()
         _no_split(split, path)
-        return _load_image_folder(path, channels, limit, resize, class_names, n_classes)
+        return _load_image_folder(path, channels, limit, resize, class_names, n_classes, labels, crop)
     name = path.name.lower()
     if name.endswith(".npz"):
         x, y, source = _load_npz(path, split)
@@ -532,7 +561,8 @@ def _folder_labels(folder: Path, names: list[str], class_names, n_classes):
     return labels, by_label, f"labels: {shown} ({how})"
 
 
-def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=None, n_classes=None):
+def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=None, n_classes=None, labels=None,
+                       crop=None):
     direct = _image_files(folder)
     subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     per_class = [_image_files(d) for d in subfolders]
@@ -540,8 +570,12 @@ def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=N
         raise InputError(f"{folder} holds both images and class subfolders with images; "
                          "move the images into class subfolders or point at a folder with one kind")
     notes = []
+    label_file, labels = labels, None
+    if label_file is not None and any(per_class):
+        raise InputError(f"{folder} has class subfolders, which give the labels; --labels takes a folder with the "
+                         "images directly in it")
     if direct:
-        files, labels, by_label = direct, None, None
+        files, by_label = direct, None
         if class_names is not None:
             notes.append(f"class names not used: {folder} has no class subfolders, so its images have no labels")
     else:
@@ -552,7 +586,11 @@ def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=N
     if not files:
         raise InputError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {folder}")
     files = files[:limit]  # decode only what is kept
-    read = [_read_image(f, channels, resize) for f in files]
+    if label_file is not None and files:
+        from .labelfile import read_labels
+        labels, line = read_labels(label_file, files)
+        notes.append(line)
+    read = [_read_image(f, channels, resize, crop) for f in files]
     images = [image for image, _ in read]
     converted = sum(changed for _, changed in read)
     if converted:
@@ -564,18 +602,27 @@ def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=N
             raise InputError(f"images differ in size: {files[0]} is {_image_size(images[0])} but {f} is "
                              f"{_image_size(image)}; resize them to one size (--resize HxW)"
                              + ("" if channels else " (or pass channels=1 or 3 to convert them to one mode)"))
-    source = f"{folder} (image folder" + (f", {len(subfolders)} classes" if labels is not None else "")
+    source = f"{folder} (image folder" + (f", {len(subfolders)} classes" if labels is not None and
+                                          label_file is None else "")
+    source += f", cropped by {crop} (top, bottom, left, right)" if crop else ""
     source += (f", resized to {resize[0]}x{resize[1]} (HxW) with PIL bilinear)" if resize else ")")
     return np.stack(images), None if labels is None else labels[:limit], source, by_label, tuple(notes)
 
 
-def _read_image(path: Path, channels, resize=None) -> tuple[np.ndarray, bool]:
+def _read_image(path: Path, channels, resize=None, crop=None) -> tuple[np.ndarray, bool]:
     """(uint8 image, whether it was converted between grayscale and colour to give `channels`)."""
     try:
         with Image.open(path) as image:
             natural = "L" if image.mode in _GRAY_MODES else "RGB"
             mode = {1: "L", 3: "RGB"}.get(channels) or natural
             image = image.convert(mode)
+            if crop is not None:
+                top, bottom, left, right = crop
+                width, height = image.size
+                if top + bottom >= height or left + right >= width:
+                    raise InputError(f"crop {crop} (top, bottom, left, right) leaves nothing of {path} "
+                                     f"({width}x{height}); crop fewer pixels")
+                image = image.crop((left, top, width - right, height - bottom))
             if resize is not None and image.size != (resize[1], resize[0]):
                 image = image.resize((resize[1], resize[0]), Image.Resampling.BILINEAR)
             return np.asarray(image, dtype=np.uint8), mode != natural
@@ -618,6 +665,20 @@ def parse_resize(resize) -> tuple[int, int] | None:
     if len(dims) != 2 or min(dims) < 1:
         raise ParameterError(f"resize must be HxW (height x width, e.g. 66x200). Got {resize!r} instead.")
     return dims[0], dims[1]
+
+
+def parse_crop(crop) -> tuple[int, int, int, int] | None:
+    """"60,25,0,0" or (60, 25, 0, 0): pixels cut from the top, bottom, left and right; None stays None."""
+    if crop is None:
+        return None
+    try:
+        values = [int(v) for v in re.split(r"[,\s]+", crop.strip())] if isinstance(crop, str) else [int(v) for v in crop]
+    except (TypeError, ValueError, AttributeError):
+        values = []
+    if len(values) != 4 or min(values) < 0:
+        raise ParameterError(f"crop must be TOP,BOTTOM,LEFT,RIGHT (pixels cut from each side, e.g. 60,25,0,0). "
+                             f"Got {crop!r} instead.")
+    return tuple(values)
 
 
 def _check_value_range(value_range) -> tuple[float, float]:
@@ -708,12 +769,13 @@ def _shape_difference(item: tuple, want: tuple) -> str:
 
 
 def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int | None = None,
-                   value_range=(0.0, 1.0), resize=None, class_names=None, n_classes: int | None = None):
+                   value_range=(0.0, 1.0), resize=None, class_names=None, n_classes: int | None = None,
+                   labels=None, crop=None, task: str | None = None):
     """``load_inputs`` for a model taking ``input_shape`` and images in ``value_range``: images
     converted to its channel count (and resized to ``resize``, (h, w), for image folders), labels
     checked against its ``n_classes``, then shaped by ``fit_to_model``. Returns (Dataset, x); show
     ``Dataset.notes`` to the user."""
     channels = input_shape[-1] if len(input_shape) == 3 and input_shape[-1] in (1, 3) else None
     ds = load_inputs(spec, scale=scale, channels=channels, limit=limit, value_range=value_range, resize=resize,
-                     class_names=class_names, n_classes=n_classes)
+                     class_names=class_names, n_classes=n_classes, labels=labels, crop=crop, task=task)
     return ds, fit_to_model(ds, input_shape)

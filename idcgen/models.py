@@ -1,4 +1,4 @@
-"""Load a Keras classifier, expose its logits, and tap named layers in batched forward passes.
+"""Load a Keras classifier or regression model, expose its logits (or output pre-activation), and tap named layers in batched forward passes.
 
 A *neuron* is a unit of a dense layer or a channel (feature map) of a convolutional layer; the
 activation of a channel is its spatial mean (docs/design.md, "Relevance").
@@ -151,6 +151,22 @@ def _is_softmax(layer) -> bool:
         isinstance(layer, keras.layers.Activation) and _activation_name(layer) == "softmax")
 
 
+TASKS = ("classification", "regression")
+
+
+def _detect_task(last, task: str | None) -> str:
+    """"regression" for a head of one output unit (linear, tanh or any other squashing), else
+    "classification"; ``task`` overrides, and regression is refused for a head of several outputs."""
+    shape = last.output_shapes[0]
+    one_unit = len(shape) == 2 and shape[-1] == 1 and bool(last.layer.weights) and not _is_softmax(last.layer)
+    if task == "regression" and not one_unit:
+        raise ModelError(f"--task regression needs a model whose last layer is one output unit (a Dense(1)); "
+                         f"this one ends with {_described(last)}; leave --task out or give classification")
+    if task is not None:
+        return task
+    return "regression" if one_unit and _activation_name(last.layer) != "softmax" else "classification"
+
+
 class Network:
     """A classifier with its logits exposed and batched taps on named layers, for any functional graph.
 
@@ -158,10 +174,16 @@ class Network:
     ``keras.applications`` backbone inside a wrapper has its own name here. The logits are the
     pre-softmax values: the input of a final ``Softmax``/``Activation("softmax")`` layer, or the
     pre-activation of a final layer with ``activation="softmax"`` (docs/design.md, "Relevance").
+
+    ``task`` is "classification" or "regression" (detected: a head of one output unit, linear or squashed
+    as ``tanh``, is a regression model; give ``task`` to override). For regression the "logits" are the one
+    unit's pre-activation and `forward`'s first value is the model's output (n, 1) rather than probabilities.
     """
 
-    def __init__(self, model: keras.Model, *, batch_size: int | None = None):
+    def __init__(self, model: keras.Model, *, batch_size: int | None = None, task: str | None = None):
         from .graph import Graph
+        if task not in TASKS + (None,):
+            raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         self.model = model
         self.graph = Graph(model)
         self._built: dict = {}   # functions built once per model (traced gradients, attack wrappers)
@@ -170,7 +192,12 @@ class Network:
             raise ModelError("the model has no layers")
         self.input_shape = tuple(model.inputs[0].shape[1:])
         last = self.graph.producer_of(self.graph.output_key)
-        if _is_softmax(last.layer):
+        self.task = _detect_task(last, task)
+        if self.task == "regression":
+            # relevance starts from the output unit's pre-activation (docs/design.md, "Regression models")
+            self.logits_key = last.outputs[0]
+            self.softmax_in_last_layer = _activation_name(last.layer) != "linear"   # run without its squashing
+        elif _is_softmax(last.layer):
             self.logits_key = last.inputs[0]                      # drop the softmax layer
             self.softmax_in_last_layer = False
         elif _activation_name(last.layer) == "softmax":
@@ -344,7 +371,9 @@ class Network:
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return self.forward(x)[0].argmax(axis=1)
+        """The predicted class of each input; for a regression model its output value (float, (n,))."""
+        out = self.forward(x)[0]
+        return out[:, 0] if self.task == "regression" else out.argmax(axis=1)
 
     def logits(self, x, training=False):
         """Symbolic logits of ``x`` (differentiable; ``training`` is accepted and ignored: inference)."""

@@ -170,8 +170,11 @@ class Relevance:
             values = graph.run(x, until=self._last,
                                linear=network.logits_step if network.softmax_in_last_layer else None)
             logits = values[network.logits_key]
-            cls = tf.where(target >= 0, target, tf.argmax(logits, axis=1, output_type=tf.int32))
-            relevance = {network.logits_key: logits * tf.one_hot(cls, tf.shape(logits)[1], dtype=logits.dtype)}
+            if network.task == "regression":  # the one output unit's pre-activation, whatever its sign
+                relevance = {network.logits_key: logits}
+            else:
+                cls = tf.where(target >= 0, target, tf.argmax(logits, axis=1, output_type=tf.int32))
+                relevance = {network.logits_key: logits * tf.one_hot(cls, tf.shape(logits)[1], dtype=logits.dtype)}
             skip = set()
             for step in reversed(self._steps):
                 if step.name in skip:

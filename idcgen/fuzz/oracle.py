@@ -4,6 +4,12 @@ An oracle takes a batch's :class:`Execution` (the mutants, the model's answers, 
 their root seeds) and returns a boolean mask. Oracles compose: ``Misclassification() & ~Uncertain(0.5)``
 flags confident misclassifications; on the command line the same is ``misclassification & ~uncertain``
 (see :func:`make_oracle`).
+
+For a regression model (one output unit, docs/design.md "Regression models") ``predictions`` are the
+output values (floats), ``root_labels`` are NaN where unknown, and the oracles that read numbers take a
+threshold in the output's units: ``deviation`` (DeepTest: the mutant's output moved away from its root
+seed's), ``error`` (the output is further than the threshold from the seed's label) and
+``disagreement`` (DeepXplore: the models' outputs differ by more than the threshold).
 """
 
 from __future__ import annotations
@@ -21,10 +27,31 @@ class Execution:
     """One batch as the oracle sees it (one row per mutant)."""
 
     x: np.ndarray                  # the mutants as run
-    probabilities: np.ndarray      # (n, classes)
-    predictions: np.ndarray
-    root_labels: np.ndarray        # the root seeds' labels, -1 where unknown
+    probabilities: np.ndarray      # (n, classes); a regression model's outputs (n, 1)
+    predictions: np.ndarray        # classes (int); a regression model's output values (float)
+    root_labels: np.ndarray        # the root seeds' labels, -1 where unknown (NaN for regression)
     root_predictions: np.ndarray   # the model's predictions on the root seeds
+
+    @property
+    def regression(self) -> bool:
+        return np.asarray(self.predictions).dtype.kind == "f"
+
+
+def _regression_only(name: str, run: Execution) -> None:
+    if not run.regression:
+        raise InputError(f"the {name} oracle compares output values and is for regression models (one output "
+                         "unit); for a classifier use misclassification or prediction-change")
+
+
+def _threshold(name: str, value) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not (np.isfinite(value) and value >= 0):
+        raise ParameterError(f"The 'threshold' of the {name} oracle must be a number >= 0 (in the model's output "
+                             f"units). Got {value!r} instead.")
+    return value
 
 
 class Oracle:
@@ -66,6 +93,9 @@ class Misclassification(Oracle):
     name = "misclassification"
 
     def __call__(self, run: Execution) -> np.ndarray:
+        if run.regression:
+            raise InputError("the misclassification oracle is for classifiers; for a regression model use "
+                             "deviation(threshold=...) or error(threshold=...)")
         if np.any(run.root_labels < 0):
             raise InputError("the misclassification oracle needs labelled seeds; use --oracle prediction-change")
         return (run.predictions != run.root_labels) & (run.root_predictions == run.root_labels)
@@ -78,7 +108,53 @@ class PredictionChange(Oracle):
     name = "prediction-change"
 
     def __call__(self, run: Execution) -> np.ndarray:
+        if run.regression:
+            raise InputError("the prediction-change oracle never fires on a regression model's output; use "
+                             "deviation(threshold=...) (the output moved by more than the threshold)")
         return run.predictions != run.root_predictions
+
+
+@dataclass(frozen=True)
+class Deviation(Oracle):
+    """|prediction - root seed's prediction| > ``threshold`` on the raw output (DeepTest's metamorphic
+    relation for steering models; default 0.2, in the output's units: radians for a steering angle)."""
+
+    threshold: float = 0.2
+
+    def __post_init__(self):
+        object.__setattr__(self, "threshold", _threshold("deviation", self.threshold))
+
+    @property
+    def name(self) -> str:
+        return f"deviation(threshold={self.threshold:g})"
+
+    def __call__(self, run: Execution) -> np.ndarray:
+        _regression_only("deviation", run)
+        return np.abs(np.asarray(run.predictions, np.float64) - run.root_predictions) > self.threshold
+
+
+@dataclass(frozen=True)
+class Error(Oracle):
+    """|prediction - root seed's label| > ``threshold`` (needs labels). As for misclassification, only
+    mutants of seeds the model gets right (within the threshold) count."""
+
+    threshold: float = 0.2
+
+    def __post_init__(self):
+        object.__setattr__(self, "threshold", _threshold("error", self.threshold))
+
+    @property
+    def name(self) -> str:
+        return f"error(threshold={self.threshold:g})"
+
+    def __call__(self, run: Execution) -> np.ndarray:
+        _regression_only("error", run)
+        labels = np.asarray(run.root_labels, np.float64)
+        if np.any(np.isnan(labels)):
+            raise InputError("the error oracle needs labelled seeds (e.g. --labels FILE.csv); "
+                             "use deviation(threshold=...) without labels")
+        right = np.abs(np.asarray(run.root_predictions, np.float64) - labels) <= self.threshold
+        return (np.abs(np.asarray(run.predictions, np.float64) - labels) > self.threshold) & right
 
 
 @dataclass(frozen=True)
@@ -102,20 +178,35 @@ class Uncertain(Oracle):
 
 @dataclass(frozen=True)
 class Disagreement(Oracle):
-    """The models disagree on the mutant (DeepXplore's differential oracle)."""
+    """The models disagree on the mutant (DeepXplore's differential oracle): another class, or for
+    regression models outputs further apart than ``threshold`` (default 0.2, in the output's units)."""
 
     others: tuple = field(default=())   # Network objects of the other models
-    name = "disagreement"
+    threshold: float | None = None      # regression only; None: 0.2
     runs_models = True
 
     def __post_init__(self):
         if not self.others:
             raise ParameterError("the disagreement oracle needs at least two models (repeat --model)")
+        if self.threshold is not None:
+            object.__setattr__(self, "threshold", _threshold("disagreement", self.threshold))
+
+    @property
+    def name(self) -> str:
+        return "disagreement" if self.threshold is None else f"disagreement(threshold={self.threshold:g})"
 
     def __call__(self, run: Execution) -> np.ndarray:
         flagged = np.zeros(len(run.x), bool)
+        if not run.regression and self.threshold is not None:
+            raise InputError("the disagreement oracle's threshold is for regression models; classifiers disagree "
+                             "on the class: give disagreement without a threshold")
+        limit = 0.2 if self.threshold is None else self.threshold
         for network in self.others:
-            flagged |= network.predict(run.x) != run.predictions
+            theirs = network.predict(run.x)
+            if run.regression:
+                flagged |= np.abs(np.asarray(theirs, np.float64) - run.predictions) > limit
+            else:
+                flagged |= theirs != run.predictions
         return flagged
 
 
@@ -156,13 +247,15 @@ class Not(Oracle):
         return ~self.inner(run)
 
 
-ORACLES = ("misclassification", "prediction-change", "disagreement", "uncertain")
+ORACLES = ("misclassification", "prediction-change", "disagreement", "uncertain", "deviation", "error")
+_THRESHOLDED = {"disagreement", "uncertain", "deviation", "error"}
 _TERM = re.compile(r"\s*(~?)\s*([a-z-]+)(?:\(([^)]*)\))?\s*")
 
 
 def make_oracle(spec, others=()) -> Oracle:
     """An oracle from its spec: a name (``misclassification``, ``prediction-change``, ``disagreement``,
-    ``uncertain`` or ``uncertain(0.7)``), or names joined by ``&`` and ``|`` (evaluated left to right),
+    ``uncertain`` or ``uncertain(0.7)``; for regression models ``deviation``, ``error`` and
+    ``disagreement``, each with an optional ``(threshold=T)`` or ``(T)``), or names joined by ``&`` and ``|`` (evaluated left to right),
     each optionally negated with ``~``. An :class:`Oracle` is returned as it is."""
     if isinstance(spec, Oracle):
         return spec
@@ -183,25 +276,35 @@ def _term(text: str, spec: str, others) -> Oracle:
         raise ParameterError(f"The 'oracle' parameter must be one of {', '.join(ORACLES)}, or names joined by & "
                              f"and | with ~ for not. Got {spec!r} instead.")
     negate, name, argument = match.groups()
-    if argument is not None and name != "uncertain":
+    if argument is not None and name not in _THRESHOLDED:
         raise ParameterError(f"the {name} oracle takes no parameter; got {text.strip()!r} in {spec!r}")
+    threshold = None
+    if argument is not None:
+        key, _, value = argument.rpartition("=")
+        try:
+            if key.strip() not in ("", "threshold") and name != "uncertain":  # uncertain(p=0.7) as before
+                raise ValueError
+            threshold = float(value)
+        except ValueError:
+            raise ParameterError(f"the {name} oracle takes one number, e.g. {name}(threshold=0.3); got "
+                                 f"{text.strip()!r}") from None
     if name == "misclassification":
         oracle = Misclassification()
     elif name == "prediction-change":
         oracle = PredictionChange()
     elif name == "disagreement":
-        oracle = Disagreement(tuple(others))
+        oracle = Disagreement(tuple(others), threshold)
+    elif name == "deviation":
+        oracle = Deviation(0.2 if threshold is None else threshold)
+    elif name == "error":
+        oracle = Error(0.2 if threshold is None else threshold)
     else:
-        try:
-            threshold = 0.5 if argument is None else float(argument.split("=")[-1])
-        except ValueError:
-            raise ParameterError(f"the uncertain oracle takes a probability, e.g. uncertain(0.7); got {text.strip()!r}") from None
-        oracle = Uncertain(threshold)
+        oracle = Uncertain(0.5 if threshold is None else threshold)
     return ~oracle if negate else oracle
 
 
 def needs_labels(oracle: Oracle) -> bool:
     """Whether the oracle reads the seeds' labels."""
-    if isinstance(oracle, Misclassification):
+    if isinstance(oracle, (Misclassification, Error)):
         return True
     return any(needs_labels(getattr(oracle, part)) for part in ("left", "right", "inner") if hasattr(oracle, part))

@@ -1,0 +1,234 @@
+"""Regression models (a steering head of one output unit): detection, relevance from the output's
+pre-activation, float labels, labels from a CSV beside an image folder, and the regression oracles
+(docs/design.md, "Regression models")."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+import keras
+from idcgen.analysis import analyze
+from idcgen.cli import app
+from idcgen.data import check_labels, load_inputs
+from idcgen.errors import IdcgenError, InputError, ModelError, ParameterError
+from idcgen.fuzz.oracle import Execution, make_oracle, needs_labels
+from idcgen.models import Network
+from idcgen.relevance import Relevance
+
+runner = CliRunner()
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "udacity"
+
+
+def steering_model(activation="tanh", seed=0, shape=(8, 8, 1)):
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input(shape)
+    h = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inp)
+    h = keras.layers.Flatten(name="flatten")(h)
+    h = keras.layers.Dense(6, activation="relu", name="hidden")(h)
+    return keras.Model(inp, keras.layers.Dense(1, activation=activation, name="steer")(h))
+
+
+def inputs(n=40, shape=(8, 8, 1), seed=1):
+    return np.random.default_rng(seed).random((n,) + shape).astype(np.float32)
+
+
+# --- detection -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("activation", ["linear", "tanh", "sigmoid"])
+def test_one_output_unit_is_regression(activation):
+    network = Network(steering_model(activation))
+    assert network.task == "regression" and network.n_classes == 1 and network.logits_layer == "steer"
+    x = inputs(5)
+    _, (hidden,) = network.forward(x, ("hidden",))
+    w, b = network.model.get_layer("steer").get_weights()
+    pre = hidden @ w[:, 0] + b[0]
+    assert np.allclose(network.logits(x).numpy()[:, 0], pre, atol=1e-5)   # the pre-activation, not tanh(...)
+    squash = {"linear": lambda v: v, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v))}[activation]
+    assert np.allclose(network.predict(x), squash(pre), atol=1e-5)       # the output value, not an argmax
+    assert network.predict(x).dtype.kind == "f"
+
+
+def test_classifiers_stay_classifiers_and_task_overrides():
+    inp = keras.Input((4,))
+    softmax = keras.Model(inp, keras.layers.Dense(3, activation="softmax")(inp))
+    assert Network(softmax).task == "classification" and Network(softmax).n_classes == 3
+    linear_one = Network(steering_model("linear"), task="classification")
+    assert linear_one.task == "classification" and linear_one.n_classes == 1
+    with pytest.raises(ModelError, match=r"--task regression needs a model whose last layer is one output unit"):
+        Network(softmax, task="regression")
+    with pytest.raises(ModelError, match="the task must be one of classification, regression"):
+        Network(softmax, task="steering")
+
+
+# --- relevance and analysis ----------------------------------------------------------------------------
+
+def test_relevance_starts_from_the_pre_activation_whatever_its_sign():
+    network = Network(steering_model("tanh"))
+    x = inputs(30)
+    rel, act, z = Relevance(network, layer="hidden", eps=1e-9)(x)
+    w, b = network.model.get_layer("steer").get_weights()
+    pre = act @ w[:, 0] + b[0]
+    assert (pre < 0).any() and (pre > 0).any()         # both signs explained, no class picked
+    assert np.allclose(z[:, 0], pre, atol=1e-5)
+    # LRP-epsilon over the head: R_i = a_i w_i z / (z + eps) = a_i w_i for eps -> 0
+    assert np.allclose(rel, act * w[:, 0], atol=1e-4)
+
+
+def test_analysis_of_a_regression_model_end_to_end():
+    network = Network(steering_model("tanh"))
+    x = inputs(60)
+    y = np.linspace(-0.5, 0.5, len(x))                 # steering angles, not whole numbers
+    found = analyze(network, x, y, m=3, progress=False)
+    assert found.config["task"] == "regression" and found.data["accuracy"] is None
+    mse = float(np.mean((network.predict(x).astype(np.float64) - y) ** 2))
+    assert found.data["mse"] == pytest.approx(mse, rel=1e-6)
+    rel, _, _ = Relevance(network, layer="hidden")(x)
+    assert set(found.neurons.tolist()) == set(np.argsort(-rel.sum(0))[:3].tolist())
+    assert found.total == np.prod([c.k for c in found.clusters]) and 0 < found.coverage(x).score <= 1
+    with pytest.raises(InputError, match="relevance_of='label', correct_only and only_class are for classifiers"):
+        analyze(network, x, y, m=3, correct_only=True, progress=False)
+
+
+def test_float_labels_regression_yes_classifier_one_line():
+    assert check_labels(np.zeros((3, 1)), [0.25, -1.5, 2], task="regression").tolist() == [0.25, -1.5, 2.0]
+    with pytest.raises(InputError, match=r"labels must be whole numbers; got 0.25 at index 0 .*regression models"):
+        check_labels(np.zeros((3, 1)), [0.25, -1.5, 2])
+    with pytest.raises(InputError, match="regression labels must be finite numbers; got nan at index 1"):
+        check_labels(np.zeros((2, 1)), [0.1, np.nan], task="regression")
+
+
+# --- labels from a CSV beside an image folder ----------------------------------------------------------
+
+def frames(folder: Path, n=4, size=(12, 10)):
+    """n grey frames whose row r holds the value 10 * r + i (so crops are checkable), named like Udacity's."""
+    folder.mkdir()
+    ids = [str(1479425441182877835 + 50_000_000 * i) for i in range(n)]
+    for i, name in enumerate(ids):
+        rows = (10 * np.arange(size[0])[:, None] + i + np.zeros(size)).astype(np.uint8)
+        Image.fromarray(rows, "L").save(folder / f"{name}.png")
+    return ids
+
+
+def test_csv_labels_matched_by_file_name_and_crop(tmp_path):
+    ids = frames(tmp_path / "frames")
+    angles = [-0.37, -0.065, 0.0, 0.125]
+    csv = tmp_path / "final_example.csv"
+    csv.write_text("frame_id,steering_angle\n" + "".join(f"{i},{a}\n" for i, a in zip(reversed(ids), reversed(angles)))
+                   + "999,0.5\n")                   # an id for a frame not in the folder: noted, not used
+    ds = load_inputs(tmp_path / "frames", labels=csv, crop="3,2,1,0")
+    assert ds.y.dtype == np.float64 and ds.y.tolist() == angles   # in file-name order, whatever the CSV's order
+    assert ds.x.shape == (4, 12 - 5, 10 - 1)
+    want = np.array([(10 * r + 2) / 255 for r in range(3, 10)])   # rows 3..9 of frame 2, every column
+    assert np.allclose(ds.x[2, :, 0], want) and np.allclose(ds.x[2, :, 5], want)
+    assert any("1 ids of the file match no image" in note for note in ds.notes)
+    named = tmp_path / "named.csv"
+    named.write_text("angle_deg,frame,speed\n" + "".join(f"{a * 57},{i}.png,3\n" for i, a in zip(ids, angles)))
+    ds = load_inputs(tmp_path / "frames", labels=f"{named}:frame,angle_deg", task="regression")
+    assert np.allclose(ds.y, np.array(angles) * 57)
+
+
+@pytest.mark.parametrize("csv_text, spec_tail, message", [
+    ("when,speed\n1,2\n", "", r"has no id column that idcgen recognises \(columns: when, speed"),
+    ("frame_id,steering_angle\n1,0.1\n", ":frame_id,angle", r"has no target column 'angle'"),
+    ("frame_id,steering_angle\n1,0.1\n2,0.2\n", "", r"no id of .* matches an image file name"),
+    ("frame_id,steering_angle\n{0},0.1\n", "", r"3 of 4 images have no label in .* \(first: "),
+    ("frame_id,steering_angle\n{0},left\n{1},0\n{2},0\n{3},0\n", "", r"holds 'left', not a number"),
+], ids=["no columns", "no named target", "ids match no file", "files without label", "not a number"])
+def test_bad_label_files_get_one_line(tmp_path, csv_text, spec_tail, message):
+    ids = frames(tmp_path / "frames")
+    csv = tmp_path / "labels.csv"
+    csv.write_text(csv_text.format(*ids))
+    with pytest.raises(IdcgenError, match=message):
+        load_inputs(tmp_path / "frames", labels=f"{csv}{spec_tail}")
+
+
+def test_crop_and_labels_refused_where_they_do_not_apply(tmp_path):
+    frames(tmp_path / "frames")
+    with pytest.raises(ParameterError, match="crop must be TOP,BOTTOM,LEFT,RIGHT"):
+        load_inputs(tmp_path / "frames", crop="3,2")
+    with pytest.raises(InputError, match="leaves nothing of"):
+        load_inputs(tmp_path / "frames", crop="6,6,0,0")
+    np.save(tmp_path / "x.npy", np.zeros((2, 4, 4), np.uint8))
+    with pytest.raises(InputError, match="--crop applies to folders of images"):
+        load_inputs(tmp_path / "x.npy", crop="1,1,1,1")
+
+
+def test_cli_regression_with_csv_labels(tmp_path):
+    ids = frames(tmp_path / "frames", n=24, size=(14, 12))
+    csv = tmp_path / "steer.csv"
+    csv.write_text("frame_id,steering_angle\n" + "".join(f"{i},{(k - 12) / 30}\n" for k, i in enumerate(ids)))
+    model = tmp_path / "steer.keras"
+    steering_model("tanh").save(model)
+    result = runner.invoke(app, ["layers", "--model", str(model)])
+    assert result.exit_code == 0 and "task: regression (one output unit, tanh;" in result.output
+    result = runner.invoke(app, ["analyze", "--model", str(model), "--train", str(tmp_path / "frames"),
+                                 "--labels", str(csv), "--crop", "3,1,2,0", "--resize", "8x8", "--m", "2",
+                                 "--out", str(tmp_path / "analysis")])
+    assert result.exit_code == 0, result.output
+    assert "task: regression" in result.output and "MSE on the labels" in result.output
+    assert "labels: column 'steering_angle'" in result.output
+    # the same frames and labels given to a classifier: one clear line, exit 1
+    inp = keras.Input((8, 8, 1))
+    classifier = keras.Model(inp, keras.layers.Dense(3, activation="softmax")(keras.layers.Flatten()(inp)))
+    classifier.save(tmp_path / "classifier.keras")
+    result = runner.invoke(app, ["analyze", "--model", str(tmp_path / "classifier.keras"), "--train",
+                                 str(tmp_path / "frames"), "--labels", str(csv), "--resize", "8x8"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith("error: labels must be whole numbers; got -0.4 at index 0") and "regression" in lines[-1]
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (Udacity frames) not present")
+def test_udacity_frames_with_their_steering_csv():
+    ds = load_inputs(SHARED / "center", labels=SHARED / "final_example.csv", crop="200,0,0,0", resize="66x200",
+                     limit=20)
+    table = dict(line.split(",") for line in (SHARED / "final_example.csv").read_text().splitlines()[1:])
+    names = sorted(p.stem for p in (SHARED / "center").glob("*.jpg"))[:20]
+    assert ds.x.shape == (20, 66, 200, 3) and ds.y.tolist() == [float(table[n]) for n in names]
+
+
+# --- regression oracles --------------------------------------------------------------------------------
+
+def run(pred, root_pred, labels=None):
+    pred, root_pred = np.asarray(pred, np.float64), np.asarray(root_pred, np.float64)
+    labels = np.full(len(pred), np.nan) if labels is None else np.asarray(labels, np.float64)
+    return Execution(np.zeros((len(pred), 8, 8, 1), np.float32), pred[:, None], pred, labels, root_pred)
+
+
+def test_deviation_and_error_oracles():
+    execution = run([0.0, 0.25, -0.5, 0.1], [0.0, 0.0, -0.1, 0.35])
+    assert make_oracle("deviation")(execution).tolist() == [False, True, True, True]
+    assert make_oracle("deviation(threshold=0.3)")(execution).tolist() == [False, False, True, False]
+    assert str(make_oracle("deviation(0.3)")) == "deviation(threshold=0.3)"
+    labelled = run([0.0, 0.5, -0.5, 0.1], [0.05, 0.1, 0.5, 0.0], labels=[0.0, 0.0, 0.0, 0.0])
+    # |pred - label| > 0.2, counted only where the seed itself is within 0.2 of its label
+    assert make_oracle("error")(labelled).tolist() == [False, True, False, False]
+    assert make_oracle("error(threshold=0.05)")(labelled).tolist() == [False, False, False, True]
+    assert needs_labels(make_oracle("error")) and not needs_labels(make_oracle("deviation"))
+    with pytest.raises(InputError, match="the error oracle needs labelled seeds"):
+        make_oracle("error")(execution)
+    combined = make_oracle("deviation(0.1) & ~error(0.2)")
+    assert combined(labelled).tolist() == [False, False, True, False]
+    classifier = Execution(np.zeros((2, 1)), np.eye(2), np.array([0, 1]), np.array([0, 1]), np.array([0, 0]))
+    with pytest.raises(InputError, match="the deviation oracle compares output values and is for regression"):
+        make_oracle("deviation")(classifier)
+    with pytest.raises(InputError, match="prediction-change oracle never fires on a regression"):
+        make_oracle("prediction-change")(execution)
+    with pytest.raises(ParameterError, match="the deviation oracle takes one number"):
+        make_oracle("deviation(limit=3)")
+    with pytest.raises(ParameterError, match="must be a number >= 0"):
+        make_oracle("deviation(-1)")
+
+
+def test_disagreement_between_regression_models():
+    other = Network(steering_model("tanh", seed=5))
+    x = inputs(12)
+    theirs = other.predict(x).astype(np.float64)
+    ours = theirs + np.array([0.0, 0.05, -0.3, 0.5] * 3)
+    execution = Execution(x, ours[:, None], ours, np.full(12, np.nan), ours)
+    assert make_oracle("disagreement", others=[other])(execution).tolist() == [False, False, True, True] * 3
+    assert make_oracle("disagreement(threshold=0.4)", others=[other])(execution).tolist() == \
+        [False, False, False, True] * 3
