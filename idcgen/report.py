@@ -173,8 +173,10 @@ def _failures(campaign: Campaign, state: dict) -> list[str]:
 
 
 def _validity_text(cfg: dict) -> str:
+    from .fuzz.mutators import make_mutator
     v = cfg["validity"]
-    return Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"]).describe()
+    return Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"]).describe(
+        [make_mutator(spec) for spec in cfg.get("mutators", [])])
 
 
 def _html(md: str, folder: Path) -> str:

@@ -130,7 +130,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
                     validity=Validity(alpha=alpha, beta=beta, enabled=validity), batch_size=batch_size,
                     random_state=random_state, value_range=convention.value_range, image_shape=image_shape,
                     guide=guide, measure=criteria, rounding=rounding)
-    echo(fuzzer.validity.describe())
+    echo(fuzzer.validity.describe(fuzzer.mutators))
     echo("mutators: " + ", ".join(repr(mu) for mu in fuzzer.mutators))
     out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     extra = {"model": _absolute(models[0]), "other_models": [_absolute(p) for p in models[1:]],
@@ -199,7 +199,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
          f"IDC {campaign.tracker.score:.1%}")
     for note in campaign.store.notes:   # damage found on reading, and what was rebuilt
         echo(f"note: {note}")
-    echo(fuzzer.validity.describe())
+    echo(fuzzer.validity.describe(fuzzer.mutators))
     return _run_and_finish(fuzzer, campaign, x_train, y_train, cfg.get("notes", []), echo, progress)
 
 

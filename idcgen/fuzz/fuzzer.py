@@ -241,7 +241,7 @@ class Fuzzer:
         probs, step.features = self._execute(mutants)
         step.mutants, step.references, step.predictions = mutants, references, probs.argmax(1)
         step.combinations = step.features["idc"]
-        step.valid = self.validity.check(mutants, references)
+        step.valid = self.validity.check(mutants, references, mutator)   # the mutator's rule: pixel or scene
         step.keep = new_coverage(self.guide, c.coverage, step.features, step.valid)
         roots = c.corpus.root[parents]
         run = Execution(mutants, probs, step.predictions, c.corpus.label[roots], c.corpus.prediction[roots])

@@ -2,10 +2,10 @@
 
 Three kinds (docs/design.md, "Mutations"): *noise* (:mod:`.noise`: Gaussian noise on all pixels, on the most
 relevant pixels, on random pixels), *transform* (:mod:`.image`: affine and photometric transforms, blur and
-elastic; :mod:`.driving`: DeepTest's rain, fog, sun flare, shadow and camera blurs) and *attack* (:mod:`.attacks`: cleverhans and ART; :mod:`.directed`: towards uncovered IDC
-combinations). A mutator is written as a spec string, ``"gauss"`` or ``"gauss(std=0.1)"``; its ``repr`` is
-the canonical spec and round-trips through :func:`make_mutator`. The contract every mutator keeps is in
-:mod:`.base`.
+elastic; :mod:`.driving`: DeepTest's rain, fog, sun flare, shadow and camera blurs) and *attack*
+(:mod:`.attacks`: cleverhans and ART; :mod:`.directed`: towards uncovered IDC combinations). A mutator
+is written as a spec string, ``"gauss"`` or ``"gauss(std=0.1)"``; its ``repr`` is the canonical spec and
+round-trips through :func:`make_mutator`. The contract every mutator keeps is in :mod:`.base`.
 """
 
 from __future__ import annotations
