@@ -185,3 +185,22 @@ def test_fuzzer_judges_each_mutator_by_its_rule(trained_lenet, digits, tmp_path)
     np.testing.assert_array_equal(step.valid, expected)
     assert expected.any() and not expected.all()                          # the floor decides some both ways
     assert not Validity().check(step.mutants, step.references).any()      # DeepHunter's bounds would drop all
+
+
+UDACITY = __import__("pathlib").Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "udacity" / \
+    "udacity_test_center_160x120.zip"
+
+
+@pytest.mark.skipif(not UDACITY.exists(), reason="the Udacity frames (../shared) are not here")
+def test_on_udacity_frames_the_scene_rule_keeps_what_deephunter_drops():
+    import zipfile
+    import cv2
+    with zipfile.ZipFile(UDACITY) as z:
+        names = sorted(n for n in z.namelist() if n.endswith((".jpg", ".png")))[::350][:16]
+        x = np.stack([cv2.resize(cv2.imdecode(np.frombuffer(z.read(n), np.uint8), cv2.IMREAD_COLOR)[..., ::-1],
+                                 (200, 66), interpolation=cv2.INTER_AREA) for n in names]).astype(np.float32) / 255
+    v = Validity()
+    for name in DRIVING:
+        out = run(name, x)
+        assert v.check(out, x, REGISTRY[name]()).mean() >= 0.9, name      # the defaults keep the scene ...
+        assert v.check(out, x).mean() <= 0.25, name                       # ... and are no L-inf-bounded change
