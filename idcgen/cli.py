@@ -55,7 +55,8 @@ def _peak_memory_mib() -> float:
 #: rewrites those references into the user's words ("--batch-size must ...", "--scale 255").
 FLAGS = {
     "alpha": "--alpha", "analysis": "--analysis", "architecture": "--architecture", "beta": "--beta",
-    "budget": "--budget", "batch_size": "--batch-size", "clusters": "--clusters",
+    "budget": "--budget", "batch_size": "--batch-size", "clusters": "--clusters", "crop": "--crop",
+    "labels": "--labels", "task": "--task",
     "class_names": "--class-names", "cluster_method": "--cluster-method", "correct_only": "--correct-only",
     "criteria": "--criteria", "epochs": "--epochs", "force": "--force", "guide": "--guide",
     "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit", "m": "--m", "measure": "--measure",
@@ -149,7 +150,8 @@ def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optio
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
     for row in [("name", "type", "output shape", "neurons")] + rows:
         typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-    typer.echo(f"task: {_task_line(network)}")
+    if network.task == "regression":   # a classifier's listing stays as it was
+        typer.echo(f"task: {_task_line(network)}")
     typer.echo(f"logits: {network.logits_layer}   default subject layer: {network.default_layer()}")
     from .convention import from_model, leading_preprocessing
     typer.echo(f"expects: {from_model(network.model).describe()}")
@@ -212,8 +214,9 @@ def analyze(model: Path = ModelOpt,
         where = (f"already in {out}, unchanged" if not written else f"saved to {out}" if out == wanted else
                  f"saved to {out} ({wanted} holds another analysis)")
     ks_chosen = [c.k for c in analysis.clusters]
-    typer.echo(f"task: {_task_line(network)}" + (f"; MSE on the labels {analysis.data['mse']:.4g}"
-                                                  if analysis.data.get("mse") is not None else ""))
+    if network.task == "regression":
+        typer.echo(f"task: {_task_line(network)}" + (f"; MSE on the labels {analysis.data['mse']:.4g}"
+                                                      if analysis.data.get("mse") is not None else ""))
     typer.echo(f"layer {analysis.layer}: important neurons {analysis.neurons.tolist()}, clusters {ks_chosen}, "
                f"{analysis.total} combinations")
     typer.echo(f"inputs: {convention.describe()}; training inputs span [{x.min():g}, {x.max():g}] ({ds.scaling})")
@@ -300,7 +303,7 @@ def fuzz(ctx: typer.Context,
          clusters: str = typer.Option("2-5", "--clusters", help="k values when analysing."),
          cluster_method: Optional[str] = typer.Option(None, "--cluster-method", help="silhouette (default when analysing) or zero-aware; also picks a saved analysis."),
          mutators: Optional[str] = typer.Option(None, "--mutators", help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see `idcgen mutators`)."),
-         oracle: str = typer.Option("misclassification", "--oracle", help="misclassification, prediction-change, disagreement or uncertain[(P)], or several joined by & and | with ~ for not, e.g. 'misclassification & ~uncertain'."),
+         oracle: Optional[str] = typer.Option(None, "--oracle", help="Default misclassification (deviation for a regression model). For regression: deviation(threshold=T), error(threshold=T) (needs labels), disagreement(threshold=T). misclassification, prediction-change, disagreement or uncertain[(P)], or several joined by & and | with ~ for not, e.g. 'misclassification & ~uncertain'."),
          scheduler: str = typer.Option("prioritized", "--scheduler", help="prioritized (DeepHunter) or uniform."),
          guide: str = typer.Option("idc", "--guide", help="Which criterion's new coverage admits a mutant to the corpus: idc, nc, kmnc, nbc, snac, tknc, lsc, dsc, or none (every valid mutant)."),
          measure: Optional[str] = typer.Option(None, "--measure", help="Criteria measured besides IDC, e.g. 'nc,kmnc:k=10' (fitted on --train, else on the seeds)."),
@@ -315,7 +318,8 @@ def fuzz(ctx: typer.Context,
          resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
          scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
          preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-         class_names: Optional[str] = ClassNamesOpt,
+         class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
+         crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
          image_shape: Optional[str] = typer.Option(None, "--image-shape", help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred)."),
          unsafe: bool = UnsafeOpt,
          architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
@@ -335,6 +339,7 @@ def fuzz(ctx: typer.Context,
                               random_state=random_state, limit=limit, out=out, scale=scale, value_range=value_range,
                               preprocess=preprocess, image_shape=image_shape, resize=resize, class_names=class_names,
                               guide=guide, measure=measure, rounding=not no_round, safe_mode=not unsafe,
+                              labels=labels, crop=crop, task=task,
                               architectures=architecture or None, echo=typer.echo)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)

@@ -15,6 +15,7 @@ import numpy as np
 from .files import atomic_npz, atomic_text, jsonl, remove_temporaries
 from .fuzz.campaign import Campaign
 from .fuzz.oracle import Execution, make_oracle
+from .fuzz.store import _value
 from .errors import ParameterError
 from .imageio import quantise, to_png, to_uint8
 
@@ -47,23 +48,28 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     xq = quantise(x, vr)
     probs, (acts,) = network.forward(xq, (analysis.layer,))
     combo_q = analysis.combinations.ids(analysis.select(acts))
+    pred_q = _predictions(corpus, probs)
     grown = dict(x=x, x_uint8=to_uint8(x, vr), y=y, id=np.arange(len(x)), seed=is_seed, root=corpus.root,
-                 prediction=corpus.prediction, prediction_uint8=probs.argmax(1), combination=corpus.combination,
+                 prediction=corpus.prediction, prediction_uint8=pred_q, combination=corpus.combination,
                  combination_uint8=combo_q)
     atomic_npz(out / "grown.npz", grown, compressed=True)
 
-    if images:
+    if images and corpus.regression:   # no classes to sort by: one folder, the label in the name
+        for i in range(len(x)):
+            (out / "grown").mkdir(parents=True, exist_ok=True)
+            to_png(x[i], vr).save(out / "grown" / f"{'seed' if is_seed[i] else 'mutant'}-{i:06d}.png")
+    elif images:
         width = max(1, len(str(max(int(y.max()), 0)))) if len(y) else 1
         for i in range(len(x)):
             folder = out / "grown" / (f"{y[i]:0{width}d}" if y[i] >= 0 else "unlabelled")
             folder.mkdir(parents=True, exist_ok=True)
             to_png(x[i], vr).save(folder / f"{'seed' if is_seed[i] else 'mutant'}-{i:06d}.png")
 
-    mutants = ~is_seed & (y >= 0)
+    mutants = ~is_seed & (~np.isnan(y) if corpus.regression else y >= 0)
     parts_x, parts_y = [quantise(x[mutants], vr)], [y[mutants]]
     if train_x is not None and train_y is not None:  # unlabelled training data cannot be retrained on
         parts_x.insert(0, np.asarray(train_x, np.float32))
-        parts_y.insert(0, np.asarray(train_y, np.int64))
+        parts_y.insert(0, np.asarray(train_y, np.float64 if corpus.regression else np.int64))
     retrain = dict(x_train=np.concatenate(parts_x), y_train=np.concatenate(parts_y),
                    from_campaign=np.concatenate([np.zeros(len(p), bool) for p in parts_x[:-1]] +
                                                 [np.ones(int(mutants.sum()), bool)]))
@@ -75,7 +81,10 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
                   "idc_as_run": campaign.tracker.score,
                   "idc_uint8": _tracker(analysis, combo_q).score,
                   "mutants_keeping_combination_uint8": int((combo_q == corpus.combination)[~is_seed].sum()),
-                  "mutants_keeping_prediction_uint8": int((probs.argmax(1) == corpus.prediction)[~is_seed].sum())},
+                  # for regression: the output moved by less than 1e-3 when rounded
+                  "mutants_keeping_prediction_uint8": int((np.abs(pred_q - corpus.prediction) < 1e-3 if
+                                                           corpus.regression else pred_q == corpus.prediction)
+                                                          [~is_seed].sum())},
         "retrain": {"inputs": int(len(retrain["y_train"])),
                     "training_inputs": len(parts_x[0]) if len(parts_x) == 2 else 0, "mutants": int(mutants.sum()),
                     "note": None if len(parts_x) == 2 else "no labelled training data given: the kept mutants only"},
@@ -91,7 +100,7 @@ def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
     """Write ``findings.jsonl`` with the uint8 re-check of every finding; returns how many survive
     (None: not re-checked)."""
     found = campaign.findings()
-    rows = [{k: v[j].item() for k, v in found.items() if k != "x"} for j in range(len(found.get("id", ())))]
+    rows = [{k: _value(v[j]) for k, v in found.items() if k != "x"} for j in range(len(found.get("id", ())))]
     if oracle is None:  # not computed (a disagreement campaign exported without its other models)
         atomic_text(out / "findings.jsonl", jsonl(dict(r, survives_uint8=None) for r in rows))
         return None
@@ -99,12 +108,17 @@ def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
     if rows:
         xq = quantise(found["x"], campaign.value_range)
         probs, _ = campaign.analysis.network.forward(xq)
-        predictions = probs.argmax(1)
+        predictions = _predictions(campaign.corpus, probs)
         survives = oracle(Execution(xq, probs, predictions, found["label"], found["root_prediction"]))
         for row, p, ok in zip(rows, predictions, survives):
-            row.update(prediction_uint8=int(p), survives_uint8=bool(ok))
+            row.update(prediction_uint8=p.item(), survives_uint8=bool(ok))
     atomic_text(out / "findings.jsonl", jsonl(rows))
     return int(survives.sum())
+
+
+def _predictions(corpus, probs: np.ndarray) -> np.ndarray:
+    """Classes, or a regression model's output values."""
+    return probs[:, 0].astype(np.float64) if corpus.regression else probs.argmax(1)
 
 
 def _tracker(analysis, ids):

@@ -30,17 +30,19 @@ from .fuzz.validity import Validity
 OUTPUTS = Path("outputs")
 
 
-def _load(spec, network, scale, limit=None, *, convention=None, resize=None, class_names=None, echo=print):
+def _load(spec, network, scale, limit=None, *, convention=None, resize=None, class_names=None, echo=print,
+          labels=None, crop=None):
     """(Dataset, x) for the model; the label mapping and conversions are echoed once."""
     value_range = (0.0, 1.0) if convention is None else convention.value_range
     ds, x = load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
-                           resize=resize, class_names=class_names, n_classes=network.n_classes)
+                           resize=resize, class_names=class_names, n_classes=network.n_classes, labels=labels,
+                           crop=crop, task=network.task)
     for note in ds.notes:
         echo(note if note.startswith("labels: ") else f"note: {note}")
     return ds, x
 
 
-def _networks(models, architectures, safe_mode) -> list:
+def _networks(models, architectures, safe_mode, task=None) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
     in order, one per model, ``-`` for a model file that holds its own architecture."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
@@ -48,7 +50,12 @@ def _networks(models, architectures, safe_mode) -> list:
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
                          "(- for a model file that holds its architecture)")
     pairs = zip(models, architectures or [None] * len(models))
-    return [Network(load_model(p, safe_mode=safe_mode, architecture=a)) for p, a in pairs]
+    return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task) for p, a in pairs]
+
+
+def _folder_only(spec, **options) -> dict:
+    """--labels and --crop for a folder of images (the frames); other training data is taken as it is."""
+    return options if Path(spec).is_dir() else {}
 
 
 def _absolute(path) -> str:
@@ -63,10 +70,10 @@ def _folders(paths) -> str:
 
 
 def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=None, clusters=None, cluster_method=None,
-                 mutators=None, oracle="misclassification", scheduler="prioritized", batch_size=256,
+                 mutators=None, oracle=None, scheduler="prioritized", batch_size=256,
                  validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
                  value_range=None, preprocess=None, image_shape=None, resize=None, class_names=None,
-                 guide="idc", measure=None, rounding=True,
+                 guide="idc", measure=None, rounding=True, labels=None, crop=None, task=None,
                  safe_mode=True, architectures=None, echo=print, progress=True) -> dict | None:
     check_budget(budget)  # before any model is loaded
     specs = measure_specs(guide, measure)
@@ -83,12 +90,14 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         check_analysis_options(Analysis.load(analysis), analysis, layer=layer, m=wanted_m, clusters=wanted_clusters,
                                cluster_method=wanted_method)
     recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
-    networks = _networks(models, architectures, safe_mode)
+    networks = _networks(models, architectures, safe_mode, task)
+    # the default oracle: misclassification, or for a regression model deviation (DeepTest's, 0.2)
+    oracle = oracle or ("deviation" if networks[0].task == "regression" else "misclassification")
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
     networks = [network] + [network_with_convention(n, recorded=convention)[0] for n in networks[1:]]
     seeds_ds, x_seeds = _load(seeds, network, scale, limit, convention=convention, resize=resize,
-                              class_names=class_names, echo=echo)
+                              class_names=class_names, echo=echo, labels=labels, crop=crop)
     if image_shape is None and len(network.input_shape) != 3:  # flat or channel-less: fuzzed as images
         image_shape = infer_image_shape(network.input_shape, seeds_ds.x.shape[1:])
     notes, train_ds, x_train = [], None, None
@@ -97,7 +106,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         source = f"loaded from {analysis}"
     elif train is not None:
         train_ds, x_train = _load(train, network, scale, convention=convention, resize=resize,
-                                  class_names=class_names, echo=echo)
+                                  class_names=class_names, echo=echo, **_folder_only(train, labels=labels, crop=crop))
         found = analyze(network, x_train, train_ds.y, layer=layer, m=m, clusters=parse_cluster_range(clusters),
                         cluster_method=cluster_method, random_state=random_state, data_summary=train_ds.summary(),
                         progress=progress)
@@ -136,6 +145,8 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     extra = {"model": _absolute(models[0]), "other_models": [_absolute(p) for p in models[1:]],
              "seeds": _absolute(seeds), "train": None if train is None else _absolute(train), "analysis_source": source, "notes": notes,
              "scale": scale, "resize": None if resize is None else str(resize),
+             **({"labels": _absolute(labels)} if labels else {}), **({"crop": str(crop)} if crop else {}),
+             **({"task_given": task} if task else {}),
              "class_names": None if class_names is None else list(parse_class_names(class_names)),
              "architectures": [str(a) if str(a) == "-" else _absolute(a) for a in architectures or []], "measure_specs": specs}
     campaign = fuzzer.start(x_seeds, seeds_ds.y, out, budget=budget, extra_config=extra)
@@ -153,7 +164,8 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     check_resume_options(folder, cfg, options or {})
     paths = models or [cfg["model"], *cfg.get("other_models", [])]
     try:
-        networks = _networks(paths, architectures or (None if models else cfg.get("architectures")), safe_mode)
+        networks = _networks(paths, architectures or (None if models else cfg.get("architectures")), safe_mode,
+                             cfg.get("task_given"))
     except ModelError as exc:
         if models:
             raise
@@ -171,13 +183,15 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     if cfg.get("train"):
         train_ds, x_train = _load(cfg["train"], networks[0], cfg.get("scale", "auto"), convention=recorded,
                                   class_names=cfg.get("class_names"), echo=echo,
-                                  resize=cfg.get("resize"))
+                                  resize=cfg.get("resize"), **_folder_only(cfg["train"], labels=cfg.get("labels"),
+                                                                           crop=cfg.get("crop")))
         y_train = train_ds.y
     criteria = []
     if cfg.get("measure_specs"):   # fitted again on the data they were fitted on (deterministic)
         x_fit = x_train if x_train is not None else _load(cfg["seeds"], networks[0], cfg.get("scale", "auto"),
                                                           convention=recorded, class_names=cfg.get("class_names"),
-                                                          echo=echo, resize=cfg.get("resize"))[1]
+                                                          echo=echo, resize=cfg.get("resize"),
+                                                          **_folder_only(cfg["seeds"], crop=cfg.get("crop")))[1]
         criteria = fit_criteria(cfg["measure_specs"], networks[0], x_fit, echo,
                                 f"{cfg['train'] or cfg['seeds']} again, as when the campaign started")
     v = cfg["validity"]
@@ -313,6 +327,7 @@ def check_resume_options(folder: Path, cfg: dict, options: dict) -> None:
         "image_shape": lambda v: cfg.get("input_shape"), "class_names": lambda v: cfg.get("class_names"),
         "guide": lambda v: cfg.get("guide", "idc"), "measure": lambda v: cfg.get("measure_specs", []),
         "no_round": lambda v: not cfg.get("rounding", False),
+        "labels": lambda v: cfg.get("labels"), "crop": lambda v: cfg.get("crop"), "task": lambda v: cfg.get("task_given"),
     }
     normal = {
         "clusters": lambda v: list(parse_cluster_range(v)),
@@ -324,6 +339,7 @@ def check_resume_options(folder: Path, cfg: dict, options: dict) -> None:
         "preprocess": lambda v: None if parse_preprocess(v) is None else parse_preprocess(v).spec,
         "image_shape": lambda v: list(parse_image_shape(v)),
         "class_names": lambda v: list(parse_class_names(v)),
+        "labels": _absolute, "crop": lambda v: str(v),
         "measure": lambda v: measure_specs(cfg.get("guide", "idc"), v),
     }
     conflicts = []

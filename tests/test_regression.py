@@ -232,3 +232,58 @@ def test_disagreement_between_regression_models():
     assert make_oracle("disagreement", others=[other])(execution).tolist() == [False, False, True, True] * 3
     assert make_oracle("disagreement(threshold=0.4)", others=[other])(execution).tolist() == \
         [False, False, False, True] * 3
+
+
+# --- the fuzz loop on a regression model ---------------------------------------------------------------
+
+def test_fuzzing_a_steering_model_with_deviation_and_error(tmp_path):
+    from idcgen.fuzz.campaign import Campaign
+    from idcgen.fuzz.fuzzer import Fuzzer
+    network = Network(steering_model("tanh"))
+    x = np.round(inputs(40) * 255) / 255
+    y = network.predict(x).astype(np.float64) + np.linspace(-0.1, 0.1, len(x))   # every seed within 0.2
+    found = analyze(network, x, y, m=3, progress=False)
+    fuzzer = Fuzzer(found, mutators=["gauss(std=0.3)", "brightness(limit=0.5)"], oracle="deviation(threshold=0.05)",
+                    batch_size=40, random_state=0)
+    campaign = fuzzer.run(x, y, budget=400, out=tmp_path / "camp", progress=False)
+    assert campaign.corpus.label.dtype == np.float64 and np.allclose(campaign.corpus.label[:40], y)
+    findings = campaign.findings()
+    assert len(findings["id"]) > 0
+    again = network.predict(findings["x"]).astype(np.float64)     # the model on the finding, run again
+    assert np.allclose(findings["prediction"], again, atol=1e-5)
+    assert np.allclose(findings["root_prediction"], network.predict(x[findings["root"]]), atol=1e-5)
+    assert (np.abs(again - findings["root_prediction"]) > 0.05).all()
+    # a finding per (combination, root seed): no two alike
+    assert len(set(zip(findings["combination"].tolist(), findings["root"].tolist()))) == len(findings["id"])
+    loaded = Campaign.load(tmp_path / "camp", network)
+    assert loaded.corpus.prediction.dtype == np.float64 and np.allclose(loaded.corpus.label[:40], y)
+    assert loaded.n_findings == campaign.n_findings and loaded.finding_keys == campaign.finding_keys
+    # error: against the labels; a classifier's oracle refused before the first step, in one line
+    errors = Fuzzer(found, mutators=["gauss(std=0.3)"], oracle="error(threshold=0.15)", batch_size=40,
+                    random_state=0).run(x, y, budget=80, progress=False).findings()
+    if len(errors.get("id", ())):
+        assert (np.abs(network.predict(errors["x"]) - errors["label"]) > 0.15).all()
+    with pytest.raises(InputError, match="the misclassification oracle is for classifiers"):
+        Fuzzer(found, mutators=["gauss"], oracle="misclassification").run(x, y, budget=40, progress=False)
+    with pytest.raises(InputError, match=r"the seeds have no labels, which the error\(threshold=0.2\) oracle needs"):
+        Fuzzer(found, mutators=["gauss"], oracle="error").run(x, None, budget=40, progress=False)
+
+
+def test_fuzz_command_on_steering_frames(tmp_path):
+    import json
+    ids = frames(tmp_path / "frames", n=20, size=(14, 12))
+    csv = tmp_path / "steer.csv"
+    csv.write_text("frame_id,steering_angle\n" + "".join(f"{i},{(k - 10) / 30}\n" for k, i in enumerate(ids)))
+    steering_model("tanh").save(tmp_path / "steer.keras")
+    common = ["fuzz", "--model", str(tmp_path / "steer.keras"), "--seeds", str(tmp_path / "frames"), "--labels",
+              str(csv), "--crop", "4,2,2,2", "--resize", "8x8", "--m", "3", "--budget", "120", "--batch-size", "40",
+              "--mutators", "gauss(std=0.3),brightness(limit=0.5)"]
+    result = runner.invoke(app, common + ["--out", str(tmp_path / "camp")])
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "camp" / "campaign.json").read_text())["config"]
+    assert config["oracle"] == "deviation(threshold=0.2)" and config["task"] == "regression"
+    manifest = [json.loads(line) for line in (tmp_path / "camp" / "manifest.jsonl").read_text().splitlines()]
+    assert isinstance(manifest[0]["label"], float) and manifest[0]["label"] == pytest.approx(-10 / 30)
+    result = runner.invoke(app, common + ["--oracle", "misclassification", "--out", str(tmp_path / "other")])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith("error: the misclassification oracle is for classifiers")

@@ -196,7 +196,7 @@ class Campaign:
         labels = corpus.label[roots]
         chosen = []
         for i in np.flatnonzero(step.flagged):
-            key = (int(step.combinations[i]), int(labels[i]), int(step.predictions[i]))
+            key = _finding_key(self.corpus, step.combinations[i], labels[i], step.predictions[i], roots[i])
             if key not in self.finding_keys:
                 self.finding_keys.add(key)
                 chosen.append(i)
@@ -255,7 +255,7 @@ class Campaign:
                     raise AnalysisMismatchError(
                         f"the campaign in {saved.folder} was run on another model (fingerprint "
                         f"{analysis.fingerprint[:12]}); pass the model it was made with") from None
-            corpus = Corpus(tuple(saved.config["input_shape"]))
+            corpus = Corpus(tuple(saved.config["input_shape"]), regression=saved.config.get("task") == "regression")
             for part in saved.corpus_parts:
                 corpus.add_entries(part)
             corpus.fuzz_count[:] = saved.fuzz_count
@@ -271,14 +271,23 @@ class Campaign:
                            step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
                            elapsed=state["elapsed_seconds"], stats=saved.stats, finding_parts=saved.finding_parts)
             for part in campaign.finding_parts:   # a finding is saved once per (combination, label, prediction)
-                campaign.finding_keys.update(zip(part["combination"].tolist(), part["label"].tolist(),
-                                                 part["prediction"].tolist()))
+                campaign.finding_keys.update(_finding_key(corpus, *row) for row in zip(
+                    part["combination"], part["label"], part["prediction"], part["root"]))
         except BaseException:
             if saved.store is not None:
                 saved.store.release()
             raise
         campaign.folder, campaign.store, campaign.notes = saved.folder, saved.store, list(saved.notes)
         return campaign
+
+
+def _finding_key(corpus: Corpus, combination, label, prediction, root) -> tuple:
+    """What makes a finding new: (combination, true label, prediction) for a classifier; for a regression
+    model, whose outputs are never equal twice, (combination, root seed): one finding per combination
+    reached from each seed."""
+    if corpus.regression:
+        return int(combination), -1, int(root)
+    return int(combination), int(label), int(prediction)
 
 
 def check_budget(budget) -> int:

@@ -17,12 +17,15 @@ COLUMNS = {"parent": np.int64, "root": np.int64, "label": np.int64, "prediction"
 class Corpus:
     """Growable arrays of entries; ids are positions, seeds first."""
 
-    def __init__(self, input_shape: tuple, dtype=np.float32):
+    def __init__(self, input_shape: tuple, dtype=np.float32, *, regression: bool = False):
         self.input_shape = tuple(input_shape)
+        self.regression = bool(regression)
         self._size = 0
         self._x = np.zeros((0, *self.input_shape), dtype)
         self._reference = np.zeros((0, *self.input_shape), dtype)
-        self._cols = {name: np.zeros(0, dt) for name, dt in COLUMNS.items()}
+        # a regression model's labels and predictions are output values (NaN: no label), not classes
+        self._cols = {name: np.zeros(0, np.float64 if regression and name in ("label", "prediction") else dt)
+                      for name, dt in COLUMNS.items()}
         self.chains: list[list[str]] = []
 
     def __len__(self) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..analysis import Analysis, check_class_labels, network_with_convention
+from ..data import check_labels
 from ..checks import check_int
 from ..convention import check_scale, infer_image_shape, parse_image_shape, parse_value_range
 from ..data import fit_to_model
@@ -120,6 +121,7 @@ class Fuzzer:
                              "beta": self.validity.beta},
                 "guide": self.guide, "measure": [m.name for m in self.measures[1:]],
                 "layer": self.analysis.layer, "m": self.analysis.m,
+                **({"task": "regression"} if self.regression else {}),
                 "input_shape": list(self.network.input_shape),
                 "input_convention": dict(self.analysis.convention.to_dict(), value_range=list(self.value_range),
                                          image_shape=list(self.network.input_shape))}
@@ -130,8 +132,14 @@ class Fuzzer:
         """Run the seeds and mark what they cover: a campaign at step 0, in memory, or saved in ``out``."""
         check_budget(budget)
         x = fit_to_model(x_seeds, self.network.input_shape)
-        y = np.full(len(x), -1, np.int64) if y_seeds is None else check_class_labels(x, y_seeds, self.network.n_classes)
+        if self.regression:   # labels are output values; NaN marks a seed without one
+            y = np.full(len(x), np.nan) if y_seeds is None else check_labels(x, y_seeds, task="regression")
+        else:
+            y = np.full(len(x), -1, np.int64) if y_seeds is None else check_class_labels(x, y_seeds, self.network.n_classes)
         if y_seeds is None and needs_labels(self.oracle):
+            if self.regression:
+                raise InputError(f"the seeds have no labels, which the {self.oracle} oracle needs (give --labels "
+                                 "FILE.csv); or use --oracle deviation (or disagreement with several models)")
             raise InputError("the seeds have no labels, which the misclassification oracle needs; "
                              "use --oracle prediction-change (or disagreement with several models)")
         lo, hi = self.value_range
@@ -143,13 +151,17 @@ class Fuzzer:
         on_grid = np.array_equal(quantise(x, self.value_range), x)
         config = dict(self.config(budget), storage="uint8" if on_grid else "float32",
                       rounding=self.rounding and on_grid, **(extra_config or {}))
-        campaign = Campaign(config=config, analysis=self.analysis, corpus=Corpus(self.network.input_shape),
+        campaign = Campaign(config=config, analysis=self.analysis,
+                            corpus=Corpus(self.network.input_shape, regression=self.regression),
                             coverage={m.name: m.tracker() for m in self.measures},
                             rng=np.random.default_rng(self.random_state),
                             mutator_stats={repr(m): MutatorStats() for m in self.mutators})
         started = time.perf_counter()
         probs, features = self._execute(x)
-        campaign.record_seeds(x, y, probs.argmax(1), features, time.perf_counter() - started)
+        predictions = self._predictions(probs)
+        if self.regression:   # an oracle that cannot judge output values says so now, not at the first step
+            self.oracle(Execution(x[:0], probs[:0], predictions[:0], y[:0], predictions[:0]))
+        campaign.record_seeds(x, y, predictions, features, time.perf_counter() - started)
         if out is not None:
             campaign.save(out)
         return campaign
@@ -239,7 +251,7 @@ class Fuzzer:
         if c.config.get("rounding"):   # what runs is what the exported PNG holds
             mutants = quantise(mutants, self.value_range)
         probs, step.features = self._execute(mutants)
-        step.mutants, step.references, step.predictions = mutants, references, probs.argmax(1)
+        step.mutants, step.references, step.predictions = mutants, references, self._predictions(probs)
         step.combinations = step.features["idc"]
         step.valid = self.validity.check(mutants, references, mutator)   # the mutator's rule: pixel or scene
         step.keep = new_coverage(self.guide, c.coverage, step.features, step.valid)
@@ -273,6 +285,14 @@ class Fuzzer:
         if mutator.affine:  # the reference moves with the same transform (DeepHunter)
             return mutator.mutate_with_reference(corpus.x[parents], corpus.reference[parents], c.rng, ctx)
         return mutator.mutate(corpus.x[parents], c.rng, ctx), corpus.reference[parents]
+
+    @property
+    def regression(self) -> bool:
+        return self.network.task == "regression"
+
+    def _predictions(self, probs: np.ndarray) -> np.ndarray:
+        """The class of each input, or a regression model's output value (float64)."""
+        return probs[:, 0].astype(np.float64) if self.regression else probs.argmax(1)
 
     def _execute(self, x: np.ndarray) -> tuple[np.ndarray, dict]:
         """The model on a batch: probabilities and each measure's features."""
