@@ -20,10 +20,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..analysis import Analysis, check_class_labels, network_with_convention
-from ..data import check_labels
 from ..checks import check_int
 from ..convention import check_scale, infer_image_shape, parse_image_shape, parse_value_range
-from ..data import fit_to_model
+from ..data import check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..imageio import quantise
 from .campaign import Campaign, MutatorStats, Step, check_budget
