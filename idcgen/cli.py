@@ -391,10 +391,11 @@ def convert(old: Path = typer.Argument(..., help="Model file to read: a Keras 2.
 @command
 def mutators():
     """List the mutators with their kinds and default parameters."""
-    from .fuzz.mutators import DEFAULT_MUTATORS, describe_mutators
+    from .fuzz.mutators import DEFAULT_MUTATORS, REGISTRY, describe_mutators
     for name, kind, params in describe_mutators():
         args = ", ".join(f"{k}={v!r}" for k, v in params.items())
-        typer.echo(f"{name:<16} {kind:<10} {args}")
+        scene = "  (validity: scene, SSIM floor)" if REGISTRY[name].validity == "scene" else ""
+        typer.echo(f"{name:<16} {kind:<10} {args}{scene}")
     typer.echo(f"default: {DEFAULT_MUTATORS}")
 
 

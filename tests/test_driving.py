@@ -204,3 +204,14 @@ def test_on_udacity_frames_the_scene_rule_keeps_what_deephunter_drops():
         out = run(name, x)
         assert v.check(out, x, REGISTRY[name]()).mean() >= 0.9, name      # the defaults keep the scene ...
         assert v.check(out, x).mean() <= 0.25, name                       # ... and are no L-inf-bounded change
+
+
+def test_mutators_command_says_which_rule():
+    from typer.testing import CliRunner
+    from idcgen.cli import app
+    result = CliRunner().invoke(app, ["mutators"])
+    assert result.exit_code == 0
+    lines = {line.split()[0]: line for line in result.output.splitlines() if line.strip()}
+    for name in DRIVING:
+        assert lines[name].endswith("(validity: scene, SSIM floor)")
+    assert "validity" not in lines["gauss"] and "validity" not in lines["blur"]
