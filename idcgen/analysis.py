@@ -405,7 +405,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     found = [cluster_neuron(acts[:, i], neuron=int(n), ks=tuple(clusters), rng=rng, method=cluster_method)
              for i, n in tqdm(list(enumerate(neurons)), desc="clusters", unit="neuron", disable=not progress, leave=False)]
     timings["clusters"] = time.perf_counter() - start
-    notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
+    notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
+        ([network.head_note] if getattr(network, "head_note", None) else [])
 
     data = dict(data_summary or {})
     accuracy = None if y is None or regression else float((predictions == y).mean())

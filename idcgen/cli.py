@@ -166,8 +166,9 @@ def _task_line(network) -> str:
         return f"classification ({network.n_classes} classes)"
     from .models import _activation_name
     act = _activation_name(network.logits_step.layer)
-    return (f"regression (one output unit, {act}; relevance starts from its pre-activation; "
+    line = (f"regression (one output unit, {act}; relevance starts from its pre-activation; "
             "--task classification overrides)")
+    return line + (f"; note: {network.head_note}" if network.head_note else "")
 
 
 def _describe_layer(layer) -> str:

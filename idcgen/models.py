@@ -154,6 +154,17 @@ def _is_softmax(layer) -> bool:
 TASKS = ("classification", "regression")
 
 
+def _under_lambda(graph, last):
+    """The one-unit layer a final Lambda of one output reads (a squashing written as code), else None."""
+    if not isinstance(last.layer, keras.layers.Lambda) or len(last.inputs) != 1:
+        return None
+    below = graph.producer_of(last.inputs[0])
+    if below is None or not below.layer.weights or tuple(below.output_shapes[0][1:]) != (1,) \
+            or tuple(last.output_shapes[0][1:]) != (1,):
+        return None
+    return below
+
+
 def _detect_task(last, task: str | None) -> str:
     """"regression" for a head of one output unit (linear, tanh or any other squashing), else
     "classification"; ``task`` overrides, and regression is refused for a head of several outputs."""
@@ -192,6 +203,12 @@ class Network:
             raise ModelError("the model has no layers")
         self.input_shape = tuple(model.inputs[0].shape[1:])
         last = self.graph.producer_of(self.graph.output_key)
+        self.head_note = None
+        below = _under_lambda(self.graph, last)
+        if below is not None and task != "classification":   # DeepXplore's atan(x) * 2 after a Dense(1)
+            self.head_note = (f"the output comes from Lambda {last.name!r}, which idcgen cannot explain; relevance "
+                              f"starts from the pre-activation of {below.name!r}, the layer below it")
+            last = below
         self.task = _detect_task(last, task)
         if self.task == "regression":
             # relevance starts from the output unit's pre-activation (docs/design.md, "Regression models")

@@ -287,3 +287,23 @@ def test_fuzz_command_on_steering_frames(tmp_path):
     result = runner.invoke(app, common + ["--oracle", "misclassification", "--out", str(tmp_path / "other")])
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1].startswith("error: the misclassification oracle is for classifiers")
+
+
+def test_a_lambda_head_is_explained_from_the_layer_below():
+    import tensorflow as tf
+    inp = keras.Input((6,))
+    h = keras.layers.Dense(5, activation="relu", name="hidden")(inp)
+    d = keras.layers.Dense(1, name="before_prediction")(h)
+    model = keras.Model(inp, keras.layers.Lambda(lambda v: tf.atan(v) * 2, name="prediction")(d))  # DeepXplore's
+    network = Network(model)
+    assert network.task == "regression" and network.logits_layer == "before_prediction"
+    assert "Lambda 'prediction'" in network.head_note and "'before_prediction', the layer below it" in network.head_note
+    x = inputs(7, shape=(6,))
+    w, b = model.get_layer("before_prediction").get_weights()
+    _, (hidden,) = network.forward(x, ("hidden",))
+    pre = hidden @ w[:, 0] + b[0]
+    assert np.allclose(network.predict(x), np.arctan(pre) * 2, atol=1e-5)     # the model's own output
+    rel, _, z = Relevance(network, layer="hidden", eps=1e-9)(x)
+    assert np.allclose(z[:, 0], pre, atol=1e-5) and np.allclose(rel, hidden * w[:, 0], atol=1e-4)
+    found = analyze(network, x, m=2, clusters=(2,), progress=False)
+    assert network.head_note in found.notes
