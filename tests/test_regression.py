@@ -307,3 +307,13 @@ def test_a_lambda_head_is_explained_from_the_layer_below():
     assert np.allclose(z[:, 0], pre, atol=1e-5) and np.allclose(rel, hidden * w[:, 0], atol=1e-4)
     found = analyze(network, x, m=2, clusters=(2,), progress=False)
     assert network.head_note in found.notes
+
+
+def test_deviation_with_deepTests_lambda_times_mse():
+    oracle = make_oracle("deviation(lam=4, mse=0.01)")        # (pred - root)^2 > 0.04: |difference| > 0.2
+    assert oracle.threshold == pytest.approx(0.2) and str(oracle) == "deviation(lam=4, mse=0.01)"
+    assert str(make_oracle(str(oracle))) == str(oracle)        # the campaign's record reads back
+    execution = run([0.0, 0.19, -0.25, 0.5], [0.0, 0.0, 0.0, 0.45])
+    assert oracle(execution).tolist() == [False, False, True, False]
+    with pytest.raises(ParameterError, match="takes lam=L, mse=M"):
+        make_oracle("deviation(lam=4)")

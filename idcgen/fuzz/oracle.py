@@ -117,15 +117,29 @@ class PredictionChange(Oracle):
 @dataclass(frozen=True)
 class Deviation(Oracle):
     """|prediction - root seed's prediction| > ``threshold`` on the raw output (DeepTest's metamorphic
-    relation for steering models; default 0.2, in the output's units: radians for a steering angle)."""
+    relation for steering models; default 0.2, in the output's units: radians for a steering angle).
+    With ``lam`` and ``mse`` (the model's test MSE) the bound is DeepTest's own: a finding when
+    ``(prediction - root prediction)^2 > lam * mse``, i.e. threshold ``sqrt(lam * mse)``."""
 
     threshold: float = 0.2
+    lam: float | None = None
+    mse: float | None = None
 
     def __post_init__(self):
+        if (self.lam is None) != (self.mse is None):
+            raise ParameterError("the deviation oracle takes lam and mse together (DeepTest's bound lam x test MSE), "
+                                 "e.g. deviation(lam=5, mse=0.1), or a threshold alone")
+        if self.lam is not None:
+            lam, mse = _threshold("deviation", self.lam), _threshold("deviation", self.mse)
+            object.__setattr__(self, "lam", lam)
+            object.__setattr__(self, "mse", mse)
+            object.__setattr__(self, "threshold", float(np.sqrt(lam * mse)))
         object.__setattr__(self, "threshold", _threshold("deviation", self.threshold))
 
     @property
     def name(self) -> str:
+        if self.lam is not None:
+            return f"deviation(lam={self.lam:g}, mse={self.mse:g})"
         return f"deviation(threshold={self.threshold:g})"
 
     def __call__(self, run: Execution) -> np.ndarray:
@@ -255,7 +269,8 @@ _TERM = re.compile(r"\s*(~?)\s*([a-z-]+)(?:\(([^)]*)\))?\s*")
 def make_oracle(spec, others=()) -> Oracle:
     """An oracle from its spec: a name (``misclassification``, ``prediction-change``, ``disagreement``,
     ``uncertain`` or ``uncertain(0.7)``; for regression models ``deviation``, ``error`` and
-    ``disagreement``, each with an optional ``(threshold=T)`` or ``(T)``), or names joined by ``&`` and ``|`` (evaluated left to right),
+    ``disagreement``, each with an optional ``(threshold=T)`` or ``(T)``, and ``deviation(lam=L, mse=M)``
+    for DeepTest's bound), or names joined by ``&`` and ``|`` (evaluated left to right),
     each optionally negated with ``~``. An :class:`Oracle` is returned as it is."""
     if isinstance(spec, Oracle):
         return spec
@@ -279,6 +294,16 @@ def _term(text: str, spec: str, others) -> Oracle:
     if argument is not None and name not in _THRESHOLDED:
         raise ParameterError(f"the {name} oracle takes no parameter; got {text.strip()!r} in {spec!r}")
     threshold = None
+    if name == "deviation" and argument is not None and "lam" in argument:   # deviation(lam=5, mse=0.1)
+        try:
+            given = {k.strip(): float(v) for k, v in (part.split("=") for part in argument.split(","))}
+            if set(given) != {"lam", "mse"}:
+                raise ValueError
+        except ValueError:
+            raise ParameterError(f"the deviation oracle takes lam=L, mse=M (DeepTest's bound) or one threshold; got "
+                                 f"{text.strip()!r}") from None
+        oracle = Deviation(lam=given["lam"], mse=given["mse"])
+        return ~oracle if negate else oracle
     if argument is not None:
         key, _, value = argument.rpartition("=")
         try:
