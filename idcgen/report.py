@@ -70,7 +70,8 @@ def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path
                 ax = axes[row, col]
                 shown = (img - lo) / (hi - lo)
                 ax.imshow(shown[..., 0] if shown.shape[-1] == 1 else shown, cmap="gray", vmin=0, vmax=1)
-                label = f"pred {corpus.prediction[corpus.root[i] if row == 0 else i]}"
+                value = corpus.prediction[corpus.root[i] if row == 0 else i]
+                label = f"pred {value:+.3f}" if corpus.regression else f"pred {value}"   # an output value, or a class
                 ax.set_title(f"{title}\n{label}", fontsize=7)
                 ax.axis("off")
         fig.suptitle("Kept mutants (bottom) beside their seeds (top)", fontsize=9)
@@ -115,7 +116,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         "",
         f"Corpus: {len(campaign.corpus)} inputs ({campaign.corpus.n_seeds} seeds + "
         f"{len(campaign.corpus) - campaign.corpus.n_seeds} kept mutants). Findings: {campaign.n_findings} unique "
-        "(combination, true label, prediction) triples flagged by the oracle.",
+        + ("(combination, root seed) pairs flagged by the oracle (a regression model: outputs are compared)."
+           if campaign.corpus.regression else "(combination, true label, prediction) triples flagged by the oracle."),
     ]
     lines += _failures(campaign, state)
     if exports:
@@ -162,8 +164,12 @@ def _failures(campaign: Campaign, state: dict) -> list[str]:
     per_minute = "" if q["per_minute"] is None else f"{q['per_minute']:.0f} per minute; "
     rounding = ("mutants were rounded to uint8 before they ran, so every finding reproduces from its PNG"
                 if campaign.config.get("rounding") else "mutants ran unrounded (float seeds, or rounding turned off)")
+    variety = f"{q['unique_pairs']} distinct (true, predicted) pairs"
+    if campaign.corpus.regression:   # no classes: how far the outputs moved from their seeds' instead
+        moved = np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
+        variety = f"outputs moved from their seeds' by {moved.mean():.3g} on average (largest {moved.max():.3g})"
     out = ["", "## Failures", "",
-           f"{q['findings']} findings: {rate}{per_minute}{q['unique_pairs']} distinct (true, predicted) pairs, "
+           f"{q['findings']} findings: {rate}{per_minute}{variety}, "
            f"{q['distinct_combinations']} distinct IDC combinations; {rounding}.", ""]
     if "l2" in found:
         out += ["Distance to the root seed (mean): "

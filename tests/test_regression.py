@@ -284,6 +284,7 @@ def test_fuzz_command_on_steering_frames(tmp_path):
     assert config["oracle"] == "deviation(threshold=0.2)" and config["task"] == "regression"
     manifest = [json.loads(line) for line in (tmp_path / "camp" / "manifest.jsonl").read_text().splitlines()]
     assert isinstance(manifest[0]["label"], float) and manifest[0]["label"] == pytest.approx(-10 / 30)
+    assert "unique (combination, root seed) pairs" in (tmp_path / "camp" / "report.md").read_text()
     result = runner.invoke(app, common + ["--oracle", "misclassification", "--out", str(tmp_path / "other")])
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1].startswith("error: the misclassification oracle is for classifiers")
