@@ -141,7 +141,8 @@ def summary(findings: dict, execs: int, seconds: float) -> dict:
         raise ParameterError(f"execs must be an int >= 0 (mutants run); got {execs!r}.")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.number)) or not seconds >= 0:
         raise ParameterError(f"seconds must be a number >= 0 (the campaign's wall time); got {seconds!r}.")
-    pairs = sorted({(int(t), int(p)) for t, p in zip(labels.tolist(), predictions.tolist())})
+    classes = labels.dtype.kind in "iu" and predictions.dtype.kind in "iu"   # not a regression model's values
+    pairs = sorted({(int(t), int(p)) for t, p in zip(labels.tolist(), predictions.tolist())}) if classes else []
     out = {"findings": n, "unique_pairs": len(pairs), "pairs": [list(pair) for pair in pairs],
            "per_1000_execs": 1000.0 * n / execs if execs else None,
            "per_minute": 60.0 * n / seconds if seconds else None,

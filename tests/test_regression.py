@@ -318,3 +318,23 @@ def test_deviation_with_deepTests_lambda_times_mse():
     assert oracle(execution).tolist() == [False, False, True, False]
     with pytest.raises(ParameterError, match="takes lam=L, mse=M"):
         make_oracle("deviation(lam=4)")
+
+
+def test_disagreement_of_two_steering_models_without_labels_and_resume(tmp_path):
+    import json
+    frames(tmp_path / "frames", n=20, size=(14, 12))
+    steering_model("tanh").save(tmp_path / "a.keras")
+    steering_model("tanh", seed=3).save(tmp_path / "b.keras")
+    result = runner.invoke(app, ["fuzz", "--model", str(tmp_path / "a.keras"), "--model", str(tmp_path / "b.keras"),
+                                 "--seeds", str(tmp_path / "frames"), "--crop", "4,2,2,2", "--resize", "8x8",
+                                 "--m", "3", "--budget", "120", "--batch-size", "40", "--mutators", "gauss(std=0.3),rotate",
+                                 "--oracle", "disagreement(threshold=0.02)", "--out", str(tmp_path / "camp")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "camp"), "--budget", "160"])
+    assert result.exit_code == 0, result.output
+    a, b = Network(keras.models.load_model(tmp_path / "a.keras")), Network(keras.models.load_model(tmp_path / "b.keras"))
+    rows = [json.loads(line) for line in (tmp_path / "camp" / "findings.jsonl").read_text().splitlines()]
+    assert rows and all(r["label"] is None for r in rows)          # no labels: null, not NaN
+    from idcgen.fuzz.campaign import Campaign
+    found = Campaign.load(tmp_path / "camp", a).findings()
+    assert (np.abs(a.predict(found["x"]) - b.predict(found["x"])) > 0.02).all()

@@ -253,7 +253,7 @@ def minimal_stats(state: dict, corpus_parts: list, finding_parts: list) -> list[
              "idc": covered / total, "covered": covered, "findings": 0, "unique_pairs": 0, "mutator": None,
              "seconds": 0.0, "rebuilt": True}]
     if state["step"] > 0:
-        pairs = {(int(a), int(b)) for _, p in finding_parts if "label" in p and "prediction" in p
+        pairs = {(float(a), float(b)) for _, p in finding_parts if "label" in p and "prediction" in p   # floats: regression
                  for a, b in zip(p["label"], p["prediction"])}
         elapsed = float(state.get("elapsed_seconds", 0.0))
         row = {"step": state["step"], "time": round(elapsed, 4), "execs": state["execs"],
