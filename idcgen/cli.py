@@ -365,6 +365,9 @@ def harden(model: Path = ModelOpt,
     from .analysis import Analysis
     recorded = dataclasses.replace(Analysis.load(campaign / "analysis").convention, image_shape=None)
     network, convention = _with_convention(_network(model, unsafe, architecture), recorded=recorded)
+    if network.task == "regression":
+        _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
+              "a regression model (one output unit)")
     found = Campaign.load(campaign, network)
     for note in found.notes:   # damage found on reading (a read-only load repairs nothing)
         typer.echo(f"note: {note}")

@@ -332,6 +332,9 @@ def test_disagreement_of_two_steering_models_without_labels_and_resume(tmp_path)
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "camp"), "--budget", "160"])
     assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["harden", "--model", str(tmp_path / "a.keras"), "--train", str(tmp_path / "frames"),
+                                 "--campaign", str(tmp_path / "camp"), "--test", str(tmp_path / "frames")])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith("error: harden measures")
     a, b = Network(keras.models.load_model(tmp_path / "a.keras")), Network(keras.models.load_model(tmp_path / "b.keras"))
     rows = [json.loads(line) for line in (tmp_path / "camp" / "findings.jsonl").read_text().splitlines()]
     assert rows and all(r["label"] is None for r in rows)          # no labels: null, not NaN
