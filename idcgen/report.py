@@ -170,7 +170,9 @@ def _failures(campaign: Campaign, state: dict) -> list[str]:
         variety = f"outputs moved from their seeds' by {moved.mean():.3g} on average (largest {moved.max():.3g})"
     out = ["", "## Failures", "",
            f"{q['findings']} findings: {rate}{per_minute}{variety}, "
-           f"{q['distinct_combinations']} distinct IDC combinations; {rounding}.", ""]
+           f"{q['distinct_combinations']} distinct IDC combinations; {rounding}. The oracle flagged "
+           f"{campaign.flagged} valid mutants in all ({1000 * campaign.flagged / max(state['execs'], 1):.1f} per 1,000 "
+           "execs) before findings were made unique.", ""]
     if "l2" in found:
         out += ["Distance to the root seed (mean): "
                 f"L0 {q['mean_l0']:.1%} of pixels, L2 {q['mean_l2']:.3g}, L-inf {q['mean_linf']:.3g}, "

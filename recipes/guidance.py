@@ -139,6 +139,9 @@ class Study:
         robust = self.robustness(self.retrain(c.x[kept], c.label[kept], r))
         row = {"guide": guide, "repetition": r, "execs": campaign.execs, "findings": n,
                "findings_per_1k": 1000.0 * n / campaign.execs,
+               # criterion-neutral: every valid mutant the oracle flagged, before findings are made unique per
+               # IDC combination (a count that could favour IDC guidance)
+               "flagged_per_1k": 1000.0 * campaign.flagged / campaign.execs,
                "reproduce_%": 100.0 * reproduce / n if n else 100.0,
                "unique_pairs": len({(int(a), int(b)) for a, b in zip(f.get("label", ()), f.get("prediction", ()))}),
                "seeds_failed": len(np.unique(f["root"])) if n else 0,
@@ -194,11 +197,11 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
     for g in guides:
         row = {"guide": g, "runs": len(by[g])}
         for k in metrics:
-            values = np.array([r[k] for r in by[g]], float)
+            values = np.array([r.get(k, np.nan) for r in by[g]], float)
             row[k] = float(np.nanmean(values)) if not np.isnan(values).all() else float("nan")
             row[k + " std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        for k in ("findings_per_1k", "unique_pairs", "seeds_failed", "mean_ssim"):
-            row[f"p {k} vs none"] = (mann_whitney([r[k] for r in by[g]], [r[k] for r in base])
+        for k in ("findings_per_1k", "flagged_per_1k", "unique_pairs", "seeds_failed", "mean_ssim"):
+            row[f"p {k} vs none"] = (mann_whitney([r.get(k, np.nan) for r in by[g]], [r.get(k, np.nan) for r in base])
                                      if base and g != "none" else float("nan"))
         rows.append(row)
     with open(out / "guidance.csv", "w", newline="") as handle:
@@ -207,7 +210,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
         writer.writerows(rows)
 
     def col(g, k, digits=1):
-        return cell([r[k] for r in by[g]], digits)
+        return cell([r.get(k, np.nan) for r in by[g]], digits)
 
     def p(row, k):
         value = row[f"p {k} vs none"]
@@ -222,12 +225,13 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
              "deviation over the repetitions; p: two-sided Mann-Whitney U of the runs against `none` (guidance.csv also "
              "has it for seeds with a finding and mean SSIM).", "",
              "## Failures", "",
-             "| guide | findings / 1k execs | p | reproduce % | unique (true, pred) pairs | p | seeds with a finding "
-             "| mean SSIM to seed | kept mutants | fuzz s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| guide | findings / 1k execs | p | flagged / 1k execs | p | reproduce % | unique (true, pred) pairs | p "
+             "| seeds with a finding | mean SSIM to seed | kept mutants | fuzz s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         g = row["guide"]
         lines.append(f"| {g} | {col(g, 'findings_per_1k', 2)} | {p(row, 'findings_per_1k')} | "
+                     f"{col(g, 'flagged_per_1k', 1)} | {p(row, 'flagged_per_1k')} | "
                      f"{col(g, 'reproduce_%')} | {col(g, 'unique_pairs')} | {p(row, 'unique_pairs')} | "
                      f"{col(g, 'seeds_failed')} | {col(g, 'mean_ssim', 3)} | {col(g, 'kept', 0)} | {col(g, 'fuzz_s')} |")
     covs = [k for k in runs[0] if k.startswith("cov_")]

@@ -73,6 +73,7 @@ class Campaign:
     step: int = 0
     execs: int = 0
     seed_execs: int = 0
+    flagged: int = 0        # valid mutants the oracle flagged, before findings are made unique
     elapsed: float = 0.0
     stats: list = field(default_factory=list)        # one row per recorded step
     finding_parts: list = field(default_factory=list, repr=False)   # one dict of arrays per step with findings
@@ -112,7 +113,7 @@ class Campaign:
 
     def state(self) -> dict:
         """The counters as a new dict (a snapshot: later steps do not change it)."""
-        return {"step": self.step, "execs": self.execs, "seed_execs": self.seed_execs,
+        return {"step": self.step, "execs": self.execs, "seed_execs": self.seed_execs, "flagged": self.flagged,
                 "elapsed_seconds": round(self.elapsed, 3), "corpus": len(self.corpus),
                 "seeds": self.corpus.n_seeds, "findings": self.n_findings,
                 "idc": self.tracker.score, "covered": self.tracker.covered, "total": self.tracker.total,
@@ -150,6 +151,7 @@ class Campaign:
             stats.valid += int(step.valid.sum())
             stats.kept += len(kept)
             stats.findings += 0 if findings is None else len(findings["id"])
+            self.flagged += int(step.flagged.sum())
             stats.steps += 1
         stats.seconds += seconds
         self.elapsed += seconds
@@ -173,7 +175,7 @@ class Campaign:
         row = {"step": self.step, "time": round(self.elapsed, 4), "execs": self.execs,
                "execs_per_s": round(self.execs / self.elapsed, 1) if self.elapsed > 0 else 0.0,
                "corpus": len(self.corpus), "idc": self.tracker.score, "covered": self.tracker.covered,
-               "findings": self.n_findings, "unique_pairs": len({key[1:] for key in self.finding_keys}),
+               "findings": self.n_findings, "flagged": self.flagged, "unique_pairs": len({key[1:] for key in self.finding_keys}),
                "mutator": mutator, "seconds": round(seconds, 4)}
         row.update({f"{name}_coverage": t.score for name, t in self.coverage.items() if name != "idc"})
         self.stats.append(row)
@@ -268,7 +270,7 @@ class Campaign:
             state = saved.state
             campaign = cls(config=saved.config, analysis=analysis, corpus=corpus, coverage=coverage, rng=rng,
                            mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()},
-                           step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
+                           step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"], flagged=state.get("flagged", 0),
                            elapsed=state["elapsed_seconds"], stats=saved.stats, finding_parts=saved.finding_parts)
             for part in campaign.finding_parts:   # a finding is saved once per (combination, label, prediction)
                 campaign.finding_keys.update(_finding_key(corpus, *row) for row in zip(
