@@ -175,7 +175,8 @@ class Campaign:
         row = {"step": self.step, "time": round(self.elapsed, 4), "execs": self.execs,
                "execs_per_s": round(self.execs / self.elapsed, 1) if self.elapsed > 0 else 0.0,
                "corpus": len(self.corpus), "idc": self.tracker.score, "covered": self.tracker.covered,
-               "findings": self.n_findings, "flagged": self.flagged, "unique_pairs": len({key[1:] for key in self.finding_keys}),
+               "findings": self.n_findings, "flagged": self.flagged,
+               "unique_pairs": len({key[1:] for key in self.finding_keys}),   # regression: seeds with a finding
                "mutator": mutator, "seconds": round(seconds, 4)}
         row.update({f"{name}_coverage": t.score for name, t in self.coverage.items() if name != "idc"})
         self.stats.append(row)
@@ -270,7 +271,8 @@ class Campaign:
             state = saved.state
             campaign = cls(config=saved.config, analysis=analysis, corpus=corpus, coverage=coverage, rng=rng,
                            mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()},
-                           step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"], flagged=state.get("flagged", 0),
+                           step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
+                           flagged=state.get("flagged", 0),
                            elapsed=state["elapsed_seconds"], stats=saved.stats, finding_parts=saved.finding_parts)
             for part in campaign.finding_parts:   # a finding is saved once per (combination, label, prediction)
                 campaign.finding_keys.update(_finding_key(corpus, *row) for row in zip(
