@@ -341,3 +341,68 @@ def test_disagreement_of_two_steering_models_without_labels_and_resume(tmp_path)
     from idcgen.fuzz.campaign import Campaign
     found = Campaign.load(tmp_path / "camp", a).findings()
     assert (np.abs(a.predict(found["x"]) - b.predict(found["x"])) > 0.02).all()
+
+
+# --- attacks on a regression model (issue 12, item 4) -------------------------------------------------
+
+def linear_steering(w, b=0.0):
+    """f(x) = w . flatten(x) + b: an L-inf step of eps along sign(d * w) moves f by exactly d * eps * |w|_1."""
+    inp = keras.Input(w.shape)
+    out = keras.layers.Dense(1, name="steer")(keras.layers.Flatten()(inp))
+    model = keras.Model(inp, out)
+    model.get_layer("steer").set_weights([w.reshape(-1, 1).astype(np.float32), np.array([b], np.float32)])
+    return model
+
+
+def test_fgsm_moves_a_linear_steering_output_by_eps_times_the_l1_norm():
+    from idcgen.fuzz.mutators import make_mutator
+    from idcgen.fuzz.mutators.base import MutationContext
+    w = np.random.default_rng(3).normal(size=(6, 6, 1))
+    network = Network(linear_steering(w, b=0.01))
+    x = 0.3 + 0.4 * inputs(4, (6, 6, 1))                      # inside [0.3, 0.7]: eps 0.1 never clips
+    f = network.predict(x)
+    # labels: unknown (away from 0, i.e. the sign of f), one above f (push down), one below f (push up)
+    labels = np.array([np.nan, np.nan, f[2] + 1.0, f[3] - 1.0])
+    direction = np.where(np.isnan(labels), np.sign(f), np.sign(f - labels))
+    adv = make_mutator("fgsm(eps=0.1)").mutate(x, np.random.default_rng(0), MutationContext(network, labels))
+    assert np.allclose(network.predict(adv) - f, direction * 0.1 * np.abs(w).sum(), atol=1e-4)
+    assert np.allclose(np.abs(adv - x), 0.1, atol=1e-6)          # one full L-inf step on every pixel
+
+
+@pytest.mark.parametrize("spec", ["fgsm(eps=0.05)", "bim(eps=0.05, eps_iter=0.01, nb_iter=5)",
+                                  "pgd(eps=0.05, eps_iter=0.01, nb_iter=5)"])
+def test_attacks_move_a_steering_output_more_than_sign_noise(spec):
+    from idcgen.fuzz.mutators import make_mutator
+    from idcgen.fuzz.mutators.base import MutationContext
+    network = Network(steering_model("tanh"))
+    x = inputs(32)
+    f = network.predict(x)
+    ctx = MutationContext(network, np.full(len(x), np.nan))
+    adv = make_mutator(spec).mutate(x, np.random.default_rng(0), ctx)
+    assert np.abs(adv - x).max() <= 0.05 + 1e-6
+    moved = network.predict(adv) - f
+    noise = np.clip(x + 0.05 * np.random.default_rng(1).choice([-1.0, 1.0], size=x.shape), 0, 1)
+    by_noise = np.abs(network.predict(noise.astype(np.float32)) - f)
+    assert np.abs(moved).mean() > 2 * by_noise.mean()
+    assert (np.sign(moved) == np.where(f >= 0, 1, -1)).mean() > 0.9   # away from 0 without labels
+
+
+def test_margin_attacks_refuse_a_regression_model_in_one_line():
+    from idcgen.fuzz.mutators import make_mutator
+    from idcgen.fuzz.mutators.base import MutationContext
+    ctx = MutationContext(Network(steering_model("tanh")), np.full(2, np.nan))
+    for name in ("cw", "jsma"):
+        with pytest.raises(InputError, match=f"{name} works on classifiers only.*use fgsm, bim or pgd"):
+            make_mutator(name).mutate(inputs(2), np.random.default_rng(0), ctx)
+
+
+def test_fgsm_campaign_with_the_deviation_oracle_finds_steering_errors():
+    from idcgen.fuzz.fuzzer import Fuzzer
+    network = Network(steering_model("tanh"))
+    x = np.round(inputs(40) * 255) / 255
+    found = analyze(network, x, None, m=3, progress=False)
+    campaign = Fuzzer(found, mutators=["fgsm(eps=0.1)"], oracle="deviation(threshold=0.05)", batch_size=40,
+                      random_state=0).run(x, None, budget=80, progress=False)
+    findings = campaign.findings()
+    assert len(findings["id"]) > 0
+    assert (np.abs(network.predict(findings["x"]) - findings["root_prediction"]) > 0.05).all()

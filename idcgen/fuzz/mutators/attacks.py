@@ -10,6 +10,10 @@ Defaults differ from the paper's settings (docs/design.md, "Mutations") where va
 validity bound; C&W 1000 iterations at lr 5e-3 in the paper, 100 at lr 0.1 here; JSMA gamma 1 in the
 paper, 0.1 here (at most about 10 % of the pixels changed).
 A failing attack raises: the fuzz loop reports the error per mutator and goes on.
+
+On a regression model (docs/design.md, "Regression models") FGSM, BIM and PGD ascend a loss that pushes
+the output unit's pre-activation away from its value on the input, in one direction per input (see
+``regression_directions``); C&W and JSMA, built on class margins, refuse such a model in one line.
 """
 
 from __future__ import annotations
@@ -44,10 +48,46 @@ def attack_labels(x: np.ndarray, ctx) -> np.ndarray:
     return labels.astype(np.int32)
 
 
+def regression_directions(x: np.ndarray, ctx) -> np.ndarray:
+    """(b,) float32 in {-1, +1}: which way each input's output is pushed by a regression attack.
+
+    The loss (f(adv) - f(x))^2 of "move away from the prediction" has a zero gradient at adv = x, so a
+    first FGSM step would not move; its gradient's sign is d * sign(grad f) once f(adv) - f(x) has the
+    sign d, so the attacks ascend d * f(adv) with d fixed per input: away from the root seed's label
+    where it is known (the error grows), else away from zero (a steering model steers harder).
+    """
+    pred = ctx.network.predict(x).astype(np.float64)
+    labels = np.asarray(ctx.labels, dtype=np.float64)
+    ref = np.where(np.isfinite(labels), labels, 0.0)
+    return np.where(pred >= ref, 1.0, -1.0).astype(np.float32)
+
+
+def _directional_loss(labels, logits):
+    """cleverhans' ``loss_fn`` for regression: ``labels`` holds the directions, ``logits`` the (b, 1) output."""
+    import tensorflow as tf
+    return tf.reduce_sum(labels * logits[:, 0])
+
+
+def attack_targets(x: np.ndarray, ctx):
+    """(y, loss_fn) for cleverhans: class labels and its cross-entropy for a classifier; directions and the
+    directional loss for a regression model."""
+    import tensorflow as tf
+    if ctx.network.task == "regression":
+        return tf.constant(regression_directions(x, ctx)), _directional_loss
+    return tf.constant(attack_labels(x, ctx)), None
+
+
 class _Attack(Mutator):
     kind = "attack"
     needs_model = True
     stochastic = False
+    regression: ClassVar[bool] = True   # False: built on class margins; refuses a regression model
+
+    def mutate(self, x, rng, ctx):
+        if not self.regression and ctx.network.task == "regression":
+            raise InputError(f"{self.name} works on classifiers only (it is built on class scores); for a "
+                             "regression model use fgsm, bim or pgd")
+        return super().mutate(x, rng, ctx)
 
 
 class _IterativeAttack(_Attack):
@@ -67,9 +107,9 @@ class FGSM(_Attack):
         import tensorflow as tf
         from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
         lo, hi = ctx.value_range
-        y = tf.constant(attack_labels(x, ctx))
+        y, loss_fn = attack_targets(x, ctx)
         adv = fast_gradient_method(logits_fn(ctx.network), tf.constant(x), self.eps * (hi - lo), np.inf,
-                                   clip_min=lo, clip_max=hi, y=y, targeted=False)
+                                   loss_fn=loss_fn, clip_min=lo, clip_max=hi, y=y, targeted=False)
         return adv.numpy()
 
 
@@ -83,13 +123,15 @@ class BIM(_IterativeAttack):
 
     def _mutate(self, x, rng, ctx):
         import tensorflow as tf
-        from cleverhans.tf2.attacks.basic_iterative_method import basic_iterative_method
+        from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent
         lo, hi = ctx.value_range
-        y = tf.constant(attack_labels(x, ctx))
+        y, loss_fn = attack_targets(x, ctx)
+        # cleverhans' basic_iterative_method is this call without a loss_fn argument (needed for regression);
         # sanity_checks=True ends in np.all over a list of differently shaped tensors: a NumPy error
-        adv = basic_iterative_method(logits_fn(ctx.network), tf.constant(x), self.eps * (hi - lo),
-                                     self.eps_iter * (hi - lo), self.nb_iter, np.inf, clip_min=lo, clip_max=hi,
-                                     y=y, targeted=False, sanity_checks=False)
+        adv = projected_gradient_descent(logits_fn(ctx.network), tf.constant(x), self.eps * (hi - lo),
+                                         self.eps_iter * (hi - lo), self.nb_iter, np.inf, loss_fn=loss_fn,
+                                         clip_min=lo, clip_max=hi, y=y, targeted=False, rand_init=False,
+                                         sanity_checks=False)
         return adv.numpy()
 
 
@@ -113,11 +155,12 @@ class PGD(_IterativeAttack):
         from cleverhans.tf2.utils import clip_eta
         lo, hi = ctx.value_range
         eps, eps_iter = self.eps * (hi - lo), self.eps_iter * (hi - lo)
-        model, y = logits_fn(ctx.network), tf.constant(attack_labels(x, ctx))
+        model, (y, loss_fn) = logits_fn(ctx.network), attack_targets(x, ctx)
         start = x + rng.uniform(-eps, eps, size=x.shape).astype(np.float32)
         x_t, adv = tf.constant(x), tf.constant(np.clip(start, lo, hi))
         for _ in range(self.nb_iter):
-            adv = fast_gradient_method(model, adv, eps_iter, np.inf, clip_min=lo, clip_max=hi, y=y, targeted=False)
+            adv = fast_gradient_method(model, adv, eps_iter, np.inf, loss_fn=loss_fn, clip_min=lo, clip_max=hi, y=y,
+                                       targeted=False)
             adv = tf.clip_by_value(x_t + clip_eta(adv - x_t, np.inf, eps), lo, hi)
         return adv.numpy()
 
@@ -182,6 +225,7 @@ class CW(_Attack):
     """
 
     name = "cw"
+    regression = False
     parameters = {"confidence": Param(0.0, float, 0.0, None),
                   "lr": Param(0.1, float, 0.0, None, closed="neither"),
                   "binary_search_steps": Param(5, int, 1, None),
@@ -257,6 +301,7 @@ class JSMA(_Attack):
 
     name = "jsma"
     stochastic = True
+    regression = False
     parameters = {"theta": Param(1.0, float, 0.0, 1.0, closed="right"),
                   "gamma": Param(0.1, float, 0.0, 1.0, closed="right")}
 
