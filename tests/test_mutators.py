@@ -12,7 +12,8 @@ from idcgen.fuzz.mutators import (DEFAULT_MUTATORS, REGISTRY, MutationContext, d
 from idcgen.fuzz.mutators.noise import pixel_count
 
 #: Small settings for the slow attacks; every other mutator runs with its defaults.
-SMALL = {"cw": "cw(max_iterations=5, binary_search_steps=1)", "bim": "bim(nb_iter=3)", "pgd": "pgd(nb_iter=3)"}
+SMALL = {"cw": "cw(max_iterations=5, binary_search_steps=1)", "bim": "bim(nb_iter=3)", "pgd": "pgd(nb_iter=3)",
+         "deepxplore": "deepxplore(iterations=3)"}
 #: Mutators that need the fuzzer's analysis and coverage (tested with the fuzzer), not a plain context.
 NEEDS_FUZZER = {"directed"}
 MUTATORS = [make_mutator(SMALL.get(name, name)) for name in REGISTRY if name not in NEEDS_FUZZER]
@@ -285,7 +286,8 @@ def test_mutate_with_reference_moves_both_alike(name, channels, nets):
 
 def test_affine_flags():
     assert {m.name for m in MUTATORS if m.affine} == {"rotate", "shift", "scale", "shear"}
-    assert {m.name for m in MUTATORS if m.needs_model} == {"relevant_pixels", "fgsm", "bim", "pgd", "cw", "jsma"}
+    assert {m.name for m in MUTATORS if m.needs_model} == {"relevant_pixels", "fgsm", "bim", "pgd", "cw", "jsma",
+                                                            "deepxplore"}
 
 
 # ---- attacks ------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class FuzzContext(MutationContext):
     analysis: Analysis | None = None
     tracker: object | None = None
     parent_combinations: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    others: tuple = ()  # the other models of a differential campaign (the deepxplore mutator)
 
 
 class Fuzzer:
@@ -92,6 +93,7 @@ class Fuzzer:
                                      f"{other.n_classes}")
         self.analysis, self.network = analysis, analysis.network
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
+        self.others = tuple(others)
         self.oracle = make_oracle(oracle, others)
         self.scheduler = make_scheduler(scheduler)
         self.measures = measures_of(analysis, measure)
@@ -280,7 +282,7 @@ class Fuzzer:
         corpus = c.corpus
         ctx = FuzzContext(network=self.network, labels=corpus.label[corpus.root[parents]],
                           value_range=self.value_range, analysis=self.analysis, tracker=c.tracker,
-                          parent_combinations=corpus.combination[parents])
+                          parent_combinations=corpus.combination[parents], others=self.others)
         if mutator.affine:  # the reference moves with the same transform (DeepHunter)
             return mutator.mutate_with_reference(corpus.x[parents], corpus.reference[parents], c.rng, ctx)
         return mutator.mutate(corpus.x[parents], c.rng, ctx), corpus.reference[parents]
