@@ -174,3 +174,44 @@ def test_regression_outputs_move_apart():
     moved = nets[0].predict(out) - nets[0].predict(x)
     assert (moved[::2] < 0).all()                          # the label lies above: pushed down
     assert (np.abs(moved[1::2]) > 0).all()
+
+
+def test_the_others_score_rises_and_the_model_under_test_falls(lenets):
+    (under, other), x, y = lenets
+    score = lambda net, v: net.logits_model()(v).numpy()[np.arange(len(x)), y]
+    m = make_mutator("deepxplore(constraint='occl', rect=28, iterations=10, step=0.02, lambda1=1, lambda2=0, "
+                     "stop=False)")
+    out = m.mutate(x, np.random.default_rng(0), ctx(under, len(x), [other], labels=y))
+    assert (score(under, out) < score(under, x)).mean() >= 0.9
+    assert (score(other, out) > score(other, x)).mean() >= 0.9
+
+
+def test_an_input_stops_once_the_models_disagree(lenets):
+    (under, other), x, y = lenets
+    spec = "deepxplore(constraint='occl', rect=28, iterations=30, step=0.02, stop={})"
+    c = ctx(under, len(x), [other], labels=y)
+    held = make_mutator(spec.format(True)).mutate(x, np.random.default_rng(0), c)
+    free = make_mutator(spec.format(False)).mutate(x, np.random.default_rng(0), c)
+    differ = under.predict(held) != other.predict(held)
+    assert differ.sum() >= 4
+    moved = lambda v: np.abs(v - x).sum(axis=(1, 2, 3))
+    assert (moved(held)[differ] < moved(free)[differ]).all()     # stopped early, at its first difference
+
+
+def test_idc_coverage_term_and_a_differential_campaign(lenets, digits):
+    from idcgen.analysis import analyze
+    from idcgen.fuzz.fuzzer import Fuzzer
+    (under, other), x, y = lenets
+    analysis = analyze(under.model, digits[0][:300], digits[1][:300], layer="block2_conv1", m=4, progress=False)
+    tracker = analysis.tracker(x)
+    c = FuzzContext(network=analysis.network, labels=y, analysis=analysis, tracker=tracker,
+                    parent_combinations=analysis.ids(x), others=(other,))
+    nc, idc, none = (make_mutator(f"deepxplore(coverage={k!r}, lambda2=5, iterations=3)") for k in ("nc", "idc", "none"))
+    out = idc.mutate(x, np.random.default_rng(0), c)
+    assert not np.array_equal(out, nc.mutate(x, np.random.default_rng(0), c))   # another coverage term
+    assert not np.array_equal(out, none.mutate(x, np.random.default_rng(0), c))
+    np.testing.assert_array_equal(out, idc.mutate(x, np.random.default_rng(0), c))
+    fuzzer = Fuzzer(analysis, mutators=["deepxplore(iterations=30, constraint='occl', rect=28)"], others=[other],
+                    oracle="disagreement", batch_size=16, random_state=0)
+    campaign = fuzzer.run(x, y, budget=48, progress=False)
+    assert campaign.execs == 48 and campaign.n_findings > 0
