@@ -206,7 +206,7 @@ def test_idc_coverage_term_and_a_differential_campaign(lenets, digits):
     tracker = analysis.tracker(x)
     c = FuzzContext(network=analysis.network, labels=y, analysis=analysis, tracker=tracker,
                     parent_combinations=analysis.ids(x), others=(other,))
-    nc, idc, none = (make_mutator(f"deepxplore(coverage={k!r}, lambda2=5, iterations=3)") for k in ("nc", "idc", "none"))
+    nc, idc, none = (make_mutator(f"deepxplore(constraint='light', coverage={k!r}, lambda2=5, iterations=5)") for k in ("nc", "idc", "none"))
     out = idc.mutate(x, np.random.default_rng(0), c)
     assert not np.array_equal(out, nc.mutate(x, np.random.default_rng(0), c))   # another coverage term
     assert not np.array_equal(out, none.mutate(x, np.random.default_rng(0), c))
