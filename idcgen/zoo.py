@@ -3,7 +3,8 @@
 The LeNet-1, LeNet-4 and LeNet-5 builders use DeepXplore's layer names; its weights files
 (MNIST_Model1-3.h5) load into them with ``model.load_weights(path)``. ``cifar10_cnn`` is the paper's
 CIFAR-10 subject (Keras' classic cifar10_cnn example) and ``resnet20`` the standard CIFAR ResNet-20,
-a graph model with ``Add`` and batch normalisation (docs/results.md, CIFAR-10 section).
+a graph model with ``Add`` and batch normalisation (docs/results.md, CIFAR-10 section). ``dave2`` and its
+variants are steering (regression) models for the Udacity driving frames.
 """
 
 from __future__ import annotations
@@ -115,6 +116,56 @@ def resnet20(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | N
     x = L.GlobalAveragePooling2D(name="avg_pool")(x)
     return _head(inputs, x, n_classes, "resnet20", init)
 
+
+def dave2(input_shape=(66, 200, 3), random_state: int | None = 0, variant: str = "orig") -> keras.Model:
+    """NVIDIA's Dave-2 steering model (Bojarski et al. 2016), a regression model (docs/design.md,
+    "Regression models"): inputs in [0, 1] (frames with the sky cropped, resized to 66x200), normalised
+    inside the model to [-1, 1]; five ReLU convolutions (24, 36, 48 filters 5x5 stride 2; 64, 64 3x3),
+    flatten (1,152 values at 66x200), dense 1164-100-50-10 with ReLU, then one linear unit (the steering
+    angle in radians; DeepXplore's ``atan(x) * 2`` head is left out, so the model loads without --unsafe).
+
+    ``variant`` gives DeepXplore-style siblings for differential testing: "orig" (Glorot-uniform kernels),
+    "norminit" (kernels drawn from a normal distribution, stddev 0.01), "dropout" (dropout 0.5 after the
+    1164- and 100-unit layers). They follow DeepXplore's idea of three differently trained Daves, not its
+    exact layers.
+    """
+    if variant not in ("orig", "norminit", "dropout"):
+        raise ValueError(f"variant must be orig, norminit or dropout; got {variant!r}")
+    L, init = keras.layers, _Init(random_state)
+
+    def kernel() -> dict:
+        if variant != "norminit":
+            return init()
+        seed = None if random_state is None else random_state * 1000 + 500 + len(layers)
+        return {"kernel_initializer": keras.initializers.RandomNormal(stddev=0.01, seed=seed)}
+
+    layers: list = []
+    inputs = keras.Input(input_shape, name="input")
+    x = L.Rescaling(2.0, offset=-1.0, name="normalise")(inputs)
+    for i, (filters, size, stride) in enumerate(((24, 5, 2), (36, 5, 2), (48, 5, 2), (64, 3, 1), (64, 3, 1)), 1):
+        layers.append(i)
+        x = L.Conv2D(filters, size, strides=stride, activation="relu", name=f"conv{i}", **kernel())(x)
+    x = L.Flatten(name="flatten")(x)
+    for i, units in enumerate((1164, 100, 50, 10), 1):
+        layers.append(i)
+        x = L.Dense(units, activation="relu", name=f"fc{i}", **kernel())(x)
+        if variant == "dropout" and units in (1164, 100):
+            x = L.Dropout(0.5, name=f"fc{i}_dropout")(x)
+    layers.append(0)
+    out = L.Dense(1, name="steering", **kernel())(x)
+    return keras.Model(inputs, out, name="dave2" if variant == "orig" else f"dave2_{variant}")
+
+
+def dave2_norminit(input_shape=(66, 200, 3), random_state: int | None = 0) -> keras.Model:
+    return dave2(input_shape, random_state, "norminit")
+
+
+def dave2_dropout(input_shape=(66, 200, 3), random_state: int | None = 0) -> keras.Model:
+    return dave2(input_shape, random_state, "dropout")
+
+
+#: steering models (regression, MSE loss): recipes/train_models.py --dataset udacity
+DRIVING_MODELS = {"dave2": dave2, "dave2_norminit": dave2_norminit, "dave2_dropout": dave2_dropout}
 
 MODELS = {"lenet1": lenet1, "lenet4": lenet4, "lenet5": lenet5, "cifar10_cnn": cifar10_cnn, "resnet20": resnet20}
 

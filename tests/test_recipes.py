@@ -9,6 +9,7 @@ import importlib
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -344,3 +345,26 @@ def test_cifar10_tables_keep_the_other_models_rows(recipe, outputs):
     # a table of another layout (older columns) is not mixed in
     rows = train_models._merge("merge_check", [{"model": "resnet20", "top-1": 85.0}], "resnet20")
     assert rows == [{"model": "resnet20", "top-1": 85.0}]
+
+
+UDACITY = Path(__file__).resolve().parents[2] / "shared" / "data" / "udacity"
+
+
+@pytest.mark.skipif(not (UDACITY / "udacity_test_center_160x120.zip").exists(), reason="needs ../shared/data/udacity")
+def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
+    module = recipe("train_models")
+    common = sys.modules["common"]
+    train, test = common.udacity_folder("train"), common.udacity_folder("test")
+    with open(UDACITY / "final_example.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))                         # in time order (the ids are timestamps)
+    ids = [r["frame_id"] for r in rows]
+    assert ids == sorted(ids, key=int)
+    cut = int(0.8 * len(ids))                                       # 4,491 of 5,614
+    assert sorted(p.stem for p in train.iterdir()) == ids[:cut] and sorted(p.stem for p in test.iterdir()) == ids[cut:]
+    x, y = common.udacity("test", limit=5)
+    assert x.shape == (5, 66, 200, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
+    assert np.allclose(y, [float(r["steering_angle"]) for r in rows[cut:cut + 5]])
+    run_recipe(module, ["--dataset", "udacity", "--epochs", "1", "--limit", "32"], monkeypatch)
+    row = read_csv(outputs / "train_models" / "mse_udacity.csv")[0]
+    assert row["model"] == "dave2" and float(row["test MSE"]) >= 0 and row["train frames"] == "32"
+    assert (outputs / "models" / "dave2_udacity.keras").exists()

@@ -406,3 +406,35 @@ def test_fgsm_campaign_with_the_deviation_oracle_finds_steering_errors():
     findings = campaign.findings()
     assert len(findings["id"]) > 0
     assert (np.abs(network.predict(findings["x"]) - findings["root_prediction"]) > 0.05).all()
+
+
+# --- the zoo's Dave-2 (issue 12, item 7) ----------------------------------------------------------------
+
+def test_dave2_has_nvidias_shapes_and_trains_on_synthetic_frames():
+    from idcgen.zoo import DRIVING_MODELS, dave2
+    model = dave2()
+    shapes = {name: tuple(model.get_layer(name).output.shape[1:]) for name in
+              ("conv1", "conv2", "conv3", "conv4", "conv5", "flatten", "fc1", "fc2", "fc3", "fc4", "steering")}
+    # valid convolutions on 66x200: (66 - 5) // 2 + 1 = 31, (200 - 5) // 2 + 1 = 98, ...
+    assert shapes == {"conv1": (31, 98, 24), "conv2": (14, 47, 36), "conv3": (5, 22, 48), "conv4": (3, 20, 64),
+                      "conv5": (1, 18, 64), "flatten": (1152,), "fc1": (1164,), "fc2": (100,), "fc3": (50,),
+                      "fc4": (10,), "steering": (1,)}
+    by_hand = (5 * 5 * 3 * 24 + 24 + 5 * 5 * 24 * 36 + 36 + 5 * 5 * 36 * 48 + 48 + 3 * 3 * 48 * 64 + 64
+               + 3 * 3 * 64 * 64 + 64 + 1152 * 1164 + 1164 + 1164 * 100 + 100 + 100 * 50 + 50 + 50 * 10 + 10 + 11)
+    assert model.count_params() == by_hand == 1_595_511
+    normalise = keras.Model(model.input, model.get_layer("normalise").output)
+    assert np.allclose(normalise(np.array([[[[0.0, 0.5, 1.0]] * 200] * 66], np.float32)).numpy()[0, 0, 0], [-1, 0, 1])
+    network = Network(model)
+    assert network.task == "regression" and network.logits_layer == "steering"
+    x = inputs(8, (66, 200, 3))
+    y = np.linspace(-0.5, 0.5, 8).astype(np.float32)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    before = model.evaluate(x, y, verbose=0)
+    for _ in range(5):
+        model.train_on_batch(x, y)
+    assert model.evaluate(x, y, verbose=0) < before
+    assert any(isinstance(layer, keras.layers.Dropout) for layer in DRIVING_MODELS["dave2_dropout"]().layers)
+    kernel = DRIVING_MODELS["dave2_norminit"]().get_layer("fc1").get_weights()[0]
+    assert abs(kernel.std() - 0.01) < 0.001      # Glorot-uniform: sqrt(6 / (1152 + 1164)) / sqrt(3) = 0.029
+    with pytest.raises(ValueError, match="variant must be orig, norminit or dropout"):
+        dave2(variant="wide")
