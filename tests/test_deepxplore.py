@@ -128,7 +128,7 @@ def lenets(digits):
         model = lenet1(random_state=seed)
         train(model, x_train[:2000], y_train[:2000], epochs=1, optimizer="adam", random_state=seed)
         nets.append(Network(model))
-    agree = np.flatnonzero((nets[0].predict(x_test[:100]) == y_test[:100]) & (nets[1].predict(x_test[:100]) == y_test[:100]))
+    agree = np.flatnonzero(np.all([n.predict(x_test[:100]) == y_test[:100] for n in nets], axis=0))
     return nets, x_test[agree[:16]], y_test[agree[:16]]
 
 
@@ -206,7 +206,8 @@ def test_idc_coverage_term_and_a_differential_campaign(lenets, digits):
     tracker = analysis.tracker(x)
     c = FuzzContext(network=analysis.network, labels=y, analysis=analysis, tracker=tracker,
                     parent_combinations=analysis.ids(x), others=(other,))
-    nc, idc, none = (make_mutator(f"deepxplore(constraint='light', coverage={k!r}, lambda2=5, iterations=5)") for k in ("nc", "idc", "none"))
+    nc, idc, none = (make_mutator(f"deepxplore(constraint='light', coverage={k!r}, lambda2=5, iterations=5)")
+                     for k in ("nc", "idc", "none"))
     out = idc.mutate(x, np.random.default_rng(0), c)
     assert not np.array_equal(out, nc.mutate(x, np.random.default_rng(0), c))   # another coverage term
     assert not np.array_equal(out, none.mutate(x, np.random.default_rng(0), c))
