@@ -120,11 +120,13 @@ def resnet20(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | N
 def dave2(input_shape=(66, 200, 3), random_state: int | None = 0, variant: str = "orig") -> keras.Model:
     """NVIDIA's Dave-2 steering model (Bojarski et al. 2016), a regression model (docs/design.md,
     "Regression models"): inputs in [0, 1] (frames with the sky cropped, resized to 66x200), normalised
-    inside the model to [-1, 1]; five ReLU convolutions (24, 36, 48 filters 5x5 stride 2; 64, 64 3x3),
-    flatten (1,152 values at 66x200), dense 1164-100-50-10 with ReLU, then one linear unit (the steering
-    angle in radians; DeepXplore's ``atan(x) * 2`` head is left out, so the model loads without --unsafe).
+    inside the model to [-1, 1]; five convolutions (24, 36, 48 filters 5x5 stride 2; 64, 64 3x3), flatten
+    (1,152 values at 66x200), dense 1164-100-50-10, then one linear unit (the steering angle in radians;
+    DeepXplore's ``atan(x) * 2`` head is left out, so the model loads without --unsafe). Hidden layers use
+    ELU with He-normal kernels: with ReLU the model collapsed to a constant output on the Udacity frames
+    (Glorot or He kernels, Adam lr 1e-4 to 1e-3; docs/results.md, "Dave-2 on Udacity").
 
-    ``variant`` gives DeepXplore-style siblings for differential testing: "orig" (Glorot-uniform kernels),
+    ``variant`` gives DeepXplore-style siblings for differential testing: "orig" (He-normal kernels),
     "norminit" (kernels drawn from a normal distribution, stddev 0.01), "dropout" (dropout 0.5 after the
     1164- and 100-unit layers). They follow DeepXplore's idea of three differently trained Daves, not its
     exact layers.
@@ -135,7 +137,7 @@ def dave2(input_shape=(66, 200, 3), random_state: int | None = 0, variant: str =
 
     def kernel() -> dict:
         if variant != "norminit":
-            return init()
+            return init(he=True)
         seed = None if random_state is None else random_state * 1000 + 500 + len(layers)
         return {"kernel_initializer": keras.initializers.RandomNormal(stddev=0.01, seed=seed)}
 
@@ -144,11 +146,11 @@ def dave2(input_shape=(66, 200, 3), random_state: int | None = 0, variant: str =
     x = L.Rescaling(2.0, offset=-1.0, name="normalise")(inputs)
     for i, (filters, size, stride) in enumerate(((24, 5, 2), (36, 5, 2), (48, 5, 2), (64, 3, 1), (64, 3, 1)), 1):
         layers.append(i)
-        x = L.Conv2D(filters, size, strides=stride, activation="relu", name=f"conv{i}", **kernel())(x)
+        x = L.Conv2D(filters, size, strides=stride, activation="elu", name=f"conv{i}", **kernel())(x)
     x = L.Flatten(name="flatten")(x)
     for i, units in enumerate((1164, 100, 50, 10), 1):
         layers.append(i)
-        x = L.Dense(units, activation="relu", name=f"fc{i}", **kernel())(x)
+        x = L.Dense(units, activation="elu", name=f"fc{i}", **kernel())(x)
         if variant == "dropout" and units in (1164, 100):
             x = L.Dropout(0.5, name=f"fc{i}_dropout")(x)
     layers.append(0)

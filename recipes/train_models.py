@@ -12,7 +12,7 @@ an hour: Adam with a cosine-decayed rate, batch 128, random flips and shifts of 
 Writes ``outputs/models/<name>.keras`` and ``outputs/train_models/accuracy[_<dataset>].{md,csv}``
 (CIFAR-10 also ``history_cifar10.csv``, accuracy per epoch).
 Udacity: Dave-2 (idcgen.zoo.dave2) on the first 80 % of the 5,614 frames by time, tested on the last 20 %
-(recipes/common.py, ``udacity_folder``), MSE loss, Adam lr 1e-4, batch 64; writes ``mse_udacity.{md,csv}``.
+(recipes/common.py, ``udacity_folder``), MSE loss, Adam lr 1e-4, batch 32; writes ``mse_udacity.{md,csv}``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from common import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, UDACITY_CROP, UDA
 #: three other jobs on the cores they took 1,971 s and 2,499 s (docs/results.md, CIFAR-10).
 CIFAR10_SETTINGS = {"cifar10_cnn": {"epochs": 10, "batch_size": 128, "optimizer": "adam", "lr": 1e-3},
                     "resnet20": {"epochs": 6, "batch_size": 128, "optimizer": "adam", "lr": 2e-3}}
-UDACITY_SETTINGS = {"epochs": 5, "batch_size": 64, "lr": 1e-4}
+UDACITY_SETTINGS = {"epochs": 5, "batch_size": 32, "lr": 1e-4}
 PAPER_UDACITY = ("Paper (DeepImportance's Dave-2): test MSE 0.096 on the full Udacity dataset (about 100,000 "
                  "training frames), which we do not have: ours trains on 4,491 frames of one drive.")
 PAPER_CIFAR10 = "Paper (Keras' cifar10_cnn example, RMSprop lr 1e-4, batch 32, 40 epochs): 77.68 % on CIFAR-10."

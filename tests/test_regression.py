@@ -435,6 +435,6 @@ def test_dave2_has_nvidias_shapes_and_trains_on_synthetic_frames():
     assert model.evaluate(x, y, verbose=0) < before
     assert any(isinstance(layer, keras.layers.Dropout) for layer in DRIVING_MODELS["dave2_dropout"]().layers)
     kernel = DRIVING_MODELS["dave2_norminit"]().get_layer("fc1").get_weights()[0]
-    assert abs(kernel.std() - 0.01) < 0.001      # Glorot-uniform: sqrt(6 / (1152 + 1164)) / sqrt(3) = 0.029
+    assert abs(kernel.std() - 0.01) < 0.001      # He-normal: sqrt(2 / 1152) = 0.042
     with pytest.raises(ValueError, match="variant must be orig, norminit or dropout"):
         dave2(variant="wide")
