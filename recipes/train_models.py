@@ -29,8 +29,8 @@ from common import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, UDACITY_CROP, UDA
 CIFAR10_SETTINGS = {"cifar10_cnn": {"epochs": 10, "batch_size": 128, "optimizer": "adam", "lr": 1e-3},
                     "resnet20": {"epochs": 6, "batch_size": 128, "optimizer": "adam", "lr": 2e-3}}
 UDACITY_SETTINGS = {"epochs": 5, "batch_size": 32, "lr": 1e-4}
-PAPER_UDACITY = ("Paper (DeepImportance's Dave-2): test MSE 0.096 on the full Udacity dataset (about 100,000 "
-                 "training frames), which we do not have: ours trains on 4,491 frames of one drive.")
+PAPER_UDACITY = ("Paper (DeepImportance's Dave-2): test MSE 0.096 on the full Udacity dataset, which we do not "
+                 "have: ours trains on 4,491 frames of one drive (DeepXplore's test frames).")
 PAPER_CIFAR10 = "Paper (Keras' cifar10_cnn example, RMSprop lr 1e-4, batch 32, 40 epochs): 77.68 % on CIFAR-10."
 
 
