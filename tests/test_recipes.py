@@ -171,13 +171,15 @@ def test_guidance_smoke(recipe, outputs, monkeypatch, trained_lenet, capsys):
     folder = outputs / "guidance" / "embedded-mnist"
     runs = read_csv(folder / "runs.csv")
     assert [(r["guide"], r["repetition"]) for r in runs] == [("idc", "0"), ("none", "0"), ("idc", "1"), ("none", "1")]
-    assert list(runs[0])[:6] == ["guide", "repetition", "execs", "findings", "findings_per_1k", "reproduce_%"]
+    assert list(runs[0])[:7] == ["guide", "repetition", "execs", "findings", "findings_per_1k", "flagged_per_1k",
+                                 "reproduce_%"]
     criteria = ["idc", "nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc"]
     assert [k for k in runs[0] if k.startswith("cov_")] == [f"cov_{c}" for c in criteria]
     assert [k for k in runs[0] if k.startswith("acc ")] == [f"acc {n}" for n in module.ROBUSTNESS]
     for r in runs:
         assert int(r["execs"]) == 300 and float(r["reproduce_%"]) == 100.0   # rounding: every finding reproduces
         assert float(r["findings_per_1k"]) == pytest.approx(1000 * int(r["findings"]) / 300)
+        assert float(r["flagged_per_1k"]) >= float(r["findings_per_1k"])   # findings are flagged mutants made unique
         assert int(r["unique_pairs"]) <= int(r["findings"]) and int(r["seeds_failed"]) <= 20
     # unguided keeps every valid mutant, IDC only those reaching a new combination
     kept = {r["guide"]: int(r["kept"]) for r in runs if r["repetition"] == "0"}
