@@ -40,9 +40,8 @@ Spec forms accepted by `load_inputs`
 ``fashion-mnist``
     The IDX files of the Debian package ``dataset-fashion-mnist`` in ``/usr/share/datasets/fashion-mnist``.
 ``mnist``
-    Full MNIST from a local copy, first found of: the file or folder in the environment variable
-    ``IDCGEN_MNIST`` (a keras-layout ``.npz`` or a folder of the four IDX files); ``../shared/data/mnist``
-    relative to the current directory, then relative to the idcgen repository; ``~/.keras/datasets/mnist.npz``.
+    Full MNIST from a local copy: the file or folder in the environment variable ``IDCGEN_MNIST`` (a
+    keras-layout ``.npz`` or a folder of the four IDX files), else ``~/.keras/datasets/mnist.npz``.
     Nothing is ever downloaded.
 
 A named dataset, a keras-layout ``.npz`` or an IDX folder takes its split after a colon (``mnist:train``,
@@ -384,9 +383,7 @@ def _find_mnist() -> Path:
         if not Path(env).expanduser().exists():
             raise InputError(f"IDCGEN_MNIST points to {env}, which does not exist")
         return Path(env).expanduser()
-    candidates = [Path.cwd() / "../shared/data/mnist",
-                  Path(__file__).resolve().parents[1].parent / "shared/data/mnist",
-                  Path("~/.keras/datasets/mnist.npz").expanduser()]
+    candidates = [Path("~/.keras/datasets/mnist.npz").expanduser()]
     for place in candidates:
         if place.is_file() or (place.is_dir() and (_idx_folder_files(place) or (place / "mnist.npz").is_file())):
             return place.resolve()

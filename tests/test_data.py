@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -363,7 +364,10 @@ def test_mnist_not_found(monkeypatch, tmp_path):
         load_inputs("mnist")
 
 
-def test_mnist_local_copy():
+def test_mnist_local_copy(monkeypatch):
+    shared = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
+    if shared.is_dir() and "IDCGEN_MNIST" not in os.environ:   # the development workspace's copy
+        monkeypatch.setenv("IDCGEN_MNIST", str(shared))
     try:
         ds = load_inputs("mnist", limit=3)
     except InputError:
