@@ -78,6 +78,7 @@ class Campaign:
     stats: list = field(default_factory=list)        # one row per recorded step
     finding_parts: list = field(default_factory=list, repr=False)   # one dict of arrays per step with findings
     finding_keys: set = field(default_factory=set, repr=False)
+    finding_pairs: set = field(default_factory=set, repr=False)   # the keys without their combination
     folder: Path | None = None     # where it is saved (None: in memory only)
     notes: list = field(default_factory=list)   # damage found when it was read, and what was rebuilt
     store: CampaignStore | None = field(default=None, repr=False)   # writes its steps there (None: read only)
@@ -176,7 +177,7 @@ class Campaign:
                "execs_per_s": round(self.execs / self.elapsed, 1) if self.elapsed > 0 else 0.0,
                "corpus": len(self.corpus), "idc": self.tracker.score, "covered": self.tracker.covered,
                "findings": self.n_findings, "flagged": self.flagged,
-               "unique_pairs": len({key[1:] for key in self.finding_keys}),   # regression: seeds with a finding
+               "unique_pairs": len(self.finding_pairs),   # regression: seeds with a finding
                "mutator": mutator, "seconds": round(seconds, 4)}
         row.update({f"{name}_coverage": t.score for name, t in self.coverage.items() if name != "idc"})
         self.stats.append(row)
@@ -202,6 +203,7 @@ class Campaign:
             key = _finding_key(self.corpus, step.combinations[i], labels[i], step.predictions[i], roots[i])
             if key not in self.finding_keys:
                 self.finding_keys.add(key)
+                self.finding_pairs.add(key[1:])
                 chosen.append(i)
         if not chosen:
             return None
@@ -277,6 +279,7 @@ class Campaign:
             for part in campaign.finding_parts:   # a finding is saved once per (combination, label, prediction)
                 campaign.finding_keys.update(_finding_key(corpus, *row) for row in zip(
                     part["combination"], part["label"], part["prediction"], part["root"]))
+            campaign.finding_pairs = {key[1:] for key in campaign.finding_keys}
         except BaseException:
             if saved.store is not None:
                 saved.store.release()
