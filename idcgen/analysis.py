@@ -318,12 +318,37 @@ def check_class_labels(x: np.ndarray, y, n_classes: int) -> np.ndarray:
     return y
 
 
+class LocalPasses:
+    """The two passes of an analysis over its inputs, in this process: the relevance pass (per-neuron
+    totals, :func:`idcgen.relevance.relevance_totals`) and the gathering of the important neurons'
+    activations. ``idcgen.distributed`` runs the same two steps on Ray workers (docs/design.md,
+    "Scale-out on Ray")."""
+
+    def __init__(self, network: Network, layer: str, eps: float, x: np.ndarray):
+        self.network, self.layer, self.x = network, layer, x
+        self.rel = Relevance(network, layer=layer, eps=eps, batch_size=batch_size_for(network))
+        self.kept = None
+
+    def totals(self, target, *, labels, keep_activations, progress):
+        """(signed sums, absolute sums, inputs used, predictions); keeps the layer's activations if asked."""
+        signed, absolute, n_used, predictions, self.kept = relevance_totals(
+            self.rel, self.x, target, labels=labels, keep_activations=keep_activations, progress=progress)
+        return signed, absolute, n_used, predictions
+
+    def activations(self, neurons: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(inputs used, m) activations of the important neurons: those kept by the relevance pass, else a
+        forward pass over ``rows``."""
+        if self.kept is not None:
+            return self.kept[:, neurons]
+        return self.network.activations(self.x, self.layer, neurons, rows=rows)
+
+
 def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
             clusters: Sequence[int] = (2, 3, 4, 5), cluster_method: str = "silhouette",
             relevance_of: str = "predicted", correct_only: bool = False,
             only_class: int | None = None, aggregate: str = "sum", eps: float = 1e-7, random_state: int = 0,
             value_range=None, preprocess=None, image_shape=None, data_summary: dict | None = None,
-            progress: bool = True) -> Analysis:
+            progress: bool = True, passes=None) -> Analysis:
     """Find the m most important neurons of ``layer`` over ``x`` and cluster their activations.
 
     Parameters
@@ -347,6 +372,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     preprocess : a spec such as "tf" or "mean=0.5,std=0.25" applied between image and model
         (:func:`idcgen.convention.parse_preprocess`); recorded and re-applied when the analysis is loaded.
     image_shape : (h, w, c) images for a model taking flat or channel-less inputs (for the fuzzer)
+    passes : what runs the passes over ``x``: :class:`LocalPasses` (default) or, from
+        :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``
     """
     network, convention = network_with_convention(model, value_range=value_range, preprocess=preprocess,
                                                   image_shape=image_shape)
@@ -381,11 +408,11 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     # Streamed: the relevance pass keeps per-neuron totals (and the layer's activations when they are small),
     # else a forward pass then keeps only the m important neurons' activations, so memory holds a batch and
     # at most max(ACTIVATIONS_IN_ONE_PASS, inputs x m floats), whatever the layer's width.
-    rel = Relevance(network, layer=layer, eps=eps, batch_size=batch_size_for(network))
+    passes = (passes or LocalPasses)(network, layer, eps, x)
     one_pass = len(x) * width * 4 <= ACTIVATIONS_IN_ONE_PASS
     with tqdm(total=len(x), desc="relevance", unit="input", disable=not progress, leave=False) as bar:
-        signed, absolute, n_used, predictions, acts = relevance_totals(
-            rel, x, y if relevance_of == "label" else None, labels=y if correct_only else None,
+        signed, absolute, n_used, predictions = passes.totals(
+            y if relevance_of == "label" else None, labels=y if correct_only else None,
             keep_activations=one_pass, progress=bar)
     timings["relevance"] = time.perf_counter() - start
     if n_used == 0:
@@ -393,11 +420,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
     neurons = top_neurons(scores, m)
     start = time.perf_counter()
-    if one_pass:
-        acts = acts[:, neurons]
-    else:
-        rows = np.flatnonzero(predictions == y) if correct_only else np.arange(len(x))
-        acts = network.activations(x, layer, neurons, rows=rows)
+    acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
     timings["activations"] = time.perf_counter() - start
 
     start = time.perf_counter()

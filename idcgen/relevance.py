@@ -237,6 +237,41 @@ def batch_size_for(network: Network, budget_bytes: int = 256 * 2**20, largest: i
     return int(np.clip(budget_bytes // max(12 * floats, 1), 16, largest))
 
 
+def batch_totals(rel: Relevance, x: np.ndarray, target=None, *, labels=None, keep_activations=False,
+                 progress=None):
+    """The relevance pass, one batch of ``rel.batch_size`` inputs at a time: yields per batch
+    ``(signed_sum, abs_sum, n_used, predictions, activations or None)`` (see :func:`relevance_totals`).
+
+    The map step of an analysis: a Ray worker runs it on its shard, and :func:`sum_totals` reduces the
+    batches of all shards in input order, so the sums are added as in one process (docs/design.md,
+    "Scale-out on Ray")."""
+    for start in range(0, len(x), rel.batch_size):
+        stop = start + rel.batch_size
+        r, a, z = rel.raw(x[start:stop], None if target is None else target[start:stop])
+        r, pred = per_neuron(r).numpy().astype(np.float64), z.numpy().argmax(axis=1)
+        used = slice(None) if labels is None else pred == labels[start:stop]
+        r = r[used]
+        yield (r.sum(axis=0), np.abs(r).sum(axis=0), len(r), pred,
+               neuron_activations(a).numpy()[used] if keep_activations else None)
+        if progress is not None:
+            progress.update(len(pred))
+
+
+def sum_totals(batches, keep_activations=False):
+    """Reduce :func:`batch_totals`' batches, in input order, to ``relevance_totals``' result."""
+    signed = absolute = None
+    n_used, predictions, activations = 0, [], []
+    for batch_signed, batch_abs, n, pred, acts in batches:
+        signed = batch_signed if signed is None else signed + batch_signed
+        absolute = batch_abs if absolute is None else absolute + batch_abs
+        n_used += n
+        predictions.append(pred)
+        if keep_activations:
+            activations.append(acts)
+    return (signed, absolute, n_used, np.concatenate(predictions),
+            np.concatenate(activations) if keep_activations else None)
+
+
 def relevance_totals(rel: Relevance, x: np.ndarray, target=None, *, labels=None, keep_activations=False,
                      progress=None):
     """One streamed relevance pass: per-neuron totals, never the (inputs x neurons) relevance matrix.
@@ -245,24 +280,8 @@ def relevance_totals(rel: Relevance, x: np.ndarray, target=None, *, labels=None,
     with ``labels`` given only those classified correctly), every input's predicted class, and, with
     ``keep_activations``, the subject layer's neuron activations of the inputs used (else None).
     """
-    signed = absolute = None
-    n_used, predictions, activations = 0, [], []
-    for start in range(0, len(x), rel.batch_size):
-        stop = start + rel.batch_size
-        r, a, z = rel.raw(x[start:stop], None if target is None else target[start:stop])
-        r, pred = per_neuron(r).numpy().astype(np.float64), z.numpy().argmax(axis=1)
-        used = slice(None) if labels is None else pred == labels[start:stop]
-        r = r[used]
-        if keep_activations:
-            activations.append(neuron_activations(a).numpy()[used])
-        signed = r.sum(axis=0) if signed is None else signed + r.sum(axis=0)
-        absolute = np.abs(r).sum(axis=0) if absolute is None else absolute + np.abs(r).sum(axis=0)
-        n_used += len(r)
-        predictions.append(pred)
-        if progress is not None:
-            progress.update(len(pred))
-    return (signed, absolute, n_used, np.concatenate(predictions),
-            np.concatenate(activations) if keep_activations else None)
+    return sum_totals(batch_totals(rel, x, target, labels=labels, keep_activations=keep_activations,
+                                   progress=progress), keep_activations)
 
 
 def input_relevance(network: Network, x: np.ndarray, target: np.ndarray | None = None, *,
