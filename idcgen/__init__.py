@@ -31,6 +31,7 @@ _NAMES = {
     "make_mutator": "fuzz.mutators", "parse_mutators": "fuzz.mutators",
     "export_campaign": "export", "write_report": "report", "harden": "harden",
     "make_criterion": "criteria",
+    "inspect": "inspect", "InspectResult": "inspect",
     "IdcgenError": "errors", "ModelError": "errors", "LayerError": "errors", "InputError": "errors",
     "ParameterError": "errors", "AnalysisMismatchError": "errors",
 }
