@@ -22,8 +22,8 @@ from .imageio import quantise, to_png, to_uint8
 
 def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, train_y: np.ndarray | None = None,
                     out: str | Path | None = None, images: bool = True, oracle=None) -> dict:
-    """Write ``grown.npz``, ``grown/`` (PNG per class), ``retrain.npz``, ``findings.jsonl`` and
-    ``exports.json``.
+    """Write ``grown.npz``, ``grown/`` (PNG per class), ``retrain.npz``, ``findings.jsonl``, ``findings/``
+    (each finding beside its seed with the model's outputs drawn on, when ``images``) and ``exports.json``.
 
     ``grown.npz`` holds the seeds and kept mutants (``x`` float32 as run, ``x_uint8``, ``y`` = root seed's
     label, ``id``, ``seed``, ``root``, ``prediction``, ``combination``, ``combination_uint8``).
@@ -76,6 +76,8 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     atomic_npz(out / "retrain.npz", retrain, compressed=True)
 
     surviving = _recheck_findings(campaign, out, oracle)
+    if images:
+        write_finding_images(campaign, out / "findings")
     summary = {
         "grown": {"inputs": int(len(x)), "seeds": int(is_seed.sum()), "mutants": int((~is_seed).sum()),
                   "idc_as_run": campaign.tracker.score,
@@ -90,7 +92,7 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
                     "note": None if len(parts_x) == 2 else "no labelled training data given: the kept mutants only"},
         "findings": {"total": campaign.n_findings, "surviving_uint8": surviving},
         "files": {"grown": "grown.npz", "grown_images": "grown/" if images else None, "retrain": "retrain.npz",
-                  "findings": "findings.jsonl"},
+                  "findings": "findings.jsonl", "finding_images": "findings/" if images else None},
     }
     atomic_text(out / "exports.json", json.dumps(summary, indent=2) + "\n")
     return summary
@@ -114,6 +116,22 @@ def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
             row.update(prediction_uint8=p.item(), survives_uint8=bool(ok))
     atomic_text(out / "findings.jsonl", jsonl(rows))
     return int(survives.sum())
+
+
+def write_finding_images(campaign: Campaign, folder: Path) -> int:
+    """``finding-NNNNNN.png`` per finding: its root seed and the mutant side by side with the model's outputs
+    (steering arrows for a regression model, classes for a classifier; idcgen/annotate.py)."""
+    from .annotate import finding_image
+    found = campaign.findings()
+    if not found:
+        return 0
+    folder.mkdir(parents=True, exist_ok=True)
+    seeds = campaign.corpus.x
+    for j in range(len(found["id"])):
+        finding_image(seeds[found["root"][j]], found["x"][j], seed_prediction=found["root_prediction"][j],
+                      prediction=found["prediction"][j], label=found["label"][j], value_range=campaign.value_range,
+                      regression=campaign.corpus.regression).save(folder / f"finding-{int(found['id'][j]):06d}.png")
+    return len(found["id"])
 
 
 def _predictions(corpus, probs: np.ndarray) -> np.ndarray:

@@ -32,6 +32,77 @@ def mutator_table(campaign: Campaign) -> list[dict]:
     return sorted(rows, key=lambda r: (-r["idc_gain_per_1000_execs"], r["mutator"]))
 
 
+def findings_by_mutator(campaign: Campaign) -> list[dict]:
+    """The findings grouped by the last mutator of their chain (the one whose mutant was flagged): how many,
+    how far from the seed, and for a regression model how far the output moved from the seed's."""
+    found = campaign.findings()
+    if not found:
+        return []
+    last = np.array([str(c).rsplit("|", 1)[-1] for c in found["chain"]])
+    moved = np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
+    rows = []
+    for name in sorted(set(last.tolist())):
+        sel = last == name
+        execs = campaign.mutator_stats[name].execs if name in campaign.mutator_stats else 0
+        row = {"mutator": name, "findings": int(sel.sum()), "execs": execs,
+               "per_1000_execs": 1000 * sel.sum() / execs if execs else 0.0}
+        if campaign.corpus.regression:
+            row.update(median_output_change=float(np.median(moved[sel])), max_output_change=float(moved[sel].max()))
+        else:
+            row["pairs"] = len(set(zip(found["label"][sel].tolist(), found["prediction"][sel].tolist())))
+        if "linf" in found:
+            row.update(median_linf=float(np.median(found["linf"][sel])), median_ssim=float(np.median(found["ssim"][sel])))
+        rows.append(row)
+    return sorted(rows, key=lambda r: (-r["findings"], r["mutator"]))
+
+
+def _findings_figure(campaign: Campaign, path: Path, n: int = 8) -> bool:
+    """Up to ``n`` findings, seed beside mutant with the outputs drawn on (idcgen/annotate.py), taken in
+    turn from each mutator: its finding that moved the output most (regression), else its first."""
+    from PIL import Image, ImageDraw
+
+    from .annotate import finding_image
+    found = campaign.findings()
+    if not found:
+        return False
+    last = np.array([str(c).rsplit("|", 1)[-1] for c in found["chain"]])
+    moved = np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
+    queues = []
+    for name in sorted(set(last.tolist())):
+        idx = np.flatnonzero(last == name)
+        queues.append(list(idx[np.argsort(-moved[idx], kind="stable")] if campaign.corpus.regression else idx))
+    picked = []
+    while len(picked) < n and any(queues):
+        for q in queues:
+            if q and len(picked) < n:
+                picked.append(q.pop(0))
+    tiles = []
+    for j in picked:
+        tile = finding_image(campaign.corpus.x[found["root"][j]], found["x"][j],
+                             seed_prediction=found["root_prediction"][j], prediction=found["prediction"][j],
+                             label=found["label"][j], value_range=campaign.value_range,
+                             regression=campaign.corpus.regression)
+        caption = Image.new("RGB", (tile.width, 14), (255, 255, 255))
+        ImageDraw.Draw(caption).text((2, 1), f"#{int(found['id'][j])} {last[j]}"[:tile.width // 6], fill=(0, 0, 0))
+        both = Image.new("RGB", (tile.width, tile.height + 14), (255, 255, 255))
+        both.paste(caption, (0, 0))
+        both.paste(tile, (0, 14))
+        tiles.append(both)
+    cols = 2
+    w, h = max(t.width for t in tiles), max(t.height for t in tiles)
+    rows = -(-len(tiles) // cols)
+    sheet = Image.new("RGB", (cols * w + (cols - 1) * 10, rows * h + (rows - 1) * 10), (255, 255, 255))
+    for k, t in enumerate(tiles):
+        sheet.paste(t, ((k % cols) * (w + 10), (k // cols) * (h + 10)))
+    sheet.save(path)
+    return True
+
+
+def _short(spec: str, width: int = 32) -> str:
+    """A mutator spec cut to fit a plot's axis (the report's tables give it whole)."""
+    return spec if len(spec) <= width else spec[:width - 3] + "..."
+
+
 def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path]:
     plt = pyplot()
 
@@ -49,7 +120,7 @@ def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6, 0.35 * len(rows) + 1.2))
-    names = [r["mutator"] for r in rows][::-1]
+    names = [_short(r["mutator"]) for r in rows][::-1]
     ax.barh(names, [r["idc_gain_per_1000_execs"] * 100 for r in rows][::-1], color="tab:blue")
     ax.set_xlabel("IDC gain per 1,000 execs (percentage points)")
     ax.set_title("Which mutations raise IDC most")
@@ -145,6 +216,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         lines += ["", "Mutator errors (the campaign went on):", ""]
         lines += [f"- `{r['mutator']}`: {r['errors']} failed batches, last: {r['last_error']}" for r in errors]
     lines += ["", "![IDC gain per mutator](mutators.png)"]
+    lines += _findings_section(campaign, folder)
     if "examples" in plots:
         lines += ["", "## Examples", "", "![Mutants beside their seeds](examples.png)"]
     md = "\n".join(lines) + "\n"
@@ -177,6 +249,31 @@ def _failures(campaign: Campaign, state: dict) -> list[str]:
         out += ["Distance to the root seed (mean): "
                 f"L0 {q['mean_l0']:.1%} of pixels, L2 {q['mean_l2']:.3g}, L-inf {q['mean_linf']:.3g}, "
                 f"SSIM {q['mean_ssim']:.3f} (1 = identical)."]
+    return out
+
+
+def _findings_section(campaign: Campaign, folder: Path) -> list[str]:
+    """The findings per mutator, and a sheet of findings beside their seeds."""
+    rows = findings_by_mutator(campaign)
+    if not rows:
+        return []
+    regression = campaign.corpus.regression
+    head = ("| mutator | findings | execs | per 1,000 execs | median output change | largest | median L-inf | median SSIM |"
+            if regression else "| mutator | findings | execs | per 1,000 execs | (true, predicted) pairs | median L-inf | median SSIM |")
+    out = ["", "## Findings by mutator", "",
+           "A finding is credited to the last mutator of its chain"
+           + (" (output change: |mutant's output - its root seed's|)." if regression else "."), "",
+           head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        middle = (f"{r['median_output_change']:.3g} | {r['max_output_change']:.3g}" if regression else f"{r['pairs']}")
+        tail = f"{r['median_linf']:.3g} | {r['median_ssim']:.3f}" if "median_linf" in r else "- | -"
+        out.append(f"| `{r['mutator']}` | {r['findings']} | {r['execs']} | {r['per_1000_execs']:.1f} | {middle} | {tail} |")
+    if _findings_figure(campaign, folder / "findings.png"):
+        legend = ("arrows from the bottom centre: label blue, seed's output green, mutant's output red, tilted by "
+                  "the output in radians (positive to the right)" if regression else
+                  "the seed's prediction in green, the mutant's in red, the true class in blue")
+        out += ["", f"Findings (seed left, mutant right; {legend}). Every finding is drawn this way in "
+                    "`exports/findings/`.", "", "![Findings beside their seeds](findings.png)"]
     return out
 
 

@@ -284,7 +284,23 @@ def test_fuzz_command_on_steering_frames(tmp_path):
     assert config["oracle"] == "deviation(threshold=0.2)" and config["task"] == "regression"
     manifest = [json.loads(line) for line in (tmp_path / "camp" / "manifest.jsonl").read_text().splitlines()]
     assert isinstance(manifest[0]["label"], float) and manifest[0]["label"] == pytest.approx(-10 / 30)
-    assert "unique (combination, root seed) pairs" in (tmp_path / "camp" / "report.md").read_text()
+    report = (tmp_path / "camp" / "report.md").read_text()
+    assert "unique (combination, root seed) pairs" in report
+    # the findings per mutator add up to the campaign's, and each finding is drawn beside its seed
+    from idcgen.fuzz.campaign import Campaign
+    from idcgen.models import load_model
+    from idcgen.report import findings_by_mutator
+    result = runner.invoke(app, common + ["--oracle", "deviation(threshold=0.01)", "--out", str(tmp_path / "small")])
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "small" / "report.md").read_text()
+    c = Campaign.load(tmp_path / "small", Network(load_model(tmp_path / "steer.keras")))
+    rows = findings_by_mutator(c)
+    assert c.n_findings > 0 and sum(r["findings"] for r in rows) == c.n_findings
+    assert all(r["findings"] == c.mutator_stats[r["mutator"]].findings for r in rows)
+    moved = np.abs(c.findings()["prediction"] - c.findings()["root_prediction"])
+    assert max(r["max_output_change"] for r in rows) == pytest.approx(moved.max())
+    assert "## Findings by mutator" in report and (tmp_path / "small" / "findings.png").exists()
+    assert len(list((tmp_path / "small" / "exports" / "findings").glob("finding-*.png"))) == c.n_findings
     result = runner.invoke(app, common + ["--oracle", "misclassification", "--out", str(tmp_path / "other")])
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1].startswith("error: the misclassification oracle is for classifiers")
