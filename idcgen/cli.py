@@ -32,6 +32,8 @@ ResizeOpt = typer.Option(None, "--resize", help="HxW: resize the images of image
 TaskOpt = typer.Option(None, "--task", help="regression or classification (default: detected; a head of one output unit is a regression model).")
 LabelsOpt = typer.Option(None, "--labels", help="CSV of labels for an image folder: FILE.csv (id and target columns detected) or FILE.csv:ID_COLUMN,TARGET_COLUMN; ids are the file names, with or without extension.")
 CropOpt = typer.Option(None, "--crop", help="TOP,BOTTOM,LEFT,RIGHT: pixels cut from each image of an image folder before --resize.")
+RayOpt = typer.Option(None, "--ray", help="Run on Ray workers: local (start Ray on this machine), auto (the cluster `ray start` made here) or a cluster address such as ray://HEAD:10001. Needs pip install \"idcgen[ray]\".")
+WorkersOpt = typer.Option(None, "--workers", help="Ray workers (default: one per GPU of the cluster, else one per CPU); alone it means --ray local.")
 ClassNamesOpt = typer.Option(None, "--class-names", help="Class names in label order (cat,dog or a file with one per line): labels of image class subfolders not named by integers (default: sorted names).")
 
 
@@ -55,7 +57,8 @@ def _peak_memory_mib() -> float:
 #: rewrites those references into the user's words ("--batch-size must ...", "--scale 255").
 FLAGS = {
     "alpha": "--alpha", "analysis": "--analysis", "architecture": "--architecture", "beta": "--beta",
-    "budget": "--budget", "batch_size": "--batch-size", "clusters": "--clusters", "crop": "--crop",
+    "budget": "--budget", "batch_size": "--batch-size", "threshold": "--threshold", "scaling": "--scaling",
+    "top": "--top", "clusters": "--clusters", "crop": "--crop",
     "labels": "--labels", "task": "--task",
     "class_names": "--class-names", "cluster_method": "--cluster-method", "correct_only": "--correct-only",
     "criteria": "--criteria", "epochs": "--epochs", "force": "--force", "guide": "--guide",
@@ -65,6 +68,7 @@ FLAGS = {
     "overwrite": "--force", "preprocess": "--preprocess", "random_state": "--random-state",
     "relevance_of": "--relevance-of", "repeats": "--repeats", "resize": "--resize", "scale": "--scale",
     "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train", "value_range": "--value-range",
+    "workers": "--workers",
 }
 # "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
 _PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? parameters?\b(?! of )")
@@ -135,6 +139,18 @@ def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convent
     return ds, x
 
 
+def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool):
+    """Ray workers holding ``network`` when --ray or --workers is given, else None (one process)."""
+    if ray is None and workers is None:
+        return None
+    from .distributed import require_ray
+    from .distributed.workers import Workers
+    what = "--ray" if ray is not None else "--workers"
+    require_ray(what)   # before anything else: one line saying what to install
+    typer.echo(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...", err=True)
+    return Workers(network, ray=ray or "local", workers=workers, safe_mode=not unsafe, what=what)
+
+
 def _with_convention(network, value_range=None, preprocess=None, recorded=None):
     """(Network measured in image space, its input convention); see idcgen.convention."""
     from .analysis import network_with_convention
@@ -195,6 +211,7 @@ def analyze(model: Path = ModelOpt,
             crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
             out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."),
             force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
+            ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Find the m most important neurons of a layer and cluster their activations."""
     from .analysis import analyze as run, check_save_target
@@ -204,9 +221,10 @@ def analyze(model: Path = ModelOpt,
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess)
     ds, x = _inputs(train, network, scale, limit, convention, resize, class_names, labels=labels, crop=crop)
+    pool = _ray_pool(ray, workers, network, unsafe)
     analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
-                   data_summary=ds.summary())
+                   data_summary=ds.summary(), passes=None if pool is None else pool.passes)
     if out is not None:
         where = f"saved to {analysis.save(out, overwrite=force)}"
     else:  # the default name tells analyses apart; never replace another one there
@@ -226,7 +244,7 @@ def analyze(model: Path = ModelOpt,
             typer.echo(f"note: {note}")
     for warning in analysis.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    train_cov = analysis.coverage(x)
+    train_cov = analysis.coverage(x) if pool is None else pool.coverage(analysis, x)
     typer.echo(f"training inputs reach {train_cov}")
     typer.echo(f"analysis {where} ({sum(analysis.timings.values()):.1f} s, peak memory {_peak_memory_mib():,.0f} MiB)")
 
@@ -243,6 +261,8 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
              class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
              crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
+             ray: Optional[str] = typer.Option(None, "--ray", help="Measure IDC on Ray workers (the other criteria stay in this process): local, auto or a cluster address such as ray://HEAD:10001. Needs pip install \"idcgen[ray]\"."),
+             workers: Optional[int] = WorkersOpt,
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
@@ -268,7 +288,8 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         y_train = train_ds.y
     results = {}
     if found is not None:
-        results["idc"] = found.coverage(x)
+        pool = _ray_pool(ray, workers, network, unsafe)
+        results["idc"] = found.coverage(x) if pool is None else pool.coverage(found, x)
     notes = {}
     for spec, criterion in others.items():
         results[spec] = criterion.fit(network, x_train if x_train is not None else x[:1], y_train
@@ -411,6 +432,71 @@ def demo(out: Path = typer.Option(DEFAULT_OUTPUTS / "demo", "--out", help="Outpu
     """Train LeNet-5 on the embedded MNIST digits, analyse it, measure coverage, fuzz: no download needed."""
     from .demo import run_demo
     run_demo(out, epochs=epochs, budget=budget, force=force, echo=typer.echo)
+
+
+@command
+def inspect(model: Path = ModelOpt,
+            inputs: str = typer.Option(..., "--inputs", help="Inputs to inspect (with labels, e.g. an .npz with y, the precision and recall are measured)."),
+            layers_: Optional[str] = typer.Option(None, "--layers", help="Comma-separated layers (default: every hidden layer a neuron criterion uses)."),
+            threshold: float = typer.Option(0.5, "--threshold", help="A neuron is active above this, after min-max scaling (DeepInspect: 0.5)."),
+            scaling: str = typer.Option("neuron", "--scaling", help="Min-max scaling per neuron over the inputs (default), per layer over the inputs, or per layer within each input ('input', as NC)."),
+            analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: also measure with its important neurons only."),
+            top: int = typer.Option(10, "--top", help="Pairs to print, smallest NAPVD first."),
+            as_json: bool = typer.Option(False, "--json", help="Print one JSON object (summary and every pair)."),
+            out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/inspect/<model>); its files are replaced."),
+            no_labels: bool = typer.Option(False, "--no-labels", help="Ignore the inputs' labels (predictions only)."),
+            limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
+            scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
+            preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+            class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
+            crop: Optional[str] = CropOpt,
+            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+    """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
+    probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
+    from .analysis import Analysis
+    from .inspect import inspect as run
+    from .checks import check_int
+    check_int("top", top, 1)
+    found = Analysis.load(analysis) if analysis is not None else None
+    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
+    network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
+    if found is not None:
+        found.bind(network)
+    ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels, crop=crop)
+    names = None if layers_ is None else [n.strip() for n in layers_.split(",") if n.strip()]
+    result = run(network, x, None if no_labels else ds.y, layers=names, threshold=threshold, scaling=scaling,
+                 analysis=found, progress=not as_json, class_names=ds.class_names)
+    folder = out if out is not None else DEFAULT_OUTPUTS / "inspect" / model.stem
+    report = result.write_report(folder, x, top=top, title=f"{model.name} on {inputs}",
+                                 value_range=convention.value_range)
+    if as_json:
+        typer.echo(json.dumps(dict(result.to_dict(), report=str(report))))
+        return
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    m = result.metrics["all"]
+    typer.echo(f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of "
+               f"{', '.join(result.layers)}; NAPVD mean {m['napvd_mean']:.3g}, std {m['napvd_std']:.3g}")
+    shown = result.top(top)
+    typer.echo(f"pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %):")
+    for r in shown:
+        mark = "**" if r["confusion_top"] else "*" if r["confusion_std"] else ""
+        extra = "" if "type1conf" not in r else f"  type-1 confusion {r['type1conf']:.4f}" + (" (confused)" if r["confused"] else "")
+        typer.echo(f"  {result.name(r['a'])} - {result.name(r['b'])}: NAPVD {r['napvd']:.3f}{mark}{extra}")
+    for view, vm in result.metrics.items():
+        if "confusion" not in vm:
+            continue
+        for what in ("confusion", "bias"):
+            e = vm[what]
+            typer.echo(f"{what} ({view} neurons, {vm['neurons']}): {e['actual']} actual pairs; mean - 1 std: "
+                       f"precision {_fmt_rate(e['std']['precision'])}, recall {_fmt_rate(e['std']['recall'])}; top 1 %: "
+                       f"precision {_fmt_rate(e['top']['precision'])}, recall {_fmt_rate(e['top']['recall'])}; "
+                       f"Spearman {_fmt_rate(e['spearman'])}")
+    typer.echo(f"report: {report} (and report.html, pairs.csv, inspect.json)")
+
+
+def _fmt_rate(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def main():

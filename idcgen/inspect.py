@@ -399,13 +399,13 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
             _count_active(state.active, predictions[rows], store[rows] > limits)
         del store
     state.per_class = np.bincount(predictions, minlength=k)
+    if len(k_present := np.flatnonzero(state.per_class > 0)) < 2:
+        raise InputError(f"the model predicts only class {k_present.tolist()} on these {len(x)} inputs; "
+                         "comparing classes needs inputs predicted as at least two (give more or varied inputs)")
     constant = _check_layers_vary(state.low[:sum(kept_widths)], state.high[:sum(kept_widths)], kept_widths, names)
     rho_all = napv_from_counts(state.active, state.per_class)
     notes = []
     empty = np.flatnonzero(state.per_class == 0)
-    if len(k_present := np.flatnonzero(state.per_class > 0)) < 2:
-        raise InputError(f"the model predicts only class {k_present.tolist()} on these {len(x)} inputs; "
-                         "comparing classes needs inputs predicted as at least two (give more or varied inputs)")
     if len(empty):
         notes.append(f"no input is predicted as class {', '.join(map(str, empty))}: NAPVD and avg_bias of "
                      f"{'its' if len(empty) == 1 else 'their'} pairs are undefined (NaN, left out of the cut-offs)")

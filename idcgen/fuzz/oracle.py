@@ -225,6 +225,43 @@ class Disagreement(Oracle):
 
 
 @dataclass(frozen=True)
+class Confusion(Oracle):
+    """A seed of class ``a`` becomes ``b``, or one of ``b`` becomes ``a``: findings for one class pair, e.g. a
+    pair ``idcgen inspect`` predicts the model confuses (DeepInspect's directed augmentation). The seed's
+    class is its label where known, and then, as for misclassification, only seeds the model gets right
+    count; unlabelled seeds go by the model's prediction on them."""
+
+    a: int = 0
+    b: int = 1
+
+    def __post_init__(self):
+        for value in (self.a, self.b):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ParameterError(f"the confusion oracle takes two class numbers >= 0, e.g. confusion(3,5); "
+                                     f"got {value!r}")
+        if self.a == self.b:
+            raise ParameterError(f"the confusion oracle needs two different classes; got confusion({self.a},{self.b})")
+
+    @property
+    def name(self) -> str:
+        return f"confusion({self.a},{self.b})"
+
+    def __call__(self, run: Execution) -> np.ndarray:
+        if run.regression:
+            raise InputError("the confusion oracle compares classes and is for classifiers; for a regression "
+                             "model use deviation(threshold=...)")
+        classes = np.asarray(run.probabilities).shape[1]
+        if max(self.a, self.b) >= classes:
+            raise ParameterError(f"{self.name}: the model has classes 0..{classes - 1} only")
+        labels = np.asarray(run.root_labels)
+        known = labels >= 0
+        seed = np.where(known, labels, run.root_predictions)
+        right = ~known | (run.root_predictions == labels)
+        pred = np.asarray(run.predictions)
+        return right & (((seed == self.a) & (pred == self.b)) | ((seed == self.b) & (pred == self.a)))
+
+
+@dataclass(frozen=True)
 class Combined(Oracle):
     """Two oracles joined by ``&`` (both flag the mutant) or ``|`` (either does)."""
 
@@ -261,7 +298,7 @@ class Not(Oracle):
         return ~self.inner(run)
 
 
-ORACLES = ("misclassification", "prediction-change", "disagreement", "uncertain", "deviation", "error")
+ORACLES = ("misclassification", "prediction-change", "disagreement", "uncertain", "deviation", "error", "confusion")
 _THRESHOLDED = {"disagreement", "uncertain", "deviation", "error"}
 _TERM = re.compile(r"\s*(~?)\s*([a-z-]+)(?:\(([^)]*)\))?\s*")
 
@@ -270,7 +307,7 @@ def make_oracle(spec, others=()) -> Oracle:
     """An oracle from its spec: a name (``misclassification``, ``prediction-change``, ``disagreement``,
     ``uncertain`` or ``uncertain(0.7)``; for regression models ``deviation``, ``error`` and
     ``disagreement``, each with an optional ``(threshold=T)`` or ``(T)``, and ``deviation(lam=L, mse=M)``
-    for DeepTest's bound), or names joined by ``&`` and ``|`` (evaluated left to right),
+    for DeepTest's bound; ``confusion(a,b)`` for one class pair), or names joined by ``&`` and ``|`` (evaluated left to right),
     each optionally negated with ``~``. An :class:`Oracle` is returned as it is."""
     if isinstance(spec, Oracle):
         return spec
@@ -291,6 +328,14 @@ def _term(text: str, spec: str, others) -> Oracle:
         raise ParameterError(f"The 'oracle' parameter must be one of {', '.join(ORACLES)}, or names joined by & "
                              f"and | with ~ for not. Got {spec!r} instead.")
     negate, name, argument = match.groups()
+    if name == "confusion":   # confusion(a,b): two classes
+        try:
+            a, b = (int(part) for part in (argument or "").split(","))
+        except ValueError:
+            raise ParameterError(f"the confusion oracle takes two class numbers, e.g. confusion(3,5); got "
+                                 f"{text.strip()!r}") from None
+        oracle = Confusion(a, b)
+        return ~oracle if negate else oracle
     if argument is not None and name not in _THRESHOLDED:
         raise ParameterError(f"the {name} oracle takes no parameter; got {text.strip()!r} in {spec!r}")
     threshold = None
