@@ -220,8 +220,8 @@ def analyze(model: Path = ModelOpt,
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess)
-    ds, x = _inputs(train, network, scale, limit, convention, resize, class_names, labels=labels, crop=crop)
     pool = _ray_pool(ray, workers, network, unsafe)
+    ds, x = _inputs(train, network, scale, limit, convention, resize, class_names, labels=labels, crop=crop)
     analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=ds.summary(), passes=None if pool is None else pool.passes)

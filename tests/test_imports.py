@@ -16,7 +16,8 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.importance", "idcgen.data", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
-              "idcgen.fuzz.mutators"]
+              "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
+              "idcgen.distributed.workers"]
 
 
 def module_name(path: Path) -> str:
@@ -122,3 +123,23 @@ def test_no_module_cites_a_document_outside_the_repository():
              for p in (root / folder).rglob("*.py")
              if p.name != "test_imports.py" and ("DESIGN §" in p.read_text() or "shared/DESIGN" in p.read_text())]
     assert cited == []
+
+
+def test_ray_is_imported_lazily_and_only_by_the_distributed_package():
+    # Ray is an optional extra: no module imports it at load time, and only idcgen.distributed uses it at all
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n == "ray" or n.startswith("ray.") for n in names):
+                found.append((module_name(path), id(node) in top))
+    assert found and all(name.startswith("idcgen.distributed") and not at_top for name, at_top in found), found
+    code = ("import sys, importlib\n"
+            "for name in ('idcgen.cli', 'idcgen.distributed', 'idcgen.distributed.workers'):\n"
+            "    importlib.import_module(name)\n"
+            "assert 'ray' not in sys.modules, 'ray imported at load time'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

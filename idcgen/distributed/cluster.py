@@ -1,0 +1,121 @@
+"""Joining Ray, and the model as Ray workers rebuild it.
+
+A worker gets the model as the bytes of a ``.keras`` file (through Ray's object store, so a cluster's
+nodes need no shared disk) with the input convention and task the driver measured it with, loads it
+once, and checks that its weights fingerprint is the driver's.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import require_ray
+from ..errors import IdcgenError, ParameterError
+
+#: what ``ray=`` / ``--ray`` take besides an address
+LOCAL = "local"
+
+
+def connect(address: str | None = LOCAL, *, what: str = "--ray"):
+    """Ray, initialised: ``"local"`` (or None) starts a Ray on this machine, ``"auto"`` joins the cluster
+    that ``ray start`` made here (or $RAY_ADDRESS), any other value is a cluster address such as
+    ``ray://head:10001``. A Ray already initialised in this process is used as it is.
+    Returns (ray, whether this call started it)."""
+    ray = require_ray(what)
+    if ray.is_initialized():
+        return ray, False
+    if address is not None and not isinstance(address, str):
+        raise ParameterError(f"{what} takes 'local', 'auto' or a Ray address such as ray://head:10001; "
+                             f"got {address!r}")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    kwargs = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    try:
+        if address in (None, "", LOCAL):
+            ray.init(**kwargs)
+        else:
+            ray.init(address=address, **kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise IdcgenError(f"could not join the Ray cluster at {address!r}: {first}; start one with `ray start "
+                          f"--head` or pass {what} local") from None
+    return ray, True
+
+
+def fetch(ray, refs):
+    """``ray.get``, with an idcgen error raised on a worker re-raised as itself (one line, no traceback)."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, IdcgenError):
+            raise cause from None
+        raise
+
+
+def cluster_workers(ray, workers: int | None) -> tuple[int, float]:
+    """(workers, GPUs per worker): by default one worker per GPU of the cluster, else one per CPU."""
+    resources = ray.cluster_resources()
+    gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
+    if workers is None:
+        workers = gpus or max(cpus, 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ParameterError(f"The 'workers' parameter must be an int in the range [1, inf). Got {workers!r} instead.")
+    return workers, (min(1.0, gpus / workers) if gpus else 0.0)
+
+
+def hold_threads(threads: int | None) -> None:
+    """In a fresh worker, before TensorFlow runs anything: quiet logs, ``threads`` intra-op threads."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    if threads:
+        import tensorflow as tf
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+            tf.config.threading.set_inter_op_parallelism_threads(int(threads))
+        except RuntimeError:  # TensorFlow already ran in this process: its pools are fixed
+            pass
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """What a worker needs to rebuild the driver's Network: the user's model as ``.keras`` bytes, the input
+    convention it is measured with, its task, and the weights fingerprint to check."""
+
+    keras_bytes: bytes
+    convention: dict
+    task: str
+    fingerprint: str
+    safe_mode: bool = True
+
+    @classmethod
+    def of(cls, network, *, safe_mode: bool = True) -> "ModelRecipe":
+        """The recipe of a Network as :func:`idcgen.analysis.network_with_convention` returned it."""
+        from ..analysis import network_with_convention
+        from ..convention import _inner
+        network, convention = network_with_convention(network)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.keras"
+            _inner(network.model).save(path)
+            data = path.read_bytes()
+        return cls(keras_bytes=data, convention=convention.to_dict(), task=network.task,
+                   fingerprint=network.fingerprint(), safe_mode=safe_mode)
+
+    def build(self):
+        """The Network, as the driver has it (refused if the weights came out otherwise)."""
+        from ..analysis import network_with_convention
+        from ..convention import InputConvention
+        from ..models import Network, load_model
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.keras"
+            path.write_bytes(self.keras_bytes)
+            model = load_model(path, safe_mode=self.safe_mode)
+        network, _ = network_with_convention(Network(model, task=self.task),
+                                             recorded=InputConvention.from_dict(self.convention))
+        if network.fingerprint() != self.fingerprint:
+            raise IdcgenError("a Ray worker rebuilt the model with other weights than the driver's (fingerprint "
+                              f"{network.fingerprint()[:12]}, expected {self.fingerprint[:12]}): the same idcgen, "
+                              "Keras and TensorFlow versions are needed on every node")
+        return network
