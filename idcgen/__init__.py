@@ -32,6 +32,7 @@ _NAMES = {
     "export_campaign": "export", "write_report": "report", "harden": "harden",
     "make_criterion": "criteria",
     "inspect": "inspect", "InspectResult": "inspect",
+    "affinity": "affinity", "AffinityResult": "affinity",
     "IdcgenError": "errors", "ModelError": "errors", "LayerError": "errors", "InputError": "errors",
     "ParameterError": "errors", "AnalysisMismatchError": "errors",
 }

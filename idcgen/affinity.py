@@ -1,0 +1,705 @@
+"""Affinity between hidden units and hypotheses (DeepBase, Sellam et al., "Deep Neural Inspection").
+
+Which functions of the input (hypotheses, idcgen/hypotheses.py) do the units of a model follow? For every
+unit and hypothesis a statistical *measure* of their affinity: Pearson and Spearman correlation, mutual
+information (scikit-learn's nearest-neighbour estimators); and for every *unit group* (the important
+neurons of an analysis, a layer, a list) a linear model from the group to the hypothesis, scored by
+cross-validated accuracy (logistic regression, 0/1 hypotheses) or R^2 (linear regression, the others).
+
+DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
+
+- *shared pass*: one forward pass per batch taps every layer any group needs, and every hypothesis is
+  evaluated once per batch, whatever the number of groups and measures;
+- *early stopping*: inputs are streamed in a random order (a prefix is a random sample) and every score
+  carries a 95 % confidence interval; a score is final once its interval is within ``tol`` of it, and the
+  stream stops when every score is final. Intervals: Fisher z for Pearson (standard error 1/sqrt(n-3)) and
+  Spearman (sqrt(1.06/(n-3))); the spread over 5 disjoint parts of the data for mutual information, and over
+  the 5 cross-validation folds for the linear model (t quantile with 4 degrees of freedom). Checks are made
+  where the widest interval predicts convergence (width proportional to 1/sqrt(n)), so a score is computed
+  only a few times.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .checks import check_int, check_real
+from .errors import InputError, ParameterError
+from .hypotheses import Hypothesis, builtin_hypotheses, evaluate
+
+__all__ = ["affinity", "AffinityResult", "UnitGroup", "parse_units", "parse_measures", "MEASURES",
+           "pearson", "spearman", "mutual_information", "linear_fit", "write_report"]
+
+MEASURES = ("pearson", "spearman", "mi", "linear")
+#: measures of one unit against one hypothesis; "linear" is a measure of a group
+UNIT_MEASURES = ("pearson", "spearman", "mi")
+TITLES = {"pearson": "Pearson", "spearman": "Spearman", "mi": "mutual information", "linear": "linear model"}
+Z95 = 1.959963984540054
+T95_4 = 2.7764451051977987   # t quantile 0.975 with 4 degrees of freedom: 5 parts or folds
+PARTS = 5
+#: a unit or hypothesis constant on the inputs seen has no correlation (NaN): final at once
+_TINY = 1e-12
+
+
+# ---- measures: (n, U) units and (n,) or (n, K) hypotheses -> (score, half-width of the 95 % interval) ------
+
+def _correlation(a: np.ndarray, h: np.ndarray) -> np.ndarray:
+    a = a - a.mean(axis=0)
+    h = h - h.mean(axis=0)
+    sa, sh = np.sqrt((a * a).sum(axis=0)), np.sqrt((h * h).sum(axis=0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (a.T @ h) / np.outer(sa, sh)
+    r[(sa <= _TINY * max(1.0, float(np.abs(a).max(initial=0))))[:, None] | (sh <= _TINY)[None, :]] = np.nan
+    return np.clip(r, -1.0, 1.0)
+
+
+def _fisher_half_width(r: np.ndarray, n: int, variance: float) -> np.ndarray:
+    if n <= 3:
+        return np.full(r.shape, np.inf)
+    z = np.arctanh(np.clip(r, -1 + 1e-12, 1 - 1e-12))
+    step = Z95 * math.sqrt(variance / (n - 3))
+    return np.where(np.isnan(r), np.inf, (np.tanh(z + step) - np.tanh(z - step)) / 2)
+
+
+def pearson(a, h) -> tuple[np.ndarray, np.ndarray]:
+    """Pearson correlation of each unit (column of ``a``, (n, U)) with each hypothesis (column of ``h``,
+    (n, K)): (r (U, K), half-width of its 95 % Fisher-z interval). NaN where a column is constant, with an
+    infinite half-width (a unit silent so far may fire on later inputs)."""
+    a, h = np.asarray(a, np.float64), np.asarray(h, np.float64)
+    r = _correlation(a, h)
+    return r, _fisher_half_width(r, len(a), 1.0)
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    from scipy.stats import rankdata
+    return rankdata(a, axis=0, method="average")
+
+
+def spearman(a, h) -> tuple[np.ndarray, np.ndarray]:
+    """Spearman correlation (Pearson on average ranks) and the half-width of its 95 % Fisher-z interval with
+    the variance 1.06 / (n - 3) of Fieller, Hartley and Pearson (1957)."""
+    a, h = np.asarray(a, np.float64), np.asarray(h, np.float64)
+    r = _correlation(_ranks(a), _ranks(h))
+    r[np.isnan(_correlation(a, h))] = np.nan   # constant columns stay undefined
+    return r, _fisher_half_width(r, len(a), 1.06)
+
+
+def _is_binary(h: np.ndarray) -> bool:
+    return bool(np.isin(h, (0.0, 1.0)).all())
+
+
+def _within(sorted_v: np.ndarray, v: np.ndarray, radius: np.ndarray) -> np.ndarray:
+    """How many values of ``sorted_v`` lie within ``radius`` of each ``v`` (|difference| <= radius, as a
+    KD-tree's radius query counts): a 1-D range count by binary search. ``v +- radius`` rounds, so the
+    ends found are moved while the distance itself says they are wrong (a value or two at most)."""
+    n = len(sorted_v)
+    hi = np.searchsorted(sorted_v, v + radius, "right")
+    lo = np.searchsorted(sorted_v, v - radius, "left")
+    for _ in range(3):
+        over = (hi > 0) & (sorted_v[np.clip(hi - 1, 0, n - 1)] - v > radius)
+        under = (hi < n) & (sorted_v[np.clip(hi, 0, n - 1)] - v <= radius)
+        hi = hi - over + under
+        over = (lo < n) & (v - sorted_v[np.clip(lo, 0, n - 1)] > radius)
+        under = (lo > 0) & (v - sorted_v[np.clip(lo - 1, 0, n - 1)] <= radius)
+        lo = lo + over - under
+    return hi - lo
+
+
+def _mi_cc(x: np.ndarray, y: np.ndarray, k: int) -> float:
+    """Kraskov-Stoegbauer-Grassberger estimate (their algorithm 1) for two continuous variables."""
+    from scipy.spatial import cKDTree
+    from scipy.special import digamma
+    xy = np.stack([x, y], axis=1)
+    radius = cKDTree(xy).query(xy, k=k + 1, p=np.inf)[0][:, -1]   # the k-th neighbour other than itself
+    radius = np.nextafter(radius, 0)
+    nx = _within(np.sort(x), x, radius) - 1.0
+    ny = _within(np.sort(y), y, radius) - 1.0
+    n = len(x)
+    return max(0.0, float(digamma(n) + digamma(k) - digamma(nx + 1).mean() - digamma(ny + 1).mean()))
+
+
+def _mi_cd(c: np.ndarray, d: np.ndarray, k: int) -> float:
+    """Ross' estimate for a continuous variable and a discrete one."""
+    from scipy.special import digamma
+    radius, counts, ks = np.empty(len(c)), np.empty(len(c)), np.empty(len(c))
+    for label in np.unique(d):
+        mask = d == label
+        count = int(mask.sum())
+        if count > 1:
+            kk = min(k, count - 1)
+            values = np.sort(c[mask])
+            # the kk-th nearest other value in 1-D: the kk-th smallest of the gaps to either side
+            pos = np.searchsorted(values, c[mask])
+            cand = np.full((count, 2 * kk), np.inf)
+            for step in range(1, kk + 1):
+                left, right = pos - step, pos + step
+                cand[:, 2 * step - 2] = np.where(left >= 0, c[mask] - values[np.clip(left, 0, count - 1)], np.inf)
+                cand[:, 2 * step - 1] = np.where(right < count, values[np.clip(right, 0, count - 1)] - c[mask], np.inf)
+            radius[mask] = np.nextafter(np.sort(cand, axis=1)[:, kk - 1], 0)
+            ks[mask] = kk
+        counts[mask] = count
+    keep = counts > 1
+    c, radius = c[keep], radius[keep]
+    m = _within(np.sort(c), c, radius)
+    n = int(keep.sum())
+    return max(0.0, float(digamma(n) + digamma(ks[keep]).mean() - digamma(counts[keep]).mean() - digamma(m).mean()))
+
+
+def _mi(a: np.ndarray, h: np.ndarray, random_state: int, k: int = 3) -> np.ndarray:
+    """scikit-learn's ``mutual_info_classif`` (0/1 hypothesis) or ``mutual_info_regression`` of every column
+    of ``a`` with ``h``, the same estimators on the same scaled, jittered values, with the range counts done
+    by sorting (one KD-tree per column instead of three; equal to scikit-learn's, tested)."""
+    if np.ptp(h) == 0:
+        return np.zeros(a.shape[1])
+    rng = np.random.RandomState(random_state)
+    discrete = _is_binary(h)
+    std = a.std(axis=0)
+    a = a / np.where(std == 0, 1.0, std)                     # sklearn.preprocessing.scale(with_mean=False)
+    a = a + 1e-10 * np.maximum(1, np.abs(a).mean(axis=0)) * rng.standard_normal(a.shape)
+    if discrete:
+        return np.array([_mi_cd(a[:, i], h, k) for i in range(a.shape[1])])
+    sd = h.std()
+    h = h / (sd if sd else 1.0)
+    h = h + 1e-10 * max(1.0, float(np.abs(h).mean())) * rng.standard_normal(len(h))
+    return np.array([_mi_cc(a[:, i], h, k) for i in range(a.shape[1])])
+
+
+def mutual_information(a, h, *, random_state: int = 0, interval: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Mutual information in nats between each unit (column of ``a``) and one hypothesis ``h`` (n,):
+    scikit-learn's nearest-neighbour estimate (``mutual_info_classif`` for a 0/1 hypothesis, else
+    ``mutual_info_regression``), and the half-width of a 95 % interval from its spread over 5 disjoint parts
+    of the inputs (standard error sd(parts) / sqrt(5), t quantile; NaN when ``interval`` is False, infinite
+    while the hypothesis or a unit is constant)."""
+    a, h = np.asarray(a, np.float64), np.asarray(h, np.float64).ravel()
+    score = _mi(a, h, random_state)
+    if not interval:
+        return score, np.full(a.shape[1], np.nan)
+    constant = (np.ptp(a, axis=0) == 0) | (np.ptp(h) == 0)
+    if len(a) < PARTS * 20:
+        return score, np.full(a.shape[1], np.inf)
+    parts = np.array([_mi(a[i::PARTS], h[i::PARTS], random_state) for i in range(PARTS)])
+    return score, np.where(constant, np.inf, T95_4 * parts.std(axis=0, ddof=1) / math.sqrt(PARTS))
+
+
+def linear_fit(a, h, *, random_state: int = 0) -> tuple[float, float, float]:
+    """A linear model from the unit group ``a`` (n, U) to the hypothesis ``h`` (n,), 5-fold cross-validated:
+    logistic regression scored by accuracy for a 0/1 hypothesis, linear regression by R^2 otherwise.
+    (mean score over the folds, half-width of the 95 % interval from the folds' spread, baseline: the
+    majority share for a 0/1 hypothesis, 0 for R^2). NaN where a fold cannot be made (a class with fewer
+    than 5 inputs) or the hypothesis is constant."""
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    a, h = np.asarray(a, np.float64), np.asarray(h, np.float64).ravel()
+    if np.ptp(h) == 0:
+        return float("nan"), float("inf"), float("nan")
+    if _is_binary(h):
+        counts = np.bincount(h.astype(np.int64), minlength=2)
+        baseline = float(counts.max() / len(h))
+        if counts.min() < PARTS:
+            return float("nan"), float("inf"), baseline
+        model = make_pipeline(StandardScaler(), LogisticRegression(solver="liblinear"))
+        folds = cross_val_score(model, a, h.astype(np.int64), scoring="accuracy",
+                                cv=StratifiedKFold(PARTS, shuffle=True, random_state=random_state))
+    else:
+        baseline = 0.0
+        if len(h) < 2 * PARTS:
+            return float("nan"), float("inf"), baseline
+        folds = cross_val_score(make_pipeline(StandardScaler(), LinearRegression()), a, h, scoring="r2",
+                                cv=KFold(PARTS, shuffle=True, random_state=random_state))
+    return float(folds.mean()), float(T95_4 * folds.std(ddof=1) / math.sqrt(PARTS)), baseline
+
+
+# ---- unit groups -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UnitGroup:
+    """Units of one layer, measured together by the linear model."""
+
+    name: str
+    layer: str
+    neurons: tuple[int, ...]
+
+
+def parse_measures(spec) -> tuple[str, ...]:
+    """"pearson,spearman" or a sequence -> the measures, in the order given, each once."""
+    names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    unknown = [n for n in names if n not in MEASURES]
+    if not names or unknown:
+        raise ParameterError(f"unknown measure {unknown[0]!r}; choose among {', '.join(MEASURES)}" if unknown else
+                             f"no measure given; choose among {', '.join(MEASURES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def parse_units(spec: str, network) -> list[UnitGroup]:
+    """Unit groups from ``LAYER`` (all its neurons) or ``LAYER:i,j,k``, several joined by ``;``."""
+    groups = []
+    for part in (p.strip() for p in spec.split(";")):
+        if not part:
+            continue
+        layer, _, listed = part.partition(":")
+        layer = network.step(layer.strip()).name   # LayerError naming the valid layers
+        width = network.neuron_count(layer)
+        if not listed.strip():
+            groups.append(UnitGroup(f"{layer} (all {width})", layer, tuple(range(width))))
+            continue
+        try:
+            neurons = tuple(int(v) for v in listed.split(",") if v.strip())
+        except ValueError:
+            raise ParameterError(f"units {part!r}: expected LAYER or LAYER:i,j,k with neuron indices, "
+                                 "e.g. fc2:3,17,40") from None
+        bad = [i for i in neurons if not 0 <= i < width]
+        if not neurons or bad:
+            raise ParameterError(f"units {part!r}: layer {layer} has neurons 0..{width - 1}; "
+                                 + (f"got {bad[0]}" if bad else "no index given"))
+        groups.append(UnitGroup(f"{layer}:{','.join(map(str, neurons))}", layer, tuple(dict.fromkeys(neurons))))
+    if not groups:
+        raise ParameterError(f"no unit group in {spec!r}; expected LAYER or LAYER:i,j,k, joined by ;")
+    return groups
+
+
+# ---- result ----------------------------------------------------------------------------------------------
+
+@dataclass
+class AffinityResult:
+    """Scores of every (unit, hypothesis) per unit measure and every (group, hypothesis) for ``linear``.
+
+    ``scores[m]`` is (units, hypotheses) for pearson/spearman/mi and (groups, hypotheses) for linear, with
+    ``half_widths[m]`` (95 % interval) and ``n_used[m]`` (inputs the score was computed on)."""
+
+    units: list[tuple[str, int]]
+    groups: list[UnitGroup]
+    hypotheses: list[Hypothesis]
+    measures: tuple[str, ...]
+    scores: dict
+    half_widths: dict
+    n_used: dict
+    baselines: np.ndarray                    # (groups, hypotheses): majority share (0/1 hypotheses) or 0 (R^2)
+    binary: np.ndarray                       # (hypotheses,) bool: a 0/1 hypothesis on the inputs used
+    n_inputs: int
+    n_seen: int
+    tol: float | None
+    y_source: str                            # "labels" or "predictions": what the hypotheses got as y
+    seconds: float
+    timings: dict = field(default_factory=dict)
+    checks: list = field(default_factory=list)   # input counts at which scores were checked
+    channels: set = field(default_factory=set)   # layers whose neurons are channels (conv)
+    notes: list = field(default_factory=list)
+
+    # -- words --
+    def unit_name(self, i: int) -> str:
+        layer, neuron = self.units[i]
+        return f"{'channel' if layer in self.channels else 'neuron'} {neuron} of {layer}"
+
+    def headline(self) -> str | None:
+        """The unit measure that plain-words lines use: Spearman, else Pearson, else MI."""
+        return next((m for m in ("spearman", "pearson", "mi") if m in self.measures), None)
+
+    def top(self, k: int = 3, measure: str | None = None) -> list[tuple[int, list[tuple[int, float]]]]:
+        """Per unit: its ``k`` hypotheses of largest |score| (NaN last): [(unit, [(hypothesis, score)])]."""
+        measure = measure or self.headline()
+        if measure is None:
+            return []
+        s = self.scores[measure]
+        out = []
+        for u in range(len(self.units)):
+            key = np.where(np.isnan(s[u]), -1.0, np.abs(s[u]))
+            order = np.argsort(-key, kind="stable")[:k]
+            out.append((u, [(int(j), float(s[u, j])) for j in order]))
+        return out
+
+    def describe(self, k: int = 1, measure: str | None = None) -> list[str]:
+        """"neuron 71 of fc2: class 1 one-vs-rest, Spearman 0.83" per unit; then each group's best
+        hypothesis by the linear model."""
+        measure = measure or self.headline()
+        lines = []
+        if measure is not None:
+            for u, best in self.top(k, measure):
+                said = "; ".join(f"{self.hypotheses[j].words}, {TITLES[measure].capitalize() if measure != 'mi' else 'MI'} "
+                                 f"{_fmt(v)}" for j, v in best)
+                lines.append(f"{self.unit_name(u)}: {said}")
+        if "linear" in self.measures:
+            s = self.scores["linear"]
+            for g, group in enumerate(self.groups):
+                for kind in (True, False):   # the best 0/1 hypothesis (accuracy above the majority share), then R^2
+                    gain = np.where(self.binary == kind, s[g] - self.baselines[g], np.nan)
+                    if np.isnan(gain).all():
+                        continue
+                    j = int(np.nanargmax(gain))
+                    what = (f"logistic accuracy {_fmt(s[g, j])} (majority {_fmt(self.baselines[g, j])})" if kind
+                            else f"linear R^2 {_fmt(s[g, j])}")
+                    lines.append(f"{group.name} ({len(group.neurons)} units): {self.hypotheses[j].words}, {what}")
+        return lines
+
+    # -- tables --
+    def rows(self) -> list[dict]:
+        """One row per score: unit or group, hypothesis, measure, score, 95 % interval half-width, inputs used."""
+        out = []
+        for m in self.measures:
+            s, w, n = self.scores[m], self.half_widths[m], self.n_used[m]
+            owners = ([(self.unit_name(i), self.units[i][0], self.units[i][1], "") for i in range(len(self.units))]
+                      if m != "linear" else [(g.name, g.layer, "", g.name) for g in self.groups])
+            for i, (who, layer, neuron, group) in enumerate(owners):
+                for j, hyp in enumerate(self.hypotheses):
+                    out.append({"unit": who, "layer": layer, "neuron": neuron, "group": group,
+                                "hypothesis": hyp.name, "measure": m, "score": _num(s[i, j]),
+                                "half_width": _num(w[i, j]), "inputs": int(n[i, j]),
+                                "baseline": _num(self.baselines[i, j]) if m == "linear" else ""})
+        return out
+
+    def to_frame(self):
+        """The rows as a pandas DataFrame (pandas needed)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ParameterError("to_frame needs pandas (pip install pandas); rows() gives the same as dicts") from None
+        return pd.DataFrame(self.rows())
+
+    def matrix(self, measure: str) -> np.ndarray:
+        return self.scores[measure]
+
+    def to_dict(self) -> dict:
+        return {"units": [self.unit_name(i) for i in range(len(self.units))],
+                "groups": [{"name": g.name, "layer": g.layer, "neurons": list(g.neurons)} for g in self.groups],
+                "hypotheses": [{"name": h.name, "description": h.words, "binary": bool(b)}
+                               for h, b in zip(self.hypotheses, self.binary)],
+                "measures": list(self.measures),
+                "scores": {m: _nested(self.scores[m]) for m in self.measures},
+                "half_widths": {m: _nested(self.half_widths[m]) for m in self.measures},
+                "inputs_used": {m: self.n_used[m].tolist() for m in self.measures},
+                "inputs": self.n_inputs, "inputs_seen": self.n_seen, "tol": self.tol, "y": self.y_source,
+                "checks": self.checks, "seconds": round(self.seconds, 3),
+                "timings": {k: round(v, 3) for k, v in self.timings.items()},
+                "top": self.describe(), "notes": self.notes}
+
+    def table(self, measure: str | None = None) -> str:
+        """The hypothesis x unit matrix of one measure as aligned text (hypotheses as rows)."""
+        measure = measure or self.headline() or self.measures[0]
+        s = self.scores[measure]
+        cols = ([f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups])
+        head = [f"{TITLES[measure]}"] + cols
+        body = [[h.name] + [_fmt(v) for v in s[:, j]] for j, h in enumerate(self.hypotheses)]
+        widths = [max(len(r[c]) for r in [head] + body) for c in range(len(head))]
+        return "\n".join("  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths))).rstrip()
+                         for r in [head] + body)
+
+    def plot(self, path=None, measure: str | None = None):
+        """Heatmap of one measure (hypotheses x units; the linear measure: x groups); saved to ``path`` if
+        given. Returns the matplotlib figure."""
+        from .plots import pyplot
+        plt = pyplot()
+        measure = measure or self.headline() or self.measures[0]
+        s = self.scores[measure].T
+        cols = ([f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups])
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(cols) + 2.5), max(3.0, 0.32 * len(self.hypotheses) + 1.5)))
+        signed = measure in ("pearson", "spearman")
+        image = ax.imshow(np.ma.masked_invalid(s), cmap="RdBu_r" if signed else "viridis", aspect="auto",
+                          vmin=-1 if signed else None, vmax=1 if signed else None)
+        ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(self.hypotheses)), [h.name for h in self.hypotheses], fontsize=7)
+        fig.colorbar(image, ax=ax, label=TITLES[measure])
+        ax.set_title(f"Affinity ({TITLES[measure]}), {self.n_seen} of {self.n_inputs} inputs", fontsize=9)
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+        return fig
+
+    def save(self, folder) -> Path:
+        """``affinity.csv``, ``affinity.json``, the heatmaps and ``report.md``/``report.html`` into ``folder``."""
+        return write_report(self, folder)
+
+
+def _num(v):
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) or (np.ndim(v) == 0 and np.isnan(v)) \
+        else round(float(v), 6)
+
+
+def _nested(a: np.ndarray) -> list:
+    return [[None if not np.isfinite(v) else round(float(v), 6) for v in row] for row in a]
+
+
+def _fmt(v) -> str:
+    return "nan" if v is None or not np.isfinite(v) else f"{v:.2f}"
+
+
+# ---- the stream ------------------------------------------------------------------------------------------
+
+def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, measures=MEASURES,
+             tol: float | None = 0.05, batch_size: int = 256, first_check: int = 500, random_state: int = 0,
+             progress: bool = True) -> AffinityResult:
+    """Affinity of unit groups with hypotheses over the inputs ``x`` (labels ``y`` optional).
+
+    ``analysis``: an `Analysis` whose important neurons form one group; ``units``: a spec string
+    (``"fc2"``, ``"fc2:3,17;fc1"``, see `parse_units`) or a list of `UnitGroup`; both may be given;
+    neither: all neurons of the model's default layer. ``hypotheses``: `Hypothesis` objects or a dict
+    name -> f(x, y) (default: the built-in library). Without labels the hypotheses get the model's
+    predictions as ``y``. ``tol``: a score is final once its 95 % interval is within +-tol (0 or None: every
+    score on all inputs). Returns an `AffinityResult`.
+    """
+    from tqdm.auto import tqdm
+    from .analysis import as_network
+    from .data import fit_to_model
+    start = time.perf_counter()
+    network = as_network(model) if analysis is None else analysis._network(model)
+    measures = parse_measures(measures)
+    tol = None if tol in (None, 0) else check_real("tol", tol, 0.0, None, closed="neither")
+    batch_size = check_int("batch_size", batch_size, 1)
+    first_check = check_int("first_check", first_check, 10)
+    x = fit_to_model(x, network.input_shape)
+    n = len(x)
+    if n < 10:
+        raise InputError(f"affinity needs at least 10 inputs to estimate correlations; got {n}")
+    if y is not None:
+        y = np.asarray(y)
+        if len(y) != n:
+            raise InputError(f"{len(y)} labels for {n} inputs; give one label per input or none")
+    groups = _groups(network, analysis, units)
+    hyps = _hypotheses(hypotheses, network, x)
+    unit_list = list(dict.fromkeys((g.layer, i) for g in groups for i in g.neurons))
+    layers = tuple(dict.fromkeys(layer for layer, _ in unit_list))
+    column = {u: c for c, u in enumerate(unit_list)}
+    group_cols = [np.array([column[(g.layer, i)] for i in g.neurons]) for g in groups]
+    unit_pos = {layer: (np.array([c for c, (l, _) in enumerate(unit_list) if l == layer]),
+                        np.array([i for l, i in unit_list if l == layer])) for layer in layers}
+    U, K, G = len(unit_list), len(hyps), len(groups)
+    shapes = {m: ((G if m == "linear" else U), K) for m in measures}
+    scores = {m: np.full(shapes[m], np.nan) for m in measures}
+    widths = {m: np.full(shapes[m], np.inf) for m in measures}
+    used = {m: np.zeros(shapes[m], np.int64) for m in measures}
+    final = {m: np.zeros(shapes[m], bool) for m in measures}
+    baselines = np.full((G, K), np.nan)
+    binary = np.zeros(K, bool)
+    order = np.random.default_rng(random_state).permutation(n)
+    acts, hvals, seen, checks = [], [[] for _ in hyps], 0, []
+    timings = {"forward": 0.0, "hypotheses": 0.0, "measures": 0.0}
+    next_check = n if tol is None else min(first_check, n)
+    bar = tqdm(total=n, desc="affinity", unit="input", disable=not progress, leave=False)
+    while seen < n:
+        active = [j for j in range(K) if not all(final[m][:, j].all() for m in measures)]
+        if not active:
+            break
+        rows = order[seen:min(seen + batch_size, next_check)]
+        xb = x[rows]
+        t = time.perf_counter()
+        probs, taps = network.forward(xb, layers)      # one pass: every layer any group needs
+        timings["forward"] += time.perf_counter() - t
+        block = np.empty((len(rows), U), np.float64)
+        for layer, values in zip(layers, taps):
+            cols, neurons = unit_pos[layer]
+            block[:, cols] = values[:, neurons]
+        acts.append(block)
+        yb = y[rows] if y is not None else (probs[:, 0] if network.task == "regression" else probs.argmax(axis=1))
+        t = time.perf_counter()
+        for j in active:                                 # each hypothesis once per batch, for every group
+            hvals[j].append(evaluate(hyps[j], xb, yb))
+        timings["hypotheses"] += time.perf_counter() - t
+        seen += len(rows)
+        bar.update(len(rows))
+        if seen < next_check:
+            continue
+        t = time.perf_counter()
+        last = seen >= n
+        a_all = np.concatenate(acts)
+        h_all = {j: np.concatenate(hvals[j]) for j in active}
+        _check(measures, a_all, h_all, group_cols, scores, widths, used, final, baselines, binary, tol, last,
+               random_state)
+        checks.append(seen)
+        timings["measures"] += time.perf_counter() - t
+        next_check = _next_check(seen, n, measures, widths, final, tol)
+    bar.close()
+    notes = []
+    if y is None:
+        notes.append("the inputs have no labels: the hypotheses were given the model's predictions as y")
+    for m in measures:
+        if tol is not None and not final[m].all():
+            notes.append(f"{(~final[m]).sum()} {TITLES[m]} scores did not reach +-{tol} on all {n} inputs")
+    undefined = [hyps[j].name for j in range(K) if any(np.isnan(scores[m][:, j]).all() for m in measures)]
+    if undefined:
+        notes.append(f"constant on the inputs (no score): {', '.join(undefined)}")
+    channels = {layer for layer in layers if len(network.output_shape(layer)) > 2}
+    return AffinityResult(units=unit_list, groups=groups, hypotheses=hyps, measures=measures, scores=scores,
+                          half_widths=widths, n_used=used, baselines=baselines, binary=binary, n_inputs=n,
+                          n_seen=seen, tol=tol, y_source="labels" if y is not None else "predictions",
+                          seconds=time.perf_counter() - start, timings=timings, checks=checks, channels=channels,
+                          notes=notes)
+
+
+def _groups(network, analysis, units) -> list[UnitGroup]:
+    groups = []
+    if analysis is not None:
+        groups.append(UnitGroup(f"important neurons of {analysis.layer}", analysis.layer,
+                                tuple(int(i) for i in analysis.neurons)))
+    if isinstance(units, str):
+        groups += parse_units(units, network)
+    elif units is not None:
+        groups += list(units)
+    if not groups:
+        layer = network.default_layer()
+        groups.append(UnitGroup(f"{layer} (all {network.neuron_count(layer)})", layer,
+                                tuple(range(network.neuron_count(layer)))))
+    return groups
+
+
+def _hypotheses(hypotheses, network, x) -> list[Hypothesis]:
+    if hypotheses is None:
+        channels = x.shape[-1] if x.ndim == 4 else 1
+        return builtin_hypotheses(task=network.task, n_classes=network.n_classes if network.task != "regression"
+                                  else 0, channels=channels)
+    if isinstance(hypotheses, dict):
+        hypotheses = [Hypothesis(k, f) for k, f in hypotheses.items()]
+    out = []
+    for h in hypotheses:
+        if isinstance(h, Hypothesis):
+            out.append(h)
+        elif callable(h):
+            out.append(Hypothesis(getattr(h, "__name__", f"hypothesis_{len(out)}"), h))
+        else:
+            raise ParameterError(f"a hypothesis must be a function f(x, y) or a Hypothesis; got {type(h).__name__}")
+    names = [h.name for h in out]
+    if not out or len(set(names)) != len(names):
+        raise ParameterError("no hypotheses given" if not out else
+                             f"two hypotheses are named {next(n for n in names if names.count(n) > 1)!r}; "
+                             "names must be distinct")
+    return out
+
+
+def _check(measures, a, h_all, group_cols, scores, widths, used, final, baselines, binary, tol, last, random_state):
+    """Score every cell not final yet on the inputs so far; cells within tol (or all, at the end) become final."""
+    n = len(a)
+    done = lambda w: np.ones_like(w, bool) if last or tol is None else (w <= tol)  # noqa: E731
+    for j, h in h_all.items():
+        binary[j] = _is_binary(h)
+    js = list(h_all)
+    for m in ("pearson", "spearman"):
+        if m not in measures:
+            continue
+        open_js = [j for j in js if not final[m][:, j].all()]
+        if not open_js:
+            continue
+        s, w = (pearson if m == "pearson" else spearman)(a, np.stack([h_all[j] for j in open_js], axis=1))
+        for c, j in enumerate(open_js):
+            todo = ~final[m][:, j]
+            scores[m][todo, j], widths[m][todo, j], used[m][todo, j] = s[todo, c], w[todo, c], n
+            final[m][todo, j] = done(w[todo, c])
+    if "mi" in measures:
+        for j in js:
+            todo = np.flatnonzero(~final["mi"][:, j])
+            if len(todo):
+                s, w = mutual_information(a[:, todo], h_all[j], random_state=random_state, interval=tol is not None)
+                scores["mi"][todo, j], widths["mi"][todo, j], used["mi"][todo, j] = s, w, n
+                final["mi"][todo, j] = done(w)
+    if "linear" in measures:
+        for j in js:
+            for g, cols in enumerate(group_cols):
+                if final["linear"][g, j]:
+                    continue
+                s, w, base = linear_fit(a[:, cols], h_all[j], random_state=random_state)
+                scores["linear"][g, j], widths["linear"][g, j], used["linear"][g, j] = s, w, n
+                baselines[g, j] = base
+                final["linear"][g, j] = bool(done(np.array(w)))
+
+
+def _next_check(seen, n, measures, widths, final, tol) -> int:
+    """Where the widest open interval should be within tol (half-width ~ 1/sqrt(n)), 10 % beyond, at least
+    1.25 times the inputs so far (never a check per batch); the end of the data at most."""
+    if tol is None or seen >= n:
+        return n
+    open_w = np.concatenate([widths[m][~final[m]] for m in measures])
+    open_w = open_w[np.isfinite(open_w)]      # undefined so far (a silent unit): no prediction, double
+    need = 2 * seen if not len(open_w) else seen * (float(open_w.max()) / tol) ** 2 * 1.1
+    return int(min(n, max(math.ceil(need), math.ceil(1.25 * seen))))
+
+
+# ---- report ----------------------------------------------------------------------------------------------
+
+def write_report(result: AffinityResult, folder) -> Path:
+    """``affinity.csv`` (every score), ``affinity.json``, one heatmap per measure and ``report.md`` /
+    ``report.html`` (the heatmaps inlined) into ``folder``; returns the report.md path."""
+    from .files import atomic_text
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = result.rows()
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_text(folder / "affinity.csv", buffer.getvalue())
+    atomic_text(folder / "affinity.json", json.dumps(result.to_dict(), indent=2) + "\n")
+    lines = ["# Affinity of hidden units with hypotheses (DeepBase)", "",
+             f"- inputs: {result.n_seen} of {result.n_inputs} streamed in a random order; hypotheses got the "
+             f"{result.y_source} as y",
+             f"- early stopping: " + (f"a score is final once its 95 % interval is within +-{result.tol}; checks at "
+                                      f"{', '.join(map(str, result.checks))} inputs" if result.tol else "off (every "
+                                      "score on all inputs)"),
+             f"- time: {result.seconds:.1f} s (forward {result.timings.get('forward', 0):.1f} s, hypotheses "
+             f"{result.timings.get('hypotheses', 0):.1f} s, measures {result.timings.get('measures', 0):.1f} s)"]
+    lines += [f"- note: {n}" for n in result.notes]
+    lines += ["", "## Top hypotheses per unit", ""] + [f"- {line}" for line in result.describe(k=3)]
+    for m in result.measures:
+        path = folder / f"heatmap_{m}.png"
+        result.plot(path, m)
+        owners = ([f"{l}:{n}" for l, n in result.units] if m != "linear" else [g.name for g in result.groups])
+        lines += ["", f"## {TITLES[m].capitalize()}", "", f"![{TITLES[m]}]({path.name})", "",
+                  "| hypothesis | " + " | ".join(owners) + " |", "|---|" + "---|" * len(owners)]
+        lines += [f"| {h.name} | " + " | ".join(_fmt(v) for v in result.scores[m][:, j]) + " |"
+                  for j, h in enumerate(result.hypotheses)]
+    md = "\n".join(lines) + "\n"
+    atomic_text(folder / "report.md", md)
+    atomic_text(folder / "report.html", _html(md, folder))
+    return folder / "report.md"
+
+
+def _html(md: str, folder: Path) -> str:
+    out, table = [], []
+
+    def flush():
+        if table:
+            cells = [r.strip("|").split("|") for r in table if not set(r) <= set("|-")]
+            out.append("<table>" + "".join("<tr>" + "".join(f"<{t}>{html.escape(c.strip())}</{t}>" for c in row) + "</tr>"
+                                            for t, row in [("th", cells[0])] + [("td", r) for r in cells[1:]]) + "</table>")
+            table.clear()
+    for line in md.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("!["):
+            src = line[line.index("(") + 1:-1]
+            data = base64.b64encode((folder / src).read_bytes()).decode()
+            out.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(src)}"></p>')
+        elif line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
+        elif line.startswith("- "):
+            out.append(f"<li>{html.escape(line[2:])}</li>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    flush()
+    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:85%}img{max-width:100%}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{''.join(out)}</body></html>\n"
+
+
+class _CallableModule(types.ModuleType):
+    """``idcgen.affinity`` is this module once it has been imported (Python sets a package's attribute to its
+    submodule), and the function before: calling the module calls the function, so both spellings work."""
+
+    def __call__(self, *args, **kwargs):
+        return affinity(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
