@@ -17,7 +17,7 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
-              "idcgen.distributed.workers"]
+              "idcgen.distributed.workers", "idcgen.inspect"]
 
 
 def module_name(path: Path) -> str:
