@@ -68,6 +68,7 @@ FLAGS = {
     "overwrite": "--force", "preprocess": "--preprocess", "random_state": "--random-state",
     "relevance_of": "--relevance-of", "repeats": "--repeats", "resize": "--resize", "scale": "--scale",
     "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train", "value_range": "--value-range",
+    "tol": "--tol", "measures": "--measures", "units": "--units", "hypotheses": "--hypotheses",
     "workers": "--workers",
 }
 # "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
@@ -497,6 +498,64 @@ def inspect(model: Path = ModelOpt,
 
 def _fmt_rate(value) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+@command
+def affinity(model: Path = ModelOpt,
+             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure on (labels, where present, feed the class hypotheses; else the model's predictions do)."),
+             analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: its important neurons form one unit group."),
+             units: Optional[str] = typer.Option(None, "--units", help="Unit groups: LAYER (all its neurons) or LAYER:i,j,k, several joined by ';' (default without --analysis: every neuron of the default layer)."),
+             hypotheses: Optional[Path] = typer.Option(None, "--hypotheses", help="Python file of hypotheses f(x, y) -> array (n,): its HYPOTHESES dict, else its public functions; added to the built-in ones. The file is executed: trusted code only."),
+             no_builtin: bool = typer.Option(False, "--no-builtin", help="Leave the built-in hypotheses out (use those of --hypotheses only)."),
+             measures: str = typer.Option("pearson,spearman,mi,linear", "--measures", help="Comma-separated: pearson, spearman, mi (mutual information), linear (a group's logistic accuracy or linear R^2, cross-validated)."),
+             tol: float = typer.Option(0.05, "--tol", help="Early stopping: a score is final once its 95 % interval is within +-TOL; 0 scores every input."),
+             as_json: bool = typer.Option(False, "--json", help="Print one JSON object (every score, the top hypotheses, timings)."),
+             out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/affinity/<model>); its files are replaced."),
+             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
+             random_state: int = typer.Option(0, "--random-state", help="Seed of the order the inputs are streamed in."),
+             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
+             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+             class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
+             crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
+             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+    """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
+    information and linear models, with early stopping."""
+    from .affinity import affinity as run, parse_measures
+    from .analysis import Analysis
+    from .hypotheses import builtin_hypotheses, load_hypotheses
+    chosen = parse_measures(measures)    # before loading anything
+    extra = load_hypotheses(hypotheses) if hypotheses is not None else []
+    if no_builtin and not extra:
+        _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
+    found = Analysis.load(analysis) if analysis is not None else None
+    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
+    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess,
+                                           recorded)
+    if found is not None:
+        found.bind(network)
+    ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
+                    crop=crop)
+    library = [] if no_builtin else builtin_hypotheses(
+        task=network.task, n_classes=network.n_classes if network.task != "regression" else 0,
+        channels=x.shape[-1] if x.ndim == 4 else 1)
+    result = run(network, x, ds.y, analysis=found, units=units, hypotheses=library + extra, measures=chosen,
+                 tol=tol, random_state=random_state, progress=not as_json)
+    folder = out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.stem
+    report = result.save(folder)
+    if as_json:
+        typer.echo(json.dumps(dict(result.to_dict(), report=str(report))))
+        return
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    stop = (f"early stopping at +-{result.tol}: {result.n_seen} of {result.n_inputs} inputs" if result.tol
+            else f"all {result.n_inputs} inputs")
+    typer.echo(f"{len(result.units)} units in {len(result.groups)} group(s), {len(result.hypotheses)} hypotheses, "
+               f"{', '.join(result.measures)}; {stop}; {result.seconds:.1f} s")
+    for measure in dict.fromkeys([result.headline() or chosen[0]] + (["linear"] if "linear" in chosen else [])):
+        typer.echo(result.table(measure))
+    for line in result.describe():
+        typer.echo(line)
+    typer.echo(f"report: {report} (and report.html, affinity.csv, affinity.json)")
 
 
 def main():
