@@ -1,0 +1,126 @@
+"""Scale-out on Ray (idcgen.distributed): the same analysis, coverage and campaigns as in one process.
+
+One local Ray (2 CPUs) is started for the module; the module is skipped where Ray is not installed
+(the `ray` extra), except for the test of the one-line message that says to install it.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+#: centroids and importance agree to this relative tolerance: Ray workers add the same per-batch sums in the
+#: same order, but run TensorFlow with one intra-op thread, which may round a convolution differently
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def assert_same_analysis(a, b):
+    np.testing.assert_array_equal(a.neurons, b.neurons)
+    np.testing.assert_allclose(a.importance, b.importance, rtol=RTOL, atol=1e-9)
+    assert [c.k for c in a.clusters] == [c.k for c in b.clusters]
+    for c, d in zip(a.clusters, b.clusters):
+        np.testing.assert_allclose(c.centroids, d.centroids, rtol=RTOL, atol=1e-7)
+    assert a.total == b.total and a.fingerprint == b.fingerprint
+    assert {k: a.data[k] for k in ("n_inputs", "n_used", "accuracy", "fingerprint")} == \
+        {k: b.data[k] for k in ("n_inputs", "n_used", "accuracy", "fingerprint")}
+
+
+def test_shards_are_whole_batches():
+    from idcgen.distributed.workers import shard_bounds
+    # 1,000 inputs in batches of 64: 16 batches, 2 workers x 4 shards -> 2 batches (128 inputs) a shard
+    assert shard_bounds(1000, 64, 2) == [(s, min(s + 128, 1000)) for s in range(0, 1000, 128)]
+    assert shard_bounds(10, 64, 2) == [(0, 10)]
+    assert shard_bounds(0, 64, 2) == []
+    assert all(start % 512 == 0 for start, _ in shard_bounds(60000, 512, 3))
+
+
+class TestOnTwoWorkers:
+    """One pool of two actors (both CPUs of the local Ray) for the analysis and coverage tests."""
+
+    @pytest.fixture(scope="class")
+    def pool(self, trained_lenet):
+        from idcgen.distributed import Workers
+        _, path = trained_lenet
+        with Workers(path, workers=2) as workers:
+            assert len(set(workers.pids)) == 2 and os.getpid() not in workers.pids   # two other processes
+            yield workers
+
+    @pytest.mark.parametrize("options", [dict(m=6), dict(m=4, relevance_of="label", correct_only=True)])
+    def test_analysis_equals_the_single_process_one(self, pool, trained_lenet, digits, options):
+        import idcgen
+        model, _ = trained_lenet
+        x, y = digits[0][:2500], digits[1][:2500]
+        single = idcgen.analyze(model, x, y, progress=False, **options)
+        sharded = pool.analyze(x, y, progress=False, **options)
+        assert_same_analysis(single, sharded)
+        assert len(pool.passes(pool.network, single.layer, 1e-7, x).shards) > 2   # really split
+
+    def test_two_pass_gather_equals_the_single_process_one(self, pool, trained_lenet, digits, monkeypatch):
+        # activations too wide to keep during the relevance pass: the workers gather the m columns afterwards
+        import idcgen
+        import idcgen.analysis as analysis_module
+        monkeypatch.setattr(analysis_module, "ACTIVATIONS_IN_ONE_PASS", 0)
+        model, _ = trained_lenet
+        x, y = digits[0][:1500], digits[1][:1500]
+        single = idcgen.analyze(model, x, y, m=5, correct_only=True, progress=False)
+        assert_same_analysis(single, pool.analyze(x, y, m=5, correct_only=True, progress=False))
+
+    def test_coverage_equals_the_single_process_one(self, pool, trained_lenet, digits):
+        import idcgen
+        model, _ = trained_lenet
+        analysis = idcgen.analyze(model, digits[0][:2000], digits[1][:2000], m=6, progress=False)
+        x = np.concatenate([digits[2], digits[0][2000:2037]])   # 1,037 inputs: a short last shard
+        single = analysis.tracker(x)
+        sharded = pool.tracker(analysis, x)
+        np.testing.assert_array_equal(single.covered_ids(), sharded.covered_ids())
+        assert 0 < sharded.covered < analysis.total
+        assert pool.coverage(analysis, x[:10]) == analysis.coverage(x[:10])
+
+
+def test_python_entries_on_one_worker(trained_lenet, digits):
+    import idcgen
+    import idcgen.distributed as dist
+    model, path = trained_lenet
+    x, y = digits[0][:1200], digits[1][:1200]
+    sharded = dist.analyze(path, x, y, m=4, workers=1, progress=False)
+    assert_same_analysis(idcgen.analyze(model, x, y, m=4, progress=False), sharded)
+    assert sharded.network is not None and sharded.coverage(digits[2]).covered > 0   # bound to the driver's model
+    assert ray.is_initialized()   # a Ray the caller started is left running
+
+
+def test_without_ray_each_entry_says_what_to_install(trained_lenet, tmp_path):
+    # ray made unimportable in a subprocess, as where the extra is not installed
+    _, path = trained_lenet
+    line = 'pip install "idcgen[ray]"'
+    code = f"""
+import sys
+sys.modules["ray"] = None
+import idcgen.distributed as dist
+try:
+    dist.analyze({str(path)!r}, None)
+except dist.RayNotInstalledError as exc:
+    print("api:", exc)
+from idcgen.cli import main
+sys.argv = ["idcgen", "analyze", "--model", {str(path)!r}, "--train", "embedded-mnist:test", "--ray", "local",
+            "--out", {str(tmp_path / "a")!r}]
+main()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"api: idcgen.distributed runs on Ray, which is not installed here: {line}" in done.stdout
+    errors = [l for l in done.stderr.splitlines() if l.startswith("error:")]
+    assert errors == [f"error: --ray runs on Ray, which is not installed here: {line}"]
+    assert not (tmp_path / "a").exists()
