@@ -127,7 +127,8 @@ def dave2(input_shape=(66, 200, 3), random_state: int | None = 0, variant: str =
     (Glorot or He kernels, Adam lr 1e-4 to 1e-3; docs/results.md, "Dave-2 on Udacity").
 
     ``variant`` gives DeepXplore-style siblings for differential testing: "orig" (He-normal kernels),
-    "norminit" (kernels drawn from a normal distribution, stddev 0.01), "dropout" (dropout 0.5 after the
+    "norminit" (kernels drawn from a truncated normal distribution, stddev 0.1, as DeepXplore's
+    Dave-norminit; stddev 0.01 collapsed to a constant output), "dropout" (dropout 0.5 after the
     1164- and 100-unit layers). They follow DeepXplore's idea of three differently trained Daves, not its
     exact layers.
     """
@@ -139,7 +140,7 @@ def dave2(input_shape=(66, 200, 3), random_state: int | None = 0, variant: str =
         if variant != "norminit":
             return init(he=True)
         seed = None if random_state is None else random_state * 1000 + 500 + len(layers)
-        return {"kernel_initializer": keras.initializers.RandomNormal(stddev=0.01, seed=seed)}
+        return {"kernel_initializer": keras.initializers.TruncatedNormal(stddev=0.1, seed=seed)}
 
     layers: list = []
     inputs = keras.Input(input_shape, name="input")

@@ -48,11 +48,13 @@ def random_neurons(width: int, important: np.ndarray, m: int, rng: np.random.Gen
 
 
 def distances(network, layer: str, important: np.ndarray, x: np.ndarray, y: np.ndarray, *, repetitions: int,
-              rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+              rng: np.random.Generator, specs: dict | None = None) -> list[dict[str, np.ndarray]]:
     """Per repetition, the per-input L2 distances (n,) of each of the four QUANTITIES, and of the first
-    two with every neuron's activation divided by its standard deviation over ``x`` (``*_scaled``)."""
+    two with every neuron's activation divided by its standard deviation over ``x`` (``*_scaled``).
+    ``specs``: the U_O+DI and U_O+S mutator specs (default PERTURBATIONS, 2 % of the pixels)."""
     from idcgen.fuzz.mutators import MutationContext, make_mutator
-    mutators = {"relevant": make_mutator(PERTURBATIONS["U_O+DI"]), "random": make_mutator(PERTURBATIONS["U_O+S"])}
+    specs = specs or PERTURBATIONS
+    mutators = {"relevant": make_mutator(specs["U_O+DI"]), "random": make_mutator(specs["U_O+S"])}
     ctx = MutationContext(network=network, labels=y)
     _, (original,) = network.forward(x, (layer,))
     width = original.shape[1]

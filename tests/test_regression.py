@@ -454,3 +454,18 @@ def test_dave2_has_nvidias_shapes_and_trains_on_synthetic_frames():
     assert abs(kernel.std() - 0.01) < 0.001      # He-normal: sqrt(2 / 1152) = 0.042
     with pytest.raises(ValueError, match="variant must be orig, norminit or dropout"):
         dave2(variant="wide")
+
+
+def test_criteria_fit_on_a_steering_model_with_float_labels():
+    from idcgen.criteria import make_criterion
+    from idcgen.errors import ParameterError
+    network = Network(steering_model("tanh"))
+    x = inputs(40)
+    y = np.linspace(-0.4, 0.4, 40)                       # angles: not whole numbers
+    nc = make_criterion("nc").fit(network, x, y)
+    plain = make_criterion("nc").fit(network, x)         # labels do not change what NC counts
+    assert nc.coverage(network, x).score == plain.coverage(network, x).score > 0
+    lsc = make_criterion("lsc").fit(network, x, y)       # one group: the regression output has no classes
+    assert len(lsc.classes_) == 1 and lsc.coverage(network, x).total == 1000
+    with pytest.raises(ParameterError, match="a regression model has none"):
+        make_criterion("lsc:group=label").fit(network, x, y)

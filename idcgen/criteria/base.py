@@ -259,7 +259,7 @@ class Criterion:
         network = as_network(network)
         layers = self._fit_layers(network)
         x = _raw_inputs(x_train, network)  # InputError when empty or mis-shaped
-        y = None if y_train is None else check_labels(x, y_train)
+        y = None if y_train is None else check_labels(x, y_train, network.task)   # floats for regression
         state = self._fit_start(network, layers)
         if self.needs_data:
             with tqdm(total=len(x), desc=f"{self.name} fit", unit="input", disable=not progress, leave=False) as bar:

@@ -132,6 +132,9 @@ class _SurpriseCriterion(Criterion):
         if self.group == "label" and y_train is None:
             raise ParameterError(f"{type(self).__name__} with group='label' groups the training inputs by "
                                  "their labels: pass y_train (or use group='predicted').")
+        if self.group == "label" and as_network(network).task == "regression":
+            raise ParameterError(f"{type(self).__name__} with group='label' groups inputs by class, and a regression "
+                                 "model has none: use group='predicted' (one group)")
         return super().fit(network, x_train, y_train, **kwargs)
 
     def _fit_layers(self, network) -> tuple[str, ...]:
