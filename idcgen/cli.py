@@ -344,12 +344,16 @@ def fuzz(ctx: typer.Context,
          class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
          crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
          image_shape: Optional[str] = typer.Option(None, "--image-shape", help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred)."),
+         workers: Optional[int] = typer.Option(None, "--workers", help="Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Needs --analysis or --train."),
+         ray: Optional[str] = typer.Option(None, "--ray", help="With --workers: local (default: start Ray on this machine), auto or a Ray cluster address such as ray://HEAD:10001."),
          unsafe: bool = UnsafeOpt,
          architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .session import new_campaign, resume_campaign
     given = _given(ctx)
-    if resume is not None:  # the campaign's own settings; any other option given is checked against them
+    if workers is not None or ray is not None or (resume is not None and (resume / "parallel.json").is_file()):
+        result = _parallel_fuzz(given, model, seeds, budget, resume, workers, ray, unsafe)
+    elif resume is not None:  # the campaign's own settings; any other option given is checked against them
         options = {k: v for k, v in given.items() if k not in ("model", "architecture", "unsafe", "budget", "resume")}
         result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe,
                                  architectures=architecture or None, options=options, echo=typer.echo)
@@ -366,6 +370,30 @@ def fuzz(ctx: typer.Context,
                               architectures=architecture or None, echo=typer.echo)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
+
+
+def _parallel_fuzz(given: dict, model, seeds, budget, resume, workers, ray, unsafe):
+    """``fuzz --workers N [--ray ADDRESS]`` (and the resume of such a campaign): idcgen.distributed."""
+    from .distributed import require_ray
+    require_ray("--ray" if ray is not None else "--workers")
+    from .distributed.session import parallel_campaign, resume_parallel
+    if resume is not None:
+        other = sorted(set(given) - {"model", "unsafe", "budget", "resume", "workers", "ray"})
+        if other:
+            _fail(f"a resumed parallel campaign keeps its settings: drop {', '.join(FLAGS.get(k, k) for k in other)}")
+        return resume_parallel(resume, budget=budget, ray=ray, workers=workers, safe_mode=not unsafe, echo=typer.echo)
+    if workers is None:
+        _fail("--ray runs parallel campaigns: give their number with --workers N")
+    if not model or seeds is None or budget is None:
+        _fail("--model, --seeds and --budget are needed (or --resume DIR)")
+    options = {k: v for k, v in given.items() if k not in ("model", "seeds", "budget", "workers", "ray", "unsafe",
+                                                             "no_validity", "no_round")}
+    options["clusters"] = given.get("clusters")
+    if "architecture" in options:
+        options["architectures"] = options.pop("architecture")
+    return parallel_campaign(models=model, seeds=seeds, budget=budget, workers=workers, ray=ray,
+                             validity=not given.get("no_validity", False), rounding=not given.get("no_round", False),
+                             safe_mode=not unsafe, echo=typer.echo, **options)
 
 
 @command

@@ -9,7 +9,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 
 #: modules of the command-line layer: nothing below them may import them
-TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.harden"}
+TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.harden",
+       "idcgen.distributed.session"}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
 NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters", "idcgen.coverage",
@@ -17,7 +18,7 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
-              "idcgen.distributed.workers", "idcgen.inspect"]
+              "idcgen.distributed.workers", "idcgen.distributed.fuzz", "idcgen.inspect"]
 
 
 def module_name(path: Path) -> str:
@@ -138,7 +139,8 @@ def test_ray_is_imported_lazily_and_only_by_the_distributed_package():
                 found.append((module_name(path), id(node) in top))
     assert found and all(name.startswith("idcgen.distributed") and not at_top for name, at_top in found), found
     code = ("import sys, importlib\n"
-            "for name in ('idcgen.cli', 'idcgen.distributed', 'idcgen.distributed.workers'):\n"
+            "for name in ('idcgen.cli', 'idcgen.distributed', 'idcgen.distributed.workers',\n"
+            "             'idcgen.distributed.fuzz', 'idcgen.distributed.session'):\n"
             "    importlib.import_module(name)\n"
             "assert 'ray' not in sys.modules, 'ray imported at load time'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -121,6 +121,17 @@ class RayPasses:
         return np.concatenate(found) if found else np.zeros((0, len(neurons)), np.float32)
 
 
+def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
+    """(Network, input convention) of a model file, Keras model or Network, as the driver measures it."""
+    from ..analysis import network_with_convention
+    from ..models import Network, load_model
+    if isinstance(model, (str, os.PathLike)):
+        model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
+    elif not isinstance(model, Network):
+        model = Network(model, task=task)
+    return network_with_convention(model, **convention)
+
+
 class Workers:
     """A pool of Ray actors, each holding the model once; reuse it for several analyses and measurements.
 
@@ -138,17 +149,11 @@ class Workers:
     def __init__(self, model, *, ray: str | None = LOCAL, workers: int | None = None, threads: int = 1,
                  value_range=None, preprocess=None, image_shape=None, recorded=None, task: str | None = None,
                  safe_mode: bool = True, what: str = "idcgen.distributed"):
-        from ..analysis import network_with_convention
         from ..checks import check_int
-        from ..models import Network, load_model
         self.ray, self._started = connect(ray, what=what)
         check_int("threads", threads, 1)
-        if isinstance(model, (str, os.PathLike)):
-            model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
-        elif not isinstance(model, Network):
-            model = Network(model, task=task)
-        self.network, self.convention = network_with_convention(
-            model, value_range=value_range, preprocess=preprocess, image_shape=image_shape, recorded=recorded)
+        self.network, self.convention = network_of(model, task=task, safe_mode=safe_mode, value_range=value_range,
+                                                   preprocess=preprocess, image_shape=image_shape, recorded=recorded)
         count, gpus = cluster_workers(self.ray, workers)
         recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=safe_mode))
         actor = self.ray.remote(AnalysisWorker).options(num_cpus=threads, num_gpus=gpus)

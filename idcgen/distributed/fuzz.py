@@ -1,0 +1,389 @@
+"""Parallel fuzzing on Ray: N campaigns that share what they cover, as AFL's -M/-S instances sync queues.
+
+Each worker is a Ray actor running an ordinary campaign (:class:`idcgen.fuzz.fuzzer.Fuzzer` and its
+store) in ``<folder>/worker-<i>``, with its own random stream (``SeedSequence(random_state)`` spawned
+per worker). Every ``sync_every`` steps it publishes to a coordinator actor the corpus entries it kept
+since the last sync (each reached a combination new to it) and takes what the others published. The
+coordinator forwards only entries whose combination is new to the union; a worker runs an imported
+entry through its model (it counts as an exec, as AFL's sync runs do) and records the ones still new to
+it as one step of the pseudo-mutator ``sync``: from then on it keeps no mutant of that combination.
+
+A killed worker is started again on its folder and resumes from its last commit (the store loses at
+most the step in flight); the others go on. When all are done, ``<folder>/merged`` is written: the
+union of the workers' own entries and findings, the coverage of the union over time, exports and
+report. See docs/design.md, "Scale-out on Ray".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .cluster import LOCAL, ModelRecipe, connect, fetch, hold_threads
+from ..errors import InputError, ParameterError
+
+#: the pseudo-mutator whose steps add entries imported from the other workers
+SYNC = "sync"
+PARALLEL_FILE = "parallel.json"
+
+
+def worker_seed(random_state: int, index: int) -> int:
+    """Worker ``index``'s random_state: an independent stream derived from the campaign's."""
+    return int(np.random.SeedSequence(int(random_state)).spawn(index + 1)[index].generate_state(1)[0])
+
+
+def split_budget(budget: int, workers: int) -> list[int]:
+    """Each worker's share of the execs, adding up to ``budget``."""
+    return [budget // workers + (1 if i < budget % workers else 0) for i in range(workers)]
+
+
+class Coordinator:
+    """A Ray actor: the union of what the workers cover, the entries that reached it, their progress."""
+
+    def __init__(self, total: int):
+        from ..coverage import CoverageTracker
+        self.tracker = CoverageTracker(total)
+        self.log: list[tuple[int, dict]] = []
+        self.progress: dict = {}
+
+    def exchange(self, worker: int, entries: dict | None, cursor: int):
+        """Take ``worker``'s new entries (those whose combination is new to the union go on the log); give
+        back what the others logged from ``cursor`` on, and the new cursor."""
+        if entries is not None and len(entries["combination"]):
+            new = self.tracker.update(entries["combination"])
+            if new.any():
+                self.log.append((worker, {k: v[new] for k, v in entries.items()}))
+        theirs = [e for w, e in self.log[cursor:] if w != worker]
+        merged = {k: np.concatenate([e[k] for e in theirs]) for k in theirs[0]} if theirs else None
+        return merged, len(self.log)
+
+    def report(self, worker: int, state: dict) -> None:
+        self.progress[worker] = state
+
+    def status(self) -> tuple[dict, int]:
+        return dict(self.progress), self.tracker.covered
+
+
+class FuzzWorker:
+    """A Ray actor: one campaign, in its own folder, that syncs with the coordinator."""
+
+    def __init__(self, index: int, recipe: ModelRecipe, analysis, settings: dict, coordinator, threads):
+        hold_threads(threads)
+        from ..fuzz.fuzzer import Fuzzer
+        from ..fuzz.mutators import parse_mutators
+        from ..fuzz.validity import Validity
+        self.index, self.coordinator = index, coordinator
+        self.sync_every = int(settings.get("sync_every", 4))
+        network = recipe.build()
+        v = settings["validity"]
+        self.fuzzer = Fuzzer(analysis.bind(network), mutators=parse_mutators(",".join(settings["mutators"])),
+                             oracle=settings["oracle"],
+                             scheduler=settings["scheduler"], batch_size=settings["batch_size"],
+                             validity=Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"]),
+                             random_state=worker_seed(settings["random_state"], index),
+                             value_range=settings["value_range"], image_shape=settings.get("image_shape"),
+                             rounding=settings["rounding"])
+        self.published = self.cursor = 0
+        self.imports = 0
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def run(self, folder: str, x, y, budget: int, extra_config: dict) -> dict:
+        """Start (or resume, when ``folder`` holds the campaign) and fuzz to ``budget`` execs."""
+        from ..fuzz.campaign import MutatorStats
+        folder = Path(folder)
+        resumed = (folder / "campaign.json").exists()
+        if resumed:
+            campaign = self.fuzzer.resume(folder)
+            campaign.set_budget(max(budget, campaign.execs))
+        else:
+            campaign = self.fuzzer.start(x, y, folder, budget=budget, extra_config=extra_config)
+        resumed_at = campaign.step if resumed else None
+        campaign.mutator_stats.setdefault(SYNC, MutatorStats())
+        self.published, self.cursor = campaign.corpus.n_seeds, 0   # (re)publish every own entry: a new coordinator
+        campaign.open()
+        try:
+            self._sync(campaign)
+        finally:
+            campaign.close()
+        self.fuzzer.run(campaign, progress=False, on_step=self._on_step)
+        self._publish(campaign)
+        return dict(campaign.state(), resumed_at=resumed_at, imports=self.imports)
+
+    # ---- syncing ------------------------------------------------------------------------------
+    def _on_step(self, campaign) -> None:
+        self.coordinator.report.remote(self.index, {"step": campaign.step, "execs": campaign.execs,
+                                                    "covered": campaign.tracker.covered, "pid": os.getpid()})
+        if campaign.step % self.sync_every == 0 and campaign.execs < campaign.budget:
+            self._sync(campaign)
+
+    def _own(self, campaign) -> dict | None:
+        """The entries this worker kept (not imported) since it last published."""
+        corpus = campaign.corpus
+        ids = [i for i in range(self.published, len(corpus)) if corpus.parent[i] >= 0 and corpus.chains[i][-1:] != [SYNC]]
+        self.published = len(corpus)
+        if not ids:
+            return None
+        entries = corpus.entries(np.asarray(ids))
+        return {k: entries[k] for k in ("x", "reference", "root", "combination", "affine", "chain")}
+
+    def _publish(self, campaign) -> None:
+        import ray
+        fetch(ray, self.coordinator.exchange.remote(self.index, self._own(campaign), 1 << 62))
+
+    def _sync(self, campaign) -> None:
+        import ray
+        incoming, self.cursor = fetch(ray, self.coordinator.exchange.remote(self.index, self._own(campaign),
+                                                                             self.cursor))
+        if incoming is not None:
+            self._import(campaign, incoming)
+        self.published = len(campaign.corpus)   # what the import added is not this worker's to publish
+
+    def _import(self, campaign, incoming: dict) -> None:
+        """Run the others' entries through the model; record those still new here as ``sync`` steps."""
+        from ..fuzz.campaign import Step
+        started = time.perf_counter()
+        fuzzer = self.fuzzer
+        probs, (acts,) = fuzzer.network.forward(incoming["x"], (fuzzer.analysis.layer,))
+        ids = fuzzer.analysis.combinations.ids(fuzzer.analysis.select(acts))
+        predictions = probs[:, 0].astype(np.float64) if fuzzer.regression else probs.argmax(1)
+        seconds = time.perf_counter() - started
+        for affine in (False, True):   # an entry with an affine transform keeps its descendants from another
+            rows = np.flatnonzero(incoming["affine"] == affine)
+            if not len(rows):
+                continue
+            n = len(rows)
+            step = Step(number=campaign.step + 1, mutator=SYNC, affine=affine, parents=incoming["root"][rows],
+                        mutants=incoming["x"][rows], references=incoming["reference"][rows],
+                        predictions=predictions[rows], combinations=ids[rows], features={"idc": ids[rows]},
+                        valid=np.ones(n, bool), flagged=np.zeros(n, bool))
+            step.keep = campaign.tracker.would_cover(ids[rows])
+            self.imports += int(step.keep.sum())
+            campaign.record(step, seconds * n / len(ids))
+
+
+# ---- the driver ---------------------------------------------------------------------------------
+def _settings_of(fuzzer_settings: dict) -> dict:
+    needed = ("mutators", "oracle", "scheduler", "batch_size", "validity", "random_state", "value_range", "rounding")
+    missing = [k for k in needed if k not in fuzzer_settings]
+    if missing:
+        raise ParameterError(f"parallel fuzzing needs the settings {', '.join(missing)}")
+    return dict(fuzzer_settings)
+
+
+def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int = 2, ray: str | None = LOCAL,
+         threads: int = 1, sync_every: int = 4, mutators=None, oracle: str = "misclassification",
+         scheduler: str = "prioritized", batch_size: int = 256, validity: dict | None = None,
+         random_state: int = 0, value_range=None, image_shape=None, rounding: bool = True,
+         extra_config: dict | None = None, safe_mode: bool = True, on_progress=None, echo=None) -> dict:
+    """Run ``workers`` campaigns on Ray into ``out/worker-<i>`` and write the merged view ``out/merged``.
+
+    ``model``: a model file, Keras model or Network (with the analysis' input convention); ``analysis``:
+    an Analysis of it; ``seeds``/``labels``: the seed inputs (the same for every worker). A folder that
+    already holds a parallel campaign is resumed (every worker from its last commit) to the new
+    ``budget``. ``on_progress(status)`` is called about once a second with each worker's last step.
+    Returns the merged campaign's state with ``workers`` (each one's state) and ``restarts``.
+    """
+    from ..checks import check_int
+    from ..fuzz.campaign import check_budget
+    from ..fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+    from .workers import network_of
+    check_budget(budget)
+    workers = check_int("workers", workers, 1)
+    sync_every = check_int("sync_every", sync_every, 1)
+    out = Path(out)
+    say = echo or (lambda *_: None)
+    settings = _settings_of(dict(
+        mutators=[repr(m) for m in parse_mutators(mutators or DEFAULT_MUTATORS)] if not isinstance(mutators, list)
+        else mutators, oracle=oracle, scheduler=scheduler, batch_size=batch_size,
+        validity=dict(dict(enabled=True, alpha=0.02, beta=0.2), **(validity or {})), random_state=random_state,
+        value_range=list(value_range or analysis.convention.value_range), rounding=rounding,
+        image_shape=None if image_shape is None else list(image_shape), sync_every=sync_every))
+    record = out / PARALLEL_FILE
+    if record.exists():
+        saved = json.loads(record.read_text())
+        if saved["workers"] != workers:
+            raise ParameterError(f"{out} was run with {saved['workers']} workers; resume it with as many")
+        if saved["budget"] > budget:
+            raise ParameterError(f"budget {budget} is below this campaign's {saved['budget']}; give a larger one")
+        settings = saved["settings"]
+    elif out.exists() and any(out.iterdir()):
+        raise InputError(f"{out} exists and is not empty: choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = dict(workers=workers, budget=int(budget), settings=settings, extra_config=extra_config or {})
+    record.write_text(json.dumps(recorded, indent=2) + "\n")
+
+    pool_ray, started = connect(ray, what="--ray" if ray not in (None, LOCAL) else "--workers")
+    network, _ = network_of(model, safe_mode=safe_mode,
+                            recorded=dataclasses.replace(analysis.convention, image_shape=None))
+    analysis.bind(network)
+    recipe = pool_ray.put(ModelRecipe.of(network, safe_mode=safe_mode))
+    light = pool_ray.put(dataclasses.replace(analysis, network=None))
+    coordinator = pool_ray.remote(Coordinator).options(num_cpus=0).remote(analysis.total)
+    actor = pool_ray.remote(FuzzWorker).options(num_cpus=threads)
+    x_ref = pool_ray.put(None if seeds is None else np.asarray(seeds))
+    y_ref = pool_ray.put(None if labels is None else np.asarray(labels))
+    shares = split_budget(int(budget), workers)
+    folders = [out / f"worker-{i}" for i in range(workers)]
+    extra = dict(extra_config or {}, parallel={"workers": workers, "budget": int(budget)})
+
+    def launch(i):
+        a = actor.remote(i, recipe, light, settings, coordinator, threads)
+        extra_i = dict(extra, parallel=dict(extra["parallel"], worker=i, random_state=worker_seed(random_state, i)))
+        return a, a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], extra_i)
+
+    running = {}
+    actors = {}
+    for i in range(workers):
+        actors[i], ref = launch(i)
+        running[ref] = i
+    results, restarts = {}, []
+    try:
+        while running:
+            done, _ = pool_ray.wait(list(running), num_returns=1, timeout=1.0)
+            if on_progress is not None:
+                on_progress(fetch(pool_ray, coordinator.status.remote()))
+            for ref in done:
+                i = running.pop(ref)
+                try:
+                    results[i] = fetch(pool_ray, ref)
+                except (pool_ray.exceptions.RayActorError, pool_ray.exceptions.WorkerCrashedError) as exc:
+                    if len(restarts) >= 3 * workers:
+                        raise
+                    say(f"worker {i} died ({type(exc).__name__}); starting it again from its last commit")
+                    restarts.append({"worker": i})
+                    actors[i], again = launch(i)
+                    running[again] = i
+    except KeyboardInterrupt:
+        for a in actors.values():
+            pool_ray.kill(a)
+        say(f"interrupted; the workers' folders hold their last commits; continue with: idcgen fuzz --resume {out}")
+        raise
+    finally:
+        pool_ray.kill(coordinator)
+    for r in restarts:
+        r["resumed_at"] = results[r["worker"]].get("resumed_at")
+    for a in actors.values():
+        pool_ray.kill(a)
+    if started:
+        pool_ray.shutdown()
+    merged = merge(out, network, workers)
+    return dict(merged.state(), workers=[results[i] for i in range(workers)], restarts=restarts,
+                folder=str(merged.folder))
+
+
+def merge(out: Path, network, workers: int):
+    """Write ``out/merged``: the workers' own entries in the order they were found (an import stands for the
+    entry it came from), their findings once each, and the union's coverage after every worker step.
+    Returns the merged Campaign (read it again with ``Campaign.load(out / "merged")``)."""
+    from ..coverage import CoverageTracker
+    from ..fuzz.campaign import Campaign, MutatorStats
+    from ..fuzz.corpus import Corpus
+    parts = [Campaign.load(out / f"worker-{i}", network) for i in range(workers)]
+    first = parts[0]
+    n_seeds = first.corpus.n_seeds
+    regression = first.corpus.regression
+    times = [{row["step"]: row["time"] for row in c.stats} for c in parts]
+    # every worker step, in time order: the merged campaign's steps (0 is the seeds)
+    events = sorted((row["time"], w, row["step"]) for w, c in enumerate(parts) for row in c.stats if row["step"] > 0)
+    event_times = np.asarray([t for t, _, _ in events], np.float64)
+
+    def merged_step(w, step):
+        return int(np.searchsorted(event_times, times[w].get(int(step), 0.0), side="left")) + 1
+
+    own = sorted((merged_step(w, c.corpus.step[i]), w, i) for w, c in enumerate(parts)
+                 for i in range(n_seeds, len(c.corpus)) if c.corpus.chains[i][-1:] != [SYNC])
+    remap = [np.concatenate([np.arange(n_seeds), np.full(len(c.corpus) - n_seeds, -1)]).astype(np.int64) for c in parts]
+    by_combination = {}
+    for k, (_, w, i) in enumerate(own):
+        remap[w][i] = n_seeds + k
+        by_combination.setdefault(int(parts[w].corpus.combination[i]), n_seeds + k)
+    for w, c in enumerate(parts):   # an import stands for the entry it came from
+        for i in range(n_seeds, len(c.corpus)):
+            if c.corpus.chains[i][-1:] == [SYNC]:
+                remap[w][i] = by_combination.get(int(c.corpus.combination[i]), int(c.corpus.root[i]))
+    corpus = Corpus(first.corpus.input_shape, regression=regression)
+    corpus.add_entries(first.corpus.entries(np.arange(n_seeds)))
+    for step, w, i in own:
+        e = parts[w].corpus.entries(np.asarray([i]))
+        e["parent"], e["step"] = remap[w][e["parent"]], np.asarray([step])
+        corpus.add_entries(e)
+    for w, c in enumerate(parts):
+        np.add.at(corpus.fuzz_count, remap[w], c.corpus.fuzz_count)
+
+    # findings once each: by (combination, label, prediction); for a regression model by (combination, root)
+    found, seen = [], set()
+    for w, c in enumerate(parts):
+        f = c.findings()
+        for j in range(len(f.get("id", ()))):
+            key = (int(f["combination"][j]), int(f["root"][j]) if regression else int(f["label"][j]),
+                   -1 if regression else int(f["prediction"][j]))
+            if key not in seen:
+                seen.add(key)
+                row = {k: v[j:j + 1].copy() for k, v in f.items()}
+                for col in ("corpus_id", "parent"):
+                    row[col] = np.where(row[col] >= 0, remap[w][np.maximum(row[col], 0)], -1)
+                row["step"] = np.asarray([merged_step(w, f["step"][j])])
+                found.append(row)
+    found.sort(key=lambda r: int(r["step"][0]))
+    parts_found = []
+    if found:
+        part = {k: np.concatenate([r[k] for r in found]) for k in found[0]}
+        part["id"] = np.arange(len(found))
+        parts_found = [part]
+
+    tracker = CoverageTracker(first.tracker.total, corpus.combination)
+    stats = _merged_stats(parts, events, corpus, n_seeds, parts_found)
+    mutator_stats = {}
+    for c in parts:
+        for name, s in c.mutator_stats.items():
+            total = mutator_stats.setdefault(name, MutatorStats())
+            for key in ("execs", "valid", "kept", "findings", "seconds", "steps", "errors"):
+                setattr(total, key, getattr(total, key) + getattr(s, key))
+            total.last_error = s.last_error or total.last_error
+    recorded = json.loads((out / PARALLEL_FILE).read_text())
+    config = dict(first.config, budget=sum(c.budget for c in parts), random_state=recorded["settings"]["random_state"],
+                  parallel={"workers": workers, "budget": recorded["budget"]})
+    merged = Campaign(config=config, analysis=first.analysis, corpus=corpus, coverage={"idc": tracker},
+                      rng=np.random.default_rng(0), mutator_stats=mutator_stats, step=len(events),
+                      execs=sum(c.execs for c in parts), seed_execs=first.seed_execs,
+                      flagged=sum(c.flagged for c in parts), elapsed=max(c.elapsed for c in parts), stats=stats,
+                      finding_parts=parts_found)
+    folder = out / "merged"
+    shutil.rmtree(folder, ignore_errors=True)
+    merged.save(folder)
+    merged.close()
+    return merged
+
+
+def _merged_stats(parts, events, corpus, n_seeds: int, found: list) -> list[dict]:
+    """stats.jsonl of the merged view: one row per worker step in time order, with the execs of all
+    workers by then and the union's corpus, coverage and findings."""
+    from ..coverage import CoverageTracker
+    tracker = CoverageTracker(parts[0].tracker.total, corpus.combination[:n_seeds])
+    entry_steps = corpus.step[n_seeds:]
+    finding_steps = found[0]["step"] if found else np.zeros(0, np.int64)
+    rows = [dict(parts[0].stats[0], step=0, execs=0, execs_per_s=0.0, corpus=n_seeds, idc=tracker.score,
+                 covered=tracker.covered, findings=0, flagged=0, unique_pairs=0)]
+    latest = [{"execs": 0, "flagged": 0} for _ in parts]
+    by_step = [{row["step"]: row for row in c.stats} for c in parts]
+    done = 0
+    for k, (t, w, step) in enumerate(events, start=1):
+        latest[w] = row = by_step[w][step]
+        upto = int(np.searchsorted(entry_steps, k, side="right"))
+        tracker.update(corpus.combination[n_seeds + done:n_seeds + upto])
+        done = upto
+        execs = sum(r["execs"] for r in latest)
+        rows.append({"step": k, "time": t, "execs": execs, "execs_per_s": round(execs / t, 1) if t > 0 else 0.0,
+                     "corpus": n_seeds + upto, "idc": tracker.score, "covered": tracker.covered,
+                     "findings": int(np.searchsorted(finding_steps, k, side="right")),
+                     "flagged": sum(r["flagged"] for r in latest), "unique_pairs": 0,
+                     "mutator": row["mutator"], "seconds": row["seconds"], "worker": w})
+    return rows
