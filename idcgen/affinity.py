@@ -15,8 +15,8 @@ DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
   stream stops when every score is final. Intervals: Fisher z for Pearson (standard error 1/sqrt(n-3)) and
   Spearman (sqrt(1.06/(n-3))); the spread over 5 disjoint parts of the data for mutual information, and over
   the 5 cross-validation folds for the linear model (t quantile with 4 degrees of freedom). Checks are made
-  where the widest interval predicts convergence (width proportional to 1/sqrt(n)), so a score is computed
-  only a few times.
+  where the widest interval predicts convergence (width proportional to 1/sqrt(n)), at most twice the inputs
+  of the last check, so a score is computed only a few times.
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def _mi_cd(c: np.ndarray, d: np.ndarray, k: int) -> float:
 def _mi(a: np.ndarray, h: np.ndarray, random_state: int, k: int = 3) -> np.ndarray:
     """scikit-learn's ``mutual_info_classif`` (0/1 hypothesis) or ``mutual_info_regression`` of every column
     of ``a`` with ``h``, the same estimators on the same scaled, jittered values, with the range counts done
-    by sorting (one KD-tree per column instead of three; equal to scikit-learn's, tested)."""
+    by sorting (one KD-tree per column instead of three; equal to scikit-learn's, tested), and 0 for a constant
+    unit."""
     if np.ptp(h) == 0:
         return np.zeros(a.shape[1])
     rng = np.random.RandomState(random_state)
@@ -168,20 +169,24 @@ def _mi(a: np.ndarray, h: np.ndarray, random_state: int, k: int = 3) -> np.ndarr
     std = a.std(axis=0)
     a = a / np.where(std == 0, 1.0, std)                     # sklearn.preprocessing.scale(with_mean=False)
     a = a + 1e-10 * np.maximum(1, np.abs(a).mean(axis=0)) * rng.standard_normal(a.shape)
+    # a constant unit carries no information (the jitter alone would give it a spurious estimate)
+    varies = std > 0
     if discrete:
-        return np.array([_mi_cd(a[:, i], h, k) for i in range(a.shape[1])])
+        return np.array([_mi_cd(a[:, i], h, k) if varies[i] else 0.0 for i in range(a.shape[1])])
     sd = h.std()
     h = h / (sd if sd else 1.0)
     h = h + 1e-10 * max(1.0, float(np.abs(h).mean())) * rng.standard_normal(len(h))
-    return np.array([_mi_cc(a[:, i], h, k) for i in range(a.shape[1])])
+    return np.array([_mi_cc(a[:, i], h, k) if varies[i] else 0.0 for i in range(a.shape[1])])
 
 
 def mutual_information(a, h, *, random_state: int = 0, interval: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Mutual information in nats between each unit (column of ``a``) and one hypothesis ``h`` (n,):
     scikit-learn's nearest-neighbour estimate (``mutual_info_classif`` for a 0/1 hypothesis, else
     ``mutual_info_regression``), and the half-width of a 95 % interval from its spread over 5 disjoint parts
-    of the inputs (standard error sd(parts) / sqrt(5), t quantile; NaN when ``interval`` is False, infinite
-    while the hypothesis or a unit is constant)."""
+    of the inputs (standard error sd(parts) / sqrt(5), t quantile), widened to the gap between the estimate and
+    the parts' mean where that is larger: the nearest-neighbour estimate grows with n where a unit nearly
+    determines the hypothesis, a bias the spread does not show. NaN when ``interval`` is False, infinite while
+    the hypothesis or a unit is constant."""
     a, h = np.asarray(a, np.float64), np.asarray(h, np.float64).ravel()
     score = _mi(a, h, random_state)
     if not interval:
@@ -190,7 +195,9 @@ def mutual_information(a, h, *, random_state: int = 0, interval: bool = True) ->
     if len(a) < PARTS * 20:
         return score, np.full(a.shape[1], np.inf)
     parts = np.array([_mi(a[i::PARTS], h[i::PARTS], random_state) for i in range(PARTS)])
-    return score, np.where(constant, np.inf, T95_4 * parts.std(axis=0, ddof=1) / math.sqrt(PARTS))
+    spread = T95_4 * parts.std(axis=0, ddof=1) / math.sqrt(PARTS)
+    drift = np.abs(score - parts.mean(axis=0))   # the estimate still moving with n (bias), which the spread misses
+    return score, np.where(constant, np.inf, np.maximum(spread, drift))
 
 
 def linear_fit(a, h, *, random_state: int = 0) -> tuple[float, float, float]:
@@ -486,7 +493,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     order = np.random.default_rng(random_state).permutation(n)
     acts, hvals, seen, checks = [], [[] for _ in hyps], 0, []
     timings = {"forward": 0.0, "hypotheses": 0.0, "measures": 0.0}
-    next_check = n if tol is None else min(first_check, n)
+    next_check = n if tol is None else min(-(-first_check // batch_size) * batch_size, n)   # whole batches
     bar = tqdm(total=n, desc="affinity", unit="input", disable=not progress, leave=False)
     while seen < n:
         active = [j for j in range(K) if not all(final[m][:, j].all() for m in measures)]
@@ -519,7 +526,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
                random_state)
         checks.append(seen)
         timings["measures"] += time.perf_counter() - t
-        next_check = _next_check(seen, n, measures, widths, final, tol)
+        next_check = _next_check(seen, n, measures, widths, final, tol, batch_size)
     bar.close()
     notes = []
     if y is None:
@@ -613,15 +620,17 @@ def _check(measures, a, h_all, group_cols, scores, widths, used, final, baseline
                 final["linear"][g, j] = bool(done(np.array(w)))
 
 
-def _next_check(seen, n, measures, widths, final, tol) -> int:
-    """Where the widest open interval should be within tol (half-width ~ 1/sqrt(n)), 10 % beyond, at least
-    1.25 times the inputs so far (never a check per batch); the end of the data at most."""
+def _next_check(seen, n, measures, widths, final, tol, batch_size) -> int:
+    """Where the widest open interval should be within tol (half-width ~ 1/sqrt(n)), 10 % beyond, between 1.25
+    and 2 times the inputs so far (so the checks' cost stays within twice that of the last, and scores that
+    converge early stop early even when another needs every input), in whole batches, the end at most."""
     if tol is None or seen >= n:
         return n
     open_w = np.concatenate([widths[m][~final[m]] for m in measures])
     open_w = open_w[np.isfinite(open_w)]      # undefined so far (a silent unit): no prediction, double
     need = 2 * seen if not len(open_w) else seen * (float(open_w.max()) / tol) ** 2 * 1.1
-    return int(min(n, max(math.ceil(need), math.ceil(1.25 * seen))))
+    need = min(max(math.ceil(need), math.ceil(1.25 * seen)), 2 * seen)
+    return int(min(n, -(-need // batch_size) * batch_size))   # whole batches: one traced shape for the model
 
 
 # ---- report ----------------------------------------------------------------------------------------------

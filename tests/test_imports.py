@@ -18,7 +18,7 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
-              "idcgen.distributed.workers", "idcgen.distributed.fuzz", "idcgen.inspect"]
+              "idcgen.distributed.workers", "idcgen.distributed.fuzz", "idcgen.inspect", "idcgen.hypotheses"]
 
 
 def module_name(path: Path) -> str:
