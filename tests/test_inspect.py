@@ -284,3 +284,12 @@ def test_cli_end_to_end(hand, tmp_path):
     res = runner.invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "test.npz"),
                               "--threshold", "2", "--out", str(out), "--scale", "none"])
     assert res.exit_code == 1 and "error: --threshold must be a finite float in the range [0.0, 1.0)" in res.output
+
+
+def test_thresholds_per_neuron_and_per_layer():
+    from idcgen.inspect import _thresholds
+    low, high = np.array([0.0, 0.0, 2.0, -1.0]), np.array([1.0, 4.0, 2.0, 1.0])
+    neuron = _thresholds(low, high, (3, 1), 0.5, "neuron")
+    np.testing.assert_array_equal(neuron, [0.5, 2.0, np.inf, 0.0])   # a constant neuron is never active
+    layer = _thresholds(low, high, (3, 1), 0.5, "layer")             # the first layer spans [0, 4]
+    np.testing.assert_array_equal(layer, [2.0, 2.0, 2.0, 0.0])
