@@ -335,8 +335,7 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
     if network.task != "classification":
         raise ParameterError("inspect compares classes and needs a classifier; this model is a regression model "
                              "(one output unit)")
-    if batch_size is not None:
-        network.batch_size = check_int("batch_size", batch_size, 1)
+    batch = network.batch_size if batch_size is None else check_int("batch_size", batch_size, 1)
     if layers is not None:
         layers = [layers] if isinstance(layers, str) else list(layers)
         check_layer_names("inspect", layers)
@@ -372,17 +371,17 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
     passes = 1 if one_pass else 2
     with tqdm(total=len(x) * passes, desc="inspect", unit="input", disable=not progress, leave=False) as bar:
         for p in range(passes):
-            for start in range(0, len(x), network.batch_size):
-                probs, acts = network.forward(x[start:start + network.batch_size], taps)
+            for start in range(0, len(x), batch):
+                probs, acts = network.forward(x[start:start + batch], taps)
                 a = np.concatenate(acts, axis=1) if len(acts) > 1 else acts[0]
+                top2 = np.argsort(-probs, axis=1, kind="stable")[:, :2]   # ties: the lower class, in both passes
+                pred = top2[:, 0]
                 if p == 0:
-                    top2 = np.argsort(-probs, axis=1)[:, :2]
-                    state.predictions.append(top2[:, 0])
+                    state.predictions.append(pred)
                     state.runner_up.append(top2[:, 1] if k > 1 else top2[:, 0])
                     state.second.append(np.take_along_axis(probs, top2[:, -1:], axis=1)[:, 0])
                     np.minimum(state.low, a.min(axis=0), out=state.low)
                     np.maximum(state.high, a.max(axis=0), out=state.high)
-                pred = probs.argmax(axis=1)
                 if scaling == "input":
                     _count_active(state.active, pred, _scale_rows_per_layer(a, widths) > threshold)
                 elif store is not None:
