@@ -140,6 +140,13 @@ def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convent
     return ds, x
 
 
+def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
+    """With --ray or --workers, Ray must be installed: said in one line before any model is loaded."""
+    if ray is not None or workers is not None:
+        from .distributed import require_ray
+        require_ray("--ray" if ray is not None else "--workers")
+
+
 def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool):
     """Ray workers holding ``network`` when --ray or --workers is given, else None (one process)."""
     if ray is None and workers is None:
@@ -217,6 +224,7 @@ def analyze(model: Path = ModelOpt,
     """Find the m most important neurons of a layer and cluster their activations."""
     from .analysis import analyze as run, check_save_target
     from .clusters import parse_cluster_range
+    _need_ray(ray, workers)
     ks = parse_cluster_range(clusters)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
@@ -269,6 +277,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     reaches) and, on request, the other criteria."""
     from .analysis import Analysis
     from .criteria import make_criterion, parse_criteria
+    _need_ray(ray, workers)
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")

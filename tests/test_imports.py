@@ -18,7 +18,7 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
-              "idcgen.distributed.workers", "idcgen.distributed.fuzz", "idcgen.inspect", "idcgen.hypotheses"]
+              "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.inspect", "idcgen.hypotheses"]
 
 
 def module_name(path: Path) -> str:
@@ -140,7 +140,7 @@ def test_ray_is_imported_lazily_and_only_by_the_distributed_package():
     assert found and all(name.startswith("idcgen.distributed") and not at_top for name, at_top in found), found
     code = ("import sys, importlib\n"
             "for name in ('idcgen.cli', 'idcgen.distributed', 'idcgen.distributed.workers',\n"
-            "             'idcgen.distributed.fuzz', 'idcgen.distributed.session'):\n"
+            "             'idcgen.distributed.parallel', 'idcgen.distributed.session'):\n"
             "    importlib.import_module(name)\n"
             "assert 'ray' not in sys.modules, 'ray imported at load time'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -124,3 +124,85 @@ main()
     errors = [l for l in done.stderr.splitlines() if l.startswith("error:")]
     assert errors == [f"error: --ray runs on Ray, which is not installed here: {line}"]
     assert not (tmp_path / "a").exists()
+
+
+# ---- parallel fuzzing ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fuzz_setup(trained_lenet, digits):
+    import idcgen
+    model, path = trained_lenet
+    analysis = idcgen.analyze(model, digits[0][:1000], digits[1][:1000], m=4, progress=False)
+    return path, analysis, digits[2][:60], digits[3][:60]
+
+
+def own_and_imported(campaign):
+    from idcgen.distributed.parallel import SYNC
+    corpus, n = campaign.corpus, campaign.corpus.n_seeds
+    imported = [i for i in range(n, len(corpus)) if corpus.chains[i][-1:] == [SYNC]]
+    own = [i for i in range(n, len(corpus)) if corpus.chains[i][-1:] != [SYNC]]
+    return own, imported
+
+
+@pytest.fixture(scope="module")
+def first_run(fuzz_setup, tmp_path_factory):
+    import idcgen.distributed as dist
+    path, analysis, x, y = fuzz_setup
+    out = tmp_path_factory.mktemp("parallel") / "campaign"
+    result = dist.fuzz(path, analysis, x, y, budget=1600, out=out, workers=2, batch_size=32, sync_every=1,
+                       mutators="gauss(std=0.1),brightness", random_state=3)
+    return out, result
+
+
+def test_two_workers_share_what_they_cover(first_run):
+    from idcgen.fuzz.campaign import Campaign
+    from idcgen.distributed.parallel import worker_seed
+    out, first = first_run
+    assert [w["execs"] for w in first["workers"]] == [800, 800] and first["execs"] == 1600
+    parts = [Campaign.load(out / f"worker-{i}") for i in range(2)]
+    assert [c.config["random_state"] for c in parts] == [worker_seed(3, 0), worker_seed(3, 1)]
+    assert worker_seed(3, 0) != worker_seed(3, 1)
+    imports = 0
+    for c in parts:
+        own, imported = own_and_imported(c)
+        imports += len(imported)
+        combos = c.corpus.combination
+        # a combination is kept once per worker: what one worker imported, it never kept again
+        assert len(set(combos[c.corpus.n_seeds:].tolist())) == len(combos) - c.corpus.n_seeds
+        assert not set(combos[imported].tolist()) & set(combos[own].tolist())
+        assert not set(combos[own].tolist()) & set(combos[:c.corpus.n_seeds].tolist())
+    assert imports > 0 and imports == sum(w["imports"] for w in first["workers"])
+    merged = Campaign.load(out / "merged")
+    union = set().union(*(set(c.tracker.covered_ids().tolist()) for c in parts))
+    assert set(merged.tracker.covered_ids().tolist()) == union
+    assert merged.execs == 1600 and merged.stats[-1]["execs"] == 1600 and merged.stats[-1]["covered"] == len(union)
+    assert len(merged.corpus) == parts[0].corpus.n_seeds + sum(len(own_and_imported(c)[0]) for c in parts)
+
+
+def test_resume_and_a_killed_worker_restarted_from_its_last_commit(first_run, fuzz_setup):
+    import json
+    import signal
+    import idcgen.distributed as dist
+    from idcgen.fuzz.campaign import Campaign
+    path, analysis, x, y = fuzz_setup
+    out, _ = first_run
+    before = [Campaign.load(out / f"worker-{i}") for i in range(2)]
+    covered_before = Campaign.load(out / "merged").tracker.covered
+    killed = {}
+
+    def kill_worker_1(status):
+        state = status[0].get(1)
+        if not killed and state is not None and state["step"] >= before[1].step + 3:
+            killed.update(state)
+            os.kill(state["pid"], signal.SIGKILL)
+
+    # --resume: every worker continues from its own folder to the new total; worker 1 is killed on the way
+    again = dist.fuzz(path, analysis, x, y, budget=8000, out=out, workers=2, on_progress=kill_worker_1)
+    assert killed, "worker 1 finished before it could be killed"
+    assert [w["execs"] for w in again["workers"]] == [4000, 4000]
+    assert again["workers"][0]["resumed_at"] == before[0].step   # the other worker went on undisturbed
+    assert [r["worker"] for r in again["restarts"]] == [1]
+    # the store commits a step while the next is computed: at most the step in flight is lost
+    assert again["restarts"][0]["resumed_at"] >= killed["step"] - 1
+    assert json.loads((out / "parallel.json").read_text())["budget"] == 8000
+    assert Campaign.load(out / "worker-1").execs == 4000
+    assert Campaign.load(out / "merged").tracker.covered >= covered_before

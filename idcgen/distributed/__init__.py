@@ -30,7 +30,7 @@ def require_ray(what: str = "idcgen.distributed"):
 
 
 _NAMES = {"Workers": "workers", "analyze": "workers", "coverage": "workers", "connect": "cluster",
-          "ModelRecipe": "cluster", "fuzz": "fuzz"}
+          "ModelRecipe": "cluster", "fuzz": "parallel"}
 
 __all__ = sorted(_NAMES) + ["INSTALL", "RayNotInstalledError", "require_ray"]
 

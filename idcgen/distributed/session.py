@@ -1,5 +1,5 @@
 """``idcgen fuzz --workers N [--ray ADDRESS]`` and its ``--resume``: the command-line session of a parallel
-campaign (model, seeds and analysis on the driver; :func:`idcgen.distributed.fuzz.fuzz` on Ray; then the
+campaign (model, seeds and analysis on the driver; :func:`idcgen.distributed.parallel.fuzz` on Ray; then the
 merged view's exports and report), beside :mod:`idcgen.session` for one process.
 """
 
@@ -22,7 +22,7 @@ from ..fuzz.oracle import make_oracle
 from ..models import Network, load_model
 from ..report import write_report
 from ..session import OUTPUTS
-from .fuzz import PARALLEL_FILE, fuzz
+from .parallel import PARALLEL_FILE, fuzz
 
 
 def is_parallel(folder) -> bool:

@@ -188,7 +188,8 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     ``model``: a model file, Keras model or Network (with the analysis' input convention); ``analysis``:
     an Analysis of it; ``seeds``/``labels``: the seed inputs (the same for every worker). A folder that
     already holds a parallel campaign is resumed (every worker from its last commit) to the new
-    ``budget``. ``on_progress(status)`` is called about once a second with each worker's last step.
+    ``budget``. ``on_progress((states, covered))`` is called about four times a second with each worker's last
+    step and the union's covered count.
     Returns the merged campaign's state with ``workers`` (each one's state) and ``restarts``.
     """
     from ..checks import check_int
@@ -247,7 +248,7 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     results, restarts = {}, []
     try:
         while running:
-            done, _ = pool_ray.wait(list(running), num_returns=1, timeout=1.0)
+            done, _ = pool_ray.wait(list(running), num_returns=1, timeout=0.25)
             if on_progress is not None:
                 on_progress(fetch(pool_ray, coordinator.status.remote()))
             for ref in done:
