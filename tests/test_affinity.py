@@ -97,6 +97,29 @@ def test_linear_model_of_equal_negated_and_noise_units(synthetic):
     assert abs(score - base) < 0.03 and 0 <= width < 0.05    # noise: the majority share
 
 
+def test_linear_model_equals_scikit_learn_on_the_same_folds():
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from idcgen.affinity import _folds
+    rng = np.random.default_rng(4)
+    a = np.maximum(rng.normal(size=(600, 6)), 0) * [3, 1, 1, 2, 1, 1]
+    continuous = a[:, 2] - a[:, 3] + rng.normal(size=600)
+    binary = (a[:, 0] + rng.normal(size=600) > 2).astype(float)
+    for h, model, scoring in ((binary, LogisticRegression(), "accuracy"), (continuous, LinearRegression(), "r2")):
+        fold = _folds(h, scoring == "accuracy", 0)
+        assert np.bincount(fold).tolist() == [120] * 5
+        cv = [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(5)]
+        ref = cross_val_score(make_pipeline(StandardScaler(), model), a, h.astype(int) if scoring == "accuracy" else h,
+                              cv=cv, scoring=scoring)
+        score, width, _ = linear_fit(a, h)
+        assert score == pytest.approx(ref.mean(), abs=1e-9)
+        assert width == pytest.approx(2.7764451 * ref.std(ddof=1) / math.sqrt(5), abs=1e-9)
+    shares = [binary[_folds(binary, True, 0) == f].mean() for f in range(5)]
+    assert max(shares) - min(shares) < 0.02                  # stratified: every fold keeps the class share
+
+
 # ---- the stream: a model whose units are hypotheses by construction ----------------------------------
 
 def _unit_model():
