@@ -1,0 +1,146 @@
+"""Benchmark scale-out on Ray: analysis, coverage and fuzzing with 1 and 2 local workers (a script, not a test).
+
+    python benchmarks/bench_ray.py [--mnist-train 60000] [--cifar-train 10000] [--fuzz-budget 12000] [--skip-cifar]
+
+Measures in one run, and prints a Markdown table with the ratios:
+- analysis (m = 8) of MNIST's training inputs on LeNet-5 and of CIFAR-10 training inputs on the CIFAR-10 CNN,
+  and the IDC of each test set: in this process (TensorFlow's default threads), then on a pool of 1 and of 2
+  Ray workers, each held to one TensorFlow intra-op thread; the pool's start (actors loading the model) is
+  timed apart. Each Ray result is checked against the single-process one (same neurons and k, centroids
+  within 1e-5, the same covered set);
+- parallel fuzzing of the CIFAR-10 CNN (100 test seeds, transform mutators, batch 128) with 1 and 2 workers
+  (one intra-op thread each) at the same total budget: execs/s (execs over the campaigns' own time, and over
+  the wall time with the actors' start) and the merged IDC.
+The load average (1 min) is printed beside each figure: on a shared machine the scaling shows the others' load.
+Models: outputs/models/lenet5.keras and cifar10_cnn.keras (recipes/train_models.py trains them if absent);
+data: MNIST via $IDCGEN_MNIST (set by recipes/common.py in the workspace), CIFAR-10 from ../shared/data/cifar10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "recipes"))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import common  # noqa: E402  (recipes/common.py: models and data of the recipes)
+
+RTOL = 1e-5
+MUTATORS = "gauss,brightness,contrast,rotate,shift"
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def timed(fn, *args, **kwargs):
+    start, before = time.perf_counter(), load()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - start, out, max(before, load())
+
+
+def same(a, b) -> bool:
+    return (np.array_equal(a.neurons, b.neurons) and [c.k for c in a.clusters] == [c.k for c in b.clusters]
+            and all(np.allclose(c.centroids, d.centroids, rtol=RTOL, atol=1e-7) for c, d in zip(a.clusters, b.clusters)))
+
+
+def bench_analysis(name: str, dataset: str, n_train: int, rows: list) -> tuple:
+    import idcgen
+    from idcgen.distributed import Workers
+    model = common.load_model(name, dataset)
+    path = common.model_path(name, dataset)
+    x, y = common.load_data("train", dataset, n_train)
+    x_test, _ = common.load_data("test", dataset)
+    t_a, single, l_a = timed(idcgen.analyze, model, x, y, m=8, progress=False)
+    t_c, cov, l_c = timed(single.tracker, x_test)
+    base = dict(subject=f"{name} / {dataset}", inputs=f"{len(x)} train, {len(x_test)} test")
+    rows.append(dict(base, run="one process (TF default threads)", start=0.0, analysis=t_a, coverage=t_c,
+                     load=max(l_a, l_c), same="-"))
+    print(f"{name}: one process: analysis {t_a:.1f} s, coverage {t_c:.1f} s (load {max(l_a, l_c):.1f})", flush=True)
+    by_workers = {}
+    for workers in (1, 2):
+        t_s, pool, l_s = timed(Workers, path, workers=workers, threads=1)
+        with pool:
+            t_a, sharded, l_a = timed(pool.analyze, x, y, m=8, progress=False)
+            t_c, tracker, l_c = timed(pool.tracker, single, x_test)
+        ok = same(single, sharded) and np.array_equal(tracker.covered_ids(), cov.covered_ids())
+        by_workers[workers] = (t_a, t_c)
+        rows.append(dict(base, run=f"Ray, {workers} worker(s) x 1 thread", start=t_s, analysis=t_a, coverage=t_c,
+                         load=max(l_s, l_a, l_c), same="yes" if ok else "NO"))
+        print(f"{name}: {workers} Ray worker(s): start {t_s:.1f} s, analysis {t_a:.1f} s, coverage {t_c:.1f} s, "
+              f"same result: {ok} (load {max(l_s, l_a, l_c):.1f})", flush=True)
+    return single, x_test, by_workers
+
+
+def bench_fuzz(analysis, x_test, budget: int, rows: list) -> dict:
+    from idcgen.distributed import fuzz
+    from idcgen.fuzz.campaign import Campaign
+    path = common.model_path("cifar10_cnn", "cifar10")
+    _, y_test = common.load_data("test", "cifar10")
+    seeds, labels = x_test[:100], y_test[:100]
+    out = {}
+    for workers in (1, 2):
+        folder = Path(tempfile.mkdtemp(prefix=f"bench_ray_fuzz{workers}_"))
+        wall, result, l_f = timed(fuzz, path, analysis, seeds, labels, budget=budget, out=folder / "c",
+                                  workers=workers, threads=1, batch_size=128, mutators=MUTATORS, random_state=0)
+        merged = Campaign.load(folder / "c" / "merged")
+        own = max(w["elapsed_seconds"] for w in result["workers"])
+        out[workers] = dict(execs=result["execs"], own=own, wall=wall, idc=merged.tracker.score, load=l_f,
+                            imports=sum(w["imports"] for w in result["workers"]))
+        rows.append(out[workers])
+        print(f"fuzz {workers} worker(s): {result['execs']} execs, {result['execs'] / own:.0f} execs/s over the "
+              f"campaigns' time ({own:.1f} s), {result['execs'] / wall:.0f} execs/s over the wall time ({wall:.1f} s "
+              f"with the start), merged IDC {merged.tracker.score:.1%}, {out[workers]['imports']} imported "
+              f"(load {l_f:.1f})", flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mnist-train", type=int, default=60000)
+    parser.add_argument("--cifar-train", type=int, default=10000)
+    parser.add_argument("--fuzz-budget", type=int, default=12000)
+    parser.add_argument("--skip-cifar", action="store_true")
+    args = parser.parse_args()
+    import ray
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    print(f"{os.cpu_count()} cores; load average at start {os.getloadavg()}", flush=True)
+    rows, fuzz_rows = [], []
+    ratios = {}
+    _, _, mnist = bench_analysis("lenet5", "mnist", args.mnist_train, rows)
+    ratios["lenet5"] = mnist
+    if not args.skip_cifar:
+        analysis, x_test, cifar = bench_analysis("cifar10_cnn", "cifar10", args.cifar_train, rows)
+        ratios["cifar10_cnn"] = cifar
+        fz = bench_fuzz(analysis, x_test, args.fuzz_budget, fuzz_rows)
+
+    print("\n| subject | inputs | run | start (s) | analysis (s) | coverage (s) | same result | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['subject']} | {r['inputs']} | {r['run']} | {r['start']:.1f} | {r['analysis']:.1f} | "
+              f"{r['coverage']:.1f} | {r['same']} | {r['load']:.1f} |")
+    print("\nscaling, 2 workers against 1 (ideal 2.00x):")
+    for name, w in ratios.items():
+        print(f"- {name}: analysis {w[1][0] / w[2][0]:.2f}x, coverage {w[1][1] / w[2][1]:.2f}x")
+    if not args.skip_cifar:
+        one, two = fz[1], fz[2]
+        print(f"- cifar10_cnn fuzz: {one['execs'] / one['own']:.0f} -> {two['execs'] / two['own']:.0f} execs/s over the "
+              f"campaigns' time: {(two['execs'] / two['own']) / (one['execs'] / one['own']):.2f}x; over the wall time "
+              f"with the actors' start {(two['execs'] / two['wall']) / (one['execs'] / one['wall']):.2f}x; merged IDC "
+              f"{one['idc']:.1%} (1 worker) vs {two['idc']:.1%} (2 workers) at {args.fuzz_budget} execs in all")
+    print(f"load average at the end {os.getloadavg()}")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
