@@ -588,8 +588,12 @@ def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=N
         labels, line = read_labels(label_file, files)
         notes.append(line)
     read = [_read_image(f, channels, resize, crop) for f in files]
-    images = [image for image, _ in read]
-    converted = sum(changed for _, changed in read)
+    images = [image for image, _, _ in read]
+    converted = sum(changed for _, changed, _ in read)
+    resized = sum(sized for _, _, sized in read)
+    if resized:
+        notes.append(f"{resized} of {len(files)} images resized to {resize[0]}x{resize[1]} (HxW, PIL bilinear"
+                     + (f", after cropping by {crop}" if crop else "") + "); --resize HxW chooses the size")
     if converted:
         kind = ("colour", "grayscale") if channels == 1 else ("grayscale", "RGB")
         notes.append(f"{converted} of {len(files)} images converted from {kind[0]} to {kind[1]} "
@@ -602,12 +606,13 @@ def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=N
     source = f"{folder} (image folder" + (f", {len(subfolders)} classes" if labels is not None and
                                           label_file is None else "")
     source += f", cropped by {crop} (top, bottom, left, right)" if crop else ""
-    source += (f", resized to {resize[0]}x{resize[1]} (HxW) with PIL bilinear)" if resize else ")")
+    source += (f", resized to {resize[0]}x{resize[1]} (HxW) with PIL bilinear)" if resized else ")")
     return np.stack(images), None if labels is None else labels[:limit], source, by_label, tuple(notes)
 
 
-def _read_image(path: Path, channels, resize=None, crop=None) -> tuple[np.ndarray, bool]:
-    """(uint8 image, whether it was converted between grayscale and colour to give `channels`)."""
+def _read_image(path: Path, channels, resize=None, crop=None) -> tuple[np.ndarray, bool, bool]:
+    """(uint8 image, whether it was converted between grayscale and colour to give `channels`, whether
+    it was resized)."""
     try:
         with Image.open(path) as image:
             natural = "L" if image.mode in _GRAY_MODES else "RGB"
@@ -620,9 +625,10 @@ def _read_image(path: Path, channels, resize=None, crop=None) -> tuple[np.ndarra
                     raise InputError(f"crop {crop} (top, bottom, left, right) leaves nothing of {path} "
                                      f"({width}x{height}); crop fewer pixels")
                 image = image.crop((left, top, width - right, height - bottom))
-            if resize is not None and image.size != (resize[1], resize[0]):
+            resized = resize is not None and image.size != (resize[1], resize[0])
+            if resized:
                 image = image.resize((resize[1], resize[0]), Image.Resampling.BILINEAR)
-            return np.asarray(image, dtype=np.uint8), mode != natural
+            return np.asarray(image, dtype=np.uint8), mode != natural, resized
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise InputError(f"cannot read image {path}: {err}") from err
 
@@ -765,14 +771,22 @@ def _shape_difference(item: tuple, want: tuple) -> str:
             "give inputs of the model's input shape")
 
 
+def _is_image_folder(spec) -> bool:
+    path = Path(os.fspath(spec)).expanduser() if isinstance(spec, (str, os.PathLike)) else None
+    return path is not None and path.is_dir() and not _idx_folder_files(path)
+
+
 def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int | None = None,
                    value_range=(0.0, 1.0), resize=None, class_names=None, n_classes: int | None = None,
                    labels=None, crop=None, task: str | None = None):
     """``load_inputs`` for a model taking ``input_shape`` and images in ``value_range``: images
-    converted to its channel count (and resized to ``resize``, (h, w), for image folders), labels
+    converted to its channel count (and resized to ``resize``, (h, w), for image folders; without it, the
+    images of a folder that differ from the model's input size are resized to it), labels
     checked against its ``n_classes``, then shaped by ``fit_to_model``. Returns (Dataset, x); show
     ``Dataset.notes`` to the user."""
     channels = input_shape[-1] if len(input_shape) == 3 and input_shape[-1] in (1, 3) else None
+    if resize is None and len(input_shape) == 3 and None not in input_shape[:2] and _is_image_folder(spec):
+        resize = tuple(input_shape[:2])   # frames of another size are resized to the model's input, said in a note
     ds = load_inputs(spec, scale=scale, channels=channels, limit=limit, value_range=value_range, resize=resize,
                      class_names=class_names, n_classes=n_classes, labels=labels, crop=crop, task=task)
     return ds, fit_to_model(ds, input_shape)
