@@ -13,8 +13,10 @@ DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
 - *early stopping*: inputs are streamed in a random order (a prefix is a random sample) and every score
   carries a 95 % confidence interval; a score is final once its interval is within ``tol`` of it, and the
   stream stops when every score is final. Intervals: Fisher z for Pearson (standard error 1/sqrt(n-3)) and
-  Spearman (sqrt(1.06/(n-3))); the spread over 5 disjoint parts of the data for mutual information, and over
-  the 5 cross-validation folds for the linear model (t quantile with 4 degrees of freedom). A score open
+  Spearman (sqrt(1.06/(n-3))); for mutual information the larger of 1.96 standard errors of its per-input
+  terms and the change still to come, extrapolated from its change since the score's previous computation
+  as if it shrank as 1/sqrt(n); the spread over the 5 cross-validation folds
+  for the linear model (t quantile with 4 degrees of freedom). A score open
   after a check is computed again only where its interval predicts convergence (half-width proportional to
   1/sqrt(n)), so each is computed a few times; checks are at most twice the inputs of the last one apart.
 """
@@ -117,8 +119,9 @@ def _within(sorted_v: np.ndarray, v: np.ndarray, radius: np.ndarray) -> np.ndarr
     return hi - lo
 
 
-def _mi_cc(x: np.ndarray, y: np.ndarray, k: int) -> float:
-    """Kraskov-Stoegbauer-Grassberger estimate (their algorithm 1) for two continuous variables."""
+def _mi_cc(x: np.ndarray, y: np.ndarray, k: int) -> tuple[float, float]:
+    """Kraskov-Stoegbauer-Grassberger estimate (their algorithm 1) for two continuous variables, and the
+    standard error of the mean of its per-input terms."""
     from scipy.spatial import cKDTree
     from scipy.special import digamma
     xy = np.stack([x, y], axis=1)
@@ -127,11 +130,13 @@ def _mi_cc(x: np.ndarray, y: np.ndarray, k: int) -> float:
     nx = _within(np.sort(x), x, radius) - 1.0
     ny = _within(np.sort(y), y, radius) - 1.0
     n = len(x)
-    return max(0.0, float(digamma(n) + digamma(k) - digamma(nx + 1).mean() - digamma(ny + 1).mean()))
+    terms = -(digamma(nx + 1) + digamma(ny + 1))
+    return max(0.0, float(digamma(n) + digamma(k) + terms.mean())), float(terms.std(ddof=1) / math.sqrt(n))
 
 
-def _mi_cd(c: np.ndarray, d: np.ndarray, k: int) -> float:
-    """Ross' estimate for a continuous variable and a discrete one."""
+def _mi_cd(c: np.ndarray, d: np.ndarray, k: int) -> tuple[float, float]:
+    """Ross' estimate for a continuous variable and a discrete one, and the standard error of the mean of its
+    per-input terms."""
     from scipy.special import digamma
     radius, counts, ks = np.empty(len(c)), np.empty(len(c)), np.empty(len(c))
     for label in np.unique(d):
@@ -154,16 +159,17 @@ def _mi_cd(c: np.ndarray, d: np.ndarray, k: int) -> float:
     c, radius = c[keep], radius[keep]
     m = _within(np.sort(c), c, radius)
     n = int(keep.sum())
-    return max(0.0, float(digamma(n) + digamma(ks[keep]).mean() - digamma(counts[keep]).mean() - digamma(m).mean()))
+    terms = digamma(ks[keep]) - digamma(counts[keep]) - digamma(m)
+    return max(0.0, float(digamma(n) + terms.mean())), float(terms.std(ddof=1) / math.sqrt(n))
 
 
-def _mi(a: np.ndarray, h: np.ndarray, random_state: int, k: int = 3) -> np.ndarray:
+def _mi(a: np.ndarray, h: np.ndarray, random_state: int, k: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's ``mutual_info_classif`` (0/1 hypothesis) or ``mutual_info_regression`` of every column
     of ``a`` with ``h``, the same estimators on the same scaled, jittered values, with the range counts done
     by sorting (one KD-tree per column instead of three; equal to scikit-learn's, tested), and 0 for a constant
-    unit."""
+    unit; with the standard error of the mean of each estimate's per-input terms (infinite for a constant)."""
     if np.ptp(h) == 0:
-        return np.zeros(a.shape[1])
+        return np.zeros(a.shape[1]), np.full(a.shape[1], np.inf)
     rng = np.random.RandomState(random_state)
     discrete = _is_binary(h)
     std = a.std(axis=0)
@@ -172,32 +178,25 @@ def _mi(a: np.ndarray, h: np.ndarray, random_state: int, k: int = 3) -> np.ndarr
     # a constant unit carries no information (the jitter alone would give it a spurious estimate)
     varies = std > 0
     if discrete:
-        return np.array([_mi_cd(a[:, i], h, k) if varies[i] else 0.0 for i in range(a.shape[1])])
+        pairs = [_mi_cd(a[:, i], h, k) if varies[i] else (0.0, np.inf) for i in range(a.shape[1])]
+        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
     sd = h.std()
     h = h / (sd if sd else 1.0)
     h = h + 1e-10 * max(1.0, float(np.abs(h).mean())) * rng.standard_normal(len(h))
-    return np.array([_mi_cc(a[:, i], h, k) if varies[i] else 0.0 for i in range(a.shape[1])])
+    pairs = [_mi_cc(a[:, i], h, k) if varies[i] else (0.0, np.inf) for i in range(a.shape[1])]
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
 
-def mutual_information(a, h, *, random_state: int = 0, interval: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def mutual_information(a, h, *, random_state: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Mutual information in nats between each unit (column of ``a``) and one hypothesis ``h`` (n,):
     scikit-learn's nearest-neighbour estimate (``mutual_info_classif`` for a 0/1 hypothesis, else
-    ``mutual_info_regression``), and the half-width of a 95 % interval from its spread over 5 disjoint parts
-    of the inputs (standard error sd(parts) / sqrt(5), t quantile), widened to the gap between the estimate and
-    the parts' mean where that is larger: the nearest-neighbour estimate grows with n where a unit nearly
-    determines the hypothesis, a bias the spread does not show. NaN when ``interval`` is False, infinite while
-    the hypothesis or a unit is constant."""
+    ``mutual_info_regression``), and the half-width of an approximate 95 % interval, 1.96 standard errors of
+    the mean of the estimate's per-input terms (they are not independent, so this is a lower bound: the
+    stream also asks the estimate to have settled, see `affinity`). Infinite while the hypothesis or the
+    unit is constant."""
     a, h = np.asarray(a, np.float64), np.asarray(h, np.float64).ravel()
-    score = _mi(a, h, random_state)
-    if not interval:
-        return score, np.full(a.shape[1], np.nan)
-    constant = (np.ptp(a, axis=0) == 0) | (np.ptp(h) == 0)
-    if len(a) < PARTS * 20:
-        return score, np.full(a.shape[1], np.inf)
-    parts = np.array([_mi(a[i::PARTS], h[i::PARTS], random_state) for i in range(PARTS)])
-    spread = T95_4 * parts.std(axis=0, ddof=1) / math.sqrt(PARTS)
-    drift = np.abs(score - parts.mean(axis=0))   # the estimate still moving with n (bias), which the spread misses
-    return score, np.where(constant, np.inf, np.maximum(spread, drift))
+    score, se = _mi(a, h, random_state)
+    return score, Z95 * se
 
 
 def _folds(h: np.ndarray, binary: bool, random_state: int) -> np.ndarray:
@@ -691,10 +690,14 @@ def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, bas
         for j in js:
             rows = np.flatnonzero(todo[:, j])
             if len(rows):
-                # the interval decides nothing at the end: its 5 extra estimates are skipped there
-                s, w = mutual_information(a[:, rows], h_all[j], random_state=random_state,
-                                          interval=tol is not None and not last)
-                record("mi", (rows, j), s, w)
+                s, w = mutual_information(a[:, rows], h_all[j], random_state=random_state)
+                # the nearest-neighbour estimate drifts with n (its bias), most where a unit nearly determines
+                # the hypothesis: the change since the cell's last computation, at n0 inputs, extrapolated to
+                # all the change still to come if it shrinks as 1/sqrt(n) (a geometric series), must be within tol
+                n0 = used["mi"][rows, j]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    drift = np.abs(s - scores["mi"][rows, j]) / (np.sqrt(n / n0) - 1)
+                record("mi", (rows, j), s, np.maximum(w, np.where(np.isnan(drift), np.inf, drift)))
         lap("mi")
     if "linear" in measures:
         todo = todo_of("linear")
