@@ -17,8 +17,8 @@ DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
   terms and the change still to come, extrapolated from its change since the score's previous computation
   as if it shrank as 1/sqrt(n); the spread over the 5 cross-validation folds
   for the linear model (t quantile with 4 degrees of freedom). A score open
-  after a check is computed again only where its interval predicts convergence (half-width proportional to
-  1/sqrt(n)), so each is computed a few times; checks are at most twice the inputs of the last one apart.
+  after a check is computed again where its interval predicts convergence (half-width proportional to
+  1/sqrt(n)), or at twice its inputs if that comes first, so each is computed a few times.
 """
 
 from __future__ import annotations
@@ -667,9 +667,10 @@ def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, bas
         scores[m][where], widths[m][where], used[m][where] = s, w, n
         w = np.asarray(w, np.float64)
         final[m][where] = True if last or tol is None else (w <= tol)
-        # due again where the interval, narrowing as 1/sqrt(n), should be within tol (10 % beyond); double if unknown
+        # due again where the interval, narrowing as 1/sqrt(n), should be within tol (10 % beyond), and at twice
+        # the inputs at most: an interval from few folds or parts is itself noisy, so it is measured again
         need = np.where(np.isfinite(w), np.ceil(n * (np.nan_to_num(w, posinf=0.0) / (tol or 1.0)) ** 2 * 1.1), 2 * n)
-        due[m][where] = np.maximum(need, n + 1)
+        due[m][where] = np.clip(need, n + 1, 2 * n)
 
     for j, h in h_all.items():
         binary[j] = _is_binary(h)
