@@ -145,7 +145,7 @@ def _run(network, analysis, x_seeds, y_seeds, out, *, budget, workers, ray, muta
     report = write_report(merged, notes=[f"merged view of {workers} parallel campaigns (worker-0 .. "
                                          f"worker-{workers - 1}), which exchanged the entries that reached new "
                                          "combinations"], exports=exports)
-    per = ", ".join(f"worker {i}: {w['execs']} execs, IDC {w['idc']:.1%}, {w['imports']} imported"
+    per = "; ".join(f"worker {i}: {w['execs']} execs, IDC {w['idc']:.1%}, {w['imports']} imported"
                     for i, w in enumerate(result["workers"]))
     seeds_idc = merged.stats_rows()[0]["idc"]
     echo(f"IDC {seeds_idc:.1%} (seeds) -> {merged.tracker.score:.1%} (merged, {len(merged.corpus)} inputs); "
