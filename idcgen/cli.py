@@ -65,7 +65,7 @@ FLAGS = {
     "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit", "m": "--m", "measure": "--measure",
     "mode": "--mode", "model": "--model", "mutators": "--mutators", "no_round": "--no-round",
     "no_validity": "--no-validity", "only_class": "--class", "oracle": "--oracle", "out": "--out",
-    "overwrite": "--force", "preprocess": "--preprocess", "random_state": "--random-state",
+    "overwrite": "--force", "pair": "--pair", "preprocess": "--preprocess", "random_state": "--random-state",
     "relevance_of": "--relevance-of", "repeats": "--repeats", "resize": "--resize", "scale": "--scale",
     "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train", "value_range": "--value-range",
     "tol": "--tol", "measures": "--measures", "units": "--units", "hypotheses": "--hypotheses",
@@ -416,17 +416,19 @@ def harden(model: Path = ModelOpt,
            random_state: int = typer.Option(0, "--random-state"),
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
+           pair: Optional[str] = typer.Option(None, "--pair", help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair `idcgen inspect` predicts); lower is better."),
            scale: str = ScaleOpt, class_names: Optional[str] = ClassNamesOpt,
            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
-    from .harden import format_table, harden as run
+    from .harden import check_pair, format_table, harden as run
     from .analysis import Analysis
     recorded = dataclasses.replace(Analysis.load(campaign / "analysis").convention, image_shape=None)
     network, convention = _with_convention(_network(model, unsafe, architecture), recorded=recorded)
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
               "a regression model (one output unit)")
+    classes = None if pair is None else check_pair(pair.split(","), network.n_classes)   # before any work
     found = Campaign.load(campaign, network)
     for note in found.notes:   # damage found on reading (a read-only load repairs nothing)
         typer.echo(f"note: {note}")
@@ -437,7 +439,7 @@ def harden(model: Path = ModelOpt,
         _fail("--train and --test need labels")
     out = out or campaign / "harden"
     summary = run(network.model, x_train, train_ds.y, found, x_test, test_ds.y, mode=mode, epochs=epochs,
-                  repeats=repeats, random_state=random_state, out=out)
+                  repeats=repeats, random_state=random_state, out=out, pair=classes)
     typer.echo(format_table(summary))
     typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.png) in {summary['seconds']} s")
 

@@ -98,9 +98,28 @@ def on_images(network: Network, image_shape: tuple) -> Network:
     return Network(wrapper)
 
 
+def pair_name(pair) -> str:
+    return f"confusion {pair[0]}-{pair[1]}"
+
+
+def check_pair(pair, n_classes: int) -> tuple[int, int]:
+    """Two different classes of the model, as ints (``--pair A,B``)."""
+    try:
+        a, b = (int(v) for v in pair)
+        ok = 0 <= a < n_classes and 0 <= b < n_classes and a != b and all(float(v) == int(v) for v in pair)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ParameterError(f"The 'pair' parameter must be two different classes in 0..{n_classes - 1}, e.g. 4,9. "
+                             f"Got {pair!r} instead.")
+    return a, b
+
+
 def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, random_state: int = 0,
-               value_range=(0.0, 1.0)) -> dict:
-    """Accuracy on the clean and perturbed test sets; attacks are run against this model."""
+               value_range=(0.0, 1.0), pair=None) -> dict:
+    """Accuracy on the clean and perturbed test sets; attacks are run against this model. With ``pair`` (a, b),
+    also DeepInspect's type-1 confusion of the pair on the clean set (docs/design.md, "Confusion and bias
+    (DeepInspect)"): the mean of P(predicted b | label a) and P(predicted a | label b), lower is better."""
     out = {}
     for name, spec in EVALUATIONS.items():
         if spec is None:
@@ -111,16 +130,23 @@ def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, r
             ctx = MutationContext(network=network, labels=y, value_range=value_range)
             xs = make_mutator(spec).mutate(x, np.random.default_rng(random_state), ctx)
         out[name] = float((network.predict(xs) == y).mean())
+    if pair is not None:
+        from .inspect import confusion_matrix, type1_confusion
+        matrix = confusion_matrix(y, network.predict(x), network.n_classes)
+        out[pair_name(pair)] = float(type1_confusion(matrix)[pair[0], pair[1]])
     return out
 
 
 def harden(model: keras.Model, x_train: np.ndarray, y_train: np.ndarray, campaign: Campaign, x_test: np.ndarray,
            y_test: np.ndarray, *, mode: str = "finetune", epochs: int = 3, repeats: int = 1, random_state: int = 0,
-           out: str | Path | None = None, progress: bool = True) -> dict:
-    """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table."""
+           out: str | Path | None = None, progress: bool = True, pair=None) -> dict:
+    """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table.
+    ``pair`` (a, b): also measure the pair's type-1 confusion (e.g. a pair ``idcgen inspect`` predicts, after
+    a campaign with the ``confusion(a,b)`` oracle)."""
     check_int("epochs", epochs, 1)
     check_int("repeats", repeats, 1)
     network = Network(model)
+    pair = None if pair is None else check_pair(pair, network.n_classes)
     if network.fingerprint() != campaign.analysis.fingerprint:
         raise InputError("the campaign was run on another model than the one given to harden")
     started = time.perf_counter()
@@ -135,19 +161,21 @@ def harden(model: keras.Model, x_train: np.ndarray, y_train: np.ndarray, campaig
     fixed = {name: make_mutator(spec).mutate(x_test, rng, MutationContext(images, y_test, value_range))
              for name, spec in EVALUATIONS.items() if spec and not make_mutator(spec).needs_model}
     results = {"original": [robustness(images, x_test, y_test, fixed, random_state=random_state,
-                                       value_range=value_range)]}
+                                       value_range=value_range, pair=pair)]}
     jobs = [(name, aug, r) for r in range(repeats) for name, aug in (("IDC-guided", guided), ("random control", control))]
     for name, aug, r in tqdm(jobs, desc="retrain", disable=not progress, leave=False):
         x = np.concatenate([x_train.reshape(model_shape), aug.x.reshape(model_shape)])
         y = np.concatenate([y_train, aug.y])
         trained = retrain(model, x, y, mode=mode, epochs=epochs, random_state=random_state + r)
         results.setdefault(name, []).append(robustness(on_images(Network(trained), image_shape), x_test, y_test,
-                                                       fixed, random_state=random_state + r, value_range=value_range))
+                                                       fixed, random_state=random_state + r, value_range=value_range,
+                                                       pair=pair))
     table = _table(results)
     summary = {"mode": mode, "epochs": epochs, "repeats": repeats, "random_state": random_state,
                "training_inputs": int(len(x_train)), "extra_inputs": int(len(guided.y)),
                "guided": guided.source, "control": control.source, "test_inputs": int(len(x_test)),
-               "evaluations": {k: v for k, v in EVALUATIONS.items()}, "table": table,
+               "evaluations": {k: v for k, v in EVALUATIONS.items()}, "pair": None if pair is None else list(pair),
+               "table": table,
                "seconds": round(time.perf_counter() - started, 1)}
     if out is not None:
         write_outputs(summary, Path(out))
@@ -158,7 +186,7 @@ def _table(results: dict) -> list[dict]:
     rows = []
     for model_name, runs in results.items():
         row = {"model": model_name, "runs": len(runs)}
-        for name in EVALUATIONS:
+        for name in runs[0]:   # the evaluations, then the pair's confusion if measured
             values = np.array([r[name] for r in runs])
             row[name] = float(values.mean())
             row[name + " std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
@@ -167,7 +195,7 @@ def _table(results: dict) -> list[dict]:
 
 
 def format_table(summary: dict) -> str:
-    names = list(EVALUATIONS)
+    names = [k for k in summary["table"][0] if k not in ("model", "runs") and not k.endswith(" std")]
     lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for row in summary["table"]:
         cells = [f"{100 * row[n]:.2f}" + (f" ± {100 * row[n + ' std']:.2f}" if row["runs"] > 1 else "")
@@ -184,7 +212,10 @@ def write_outputs(summary: dict, out: Path) -> None:
     md = (f"# Hardening: {summary['mode']}, {summary['epochs']} epochs, {summary['repeats']} repetition(s)\n\n"
           f"Accuracy (%) on the test set ({summary['test_inputs']} inputs), clean and perturbed. Retraining data: "
           f"{summary['training_inputs']} training inputs plus {summary['guided']} (IDC-guided) or plus "
-          f"{summary['control']} (random control).\n\n{format_table(summary)}\n\n![accuracy](harden.png)\n")
+          f"{summary['control']} (random control)."
+          + (f" {pair_name(summary['pair'])}: the pair's type-1 confusion on the clean test set (%, lower is better)."
+             if summary.get("pair") else "")
+          + f"\n\n{format_table(summary)}\n\n![accuracy](harden.png)\n")
     atomic_text(out / "harden.md", md)
     atomic_text(out / "harden.json", json.dumps(summary, indent=2) + "\n")
     with open(out / "harden.csv", "w", newline="") as handle:

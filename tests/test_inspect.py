@@ -293,3 +293,21 @@ def test_thresholds_per_neuron_and_per_layer():
     np.testing.assert_array_equal(neuron, [0.5, 2.0, np.inf, 0.0])   # a constant neuron is never active
     layer = _thresholds(low, high, (3, 1), 0.5, "layer")             # the first layer spans [0, 4]
     np.testing.assert_array_equal(layer, [2.0, 2.0, 2.0, 0.0])
+
+
+def test_harden_measures_a_pairs_type1_confusion(hand):
+    from idcgen.harden import EVALUATIONS, _table, check_pair, format_table, robustness
+    x, y = hand_inputs()
+    y = y.copy()
+    y[:2] = 1   # type1conf(0, 1) = 0.1, as in the evaluation test above
+    fixed = {name: x for name, spec in EVALUATIONS.items() if spec}   # no perturbation: only the pair is new
+    out = robustness(hand, x, y, fixed, pair=(0, 1))
+    assert out["confusion 0-1"] == pytest.approx(0.1) and out["clean"] == pytest.approx(22 / 24)
+    assert robustness(hand, x, y, fixed, pair=(1, 2))["confusion 1-2"] == 0
+    table = _table({"original": [out]})
+    text = format_table({"table": table})
+    assert text.splitlines()[0].endswith("| confusion 0-1 |") and text.splitlines()[2].endswith("| 10.00 |")
+    assert check_pair(["4", "9"], 10) == (4, 9)
+    for bad in (["4"], ["4", "4"], ["4", "10"], ["a", "b"], [1.5, 2]):
+        with pytest.raises(ParameterError, match="'pair' parameter must be two different classes in 0..9"):
+            check_pair(bad, 10)
