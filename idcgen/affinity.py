@@ -39,7 +39,7 @@ import numpy as np
 
 from .checks import check_int, check_real
 from .errors import InputError, ParameterError
-from .hypotheses import Hypothesis, builtin_hypotheses, evaluate
+from .hypotheses import Hypothesis, builtin_hypotheses, describe_function, evaluate
 
 __all__ = ["affinity", "AffinityResult", "UnitGroup", "parse_units", "parse_measures", "MEASURES",
            "pearson", "spearman", "mutual_information", "linear_fit", "write_report"]
@@ -592,11 +592,10 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     notes = []
     if y is None:
         notes.append("the inputs have no labels: the hypotheses were given the model's predictions as y")
-    for m in measures:
-        late = int((used[m] == n).sum()) if tol is not None else 0
-        if late:
-            notes.append(f"{late} of {used[m].size} {TITLES[m]} scores were computed on all {n} inputs (not within "
-                         f"+-{tol} earlier)")
+    late = {m: int((used[m] == n).sum()) for m in measures} if tol is not None else {}
+    if any(late.values()):
+        notes.append(f"not within +-{tol} before the end of the inputs, so computed on all {n}: "
+                     + ", ".join(f"{k} of {used[m].size} {TITLES[m]}" for m, k in late.items() if k) + " scores")
     undefined = [hyps[j].name for j in range(K) if any(np.isnan(scores[m][:, j]).all() for m in measures)]
     if undefined:
         notes.append(f"constant on the inputs (no score): {', '.join(undefined)}")
@@ -636,7 +635,8 @@ def _hypotheses(hypotheses, network, x) -> list[Hypothesis]:
         if isinstance(h, Hypothesis):
             out.append(h)
         elif callable(h):
-            out.append(Hypothesis(getattr(h, "__name__", f"hypothesis_{len(out)}"), h))
+            name = getattr(h, "__name__", f"hypothesis_{len(out)}")
+            out.append(Hypothesis(name, h, describe_function(h, name)))
         else:
             raise ParameterError(f"a hypothesis must be a function f(x, y) or a Hypothesis; got {type(h).__name__}")
     names = [h.name for h in out]

@@ -31,7 +31,7 @@ import numpy as np
 
 from .errors import InputError, ParameterError
 
-__all__ = ["Hypothesis", "builtin_hypotheses", "load_hypotheses", "evaluate", "grey",
+__all__ = ["Hypothesis", "builtin_hypotheses", "load_hypotheses", "evaluate", "describe_function", "grey",
            "brightness", "contrast", "ink", "centre_x", "centre_y", "edge_density", "symmetry"]
 
 #: an edge is a step between neighbouring pixels larger than this share of the image's own value span
@@ -172,7 +172,8 @@ def builtin_hypotheses(*, task: str = "classification", n_classes: int = 0, chan
     return out
 
 
-def _describe(func, name: str) -> str:
+def describe_function(func, name: str) -> str:
+    """The first line of ``func``'s docstring (without its full stop), else ``name``."""
     doc = inspect.getdoc(func) or ""
     return doc.splitlines()[0].rstrip(".") if doc else name
 
@@ -202,7 +203,7 @@ def load_hypotheses(path) -> list[Hypothesis]:
     if not found:
         raise ParameterError(f"{path} defines no hypotheses: expected public functions f(x, y) -> array (n,) "
                              "or a HYPOTHESES dict")
-    return [Hypothesis(name, func, _describe(func, name)) for name, func in found]
+    return [Hypothesis(name, func, describe_function(func, name)) for name, func in found]
 
 
 def evaluate(hypothesis: Hypothesis, x: np.ndarray, y) -> np.ndarray:

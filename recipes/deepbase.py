@@ -81,7 +81,7 @@ def main():
                        "forward s": round(result.timings["forward"], 2),
                        "hypotheses s": round(result.timings["hypotheses"], 2),
                        "measures s": round(result.timings["measures"], 2),
-                       "largest |difference| to every input": " ".join(f"{m} {v:.3f}" for m, v in diffs.items())})
+                       "largest difference to every input": " ".join(f"{m} {v:.3f}" for m, v in diffs.items())})
     speedup = runs["full"][1] / runs["early"][1]
     write_table(folder, "timing", timing, title=f"DeepBase on LeNet-5 ({args.dataset}): with and without early "
                 f"stopping ({len(x_test)} inputs, {args.m} neurons, {len(early.hypotheses)} hypotheses, "
