@@ -56,7 +56,7 @@ def _mean_metrics(items: list[dict]) -> dict:
     return out
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", default=["mnist:lenet5", "fashion-mnist:lenet5", "cifar10:cifar10_cnn"],
                         help="dataset:model pairs")
@@ -66,7 +66,7 @@ def main():
     parser.add_argument("--random-draws", type=int, default=20)
     parser.add_argument("--threshold", type=float, default=0.5)
     parser.add_argument("--random-state", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import idcgen
     folder = OUTPUTS / RECIPE
     rows = {"confusion": [], "bias": []}
@@ -108,6 +108,7 @@ def main():
                 notes=notes, command=command_line())
     write_table(folder, "bias", rows["bias"], title="DeepInspect: predicted bias pairs against avg_cd",
                 notes=notes, command=command_line())
+    return rows
 
 
 def _r(value):

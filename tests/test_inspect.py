@@ -311,3 +311,35 @@ def test_harden_measures_a_pairs_type1_confusion(hand):
     for bad in (["4"], ["4", "4"], ["4", "10"], ["a", "b"], [1.5, 2]):
         with pytest.raises(ParameterError, match="'pair' parameter must be two different classes in 0..9"):
             check_pair(bad, 10)
+
+
+def test_deepinspect_recipe_smoke(tmp_path, monkeypatch, digits):
+    """recipes/deepinspect.py on the embedded digits, with a LeNet-5 trained on them for one epoch where the
+    recipe looks for its model."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from idcgen.zoo import lenet5, train
+    x_train, y_train, _, _ = digits
+    model = lenet5()
+    train(model, x_train, y_train, epochs=1, optimizer="adam")
+    (tmp_path / "models").mkdir()
+    model.save(tmp_path / "models" / "lenet5_embedded_mnist.keras")
+    monkeypatch.setenv("IDCGEN_OUTPUTS", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "recipes"))
+    for name in ("common", "train_models", "deepinspect"):
+        sys.modules.pop(name, None)
+    try:
+        module = importlib.import_module("deepinspect")
+        monkeypatch.setattr(sys, "argv", [module.__file__])
+        rows = module.main(["--runs", "embedded-mnist:lenet5", "--test", "500", "--train", "500", "--random-draws", "2"])
+    finally:
+        for name in ("common", "train_models", "deepinspect"):
+            sys.modules.pop(name, None)
+    views = [r["neurons"].split(" ")[0] for r in rows["confusion"]]
+    assert views == ["all", "important", "layer", "random"] and len(rows["bias"]) == 4
+    assert all(r["inputs"] == 500 for r in rows["confusion"])
+    text = (tmp_path / "deepinspect" / "confusion.md").read_text()
+    assert "Paper (robust CIFAR-10 models, mean - 1 std): precision 0.40-0.63" in text
+    assert (tmp_path / "deepinspect" / "embedded-mnist_lenet5" / "report.html").is_file()
