@@ -65,10 +65,13 @@ def main(argv=None):
     parser.add_argument("--test", type=int, default=None, help="test inputs (default all)")
     parser.add_argument("--random-draws", type=int, default=20)
     parser.add_argument("--threshold", type=float, default=0.5)
+    parser.add_argument("--scaling", default="neuron", help="neuron, layer or input (idcgen.inspect)")
     parser.add_argument("--random-state", type=int, default=0)
     args = parser.parse_args(argv)
     import idcgen
     folder = OUTPUTS / RECIPE
+    # the default settings write confusion.md and bias.md; others get their own names beside them
+    suffix = "" if (args.threshold, args.scaling) == (0.5, "neuron") else f"_{args.scaling}_{args.threshold:g}"
     rows = {"confusion": [], "bias": []}
     for run in args.runs:
         dataset, name = run.split(":")
@@ -80,11 +83,11 @@ def main(argv=None):
             analysis = idcgen.analyze(network, x_train, y_train, m=args.m, random_state=args.random_state)
         with Timer() as t_inspect:
             result = idcgen.inspect(network, x_test, y_test, analysis=analysis, threshold=args.threshold,
-                                    progress=True)
+                                    scaling=args.scaling, progress=True)
         accuracy = float(np.mean(result.predictions == y_test))
         print(f"{run}: accuracy {accuracy:.2%}, analysis {t_analysis.seconds:.1f} s (layer {analysis.layer}, "
               f"neurons {analysis.neurons.tolist()}), inspect {t_inspect.seconds:.1f} s, notes {result.notes}")
-        result.write_report(folder / f"{dataset}_{name}", x_test, top=10, title=f"{name} on {dataset} test")
+        result.write_report(folder / f"{dataset}_{name}{suffix}", x_test, top=10, title=f"{name} on {dataset} test")
         views = view_rows(result, analysis, args.m, args.random_draws, np.random.default_rng(args.random_state))
         for what in ("confusion", "bias"):
             for view, vm in views.items():
@@ -100,13 +103,13 @@ def main(argv=None):
                     "recall_top1%": _r(e["top"]["recall"]), "spearman": _r(e["spearman"]),
                     "aucec": _r(e["aucec"]), "aucec_gain": _r(e["gain"])})
     notes = (f"Inputs: the test set (CIFAR-10's JPEG round-tripped), labels only for the ground truth. Threshold {args.threshold} "
-             "on activations min-max scaled per neuron over the test set; 45 class pairs, so the top 1 % is one pair; n/a = undefined (no pair predicted). "
+             f"on activations min-max scaled per {args.scaling} ('input': each layer within each input); 45 class pairs, so the top 1 % is one pair; n/a = undefined (no pair predicted). "
              f"Analysis: m = {args.m} on the first {args.train} training inputs, random_state {args.random_state}. "
              f"Paper (robust CIFAR-10 models, mean - 1 std): precision {PAPER_CIFAR10['precision_std']}, recall "
              f"{PAPER_CIFAR10['recall_std']}, Spearman {PAPER_CIFAR10['spearman']}.")
-    write_table(folder, "confusion", rows["confusion"], title="DeepInspect: predicted confusion pairs against type-1 confusion",
+    write_table(folder, f"confusion{suffix}", rows["confusion"], title="DeepInspect: predicted confusion pairs against type-1 confusion",
                 notes=notes, command=command_line())
-    write_table(folder, "bias", rows["bias"], title="DeepInspect: predicted bias pairs against avg_cd",
+    write_table(folder, f"bias{suffix}", rows["bias"], title="DeepInspect: predicted bias pairs against avg_cd",
                 notes=notes, command=command_line())
     return rows
 
