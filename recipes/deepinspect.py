@@ -21,7 +21,7 @@ import argparse
 
 import numpy as np
 
-from common import OUTPUTS, Timer, command_line, load_data, load_model, write_table
+from common import CIFAR10_CLASSES, OUTPUTS, Timer, command_line, load_data, load_model, write_table
 
 RECIPE = "deepinspect"
 #: The paper's CIFAR-10 figures we can state (robust CIFAR-10 models, mean - 1 std cut-off; see
@@ -83,7 +83,8 @@ def main(argv=None):
             analysis = idcgen.analyze(network, x_train, y_train, m=args.m, random_state=args.random_state)
         with Timer() as t_inspect:
             result = idcgen.inspect(network, x_test, y_test, analysis=analysis, threshold=args.threshold,
-                                    scaling=args.scaling, progress=True)
+                                    scaling=args.scaling, progress=True,
+                                    class_names=CIFAR10_CLASSES if dataset == "cifar10" else None)
         accuracy = float(np.mean(result.predictions == y_test))
         print(f"{run}: accuracy {accuracy:.2%}, analysis {t_analysis.seconds:.1f} s (layer {analysis.layer}, "
               f"neurons {analysis.neurons.tolist()}), inspect {t_inspect.seconds:.1f} s, notes {result.notes}")
