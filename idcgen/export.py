@@ -130,7 +130,8 @@ def write_finding_images(campaign: Campaign, folder: Path) -> int:
     for j in range(len(found["id"])):
         finding_image(seeds[found["root"][j]], found["x"][j], seed_prediction=found["root_prediction"][j],
                       prediction=found["prediction"][j], label=found["label"][j], value_range=campaign.value_range,
-                      regression=campaign.corpus.regression).save(folder / f"finding-{int(found['id'][j]):06d}.png")
+                      regression=campaign.corpus.regression).save(folder / f"finding-{int(found['id'][j]):06d}.png",
+                                                                 compress_level=1)   # 8x faster than the default 6
     return len(found["id"])
 
 
