@@ -199,6 +199,9 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     check_budget(budget)
     workers = check_int("workers", workers, 1)
     sync_every = check_int("sync_every", sync_every, 1)
+    if budget < workers:
+        raise ParameterError(f"a budget of {budget} execs cannot be shared by {workers} workers; give at least "
+                             f"{workers}")
     out = Path(out)
     say = echo or (lambda *_: None)
     settings = _settings_of(dict(
@@ -263,18 +266,15 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
                     actors[i], again = launch(i)
                     running[again] = i
     except KeyboardInterrupt:
-        for a in actors.values():
-            pool_ray.kill(a)
         say(f"interrupted; the workers' folders hold their last commits; continue with: idcgen fuzz --resume {out}")
         raise
-    finally:
-        pool_ray.kill(coordinator)
+    finally:   # also when a worker failed: the others stop at once (their folders keep their last commit)
+        for a in [*actors.values(), coordinator]:
+            pool_ray.kill(a)
+        if started:
+            pool_ray.shutdown()
     for r in restarts:
         r["resumed_at"] = results[r["worker"]].get("resumed_at")
-    for a in actors.values():
-        pool_ray.kill(a)
-    if started:
-        pool_ray.shutdown()
     merged = merge(out, network, workers)
     return dict(merged.state(), workers=[results[i] for i in range(workers)], restarts=restarts,
                 folder=str(merged.folder))
