@@ -358,6 +358,7 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
     taps = names
     important = None
     if analysis is not None:
+        analysis.bind(network)   # AnalysisMismatchError for an analysis of another model
         if analysis.layer not in names:
             taps = names + (analysis.layer,)
         important = (analysis.layer, np.asarray(analysis.neurons, np.int64))

@@ -216,6 +216,9 @@ def test_important_neurons_view(trained_lenet, digits):
     assert first["important_napvd"] == pytest.approx(d[first["a"], first["b"]])
     assert set(result.metrics) == {"all", "important"} and result.metrics["important"]["neurons"] == 4
     assert "confusion" in result.metrics["important"]
+    from idcgen.errors import AnalysisMismatchError
+    with pytest.raises(AnalysisMismatchError, match="made for another model"):
+        idcgen.inspect(hand_model(), np.eye(3, dtype=np.float32), analysis=analysis)
 
 
 def test_callable_module_and_writers(hand, tmp_path):
