@@ -140,6 +140,24 @@ def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convent
     return ds, x
 
 
+def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bool, limit, as_json: bool, load: dict):
+    """``coverage --inputs 'PATTERN' --ray``: IDC of shard files the Ray workers read themselves, one a shard."""
+    import glob
+    shards = sorted(glob.glob(pattern))
+    if not shards:
+        _fail(f"no file or folder matches --inputs {pattern!r}; give a pattern such as 'shards/*.npz'")
+    if found is None or names != ["idc"] or limit is not None:
+        _fail("shard files (--inputs with a pattern) are measured for IDC only, without --limit: give "
+              "--criteria idc, or one input set")
+    tracker, n = _ray_pool(ray, workers, network, unsafe).tracker_of_files(found, shards, **load)
+    result = tracker.result()
+    if as_json:
+        typer.echo(json.dumps(dict(result.to_dict(), inputs=n, shards=len(shards), layer=found.layer, m=found.m,
+                                   criteria={"idc": {"score": result.score, "covered": result.covered, "total": result.total}})))
+    else:
+        typer.echo(f"{result}  [{n} inputs in {len(shards)} shards, layer {found.layer}, m={found.m}]")
+
+
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
     """With --ray or --workers, Ray must be installed: said in one line before any model is loaded."""
     if ray is not None or workers is not None:
@@ -261,7 +279,7 @@ def analyze(model: Path = ModelOpt,
 @command
 def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder from `idcgen analyze` (for IDC)."),
              model: Path = ModelOpt,
-             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure."),
+             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure; with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves (IDC only)."),
              criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as name:key=value, e.g. nc:scaling=channel-means, lsc:group=label."),
              train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -287,6 +305,9 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
                                            recorded)
     if found is not None:
         found.bind(network)
+    if (ray is not None or workers is not None) and any(c in inputs for c in "*?["):
+        return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, limit, as_json,
+                              dict(scale=scale, resize=resize, class_names=class_names, crop=crop))
     _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, crop=crop)
     others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc:threshold=0.5"
     x_train = y_train = None

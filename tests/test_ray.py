@@ -88,6 +88,19 @@ class TestOnTwoWorkers:
         assert 0 < sharded.covered < analysis.total
         assert pool.coverage(analysis, x[:10]) == analysis.coverage(x[:10])
 
+    def test_coverage_of_shard_files_the_workers_read(self, pool, trained_lenet, digits, tmp_path):
+        import idcgen
+        model, _ = trained_lenet
+        analysis = idcgen.analyze(model, digits[0][:2000], digits[1][:2000], m=6, progress=False)
+        x = digits[2]
+        files = []
+        for i, part in enumerate(np.array_split(np.arange(len(x)), 3)):
+            files.append(tmp_path / f"part-{i}.npz")
+            np.savez(files[-1], x=x[part], y=digits[3][part])
+        tracker, n = pool.tracker_of_files(analysis, files)
+        assert n == len(x)
+        np.testing.assert_array_equal(tracker.covered_ids(), analysis.tracker(x).covered_ids())
+
 
 def test_python_entries_on_one_worker(trained_lenet, digits):
     import idcgen

@@ -69,12 +69,24 @@ class AnalysisWorker:
     def forget(self) -> None:
         self._kept.clear()
 
-    def ids(self, analysis, x, start, stop):
-        """Combination ids of ``x[start:stop]``."""
+    def _bind(self, analysis):
         key = (analysis.fingerprint, analysis.layer, tuple(int(n) for n in analysis.neurons), analysis.total)
         if key not in self._bound:
             self._bound[key] = analysis.bind(self.network)
-        return self._bound[key].ids(x[start:stop])
+        return self._bound[key]
+
+    def ids(self, analysis, x, start, stop):
+        """Combination ids of ``x[start:stop]``."""
+        return self._bind(analysis).ids(x[start:stop])
+
+    def file_ids(self, analysis, spec: str, load: dict):
+        """Combination ids of the inputs of one shard file (or folder), read here, as the driver would."""
+        from ..data import load_for_model
+        _, x = load_for_model(spec, self.network.input_shape, n_classes=self.network.n_classes,
+                              task=self.network.task, **load)
+        bound = self._bind(analysis)
+        bound.check_inputs(x, f"the inputs of {spec}")
+        return bound.ids(x)
 
 
 def _gather(ray, refs, sizes, progress):
@@ -189,6 +201,25 @@ class Workers:
             for ids in _gather(self.ray, refs, [b - a for a, b in shards], bar):
                 tracker.update(ids)
         return tracker
+
+    def tracker_of_files(self, analysis, specs, *, scale: str = "auto", resize=None, class_names=None, crop=None,
+                         progress: bool = False):
+        """(coverage tracker, number of inputs) of shard files or folders that the workers read themselves
+        (each one a shard: no input passes through the driver; on a cluster the paths must reach every node)."""
+        from tqdm.auto import tqdm
+        from ..coverage import CoverageTracker
+        analysis.bind(self.network)
+        load = dict(scale=scale, value_range=tuple(self.convention.value_range), resize=resize,
+                    class_names=class_names, crop=crop)
+        light = self.ray.put(dataclasses.replace(analysis, network=None))
+        specs = [str(spec) for spec in specs]
+        refs = [self.actor(i).file_ids.remote(light, spec, load) for i, spec in enumerate(specs)]
+        tracker, n = CoverageTracker(analysis.total), 0
+        with tqdm(total=len(specs), desc="coverage", unit="shard", disable=not progress, leave=False) as bar:
+            for ids in _gather(self.ray, refs, [1] * len(refs), bar):
+                tracker.update(ids)
+                n += len(ids)
+        return tracker, n
 
     def coverage(self, analysis, x: np.ndarray, *, progress: bool = False):
         """IDC of ``x``, as ``analysis.coverage(x)`` gives it in one process."""
