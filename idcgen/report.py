@@ -204,7 +204,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
               "IDC gain in percentage points (pp) of the combinations. A kept mutant is credited to the last "
               "mutator of its chain, and gains are marginal: what a mutator added given the coverage reached "
               "before its turn (mutators take turns in a shuffled order). valid = inside the validity bounds; "
-              "findings = unique (combination, label, prediction) misbehaviours.", "",
+              "findings = unique " + ("(combination, root seed)" if campaign.corpus.regression else
+                                      "(combination, label, prediction)") + " misbehaviours.", "",
               "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs | per second | errors |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
