@@ -140,7 +140,7 @@ def test_ray_is_imported_lazily_and_only_by_the_distributed_package():
     assert found and all(name.startswith("idcgen.distributed") and not at_top for name, at_top in found), found
     code = ("import sys, importlib\n"
             "for name in ('idcgen.cli', 'idcgen.distributed', 'idcgen.distributed.workers',\n"
-            "             'idcgen.distributed.parallel', 'idcgen.distributed.session'):\n"
+            "             'idcgen.distributed.parallel'):\n"
             "    importlib.import_module(name)\n"
             "assert 'ray' not in sys.modules, 'ray imported at load time'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
