@@ -197,6 +197,24 @@ def test_a_silent_unit_keeps_its_scores_undefined(digits_all):
     del keras
 
 
+def test_a_regression_model_gets_the_label_as_hypothesis(digits_all):
+    import keras
+    x, _ = digits_all
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((28, 28, 1))
+    units = keras.layers.Dense(2, name="units")(keras.layers.Flatten()(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1, name="steer")(units))
+    model.get_layer("units").set_weights([np.full((784, 2), 1 / 784, np.float32) * [1, -1], np.zeros(2, np.float32)])
+    x = x[::10]
+    steering = x.mean(axis=(1, 2, 3)).astype(np.float64)          # a target equal to the brightness
+    result = affinity(model, x, steering, units="units", measures="pearson,linear", tol=0, progress=False)
+    assert result.hypotheses[0].name == "label" and "class_0" not in [h.name for h in result.hypotheses]
+    assert result.scores["pearson"][:, 0] == pytest.approx([1.0, -1.0], abs=1e-5)
+    assert result.scores["linear"][0, 0] == pytest.approx(1.0, abs=1e-6) and not result.binary[0]   # R^2
+    unlabelled = affinity(model, x, None, units="units", measures="pearson", tol=0, progress=False)
+    assert unlabelled.y_source == "predictions" and "predictions" in unlabelled.notes[0]
+
+
 # ---- built-in hypotheses on hand-made images -----------------------------------------------------------
 
 def _images():
