@@ -98,8 +98,11 @@ class FuzzWorker:
     def run(self, folder: str, x, y, budget: int, extra_config: dict) -> dict:
         """Start (or resume, when ``folder`` holds the campaign) and fuzz to ``budget`` execs."""
         from ..fuzz.campaign import MutatorStats
+        from ..fuzz.statefile import STATE_FILES
         folder = Path(folder)
-        resumed = (folder / "campaign.json").exists()
+        resumed = any((folder / name).exists() for name in ("campaign.json", *STATE_FILES))
+        if not resumed and folder.exists():   # killed while the folder was made: nothing was committed
+            shutil.rmtree(folder)
         if resumed:
             campaign = self.fuzzer.resume(folder)
             campaign.set_budget(max(budget, campaign.execs))
