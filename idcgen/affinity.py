@@ -698,7 +698,9 @@ def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, bas
                 n0 = used["mi"][rows, j]
                 with np.errstate(divide="ignore", invalid="ignore"):
                     drift = np.abs(s - scores["mi"][rows, j]) / (np.sqrt(n / n0) - 1)
-                record("mi", (rows, j), s, np.maximum(w, np.where(np.isnan(drift), np.inf, drift)))
+                # a first computation has no drift to show: open, unless nothing follows (tol 0, the end)
+                drift = np.where(np.isnan(drift), 0.0 if last or tol is None else np.inf, drift)
+                record("mi", (rows, j), s, np.maximum(w, drift))
         lap("mi")
     if "linear" in measures:
         todo = todo_of("linear")
