@@ -186,6 +186,7 @@ def load_hypotheses(path) -> list[Hypothesis]:
         raise ParameterError(f"hypotheses file not found: {path}; expected a Python file defining functions f(x, y)")
     spec = importlib.util.spec_from_file_location(f"idcgen_user_hypotheses_{abs(hash(str(path.resolve())))}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # while it runs: dataclasses and the like look their module up there
     try:
         spec.loader.exec_module(module)
     except Exception as exc:   # user code: any error is reported as one line naming the file
