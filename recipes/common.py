@@ -158,8 +158,8 @@ def load_model(name: str, dataset: str = "mnist"):
     path = model_path(name, dataset)
     if not path.exists():
         print(f"{path} not found: training it first (recipes/train_models.py)")
-        from train_models import train_one
-        train_one(name, dataset=dataset)
+        from train_models import train_one, train_udacity
+        train_udacity(name) if dataset == "udacity" else train_one(name, dataset=dataset)
     return load(path)
 
 

@@ -91,14 +91,14 @@ def differ(under, others, x, threshold: float | None) -> np.ndarray:
     return np.any([np.abs(o.predict(x) - mine) > threshold for o in others], axis=0)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="mnist", choices=("mnist", "udacity"))
     parser.add_argument("--seeds", type=int, default=None, help="default 200 on MNIST, 2,000 (all that agree) on Udacity")
     parser.add_argument("--budget", type=int, default=2048)
     parser.add_argument("--specs", nargs="+", default=DEFAULT_SPECS)
     parser.add_argument("--random-state", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     from idcgen.analysis import analyze
     from idcgen.criteria import make_criterion
     from idcgen.fuzz.fuzzer import Fuzzer, FuzzContext
@@ -113,8 +113,10 @@ def main():
     print(f"analysis of {len(x_train)} training inputs in {time.perf_counter() - start:.0f} s")
     nc = make_criterion(f"nc:threshold={NC_THRESHOLD}").fit(under, x_train[:1])
     nc_seeds = nc.coverage(under, x).score
-    out = ROOT / "outputs" / f"deepxplore_{args.dataset}"
+    from common import OUTPUTS
+    out = OUTPUTS / f"deepxplore_{args.dataset}"
     out.mkdir(parents=True, exist_ok=True)
+    rows = []
     for spec in args.specs:
         mutator = make_mutator(spec)
         start = time.perf_counter()
@@ -139,6 +141,8 @@ def main():
         print(json.dumps(row), flush=True)
         with open(out / "results.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

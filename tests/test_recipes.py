@@ -370,3 +370,40 @@ def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
     row = read_csv(outputs / "train_models" / "mse_udacity.csv")[0]
     assert row["model"] == "dave2" and float(row["test MSE"]) >= 0 and row["train frames"] == "32"
     assert (outputs / "models" / "dave2_udacity.keras").exists()
+
+
+def test_udacity_label_check_tells_a_drive_from_noise(recipe):
+    check = recipe("udacity_rq").label_check
+    drive = 0.3 * np.sin(np.linspace(0, 12, 2000))                 # a smooth steering trace
+    noise = np.random.default_rng(0).uniform(-0.4, 0.4, 2000)       # what final_example.csv holds
+    assert check(drive)["lag1_autocorrelation"] > 0.99 and "agree" in check(drive)["verdict"]
+    found = check(noise)
+    assert abs(found["lag1_autocorrelation"]) < 0.1 and "look like random values" in found["verdict"]
+    assert found["excess_kurtosis"] == pytest.approx(-1.2, abs=0.1)  # uniform: -1.2, normal: 0
+
+
+@pytest.mark.skipif(not (UDACITY / "udacity_test_center_160x120.zip").exists(), reason="needs ../shared/data/udacity")
+def test_udacity_rq_smoke(recipe, outputs, monkeypatch):
+    if not (outputs / "models" / "dave2_udacity.keras").exists():   # a quick dave2, as the smoke test above trains
+        run_recipe(recipe("train_models"), ["--dataset", "udacity", "--epochs", "1", "--limit", "32"], monkeypatch)
+    module = recipe("udacity_rq")
+    run_recipe(module, ["--limit", "40", "--repetitions", "1", "--rq1-inputs", "20", "--attack-inputs", "10",
+                        "--criteria", "nc", "--m", "3"], monkeypatch)
+    (rq1,) = read_csv(outputs / "udacity_rq" / "rq1.csv")
+    (rq2,) = read_csv(outputs / "udacity_rq" / "rq2.csv")
+    rq3 = read_csv(outputs / "udacity_rq" / "rq3.csv")
+    assert rq1["model"] == rq2["model"] == "dave2" and rq2["layer"] == "fc3" and rq2["m"] == "3"
+    assert 0 < mean_of(rq2["IDC U_O %"]) <= mean_of(rq2["IDC U_O+DI %"]) <= 100   # a superset covers no less
+    assert [r["criterion"] for r in rq3] == ["IDC m=3", "NC", "attack effect"]
+    assert "200 relevant pixels" in (outputs / "udacity_rq" / "rq1.md").read_text()
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "models" / "deepxplore").is_dir(),
+                    reason="needs ../shared (DeepXplore's MNIST weights and MNIST)")
+def test_deepxplore_recipe_smoke(recipe, outputs, monkeypatch):
+    module = recipe("deepxplore")
+    (row,) = run_recipe(module, ["--seeds", "10", "--budget", "64", "--specs",
+                                 "deepxplore(constraint='blackout', patches=2, iterations=5)"], monkeypatch)
+    assert row["seeds"] == 10 and 0 <= row["generator_differences"] <= 10 and row["execs"] == 64
+    assert 0 < row["nc_seeds"] <= row["nc_seeds_and_mutants"] <= 1 and 0 < row["nc_campaign"] <= 1
+    assert (outputs / "deepxplore_mnist" / "results.jsonl").exists()
