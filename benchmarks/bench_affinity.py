@@ -67,7 +67,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
 
-    from idcgen.affinity import UnitGroup, affinity
+    from idcgen.deepbase import UnitGroup, affinity
     from idcgen.analysis import analyze
     from idcgen.hypotheses import Hypothesis, builtin_hypotheses
     from idcgen.models import Network

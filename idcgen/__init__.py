@@ -29,10 +29,10 @@ _NAMES = {
     "analyze": "analysis", "Analysis": "analysis",
     "Fuzzer": "fuzz.fuzzer", "Campaign": "fuzz.campaign", "Validity": "fuzz.validity",
     "make_mutator": "fuzz.mutators", "parse_mutators": "fuzz.mutators",
-    "export_campaign": "export", "write_report": "report", "harden": "harden",
+    "export_campaign": "export", "write_report": "report", "harden": "hardening",
     "make_criterion": "criteria",
-    "inspect": "inspect", "InspectResult": "inspect",
-    "affinity": "affinity", "AffinityResult": "affinity",
+    "inspect": "deepinspect", "InspectResult": "deepinspect",
+    "affinity": "deepbase", "AffinityResult": "deepbase",
     "IdcgenError": "errors", "ModelError": "errors", "LayerError": "errors", "InputError": "errors",
     "ParameterError": "errors", "AnalysisMismatchError": "errors",
 }

@@ -442,7 +442,7 @@ def harden(model: Path = ModelOpt,
            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
-    from .harden import check_pair, format_table, harden as run
+    from .hardening import check_pair, format_table, harden as run
     from .analysis import Analysis
     recorded = dataclasses.replace(Analysis.load(campaign / "analysis").convention, image_shape=None)
     network, convention = _with_convention(_network(model, unsafe, architecture), recorded=recorded)
@@ -515,7 +515,7 @@ def inspect(model: Path = ModelOpt,
     """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
     probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
     from .analysis import Analysis
-    from .inspect import inspect as run
+    from .deepinspect import inspect as run
     from .checks import check_int
     check_int("top", top, 1)
     found = Analysis.load(analysis) if analysis is not None else None
@@ -580,7 +580,7 @@ def affinity(model: Path = ModelOpt,
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
-    from .affinity import affinity as run, parse_measures
+    from .deepbase import affinity as run, parse_measures
     from .analysis import Analysis
     from .hypotheses import builtin_hypotheses, load_hypotheses
     chosen = parse_measures(measures)    # before loading anything

@@ -34,7 +34,7 @@ def main():
     parser.add_argument("--random-state", type=int, default=0)
     args = parser.parse_args()
 
-    from idcgen.affinity import affinity
+    from idcgen.deepbase import affinity
     from idcgen.analysis import analyze
     from idcgen.models import Network
     network = Network(load_model("lenet5", args.dataset))

@@ -31,7 +31,7 @@ PAPER_CIFAR10 = {"precision_std": "0.40-0.63", "recall_std": "0.6-1.0", "spearma
 
 def view_rows(result, analysis, m: int, draws: int, rng) -> dict[str, dict]:
     """metrics per neuron set: all, important, the analysis layer, m random neurons of that layer (mean)."""
-    from idcgen.inspect import evaluate, type1_confusion, confusion_matrix
+    from idcgen.deepinspect import evaluate, type1_confusion, confusion_matrix
     conf = type1_confusion(confusion_matrix(result.labels, result.predictions, result.n_classes))
     offset = sum(result.widths[:result.layers.index(analysis.layer)])
     width = result.widths[result.layers.index(analysis.layer)]

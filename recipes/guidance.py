@@ -37,7 +37,7 @@ from common import DATASETS, OUTPUTS, command_line, load_data, load_model
 
 GUIDES = ("idc", "nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc", "none")
 CRITERIA = GUIDES[1:-1]
-#: robustness test sets (the specs of idcgen.harden.EVALUATIONS)
+#: robustness test sets (the specs of idcgen.hardening.EVALUATIONS)
 ROBUSTNESS = ("clean", "gauss (std 0.3)", "rotate (±30°)", "shift (±10 %)", "FGSM (eps 0.3)")
 
 
@@ -60,7 +60,7 @@ class Study:
         from idcgen.analysis import analyze
         from idcgen.criteria import make_criterion
         from idcgen.fuzz.mutators import MutationContext, make_mutator
-        from idcgen.harden import EVALUATIONS, on_images
+        from idcgen.hardening import EVALUATIONS, on_images
         from idcgen.models import Network
         from idcgen.models import load_model as load_file
 
@@ -104,7 +104,7 @@ class Study:
     def robustness(self, model) -> dict:
         """Accuracy (%) on the held-out test sets; FGSM attacks this model (white-box)."""
         from idcgen.fuzz.mutators import MutationContext, make_mutator
-        from idcgen.harden import on_images
+        from idcgen.hardening import on_images
         from idcgen.models import Network
         images = on_images(Network(model), self.image_shape)
         out = {}
@@ -120,8 +120,8 @@ class Study:
         return out
 
     def retrain(self, x_extra: np.ndarray, y_extra: np.ndarray, random_state: int):
-        """Fine-tune (Adam lr 1e-4, idcgen.harden.retrain) 1 epoch on the training subset plus ``x_extra``."""
-        from idcgen.harden import retrain
+        """Fine-tune (Adam lr 1e-4, idcgen.hardening.retrain) 1 epoch on the training subset plus ``x_extra``."""
+        from idcgen.hardening import retrain
         x = np.concatenate([self.x_train.reshape(self.model_shape), x_extra.reshape(self.model_shape)])
         y = np.concatenate([self.y_train, y_extra])
         return retrain(self.model, x, y, mode="finetune", epochs=1, random_state=random_state)

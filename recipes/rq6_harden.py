@@ -34,7 +34,7 @@ def main(argv=None):
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
-    from idcgen.harden import format_table, harden
+    from idcgen.hardening import format_table, harden
     from idcgen.models import Network
 
     out = OUTPUTS / "rq6_harden"

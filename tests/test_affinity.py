@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from idcgen.affinity import affinity, linear_fit, mutual_information, parse_measures, parse_units, pearson, spearman
+from idcgen.deepbase import affinity, linear_fit, mutual_information, parse_measures, parse_units, pearson, spearman
 from idcgen.errors import InputError, LayerError, ParameterError
 from idcgen.hypotheses import Hypothesis, builtin_hypotheses, evaluate, load_hypotheses
 from idcgen import hypotheses as H
@@ -102,7 +102,7 @@ def test_linear_model_equals_scikit_learn_on_the_same_folds():
     from sklearn.model_selection import cross_val_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
-    from idcgen.affinity import _folds
+    from idcgen.deepbase import _folds
     rng = np.random.default_rng(4)
     a = np.maximum(rng.normal(size=(600, 6)), 0) * [3, 1, 1, 2, 1, 1]
     continuous = a[:, 2] - a[:, 3] + rng.normal(size=600)

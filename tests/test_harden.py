@@ -20,7 +20,7 @@ def campaign(trained_lenet, digits, tmp_path_factory):
 
 
 def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
-    from idcgen.harden import campaign_augmentations
+    from idcgen.hardening import campaign_augmentations
     from idcgen.models import Network
     guided, control = campaign_augmentations(campaign, Network(trained_lenet[0]))
     kept = campaign.corpus.parent >= 0
@@ -31,7 +31,7 @@ def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
 
 
 def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
-    from idcgen.harden import EVALUATIONS, harden
+    from idcgen.hardening import EVALUATIONS, harden
     model, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
     summary = harden(model, x_train[:600], y_train[:600], campaign, x_test[1::5], y_test[1::5], epochs=1,
@@ -48,7 +48,7 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
 
 
 def test_harden_refuses_bad_input(campaign, digits):
-    from idcgen.harden import harden, retrain
+    from idcgen.hardening import harden, retrain
     from idcgen.zoo import lenet1
     x_train, y_train, x_test, y_test = digits
     with pytest.raises(InputError, match="another model"):
@@ -65,7 +65,7 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import MutationContext, make_mutator
-    from idcgen.harden import EVALUATIONS, harden, robustness
+    from idcgen.hardening import EVALUATIONS, harden, robustness
     from idcgen.models import Network
     lenet, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits

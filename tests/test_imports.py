@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 
 #: modules of the command-line layer: nothing below them may import them
-TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.harden",
+TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening",
        "idcgen.distributed.session"}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
@@ -18,7 +18,8 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
-              "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.inspect", "idcgen.hypotheses"]
+              "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.deepinspect", "idcgen.deepbase",
+              "idcgen.hypotheses"]
 
 
 def module_name(path: Path) -> str:
@@ -89,6 +90,12 @@ def cycles(edges: dict) -> list:
     return found
 
 
+def run_fresh(code: str) -> None:
+    """Run ``code`` in a new interpreter: what it imports is not already loaded by other tests."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
@@ -114,8 +121,7 @@ def test_numpy_only_modules_import_without_tensorflow():
             "    importlib.import_module(name)\n"
             "    heavy = [m for m in ('tensorflow', 'keras') if m in sys.modules]\n"
             "    assert not heavy, f'{name} imports {heavy}'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_fresh(code)
 
 
 def test_no_module_cites_a_document_outside_the_repository():
@@ -143,5 +149,19 @@ def test_ray_is_imported_lazily_and_only_by_the_distributed_package():
             "             'idcgen.distributed.parallel'):\n"
             "    importlib.import_module(name)\n"
             "assert 'ray' not in sys.modules, 'ray imported at load time'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_fresh(code)
+
+
+def test_exported_names_stay_what_they_name_once_every_module_is_imported():
+    # importing idcgen.X sets the package's attribute X to that module, hiding a lazily exported name X
+    import idcgen
+    submodules = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert not set(idcgen._NAMES) & submodules
+    code = ("import importlib, pkgutil, types, idcgen, idcgen.cli\n"
+            "for info in pkgutil.walk_packages(idcgen.__path__, 'idcgen.'):\n"
+            "    importlib.import_module(info.name)\n"
+            "for name in ('inspect', 'affinity', 'harden'):\n"
+            "    assert isinstance(getattr(idcgen, name), types.FunctionType), (name, getattr(idcgen, name))\n"
+            "for name, module in idcgen._NAMES.items():\n"
+            "    assert getattr(idcgen, name) is getattr(importlib.import_module('idcgen.' + module), name), name\n")
+    run_fresh(code)

@@ -9,7 +9,7 @@ import pytest
 
 import idcgen
 from idcgen.errors import InputError, LayerError, ParameterError
-from idcgen.inspect import (aucec, avg_bias, avg_confusion_difference, confusion_matrix, cutoffs, napvd, precision_recall,
+from idcgen.deepinspect import (aucec, avg_bias, avg_confusion_difference, confusion_matrix, cutoffs, napvd, precision_recall,
                             spearman, top_count, type1_confusion)
 
 
@@ -221,10 +221,10 @@ def test_important_neurons_view(trained_lenet, digits):
         idcgen.inspect(hand_model(), np.eye(3, dtype=np.float32), analysis=analysis)
 
 
-def test_callable_module_and_writers(hand, tmp_path):
-    import idcgen.inspect as module
+def test_writers(hand, tmp_path):
+    import idcgen.deepinspect as module
     x, y = hand_inputs()
-    assert callable(idcgen.inspect) and module(hand, x).napv.shape == (5, 3)
+    assert idcgen.inspect is module.inspect and module.inspect(hand, x).napv.shape == (5, 3)
     y = y.copy()
     y[:2] = 1
     result = module.inspect(hand, x, y)
@@ -290,7 +290,7 @@ def test_cli_end_to_end(hand, tmp_path):
 
 
 def test_thresholds_per_neuron_and_per_layer():
-    from idcgen.inspect import _thresholds
+    from idcgen.deepinspect import _thresholds
     low, high = np.array([0.0, 0.0, 2.0, -1.0]), np.array([1.0, 4.0, 2.0, 1.0])
     neuron = _thresholds(low, high, (3, 1), 0.5, "neuron")
     np.testing.assert_array_equal(neuron, [0.5, 2.0, np.inf, 0.0])   # a constant neuron is never active
@@ -299,7 +299,7 @@ def test_thresholds_per_neuron_and_per_layer():
 
 
 def test_harden_measures_a_pairs_type1_confusion(hand):
-    from idcgen.harden import EVALUATIONS, _table, check_pair, format_table, robustness
+    from idcgen.hardening import EVALUATIONS, _table, check_pair, format_table, robustness
     x, y = hand_inputs()
     y = y.copy()
     y[:2] = 1   # type1conf(0, 1) = 0.1, as in the evaluation test above

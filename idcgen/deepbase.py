@@ -29,9 +29,7 @@ import html
 import io
 import json
 import math
-import sys
 import time
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -793,14 +791,3 @@ def _html(md: str, folder: Path) -> str:
     style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:2px 6px;font-size:85%}img{max-width:100%}")
     return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{''.join(out)}</body></html>\n"
-
-
-class _CallableModule(types.ModuleType):
-    """``idcgen.affinity`` is this module once it has been imported (Python sets a package's attribute to its
-    submodule), and the function before: calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return affinity(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

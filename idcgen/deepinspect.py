@@ -18,9 +18,7 @@ import csv
 import io
 import json
 import math
-import sys
 import time
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -726,14 +724,3 @@ def _html(md: str, folder: Path) -> str:
              "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}img{max-width:100%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>idcgen inspect</title><style>{style}</style>"
             f"</head><body>{''.join(out)}</body></html>\n")
-
-
-class _CallableModule(types.ModuleType):
-    """``idcgen.inspect`` is this module once it has been imported (Python sets a package's attribute to its
-    submodule), and the function before: calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return inspect(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

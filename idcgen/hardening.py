@@ -131,7 +131,7 @@ def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, r
             xs = make_mutator(spec).mutate(x, np.random.default_rng(random_state), ctx)
         out[name] = float((network.predict(xs) == y).mean())
     if pair is not None:
-        from .inspect import confusion_matrix, type1_confusion
+        from .deepinspect import confusion_matrix, type1_confusion
         matrix = confusion_matrix(y, network.predict(x), network.n_classes)
         out[pair_name(pair)] = float(type1_confusion(matrix)[pair[0], pair[1]])
     return out
