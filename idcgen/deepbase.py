@@ -23,9 +23,7 @@ DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
 import math
@@ -38,6 +36,7 @@ import numpy as np
 from .checks import check_int, check_real
 from .errors import InputError, ParameterError
 from .hypotheses import Hypothesis, builtin_hypotheses, describe_function, evaluate
+from .markdown import to_html
 
 __all__ = ["affinity", "AffinityResult", "UnitGroup", "parse_units", "parse_measures", "MEASURES",
            "pearson", "spearman", "mutual_information", "linear_fit", "write_report"]
@@ -758,36 +757,5 @@ def write_report(result: AffinityResult, folder) -> Path:
                   for j, h in enumerate(result.hypotheses)]
     md = "\n".join(lines) + "\n"
     atomic_text(folder / "report.md", md)
-    atomic_text(folder / "report.html", _html(md, folder))
+    atomic_text(folder / "report.html", to_html(md, folder, title="idcgen affinity"))
     return folder / "report.md"
-
-
-def _html(md: str, folder: Path) -> str:
-    out, table = [], []
-
-    def flush():
-        if table:
-            cells = [r.strip("|").split("|") for r in table if not set(r) <= set("|-")]
-            out.append("<table>" + "".join("<tr>" + "".join(f"<{t}>{html.escape(c.strip())}</{t}>" for c in row) + "</tr>"
-                                            for t, row in [("th", cells[0])] + [("td", r) for r in cells[1:]]) + "</table>")
-            table.clear()
-    for line in md.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush()
-        if line.startswith("!["):
-            src = line[line.index("(") + 1:-1]
-            data = base64.b64encode((folder / src).read_bytes()).decode()
-            out.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(src)}"></p>')
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
-        elif line.startswith("- "):
-            out.append(f"<li>{html.escape(line[2:])}</li>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    flush()
-    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:85%}img{max-width:100%}")
-    return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{''.join(out)}</body></html>\n"

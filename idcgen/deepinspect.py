@@ -26,6 +26,7 @@ import numpy as np
 
 from .checks import check_choice, check_int, check_real
 from .errors import InputError, LayerError, ParameterError
+from .markdown import to_html
 
 __all__ = ["inspect", "InspectResult", "napv_from_counts", "napvd", "cutoffs", "avg_bias", "type1_confusion",
            "avg_confusion_difference", "ground_truth", "precision_recall", "aucec", "spearman", "SCALINGS"]
@@ -633,7 +634,7 @@ class InspectResult:
                           "(bottom row).", "", "![Examples](examples.png)"]
         md = "\n".join(lines) + "\n"
         _write(folder / "report.md", md)
-        _write(folder / "report.html", _html(md, folder))
+        _write(folder / "report.html", to_html(md, folder, title="idcgen inspect"))
         return folder / "report.md"
 
     def _example_plot(self, folder: Path, x: np.ndarray, value_range) -> bool:
@@ -689,38 +690,3 @@ def _write(path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_text(path, text)
     return path
-
-
-def _html(md: str, folder: Path) -> str:
-    """report.md as one self-contained HTML page (images inlined)."""
-    import base64
-    import html
-    out, table = [], []
-
-    def flush():
-        if table:
-            rows = [r.strip("|").split("|") for r in table if not set(r) <= set("|-")]
-            out.append("<table>" + "".join("<tr>" + "".join(f"<{t}>{html.escape(c.strip())}</{t}>" for c in r) + "</tr>"
-                                           for r, t in zip(rows, ["th"] + ["td"] * len(rows))) + "</table>")
-            table.clear()
-    for line in md.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush()
-        if line.startswith("!["):
-            src = line[line.index("(") + 1:-1]
-            data = base64.b64encode((folder / src).read_bytes()).decode()
-            out.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(src)}"></p>')
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
-        elif line.startswith("- "):
-            out.append(f"<li>{html.escape(line[2:])}</li>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    flush()
-    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}img{max-width:100%}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>idcgen inspect</title><style>{style}</style>"
-            f"</head><body>{''.join(out)}</body></html>\n")

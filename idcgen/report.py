@@ -6,8 +6,6 @@ mutants look like beside their seeds.
 
 from __future__ import annotations
 
-import base64
-import html
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import numpy as np
 from .files import atomic_text
 from .fuzz.campaign import Campaign
 from .fuzz.validity import Validity
+from .markdown import to_html
 from .plots import pyplot
 from .quality import summary
 
@@ -222,7 +221,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         lines += ["", "## Examples", "", "![Mutants beside their seeds](examples.png)"]
     md = "\n".join(lines) + "\n"
     atomic_text(folder / "report.md", md)
-    atomic_text(folder / "report.html", _html(md, folder))
+    atomic_text(folder / "report.html", to_html(md, folder))
     return folder / "report.md"
 
 
@@ -283,37 +282,3 @@ def _validity_text(cfg: dict) -> str:
     v = cfg["validity"]
     return Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"]).describe(
         [make_mutator(spec) for spec in cfg.get("mutators", [])])
-
-
-def _html(md: str, folder: Path) -> str:
-    """A small Markdown-to-HTML rendering (headings, lists, tables, images inlined)."""
-    out, table = [], []
-
-    def flush():
-        if table:
-            rows = [r.strip("|").split("|") for r in table if not set(r) <= set("|-")]
-            head, body = rows[0], rows[1:]
-            out.append("<table><tr>" + "".join(f"<th>{html.escape(c.strip())}</th>" for c in head) + "</tr>" +
-                       "".join("<tr>" + "".join(f"<td>{html.escape(c.strip().strip('`'))}</td>" for c in r) + "</tr>"
-                               for r in body) + "</table>")
-            table.clear()
-    for line in md.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush()
-        if line.startswith("!["):
-            src = line[line.index("(") + 1:-1]
-            data = base64.b64encode((folder / src).read_bytes()).decode()
-            out.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(src)}"></p>')
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
-        elif line.startswith("- "):
-            out.append(f"<li>{html.escape(line[2:])}</li>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    flush()
-    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}img{max-width:100%}")
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>idcgen report</title><style>{style}</style></head><body>{''.join(out)}</body></html>\n"

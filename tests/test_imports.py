@@ -19,7 +19,7 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
               "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.deepinspect", "idcgen.deepbase",
-              "idcgen.hypotheses"]
+              "idcgen.hypotheses", "idcgen.markdown"]
 
 
 def module_name(path: Path) -> str:
