@@ -23,7 +23,8 @@ from common import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model
 RECIPE = "deepbase"
 
 
-def main():
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """Runs the recipe; returns the rows of ``top`` and ``timing``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="mnist", choices=[d for d in DATASETS if d != "cifar10"])
     parser.add_argument("--layer", default="fc2")
@@ -32,7 +33,7 @@ def main():
     parser.add_argument("--train-limit", type=int, default=None, help="analyse on the first N training inputs")
     parser.add_argument("--inputs", type=int, default=None, help="measure on the first N test inputs")
     parser.add_argument("--random-state", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from idcgen.deepbase import affinity
     from idcgen.analysis import analyze
@@ -87,6 +88,7 @@ def main():
                 f"stopping ({len(x_test)} inputs, {args.m} neurons, {len(early.hypotheses)} hypotheses, "
                 "pearson, spearman, mi, linear)", command=command_line(),
                 notes=f"Speed-up {speedup:.1f}x. Analysis {t_analysis.seconds:.1f} s (not counted).")
+    return {"top": rows, "timing": timing}
 
 
 if __name__ == "__main__":

@@ -407,3 +407,28 @@ def test_deepxplore_recipe_smoke(recipe, outputs, monkeypatch):
     assert row["seeds"] == 10 and 0 <= row["generator_differences"] <= 10 and row["execs"] == 64
     assert 0 < row["nc_seeds"] <= row["nc_seeds_and_mutants"] <= 1 and 0 < row["nc_campaign"] <= 1
     assert (outputs / "deepxplore_mnist" / "results.jsonl").exists()
+
+
+def test_deepbase_smoke(recipe, outputs, monkeypatch):
+    module = recipe("deepbase")
+    rows = run_recipe(module, ["--dataset", "embedded-mnist", "--m", "3", "--train-limit", "500", "--inputs", "1000",
+                               "--tol", "0.2"], monkeypatch)
+    folder = outputs / "deepbase" / "embedded_mnist"
+    assert [r["run"] for r in rows["timing"]] == ["early stopping", "every input"]
+    early, full = rows["timing"]
+    # mutual information is computed a second time at twice its inputs at the latest, so the stream runs to the
+    # end here; the early run still checked its scores before the end
+    assert early["inputs streamed"] == full["inputs streamed"] == 1000
+    assert len(early["checks"].split()) > 1 and full["checks"] == "1000"
+    assert set(full["largest difference to every input"].split()[1::2]) == {"0.000"}   # the full run against itself
+    assert len(rows["top"]) == 3 and all(r["neuron"].endswith(" of fc2") for r in rows["top"])
+    scores = {}   # unit -> its rounded Spearman scores in the full run's affinity.csv
+    for r in read_csv(folder / "full" / "affinity.csv"):
+        if r["measure"] == "spearman" and r["score"]:
+            scores.setdefault(r["unit"], set()).add(round(float(r["score"]), 3))
+    for r in rows["top"]:
+        assert abs(r["Spearman 1"]) >= abs(r["Spearman 2"]) >= abs(r["Spearman 3"])   # best first
+        assert {r[f"full-data Spearman {k}"] for k in (1, 2, 3)} <= scores[r["neuron"]]
+    assert read_csv(folder / "top.csv")[0]["neuron"] == rows["top"][0]["neuron"]
+    assert "python recipes/deepbase.py --dataset embedded-mnist" in (folder / "timing.md").read_text()
+    assert (folder / "early" / "report.html").is_file() and (folder / "analysis").is_dir()
