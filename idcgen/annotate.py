@@ -31,9 +31,12 @@ def arrow_end(width: int, height: int, angle: float, length: float | None = None
     return width / 2 + length * math.sin(a), height - length * math.cos(a)
 
 
-def _arrow(draw: ImageDraw.ImageDraw, width: int, height: int, angle: float, colour, thickness: int) -> None:
-    x0, y0 = width / 2, height - 1
+def _arrow(draw: ImageDraw.ImageDraw, left: int, width: int, height: int, angle: float, colour,
+           thickness: int) -> None:
+    """An arrow for ``angle`` on the frame whose left edge is at x = ``left``."""
+    x0, y0 = left + width / 2, height - 1
     x1, y1 = arrow_end(width, height, angle)
+    x1 += left
     draw.line([(x0, y0), (x1, y1)], fill=colour, width=thickness)
     back = math.atan2(y0 - y1, x0 - x1)   # two short strokes at the tip, 25 degrees either side of the shaft
     head = max(3.0, 0.08 * height)
@@ -61,7 +64,7 @@ def finding_image(seed: np.ndarray, mutant: np.ndarray, *, seed_prediction, pred
                               (w + gap, [(label, LABEL), (seed_prediction, SEED), (prediction, MUTANT)])):
             for value, colour in pairs:
                 if colour != LABEL or has_label:
-                    _arrow(_Shifted(draw, offset), w, h, value, colour, thickness)
+                    _arrow(draw, offset, w, h, value, colour, thickness)
         draw.text((2, h + 1), f"seed {float(seed_prediction):+.3f}", fill=SEED)
         draw.text((w + gap + 2, h + 1), f"mutant {float(prediction):+.3f}", fill=MUTANT)
         if has_label:
@@ -74,12 +77,3 @@ def finding_image(seed: np.ndarray, mutant: np.ndarray, *, seed_prediction, pred
             draw.text((2, h + text_h), f"true {int(label)}", fill=LABEL)
     return canvas
 
-
-class _Shifted:
-    """An ImageDraw whose lines are moved right by ``dx`` pixels (to draw on the right-hand frame)."""
-
-    def __init__(self, draw: ImageDraw.ImageDraw, dx: float):
-        self.draw, self.dx = draw, dx
-
-    def line(self, points, **kw) -> None:
-        self.draw.line([(x + self.dx, y) for x, y in points], **kw)
