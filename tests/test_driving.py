@@ -181,10 +181,40 @@ def test_fuzzer_judges_each_mutator_by_its_rule(trained_lenet, digits, tmp_path)
     c = fuzzer.start(x_test[:32], y_test[:32], tmp_path / "c", budget=32)
     step = fuzzer.step(c, 32)
     assert step.error is None and len(step.mutants) == 32
-    expected = ssim(step.mutants, step.references) >= 0.3
+    before = c.corpus.reference[step.parents]                              # the parents' reference (the seeds)
+    expected = ssim(step.mutants, before) >= 0.3
     np.testing.assert_array_equal(step.valid, expected)
     assert expected.any() and not expected.all()                          # the floor decides some both ways
-    assert not Validity().check(step.mutants, step.references).any()      # DeepHunter's bounds would drop all
+    assert not Validity().check(step.mutants, before).any()               # DeepHunter's bounds would drop all
+    np.testing.assert_array_equal(step.references, step.mutants)          # the fogged frame is the new reference
+
+
+def test_a_scene_change_becomes_the_chains_reference_once(trained_lenet, digits, tmp_path):
+    from idcgen.analysis import analyze
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.fuzz.mutators import make_mutator
+    model, _ = trained_lenet
+    x_train, y_train, x_test, y_test = digits
+    analysis = analyze(model, x_train[:500], y_train[:500], layer="block2_conv1", m=4, progress=False)
+    fuzzer = Fuzzer(analysis, mutators=["fog(fog_low=0.2, fog_high=1.0)", "gauss(std=0.02)", "rotate(limit=10)",
+                                        "deepxplore(constraint='light', iterations=2)"],
+                    guide="none", random_state=0, batch_size=32)
+    c = fuzzer.run(x_test[:32], y_test[:32], budget=512, progress=False)
+    corpus = c.corpus
+    moving = {"fog", "rotate"}                   # deepxplore and gauss keep the chain's reference
+    assert [make_mutator(m).moves_reference for m in ("fog", "rotate", "gauss", "deepxplore")] == [True, True, False, False]
+    chains = [[m.split("(")[0] for m in chain] for chain in corpus.chains]
+    assert any("fog" in ch and "gauss" in ch[ch.index("fog"):] for ch in chains)   # pixel mutations after a fog
+    for i, chain in enumerate(chains):
+        assert sum(m in moving for m in chain) <= 1, chain                        # one reference-moving step
+        assert corpus.affine[i] == any(m in moving for m in chain)
+        if "fog" in chain:                        # the reference is the entry the fog made, whatever followed
+            j = i
+            while chains[j][-1] != "fog":
+                j = corpus.parent[j]
+            np.testing.assert_array_equal(corpus.reference[i], corpus.x[j])
+        elif "rotate" not in chain:
+            np.testing.assert_array_equal(corpus.reference[i], corpus.x[corpus.root[i]])
 
 
 UDACITY = __import__("pathlib").Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "udacity" / \

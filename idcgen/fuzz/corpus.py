@@ -2,7 +2,8 @@
 
 Every entry keeps its parent, root seed and mutator chain (as tensorfuzz does), and its *reference*:
 the image DeepHunter's validity bounds compare its descendants against (the root seed, or the root
-seed after the chain's one affine transform).
+seed after the chain's one affine transform, or the chain's one scene change; ``affine`` marks an entry
+whose chain holds that one reference-moving transform).
 """
 
 from __future__ import annotations

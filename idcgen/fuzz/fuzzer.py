@@ -242,7 +242,7 @@ class Fuzzer:
         number = c.step + 1
         mutator = self._mutator_of(number)
         parents = self._parents(c, mutator, min(self.batch_size, left))
-        step = Step(number=number, mutator=repr(mutator), affine=mutator.affine, parents=parents)
+        step = Step(number=number, mutator=repr(mutator), affine=mutator.moves_reference, parents=parents)
         try:
             mutants, references = self._mutate(c, mutator, parents)
         except Exception as exc:  # an attack failing on a batch is reported, the campaign goes on
@@ -255,6 +255,8 @@ class Fuzzer:
         step.mutants, step.references, step.predictions = mutants, references, self._predictions(probs)
         step.combinations = step.features["idc"]
         step.valid = self.validity.check(mutants, references, mutator)   # the mutator's rule: pixel or scene
+        if mutator.moves_reference and not mutator.affine:   # the changed scene is the chain's reference from now on
+            step.references = mutants
         step.keep = new_coverage(self.guide, c.coverage, step.features, step.valid)
         roots = c.corpus.root[parents]
         run = Execution(mutants, probs, step.predictions, c.corpus.label[roots], c.corpus.prediction[roots])
@@ -271,8 +273,8 @@ class Fuzzer:
 
     def _parents(self, c: Campaign, mutator: Mutator, n: int) -> np.ndarray:
         counts = c.corpus.fuzz_count
-        if mutator.affine:  # DeepHunter: at most one affine transform per chain, so parents without one
-            eligible = np.flatnonzero(~c.corpus.affine)  # (never empty: the seeds have none)
+        if mutator.moves_reference:  # DeepHunter: one affine transform per chain (here: or one scene change),
+            eligible = np.flatnonzero(~c.corpus.affine)  # so parents without one (never empty: the seeds have none)
             parents = eligible[self.scheduler.pick(counts[eligible], n, c.rng)]
         else:
             parents = self.scheduler.pick(counts, n, c.rng)

@@ -1,6 +1,7 @@
 """Validity rules: a mutant must stay close to its reference image, by the rule of the mutator that made it.
 
-The reference is the root seed, or the root seed moved by the one affine transform a chain may contain.
+The reference is the root seed, the root seed moved by the one affine transform a chain may contain, or
+the mutant of the one scene change (fog, rain, ...) a chain may contain instead (``Mutator.moves_reference``).
 Each mutator says its rule (``Mutator.validity``; docs/design.md, "Mutations"):
 
 - "pixel" (every mutator but the driving transforms), DeepHunter's bounds: valid when few pixels

@@ -124,6 +124,14 @@ class Mutator:
             setattr(self, key, value)
         self._check_params()
 
+    @property
+    def moves_reference(self) -> bool:
+        """Whether the chain's reference image changes with this mutator: an affine transform moves the
+        reference with the same transform (DeepHunter), and a scene change (weather, light, camera) becomes
+        the reference, so the pixel mutations after it are judged against the changed scene. A chain holds
+        at most one such mutator (docs/design.md, "Mutations")."""
+        return self.affine or self.validity == "scene"
+
     def _check_params(self) -> None:
         """Constraints between parameters (override)."""
 

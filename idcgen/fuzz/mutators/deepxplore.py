@@ -87,6 +87,9 @@ class DeepXplore(Mutator):
     kind: ClassVar[str] = "attack"
     needs_model: ClassVar[bool] = True
     validity: ClassVar[str] = "scene"   # a lighting change or a black box is not a small L-inf change
+    #: the generator's output is a test input made from the seed, not a new scene: another pass on it
+    #: searches further and stays judged against the chain's reference, so the total change is bounded
+    moves_reference: ClassVar[bool] = False
     parameters: ClassVar[dict] = {
         "constraint": Param("occl", str), "coverage": Param("nc", str),
         "step": Param(0.1, float, 0.0, 1.0, closed="right"), "iterations": Param(20, int, 1, 1000),
