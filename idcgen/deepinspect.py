@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .checks import check_choice, check_int, check_real
-from .errors import InputError, LayerError, ParameterError
+from .errors import InputError, ParameterError
 from .markdown import to_html
 
 __all__ = ["inspect", "InspectResult", "napv_from_counts", "napvd", "cutoffs", "avg_bias", "type1_confusion",

@@ -383,6 +383,10 @@ def test_cli_resize(tmp_path, trained_lenet):
     for i in range(3):
         Image.fromarray(rng.integers(0, 256, (60, 40), dtype=np.uint8)).save(tmp_path / f"{i}.png")
     result = invoke("coverage", "--model", trained_lenet[1], "--inputs", tmp_path, "--criteria", "nc")
+    assert result.exit_code == 0, result.output     # a folder's images are resized to the model's input, said
+    assert "3 of 3 images resized to 28x28 (HxW, PIL bilinear); --resize HxW chooses the size" in result.output
+    np.save(tmp_path / "arrays.npy", rng.random((3, 60, 40, 1)).astype(np.float32))   # arrays are not resized
+    result = invoke("coverage", "--model", trained_lenet[1], "--inputs", tmp_path / "arrays.npy", "--criteria", "nc")
     assert result.exit_code == 1 and "spatial size differs (60x40 vs 28x28)" in result.output
     result = invoke("coverage", "--model", trained_lenet[1], "--inputs", tmp_path, "--criteria", "nc",
                     "--resize", "28x28", "--json")
