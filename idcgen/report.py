@@ -31,14 +31,19 @@ def mutator_table(campaign: Campaign) -> list[dict]:
     return sorted(rows, key=lambda r: (-r["idc_gain_per_1000_execs"], r["mutator"]))
 
 
+def _last_mutator_and_move(found: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Each finding's last mutator (the one whose mutant was flagged) and |output - root seed's output|."""
+    last = np.array([str(c).rsplit("|", 1)[-1] for c in found["chain"]])
+    return last, np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
+
+
 def findings_by_mutator(campaign: Campaign) -> list[dict]:
     """The findings grouped by the last mutator of their chain (the one whose mutant was flagged): how many,
     how far from the seed, and for a regression model how far the output moved from the seed's."""
     found = campaign.findings()
     if not found:
         return []
-    last = np.array([str(c).rsplit("|", 1)[-1] for c in found["chain"]])
-    moved = np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
+    last, moved = _last_mutator_and_move(found)
     rows = []
     for name in sorted(set(last.tolist())):
         sel = last == name
@@ -64,8 +69,7 @@ def _findings_figure(campaign: Campaign, path: Path, n: int = 8) -> bool:
     found = campaign.findings()
     if not found:
         return False
-    last = np.array([str(c).rsplit("|", 1)[-1] for c in found["chain"]])
-    moved = np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
+    last, moved = _last_mutator_and_move(found)
     queues = []
     for name in sorted(set(last.tolist())):
         idx = np.flatnonzero(last == name)
