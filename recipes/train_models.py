@@ -183,13 +183,9 @@ def main(argv=None):
     for name in models:  # tables written after each model, keeping the rows of models trained by other runs
         rows.append(train_cifar10(name, epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer,
                                   lr=args.lr, augment=not args.no_augment, limit=args.limit))
-        row = dict(rows[-1], command=command_line())
-        history = [dict(h, command=row["command"]) for h in row.pop("history")]
-        write_table(OUTPUTS / "train_models", "history_cifar10", _merge("history_cifar10", history, name),
-                    title="CIFAR-10 training, per epoch")
-        write_table(OUTPUTS / "train_models", "accuracy_cifar10", _merge("accuracy_cifar10", [row], name),
-                    title="CIFAR-10 models", notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the "
-                    "test images JPEG round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
+        _write_tables("cifar10", "accuracy_cifar10", dict(rows[-1]), name, title="CIFAR-10 models",
+                      notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the test images JPEG "
+                      "round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
     return rows
 
 
@@ -200,16 +196,24 @@ def main_udacity(parser, args) -> list[dict]:
         parser.error(f"models {', '.join(wrong)} do not fit --dataset udacity; it takes {', '.join(UDACITY_MODELS)}")
     rows = []
     for name in models:
-        row = dict(train_udacity(name, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, limit=args.limit),
-                   command=command_line())
-        history = [dict(h, model=name, command=row["command"]) for h in row.pop("history")]
-        rows.append(row)
-        write_table(OUTPUTS / "train_models", "history_udacity", _merge("history_udacity", history, name),
-                    title="Udacity steering models, per epoch")
-        write_table(OUTPUTS / "train_models", "mse_udacity", _merge("mse_udacity", [row], name),
-                    title="Udacity steering models", notes=PAPER_UDACITY + " The frames are 160x120 JPEG copies "
-                    "of the 640x480 originals, from ../shared/data/udacity; split by time, never at random.")
+        row = train_udacity(name, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, limit=args.limit)
+        rows.append(_write_tables("udacity", "mse_udacity", row, name, title="Udacity steering models",
+                                  notes=PAPER_UDACITY + " The frames are 160x120 JPEG copies of the 640x480 "
+                                  "originals, from ../shared/data/udacity; split by time, never at random.",
+                                  model_column=True))
     return rows
+
+
+def _write_tables(dataset: str, summary: str, row: dict, name: str, *, title: str, notes: str,
+                  model_column: bool = False) -> dict:
+    """Write a trained model's per-epoch history (``history_<dataset>``) and its summary row (``summary``),
+    keeping the rows of models trained by other runs; returns the row with the command, without history."""
+    row = dict(row, command=command_line())
+    history = [dict(h, **({"model": name} if model_column else {}), command=row["command"]) for h in row.pop("history")]
+    write_table(OUTPUTS / "train_models", f"history_{dataset}", _merge(f"history_{dataset}", history, name),
+                title=f"{title}, per epoch")
+    write_table(OUTPUTS / "train_models", summary, _merge(summary, [row], name), title=title, notes=notes)
+    return row
 
 
 def _merge(table: str, rows: list[dict], model: str) -> list[dict]:
