@@ -13,12 +13,12 @@ DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
 - *early stopping*: inputs are streamed in a random order (a prefix is a random sample) and every score
   carries a 95 % confidence interval; a score is final once its interval is within ``tol`` of it, and the
   stream stops when every score is final. Intervals: Fisher z for Pearson (standard error 1/sqrt(n-3)) and
-  Spearman (sqrt(1.06/(n-3))); for mutual information the larger of 1.96 standard errors of its per-input
-  terms and the change still to come, extrapolated from its change since the score's previous computation
-  as if it shrank as 1/sqrt(n); the spread over the 5 cross-validation folds
-  for the linear model (t quantile with 4 degrees of freedom). A score open
-  after a check is computed again where its interval predicts convergence (half-width proportional to
-  1/sqrt(n)), or at twice its inputs if that comes first, so each is computed a few times.
+  Spearman (sqrt(1.06/(n-3))); the spread over the 5 cross-validation folds for the linear model (t
+  quantile with 4 degrees of freedom). A score open after a check is computed again where its interval
+  predicts convergence (half-width proportional to 1/sqrt(n)), or at twice its inputs if that comes first,
+  so each is computed a few times. Mutual information, whose estimate drifts with n (its bias), has a bound
+  on its distance to the full-data estimate instead (`mi_half_width`): its drift per doubling of n times the
+  doublings left, plus its sampling interval shrunk to the part of the data still to come.
 """
 
 from __future__ import annotations
@@ -283,6 +283,49 @@ def linear_fit(a, h, *, random_state: int = 0) -> tuple[float, float, float]:
             total = ((h[test] - h[test].mean()) ** 2).sum()
             scores[f] = 1 - (resid ** 2).sum() / total if total > 0 else float("nan")
     return float(scores.mean()), float(T95_4 * scores.std(ddof=1) / math.sqrt(PARTS)), baseline
+
+
+def mi_half_width(score, half_width, previous, n_previous, n: int, n_total: int, *, final: bool = False,
+                  tol: float | None = None):
+    """The early-stopping half-width of mutual-information scores computed on the first ``n`` of ``n_total``
+    streamed inputs (docs/design.md, "Early stopping of mutual information"): a bound on |estimate at n -
+    estimate on all n_total inputs|; and the input count at which an open one is computed again.
+
+    The nearest-neighbour estimate moves with n in expectation (its bias), so its sampling interval alone does
+    not say where the full-data value lies. The rule bounds the drift still to come by the drift per doubling
+    of n times the doublings left, log2(n_total / n): an upper bound as long as the expected change per
+    doubling does not grow with n (a bias decaying as a power of n, or at the slowest as log n where a unit
+    nearly determines a hypothesis). The drift per doubling is measured as the change since the score's
+    previous computation (``previous`` at ``n_previous`` inputs, a doubling or more before) per doubling. That
+    change is noisy, with a standard deviation of about one standard error of the estimate (se,
+    ``half_width`` / 1.96: the change between nested samples of n / 2 and n inputs), so the drift taken is the
+    measured one plus se. To it adds the sampling term: ``half_width`` times sqrt(1 - n / n_total), the
+    spread of a prefix's estimate about the full data's, which contains it. A first computation has no drift
+    to show: infinite (open). On all the inputs, or ``final`` (the stream ends), the estimate's own
+    ``half_width``.
+
+    An open score is due again at the first input count n' >= 2 n (its drift then spans a doubling at least:
+    over a shorter step the change is mostly noise) at which this bound, with se shrinking as 1/sqrt(n') and
+    the drift per doubling as measured (none yet after a first computation), would be within ``tol``; at
+    ``n_total`` if none is."""
+    score, half_width = np.asarray(score, np.float64), np.asarray(half_width, np.float64)
+    if final or n >= n_total:
+        return half_width, np.full(score.shape, float(n_total))
+    previous, n_previous = np.asarray(previous, np.float64), np.asarray(n_previous, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        drift = np.abs(score - previous) / np.log2(n / n_previous)
+    first = ~((n_previous > 0) & np.isfinite(drift))
+    drift = np.where(first, np.inf, drift)
+    se = half_width / Z95
+    width = half_width * math.sqrt(1 - n / n_total) + math.log2(n_total / n) * (drift + se)
+    due = np.full(score.shape, float(n_total))
+    if tol is not None:
+        for later in reversed(n * 2.0 ** np.arange(1, math.log2(n_total / n), 0.25)):   # the first fit wins
+            shrink = math.sqrt(n / later)
+            bound = (half_width * shrink * math.sqrt(1 - later / n_total)
+                     + math.log2(n_total / later) * (np.where(first, 0.0, drift) + se * shrink))
+            due = np.where(bound <= tol, math.ceil(later), due)
+    return width, due
 
 
 # ---- unit groups -----------------------------------------------------------------------------------------
@@ -581,7 +624,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         h_all = {j: np.concatenate(hvals[j]) for j in active}
         with threadpool_limits(1, user_api="blas"):   # small matrices: BLAS threads only wait on each other
             _check(measures, a_all, h_all, group_cols, scores, widths, used, final, due, baselines, binary, tol,
-                   last, random_state, timings)
+                   last, random_state, timings, n)
         checks.append(seen)
         timings["measures"] += time.perf_counter() - t
         next_check = _next_check(seen, n, measures, final, due, tol, batch_size)
@@ -645,7 +688,7 @@ def _hypotheses(hypotheses, network, x) -> list[Hypothesis]:
 
 
 def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, baselines, binary, tol, last,
-           random_state, timings):
+           random_state, timings, n_total=None):
     """Score the cells due at this check (every open one at the end) on the inputs so far; cells within tol (or
     all, at the end) become final, the others are due again where their interval predicts convergence."""
     n = len(a)
@@ -689,15 +732,10 @@ def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, bas
             rows = np.flatnonzero(todo[:, j])
             if len(rows):
                 s, w = mutual_information(a[:, rows], h_all[j], random_state=random_state)
-                # the nearest-neighbour estimate drifts with n (its bias), most where a unit nearly determines
-                # the hypothesis: the change since the cell's last computation, at n0 inputs, extrapolated to
-                # all the change still to come if it shrinks as 1/sqrt(n) (a geometric series), must be within tol
-                n0 = used["mi"][rows, j]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    drift = np.abs(s - scores["mi"][rows, j]) / (np.sqrt(n / n0) - 1)
-                # a first computation has no drift to show: open, unless nothing follows (tol 0, the end)
-                drift = np.where(np.isnan(drift), 0.0 if last or tol is None else np.inf, drift)
-                record("mi", (rows, j), s, np.maximum(w, drift))
+                w, mi_due = mi_half_width(s, w, scores["mi"][rows, j], used["mi"][rows, j], n, n_total or n,
+                                          final=last or tol is None, tol=tol)
+                record("mi", (rows, j), s, w)
+                due["mi"][rows, j] = mi_due
         lap("mi")
     if "linear" in measures:
         todo = todo_of("linear")

@@ -10,7 +10,8 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from idcgen.deepbase import affinity, linear_fit, mutual_information, parse_measures, parse_units, pearson, spearman
+from idcgen.deepbase import (affinity, linear_fit, mi_half_width, mutual_information, parse_measures, parse_units,
+                             pearson, spearman)
 from idcgen.errors import InputError, LayerError, ParameterError
 from idcgen.hypotheses import Hypothesis, builtin_hypotheses, evaluate, load_hypotheses
 from idcgen import hypotheses as H
@@ -182,6 +183,61 @@ def test_early_stopping_reaches_the_full_data_scores_within_tol(digits_all):
             # 95 % intervals: the full-data score lies inside nearly always; allow 1 in 20 outside, none by 2 tol
             assert (diff <= tol).mean() >= 0.95 and (diff <= 2 * tol).all(), (m, np.sort(diff)[-5:])
     assert early.n_used["pearson"].max() < len(x) / 2                           # each score stops on its own
+
+
+def test_mi_early_stopping_bound_by_hand():
+    # se 0.02 (half-width 1.96 se); the score moved 0.46 -> 0.50 from 1,000 to 2,000 inputs of 16,000: a drift
+    # of 0.04 per doubling, 3 doublings left: 0.0392 sqrt(1 - 2000/16000) + 3 (0.04 + 0.02) = 0.21667
+    hw = 0.02 * 1.959963984540054
+    width, due = mi_half_width([0.50, 0.50], [hw, hw], [0.46, np.nan], [1000, 0], 2000, 16000, tol=0.05)
+    assert width[0] == pytest.approx(hw * math.sqrt(7 / 8) + 3 * 0.06, rel=1e-9)
+    assert width[1] == np.inf                                    # a first computation shows no drift: open
+    # due again at the first n' = 2000 * 2^(k/4) >= 4000 where the bound, se shrunk by sqrt(2000/n'), fits in
+    # 0.05: with the drift 0.04 at 2000 * 2^2.25 = 9513.7 (0.0483; 0.0639 at 8000); without one (a first
+    # computation) at 2000 * 2^1.25 = 4756.8 (0.0440; 0.0523 at 4000)
+    assert due.tolist() == [9514, 4757]
+    width, due = mi_half_width([0.50], [hw], [0.46], [1000], 16000, 16000, tol=0.05)
+    assert width[0] == hw and due[0] == 16000                    # on every input: its own interval
+    width, _ = mi_half_width([0.50], [hw], [0.46], [1000], 2000, 16000, final=True)
+    assert width[0] == hw                                        # the stream's end: taken as it is
+
+
+def _identity_units(n_units: int):
+    """Input (1 + n_units,) -> Dense 'units' copying inputs 1.. -> Dense(2) -> softmax: unit i = input i + 1."""
+    import keras
+    inputs = keras.Input((n_units + 1,))
+    units = keras.layers.Dense(n_units, name="units")(inputs)
+    model = keras.Model(inputs, keras.layers.Activation("softmax")(keras.layers.Dense(2, name="logits")(units)))
+    w = np.zeros((n_units + 1, n_units), np.float32)
+    w[1:] = np.eye(n_units)
+    model.get_layer("units").set_weights([w, np.zeros(n_units, np.float32)])
+    return model
+
+
+def test_early_stopped_mutual_information_stays_within_tol_where_the_estimate_drifts():
+    """Units whose nearest-neighbour MI estimate keeps rising with n: h + small noise (it grows until the
+    neighbours resolve the noise), and units equal to h on a few inputs and h + noise elsewhere (each
+    doubling of n adds about 0.02-0.05 nats, for many doublings). The earlier rule, which extrapolated the
+    last change as if it shrank as 1/sqrt(n), stopped four of these at 1,536 to 4,096 of 16,000 inputs, two
+    of them 0.090 and 0.134 from the full-data estimate (checked); the drift-per-doubling bound keeps every
+    score within tol."""
+    n, tol = 16000, 0.05
+    rng = np.random.default_rng(4)
+    h = rng.normal(size=n)
+    units = [h + 0.01 * rng.normal(size=n)]
+    units += [np.where(rng.random(n) < p, h, h + rng.normal(size=n)) for p in (0.02, 0.04, 0.06, 0.08)]
+    units += [rng.normal(size=n)]                                # independent: MI about 0
+    x = np.column_stack([h] + units).astype(np.float32)
+    model = _identity_units(len(units))
+    hyp = {"h": lambda x, y: x[:, 0]}
+    full = affinity(model, x, None, units="units", hypotheses=hyp, measures="mi", tol=0, progress=False)
+    early = affinity(model, x, None, units="units", hypotheses=hyp, measures="mi", tol=tol, progress=False)
+    diff = np.abs(early.scores["mi"] - full.scores["mi"])[:, 0]
+    assert (diff <= tol).all(), (diff, early.n_used["mi"][:, 0])
+    used = early.n_used["mi"][:, 0]
+    assert (used < n).sum() >= 4 and used[-1] <= n / 2, used      # not vacuous: most stop before the end
+    # the drift is real: the near-copy's estimate on the first 2,000 inputs is far below the full-data one
+    assert full.scores["mi"][0, 0] - mutual_information(x[:2000, 1:2], x[:2000, 0])[0][0] > tol
 
 
 def test_a_silent_unit_keeps_its_scores_undefined(digits_all):
