@@ -342,6 +342,28 @@ class LocalPasses:
             return self.kept[:, neurons]
         return self.network.activations(self.x, self.layer, neurons, rows=rows)
 
+    def clusters(self, acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
+                 progress: bool) -> list:
+        """Each important neuron's clusters, one after the other here (Ray workers cluster them side by side)."""
+        return cluster_neurons(acts, neurons, ks, method, random_state, progress)
+
+
+def cluster_neurons(acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
+                    progress: bool = False) -> list:
+    """:func:`idcgen.clusters.cluster_neuron` of each column of ``acts`` (neuron ``neurons[i]``), each from
+    its own stream (:func:`neuron_streams`)."""
+    streams = neuron_streams(random_state, len(neurons))
+    return [cluster_neuron(acts[:, i], neuron=int(n), ks=ks, rng=np.random.default_rng(streams[i]), method=method)
+            for i, n in tqdm(list(enumerate(neurons)), desc="clusters", unit="neuron", disable=not progress,
+                             leave=False)]
+
+
+def neuron_streams(random_state: int, m: int) -> list[np.random.SeedSequence]:
+    """One independent random stream per important neuron (by its rank): a neuron's clusters depend on its
+    own activations and rank only, not on how many draws the neurons before it took, so they can be
+    computed in any order and on any machine with the same result."""
+    return np.random.SeedSequence(int(random_state)).spawn(int(m))
+
 
 def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
             clusters: Sequence[int] = (2, 3, 4, 5), cluster_method: str = "silhouette",
@@ -355,7 +377,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     ----------
     model : keras.Model or Network
     x : array (n, *input_shape)
-        Training inputs: images in the model's value range (see ``value_range``).
+        Training inputs: images in the model's value range (see ``value_range``). Or shards that Ray workers
+        read and hold themselves (``idcgen.distributed.Workers.shards``; labels are the shards' own, y=None).
     y : array (n,), optional
         Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
     layer : str, default: the last hidden layer before the logits
@@ -385,8 +408,14 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     if aggregate not in AGGREGATES:
         raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
     check_cluster_method(cluster_method)
-    x = fit_to_model(x, network.input_shape)
-    check_scale(x, convention, what="the training inputs")
+    sharded = getattr(x, "read_by_workers", False)   # shards Ray workers read and hold (idcgen.distributed.shards)
+    if sharded:
+        if y is not None:
+            raise ParameterError("sharded inputs carry their own labels (each shard's y); pass y=None")
+        y = x.load()
+    else:
+        x = fit_to_model(x, network.input_shape)
+    check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
     check_int("random_state", random_state, 0)
     regression = network.task == "regression"
     if regression and (relevance_of == "label" or correct_only or only_class is not None):
@@ -396,19 +425,24 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
     elif relevance_of == "label" or correct_only or only_class is not None:
         raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
-    fingerprint = data_fingerprint(x, y)  # of the inputs as given, before correct_only / only_class select
+    # of the inputs as given, before correct_only / only_class select (sharded: of the shards' own fingerprints)
+    fingerprint = x.fingerprint if sharded else data_fingerprint(x, y)
     if only_class is not None:
         keep = y == only_class
         if not keep.any():
             raise InputError(f"no inputs of class {only_class} (classes present: {sorted(set(y.tolist()))})")
-        x, y = x[keep], y[keep]
+        if sharded:
+            x.select(keep)
+            y = y[keep]
+        else:
+            x, y = x[keep], y[keep]
 
     timings = {}
     start = time.perf_counter()
     # Streamed: the relevance pass keeps per-neuron totals (and the layer's activations when they are small),
     # else a forward pass then keeps only the m important neurons' activations, so memory holds a batch and
     # at most max(ACTIVATIONS_IN_ONE_PASS, inputs x m floats), whatever the layer's width.
-    passes = (passes or LocalPasses)(network, layer, eps, x)
+    passes = (passes or (x.passes if sharded else LocalPasses))(network, layer, eps, x)
     one_pass = len(x) * width * 4 <= ACTIVATIONS_IN_ONE_PASS
     with tqdm(total=len(x), desc="relevance", unit="input", disable=not progress, leave=False) as bar:
         signed, absolute, n_used, predictions = passes.totals(
@@ -424,26 +458,27 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     timings["activations"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    rng = np.random.default_rng(random_state)
-    found = [cluster_neuron(acts[:, i], neuron=int(n), ks=tuple(clusters), rng=rng, method=cluster_method)
-             for i, n in tqdm(list(enumerate(neurons)), desc="clusters", unit="neuron", disable=not progress, leave=False)]
+    cluster = getattr(passes, "clusters", cluster_neurons)   # Ray workers cluster the neurons side by side
+    found = cluster(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
     notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
         ([network.head_note] if getattr(network, "head_note", None) else [])
 
     data = dict(data_summary or {})
     accuracy = None if y is None or regression else float((predictions == y).mean())
+    low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
     data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy, fingerprint=fingerprint,
-                observed_range=[float(x.min()), float(x.max())])
+                observed_range=[low, high])
     if regression and y is not None:  # the model's error on the labels, in the output's units
-        data.update(mse=float(np.mean((network.predict(x).astype(np.float64) - y) ** 2)))
+        outputs = x.predict() if sharded else network.predict(x)
+        data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
     warnings = []
     n_classes = network.n_classes
     if accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
         lo, hi = convention.value_range
         warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
                         f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
-                        f"[{x.min():g}, {x.max():g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
+                        f"[{low:g}, {high:g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
                         f"{convention.source}); check --scale, --value-range and --preprocess")
     config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
                   relevance_of=relevance_of,

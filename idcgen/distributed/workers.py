@@ -42,9 +42,15 @@ class AnalysisWorker:
         self._relevance = {}
         self._kept = {}
         self._bound = {}
+        self._held = {}   # shards this worker read itself: (token, shard) -> (x, y)
 
     def ready(self) -> int:
         return os.getpid()
+
+    def cluster(self, column, neuron: int, ks, stream, method: str):
+        """One important neuron's clusters, from its own random stream (:func:`idcgen.analysis.neuron_streams`)."""
+        from ..clusters import cluster_neuron
+        return cluster_neuron(column, neuron=neuron, ks=ks, rng=np.random.default_rng(stream), method=method)
 
     def totals(self, shard, x, start, stop, layer, eps, batch_size, target, labels, keep):
         """The relevance pass over ``x[start:stop]``: per-batch (signed, abs, n used, predictions, None);
@@ -53,10 +59,10 @@ class AnalysisWorker:
         key = (layer, eps, batch_size)
         if key not in self._relevance:
             self._relevance[key] = Relevance(self.network, layer=layer, eps=eps, batch_size=batch_size)
-        part = slice(start, stop)
+        x, part = self._x(shard, x), slice(start, stop)
         batches = list(batch_totals(self._relevance[key], x[part], None if target is None else target[part],
                                     labels=None if labels is None else labels[part], keep_activations=keep))
-        if keep:
+        if keep and batches:   # (a shard left empty by only_class has none)
             self._kept[shard] = np.concatenate([b[4] for b in batches])
         return [b[:4] + (None,) for b in batches]
 
@@ -64,7 +70,51 @@ class AnalysisWorker:
         """(rows, m) activations of the important neurons: kept by the relevance pass, else a forward pass."""
         if shard in self._kept:
             return self._kept.pop(shard)[:, neurons]
-        return self.network.activations(x[start:stop], layer, neurons, rows=rows)
+        return self.network.activations(self._x(shard, x)[start:stop], layer, neurons, rows=rows)
+
+    # ---- shards read and held here (idcgen.distributed.shards) ----------------------------------
+    def _x(self, shard, x):
+        """``x`` as sent, or (``x`` None) the inputs of a shard this worker holds."""
+        return self._held[shard][0] if x is None else x
+
+    def hold(self, shard, source, load: dict):
+        """Read one shard (a path, or a Ray Data block) and keep it; returns ("ok", facts) for the driver to
+        reduce, or ("error", one line) for it to report."""
+        from ..analysis import data_fingerprint
+        from ..errors import IdcgenError
+        from .shards import read_shard
+        try:
+            x, y = read_shard(source, self.network, load)
+        except IdcgenError as exc:   # reported by the driver, naming the shard
+            return "error", str(exc)
+        self._held[shard] = (x, y)
+        return "ok", dict(n=len(x), y=y, min=float(x.min()), max=float(x.max()), shape=tuple(x.shape[1:]),
+                          digest=data_fingerprint(x, y))
+
+    def select(self, shard, keep):
+        """Keep the rows ``keep`` of a held shard; returns its size and value range."""
+        x, y = self._held[shard]
+        x, y = x[keep], None if y is None else y[keep]
+        self._held[shard] = (x, y)
+        return dict(n=len(x), min=float(x.min()) if len(x) else None, max=float(x.max()) if len(x) else None)
+
+    def predict_held(self, shard):
+        x = self._held[shard][0]
+        return self.network.predict(x) if len(x) else np.zeros(0)
+
+    def held_ids(self, analysis, shard, what: str):
+        """Combination ids of a held shard (checked against the analysis' scale first)."""
+        bound = self._bind(analysis)
+        x = self._held[shard][0]
+        bound.check_inputs(x, what)
+        return bound.ids(x)
+
+    def drop(self, token) -> None:
+        for key in [k for k in self._held if k[0] == token]:
+            del self._held[key]
+
+    def held_count(self) -> int:
+        return len(self._held)
 
     def forget(self) -> None:
         self._kept.clear()
@@ -100,6 +150,19 @@ def _gather(ray, refs, sizes, progress):
     return fetch(ray, refs)
 
 
+def cluster_on(pool: "Workers", acts: np.ndarray, neurons, ks, method: str, random_state: int, progress: bool):
+    """:func:`idcgen.analysis.cluster_neurons` with the neurons spread over the workers: the same streams, so
+    the same clusters as in one process. (Clustering is serial in the driver otherwise: 30-40 % of a LeNet-5
+    analysis of 60,000 inputs, which two workers could not then speed up beyond 1.4x.)"""
+    from tqdm.auto import tqdm
+    from ..analysis import neuron_streams
+    streams = neuron_streams(random_state, len(neurons))
+    refs = [pool.actor(i).cluster.remote(np.ascontiguousarray(acts[:, i]), int(n), tuple(ks), streams[i], method)
+            for i, n in enumerate(neurons)]
+    with tqdm(total=len(refs), desc="clusters", unit="neuron", disable=not progress, leave=False) as bar:
+        return _gather(pool.ray, refs, [1] * len(refs), bar)
+
+
 class RayPasses:
     """:class:`idcgen.analysis.LocalPasses` on a :class:`Workers` pool: the same two passes, sharded."""
 
@@ -131,6 +194,9 @@ class RayPasses:
                 for i, (start, stop) in enumerate(self.shards)]
         found = fetch(self.pool.ray, refs)
         return np.concatenate(found) if found else np.zeros((0, len(neurons)), np.float32)
+
+    def clusters(self, acts, neurons, ks, method, random_state, progress):
+        return cluster_on(self.pool, acts, neurons, ks, method, random_state, progress)
 
 
 def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
@@ -175,21 +241,63 @@ class Workers:
     def actor(self, shard: int):
         return self.actors[shard % len(self.actors)]
 
-    def passes(self, network, layer, eps, x) -> RayPasses:
+    def passes(self, network, layer, eps, x):
+        """The passes of an analysis over ``x``: an array sent to the workers, or shards they hold."""
+        if getattr(x, "read_by_workers", False):
+            return x.passes(network, layer, eps)
         return RayPasses(self, network, layer, eps, x)
 
-    # ---- what it computes --------------------------------------------------------------------
-    def analyze(self, x: np.ndarray, y: np.ndarray | None = None, **kwargs):
-        """:func:`idcgen.analyze` of this pool's model with its passes over ``x`` on the workers."""
-        from ..analysis import analyze
-        return analyze(self.network, x, y, passes=self.passes, **kwargs)
+    def shards(self, source, *, scale: str = "auto", resize=None, class_names=None, crop=None, labels=None,
+               x_column: str | None = None, y_column: str | None = None):
+        """:class:`~idcgen.distributed.shards.ShardedInputs` the workers read themselves: a pattern such as
+        ``'shards/*.npz'`` (``.npz``/``.npy`` files or image folders, one a shard, in sorted order), a list of
+        paths, or a Ray Data dataset (one shard per block; ``x_column``/``y_column`` name its columns, by
+        default its one column; ``scale`` as for files, "auto" maps uint8 0..255 onto the model's range).
+        Loaded as ``idcgen.load_for_model`` loads one input set (on a cluster the paths must reach every node)."""
+        from .shards import ShardedInputs, sources_of
+        sources, names, description, options = sources_of(source, x_column=x_column, y_column=y_column)
+        load = dict(scale=scale, value_range=tuple(self.convention.value_range), **options)
+        if not options:   # files and folders
+            load.update(resize=resize, class_names=class_names, crop=crop, labels=labels)
+        return ShardedInputs(self, sources, names, load, description)
 
-    def tracker(self, analysis, x: np.ndarray, *, progress: bool = False):
-        """The coverage tracker of ``x`` (ids mapped on the workers, merged here)."""
+    def _held(self, x, **load):
+        """(ShardedInputs, whether made here) for a pattern, list of paths or Ray dataset; else (x, False)."""
+        from .shards import is_ray_dataset
+        if getattr(x, "read_by_workers", False):
+            return x, False
+        if isinstance(x, (str, os.PathLike, list, tuple)) or is_ray_dataset(x):
+            return self.shards(x, **load), True
+        return x, False
+
+    # ---- what it computes --------------------------------------------------------------------
+    def analyze(self, x, y: np.ndarray | None = None, *, scale: str = "auto", x_column=None, y_column=None,
+                **kwargs):
+        """:func:`idcgen.analyze` of this pool's model with its passes over ``x`` on the workers: an array
+        (sent to them), or shards they read themselves (a pattern, a list of paths, a Ray Data dataset or
+        :meth:`shards`; their labels are the shards' own)."""
+        from ..analysis import analyze
+        x, made = self._held(x, scale=scale, x_column=x_column, y_column=y_column)
+        try:
+            return analyze(self.network, x, y, passes=self.passes, **kwargs)
+        finally:
+            if made:
+                x.release()
+
+    def tracker(self, analysis, x, *, progress: bool = False, scale: str = "auto", x_column=None, y_column=None):
+        """The coverage tracker of ``x`` (ids mapped on the workers, merged here): an array, or shards the
+        workers read themselves (as for :meth:`analyze`)."""
         from tqdm.auto import tqdm
         from ..coverage import CoverageTracker
         from ..data import fit_to_model
         analysis.bind(self.network)
+        held, made = self._held(x, scale=scale, x_column=x_column, y_column=y_column)
+        if getattr(held, "read_by_workers", False):
+            try:
+                return self._held_tracker(analysis, held, progress)
+            finally:
+                if made:
+                    held.release()
         x = fit_to_model(np.asarray(x), self.network.input_shape)
         analysis.check_inputs(x)
         light = self.ray.put(dataclasses.replace(analysis, network=None))
@@ -199,6 +307,21 @@ class Workers:
         tracker = CoverageTracker(analysis.total)
         with tqdm(total=len(x), desc="coverage", unit="input", disable=not progress, leave=False) as bar:
             for ids in _gather(self.ray, refs, [b - a for a, b in shards], bar):
+                tracker.update(ids)
+        return tracker
+
+    def _held_tracker(self, analysis, inputs, progress: bool):
+        from tqdm.auto import tqdm
+        from ..coverage import CoverageTracker
+        if inputs.selected:   # an analysis of one class kept only its inputs: measure them all
+            inputs.release()
+        inputs.load()
+        light = self.ray.put(dataclasses.replace(analysis, network=None))
+        refs = [inputs.actor(i).held_ids.remote(light, inputs.key(i), f"the inputs of shard {name}")
+                for i, name in enumerate(inputs.names)]
+        tracker = CoverageTracker(analysis.total)
+        with tqdm(total=len(inputs), desc="coverage", unit="input", disable=not progress, leave=False) as bar:
+            for ids in _gather(self.ray, refs, inputs.sizes, bar):
                 tracker.update(ids)
         return tracker
 
@@ -221,9 +344,9 @@ class Workers:
                 n += len(ids)
         return tracker, n
 
-    def coverage(self, analysis, x: np.ndarray, *, progress: bool = False):
-        """IDC of ``x``, as ``analysis.coverage(x)`` gives it in one process."""
-        return self.tracker(analysis, x, progress=progress).result()
+    def coverage(self, analysis, x, *, progress: bool = False, **load):
+        """IDC of ``x`` (an array or shards, as for :meth:`tracker`), as ``analysis.coverage(x)`` gives it."""
+        return self.tracker(analysis, x, progress=progress, **load).result()
 
     # ---- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -241,20 +364,23 @@ class Workers:
         self.close()
 
 
-def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, ray: str | None = LOCAL,
+def analyze(model, x, y: np.ndarray | None = None, *, ray: str | None = LOCAL,
             workers: int | None = None, threads: int = 1, value_range=None, preprocess=None, image_shape=None,
             task: str | None = None, safe_mode: bool = True, **kwargs):
     """:func:`idcgen.analyze` with its passes over ``x`` on Ray workers; the same analysis (the same important
-    neurons and k, centroids up to the order of float sums, docs/design.md "Scale-out on Ray")."""
+    neurons and k, centroids up to the order of float sums, docs/design.md "Scale-out on Ray"). ``x`` is an
+    array, or shards the workers read themselves: a pattern such as ``'shards/*.npz'``, a list of paths, or a
+    Ray Data dataset (``x_column=``, ``y_column=``, ``scale=`` as for :meth:`Workers.shards`)."""
     with Workers(model, ray=ray, workers=workers, threads=threads, value_range=value_range, preprocess=preprocess,
                  image_shape=image_shape, task=task, safe_mode=safe_mode) as pool:
         return pool.analyze(x, y, **kwargs)   # bound to the driver's copy of the model
 
 
-def coverage(analysis, model, x: np.ndarray, *, ray: str | None = LOCAL, workers: int | None = None,
-             threads: int = 1, task: str | None = None, safe_mode: bool = True):
-    """IDC of ``x`` measured on Ray workers: the same covered set as ``analysis.coverage(x)``."""
+def coverage(analysis, model, x, *, ray: str | None = LOCAL, workers: int | None = None,
+             threads: int = 1, task: str | None = None, safe_mode: bool = True, **load):
+    """IDC of ``x`` measured on Ray workers: the same covered set as ``analysis.coverage(x)``; ``x`` an array
+    or shards the workers read themselves (as for :func:`analyze`)."""
     recorded = dataclasses.replace(analysis.convention, image_shape=None)
     with Workers(model, ray=ray, workers=workers, threads=threads, recorded=recorded, task=task,
                  safe_mode=safe_mode) as pool:
-        return pool.coverage(analysis, x)
+        return pool.coverage(analysis, x, **load)
