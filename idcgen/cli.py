@@ -221,7 +221,7 @@ def _describe_layer(layer) -> str:
 
 @command
 def analyze(model: Path = ModelOpt,
-            train: str = typer.Option(..., "--train", help="Training inputs: folder, .npz, .npy, IDX .gz, or a dataset name."),
+            train: str = typer.Option(..., "--train", help="Training inputs: folder, .npz, .npy, IDX .gz, or a dataset name; with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves."),
             layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer (default: last hidden layer)."),
             m: int = typer.Option(8, "--m", help="Number of important neurons."),
             clusters: str = typer.Option("2-5", "--clusters", help="k values tried per neuron, e.g. 2-5 or 2,3,4."),
@@ -246,12 +246,24 @@ def analyze(model: Path = ModelOpt,
     ks = parse_cluster_range(clusters)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
+    sharded = (ray is not None or workers is not None) and any(c in train for c in "*?[")
+    if sharded:   # shard files the workers read themselves: a pattern naming none is said before they start
+        from .distributed.shards import shard_files
+        shard_files(train)
+        if limit is not None:
+            _fail("--limit is for one input set; shard files (--train with a pattern) are read whole: drop --limit")
     network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess)
     pool = _ray_pool(ray, workers, network, unsafe)
-    ds, x = _inputs(train, network, scale, limit, convention, resize, class_names, labels=labels, crop=crop)
-    analysis = run(network, x, ds.y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
+    if sharded:
+        x = pool.shards(train, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
+        x.load()
+        y, summary, scaling = None, x.summary(), f"{len(x.sources)} shards, scale {scale}"
+    else:
+        ds, x = _inputs(train, network, scale, limit, convention, resize, class_names, labels=labels, crop=crop)
+        y, summary, scaling = ds.y, ds.summary(), ds.scaling
+    analysis = run(network, x, y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
-                   data_summary=ds.summary(), passes=None if pool is None else pool.passes)
+                   data_summary=summary, passes=None if pool is None else pool.passes)
     if out is not None:
         where = f"saved to {analysis.save(out, overwrite=force)}"
     else:  # the default name tells analyses apart; never replace another one there
@@ -265,7 +277,8 @@ def analyze(model: Path = ModelOpt,
                                                       if analysis.data.get("mse") is not None else ""))
     typer.echo(f"layer {analysis.layer}: important neurons {analysis.neurons.tolist()}, clusters {ks_chosen}, "
                f"{analysis.total} combinations")
-    typer.echo(f"inputs: {convention.describe()}; training inputs span [{x.min():g}, {x.max():g}] ({ds.scaling})")
+    low, high = analysis.data["observed_range"]
+    typer.echo(f"inputs: {convention.describe()}; training inputs span [{low:g}, {high:g}] ({scaling})")
     for note in analysis.notes:
         if note not in analysis.warnings:
             typer.echo(f"note: {note}")
@@ -274,6 +287,8 @@ def analyze(model: Path = ModelOpt,
     train_cov = analysis.coverage(x) if pool is None else pool.coverage(analysis, x)
     typer.echo(f"training inputs reach {train_cov}")
     typer.echo(f"analysis {where} ({sum(analysis.timings.values()):.1f} s, peak memory {_peak_memory_mib():,.0f} MiB)")
+    if pool is not None:
+        pool.close()   # the workers' CPUs (and the shards they hold) freed for whatever runs next in this Ray
 
 
 @command

@@ -153,6 +153,26 @@ def test_python_entries_on_one_worker(trained_lenet, digits):
     assert ray.is_initialized()   # a Ray the caller started is left running
 
 
+def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
+    # `idcgen analyze --train 'PATTERN' --workers 2`, in this process (its Ray), equals the in-memory analysis
+    from typer.testing import CliRunner
+    import idcgen
+    from idcgen.cli import app
+    model, path = trained_lenet
+    x, y = digits[0][:1500], digits[1][:1500]
+    for i, part in enumerate(np.array_split(np.arange(len(x)), 2)):
+        np.savez(tmp_path / f"train-{i}.npz", x=x[part], y=y[part])
+    done = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "train-*.npz"),
+                                    "--workers", "2", "--m", "4", "--out", str(tmp_path / "a")])
+    assert done.exit_code == 0, done.output
+    assert "2 shards" in done.output
+    assert_same_analysis(idcgen.analyze(model, x, y, m=4, progress=False), idcgen.Analysis.load(tmp_path / "a"),
+                         same_data_fingerprint=False)
+    done = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "none-*.npz"),
+                                    "--workers", "1", "--out", str(tmp_path / "b")])
+    assert done.exit_code == 1 and "error: no file or folder matches" in done.output
+
+
 def test_without_ray_each_entry_says_what_to_install(trained_lenet, tmp_path):
     # ray made unimportable in a subprocess, as where the extra is not installed
     _, path = trained_lenet
