@@ -545,7 +545,7 @@ def _fmt(v) -> str:
 
 def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, measures=MEASURES,
              tol: float | None = 0.05, batch_size: int = 256, first_check: int = 500, random_state: int = 0,
-             progress: bool = True) -> AffinityResult:
+             progress: bool = True, forward=None) -> AffinityResult:
     """Affinity of unit groups with hypotheses over the inputs ``x`` (labels ``y`` optional).
 
     ``analysis``: an `Analysis` whose important neurons form one group; ``units``: a spec string
@@ -553,7 +553,9 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     neither: all neurons of the model's default layer. ``hypotheses``: `Hypothesis` objects or a dict
     name -> f(x, y) (default: the built-in library). Without labels the hypotheses get the model's
     predictions as ``y``. ``tol``: a score is final once its 95 % interval is within +-tol (0 or None: every
-    score on all inputs). Returns an `AffinityResult`.
+    score on all inputs). ``forward(rows, layers)``: the model's outputs and those layers' activations of
+    ``x[rows]`` (default: a forward pass here; ``idcgen.distributed`` gives the Ray workers'). Returns an
+    `AffinityResult`.
     """
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
@@ -602,7 +604,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         rows = order[seen:min(seen + batch_size, next_check)]
         xb = x[rows]
         t = time.perf_counter()
-        probs, taps = network.forward(xb, layers)      # one pass: every layer any group needs
+        probs, taps = network.forward(xb, layers) if forward is None else forward(rows, layers)   # every layer any group needs
         timings["forward"] += time.perf_counter() - t
         block = np.empty((len(rows), U), np.float64)
         for layer, values in zip(layers, taps):
