@@ -35,7 +35,7 @@ import numpy as np
 
 from .checks import check_int, check_real
 from .errors import InputError, ParameterError
-from .hypotheses import Hypothesis, builtin_hypotheses, describe_function, evaluate
+from .hypotheses import Hypothesis, builtin_hypotheses, describe_function, evaluate, resize_mask
 from .markdown import to_html
 
 __all__ = ["affinity", "AffinityResult", "UnitGroup", "parse_units", "parse_measures", "MEASURES",
@@ -44,7 +44,12 @@ __all__ = ["affinity", "AffinityResult", "UnitGroup", "parse_units", "parse_meas
 MEASURES = ("pearson", "spearman", "mi", "linear")
 #: measures of one unit against one hypothesis; "linear" is a measure of a group
 UNIT_MEASURES = ("pearson", "spearman", "mi")
-TITLES = {"pearson": "Pearson", "spearman": "Spearman", "mi": "mutual information", "linear": "linear model"}
+TITLES = {"pearson": "Pearson", "spearman": "Spearman", "mi": "mutual information", "linear": "linear model",
+          "pixel": "pixel Pearson", "iou": "IoU"}
+#: measures of a spatial unit's activation map against a per-pixel hypothesis (a mask), on the inputs streamed
+MASK_MEASURES = ("pixel", "iou")
+#: NetDissect's top quantile: a unit's region is where its activation is among the top 0.5 % of all its values
+IOU_TOP = 0.005
 Z95 = 1.959963984540054
 T95_4 = 2.7764451051977987   # t quantile 0.975 with 4 degrees of freedom: 5 parts or folds
 PARTS = 5
@@ -510,7 +515,7 @@ class AffinityResult:
         s = self.scores[measure].T
         cols = ([f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups])
         fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(cols) + 2.5), max(3.0, 0.32 * len(self.hypotheses) + 1.5)))
-        signed = measure in ("pearson", "spearman")
+        signed = measure in ("pearson", "spearman", "pixel")
         image = ax.imshow(np.ma.masked_invalid(s), cmap="RdBu_r" if signed else "viridis", aspect="auto",
                           vmin=-1 if signed else None, vmax=1 if signed else None)
         ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=7)
@@ -594,6 +599,9 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     binary = np.zeros(K, bool)
     order = np.random.default_rng(random_state).permutation(n)
     acts, hvals, seen, checks = [], [[] for _ in hyps], 0, []
+    # per-pixel hypotheses (masks, found on the first batch) against the activation maps of spatial units
+    spatial = {layer: unit_pos[layer] for layer in layers if len(network.output_shape(layer)) == 4}
+    is_mask, maps, masks = np.zeros(K, bool), {layer: [] for layer in spatial}, {}
     timings = {"forward": 0.0, "hypotheses": 0.0, "measures": 0.0}
     next_check = n if tol is None else min(-(-first_check // batch_size) * batch_size, n)   # whole batches
     bar = tqdm(total=n, desc="affinity", unit="input", disable=not progress, leave=False)
@@ -601,6 +609,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         active = [j for j in range(K) if not all(final[m][:, j].all() for m in measures)]
         if not active:
             break
+        active = sorted(set(active) | set(np.flatnonzero(is_mask)))   # masks: every input streamed
         rows = order[seen:min(seen + batch_size, next_check)]
         xb = x[rows]
         t = time.perf_counter()
@@ -614,8 +623,20 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         yb = y[rows] if y is not None else (probs[:, 0] if network.task == "regression" else probs.argmax(axis=1))
         t = time.perf_counter()
         for j in active:                                 # each hypothesis once per batch, for every group
-            hvals[j].append(evaluate(hyps[j], xb, yb))
+            value = evaluate(hyps[j], xb, yb, masks=True)
+            if value.ndim == 3:                          # a mask: its area share stands in for the unit measures
+                is_mask[j] = True
+                for layer in spatial:
+                    masks.setdefault((layer, j), []).append(
+                        resize_mask(value, network.output_shape(layer)[1:3]).astype(np.float32))
+                value = value.mean(axis=(1, 2))
+            hvals[j].append(value)
         timings["hypotheses"] += time.perf_counter() - t
+        if spatial and is_mask.any():                    # the maps themselves (a second pass, masks only)
+            t = time.perf_counter()
+            for layer, out in zip(spatial, _maps(network, tuple(spatial))(xb)):
+                maps[layer].append(out[..., unit_pos[layer][1]])
+            timings["forward"] += time.perf_counter() - t
         seen += len(rows)
         bar.update(len(rows))
         if seen < next_check:
@@ -638,15 +659,54 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     if any(late.values()):
         notes.append(f"not within +-{tol} before the end of the inputs, so computed on all {n}: "
                      + ", ".join(f"{k} of {used[m].size} {TITLES[m]}" for m, k in late.items() if k) + " scores")
-    undefined = [hyps[j].name for j in range(K) if any(np.isnan(scores[m][:, j]).all() for m in measures)]
+    undefined = [hyps[j].name for j in range(K) if not is_mask[j]
+                 and any(np.isnan(scores[m][:, j]).all() for m in measures)]
     if undefined:
         notes.append(f"constant on the inputs (no score): {', '.join(undefined)}")
+    if spatial and is_mask.any():
+        t = time.perf_counter()
+        for m in MASK_MEASURES:
+            scores[m], widths[m], used[m] = np.full((U, K), np.nan), np.full((U, K), np.nan), np.zeros((U, K), np.int64)
+        _mask_scores(spatial, maps, masks, scores, used, seen)
+        measures = measures + MASK_MEASURES
+        timings["measures"] += time.perf_counter() - t
+        notes.append(f"masks ({', '.join(hyps[j].name for j in np.flatnonzero(is_mask))}) scored pixel by pixel on "
+                     f"the {seen} inputs streamed; their area share stands in for them in the other measures")
     channels = {layer for layer in layers if len(network.output_shape(layer)) > 2}
     return AffinityResult(units=unit_list, groups=groups, hypotheses=hyps, measures=measures, scores=scores,
                           half_widths=widths, n_used=used, baselines=baselines, binary=binary, n_inputs=n,
                           n_seen=seen, tol=tol, y_source="labels" if y is not None else "predictions",
                           seconds=time.perf_counter() - start, timings=timings, checks=checks, channels=channels,
                           notes=notes)
+
+
+def _maps(network, layers: tuple[str, ...]):
+    """x -> the raw outputs (n, h, w, channels) of ``layers``, traced once per model."""
+    def build():
+        import tensorflow as tf
+        run = tf.function(lambda x: network.outputs(x, layers)[0], reduce_retracing=True)
+        return lambda x: [o.numpy() for o in run(tf.convert_to_tensor(x, dtype=tf.float32))]
+    return network.cached(("affinity-maps", layers), build)
+
+
+def _mask_scores(spatial, maps, masks, scores, used, n):
+    """Per spatial unit and mask: Pearson over every pixel of every input between the unit's activation map
+    and the mask resized to the map (area averages), and NetDissect's IoU of the unit's region (its top
+    IOU_TOP of values over all pixels and inputs) with the mask (resized, above one half)."""
+    for layer, (cols, _) in spatial.items():
+        stack = np.concatenate(maps[layer]).astype(np.float64)          # (n, h, w, units of the layer)
+        for (where, j), pieces in masks.items():
+            if where != layer:
+                continue
+            mask = np.concatenate(pieces).astype(np.float64).ravel()
+            region = mask >= 0.5
+            for k, c in enumerate(cols):
+                a = stack[..., k].ravel()
+                scores["pixel"][c, j] = _correlation(a[:, None], mask[:, None])[0, 0]
+                top = a >= np.quantile(a, 1 - IOU_TOP)
+                union = (top | region).sum()
+                scores["iou"][c, j] = (top & region).sum() / union if union else np.nan
+                used["pixel"][c, j] = used["iou"][c, j] = n
 
 
 def _groups(network, analysis, units) -> list[UnitGroup]:

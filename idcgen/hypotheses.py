@@ -31,8 +31,9 @@ import numpy as np
 
 from .errors import InputError, ParameterError
 
-__all__ = ["Hypothesis", "builtin_hypotheses", "load_hypotheses", "evaluate", "describe_function", "grey",
-           "brightness", "contrast", "ink", "centre_x", "centre_y", "edge_density", "symmetry"]
+__all__ = ["Hypothesis", "builtin_hypotheses", "builtin_masks", "load_hypotheses", "evaluate", "describe_function",
+           "grey", "brightness", "contrast", "ink", "centre_x", "centre_y", "edge_density", "symmetry", "ink_mask",
+           "edges_mask", "left_mask", "centre_mask", "resize_mask"]
 
 #: an edge is a step between neighbouring pixels larger than this share of the image's own value span
 EDGE_STEP = 0.25
@@ -172,6 +173,62 @@ def builtin_hypotheses(*, task: str = "classification", n_classes: int = 0, chan
     return out
 
 
+# ---- masks (n, ...) -> (n, h, w): per-pixel hypotheses for spatial units ----------------------------------
+
+def ink_mask(x, y=None) -> np.ndarray:
+    """Foreground pixels: brighter than the midpoint of the image's darkest and brightest pixel (1), else 0."""
+    g = grey(x)
+    lo, span = _span(g)
+    return ((g > lo + span / 2) & (span > 0)).astype(np.float64)
+
+
+def edges_mask(x, y=None) -> np.ndarray:
+    """Edge pixels: forward-difference gradient magnitude above EDGE_STEP times the image's value span (the
+    last row and column, which have no forward difference, are 0)."""
+    g = grey(x)
+    _, span = _span(g)
+    out = np.zeros(g.shape)
+    dx = g[:, :-1, 1:] - g[:, :-1, :-1]
+    dy = g[:, 1:, :-1] - g[:, :-1, :-1]
+    out[:, :-1, :-1] = (np.hypot(dx, dy) > EDGE_STEP * span) & (span > 0)
+    return out
+
+
+def left_mask(x, y=None) -> np.ndarray:
+    """The left half of the image (the same region for every input)."""
+    g = grey(x)
+    out = np.zeros(g.shape)
+    out[:, :, : g.shape[2] // 2] = 1.0
+    return out
+
+
+def centre_mask(x, y=None) -> np.ndarray:
+    """The central region: the middle half of the rows and of the columns (the same for every input)."""
+    g = grey(x)
+    h, w = g.shape[1:]
+    out = np.zeros(g.shape)
+    out[:, h // 4: h - h // 4, w // 4: w - w // 4] = 1.0
+    return out
+
+
+def builtin_masks() -> list[Hypothesis]:
+    """The built-in per-pixel hypotheses for images: ink, edges, the left half, the centre."""
+    return [Hypothesis("ink_mask", ink_mask, "ink pixels"), Hypothesis("edges_mask", edges_mask, "edge pixels"),
+            Hypothesis("left_mask", left_mask, "left half"), Hypothesis("centre_mask", centre_mask, "centre region")]
+
+
+def resize_mask(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """(n, H, W) masks -> (n, h, w) by area averaging: each output pixel is the mean of the input pixels
+    under it, weighted by their overlap (exact for any sizes, H/h need not be whole)."""
+    def weights(big: int, small: int) -> np.ndarray:
+        edges = np.arange(small + 1) * big / small            # output cell i covers [edges[i], edges[i+1])
+        lo = np.maximum(edges[:-1, None], np.arange(big)[None, :])
+        hi = np.minimum(edges[1:, None], np.arange(big)[None, :] + 1)
+        return np.clip(hi - lo, 0, None) * small / big        # each row sums to 1
+    rows, cols = weights(mask.shape[1], shape[0]), weights(mask.shape[2], shape[1])
+    return np.einsum("ir,nrc,jc->nij", rows, np.asarray(mask, np.float64), cols)
+
+
 def describe_function(func, name: str) -> str:
     """The first line of ``func``'s docstring (without its full stop), else ``name``."""
     doc = inspect.getdoc(func) or ""
@@ -207,9 +264,10 @@ def load_hypotheses(path) -> list[Hypothesis]:
     return [Hypothesis(name, func, describe_function(func, name)) for name, func in found]
 
 
-def evaluate(hypothesis: Hypothesis, x: np.ndarray, y) -> np.ndarray:
-    """``hypothesis(x, y)`` as float64 (n,); a function that raises or returns another shape or a
-    non-finite value is refused in one line naming it."""
+def evaluate(hypothesis: Hypothesis, x: np.ndarray, y, *, masks: bool = False) -> np.ndarray:
+    """``hypothesis(x, y)`` as float64 (n,), or with ``masks`` and images x (n, H, W, C) also (n, H, W) (a
+    per-pixel hypothesis); a function that raises or returns another shape or a non-finite value is refused
+    in one line naming it."""
     n = len(x)
     try:
         value = hypothesis.func(x, y)
@@ -223,9 +281,11 @@ def evaluate(hypothesis: Hypothesis, x: np.ndarray, y) -> np.ndarray:
     except (TypeError, ValueError):
         raise InputError(f"hypothesis {hypothesis.name!r} returned {type(value).__name__}, not numbers; "
                          f"expected an array of shape ({n},)") from None
-    if value.shape != (n,):
+    mask_shape = (n, *x.shape[1:3]) if masks and np.ndim(x) == 4 else None    # images (n, H, W, C): H x W masks
+    if value.shape != (n,) and value.shape != mask_shape:
         raise InputError(f"hypothesis {hypothesis.name!r} returned shape {value.shape} for a batch of {n} inputs; "
-                         f"expected ({n},): one number per input")
+                         f"expected ({n},): one number per input"
+                         + (f", or {mask_shape}: a mask per input" if mask_shape else ""))
     if not np.isfinite(value).all():
         raise InputError(f"hypothesis {hypothesis.name!r} returned NaN or inf for {int((~np.isfinite(value)).sum())} "
                          f"of {n} inputs; expected finite numbers")

@@ -417,7 +417,81 @@ def test_command_end_to_end(tmp_path):
                                "--units", "units", "--hypotheses", str(bad), "--no-builtin", "--out", str(report)])
     assert done.exit_code == 1
     assert done.output.endswith("error: hypothesis 'broken' returned shape (256, 28, 1) for a batch of 256 inputs; "
-                                "expected (256,): one number per input\n")   # one line (after the progress bar)
+                                "expected (256,): one number per input, or (256, 28, 28): a mask per input\n")
     done = runner.invoke(app, ["affinity", "--model", str(model_path), "--inputs", "embedded-mnist:test",
                                "--tol", "-1", "--out", str(report)])
     assert done.exit_code == 1 and "error: --tol must be a finite float" in done.output
+
+
+# ---- per-pixel hypotheses (masks) for spatial units ------------------------------------------------------
+
+def _conv_units():
+    """Input (8, 8, 2) -> 1x1 Conv2D 'conv' with 3 channels: channel 0 = input channel 0 (the mask image),
+    channel 1 = its negation, channel 2 = input channel 1 (noise) -> global mean -> Dense(2) -> softmax."""
+    import keras
+    inputs = keras.Input((8, 8, 2))
+    conv = keras.layers.Conv2D(3, 1, name="conv")(inputs)
+    pooled = keras.layers.GlobalAveragePooling2D()(conv)
+    model = keras.Model(inputs, keras.layers.Activation("softmax")(keras.layers.Dense(2, name="logits")(pooled)))
+    w = np.zeros((1, 1, 2, 3), np.float32)
+    w[0, 0, 0, 0], w[0, 0, 0, 1], w[0, 0, 1, 2] = 1, -1, 1
+    model.get_layer("conv").set_weights([w, np.zeros(3, np.float32)])
+    return model
+
+
+def test_resize_mask_by_area():
+    from idcgen.hypotheses import resize_mask
+    m = np.zeros((1, 4, 4))
+    m[0, :2, :2] = 1
+    np.testing.assert_allclose(resize_mask(m, (2, 2))[0], [[1, 0], [0, 0]])
+    # 4 -> 3: cell 0 covers rows [0, 4/3): row 0 and a third of row 1; cell 1 two thirds of rows 1 and 2
+    np.testing.assert_allclose(resize_mask(m, (3, 3))[0], [[1, 0.5, 0], [0.5, 0.25, 0], [0, 0, 0]])
+    np.testing.assert_allclose(resize_mask(m, (4, 4)), m)
+
+
+def test_a_channel_equal_to_a_mask_scores_one_pixel_by_pixel():
+    rng = np.random.default_rng(0)
+    n = 400
+    blobs = np.zeros((n, 8, 8))
+    for i in range(n):                                    # a random rectangle per input
+        r, c = rng.integers(0, 6, size=2)
+        blobs[i, r:r + rng.integers(1, 4), c:c + rng.integers(1, 4)] = 1
+    x = np.stack([blobs, rng.random((n, 8, 8))], axis=-1).astype(np.float32)
+    hyps = {"blob": lambda x, y: x[..., 0], "left": lambda x, y: np.broadcast_to(np.arange(8) < 4, x.shape[:3]) * 1.0,
+            "blob_area": lambda x, y: x[..., 0].mean(axis=(1, 2))}
+    result = affinity(_conv_units(), x, None, units="conv", hypotheses=hyps, measures="pearson", tol=0,
+                      progress=False)
+    assert result.measures == ("pearson", "pixel", "iou")
+    pixel, iou = result.scores["pixel"], result.scores["iou"]
+    assert pixel[0, 0] == pytest.approx(1.0, abs=1e-6) and pixel[1, 0] == pytest.approx(-1.0, abs=1e-6)
+    assert abs(pixel[2, 0]) < 4 / math.sqrt(n * 64)       # noise: about 0 over 25,600 pixels
+    # IoU: channel 0's top 0.5 % of values are its 1s (ties at the maximum), exactly the mask; the negation's
+    # top values are the mask's 0s (IoU 0); noise's top 0.5 % meet the mask by chance: |A n M| / |A u M| with
+    # |A| = 128 pixels, |M| = the blobs' pixels, about 0.005 |M| in common
+    region = blobs.sum()
+    assert iou[0, 0] == pytest.approx(1.0) and iou[1, 0] == 0.0
+    assert iou[2, 0] < 3 * 0.005 * region / (region + 128)
+    # the left half: a region the same for every input, which none of the channels follows
+    assert np.abs(pixel[:, 1]).max() < 0.05
+    # a scalar hypothesis has no pixel score; a mask's area share stands in for it in the unit measures
+    assert np.isnan(pixel[:, 2]).all() and np.isnan(iou[:, 2]).all()
+    assert result.scores["pearson"][0, 0] == pytest.approx(1.0, abs=1e-6)   # channel mean = the blob's area share
+    assert np.isnan(result.scores["pearson"][:, 1]).all()                   # a fixed region: constant share
+    assert any("scored pixel by pixel" in note for note in result.notes)
+    assert {r["measure"] for r in result.rows()} == {"pearson", "pixel", "iou"}
+
+
+def test_builtin_masks_by_hand():
+    from idcgen.hypotheses import builtin_masks, centre_mask, edges_mask, ink_mask, left_mask
+    x = _images()                                         # left half bright, flat, one bright pixel
+    np.testing.assert_array_equal(ink_mask(x)[0], np.tile([1, 1, 0, 0], (4, 1)))
+    assert ink_mask(x)[1].sum() == 0 and ink_mask(x)[2].sum() == 1 and ink_mask(x)[2, 1, 3] == 1
+    edges = edges_mask(x)
+    np.testing.assert_array_equal(edges[0], [[0, 1, 0, 0]] * 3 + [[0, 0, 0, 0]])   # the step after column 1
+    assert edges.mean(axis=(1, 2)) * 16 / 9 == pytest.approx(H.edge_density(x))    # the same edges as `edges`
+    np.testing.assert_array_equal(left_mask(x)[1], np.tile([1, 1, 0, 0], (4, 1)))
+    np.testing.assert_array_equal(centre_mask(x)[0], np.pad(np.ones((2, 2)), 1))
+    assert [h.name for h in builtin_masks()] == ["ink_mask", "edges_mask", "left_mask", "centre_mask"]
+    for shape in ((3, 2), (3, 4, 1)):                    # neither a number nor a 4 x 4 mask per input
+        with pytest.raises(InputError, match=r"expected \(3,\): one number per input, or \(3, 4, 4\): a mask"):
+            evaluate(Hypothesis("bad", lambda x, y: np.zeros(shape)), x, None, masks=True)
