@@ -582,6 +582,7 @@ def affinity(model: Path = ModelOpt,
              units: Optional[str] = typer.Option(None, "--units", help="Unit groups: LAYER (all its neurons) or LAYER:i,j,k, several joined by ';' (default without --analysis: every neuron of the default layer)."),
              hypotheses: Optional[Path] = typer.Option(None, "--hypotheses", help="Python file of hypotheses f(x, y) -> array (n,): its HYPOTHESES dict, else its public functions; added to the built-in ones. The file is executed: trusted code only."),
              no_builtin: bool = typer.Option(False, "--no-builtin", help="Leave the built-in hypotheses out (use those of --hypotheses only)."),
+             masks: bool = typer.Option(False, "--masks", help="Add the built-in per-pixel hypotheses (ink, edges, left half, centre masks): each convolutional channel's activation map against each mask, by pixel Pearson and IoU (a hypotheses file may return masks (n, H, W) too)."),
              measures: str = typer.Option("pearson,spearman,mi,linear", "--measures", help="Comma-separated: pearson, spearman, mi (mutual information), linear (a group's logistic accuracy or linear R^2, cross-validated)."),
              tol: float = typer.Option(0.05, "--tol", help="Early stopping: a score is final once its 95 % interval is within +-TOL; 0 scores every input."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object (every score, the top hypotheses, timings)."),
@@ -597,10 +598,10 @@ def affinity(model: Path = ModelOpt,
     information and linear models, with early stopping."""
     from .deepbase import affinity as run, parse_measures
     from .analysis import Analysis
-    from .hypotheses import builtin_hypotheses, load_hypotheses
+    from .hypotheses import builtin_hypotheses, builtin_masks, load_hypotheses
     chosen = parse_measures(measures)    # before loading anything
     extra = load_hypotheses(hypotheses) if hypotheses is not None else []
-    if no_builtin and not extra:
+    if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
     found = Analysis.load(analysis) if analysis is not None else None
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
@@ -613,6 +614,7 @@ def affinity(model: Path = ModelOpt,
     library = [] if no_builtin else builtin_hypotheses(
         task=network.task, n_classes=network.n_classes if network.task != "regression" else 0,
         channels=x.shape[-1] if x.ndim == 4 else 1)
+    library += builtin_masks() if masks else []
     result = run(network, x, ds.y, analysis=found, units=units, hypotheses=library + extra, measures=chosen,
                  tol=tol, random_state=random_state, progress=not as_json)
     folder = out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.stem
@@ -626,7 +628,8 @@ def affinity(model: Path = ModelOpt,
             else f"all {result.n_inputs} inputs")
     typer.echo(f"{len(result.units)} units in {len(result.groups)} group(s), {len(result.hypotheses)} hypotheses, "
                f"{', '.join(result.measures)}; {stop}; {result.seconds:.1f} s")
-    for measure in dict.fromkeys([result.headline() or chosen[0]] + (["linear"] if "linear" in chosen else [])):
+    for measure in dict.fromkeys([result.headline() or chosen[0]] + (["linear"] if "linear" in chosen else [])
+                                 + (["iou"] if "iou" in result.measures else [])):
         typer.echo(result.table(measure))
     for line in result.describe():
         typer.echo(line)

@@ -495,3 +495,30 @@ def test_builtin_masks_by_hand():
     for shape in ((3, 2), (3, 4, 1)):                    # neither a number nor a 4 x 4 mask per input
         with pytest.raises(InputError, match=r"expected \(3,\): one number per input, or \(3, 4, 4\): a mask"):
             evaluate(Hypothesis("bad", lambda x, y: np.zeros(shape)), x, None, masks=True)
+
+
+def test_command_with_masks(tmp_path):
+    import keras
+    from idcgen.cli import app
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((28, 28, 1))
+    conv = keras.layers.Conv2D(2, 3, strides=2, name="conv")(inputs)                 # 13 x 13 maps
+    pooled = keras.layers.GlobalAveragePooling2D()(conv)
+    model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(pooled))
+    w = np.zeros((3, 3, 1, 2), np.float32)
+    w[1, 1, 0, 0] = 1                                                                   # channel 0: the pixel itself
+    w[:, :, 0, 1] = np.random.default_rng(0).normal(size=(3, 3))
+    model.get_layer("conv").set_weights([w, np.zeros(2, np.float32)])
+    path = tmp_path / "conv.keras"
+    model.save(path)
+    done = CliRunner().invoke(app, ["affinity", "--model", str(path), "--inputs", "embedded-mnist:test", "--limit", "300",
+                                    "--units", "conv", "--masks", "--measures", "pearson", "--tol", "0", "--json",
+                                    "--out", str(tmp_path / "report")])
+    assert done.exit_code == 0, done.output
+    got = json.loads(done.output.strip().splitlines()[-1])
+    names = [h["name"] for h in got["hypotheses"]]
+    assert got["measures"] == ["pearson", "pixel", "iou"] and "ink_mask" in names
+    ink = names.index("ink_mask")
+    assert got["scores"]["pixel"][0][ink] > 0.8                 # the channel is the image: it follows the ink
+    assert got["scores"]["pixel"][0][names.index("brightness")] is None   # scalar hypotheses: no pixel score
+    assert (tmp_path / "report" / "heatmap_iou.png").is_file()
