@@ -526,6 +526,7 @@ def inspect(model: Path = ModelOpt,
             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
             class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
             crop: Optional[str] = CropOpt,
+            ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
     probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
@@ -533,6 +534,7 @@ def inspect(model: Path = ModelOpt,
     from .deepinspect import inspect as run
     from .checks import check_int
     check_int("top", top, 1)
+    _need_ray(ray, workers)
     found = Analysis.load(analysis) if analysis is not None else None
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
     network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
@@ -540,8 +542,13 @@ def inspect(model: Path = ModelOpt,
         found.bind(network)
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels, crop=crop)
     names = None if layers_ is None else [n.strip() for n in layers_.split(",") if n.strip()]
-    result = run(network, x, None if no_labels else ds.y, layers=names, threshold=threshold, scaling=scaling,
-                 analysis=found, progress=not as_json, class_names=ds.class_names)
+    pool = _ray_pool(ray, workers, network, unsafe)   # the forward passes on Ray workers, the counts summed here
+    options = dict(layers=names, threshold=threshold, scaling=scaling, analysis=found, progress=not as_json,
+                   class_names=ds.class_names)
+    y = None if no_labels else ds.y
+    result = run(network, x, y, **options) if pool is None else pool.inspect(x, y, **options)
+    if pool is not None:
+        pool.close()
     folder = out if out is not None else DEFAULT_OUTPUTS / "inspect" / model.stem
     report = result.write_report(folder, x, top=top, title=f"{model.name} on {inputs}",
                                  value_range=convention.value_range)
@@ -593,6 +600,7 @@ def affinity(model: Path = ModelOpt,
              preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
              class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
              crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
+             ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
@@ -600,6 +608,7 @@ def affinity(model: Path = ModelOpt,
     from .analysis import Analysis
     from .hypotheses import builtin_hypotheses, builtin_masks, load_hypotheses
     chosen = parse_measures(measures)    # before loading anything
+    _need_ray(ray, workers)
     extra = load_hypotheses(hypotheses) if hypotheses is not None else []
     if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
@@ -615,8 +624,12 @@ def affinity(model: Path = ModelOpt,
         task=network.task, n_classes=network.n_classes if network.task != "regression" else 0,
         channels=x.shape[-1] if x.ndim == 4 else 1)
     library += builtin_masks() if masks else []
-    result = run(network, x, ds.y, analysis=found, units=units, hypotheses=library + extra, measures=chosen,
-                 tol=tol, random_state=random_state, progress=not as_json)
+    pool = _ray_pool(ray, workers, network, unsafe)   # the forward pass on Ray workers, the measures here
+    options = dict(analysis=found, units=units, hypotheses=library + extra, measures=chosen, tol=tol,
+                   random_state=random_state, progress=not as_json)
+    result = run(network, x, ds.y, **options) if pool is None else pool.affinity(x, ds.y, **options)
+    if pool is not None:
+        pool.close()
     folder = out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.stem
     report = result.save(folder)
     if as_json:
