@@ -302,9 +302,66 @@ def _check_layers_vary(low, high, widths, names) -> int:
     return int(np.sum(high <= low))
 
 
+def _first_pass(network, x, taps, widths, state: _Counts, *, threshold: float, scaling: str, batch: int,
+                keep: bool, bar=None):
+    """The forward pass that folds each batch into ``state``: predictions, runner-up, each neuron's min and
+    max, and (scaling "input") the active counts. Returns the (inputs x neurons) activations if ``keep``."""
+    store = np.empty((len(x), int(sum(widths))), np.float32) if keep else None
+    k = state.n_classes
+    for start in range(0, len(x), batch):
+        probs, acts = network.forward(x[start:start + batch], taps)
+        a = np.concatenate(acts, axis=1) if len(acts) > 1 else acts[0]
+        top2 = np.argsort(-probs, axis=1, kind="stable")[:, :2]   # ties: the lower class, in both passes
+        pred = top2[:, 0]
+        state.predictions.append(pred)
+        state.runner_up.append(top2[:, 1] if k > 1 else top2[:, 0])
+        state.second.append(np.take_along_axis(probs, top2[:, -1:], axis=1)[:, 0])
+        np.minimum(state.low, a.min(axis=0), out=state.low)
+        np.maximum(state.high, a.max(axis=0), out=state.high)
+        if scaling == "input":
+            _count_active(state.active, pred, _scale_rows_per_layer(a, widths) > threshold)
+        elif store is not None:
+            store[start:start + len(a)] = a
+        if bar is not None:
+            bar.update(len(a))
+    return store
+
+
+def _count_pass(network, x, taps, state: _Counts, limits: np.ndarray, *, batch: int, store=None, bar=None):
+    """Adds to ``state.active`` the inputs on which each neuron is above its limit, per predicted class: from
+    the activations the first pass kept, else a second forward pass."""
+    if store is not None:
+        predictions = np.concatenate(state.predictions)
+        for start in range(0, len(x), 4096):
+            rows = slice(start, start + 4096)
+            _count_active(state.active, predictions[rows], store[rows] > limits)
+        return
+    for start in range(0, len(x), batch):
+        probs, acts = network.forward(x[start:start + batch], taps)
+        a = np.concatenate(acts, axis=1) if len(acts) > 1 else acts[0]
+        _count_active(state.active, np.argsort(-probs, axis=1, kind="stable")[:, 0], a > limits)
+        if bar is not None:
+            bar.update(len(a))
+
+
+def _count_locally(network, x, taps, widths, state: _Counts, *, threshold: float, scaling: str, batch: int,
+                   memory_budget: int, progress: bool) -> int:
+    """The pass (or two) over ``x`` in this process; returns the number of forward passes."""
+    from tqdm.auto import tqdm
+    one_pass = scaling == "input" or len(x) * int(sum(widths)) * 4 <= memory_budget
+    passes = 1 if one_pass else 2
+    with tqdm(total=len(x) * passes, desc="inspect", unit="input", disable=not progress, leave=False) as bar:
+        store = _first_pass(network, x, taps, widths, state, threshold=threshold, scaling=scaling, batch=batch,
+                            keep=one_pass and scaling != "input", bar=bar)
+        if scaling != "input":
+            _count_pass(network, x, taps, state, _thresholds(state.low, state.high, widths, threshold, scaling),
+                        batch=batch, store=store, bar=bar)
+    return passes
+
+
 def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: str = "neuron", analysis=None,
             batch_size: int | None = None, memory_budget: int = MEMORY_BUDGET, progress: bool = False,
-            class_names=None) -> "InspectResult":
+            class_names=None, counting=None) -> "InspectResult":
     """DeepInspect on ``model`` over the inputs ``x`` (labels ``y`` optional): NAPV, NAPVD, confusion and
     bias predictions at both cut-offs and, with labels, their precision, recall, Spearman and AUCEC.
 
@@ -323,6 +380,8 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
         those of all neurons ("important" in ``metrics``).
     memory_budget : bytes of (inputs x neurons) float32 activations kept for one pass; larger input sets
         take a second pass (the first finds each neuron's min and max).
+    counting : what runs the passes (default: this process); ``idcgen.distributed`` maps them on Ray
+        workers and sums their counts (docs/design.md, "Scale-out on Ray").
     """
     from .criteria.base import as_network, check_layer_names, default_neuron_layers
     from .data import Dataset, check_labels, fit_to_model
@@ -346,7 +405,11 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
         (tuple(x.class_names) if isinstance(x, Dataset) and getattr(x, "class_names", None) else None)
     if isinstance(x, Dataset):
         y = x.y if y is None else y
-    x = fit_to_model(x, network.input_shape)
+    if getattr(x, "read_by_workers", False):   # shards Ray workers read and hold (idcgen.distributed.shards)
+        labels = x.load()
+        y = labels if y is None else y
+    else:
+        x = fit_to_model(x, network.input_shape)
     if len(x) == 0:
         raise InputError("no inputs to inspect")
     k = network.n_classes
@@ -362,41 +425,11 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
             taps = names + (analysis.layer,)
         important = (analysis.layer, np.asarray(analysis.neurons, np.int64))
     widths = tuple(network.neuron_count(n) for n in taps)
-    n_neurons = int(sum(widths))
     kept_widths = widths[:len(names)]
     state = _Counts(k, widths)
-    one_pass = scaling == "input" or len(x) * n_neurons * 4 <= memory_budget
-    store = None if scaling == "input" or not one_pass else np.empty((len(x), n_neurons), np.float32)
-    from tqdm.auto import tqdm
-    passes = 1 if one_pass else 2
-    with tqdm(total=len(x) * passes, desc="inspect", unit="input", disable=not progress, leave=False) as bar:
-        for p in range(passes):
-            for start in range(0, len(x), batch):
-                probs, acts = network.forward(x[start:start + batch], taps)
-                a = np.concatenate(acts, axis=1) if len(acts) > 1 else acts[0]
-                top2 = np.argsort(-probs, axis=1, kind="stable")[:, :2]   # ties: the lower class, in both passes
-                pred = top2[:, 0]
-                if p == 0:
-                    state.predictions.append(pred)
-                    state.runner_up.append(top2[:, 1] if k > 1 else top2[:, 0])
-                    state.second.append(np.take_along_axis(probs, top2[:, -1:], axis=1)[:, 0])
-                    np.minimum(state.low, a.min(axis=0), out=state.low)
-                    np.maximum(state.high, a.max(axis=0), out=state.high)
-                if scaling == "input":
-                    _count_active(state.active, pred, _scale_rows_per_layer(a, widths) > threshold)
-                elif store is not None:
-                    store[start:start + len(a)] = a
-                elif p == 1:
-                    _count_active(state.active, pred, a > limits)
-                bar.update(len(a))
-            if p == 0 and scaling != "input":
-                limits = _thresholds(state.low, state.high, widths, threshold, scaling)
+    passes = (counting or _count_locally)(network, x, taps, widths, state, threshold=threshold, scaling=scaling,
+                                          batch=batch, memory_budget=memory_budget, progress=progress)
     predictions, runner_up = np.concatenate(state.predictions), np.concatenate(state.runner_up)
-    if store is not None:
-        for start in range(0, len(x), 4096):
-            rows = slice(start, start + 4096)
-            _count_active(state.active, predictions[rows], store[rows] > limits)
-        del store
     state.per_class = np.bincount(predictions, minlength=k)
     if len(k_present := np.flatnonzero(state.per_class > 0)) < 2:
         raise InputError(f"the model predicts only class {k_present.tolist()} on these {len(x)} inputs; "

@@ -18,7 +18,8 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
-              "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.deepinspect", "idcgen.deepbase",
+              "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.distributed.shards",
+              "idcgen.distributed.measures", "idcgen.deepinspect", "idcgen.deepbase",
               "idcgen.hypotheses", "idcgen.markdown"]
 
 

@@ -129,6 +129,42 @@ class TestOnTwoWorkers:
         blocks = ray.data.from_numpy(np.array_split(test, 4))   # one column, 4 blocks, no labels
         np.testing.assert_array_equal(pool.tracker(single, blocks).covered_ids(), single.tracker(test).covered_ids())
 
+    # ---- inspect and affinity with the forward passes on the workers ---------------------------------
+    @pytest.mark.parametrize("options", [dict(scaling="neuron"), dict(scaling="layer", memory_budget=0),
+                                         dict(scaling="input")])
+    def test_inspect_equals_the_single_process_one(self, pool, trained_lenet, digits, options):
+        import idcgen
+        model, _ = trained_lenet
+        x, y = digits[2][:900], digits[3][:900]
+        single, sharded = idcgen.inspect(model, x, y, **options), pool.inspect(x, y, **options)
+        assert sharded.passes == single.passes == (2 if options.get("memory_budget") == 0 else 1)
+        for name in ("predictions", "runner_up", "per_class", "napv"):
+            np.testing.assert_array_equal(getattr(sharded, name), getattr(single, name), err_msg=name)
+        np.testing.assert_allclose(sharded.runner_up_probability, single.runner_up_probability, rtol=RTOL)
+        assert sharded.metrics == single.metrics
+
+    def test_inspect_of_shard_files(self, pool, trained_lenet, digits, tmp_path):
+        import idcgen
+        model, _ = trained_lenet
+        x, y = digits[2][:900], digits[3][:900]
+        for i, part in enumerate(np.array_split(np.arange(len(x)), 3)):
+            np.savez(tmp_path / f"test-{i}.npz", x=x[part], y=y[part])
+        single, sharded = idcgen.inspect(model, x, y), pool.inspect(str(tmp_path / "test-*.npz"))
+        np.testing.assert_array_equal(sharded.napv, single.napv)
+        np.testing.assert_array_equal(sharded.labels, single.labels)   # the shards' own labels, in order
+        assert sharded.metrics == single.metrics
+
+    def test_affinity_equals_the_single_process_one(self, pool, trained_lenet, digits):
+        import idcgen
+        model, _ = trained_lenet
+        x, y = digits[2][:400], digits[3][:400]
+        options = dict(measures="pearson,linear", tol=0, progress=False)
+        single, sharded = idcgen.affinity(model, x, y, **options), pool.affinity(x, y, **options)
+        assert sharded.units == single.units and sharded.n_seen == single.n_seen == len(x)
+        for m in ("pearson", "linear"):
+            np.testing.assert_allclose(sharded.scores[m], single.scores[m], rtol=1e-4, atol=1e-6, err_msg=m)
+        assert np.isfinite(single.scores["pearson"]).any()
+
     def test_shard_inputs_refused_in_one_line(self, pool, digits, tmp_path):
         from idcgen.errors import InputError
         with pytest.raises(InputError, match=r"^no file or folder matches .*nothing-\*\.npz"):
@@ -171,6 +207,30 @@ def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
     done = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "none-*.npz"),
                                     "--workers", "1", "--out", str(tmp_path / "b")])
     assert done.exit_code == 1 and "error: no file or folder matches" in done.output
+
+
+def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
+    # --workers 2 maps the forward passes on Ray workers: the same JSON as in one process (timings aside)
+    import json
+    from typer.testing import CliRunner
+    from idcgen.cli import app
+    _, path = trained_lenet
+    np.savez(tmp_path / "test.npz", x=digits[2][:600], y=digits[3][:600])
+    common = ["--model", str(path), "--inputs", str(tmp_path / "test.npz"), "--json"]
+    runs = {}
+    for name, extra in (("inspect", []), ("affinity", ["--measures", "pearson,linear", "--tol", "0"])):
+        for where, ray_args in (("here", []), ("ray", ["--workers", "2"])):
+            done = CliRunner().invoke(app, [name] + common + extra + ray_args + ["--out", str(tmp_path / name / where)])
+            assert done.exit_code == 0, done.output
+            runs[name, where] = json.loads(done.stdout.strip().splitlines()[-1])
+    here, there = runs["inspect", "here"], runs["inspect", "ray"]
+    for key in ("pairs", "metrics", "predicted_per_class", "passes", "notes"):
+        assert here[key] == there[key], key
+    here, there = runs["affinity", "here"], runs["affinity", "ray"]
+    assert here["units"] == there["units"] and here["inputs_seen"] == there["inputs_seen"] == 600
+    for m in ("pearson", "linear"):
+        np.testing.assert_allclose(np.array(there["scores"][m], float), np.array(here["scores"][m], float),
+                                   rtol=1e-4, atol=1e-6)
 
 
 def test_without_ray_each_entry_says_what_to_install(trained_lenet, tmp_path):

@@ -7,6 +7,7 @@ once, and checks that its weights fingerprint is the driver's.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -119,3 +120,26 @@ class ModelRecipe:
                               f"{network.fingerprint()[:12]}, expected {self.fingerprint[:12]}): the same idcgen, "
                               "Keras and TensorFlow versions are needed on every node")
         return network
+
+
+#: shards per worker: enough for a progress bar and to even out a slow worker, few enough to cost nothing
+SHARDS_PER_WORKER = 4
+
+
+def shard_bounds(n: int, batch_size: int, workers: int, per_worker: int = SHARDS_PER_WORKER) -> list[tuple[int, int]]:
+    """[start, stop) of each shard: whole batches of ``batch_size`` (the last one may be short), so every
+    batch holds the inputs it holds in one process and the sums come out the same."""
+    batches = math.ceil(n / batch_size)
+    size = max(1, math.ceil(batches / (workers * per_worker))) * batch_size
+    return [(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def gather(ray, refs, sizes, progress):
+    """Results of ``refs`` in their order; ``progress`` moves by each one's size as it arrives."""
+    if progress is not None:
+        pending = dict(zip(refs, sizes))
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                progress.update(pending.pop(ref))
+    return fetch(ray, refs)

@@ -202,7 +202,7 @@ class ShardPasses:
     def totals(self, target, *, labels, keep_activations, progress):
         from ..relevance import sum_totals
         from .cluster import fetch
-        from .workers import _gather
+        from .cluster import gather
         inputs, ray = self.inputs, self.inputs.pool.ray
         bounds = inputs.offsets
         fetch(ray, [a.forget.remote() for a in inputs.pool.actors])
@@ -212,7 +212,7 @@ class ShardPasses:
         refs = [inputs.actor(i).totals.remote(inputs.key(i), None, 0, inputs.sizes[i], self.layer, self.eps,
                                               self.batch_size, part(target, i), part(labels, i), keep_activations)
                 for i in range(len(inputs.sources))]
-        parts = _gather(ray, refs, inputs.sizes, progress)
+        parts = gather(ray, refs, inputs.sizes, progress)
         signed, absolute, n_used, predictions, _ = sum_totals([b for p in parts for b in p])
         return signed, absolute, n_used, predictions
 

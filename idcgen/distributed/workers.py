@@ -13,25 +13,12 @@ See docs/design.md, "Scale-out on Ray".
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 
-from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads
-
-#: shards per worker: enough for a progress bar and to even out a slow worker, few enough to cost nothing
-SHARDS_PER_WORKER = 4
-
-
-def shard_bounds(n: int, batch_size: int, workers: int, per_worker: int = SHARDS_PER_WORKER) -> list[tuple[int, int]]:
-    """[start, stop) of each shard: whole batches of ``batch_size`` (the last one may be short), so every
-    batch holds the inputs it holds in one process and the sums come out the same."""
-    batches = math.ceil(n / batch_size)
-    size = max(1, math.ceil(batches / (workers * per_worker))) * batch_size
-    return [(start, min(start + size, n)) for start in range(0, n, size)]
-
+from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, gather, hold_threads, shard_bounds
 
 class AnalysisWorker:
     """A Ray actor: the model, loaded once, and what its relevance passes kept for the gather."""
@@ -116,6 +103,45 @@ class AnalysisWorker:
     def held_count(self) -> int:
         return len(self._held)
 
+    # ---- inspect and affinity (idcgen.distributed.measures) --------------------------------------
+    def inspect_first(self, shard, x, start, stop, taps, widths, n_classes, threshold, scaling, batch, keep):
+        """DeepInspect's first pass over a shard: predictions, runner-ups, min/max (and counts, scaling
+        "input"); with ``keep`` the activations stay here for :meth:`inspect_count`."""
+        from ..deepinspect import _Counts, _first_pass
+        state = _Counts(n_classes, tuple(widths))
+        x = self._x(shard, x)[start:stop]
+        store = _first_pass(self.network, x, taps, widths, state, threshold=threshold, scaling=scaling,
+                            batch=batch, keep=keep)
+        none = np.zeros(0, np.int64)
+        found = dict(pred=np.concatenate(state.predictions) if state.predictions else none,
+                     runner_up=np.concatenate(state.runner_up) if state.runner_up else none,
+                     second=np.concatenate(state.second) if state.second else np.zeros(0),
+                     low=state.low, high=state.high, active=state.active if scaling == "input" else None)
+        if store is not None:
+            self._kept[("inspect", shard)] = (store, found["pred"])
+        return found
+
+    def inspect_count(self, shard, x, start, stop, taps, widths, n_classes, limits, batch):
+        """(classes, neurons) counts of the shard's inputs above ``limits``, per predicted class."""
+        from ..deepinspect import _Counts, _count_pass
+        state = _Counts(n_classes, tuple(widths))
+        store, pred = self._kept.pop(("inspect", shard), (None, None))
+        if store is not None:
+            state.predictions = [pred]
+        _count_pass(self.network, self._x(shard, x)[start:stop], taps, state, limits, batch=batch, store=store)
+        return state.active
+
+    def unit_activations(self, shard, x, start, stop, layers):
+        """(outputs, [activations of each layer]) of a shard, batch by batch (affinity's forward pass)."""
+        x = self._x(shard, x)[start:stop]
+        outputs, taps = [], [[] for _ in layers]
+        for begin in range(0, len(x), self.network.batch_size):
+            out, acts = self.network.forward(x[begin:begin + self.network.batch_size], layers)
+            outputs.append(out)
+            for i, a in enumerate(acts):
+                taps[i].append(a)
+        return np.concatenate(outputs), [np.concatenate(t) for t in taps]
+
     def forget(self) -> None:
         self._kept.clear()
 
@@ -139,17 +165,6 @@ class AnalysisWorker:
         return bound.ids(x)
 
 
-def _gather(ray, refs, sizes, progress):
-    """Results of ``refs`` in their order; ``progress`` moves by each one's size as it arrives."""
-    if progress is not None:
-        pending = dict(zip(refs, sizes))
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                progress.update(pending.pop(ref))
-    return fetch(ray, refs)
-
-
 def cluster_on(pool: "Workers", acts: np.ndarray, neurons, ks, method: str, random_state: int, progress: bool):
     """:func:`idcgen.analysis.cluster_neurons` with the neurons spread over the workers: the same streams, so
     the same clusters as in one process. (Clustering is serial in the driver otherwise: 30-40 % of a LeNet-5
@@ -160,7 +175,7 @@ def cluster_on(pool: "Workers", acts: np.ndarray, neurons, ks, method: str, rand
     refs = [pool.actor(i).cluster.remote(np.ascontiguousarray(acts[:, i]), int(n), tuple(ks), streams[i], method)
             for i, n in enumerate(neurons)]
     with tqdm(total=len(refs), desc="clusters", unit="neuron", disable=not progress, leave=False) as bar:
-        return _gather(pool.ray, refs, [1] * len(refs), bar)
+        return gather(pool.ray, refs, [1] * len(refs), bar)
 
 
 class RayPasses:
@@ -182,7 +197,7 @@ class RayPasses:
         refs = [self.pool.actor(i).totals.remote(i, self.x, start, stop, self.layer, self.eps, self.batch_size,
                                                  target, labels, keep_activations)
                 for i, (start, stop) in enumerate(self.shards)]
-        parts = _gather(ray, refs, [stop - start for start, stop in self.shards], progress)
+        parts = gather(ray, refs, [stop - start for start, stop in self.shards], progress)
         signed, absolute, n_used, predictions, _ = sum_totals([b for part in parts for b in part])
         return signed, absolute, n_used, predictions
 
@@ -306,7 +321,7 @@ class Workers:
         refs = [self.actor(i).ids.remote(light, xs, start, stop) for i, (start, stop) in enumerate(shards)]
         tracker = CoverageTracker(analysis.total)
         with tqdm(total=len(x), desc="coverage", unit="input", disable=not progress, leave=False) as bar:
-            for ids in _gather(self.ray, refs, [b - a for a, b in shards], bar):
+            for ids in gather(self.ray, refs, [b - a for a, b in shards], bar):
                 tracker.update(ids)
         return tracker
 
@@ -321,7 +336,7 @@ class Workers:
                 for i, name in enumerate(inputs.names)]
         tracker = CoverageTracker(analysis.total)
         with tqdm(total=len(inputs), desc="coverage", unit="input", disable=not progress, leave=False) as bar:
-            for ids in _gather(self.ray, refs, inputs.sizes, bar):
+            for ids in gather(self.ray, refs, inputs.sizes, bar):
                 tracker.update(ids)
         return tracker
 
@@ -339,10 +354,38 @@ class Workers:
         refs = [self.actor(i).file_ids.remote(light, spec, load) for i, spec in enumerate(specs)]
         tracker, n = CoverageTracker(analysis.total), 0
         with tqdm(total=len(specs), desc="coverage", unit="shard", disable=not progress, leave=False) as bar:
-            for ids in _gather(self.ray, refs, [1] * len(refs), bar):
+            for ids in gather(self.ray, refs, [1] * len(refs), bar):
                 tracker.update(ids)
                 n += len(ids)
         return tracker, n
+
+    def inspect(self, x, y=None, *, scale: str = "auto", x_column=None, y_column=None, **kwargs):
+        """:func:`idcgen.inspect` of this pool's model with its forward passes on the workers (per-class counts
+        summed here): ``x`` an array or shards the workers read themselves (as for :meth:`analyze`)."""
+        from ..deepinspect import inspect
+        from .measures import inspect_counting
+        x, made = self._held(x, scale=scale, x_column=x_column, y_column=y_column)
+        try:
+            return inspect(self.network, x, y, counting=inspect_counting(self), **kwargs)
+        finally:
+            if made:
+                x.release()
+
+    def affinity(self, x, y=None, **kwargs):
+        """:func:`idcgen.affinity` of this pool's model over the array ``x`` with the forward pass on the workers
+        (units' activations and outputs gathered; the hypotheses, functions of ``x``, run here)."""
+        from ..data import fit_to_model
+        from ..deepbase import affinity
+        from .measures import affinity_forward
+        x = fit_to_model(x, self.network.input_shape)
+        gathered = {}
+
+        def forward(rows, layers):
+            if tuple(layers) not in gathered:
+                gathered[tuple(layers)] = affinity_forward(self, x, layers, self.network.batch_size)
+            outputs, taps = gathered[tuple(layers)]
+            return outputs[rows], [t[rows] for t in taps]
+        return affinity(self.network, x, y, forward=forward, **kwargs)
 
     def coverage(self, analysis, x, *, progress: bool = False, **load):
         """IDC of ``x`` (an array or shards, as for :meth:`tracker`), as ``analysis.coverage(x)`` gives it."""
