@@ -642,7 +642,7 @@ def affinity(model: Path = ModelOpt,
     typer.echo(f"{len(result.units)} units in {len(result.groups)} group(s), {len(result.hypotheses)} hypotheses, "
                f"{', '.join(result.measures)}; {stop}; {result.seconds:.1f} s")
     for measure in dict.fromkeys([result.headline() or chosen[0]] + (["linear"] if "linear" in chosen else [])
-                                 + (["iou"] if "iou" in result.measures else [])):
+                                 + (["pixel", "iou"] if "iou" in result.measures else [])):
         typer.echo(result.table(measure))
     for line in result.describe():
         typer.echo(line)

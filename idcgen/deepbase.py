@@ -501,7 +501,8 @@ class AffinityResult:
         s = self.scores[measure]
         cols = ([f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups])
         head = [f"{TITLES[measure]}"] + cols
-        body = [[h.name] + [_fmt(v) for v in s[:, j]] for j, h in enumerate(self.hypotheses)]
+        body = [[h.name] + [_fmt(v) for v in s[:, j]] for j, h in enumerate(self.hypotheses)
+                if measure not in MASK_MEASURES or not np.isnan(s[:, j]).all()]   # mask measures: the masks only
         widths = [max(len(r[c]) for r in [head] + body) for c in range(len(head))]
         return "\n".join("  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths))).rstrip()
                          for r in [head] + body)
