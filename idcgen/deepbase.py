@@ -6,6 +6,10 @@ information (scikit-learn's nearest-neighbour estimators); and for every *unit g
 neurons of an analysis, a layer, a list) a linear model from the group to the hypothesis, scored by
 cross-validated accuracy (logistic regression, 0/1 hypotheses) or R^2 (linear regression, the others).
 
+Per-pixel hypotheses (masks (n, H, W)) are compared with the activation maps of convolutional channels,
+pixel by pixel: Pearson over every pixel (``pixel``) and NetDissect's IoU of the channel's top 0.5 % region
+with the mask (``iou``), on the inputs streamed; elsewhere a mask's area share stands in for it.
+
 DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
 
 - *shared pass*: one forward pass per batch taps every layer any group needs, and every hypothesis is

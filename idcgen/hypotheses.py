@@ -11,6 +11,10 @@ brightness, contrast, ink, centre of mass, edge density, left-right symmetry, th
 image (the channel mean) and is defined per image from its own darkest and brightest pixel, so it does not
 depend on the value range.
 
+A hypothesis may also return a mask per input, (n, H, W) for images (n, H, W, C): a per-pixel hypothesis,
+compared with the activation maps of convolutional channels (`builtin_masks`: ink, edges, the left half,
+the centre; `resize_mask` brings a mask to a map's size).
+
 A user file (``--hypotheses my_hypotheses.py``) is Python code run as it is: trusted files only. Its
 hypotheses are its ``HYPOTHESES`` dict (name -> function) when it defines one, else every public function
 defined in the file itself (not imported into it, and not starting with ``_``).
