@@ -12,6 +12,7 @@ Measures in one run, and prints a Markdown table with the ratios:
 - parallel fuzzing of the CIFAR-10 CNN (100 test seeds, transform mutators, batch 128) with 1 and 2 workers
   (one intra-op thread each) at the same total budget: execs/s (execs over the campaigns' own time, and over
   the wall time with the actors' start) and the merged IDC.
+- the machine's ceiling: the CIFAR-10 CNN's forward pass in one and in two plain processes (no Ray).
 The load average (1 min) is printed beside each figure: on a shared machine the scaling shows the others' load.
 Models: outputs/models/lenet5.keras and cifar10_cnn.keras (recipes/train_models.py trains them if absent);
 data: MNIST via $IDCGEN_MNIST (set by recipes/common.py in the workspace), CIFAR-10 from ../shared/data/cifar10.
@@ -86,6 +87,41 @@ def bench_analysis(name: str, dataset: str, n_train: int, rows: list) -> tuple:
     return single, x_test, by_workers
 
 
+CEILING = """
+import os, sys, time
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+import keras, numpy as np
+model = keras.models.load_model(sys.argv[1], compile=False)
+run = tf.function(lambda x: model(x, training=False))
+x = np.random.default_rng(0).random((128, *model.input_shape[1:]), np.float32)
+for _ in range(5):
+    run(x)
+start, n = time.perf_counter(), 0
+while time.perf_counter() - start < float(sys.argv[2]):
+    run(x)
+    n += 1
+print(n * len(x) / (time.perf_counter() - start))
+"""
+
+
+def bench_ceiling(seconds: float = 20.0) -> float:
+    """What the machine allows: the CIFAR-10 CNN's forward pass (batch 128, one TensorFlow thread) in one
+    plain process, then in two at once, no Ray; returns two against one (inputs/s summed)."""
+    import subprocess
+    path = str(common.model_path("cifar10_cnn", "cifar10"))
+
+    def run(n):
+        procs = [subprocess.Popen([sys.executable, "-c", CEILING, path, str(seconds)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True) for _ in range(n)]
+        return sum(float(p.communicate()[0]) for p in procs)
+    one, two = run(1), run(2)
+    print(f"ceiling: forward pass in plain processes, one TF thread each: 1 process {one:.0f} inputs/s, 2 processes "
+          f"{two:.0f} inputs/s: {two / one:.2f}x (load {load():.1f})", flush=True)
+    return two / one
+
+
 def bench_fuzz(analysis, x_test, budget: int, rows: list) -> dict:
     from idcgen.distributed import fuzz
     from idcgen.fuzz.campaign import Campaign
@@ -127,6 +163,7 @@ def main():
     if not args.skip_cifar:
         analysis, x_test, cifar = bench_analysis("cifar10_cnn", "cifar10", args.cifar_train, rows)
         ratios["cifar10_cnn"] = cifar
+        ceiling = bench_ceiling()
         fz = bench_fuzz(analysis, x_test, args.fuzz_budget, fuzz_rows)
 
     print("\n| subject | inputs | run | start (s) | analysis (s): first, again | coverage (s): first, again | "
@@ -144,6 +181,7 @@ def main():
               f"campaigns' time: {(two['execs'] / two['own']) / (one['execs'] / one['own']):.2f}x; over the wall time "
               f"with the actors' start {(two['execs'] / two['wall']) / (one['execs'] / one['wall']):.2f}x; merged IDC "
               f"{one['idc']:.1%} (1 worker) vs {two['idc']:.1%} (2 workers) at {args.fuzz_budget} execs in all")
+        print(f"- the machine's ceiling (two plain processes running the forward pass against one): {ceiling:.2f}x")
     print(f"load average at the end {os.getloadavg()}")
     ray.shutdown()
 

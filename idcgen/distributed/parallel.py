@@ -91,6 +91,15 @@ class FuzzWorker:
                              rounding=settings["rounding"])
         self.published = self.cursor = 0
         self.imports = 0
+        self._warm_up(settings["batch_size"])
+
+    def _warm_up(self, batch_size: int) -> None:
+        """Trace the forward pass the campaign runs (one full and one partial batch, so the trace takes any
+        batch size) before the start barrier: otherwise one worker's tracing would run while the others fuzz,
+        and the campaigns' clocks would count it."""
+        network = self.fuzzer.network
+        for n in (batch_size, max(1, batch_size // 2 - 1)):
+            network.forward(np.zeros((n, *network.input_shape), np.float32), self.fuzzer.layers)
 
     def ready(self) -> int:
         return os.getpid()
@@ -241,18 +250,22 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     folders = [out / f"worker-{i}" for i in range(workers)]
     extra = dict(extra_config or {}, parallel={"workers": workers, "budget": int(budget)})
 
+    def start(i, a):
+        extra_i = dict(extra, parallel=dict(extra["parallel"], worker=i, random_state=worker_seed(random_state, i)))
+        return a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], extra_i)
+
     def launch(i):
         a = actor.remote(i, recipe, light, settings, coordinator, threads)
-        extra_i = dict(extra, parallel=dict(extra["parallel"], worker=i, random_state=worker_seed(random_state, i)))
-        return a, a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], extra_i)
+        return a, start(i, a)
 
     running = {}
-    actors = {}
-    for i in range(workers):
-        actors[i], ref = launch(i)
-        running[ref] = i
+    actors = {i: actor.remote(i, recipe, light, settings, coordinator, threads) for i in range(workers)}
     results, restarts = {}, []
     try:
+        # a start barrier: every worker has loaded its model and traced its forward pass before any fuzzes
+        fetch(pool_ray, [a.ready.remote() for a in actors.values()])
+        for i, a in actors.items():
+            running[start(i, a)] = i
         while running:
             done, _ = pool_ray.wait(list(running), num_returns=1, timeout=0.25)
             if on_progress is not None:
