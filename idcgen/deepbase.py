@@ -699,16 +699,21 @@ def _mask_scores(spatial, maps, masks, scores, used, n):
     and the mask resized to the map (area averages), and NetDissect's IoU of the unit's region (its top
     IOU_TOP of values over all pixels and inputs) with the mask (resized, above one half)."""
     for layer, (cols, _) in spatial.items():
-        stack = np.concatenate(maps[layer]).astype(np.float64)          # (n, h, w, units of the layer)
+        stack = np.concatenate(maps[layer])                              # (n, h, w, units of the layer) float32
+        found = []
         for (where, j), pieces in masks.items():
-            if where != layer:
-                continue
-            mask = np.concatenate(pieces).astype(np.float64).ravel()
-            region = mask >= 0.5
-            for k, c in enumerate(cols):
-                a = stack[..., k].ravel()
-                scores["pixel"][c, j] = _correlation(a[:, None], mask[:, None])[0, 0]
-                top = a >= np.quantile(a, 1 - IOU_TOP)
+            if where == layer:
+                mask = np.concatenate(pieces).astype(np.float64).ravel()
+                mask -= mask.mean()
+                found.append((j, mask, math.sqrt(mask @ mask), np.concatenate(pieces).ravel() >= 0.5))
+        for k, c in enumerate(cols):
+            a = stack[..., k].astype(np.float64).ravel()
+            top = a >= np.quantile(a, 1 - IOU_TOP)
+            a -= a.mean()
+            norm = math.sqrt(a @ a)
+            for j, mask, mask_norm, region in found:
+                constant = norm <= _TINY * max(1.0, float(np.abs(a).max())) or mask_norm <= _TINY
+                scores["pixel"][c, j] = np.nan if constant else float(np.clip(a @ mask / (norm * mask_norm), -1, 1))
                 union = (top | region).sum()
                 scores["iou"][c, j] = (top & region).sum() / union if union else np.nan
                 used["pixel"][c, j] = used["iou"][c, j] = n

@@ -230,7 +230,7 @@ def resize_mask(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         hi = np.minimum(edges[1:, None], np.arange(big)[None, :] + 1)
         return np.clip(hi - lo, 0, None) * small / big        # each row sums to 1
     rows, cols = weights(mask.shape[1], shape[0]), weights(mask.shape[2], shape[1])
-    return np.einsum("ir,nrc,jc->nij", rows, np.asarray(mask, np.float64), cols)
+    return rows @ np.asarray(mask, np.float64) @ cols.T       # (h, H) @ (n, H, W) @ (W, w), batched
 
 
 def describe_function(func, name: str) -> str:
