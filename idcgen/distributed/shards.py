@@ -53,6 +53,9 @@ def read_shard(source, network, load: dict):
                                **options)
         return x, ds.y
     x_column, y_column = load.get("x_column"), load.get("y_column")
+    if not isinstance(source, (dict, np.ndarray)):   # a Ray Data block (Arrow or pandas): its columns
+        from ray.data.block import BlockAccessor
+        source = BlockAccessor.for_block(source).to_numpy()
     if isinstance(source, dict):
         columns = sorted(source)
         if x_column is None:
@@ -227,13 +230,20 @@ class ShardPasses:
         found = fetch(inputs.pool.ray, refs)
         return np.concatenate(found) if found else np.zeros((0, len(neurons)), np.float32)
 
+    def clusters(self, acts, neurons, ks, method, random_state, progress):
+        from .cluster import cluster_on
+        return cluster_on(self.inputs.pool, acts, neurons, ks, method, random_state, progress)
 
-def sources_of(x, *, x_column=None, y_column=None):
-    """(sources, names, description, Ray Data options) of a pattern, a list of paths or a Ray dataset."""
+
+def sources_of(x, ray, *, x_column=None, y_column=None):
+    """(sources, names, description, Ray Data options) of a pattern, a list of paths or a Ray dataset (its
+    blocks' references: the workers convert them, no Ray Data task runs once the dataset is computed)."""
     if is_ray_dataset(x):
-        ds = x
-        ds.context.execution_options.preserve_order = True   # the blocks in the dataset's order
-        refs = ds.to_numpy_refs()
+        if type(x).__name__ != "MaterializedDataset" and ray.available_resources().get("CPU", 0) < 1:
+            raise ParameterError("the Ray dataset is still to be computed and the workers hold every CPU of the "
+                                 "cluster; call ds.materialize() before starting them, or start fewer workers")
+        x.context.execution_options.preserve_order = True   # the blocks in the dataset's order
+        refs = [ref for bundle in x.iter_internal_ref_bundles() for ref in bundle.block_refs]
         return refs, [f"block {i}" for i in range(len(refs))], f"Ray dataset ({len(refs)} blocks)", \
             dict(x_column=x_column, y_column=y_column)
     if x_column is not None or y_column is not None:

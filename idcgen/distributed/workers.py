@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, gather, hold_threads, shard_bounds
+from .cluster import LOCAL, ModelRecipe, cluster_on, cluster_workers, connect, fetch, gather, hold_threads, shard_bounds
 
 class AnalysisWorker:
     """A Ray actor: the model, loaded once, and what its relevance passes kept for the gather."""
@@ -165,19 +165,6 @@ class AnalysisWorker:
         return bound.ids(x)
 
 
-def cluster_on(pool: "Workers", acts: np.ndarray, neurons, ks, method: str, random_state: int, progress: bool):
-    """:func:`idcgen.analysis.cluster_neurons` with the neurons spread over the workers: the same streams, so
-    the same clusters as in one process. (Clustering is serial in the driver otherwise: 30-40 % of a LeNet-5
-    analysis of 60,000 inputs, which two workers could not then speed up beyond 1.4x.)"""
-    from tqdm.auto import tqdm
-    from ..analysis import neuron_streams
-    streams = neuron_streams(random_state, len(neurons))
-    refs = [pool.actor(i).cluster.remote(np.ascontiguousarray(acts[:, i]), int(n), tuple(ks), streams[i], method)
-            for i, n in enumerate(neurons)]
-    with tqdm(total=len(refs), desc="clusters", unit="neuron", disable=not progress, leave=False) as bar:
-        return gather(pool.ray, refs, [1] * len(refs), bar)
-
-
 class RayPasses:
     """:class:`idcgen.analysis.LocalPasses` on a :class:`Workers` pool: the same two passes, sharded."""
 
@@ -270,7 +257,8 @@ class Workers:
         default its one column; ``scale`` as for files, "auto" maps uint8 0..255 onto the model's range).
         Loaded as ``idcgen.load_for_model`` loads one input set (on a cluster the paths must reach every node)."""
         from .shards import ShardedInputs, sources_of
-        sources, names, description, options = sources_of(source, x_column=x_column, y_column=y_column)
+        sources, names, description, options = sources_of(source, self.ray, x_column=x_column,
+                                                          y_column=y_column)
         load = dict(scale=scale, value_range=tuple(self.convention.value_range), **options)
         if not options:   # files and folders
             load.update(resize=resize, class_names=class_names, crop=crop, labels=labels)
@@ -414,6 +402,7 @@ def analyze(model, x, y: np.ndarray | None = None, *, ray: str | None = LOCAL,
     neurons and k, centroids up to the order of float sums, docs/design.md "Scale-out on Ray"). ``x`` is an
     array, or shards the workers read themselves: a pattern such as ``'shards/*.npz'``, a list of paths, or a
     Ray Data dataset (``x_column=``, ``y_column=``, ``scale=`` as for :meth:`Workers.shards`)."""
+    x = _computed(x)
     with Workers(model, ray=ray, workers=workers, threads=threads, value_range=value_range, preprocess=preprocess,
                  image_shape=image_shape, task=task, safe_mode=safe_mode) as pool:
         return pool.analyze(x, y, **kwargs)   # bound to the driver's copy of the model
@@ -424,6 +413,13 @@ def coverage(analysis, model, x, *, ray: str | None = LOCAL, workers: int | None
     """IDC of ``x`` measured on Ray workers: the same covered set as ``analysis.coverage(x)``; ``x`` an array
     or shards the workers read themselves (as for :func:`analyze`)."""
     recorded = dataclasses.replace(analysis.convention, image_shape=None)
+    x = _computed(x)
     with Workers(model, ray=ray, workers=workers, threads=threads, recorded=recorded, task=task,
                  safe_mode=safe_mode) as pool:
         return pool.coverage(analysis, x, **load)
+
+
+def _computed(x):
+    """A Ray dataset computed (materialized) before the workers take the CPUs its tasks need; else ``x``."""
+    from .shards import is_ray_dataset
+    return x.materialize() if is_ray_dataset(x) and type(x).__name__ != "MaterializedDataset" else x
