@@ -13,6 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from . import require_ray
 from ..errors import IdcgenError, ParameterError
 
@@ -143,3 +145,16 @@ def gather(ray, refs, sizes, progress):
             for ref in done:
                 progress.update(pending.pop(ref))
     return fetch(ray, refs)
+
+
+def cluster_on(pool, acts: np.ndarray, neurons, ks, method: str, random_state: int, progress: bool):
+    """:func:`idcgen.analysis.cluster_neurons` with the neurons spread over the workers: the same streams, so
+    the same clusters as in one process. (Clustering is serial in the driver otherwise: 30-40 % of a LeNet-5
+    analysis of 60,000 inputs, which two workers could not then speed up beyond 1.4x.)"""
+    from tqdm.auto import tqdm
+    from ..analysis import neuron_streams
+    streams = neuron_streams(random_state, len(neurons))
+    refs = [pool.actor(i).cluster.remote(np.ascontiguousarray(acts[:, i]), int(n), tuple(ks), streams[i], method)
+            for i, n in enumerate(neurons)]
+    with tqdm(total=len(refs), desc="clusters", unit="neuron", disable=not progress, leave=False) as bar:
+        return gather(pool.ray, refs, [1] * len(refs), bar)
