@@ -7,9 +7,11 @@ Analyses LeNet-5 (recipes/train_models.py) on its training inputs (m important n
 as `idcgen analyze` does), then measures the affinity of those neurons with the built-in hypotheses
 (classes one-vs-rest, brightness, contrast, ink, centre of mass, edges, symmetry) on the test inputs with
 Pearson, Spearman, mutual information and a linear model, twice: with early stopping (``--tol``) and on
-every input (tol 0). Writes ``outputs/deepbase/``: ``top.md``/``.csv`` (each neuron's top hypotheses),
-``timing.md``/``.csv`` (with and without early stopping) and the affinity report of each run
-(``early/``, ``full/``: report.md with heatmaps, affinity.csv).
+every input (tol 0). Then the convolutional channels of ``--mask-layers`` against the built-in per-pixel
+hypotheses (ink, edges, left half, centre), pixel by pixel on every input. Writes ``outputs/deepbase/``:
+``top.md``/``.csv`` (each neuron's top hypotheses), ``timing.md``/``.csv`` (with and without early
+stopping), ``masks.md``/``.csv`` (each channel's pixel Pearson and IoU with each mask) and the affinity
+report of each run (``early/``, ``full/``, ``masks/``: report.md with heatmaps, affinity.csv).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     parser.add_argument("--train-limit", type=int, default=None, help="analyse on the first N training inputs")
     parser.add_argument("--inputs", type=int, default=None, help="measure on the first N test inputs")
     parser.add_argument("--random-state", type=int, default=0)
+    parser.add_argument("--mask-layers", default="block1_conv1,block2_conv1",
+                        help="convolutional layers whose channels are scored against the masks ('' for none)")
     args = parser.parse_args(argv)
 
     from idcgen.deepbase import affinity
@@ -88,7 +92,27 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                 f"stopping ({len(x_test)} inputs, {args.m} neurons, {len(early.hypotheses)} hypotheses, "
                 "pearson, spearman, mi, linear)", command=command_line(),
                 notes=f"Speed-up {speedup:.1f}x. Analysis {t_analysis.seconds:.1f} s (not counted).")
-    return {"top": rows, "timing": timing}
+    masks = []
+    if args.mask_layers:
+        from idcgen.hypotheses import builtin_masks
+        layers = [name.strip() for name in args.mask_layers.split(",") if name.strip()]
+        with Timer() as t_masks:
+            found = affinity(network, x_test, y_test, units=";".join(layers), hypotheses=builtin_masks(),
+                             measures="pearson", tol=0, random_state=args.random_state, progress=False)
+        found.save(folder / "masks")
+        names = [h.name.removesuffix("_mask") for h in found.hypotheses]
+        for u in range(len(found.units)):
+            row = {"channel": found.unit_name(u)}
+            row.update({f"pixel Pearson {name}": round(float(found.scores["pixel"][u, j]), 3)
+                        for j, name in enumerate(names)})
+            row.update({f"IoU {name}": round(float(found.scores["iou"][u, j]), 3) for j, name in enumerate(names)})
+            masks.append(row)
+        write_table(folder, "masks", masks, title=f"DeepBase: LeNet-5's channels of {', '.join(layers)} against "
+                    f"per-pixel hypotheses ({args.dataset}, {len(x_test)} test inputs)", command=command_line(),
+                    notes=f"Pearson over every pixel of every input between the channel's activation map and the "
+                          f"mask resized to it; IoU of the channel's top 0.5 % region with the mask. "
+                          f"{t_masks.seconds:.1f} s.")
+    return {"top": rows, "timing": timing, "masks": masks}
 
 
 if __name__ == "__main__":
