@@ -166,6 +166,23 @@ class TestOnTwoWorkers:
             np.testing.assert_allclose(sharded.scores[m], single.scores[m], rtol=1e-4, atol=1e-6, err_msg=m)
         assert np.isfinite(single.scores["pearson"]).any()
 
+    def test_coverage_of_image_folder_shards(self, pool, trained_lenet, digits, tmp_path):
+        # two folder trees (class subfolders of PNGs) as two shards: the covered set of the same images in memory
+        from PIL import Image
+        import idcgen
+        model, _ = trained_lenet
+        x, y = digits[2][:160], digits[3][:160]
+        for i, (image, label) in enumerate(zip(x, y)):
+            folder = tmp_path / f"part-{i // 80}" / str(int(label))
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.rint(image[..., 0] * 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
+        analysis = idcgen.analyze(model, digits[0][:1000], digits[1][:1000], m=4, progress=False)
+        with pool.shards(str(tmp_path / "part-*")) as held:
+            tracker = pool.tracker(analysis, held)
+            assert len(held) == len(x) and len(held.sources) == 2
+            np.testing.assert_array_equal(np.sort(held.y), np.sort(y))   # labels from the subfolders' names
+        np.testing.assert_array_equal(tracker.covered_ids(), analysis.tracker(x).covered_ids())
+
     def test_shard_inputs_refused_in_one_line(self, pool, digits, tmp_path):
         from idcgen.errors import InputError
         with pytest.raises(InputError, match=r"^no file or folder matches .*nothing-\*\.npz"):
