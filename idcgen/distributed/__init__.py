@@ -4,6 +4,7 @@ shards of the inputs on Ray workers, and parallel fuzz campaigns that share what
     import idcgen.distributed as dist
     analysis = dist.analyze("lenet5.keras", x_train, y_train, m=8, ray="local", workers=2)
     dist.coverage(analysis, "lenet5.keras", x_test, ray="local")
+    dist.analyze("lenet5.keras", "shards/*.npz", m=8)   # shard files (or a Ray dataset) the workers read
 
 Ray is imported on first use, never when this package is imported; without it every entry point says
 in one line what to install (docs/design.md, "Scale-out on Ray").
@@ -30,7 +31,7 @@ def require_ray(what: str = "idcgen.distributed"):
 
 
 _NAMES = {"Workers": "workers", "analyze": "workers", "coverage": "workers", "connect": "cluster",
-          "ModelRecipe": "cluster", "fuzz": "parallel"}
+          "ModelRecipe": "cluster", "fuzz": "parallel", "ShardedInputs": "shards"}
 
 __all__ = sorted(_NAMES) + ["INSTALL", "RayNotInstalledError", "require_ray"]
 

@@ -5,7 +5,10 @@ the model by actors that each load it once, reduced on the driver with the singl
   per-batch sums in input order (:func:`idcgen.relevance.sum_totals`), ranks, gathers the m important
   neurons' activations from the workers (n x m floats), and clusters them as
   :func:`idcgen.analysis.analyze` does, which it runs with these passes;
-- coverage: each worker maps its shards to combination ids; the driver puts them into one tracker.
+- coverage: each worker maps its shards to combination ids; the driver puts them into one tracker;
+- the inputs: an array sent through the object store, or shards the workers read and hold themselves
+  (:mod:`idcgen.distributed.shards`); inspect and affinity run on the same pool
+  (:mod:`idcgen.distributed.measures`).
 
 See docs/design.md, "Scale-out on Ray".
 """
