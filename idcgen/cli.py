@@ -512,7 +512,7 @@ def demo(out: Path = typer.Option(DEFAULT_OUTPUTS / "demo", "--out", help="Outpu
 
 @command
 def inspect(model: Path = ModelOpt,
-            inputs: str = typer.Option(..., "--inputs", help="Inputs to inspect (with labels, e.g. an .npz with y, the precision and recall are measured)."),
+            inputs: str = typer.Option(..., "--inputs", help="Inputs to inspect (with labels, e.g. an .npz with y, the precision and recall are measured); with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves."),
             layers_: Optional[str] = typer.Option(None, "--layers", help="Comma-separated layers (default: every hidden layer a neuron criterion uses)."),
             threshold: float = typer.Option(0.5, "--threshold", help="A neuron is active above this, after min-max scaling (DeepInspect: 0.5)."),
             scaling: str = typer.Option("neuron", "--scaling", help="Min-max scaling per neuron over the inputs (default), per layer over the inputs, or per layer within each input ('input', as NC)."),
@@ -540,18 +540,31 @@ def inspect(model: Path = ModelOpt,
     network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
     if found is not None:
         found.bind(network)
-    ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels, crop=crop)
+    sharded = (ray is not None or workers is not None) and any(c in inputs for c in "*?[")
+    if sharded:   # shard files the workers read themselves: a pattern naming none is said before they start
+        from .data import parse_class_names
+        from .distributed.shards import shard_files
+        shard_files(inputs)
+        if limit is not None:
+            _fail("--limit is for one input set; shard files (--inputs with a pattern) are read whole: drop --limit")
+    else:
+        ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
+                        crop=crop)
     names = None if layers_ is None else [n.strip() for n in layers_.split(",") if n.strip()]
     pool = _ray_pool(ray, workers, network, unsafe)   # the forward passes on Ray workers, the counts summed here
+    if sharded:
+        x = pool.shards(inputs, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
+        x.load()
+        x.y = None if no_labels else x.y
     options = dict(layers=names, threshold=threshold, scaling=scaling, analysis=found, progress=not as_json,
-                   class_names=ds.class_names)
-    y = None if no_labels else ds.y
+                   class_names=parse_class_names(class_names) if sharded else ds.class_names)
+    y = None if no_labels or sharded else ds.y
     result = run(network, x, y, **options) if pool is None else pool.inspect(x, y, **options)
     if pool is not None:
         pool.close()
     folder = out if out is not None else DEFAULT_OUTPUTS / "inspect" / model.stem
-    report = result.write_report(folder, x, top=top, title=f"{model.name} on {inputs}",
-                                 value_range=convention.value_range)
+    report = result.write_report(folder, None if sharded else x, top=top, title=f"{model.name} on {inputs}",
+                                 value_range=convention.value_range)   # shards: no example images
     if as_json:
         typer.echo(json.dumps(dict(result.to_dict(), report=str(report))))
         return
