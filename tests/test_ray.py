@@ -241,9 +241,16 @@ def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
             done = CliRunner().invoke(app, [name] + common + extra + ray_args + ["--out", str(tmp_path / name / where)])
             assert done.exit_code == 0, done.output
             runs[name, where] = json.loads(done.stdout.strip().splitlines()[-1])
-    here, there = runs["inspect", "here"], runs["inspect", "ray"]
-    for key in ("pairs", "metrics", "predicted_per_class", "passes", "notes"):
-        assert here[key] == there[key], key
+    for i, part in enumerate(np.array_split(np.arange(600), 2)):   # the same inputs as two shard files
+        np.savez(tmp_path / f"part-{i}.npz", x=digits[2][part], y=digits[3][part])
+    done = CliRunner().invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "part-*.npz"), "--json",
+                                    "--workers", "1", "--out", str(tmp_path / "inspect" / "shards")])
+    assert done.exit_code == 0, done.output
+    runs["inspect", "shards"] = json.loads(done.stdout.strip().splitlines()[-1])
+    here = runs["inspect", "here"]
+    for there in (runs["inspect", "ray"], runs["inspect", "shards"]):
+        for key in ("pairs", "metrics", "predicted_per_class", "passes", "notes", "labels"):
+            assert here[key] == there[key], key
     here, there = runs["affinity", "here"], runs["affinity", "ray"]
     assert here["units"] == there["units"] and here["inputs_seen"] == there["inputs_seen"] == 600
     for m in ("pearson", "linear"):
