@@ -1,6 +1,7 @@
 """Benchmark scale-out on Ray: analysis, coverage and fuzzing with 1 and 2 local workers (a script, not a test).
 
-    python benchmarks/bench_ray.py [--mnist-train 60000] [--cifar-train 10000] [--fuzz-budget 12000] [--skip-cifar]
+    python benchmarks/bench_ray.py [--mnist-train 60000] [--cifar-train 10000] [--fuzz-budget 24000] [--fuzz-rounds 3]
+        [--skip-cifar]
 
 Measures in one run, and prints a Markdown table with the ratios:
 - analysis (m = 8) of MNIST's training inputs on LeNet-5 and of CIFAR-10 training inputs on the CIFAR-10 CNN,
@@ -11,7 +12,8 @@ Measures in one run, and prints a Markdown table with the ratios:
   within 1e-5, the same covered set);
 - parallel fuzzing of the CIFAR-10 CNN (100 test seeds, transform mutators, batch 128) with 1 and 2 workers
   (one intra-op thread each) at the same total budget: execs/s (execs over the campaigns' own time, and over
-  the wall time with the actors' start) and the merged IDC.
+  the wall time with the actors' start) and the merged IDC, in `--fuzz-rounds` rounds that alternate 1 and 2
+  workers (each worker traces its forward pass before a start barrier; the median ratio is the figure);
 - the machine's ceiling: the CIFAR-10 CNN's forward pass in one and in two plain processes (no Ray).
 The load average (1 min) is printed beside each figure: on a shared machine the scaling shows the others' load.
 Models: outputs/models/lenet5.keras and cifar10_cnn.keras (recipes/train_models.py trains them if absent);
@@ -122,41 +124,53 @@ def bench_ceiling(seconds: float = 20.0) -> float:
     return two / one
 
 
-def bench_fuzz(analysis, x_test, budget: int, rows: list) -> dict:
+def bench_fuzz(analysis, x_test, budget: int, rounds: int) -> list[dict]:
+    """``rounds`` rounds of a campaign with 1 worker, then one with 2, at the same total budget; per round
+    {workers: figures}. Alternating the two spreads the machine's drift over both."""
     from idcgen.distributed import fuzz
     from idcgen.fuzz.campaign import Campaign
     path = common.model_path("cifar10_cnn", "cifar10")
     _, y_test = common.load_data("test", "cifar10")
     seeds, labels = x_test[:100], y_test[:100]
-    out = {}
-    for workers in (1, 2):
-        folder = Path(tempfile.mkdtemp(prefix=f"bench_ray_fuzz{workers}_"))
-        wall, result, l_f = timed(fuzz, path, analysis, seeds, labels, budget=budget, out=folder / "c",
-                                  workers=workers, threads=1, batch_size=128, mutators=MUTATORS, random_state=0)
-        merged = Campaign.load(folder / "c" / "merged")
-        own = max(w["elapsed_seconds"] for w in result["workers"])
-        out[workers] = dict(execs=result["execs"], own=own, wall=wall, idc=merged.tracker.score, load=l_f,
-                            imports=sum(w["imports"] for w in result["workers"]))
-        rows.append(out[workers])
-        print(f"fuzz {workers} worker(s): {result['execs']} execs, {result['execs'] / own:.0f} execs/s over the "
-              f"campaigns' time ({own:.1f} s), {result['execs'] / wall:.0f} execs/s over the wall time ({wall:.1f} s "
-              f"with the start), merged IDC {merged.tracker.score:.1%}, {out[workers]['imports']} imported "
-              f"(load {l_f:.1f})", flush=True)
-        shutil.rmtree(folder, ignore_errors=True)
-    return out
+    found = []
+    for round_ in range(rounds):
+        out = {}
+        for workers in (1, 2):
+            folder = Path(tempfile.mkdtemp(prefix=f"bench_ray_fuzz{workers}_"))
+            wall, result, l_f = timed(fuzz, path, analysis, seeds, labels, budget=budget, out=folder / "c",
+                                      workers=workers, threads=1, batch_size=128, mutators=MUTATORS, random_state=0)
+            merged = Campaign.load(folder / "c" / "merged")
+            own = max(w["elapsed_seconds"] for w in result["workers"])
+            each = [(w["execs"], w["elapsed_seconds"], w["sync_wait_seconds"]) for w in result["workers"]]
+            out[workers] = dict(execs=result["execs"], own=own, wall=wall, idc=merged.tracker.score, load=l_f,
+                                imports=sum(w["imports"] for w in result["workers"]), each=each)
+            print(f"round {round_ + 1}, fuzz {workers} worker(s): {result['execs']} execs, "
+                  f"{result['execs'] / own:.0f} execs/s over the campaigns' time ({own:.1f} s), "
+                  f"{result['execs'] / wall:.0f} execs/s over the wall time ({wall:.1f} s with the start), merged IDC "
+                  f"{merged.tracker.score:.1%}, {out[workers]['imports']} imported (load {l_f:.1f}); each worker "
+                  f"(execs, seconds, of them waiting on syncs): "
+                  f"{', '.join(f'({e}, {t:.1f}, {w:.2f})' for e, t, w in each)}", flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+        found.append(out)
+    return found
+
+
+def rate(run: dict) -> float:
+    return run["execs"] / run["own"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mnist-train", type=int, default=60000)
     parser.add_argument("--cifar-train", type=int, default=10000)
-    parser.add_argument("--fuzz-budget", type=int, default=12000)
+    parser.add_argument("--fuzz-budget", type=int, default=24000)
+    parser.add_argument("--fuzz-rounds", type=int, default=3)
     parser.add_argument("--skip-cifar", action="store_true")
     args = parser.parse_args()
     import ray
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     print(f"{os.cpu_count()} cores; load average at start {os.getloadavg()}", flush=True)
-    rows, fuzz_rows = [], []
+    rows = []
     ratios = {}
     _, _, mnist = bench_analysis("lenet5", "mnist", args.mnist_train, rows)
     ratios["lenet5"] = mnist
@@ -164,7 +178,7 @@ def main():
         analysis, x_test, cifar = bench_analysis("cifar10_cnn", "cifar10", args.cifar_train, rows)
         ratios["cifar10_cnn"] = cifar
         ceiling = bench_ceiling()
-        fz = bench_fuzz(analysis, x_test, args.fuzz_budget, fuzz_rows)
+        fz = bench_fuzz(analysis, x_test, args.fuzz_budget, args.fuzz_rounds)
 
     print("\n| subject | inputs | run | start (s) | analysis (s): first, again | coverage (s): first, again | "
           "same result | load (1 min) |")
@@ -176,11 +190,13 @@ def main():
     for name, w in ratios.items():
         print(f"- {name}: analysis {w[1][0] / w[2][0]:.2f}x, coverage {w[1][1] / w[2][1]:.2f}x")
     if not args.skip_cifar:
-        one, two = fz[1], fz[2]
-        print(f"- cifar10_cnn fuzz: {one['execs'] / one['own']:.0f} -> {two['execs'] / two['own']:.0f} execs/s over the "
-              f"campaigns' time: {(two['execs'] / two['own']) / (one['execs'] / one['own']):.2f}x; over the wall time "
-              f"with the actors' start {(two['execs'] / two['wall']) / (one['execs'] / one['wall']):.2f}x; merged IDC "
-              f"{one['idc']:.1%} (1 worker) vs {two['idc']:.1%} (2 workers) at {args.fuzz_budget} execs in all")
+        ratios_fz = [rate(r[2]) / rate(r[1]) for r in fz]
+        for i, r in enumerate(fz):
+            print(f"- cifar10_cnn fuzz, round {i + 1}: {rate(r[1]):.0f} -> {rate(r[2]):.0f} execs/s over the campaigns' "
+                  f"time: {ratios_fz[i]:.2f}x; over the wall time with the actors' start "
+                  f"{(r[2]['execs'] / r[2]['wall']) / (r[1]['execs'] / r[1]['wall']):.2f}x; merged IDC "
+                  f"{r[1]['idc']:.1%} (1 worker) vs {r[2]['idc']:.1%} (2 workers) at {args.fuzz_budget} execs in all")
+        print(f"- cifar10_cnn fuzz, median of {len(fz)} rounds: {float(np.median(ratios_fz)):.2f}x")
         print(f"- the machine's ceiling (two plain processes running the forward pass against one): {ceiling:.2f}x")
     print(f"load average at the end {os.getloadavg()}")
     ray.shutdown()

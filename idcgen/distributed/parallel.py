@@ -91,6 +91,7 @@ class FuzzWorker:
                              rounding=settings["rounding"])
         self.published = self.cursor = 0
         self.imports = 0
+        self.sync_wait = 0.0   # seconds spent waiting for the coordinator's answer
         self._warm_up(settings["batch_size"])
 
     def _warm_up(self, batch_size: int) -> None:
@@ -127,7 +128,8 @@ class FuzzWorker:
             campaign.close()
         self.fuzzer.run(campaign, progress=False, on_step=self._on_step)
         self._publish(campaign)
-        return dict(campaign.state(), resumed_at=resumed_at, imports=self.imports)
+        return dict(campaign.state(), resumed_at=resumed_at, imports=self.imports,
+                    sync_wait_seconds=round(self.sync_wait, 3))
 
     # ---- syncing ------------------------------------------------------------------------------
     def _on_step(self, campaign) -> None:
@@ -152,8 +154,10 @@ class FuzzWorker:
 
     def _sync(self, campaign) -> None:
         import ray
-        incoming, self.cursor = fetch(ray, self.coordinator.exchange.remote(self.index, self._own(campaign),
-                                                                             self.cursor))
+        own = self._own(campaign)
+        started = time.perf_counter()
+        incoming, self.cursor = fetch(ray, self.coordinator.exchange.remote(self.index, own, self.cursor))
+        self.sync_wait += time.perf_counter() - started
         if incoming is not None:
             self._import(campaign, incoming)
         self.published = len(campaign.corpus)   # what the import added is not this worker's to publish
