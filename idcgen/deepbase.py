@@ -708,7 +708,9 @@ def _mask_scores(spatial, maps, masks, scores, used, n):
                 found.append((j, mask, math.sqrt(mask @ mask), np.concatenate(pieces).ravel() >= 0.5))
         for k, c in enumerate(cols):
             a = stack[..., k].astype(np.float64).ravel()
-            top = a >= np.quantile(a, 1 - IOU_TOP)
+            # a sparse ReLU channel's quantile can be its minimum (0): its region is then the values above it,
+            # not every pixel (which would score the mask's area share as IoU)
+            top = (a >= np.quantile(a, 1 - IOU_TOP)) & (a > a.min())
             a -= a.mean()
             norm = math.sqrt(a @ a)
             for j, mask, mask_norm, region in found:

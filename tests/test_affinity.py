@@ -481,6 +481,21 @@ def test_a_channel_equal_to_a_mask_scores_one_pixel_by_pixel():
     assert {r["measure"] for r in result.rows()} == {"pearson", "pixel", "iou"}
 
 
+def test_a_sparse_channel_region_is_its_active_pixels_not_every_pixel():
+    # channel 0 is 1 at one corner pixel of 20 of 400 inputs (0.08 % of the pixels, under IoU's top 0.5 %), else
+    # 0 as a ReLU channel mostly is: its region is those 20 pixels, not all pixels (which would give the centre
+    # mask's area share, 0.25, as IoU)
+    n = 400
+    x = np.zeros((n, 8, 8, 2), np.float32)
+    x[:20, 0, 0, 0] = 1
+    hyps = {"centre": lambda x, y: np.broadcast_to(np.pad(np.ones((4, 4)), 2), x.shape[:3]) * 1.0,
+            "corner": lambda x, y: x[..., 0]}
+    result = affinity(_conv_units(), x, None, units="conv:0", hypotheses=hyps, measures="pearson", tol=0,
+                      progress=False)
+    iou = result.scores["iou"]
+    assert iou[0, 0] == 0.0 and iou[0, 1] == pytest.approx(1.0)
+
+
 def test_builtin_masks_by_hand():
     from idcgen.hypotheses import builtin_masks, centre_mask, edges_mask, ink_mask, left_mask
     x = _images()                                         # left half bright, flat, one bright pixel
