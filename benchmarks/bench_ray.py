@@ -100,8 +100,12 @@ run = tf.function(lambda x: model(x, training=False))
 x = np.random.default_rng(0).random((128, *model.input_shape[1:]), np.float32)
 for _ in range(5):
     run(x)
+start_at, seconds = float(sys.argv[2]), float(sys.argv[3])
+if time.time() > start_at:
+    sys.exit("not ready at the start time")
+time.sleep(start_at - time.time())   # the processes' windows coincide
 start, n = time.perf_counter(), 0
-while time.perf_counter() - start < float(sys.argv[2]):
+while time.perf_counter() - start < seconds:
     run(x)
     n += 1
 print(n * len(x) / (time.perf_counter() - start))
@@ -115,9 +119,14 @@ def bench_ceiling(seconds: float = 20.0) -> float:
     path = str(common.model_path("cifar10_cnn", "cifar10"))
 
     def run(n):
-        procs = [subprocess.Popen([sys.executable, "-c", CEILING, path, str(seconds)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True) for _ in range(n)]
-        return sum(float(p.communicate()[0]) for p in procs)
+        start_at = time.time() + 30   # after every process has imported TensorFlow and traced its pass
+        procs = [subprocess.Popen([sys.executable, "-c", CEILING, path, str(start_at), str(seconds)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+        outs = [p.communicate() for p in procs]
+        failed = [err.strip().splitlines()[-1:] for p, (_, err) in zip(procs, outs) if p.returncode]
+        if failed:
+            raise SystemExit(f"the ceiling's forward-pass process failed: {failed[0]}")
+        return sum(float(out) for out, _ in outs)
     one, two = run(1), run(2)
     print(f"ceiling: forward pass in plain processes, one TF thread each: 1 process {one:.0f} inputs/s, 2 processes "
           f"{two:.0f} inputs/s: {two / one:.2f}x (load {load():.1f})", flush=True)

@@ -258,16 +258,28 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
         extra_i = dict(extra, parallel=dict(extra["parallel"], worker=i, random_state=worker_seed(random_state, i)))
         return a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], extra_i)
 
-    def launch(i):
-        a = actor.remote(i, recipe, light, settings, coordinator, threads)
-        return a, start(i, a)
+    died = (pool_ray.exceptions.RayActorError, pool_ray.exceptions.WorkerCrashedError)
+    running, results, restarts = {}, {}, []
 
-    running = {}
+    def restart(i, exc):
+        if len(restarts) >= 3 * workers:
+            raise exc
+        say(f"worker {i} died ({type(exc).__name__}); starting it again from its last commit")
+        restarts.append({"worker": i})
+        actors[i] = actor.remote(i, recipe, light, settings, coordinator, threads)
+        return actors[i]
+
     actors = {i: actor.remote(i, recipe, light, settings, coordinator, threads) for i in range(workers)}
-    results, restarts = {}, []
     try:
         # a start barrier: every worker has loaded its model and traced its forward pass before any fuzzes
-        fetch(pool_ray, [a.ready.remote() for a in actors.values()])
+        starting = {a.ready.remote(): i for i, a in actors.items()}
+        while starting:
+            done, _ = pool_ray.wait(list(starting), num_returns=1)
+            i = starting.pop(done[0])
+            try:
+                fetch(pool_ray, done[0])
+            except died as exc:
+                starting[restart(i, exc).ready.remote()] = i
         for i, a in actors.items():
             running[start(i, a)] = i
         while running:
@@ -278,13 +290,8 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
                 i = running.pop(ref)
                 try:
                     results[i] = fetch(pool_ray, ref)
-                except (pool_ray.exceptions.RayActorError, pool_ray.exceptions.WorkerCrashedError) as exc:
-                    if len(restarts) >= 3 * workers:
-                        raise
-                    say(f"worker {i} died ({type(exc).__name__}); starting it again from its last commit")
-                    restarts.append({"worker": i})
-                    actors[i], again = launch(i)
-                    running[again] = i
+                except died as exc:
+                    running[start(i, restart(i, exc))] = i
     except KeyboardInterrupt:
         say(f"interrupted; the workers' folders hold their last commits; continue with: idcgen fuzz --resume {out}")
         raise
