@@ -116,6 +116,22 @@ class TestOnTwoWorkers:
         assert_same_analysis(single, sharded, same_data_fingerprint=False)
         assert sharded.data["observed_range"] == single.data["observed_range"]
 
+    def test_analysis_of_npy_shards_without_labels(self, pool, trained_lenet, digits, tmp_path):
+        import idcgen
+        from idcgen.errors import InputError
+        model, _ = trained_lenet
+        x = digits[0][:1300]
+        for i, part in enumerate(np.array_split(np.arange(len(x)), 2)):
+            np.save(tmp_path / f"train-{i}.npy", x[part])
+        single = idcgen.analyze(model, x, m=4, progress=False)
+        assert_same_analysis(single, pool.analyze(str(tmp_path / "train-*.npy"), m=4, progress=False),
+                             same_data_fingerprint=False)
+        with pytest.raises(InputError, match="labels are needed"):
+            pool.analyze(str(tmp_path / "train-*.npy"), m=4, correct_only=True, progress=False)
+        np.savez(tmp_path / "train-2.npz", x=x[:10], y=digits[1][:10])   # labelled beside unlabelled: refused
+        with pytest.raises(InputError, match=r"^shard .*train-0\.npy has no labels but shard .*train-2\.npz has"):
+            pool.analyze(str(tmp_path / "train-*"), m=4, progress=False)
+
     def test_coverage_and_analysis_of_a_ray_dataset(self, pool, trained_lenet, digits):
         import idcgen
         model, _ = trained_lenet
