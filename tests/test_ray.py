@@ -183,21 +183,26 @@ class TestOnTwoWorkers:
         assert np.isfinite(single.scores["pearson"]).any()
 
     def test_coverage_of_image_folder_shards(self, pool, trained_lenet, digits, tmp_path):
-        # two folder trees (class subfolders of PNGs) as two shards: the covered set of the same images in memory
+        # two folder trees (class subfolders of PNGs named by words) as two shards, class 0 missing from the
+        # second: every shard labels d<k> as k (the union of the shards' folders), in the shards' file order
         from PIL import Image
         import idcgen
         model, _ = trained_lenet
-        x, y = digits[2][:160], digits[3][:160]
-        for i, (image, label) in enumerate(zip(x, y)):
-            folder = tmp_path / f"part-{i // 80}" / str(int(label))
+        pick = np.random.default_rng(0).permutation(len(digits[3]))[:160]   # the test set is sorted by class
+        x, y = digits[2][pick], digits[3][pick]
+        kept = [i for i in range(len(x)) if i < 80 or y[i] != 0]
+        for i in kept:
+            folder = tmp_path / f"part-{i // 80}" / f"d{int(y[i])}"
             folder.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(np.rint(image[..., 0] * 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
+            Image.fromarray(np.rint(x[i][..., 0] * 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
+        order = sorted(kept, key=lambda i: (i // 80, int(y[i]), i))   # shard, then class folder, then file name
         analysis = idcgen.analyze(model, digits[0][:1000], digits[1][:1000], m=4, progress=False)
         with pool.shards(str(tmp_path / "part-*")) as held:
             tracker = pool.tracker(analysis, held)
-            assert len(held) == len(x) and len(held.sources) == 2
-            np.testing.assert_array_equal(np.sort(held.y), np.sort(y))   # labels from the subfolders' names
-        np.testing.assert_array_equal(tracker.covered_ids(), analysis.tracker(x).covered_ids())
+            assert len(held) == len(order) and len(held.sources) == 2
+            np.testing.assert_array_equal(held.y, y[order])   # labels from the subfolders' names, in order
+            assert held.class_names == tuple(f"d{k}" for k in range(10))
+        np.testing.assert_array_equal(tracker.covered_ids(), analysis.tracker(x[order]).covered_ids())
 
     def test_shard_inputs_refused_in_one_line(self, pool, digits, tmp_path):
         from idcgen.errors import InputError

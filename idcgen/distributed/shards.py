@@ -15,6 +15,9 @@ import glob
 import hashlib
 import itertools
 import os
+import re
+from pathlib import Path
+
 import numpy as np
 
 from ..errors import InputError, ParameterError
@@ -76,6 +79,27 @@ def read_shard(source, network, load: dict):
     return x, y
 
 
+def folder_class_names(sources) -> tuple[str, ...] | None:
+    """The sorted union of the class subfolder names of the image-folder shards, when they are named by
+    words (None when integer-named, or no folder): every shard then labels a class as the others do,
+    not by its index among its own subfolders (a shard lacking a class would shift the labels)."""
+    from ..data import _is_image_folder
+    names = set()
+    for source in sources:
+        if isinstance(source, (str, os.PathLike)) and _is_image_folder(source):
+            names.update(p.name for p in Path(os.fspath(source)).expanduser().iterdir()
+                         if p.is_dir() and not p.name.startswith("."))
+    words = sorted(n for n in names if not re.fullmatch(r"\d+", n))
+    if not words:
+        return None
+    if len(words) < len(names):
+        number = min(n for n in names if n not in words)
+        raise InputError(f"the shards' class subfolders mix integers ({number}) and other names ({words[0]}); "
+                         "name every folder by its class index, or give the class names in label order "
+                         "(--class-names)")
+    return tuple(words)
+
+
 class ShardedInputs:
     """Inputs held by a :class:`~idcgen.distributed.workers.Workers` pool, shard ``i`` on actor ``i mod
     workers``: what :func:`idcgen.analyze` (``passes`` from the pool) and ``Workers.tracker`` take in place
@@ -89,6 +113,7 @@ class ShardedInputs:
             raise InputError(f"{description} holds no inputs")
         self.pool, self.sources, self.names, self.load_options = pool, sources, names, dict(load)
         self.description = description
+        self.class_names = load.get("class_names")   # the folders' classes by label (given, or their union)
         self.token = next(_TOKENS)
         self.sizes: list[int] | None = None
         self.y = None

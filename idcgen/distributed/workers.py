@@ -259,11 +259,13 @@ class Workers:
         paths, or a Ray Data dataset (one shard per block; ``x_column``/``y_column`` name its columns, by
         default its one column; ``scale`` as for files, "auto" maps uint8 0..255 onto the model's range).
         Loaded as ``idcgen.load_for_model`` loads one input set (on a cluster the paths must reach every node)."""
-        from .shards import ShardedInputs, sources_of
+        from .shards import ShardedInputs, folder_class_names, sources_of
         sources, names, description, options = sources_of(source, self.ray, x_column=x_column,
                                                           y_column=y_column)
         load = dict(scale=scale, value_range=tuple(self.convention.value_range), **options)
-        if not options:   # files and folders
+        if not options:   # files and folders: word-named class subfolders labelled alike in every shard
+            from ..data import parse_class_names
+            class_names = parse_class_names(class_names) or folder_class_names(sources)
             load.update(resize=resize, class_names=class_names, crop=crop, labels=labels)
         return ShardedInputs(self, sources, names, load, description)
 
