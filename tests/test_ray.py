@@ -112,9 +112,13 @@ class TestOnTwoWorkers:
         for i, part in enumerate(np.array_split(np.arange(len(x)), 3)):
             np.savez(tmp_path / f"train-{i}.npz", x=x[part], y=y[part])
         single = idcgen.analyze(model, x, y, progress=False, **options)
-        sharded = pool.analyze(str(tmp_path / "train-*.npz"), progress=False, **options)
-        assert_same_analysis(single, sharded, same_data_fingerprint=False)
-        assert sharded.data["observed_range"] == single.data["observed_range"]
+        with pool.shards(str(tmp_path / "train-*.npz")) as held:
+            sharded = pool.analyze(held, progress=False, **options)
+            assert_same_analysis(single, sharded, same_data_fingerprint=False)
+            assert sharded.data["observed_range"] == single.data["observed_range"]
+            if "only_class" in options:   # reused after only_class: every input again, not class 3's
+                again = pool.analyze(held, m=4, progress=False)
+                assert again.data["n_inputs"] == len(x) and again.data["fingerprint"] == sharded.data["fingerprint"]
 
     def test_analysis_of_npy_shards_without_labels(self, pool, trained_lenet, digits, tmp_path):
         import idcgen

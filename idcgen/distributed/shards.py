@@ -141,6 +141,8 @@ class ShardedInputs:
         one line a shard that cannot be read or fitted to the model (naming it), and shards of which some
         carry labels and some do not."""
         from .cluster import fetch
+        if self.selected:   # an analysis of one class (only_class) kept only its inputs: read them all again
+            self.release()
         if self.sizes is not None:
             return self.y
         refs = [self.actor(i).hold.remote(self.key(i), source, self.load_options)

@@ -321,8 +321,6 @@ class Workers:
     def _held_tracker(self, analysis, inputs, progress: bool):
         from tqdm.auto import tqdm
         from ..coverage import CoverageTracker
-        if inputs.selected:   # an analysis of one class kept only its inputs: measure them all
-            inputs.release()
         inputs.load()
         light = self.ray.put(dataclasses.replace(analysis, network=None))
         refs = [inputs.actor(i).held_ids.remote(light, inputs.key(i), f"the inputs of shard {name}")
