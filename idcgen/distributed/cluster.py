@@ -150,11 +150,26 @@ def gather(ray, refs, sizes, progress):
 def cluster_on(pool, acts: np.ndarray, neurons, ks, method: str, random_state: int, progress: bool):
     """:func:`idcgen.analysis.cluster_neurons` with the neurons spread over the workers: the same streams, so
     the same clusters as in one process. (Clustering is serial in the driver otherwise: 30-40 % of a LeNet-5
-    analysis of 60,000 inputs, which two workers could not then speed up beyond 1.4x.)"""
+    analysis of 60,000 inputs, which two workers could not then speed up beyond 1.4x.) A neuron goes to the
+    first worker free, as neurons differ in cost (the k-means runs until they settle)."""
     from tqdm.auto import tqdm
     from ..analysis import neuron_streams
     streams = neuron_streams(random_state, len(neurons))
-    refs = [pool.actor(i).cluster.remote(np.ascontiguousarray(acts[:, i]), int(n), tuple(ks), streams[i], method)
-            for i, n in enumerate(neurons)]
-    with tqdm(total=len(refs), desc="clusters", unit="neuron", disable=not progress, leave=False) as bar:
-        return gather(pool.ray, refs, [1] * len(refs), bar)
+    waiting, running, found = list(range(len(neurons)))[::-1], {}, [None] * len(neurons)
+
+    def give(actor):
+        if waiting:
+            i = waiting.pop()
+            ref = actor.cluster.remote(np.ascontiguousarray(acts[:, i]), int(neurons[i]), tuple(ks), streams[i], method)
+            running[ref] = (i, actor)
+
+    for actor in pool.actors:
+        give(actor)
+    with tqdm(total=len(found), desc="clusters", unit="neuron", disable=not progress, leave=False) as bar:
+        while running:
+            (ref,), _ = pool.ray.wait(list(running), num_returns=1)
+            i, actor = running.pop(ref)
+            found[i] = fetch(pool.ray, ref)
+            bar.update(1)
+            give(actor)
+    return found
