@@ -1,15 +1,15 @@
 """Benchmark scale-out on Ray: analysis, coverage and fuzzing with 1 and 2 local workers (a script, not a test).
 
     python benchmarks/bench_ray.py [--mnist-train 60000] [--cifar-train 10000] [--fuzz-budget 24000] [--fuzz-rounds 3]
-        [--skip-cifar]
+        [--repeats 3] [--skip-cifar]
 
 Measures in one run, and prints a Markdown table with the ratios:
 - analysis (m = 8) of MNIST's training inputs on LeNet-5 and of CIFAR-10 training inputs on the CIFAR-10 CNN,
   and the IDC of each test set: in this process (TensorFlow's default threads), then on a pool of 1 and of 2
   Ray workers, each held to one TensorFlow intra-op thread; the pool's start (actors loading the model) is
-  timed apart, and each pass runs twice (the first includes each worker's tracing of its TensorFlow
-  functions; the ratios are of the second). Each Ray result is checked against the single-process one (same neurons and k, centroids
-  within 1e-5, the same covered set);
+  timed apart, and each pass runs 1 + `--repeats` times (the first includes each worker's tracing of its
+  TensorFlow functions; the ratios are of the median of the others). Each Ray result is checked against
+  the single-process one (same neurons and k, centroids within 1e-5, the same covered set);
 - parallel fuzzing of the CIFAR-10 CNN (100 test seeds, transform mutators, batch 128) with 1 and 2 workers
   (one intra-op thread each) at the same total budget: execs/s (execs over the campaigns' own time, and over
   the wall time with the actors' start) and the merged IDC, in `--fuzz-rounds` rounds that alternate 1 and 2
@@ -57,7 +57,12 @@ def same(a, b) -> bool:
             and all(np.allclose(c.centroids, d.centroids, rtol=RTOL, atol=1e-7) for c, d in zip(a.clusters, b.clusters)))
 
 
-def bench_analysis(name: str, dataset: str, n_train: int, rows: list) -> tuple:
+def again(repeats: int, fn, *args, **kwargs) -> float:
+    """The median time of ``repeats`` more calls (after a first one that traced the TensorFlow functions)."""
+    return float(np.median([timed(fn, *args, **kwargs)[0] for _ in range(repeats)]))
+
+
+def bench_analysis(name: str, dataset: str, n_train: int, rows: list, repeats: int) -> tuple:
     import idcgen
     from idcgen.distributed import Workers
     model = common.load_model(name, dataset)
@@ -65,9 +70,9 @@ def bench_analysis(name: str, dataset: str, n_train: int, rows: list) -> tuple:
     x, y = common.load_data("train", dataset, n_train)
     x_test, _ = common.load_data("test", dataset)
     t_a, single, l_a = timed(idcgen.analyze, model, x, y, m=8, progress=False)
-    t_a2, _, _ = timed(idcgen.analyze, model, x, y, m=8, progress=False)   # traces its relevance pass again
+    t_a2 = again(repeats, idcgen.analyze, model, x, y, m=8, progress=False)
     t_c, cov, l_c = timed(single.tracker, x_test)
-    t_c2, _, _ = timed(single.tracker, x_test)
+    t_c2 = again(repeats, single.tracker, x_test)
     base = dict(subject=f"{name} / {dataset}", inputs=f"{len(x)} train, {len(x_test)} test")
     rows.append(dict(base, run="one process (TF default threads)", start=0.0, analysis=t_a, again=t_a2,
                      coverage=t_c, coverage_again=t_c2, load=max(l_a, l_c), same="-"))
@@ -77,9 +82,9 @@ def bench_analysis(name: str, dataset: str, n_train: int, rows: list) -> tuple:
         t_s, pool, l_s = timed(Workers, path, workers=workers, threads=1)
         with pool:
             t_a, sharded, l_a = timed(pool.analyze, x, y, m=8, progress=False)   # each worker traces first
-            t_a2, _, _ = timed(pool.analyze, x, y, m=8, progress=False)          # then reuses its trace
+            t_a2 = again(repeats, pool.analyze, x, y, m=8, progress=False)       # then reuses its trace
             t_c, tracker, l_c = timed(pool.tracker, single, x_test)
-            t_c2, _, _ = timed(pool.tracker, single, x_test)
+            t_c2 = again(repeats, pool.tracker, single, x_test)
         ok = same(single, sharded) and np.array_equal(tracker.covered_ids(), cov.covered_ids())
         by_workers[workers] = (t_a2, t_c2)
         rows.append(dict(base, run=f"Ray, {workers} worker(s) x 1 thread", start=t_s, analysis=t_a, again=t_a2,
@@ -174,6 +179,7 @@ def main():
     parser.add_argument("--cifar-train", type=int, default=10000)
     parser.add_argument("--fuzz-budget", type=int, default=24000)
     parser.add_argument("--fuzz-rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed analyses and coverages after the first")
     parser.add_argument("--skip-cifar", action="store_true")
     args = parser.parse_args()
     import ray
@@ -181,21 +187,22 @@ def main():
     print(f"{os.cpu_count()} cores; load average at start {os.getloadavg()}", flush=True)
     rows = []
     ratios = {}
-    _, _, mnist = bench_analysis("lenet5", "mnist", args.mnist_train, rows)
+    _, _, mnist = bench_analysis("lenet5", "mnist", args.mnist_train, rows, args.repeats)
     ratios["lenet5"] = mnist
     if not args.skip_cifar:
-        analysis, x_test, cifar = bench_analysis("cifar10_cnn", "cifar10", args.cifar_train, rows)
+        analysis, x_test, cifar = bench_analysis("cifar10_cnn", "cifar10", args.cifar_train, rows, args.repeats)
         ratios["cifar10_cnn"] = cifar
         ceiling = bench_ceiling()
         fz = bench_fuzz(analysis, x_test, args.fuzz_budget, args.fuzz_rounds)
 
-    print("\n| subject | inputs | run | start (s) | analysis (s): first, again | coverage (s): first, again | "
+    print("\n| subject | inputs | run | start (s) | analysis (s): first, median after | coverage (s): first, "
+          "median after | "
           "same result | load (1 min) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['subject']} | {r['inputs']} | {r['run']} | {r['start']:.1f} | {r['analysis']:.1f}, "
               f"{r['again']:.1f} | {r['coverage']:.1f}, {r['coverage_again']:.1f} | {r['same']} | {r['load']:.1f} |")
-    print("\nscaling, 2 workers against 1, second runs (the workers' functions traced; ideal 2.00x):")
+    print("\nscaling, 2 workers against 1, medians after the first runs (the workers' functions traced; ideal 2.00x):")
     for name, w in ratios.items():
         print(f"- {name}: analysis {w[1][0] / w[2][0]:.2f}x, coverage {w[1][1] / w[2][1]:.2f}x")
     if not args.skip_cifar:
