@@ -100,6 +100,10 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+#: the Ray worker pools the running command started (`_ray_pool`), closed when it ends
+_POOLS = []
+
+
 def command(func):
     """Register ``func`` as a command and turn idcgen errors into one clear line."""
     @functools.wraps(func)
@@ -113,6 +117,9 @@ def command(func):
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130)
+        finally:   # Ray workers freed however the command ends (an error half-way too)
+            while _POOLS:
+                _POOLS.pop().close()
     return app.command()(wrapper)
 
 
@@ -174,7 +181,8 @@ def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool)
     what = "--ray" if ray is not None else "--workers"
     require_ray(what)   # before anything else: one line saying what to install
     typer.echo(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...", err=True)
-    return Workers(network, ray=ray or "local", workers=workers, safe_mode=not unsafe, what=what)
+    _POOLS.append(Workers(network, ray=ray or "local", workers=workers, safe_mode=not unsafe, what=what))
+    return _POOLS[-1]   # closed by the command's wrapper (`command`) when it ends, if not before
 
 
 def _with_convention(network, value_range=None, preprocess=None, recorded=None):

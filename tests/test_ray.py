@@ -7,6 +7,7 @@ One local Ray (2 CPUs) is started for the module; the module is skipped where Ra
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -250,6 +251,18 @@ def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
     done = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "none-*.npz"),
                                     "--workers", "1", "--out", str(tmp_path / "b")])
     assert done.exit_code == 1 and "error: no file or folder matches" in done.output
+    # a shard refused once the workers started: the command fails in one line and frees its workers' CPUs
+    np.savez(tmp_path / "train-2.npz", x=np.zeros((5, 32, 32, 1), np.float32), y=y[:5])
+    for name in ("analyze", "inspect"):
+        where = ["--train" if name == "analyze" else "--inputs", str(tmp_path / "train-*.npz")]
+        done = CliRunner().invoke(app, [name, "--model", str(path), *where, "--workers", "2",
+                                        "--out", str(tmp_path / "c" / name)])
+        assert done.exit_code == 1 and "error: shard" in done.output, done.output
+        for _ in range(100):   # ray.kill is asynchronous
+            if ray.available_resources().get("CPU", 0) == 2:
+                break
+            time.sleep(0.1)
+        assert ray.available_resources().get("CPU", 0) == 2, name
 
 
 def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):

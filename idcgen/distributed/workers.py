@@ -384,12 +384,13 @@ class Workers:
 
     # ---- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the actors (and the Ray this pool started)."""
+        """Stop the actors (and the Ray this pool started); a second call does nothing."""
         for a in self.actors:
             self.ray.kill(a)
         self.actors = []
         if self._started:
             self.ray.shutdown()
+            self._started = False
 
     def __enter__(self):
         return self
