@@ -88,6 +88,7 @@ class TestOnTwoWorkers:
         np.testing.assert_array_equal(single.covered_ids(), sharded.covered_ids())
         assert 0 < sharded.covered < analysis.total
         assert pool.coverage(analysis, x[:10]) == analysis.coverage(x[:10])
+        assert pool.coverage(analysis, list(x[:10])) == analysis.coverage(x[:10])   # a list of images, not paths
 
     def test_coverage_of_shard_files_the_workers_read(self, pool, trained_lenet, digits, tmp_path):
         import idcgen

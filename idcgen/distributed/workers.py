@@ -274,9 +274,10 @@ class Workers:
         from .shards import is_ray_dataset
         if getattr(x, "read_by_workers", False):
             return x, False
-        if isinstance(x, (str, os.PathLike, list, tuple)) or is_ray_dataset(x):
+        paths = isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(p, (str, os.PathLike)) for p in x)
+        if isinstance(x, (str, os.PathLike)) or paths or is_ray_dataset(x):
             return self.shards(x, **load), True
-        return x, False
+        return x, False   # an array, or a Python list of images
 
     # ---- what it computes --------------------------------------------------------------------
     def analyze(self, x, y: np.ndarray | None = None, *, scale: str = "auto", x_column=None, y_column=None,
