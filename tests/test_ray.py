@@ -232,6 +232,19 @@ def test_python_entries_on_one_worker(trained_lenet, digits):
     assert_same_analysis(idcgen.analyze(model, x, y, m=4, progress=False), sharded)
     assert sharded.network is not None and sharded.coverage(digits[2]).covered > 0   # bound to the driver's model
     assert ray.is_initialized()   # a Ray the caller started is left running
+    # a lazy Ray dataset whose first block finishes last: materialized in the dataset's order (the fingerprint,
+    # a digest of the blocks' digests in order, is that of the same blocks computed in order)
+    rows = [{"image": x[i], "label": int(y[i]), "i": i} for i in range(400)]
+
+    def first_block_last(batch):
+        time.sleep(3 if 0 in batch["i"] else 0)
+        return batch
+    in_order = ray.data.from_items(rows, override_num_blocks=4)
+    lazy = in_order.map_batches(first_block_last, batch_size=None)
+    options = dict(x_column="image", y_column="label", m=2, workers=1, progress=False)
+    assert dist.analyze(path, lazy, **options).data["fingerprint"] == \
+        dist.analyze(path, in_order, **options).data["fingerprint"]
+    assert lazy.context.execution_options.preserve_order is False   # the dataset's own setting put back
 
 
 def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):

@@ -11,6 +11,7 @@ what it reduces: per-shard sizes, labels (n ints), value ranges and digests. See
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import itertools
@@ -262,6 +263,19 @@ class ShardPasses:
         return cluster_on(self.inputs.pool, acts, neurons, ks, method, random_state, progress)
 
 
+@contextlib.contextmanager
+def in_order(dataset):
+    """``dataset`` computed with Ray Data's ``preserve_order`` (its blocks in the dataset's order, not in the
+    order its tasks finish) inside the block; the dataset's own setting is put back after."""
+    options = dataset.context.execution_options
+    before = options.preserve_order
+    options.preserve_order = True
+    try:
+        yield dataset
+    finally:
+        options.preserve_order = before
+
+
 def sources_of(x, ray, *, x_column=None, y_column=None):
     """(sources, names, description, Ray Data options) of a pattern, a list of paths or a Ray dataset (its
     blocks' references: the workers convert them, no Ray Data task runs once the dataset is computed)."""
@@ -269,8 +283,8 @@ def sources_of(x, ray, *, x_column=None, y_column=None):
         if type(x).__name__ != "MaterializedDataset" and ray.available_resources().get("CPU", 0) < 1:
             raise ParameterError("the Ray dataset is still to be computed and the workers hold every CPU of the "
                                  "cluster; call ds.materialize() before starting them, or start fewer workers")
-        x.context.execution_options.preserve_order = True   # the blocks in the dataset's order
-        refs = [ref for bundle in x.iter_internal_ref_bundles() for ref in bundle.block_refs]
+        with in_order(x):   # a lazy dataset computed here (free CPUs): its blocks in the dataset's order
+            refs = [ref for bundle in x.iter_internal_ref_bundles() for ref in bundle.block_refs]
         return refs, [f"block {i}" for i in range(len(refs))], f"Ray dataset ({len(refs)} blocks)", \
             dict(x_column=x_column, y_column=y_column)
     if x_column is not None or y_column is not None:

@@ -425,6 +425,10 @@ def coverage(analysis, model, x, *, ray: str | None = LOCAL, workers: int | None
 
 
 def _computed(x):
-    """A Ray dataset computed (materialized) before the workers take the CPUs its tasks need; else ``x``."""
-    from .shards import is_ray_dataset
-    return x.materialize() if is_ray_dataset(x) and type(x).__name__ != "MaterializedDataset" else x
+    """A Ray dataset computed (materialized, its blocks in its order) before the workers take the CPUs its
+    tasks need; else ``x``."""
+    from .shards import in_order, is_ray_dataset
+    if not is_ray_dataset(x) or type(x).__name__ == "MaterializedDataset":
+        return x
+    with in_order(x):
+        return x.materialize()
