@@ -154,13 +154,19 @@ class TestOnTwoWorkers:
 
     # ---- inspect and affinity with the forward passes on the workers ---------------------------------
     @pytest.mark.parametrize("options", [dict(scaling="neuron"), dict(scaling="layer", memory_budget=0),
-                                         dict(scaling="input")])
+                                         dict(scaling="input"),
+                                         dict(scaling="neuron", memory_budget="third", batch_size=64)])
     def test_inspect_equals_the_single_process_one(self, pool, trained_lenet, digits, options):
         import idcgen
         model, _ = trained_lenet
         x, y = digits[2][:900], digits[3][:900]
-        single, sharded = idcgen.inspect(model, x, y, **options), pool.inspect(x, y, **options)
-        assert sharded.passes == single.passes == (2 if options.get("memory_budget") == 0 else 1)
+        single = idcgen.inspect(model, x, y, **{k: v for k, v in options.items() if v != "third"})
+        if options.get("memory_budget") == "third":   # a third of the activations' bytes: each shard fits,
+            options = dict(options, memory_budget=len(x) * single.napv.shape[0] * 4 // 3)   # a worker's do not
+            from idcgen.distributed.cluster import shard_bounds
+            assert len(shard_bounds(len(x), 64, len(pool.actors))) > 2 * len(pool.actors)   # shards < a third
+        sharded = pool.inspect(x, y, **options)
+        assert sharded.passes == (1 if options.get("memory_budget") is None or options["scaling"] == "input" else 2)
         for name in ("predictions", "runner_up", "per_class", "napv"):
             np.testing.assert_array_equal(getattr(sharded, name), getattr(single, name), err_msg=name)
         np.testing.assert_allclose(sharded.runner_up_probability, single.runner_up_probability, rtol=RTOL)

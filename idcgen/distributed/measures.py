@@ -38,8 +38,13 @@ def inspect_counting(pool):
         from tqdm.auto import tqdm
         from ..deepinspect import _thresholds
         parts = spans(pool, x, batch)
-        keep = [scaling != "input" and (stop - start) * int(sum(widths)) * 4 <= memory_budget
-                for _, _, _, start, stop in parts]
+        # the budget is a worker's: its shards' activations are kept while their sum fits (shard i on actor
+        # i mod workers, as spans gives them), the others counted in a second pass
+        held, keep = [0] * len(pool.actors), []
+        for i, (_, _, _, start, stop) in enumerate(parts):
+            size = (stop - start) * int(sum(widths)) * 4
+            keep.append(scaling != "input" and held[i % len(held)] + size <= memory_budget)
+            held[i % len(held)] += size if keep[-1] else 0
         passes = 1 if scaling == "input" or all(keep) else 2
         sizes = [stop - start for *_, start, stop in parts]
         with tqdm(total=len(x) * passes, desc="inspect", unit="input", disable=not progress, leave=False) as bar:
