@@ -550,7 +550,6 @@ def inspect(model: Path = ModelOpt,
         found.bind(network)
     sharded = (ray is not None or workers is not None) and any(c in inputs for c in "*?[")
     if sharded:   # shard files the workers read themselves: a pattern naming none is said before they start
-        from .data import parse_class_names
         from .distributed.shards import shard_files
         shard_files(inputs)
         if limit is not None:
@@ -565,7 +564,7 @@ def inspect(model: Path = ModelOpt,
         x.load()
         x.y = None if no_labels else x.y
     options = dict(layers=names, threshold=threshold, scaling=scaling, analysis=found, progress=not as_json,
-                   class_names=parse_class_names(class_names) if sharded else ds.class_names)
+                   class_names=x.class_names if sharded else ds.class_names)   # shards: given, or the folders'
     y = None if no_labels or sharded else ds.y
     result = run(network, x, y, **options) if pool is None else pool.inspect(x, y, **options)
     if pool is not None:

@@ -305,6 +305,18 @@ def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
                                     "--workers", "1", "--out", str(tmp_path / "inspect" / "shards")])
     assert done.exit_code == 0, done.output
     runs["inspect", "shards"] = json.loads(done.stdout.strip().splitlines()[-1])
+    from PIL import Image   # folder shards with word-named classes (d0..d9, d0 missing from one): named pairs
+    for n, i in enumerate(np.random.default_rng(0).permutation(len(digits[3]))[:200]):   # sorted by class
+        if n >= 100 and digits[3][i] == 0:
+            continue
+        folder = tmp_path / "folders" / f"part-{n // 100}" / f"d{int(digits[3][i])}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.rint(digits[2][i][..., 0] * 255).astype(np.uint8)).save(folder / f"{n:03d}.png")
+    done = CliRunner().invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "folders" / "part-*"),
+                                    "--json", "--workers", "1", "--out", str(tmp_path / "inspect" / "folders")])
+    assert done.exit_code == 0, done.output
+    named = json.loads(done.stdout.strip().splitlines()[-1])["pairs"]
+    assert named and all((p["a_name"], p["b_name"]) == (f"d{p['a']}", f"d{p['b']}") for p in named)
     here = runs["inspect", "here"]
     for there in (runs["inspect", "ray"], runs["inspect", "shards"]):
         for key in ("pairs", "metrics", "predicted_per_class", "passes", "notes", "labels"):
