@@ -147,22 +147,31 @@ def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convent
     return ds, x
 
 
-def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bool, limit, as_json: bool, load: dict):
+def _shard_pattern(spec: str, option: str, ray: Optional[str], workers: Optional[int], limit) -> bool:
+    """Whether ``spec`` names shard files the Ray workers read themselves (a pattern, with --ray or --workers);
+    a pattern naming none, or --limit beside one, is refused in one line before any worker starts."""
+    if (ray is None and workers is None) or not any(c in spec for c in "*?["):
+        return False
+    from .distributed.shards import shard_files
+    shard_files(spec)
+    if limit is not None:
+        _fail(f"--limit is for one input set; shard files ({option} with a pattern) are read whole: drop --limit")
+    return True
+
+
+def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bool, as_json: bool, load: dict):
     """``coverage --inputs 'PATTERN' --ray``: IDC of shard files the Ray workers read themselves, one a shard."""
-    import glob
-    shards = sorted(glob.glob(pattern))
-    if not shards:
-        _fail(f"no file or folder matches --inputs {pattern!r}; give a pattern such as 'shards/*.npz'")
-    if found is None or names != ["idc"] or limit is not None:
-        _fail("shard files (--inputs with a pattern) are measured for IDC only, without --limit: give "
-              "--criteria idc, or one input set")
-    tracker, n = _ray_pool(ray, workers, network, unsafe).tracker_of_files(found, shards, **load)
-    result = tracker.result()
+    if found is None or names != ["idc"]:
+        _fail("shard files (--inputs with a pattern) are measured for IDC only: give --criteria idc, or one input set")
+    pool = _ray_pool(ray, workers, network, unsafe)
+    held = pool.shards(pattern, **load)
+    result = pool.tracker(found, held, progress=not as_json).result()
+    n, shards = len(held), len(held.sources)
     if as_json:
-        typer.echo(json.dumps(dict(result.to_dict(), inputs=n, shards=len(shards), layer=found.layer, m=found.m,
+        typer.echo(json.dumps(dict(result.to_dict(), inputs=n, shards=shards, layer=found.layer, m=found.m,
                                    criteria={"idc": {"score": result.score, "covered": result.covered, "total": result.total}})))
     else:
-        typer.echo(f"{result}  [{n} inputs in {len(shards)} shards, layer {found.layer}, m={found.m}]")
+        typer.echo(f"{result}  [{n} inputs in {shards} shards, layer {found.layer}, m={found.m}]")
 
 
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
@@ -254,12 +263,7 @@ def analyze(model: Path = ModelOpt,
     ks = parse_cluster_range(clusters)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
-    sharded = (ray is not None or workers is not None) and any(c in train for c in "*?[")
-    if sharded:   # shard files the workers read themselves: a pattern naming none is said before they start
-        from .distributed.shards import shard_files
-        shard_files(train)
-        if limit is not None:
-            _fail("--limit is for one input set; shard files (--train with a pattern) are read whole: drop --limit")
+    sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
     network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess)
     pool = _ray_pool(ray, workers, network, unsafe)
     if sharded:
@@ -328,8 +332,8 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
                                            recorded)
     if found is not None:
         found.bind(network)
-    if (ray is not None or workers is not None) and any(c in inputs for c in "*?["):
-        return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, limit, as_json,
+    if _shard_pattern(inputs, "--inputs", ray, workers, limit):
+        return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, as_json,
                               dict(scale=scale, resize=resize, class_names=class_names, crop=crop))
     _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, crop=crop)
     others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc:threshold=0.5"
@@ -548,13 +552,8 @@ def inspect(model: Path = ModelOpt,
     network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
     if found is not None:
         found.bind(network)
-    sharded = (ray is not None or workers is not None) and any(c in inputs for c in "*?[")
-    if sharded:   # shard files the workers read themselves: a pattern naming none is said before they start
-        from .distributed.shards import shard_files
-        shard_files(inputs)
-        if limit is not None:
-            _fail("--limit is for one input set; shard files (--inputs with a pattern) are read whole: drop --limit")
-    else:
+    sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
+    if not sharded:
         ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                         crop=crop)
     names = None if layers_ is None else [n.strip() for n in layers_.split(",") if n.strip()]

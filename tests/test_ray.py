@@ -99,8 +99,9 @@ class TestOnTwoWorkers:
         for i, part in enumerate(np.array_split(np.arange(len(x)), 3)):
             files.append(tmp_path / f"part-{i}.npz")
             np.savez(files[-1], x=x[part], y=digits[3][part])
-        tracker, n = pool.tracker_of_files(analysis, files)
-        assert n == len(x)
+        with pool.shards(files) as held:   # a list of paths
+            tracker = pool.tracker(analysis, held)
+            assert len(held) == len(x) and len(held.sources) == 3
         np.testing.assert_array_equal(tracker.covered_ids(), analysis.tracker(x).covered_ids())
 
     # ---- shards the workers read and hold themselves (idcgen.distributed.shards) -------------------
@@ -255,6 +256,7 @@ def test_python_entries_on_one_worker(trained_lenet, digits):
 
 def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
     # `idcgen analyze --train 'PATTERN' --workers 2`, in this process (its Ray), equals the in-memory analysis
+    import json
     from typer.testing import CliRunner
     import idcgen
     from idcgen.cli import app
@@ -271,6 +273,20 @@ def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
     done = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "none-*.npz"),
                                     "--workers", "1", "--out", str(tmp_path / "b")])
     assert done.exit_code == 1 and "error: no file or folder matches" in done.output
+    # coverage of the same shard files on the workers: the in-memory IDC
+    done = CliRunner().invoke(app, ["coverage", "--analysis", str(tmp_path / "a"), "--model", str(path), "--json",
+                                    "--inputs", str(tmp_path / "train-*.npz"), "--workers", "2"])
+    assert done.exit_code == 0, done.output
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = idcgen.Analysis.load(tmp_path / "a").bind(model).coverage(x)
+    assert (found["covered"], found["inputs"], found["shards"]) == (expected.covered, len(x), 2)
+    for name, extra in (("coverage", ["--analysis", str(tmp_path / "a")]), ("inspect", []), ("analyze", [])):
+        done = CliRunner().invoke(app, [name, "--model", str(path), "--train" if name == "analyze" else "--inputs",
+                                        str(tmp_path / "none-*.npz"), "--workers", "1", *extra])
+        assert done.exit_code == 1 and "error: no file or folder matches" in done.output, name
+        done = CliRunner().invoke(app, [name, "--model", str(path), "--train" if name == "analyze" else "--inputs",
+                                        str(tmp_path / "train-*.npz"), "--workers", "1", "--limit", "5", *extra])
+        assert done.exit_code == 1 and "error: --limit is for one input set" in done.output, name
     # a shard refused once the workers started: the command fails in one line and frees its workers' CPUs
     np.savez(tmp_path / "train-2.npz", x=np.zeros((5, 32, 32, 1), np.float32), y=y[:5])
     for name in ("analyze", "inspect"):

@@ -158,15 +158,6 @@ class AnalysisWorker:
         """Combination ids of ``x[start:stop]``."""
         return self._bind(analysis).ids(x[start:stop])
 
-    def file_ids(self, analysis, spec: str, load: dict):
-        """Combination ids of the inputs of one shard file (or folder), read here, as the driver would."""
-        from ..data import load_for_model
-        _, x = load_for_model(spec, self.network.input_shape, n_classes=self.network.n_classes,
-                              task=self.network.task, **load)
-        bound = self._bind(analysis)
-        bound.check_inputs(x, f"the inputs of {spec}")
-        return bound.ids(x)
-
 
 class RayPasses:
     """:class:`idcgen.analysis.LocalPasses` on a :class:`Workers` pool: the same two passes, sharded."""
@@ -331,25 +322,6 @@ class Workers:
             for ids in gather(self.ray, refs, inputs.sizes, bar):
                 tracker.update(ids)
         return tracker
-
-    def tracker_of_files(self, analysis, specs, *, scale: str = "auto", resize=None, class_names=None, crop=None,
-                         progress: bool = False):
-        """(coverage tracker, number of inputs) of shard files or folders that the workers read themselves
-        (each one a shard: no input passes through the driver; on a cluster the paths must reach every node)."""
-        from tqdm.auto import tqdm
-        from ..coverage import CoverageTracker
-        analysis.bind(self.network)
-        load = dict(scale=scale, value_range=tuple(self.convention.value_range), resize=resize,
-                    class_names=class_names, crop=crop)
-        light = self.ray.put(dataclasses.replace(analysis, network=None))
-        specs = [str(spec) for spec in specs]
-        refs = [self.actor(i).file_ids.remote(light, spec, load) for i, spec in enumerate(specs)]
-        tracker, n = CoverageTracker(analysis.total), 0
-        with tqdm(total=len(specs), desc="coverage", unit="shard", disable=not progress, leave=False) as bar:
-            for ids in gather(self.ray, refs, [1] * len(refs), bar):
-                tracker.update(ids)
-                n += len(ids)
-        return tracker, n
 
     def inspect(self, x, y=None, *, scale: str = "auto", x_column=None, y_column=None, **kwargs):
         """:func:`idcgen.inspect` of this pool's model with its forward passes on the workers (per-class counts
