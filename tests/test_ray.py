@@ -275,7 +275,7 @@ def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
     assert done.exit_code == 1 and "error: no file or folder matches" in done.output
     # coverage of the same shard files on the workers: the in-memory IDC
     done = CliRunner().invoke(app, ["coverage", "--analysis", str(tmp_path / "a"), "--model", str(path), "--json",
-                                    "--inputs", str(tmp_path / "train-*.npz"), "--workers", "2"])
+                                    "--inputs", str(tmp_path / "train-*.npz"), "--workers", "1"])
     assert done.exit_code == 0, done.output
     found = json.loads(done.stdout.strip().splitlines()[-1])
     expected = idcgen.Analysis.load(tmp_path / "a").bind(model).coverage(x)
@@ -291,7 +291,7 @@ def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
     np.savez(tmp_path / "train-2.npz", x=np.zeros((5, 32, 32, 1), np.float32), y=y[:5])
     for name in ("analyze", "inspect"):
         where = ["--train" if name == "analyze" else "--inputs", str(tmp_path / "train-*.npz")]
-        done = CliRunner().invoke(app, [name, "--model", str(path), *where, "--workers", "2",
+        done = CliRunner().invoke(app, [name, "--model", str(path), *where, "--workers", "1",
                                         "--out", str(tmp_path / "c" / name)])
         assert done.exit_code == 1 and "error: shard" in done.output, done.output
         for _ in range(100):   # ray.kill is asynchronous
