@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -136,7 +137,9 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, s
 
     def record_and_signal(*args, **kw):
         if signalled.step == 2:
-            os.kill(os.getpid(), signal.SIGINT)
+            # to the main thread itself: os.kill lets the kernel hand it to any thread, and on a loaded machine
+            # the campaign could end before that thread ran
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         record(*args, **kw)
 
     signalled.record = record_and_signal

@@ -166,26 +166,37 @@ class RayPasses:
         from ..relevance import batch_size_for
         self.pool, self.layer, self.eps = pool, layer, eps
         self.batch_size = batch_size_for(network)   # the single-process batches: the same sums
-        self.x = pool.ray.put(np.ascontiguousarray(x))
+        self.x, self.parts = x, {}
         self.shards = shard_bounds(len(x), self.batch_size, len(pool.actors))
+
+    def part(self, shard: int):
+        """The object-store copy of one shard's inputs, made when first needed: the first shard goes to its
+        worker while the driver still copies the next (one copy of all inputs took 0.26 s for 10,000
+        CIFAR-10 images, time the workers waited)."""
+        if shard not in self.parts:
+            start, stop = self.shards[shard]
+            self.parts[shard] = self.pool.ray.put(np.ascontiguousarray(self.x[start:stop]))
+        return self.parts[shard]
 
     def totals(self, target, *, labels, keep_activations, progress):
         from ..relevance import sum_totals
         ray = self.pool.ray
-        target = None if target is None else ray.put(np.asarray(target))
-        labels = None if labels is None else ray.put(np.asarray(labels))
         fetch(ray, [a.forget.remote() for a in self.pool.actors])
-        refs = [self.pool.actor(i).totals.remote(i, self.x, start, stop, self.layer, self.eps, self.batch_size,
-                                                 target, labels, keep_activations)
+
+        def cut(a, start, stop):   # a shard's labels or targets (small: sent with the call)
+            return None if a is None else np.asarray(a)[start:stop]
+        refs = [self.pool.actor(i).totals.remote(i, self.part(i), 0, stop - start, self.layer, self.eps,
+                                                 self.batch_size, cut(target, start, stop), cut(labels, start, stop),
+                                                 keep_activations)
                 for i, (start, stop) in enumerate(self.shards)]
         parts = gather(ray, refs, [stop - start for start, stop in self.shards], progress)
-        signed, absolute, n_used, predictions, _ = sum_totals([b for part in parts for b in part])
+        signed, absolute, n_used, predictions, _ = sum_totals([b for found in parts for b in found])
         return signed, absolute, n_used, predictions
 
     def activations(self, neurons: np.ndarray, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
         refs = [self.pool.actor(i).activations.remote(
-                    i, self.x, start, stop, self.layer, np.asarray(neurons),
+                    i, self.part(i), 0, stop - start, self.layer, np.asarray(neurons),
                     rows[(rows >= start) & (rows < stop)] - start)
                 for i, (start, stop) in enumerate(self.shards)]
         found = fetch(self.pool.ray, refs)
