@@ -397,7 +397,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         (:func:`idcgen.convention.parse_preprocess`); recorded and re-applied when the analysis is loaded.
     image_shape : (h, w, c) images for a model taking flat or channel-less inputs (for the fuzzer)
     passes : what runs the passes over ``x``: :class:`LocalPasses` (default) or, from
-        :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``
+        :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
+        object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
     """
     network, convention = network_with_convention(model, value_range=value_range, preprocess=preprocess,
                                                   image_shape=image_shape)
@@ -463,8 +464,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     timings["activations"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    cluster = getattr(passes, "clusters", cluster_neurons)   # Ray workers cluster the neurons side by side
-    found = cluster(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
+    found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
     notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
         ([network.head_note] if getattr(network, "head_note", None) else [])
