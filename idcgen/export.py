@@ -33,8 +33,8 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     whether the oracle (the campaign's, or ``oracle``) still flags the finding once rounded to uint8.
     The disagreement oracle needs the other models: without it given, ``survives_uint8`` is null.
     """
-    if oracle is None and "disagreement" not in campaign.config["oracle"]:
-        oracle = make_oracle(campaign.config["oracle"])
+    if oracle is None and "disagreement" not in campaign.settings.oracle:
+        oracle = make_oracle(campaign.settings.oracle)
     corpus, analysis = campaign.corpus, campaign.analysis
     network = analysis.network
     if out is None and campaign.folder is None:

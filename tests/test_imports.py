@@ -9,14 +9,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 
 #: modules of the command-line layer: nothing below them may import them
-TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening",
-       "idcgen.distributed.session"}
+TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening"}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
 NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters", "idcgen.coverage",
               "idcgen.importance", "idcgen.data", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
-              "idcgen.fuzz.integrity", "idcgen.fuzz.store",
+              "idcgen.fuzz.integrity", "idcgen.fuzz.store", "idcgen.fuzz.settings",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
               "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.distributed.shards",
               "idcgen.distributed.measures", "idcgen.deepinspect", "idcgen.deepbase",

@@ -206,7 +206,7 @@ class CampaignStore:
     @staticmethod
     def _state_snapshot(campaign) -> dict:
         return {"state": campaign.state(), "rng": campaign.rng.bit_generator.state,
-                "config": json.dumps(campaign.config),   # campaign.json's settings, should it be lost
+                "config": json.dumps(campaign.settings.to_dict()),   # campaign.json's settings, should it be lost
                 "n_stats_rows": len(campaign.stats), "fuzz_count": campaign.corpus.fuzz_count.copy(),
                 "covered": {name: t.covered_ids() for name, t in campaign.coverage.items()}}
 
@@ -300,7 +300,7 @@ class CampaignStore:
         from ..analysis import versions
         if self._versions is None:
             self._versions = versions()
-        meta = {"format_version": FORMAT_VERSION, "config": campaign.config, "versions": self._versions,
+        meta = {"format_version": FORMAT_VERSION, "config": campaign.settings.to_dict(), "versions": self._versions,
                 "model_fingerprint": campaign.analysis.fingerprint, "state": campaign.state()}
         atomic_text(self.folder / "campaign.json", json.dumps(meta, indent=2) + "\n")
         self._json_written = time.monotonic()

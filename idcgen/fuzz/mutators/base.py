@@ -67,7 +67,8 @@ def _bad(mutator: str, name: str, expected: str, value) -> ParameterError:
     return ParameterError(f"The {name!r} parameter of {mutator} must be {expected}. Got {value!r} instead.")
 
 
-def _parameter_names(cls: type[Mutator]) -> list[str]:
+def parameter_names(cls: type[Mutator]) -> list[str]:
+    """The parameters a mutator's spec may set, by name."""
     if cls.parameters:
         return list(cls.parameters)
     signature = inspect.signature(cls.__init__)  # a mutator with its own __init__ (e.g. directed)
