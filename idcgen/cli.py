@@ -273,13 +273,8 @@ def analyze(model: Path = ModelOpt,
     analysis = run(network, x, y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=summary, passes=None if pool is None else pool.passes)
-    if out is not None:
-        where = f"saved to {analysis.save(out, overwrite=force)}"
-    else:  # the default name tells analyses apart; never replace another one there
-        wanted = DEFAULT_OUTPUTS / "analyses" / analysis.default_name(model.stem)
-        out, written = analysis.save_unique(wanted)
-        where = (f"already in {out}, unchanged" if not written else f"saved to {out}" if out == wanted else
-                 f"saved to {out} ({wanted} holds another analysis)")
+    from .session import save_analysis
+    _, where = save_analysis(analysis, model, out, force=force)
     ks_chosen = [c.k for c in analysis.clusters]
     if network.task == "regression":
         typer.echo(f"task: {_task_line(network)}" + (f"; MSE on the labels {analysis.data['mse']:.4g}"
@@ -328,32 +323,34 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, as_json,
                               dict(scale=scale, resize=resize, class_names=class_names, crop=crop))
     _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, crop=crop)
-    others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc:threshold=0.5"
+    others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc(threshold=0.5)"
     x_train = y_train = None
-    if any(c.needs_data for c in others.values()):
-        if train is None:
-            _fail(f"{', '.join(c.name for c in others.values() if c.needs_data)} need --train DATA (the model's training inputs)")
+    needing = [c.name for c in others.values() if c.needs_data]
+    if needing and train is None:
+        _fail(f"{', '.join(needing)} need --train DATA (the model's training inputs)")
+    if train is not None and not needing:
+        _fail(f"--train is read by criteria fitted on training data (kmnc, nbc, snac, lsc, dsc); "
+              f"{', '.join(names)} do not use it: drop --train")
+    if needing:
         train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=as_json,
                                     labels=labels, crop=crop)
         y_train = train_ds.y
-    results = {}
-    if found is not None:
-        pool = _ray_pool(ray, workers, network, unsafe)
-        results["idc"] = found.coverage(x) if pool is None else pool.coverage(found, x)
-    notes = {}
-    for spec, criterion in others.items():
-        results[spec] = criterion.fit(network, x_train if x_train is not None else x[:1], y_train
-                                      if x_train is not None else None).coverage(network, x)
-        if getattr(criterion, "notes_", None):  # e.g. LSC classes without a density: their inputs get no score
-            notes[spec] = list(criterion.notes_)
+    from .session import measure_coverage
+    pool = _ray_pool(ray, workers, network, unsafe) if found is not None else None
+    results, notes, missing = measure_coverage(network, x, others, analysis=found, x_train=x_train, y_train=y_train,
+                                               pool=pool)
+    if not results:
+        _fail("; ".join(f"{name} could not be computed: {why}" for name, why in missing.items()))
     if as_json:
-        first = results[names[0]]
+        first = next(iter(results.values()))
         payload = dict(first.to_dict(), inputs=len(x))
-        if found is not None:
+        if "idc" in results:
             payload.update(idc=results["idc"].score, layer=found.layer, m=found.m)
         payload["criteria"] = {k: {"score": r.score, "covered": r.covered, "total": r.total} for k, r in results.items()}
         for name, lines in notes.items():
             payload["criteria"][name]["notes"] = lines
+        if missing:
+            payload["missing"] = missing
         typer.echo(json.dumps(payload))
     else:
         for name, result in results.items():
@@ -361,6 +358,8 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
             typer.echo(f"{result}  [{len(x)} inputs{extra}]")
             for line in notes.get(name, ()):
                 typer.echo(f"note: {name.upper()}: {line}")
+        for name, why in missing.items():
+            typer.echo(f"note: {name.upper()} not computed: {why}")
 
 
 @command

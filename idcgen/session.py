@@ -81,6 +81,42 @@ def load_inputs(spec, network, convention=None, *, scale="auto", limit=None, res
     return ds, x
 
 
+def save_analysis(analysis, model, out=None, *, force: bool = False) -> tuple[Path, str]:
+    """Save ``analysis`` in ``out`` (replacing one there only with ``force``), or by default under
+    outputs/analyses/ with a name that tells analyses apart, never over another one; returns the folder and
+    what happened, as a line says it ("saved to ...", "already in ..., unchanged")."""
+    if out is not None:
+        folder = analysis.save(out, overwrite=force)
+        return folder, f"saved to {folder}"
+    wanted = OUTPUTS / "analyses" / analysis.default_name(Path(model).stem)
+    folder, written = analysis.save_unique(wanted)
+    return folder, (f"already in {folder}, unchanged" if not written else f"saved to {folder}" if folder == wanted
+                    else f"saved to {folder} ({wanted} holds another analysis)")
+
+
+def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None, y_train=None, pool=None):
+    """(results, notes, missing) of an input set: IDC (with ``analysis``; on Ray workers with ``pool``) and each
+    criterion of ``criteria`` (spec -> unfitted criterion), fitted on ``x_train``. A criterion that cannot be
+    computed here (LSC's densities on a layer wider than the training inputs are many, DSC without two classes)
+    does not take the others with it: ``missing`` says why, one line per criterion."""
+    import numpy as np
+    from .errors import IdcgenError
+    results, notes, missing = {}, {}, {}
+    if analysis is not None:
+        results["idc"] = analysis.coverage(x) if pool is None else pool.coverage(analysis, x)
+    for spec, criterion in criteria.items():
+        try:
+            fitted = criterion.fit(network, x_train if x_train is not None else x[:1],
+                                   y_train if x_train is not None else None)
+            results[spec] = fitted.coverage(network, x)
+        except (IdcgenError, ValueError, np.linalg.LinAlgError) as exc:
+            missing[spec] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            continue
+        if getattr(criterion, "notes_", None):  # e.g. LSC classes without a density: their inputs get no score
+            notes[spec] = list(criterion.notes_)
+    return results, notes, missing
+
+
 def default_oracle(network) -> str:
     """Misclassification, or for a regression model deviation (DeepTest's, 0.2)."""
     return "deviation" if network.task == "regression" else "misclassification"
@@ -158,11 +194,8 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         train_ds, x_train = _training_inputs(train, network, convention, sources, echo)
         y_train = train_ds.y
         found = runner.analyze(network, x_train, y_train, data_summary=train_ds.summary(), **analyse)
-        wanted = OUTPUTS / "analyses" / found.default_name(Path(models[0]).stem)
-        saved, written = found.save_unique(wanted)  # never over another analysis
-        source = f"analysed on {train} ({len(x_train)} inputs{runner.where}), " + (
-            f"the same as the one saved in {saved}" if not written else f"saved to {saved}" if saved == wanted
-            else f"saved to {saved} ({wanted} holds another analysis)")
+        _, where = save_analysis(found, models[0])
+        source = f"analysed on {train} ({len(x_train)} inputs{runner.where}), {where}"
     else:
         places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
         found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m, cluster_method=wanted_method,

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
 
 #: centroids and importance agree to this relative tolerance: Ray workers add the same per-batch sums in the
 #: same order, but run TensorFlow with one intra-op thread, which may round a convolution differently

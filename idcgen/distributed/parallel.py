@@ -235,7 +235,7 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     if budget < workers:
         raise ParameterError(f"a budget of {budget} execs cannot be shared by {workers} workers; give at least "
                              f"{workers}")
-    out = Path(out)
+    out = Path(out).resolve()   # the workers' own working directory may differ from this process'
     say = echo or (lambda *_: None)
     network, _ = network_of(model, safe_mode=safe_mode,
                             recorded=dataclasses.replace(analysis.convention, image_shape=None))
