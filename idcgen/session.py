@@ -185,29 +185,12 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     seeds_ds, x_seeds = load_inputs(seeds, network, convention, limit=limit, echo=echo, **sources.load_options())
     if image_shape is None and len(network.input_shape) != 3:  # flat or channel-less: fuzzed as images
         image_shape = infer_image_shape(network.input_shape, seeds_ds.x.shape[1:])
-    notes, x_train, y_train = [], None, None
     analyse = dict(layer=layer, m=m, clusters=ks, cluster_method=cluster_method, random_state=random_state,
                    progress=progress)
-    if analysis is not None:
-        found, source = Analysis.load(analysis, model=network), f"loaded from {analysis}"
-    elif train is not None:
-        train_ds, x_train = _training_inputs(train, network, convention, sources, echo)
-        y_train = train_ds.y
-        found = runner.analyze(network, x_train, y_train, data_summary=train_ds.summary(), **analyse)
-        _, where = save_analysis(found, models[0])
-        source = f"analysed on {train} ({len(x_train)} inputs{runner.where}), {where}"
-    else:
-        places = [OUTPUTS / "analyses", Path(models[0]).parent, Path(models[0]).parent / "analysis"]
-        found, where, searched = find_analysis(network, places, layer=layer, m=wanted_m, cluster_method=wanted_method,
-                                               clusters=None if wanted_clusters is None else ks)
-        if found is not None:
-            source = f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}"
-        else:
-            found = runner.analyze(network, x_seeds, seeds_ds.y, data_summary=seeds_ds.summary(), **analyse)
-            source = "analysed on the seeds themselves"
-            notes.append(f"no --train or --analysis given and no saved analysis of this model in "
-                         f"{_folders(searched)}; the analysis was made on the SEEDS, so IDC is measured against "
-                         "the seeds' own clusters, not the training data's. Pass --train for the paper's setting.")
+    lookup = dict(layer=layer, m=wanted_m, cluster_method=wanted_method, clusters=None if wanted_clusters is None else ks)
+    found, source, notes, x_train, y_train = _campaign_analysis(runner, network, convention, sources, models[0],
+                                                                analysis, train, (seeds_ds, x_seeds), analyse, lookup,
+                                                                echo)
     echo(f"inputs: {convention.describe()}")
     for note in notes:
         echo(f"note: {note}")
@@ -225,6 +208,31 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     return runner.start(fuzzer, settings, x_seeds, seeds_ds.y, out, x_train=x_train, y_train=y_train, echo=echo,
                         progress=progress)
+
+
+def _campaign_analysis(runner, network, convention, sources: Sources, model, analysis, train, seeds, analyse: dict,
+                       lookup: dict, echo):
+    """(analysis, where it came from, notes, x_train, y_train) of a new campaign: the saved ``analysis`` folder;
+    else an analysis of the training data (by ``runner``, saved); else a saved analysis of this model; else,
+    said plainly, one of the seeds themselves."""
+    if analysis is not None:
+        return Analysis.load(analysis, model=network), f"loaded from {analysis}", [], None, None
+    if train is not None:
+        train_ds, x_train = _training_inputs(train, network, convention, sources, echo)
+        found = runner.analyze(network, x_train, train_ds.y, data_summary=train_ds.summary(), **analyse)
+        _, where = save_analysis(found, model)
+        return found, f"analysed on {train} ({len(x_train)} inputs{runner.where}), {where}", [], x_train, train_ds.y
+    places = [OUTPUTS / "analyses", Path(model).parent, Path(model).parent / "analysis"]
+    found, where, searched = find_analysis(network, places, **lookup)
+    if found is not None:
+        return found, f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}", [], \
+            None, None
+    seeds_ds, x_seeds = seeds
+    found = runner.analyze(network, x_seeds, seeds_ds.y, data_summary=seeds_ds.summary(), **analyse)
+    note = (f"no --train or --analysis given and no saved analysis of this model in {_folders(searched)}; the "
+            "analysis was made on the SEEDS, so IDC is measured against the seeds' own clusters, not the training "
+            "data's. Pass --train for the paper's setting.")
+    return found, "analysed on the seeds themselves", [note], None, None
 
 
 def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, architectures=None, options=None,
