@@ -392,12 +392,13 @@ class ParallelRunner:
                         for i, w in enumerate(result["workers"]))
         notes = [f"merged view of {self.workers} parallel campaigns (worker-0 .. worker-{self.workers - 1}), which "
                  "exchanged the entries that reached new combinations", *settings.sources.notes]
-        done = finish(merged, x_train, y_train, make_oracle(settings.oracle), notes, echo, detail=per,
+        done = finish(merged, x_train, y_train, make_oracle(settings.oracle), notes, echo, grown="merged", detail=per,
                       restarts=result["restarts"])
         return dict(done, workers=result["workers"], restarts=result["restarts"])
 
 
-def finish(campaign, x_train, y_train, oracle, notes, echo, *, detail: str = "", restarts=()) -> dict:
+def finish(campaign, x_train, y_train, oracle, notes, echo, *, grown: str = "grown set", detail: str = "",
+           restarts=()) -> dict:
     """Exports and report of a finished campaign, and the lines that sum it up."""
     if x_train is not None:  # the retraining data in the corpus' image shape (flat or channel-less models)
         x_train = fit_to_model(x_train, campaign.corpus.input_shape)
@@ -405,7 +406,7 @@ def finish(campaign, x_train, y_train, oracle, notes, echo, *, detail: str = "",
     report = write_report(campaign, notes=notes, exports=exports)
     state = campaign.state()
     seeds_idc = campaign.stats_rows()[0]["idc"]
-    echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} (grown set, {len(campaign.corpus)} inputs); "
+    echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} ({grown}, {len(campaign.corpus)} inputs); "
          f"{campaign.n_findings} findings ({exports['findings']['surviving_uint8']} survive uint8 rounding); "
          f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s" + (f" ({detail})" if detail else ""))
     for r in restarts:
@@ -452,7 +453,7 @@ def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -
         campaign.close()
     state = campaign.state()
     seeds_idc = campaign.stats_rows()[0]["idc"]
-    echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} (grown set, {len(campaign.corpus)} inputs); "
+    echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} ({grown}, {len(campaign.corpus)} inputs); "
          f"{campaign.n_findings} findings ({exports['findings']['surviving_uint8']} survive uint8 rounding); "
          f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s")
     echo(f"report: {report} (and report.html); exports: {campaign.folder / 'exports'}")
