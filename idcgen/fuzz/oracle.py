@@ -298,7 +298,8 @@ class Not(Oracle):
         return ~self.inner(run)
 
 
-ORACLES = ("misclassification", "prediction-change", "disagreement", "uncertain", "deviation", "error", "confusion")
+ORACLES = ("misclassification", "prediction-change", "disagreement", "uncertain", "deviation", "error", "confusion",
+           "deeptest")
 _THRESHOLDED = {"disagreement", "uncertain", "deviation", "error"}
 _TERM = re.compile(r"\s*(~?)\s*([a-z-]+)(?:\(([^)]*)\))?\s*")
 
@@ -335,6 +336,10 @@ def _term(text: str, spec: str, others) -> Oracle:
             raise ParameterError(f"the confusion oracle takes two class numbers, e.g. confusion(3,5); got "
                                  f"{text.strip()!r}") from None
         oracle = Confusion(a, b)
+        return ~oracle if negate else oracle
+    if name == "deeptest":   # deeptest(lam=L[, mse=M]): DeepTest's metamorphic relation, idcgen.fuzz.deeptest
+        from .deeptest import parse_deeptest
+        oracle = parse_deeptest(argument, text)
         return ~oracle if negate else oracle
     if argument is not None and name not in _THRESHOLDED:
         raise ParameterError(f"the {name} oracle takes no parameter; got {text.strip()!r} in {spec!r}")
@@ -375,6 +380,6 @@ def _term(text: str, spec: str, others) -> Oracle:
 
 def needs_labels(oracle: Oracle) -> bool:
     """Whether the oracle reads the seeds' labels."""
-    if isinstance(oracle, (Misclassification, Error)):
+    if isinstance(oracle, (Misclassification, Error)) or getattr(oracle, "needs_labels", False) is True:
         return True
     return any(needs_labels(getattr(oracle, part)) for part in ("left", "right", "inner") if hasattr(oracle, part))
