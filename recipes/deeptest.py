@@ -101,7 +101,7 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
                      "combined transforms, unguided", "execs": c.execs, "oracle": c.config["oracle"],
                      "erroneous": int(len(findings.get("id", ()))),
                      "seeds with one": int(len(set(np.asarray(findings.get("root", []), int).tolist()))),
-                     "IDC %": round(100 * c.tracker.score, 1), "NC %": round(100 * c.coverage["nc"].score, 1),
+                     "IDC %": round(100 * c.coverage["idc"].score, 1), "NC %": round(100 * c.coverage["nc"].score, 1),
                      "seconds": round(t.seconds, 1)})
         print(rows[-1], flush=True)
     # single transforms on the same seeds, as many execs, split evenly between the transforms
