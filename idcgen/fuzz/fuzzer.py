@@ -29,6 +29,7 @@ from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .guidance import check_guide, measures_of, new_coverage
 from .mutators import MutationContext, Mutator, make_mutator
+from .deeptest import calibrate
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
 from .settings import CampaignSettings, Sources, ValiditySettings
@@ -177,6 +178,9 @@ class Fuzzer:
         started = time.perf_counter()
         probs, features = self._execute(x)
         predictions = self._predictions(probs)
+        # DeepTest's oracle: the model's MSE on the labelled seeds, measured now and recorded with the oracle
+        self.oracle = calibrate(self.oracle, predictions, y, regression=self.regression)
+        campaign.settings = campaign.settings.replace(oracle=str(self.oracle))
         if self.regression:   # an oracle that cannot judge output values says so now, not at the first step
             self.oracle(Execution(x[:0], probs[:0], predictions[:0], y[:0], predictions[:0]))
         campaign.record_seeds(x, y, predictions, features, time.perf_counter() - started)

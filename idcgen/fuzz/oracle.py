@@ -62,6 +62,7 @@ class Oracle:
     runs_models = False            # it runs models of its own to decide
     needs_labels = False           # it reads the seeds' labels
     positional: tuple = ()         # what an unnamed value in its spec sets, e.g. uncertain(0.7)
+    usage = "no parameter"         # what its spec takes, for messages
 
     def __call__(self, run: Execution) -> np.ndarray:
         raise NotImplementedError
@@ -129,10 +130,11 @@ class Deviation(Oracle):
     lam: float | None = None
     mse: float | None = None
     positional = ("threshold",)
+    usage = "one number, e.g. deviation(threshold=0.3), or lam=L, mse=M (DeepTest's bound)"
 
     def __post_init__(self):
         if (self.lam is None) != (self.mse is None):
-            raise ParameterError("the deviation oracle takes lam and mse together (DeepTest's bound lam x test MSE), "
+            raise ParameterError("the deviation oracle takes lam=L, mse=M together (DeepTest's bound lam x test MSE), "
                                  "e.g. deviation(lam=5, mse=0.1), or a threshold alone")
         if self.lam is not None:
             lam, mse = _threshold("deviation", self.lam), _threshold("deviation", self.mse)
@@ -160,6 +162,7 @@ class Error(Oracle):
     threshold: float = 0.2
     needs_labels = True
     positional = ("threshold",)
+    usage = "one number, e.g. error(threshold=0.3)"
 
     def __post_init__(self):
         object.__setattr__(self, "threshold", _threshold("error", self.threshold))
@@ -185,6 +188,7 @@ class Uncertain(Oracle):
 
     threshold: float = 0.5
     positional = ("threshold",)
+    usage = "one number, e.g. uncertain(threshold=0.7)"
     aliases = {"p": "threshold"}   # uncertain(p=0.7), an earlier spelling
 
     def __post_init__(self):
@@ -208,6 +212,7 @@ class Disagreement(Oracle):
     threshold: float | None = None      # regression only; None: 0.2
     runs_models = True
     positional = ("threshold",)
+    usage = "one number for regression models, e.g. disagreement(threshold=0.3)"
 
     def __post_init__(self):
         if not self.others:
@@ -245,6 +250,7 @@ class Confusion(Oracle):
     b: int = 1
     positional = ("a", "b")
     required = ("a", "b")
+    usage = "two class numbers, e.g. confusion(3,5)"
 
     def __post_init__(self):
         for value in (self.a, self.b):
@@ -271,6 +277,59 @@ class Confusion(Oracle):
         right = ~known | (run.root_predictions == labels)
         pred = np.asarray(run.predictions)
         return right & (((seed == self.a) & (pred == self.b)) | ((seed == self.b) & (pred == self.a)))
+
+
+@dataclass(frozen=True)
+class DeepTest(Oracle):
+    """DeepTest's metamorphic relation for steering models (Tian et al., ICSE 2018): an erroneous behaviour is
+    ``(prediction - root seed's label)^2 > lam * mse``, with ``mse`` the model's mean squared error on the
+    original (untransformed) test frames. Regression only, labels needed. ``mse`` None: measured on the
+    campaign's seeds when it starts (:func:`idcgen.fuzz.deeptest.calibrate`), and recorded in its spec."""
+
+    lam: float = 5.0
+    mse: float | None = None
+    needs_labels = True
+    positional = ("lam",)
+    usage = "lam=L and optionally mse=M, e.g. deeptest(lam=5)"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", _deeptest_number("lam", self.lam, positive=True))
+        if self.mse is not None:
+            object.__setattr__(self, "mse", _deeptest_number("mse", self.mse, positive=False))
+
+    @property
+    def name(self) -> str:
+        # repr keeps every digit of the measured MSE: the recorded spec gives back the same bound
+        return f"deeptest(lam={self.lam:g})" if self.mse is None else f"deeptest(lam={self.lam:g}, mse={self.mse!r})"
+
+    @property
+    def bound(self) -> float:
+        """The largest squared error that is not an erroneous behaviour: lam * mse."""
+        if self.mse is None:
+            raise ParameterError("the deeptest oracle has no MSE yet: give deeptest(lam=L, mse=M), or let the fuzzer "
+                                 "measure it on the labelled seeds when the campaign starts")
+        return self.lam * self.mse
+
+    def __call__(self, run: Execution) -> np.ndarray:
+        if not run.regression:
+            raise InputError("the deeptest oracle compares steering angles with their labels and is for regression "
+                             "models (one output unit); for a classifier use misclassification")
+        labels = np.asarray(run.root_labels, np.float64)
+        if np.any(np.isnan(labels)):
+            raise InputError("the deeptest oracle compares angles with their labels: give labelled seeds "
+                             "(e.g. --labels FILE.csv)")
+        return (np.asarray(run.predictions, np.float64) - labels) ** 2 > self.bound
+
+
+def _deeptest_number(name: str, value, *, positive: bool) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not np.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ParameterError(f"The '{name}' parameter of the deeptest oracle must be a number "
+                             f"{'> 0' if positive else '>= 0'}. Got {value!r} instead.")
+    return value
 
 
 @dataclass(frozen=True)
@@ -321,7 +380,7 @@ class Not(Oracle):
 #: every oracle by its spec name (:func:`make_oracle`); a new oracle is one class added here
 ORACLES: dict[str, type[Oracle]] = {"misclassification": Misclassification, "prediction-change": PredictionChange,
                                     "disagreement": Disagreement, "uncertain": Uncertain, "deviation": Deviation,
-                                    "error": Error, "confusion": Confusion}
+                                    "error": Error, "confusion": Confusion, "deeptest": DeepTest}
 
 
 def make_oracle(spec, others=()) -> Oracle:
@@ -355,30 +414,20 @@ def _term(text: str, spec: str, others) -> Oracle:
                              f"and | with ~ for not. Got {spec!r} instead.")
     cls, name = ORACLES[parsed.name], parsed.name
     allowed = {f.name for f in fields(cls)} - {"others"}
-    if not allowed and (parsed.args or parsed.kwargs):
-        raise ParameterError(f"the {name} oracle takes no parameter; got {text.strip()!r} in {spec!r}")
+    refused = f"the {name} oracle takes {cls.usage}; got {text.strip()!r}"
     if len(parsed.args) > len(cls.positional):
-        taken = " and ".join(cls.positional) or "no unnamed value"
-        raise ParameterError(f"the {name} oracle takes {taken}; got {text.strip()!r} in {spec!r}")
+        raise ParameterError(refused)
     kwargs = dict(zip(cls.positional, parsed.args))
     for key, value in parsed.kwargs.items():
         key = getattr(cls, "aliases", {}).get(key, key)
-        if key in kwargs:
-            raise ParameterError(f"the {name} oracle's {key} is given twice in {text.strip()!r}")
+        if key in kwargs or key not in allowed:
+            raise ParameterError(refused)
         kwargs[key] = value
-    unknown = sorted(set(kwargs) - allowed)
-    if unknown:
-        takes = (f"one number, e.g. {name}(threshold=0.3)" + (", or lam=L, mse=M (DeepTest's bound)" if "lam" in allowed
-                                                            else "")) if "threshold" in allowed else " and ".join(cls.positional)
-        raise ParameterError(f"the {name} oracle takes {takes}; got {text.strip()!r} in {spec!r}")
-    missing = [key for key in getattr(cls, "required", ()) if key not in kwargs]
-    if missing:
-        raise ParameterError(f"the {name} oracle needs {' and '.join(cls.required)}, e.g. {name}(3,5); got "
-                             f"{text.strip()!r}")
-    for key, value in kwargs.items():   # numbers where numbers are meant: a one-line message otherwise
+    if any(key not in kwargs for key in getattr(cls, "required", ())):
+        raise ParameterError(refused)
+    for key, value in kwargs.items():   # numbers where numbers are meant
         if key in ("threshold", "lam", "mse") and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ParameterError(f"the {name} oracle takes one number, e.g. {name}(threshold=0.3); got "
-                                 f"{text.strip()!r}")
+            raise ParameterError(refused)
     oracle = cls(tuple(others), **kwargs) if cls.runs_models else cls(**kwargs)
     return ~oracle if negate else oracle
 

@@ -2,7 +2,8 @@
 
 Three kinds (docs/design.md, "Mutations"): *noise* (:mod:`.noise`: Gaussian noise on all pixels, on the most
 relevant pixels, on random pixels), *transform* (:mod:`.image`: affine and photometric transforms, blur and
-elastic; :mod:`.driving`: DeepTest's rain, fog, sun flare, shadow and camera blurs) and *attack*
+elastic; :mod:`.driving`: DeepTest's rain, fog, sun flare, shadow and camera blurs; :mod:`.deeptest`: DeepTest's
+gain, bias and blur kinds) and *attack*
 (:mod:`.attacks`: cleverhans and ART; :mod:`.directed`: towards uncovered IDC combinations;
 :mod:`.deepxplore`: DeepXplore's differential gradient ascent). A mutator
 is written as a spec string, ``"gauss"`` or ``"gauss(std=0.1)"``; its ``repr`` is the canonical spec and
@@ -15,6 +16,7 @@ from ...errors import ParameterError
 from ...spec import parse, split_specs
 from .attacks import BIM, CW, FGSM, JSMA, PGD
 from .base import MutationContext, Mutator, Param, parameter_names
+from .deeptest import BilateralBlur, Bias, DeepTestBlur, Gain, MedianBlur
 from .deepxplore import DeepXplore
 from .directed import CoverageDirected
 from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare
@@ -27,7 +29,8 @@ __all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param"
 #: Every mutator by its spec name, in listing order.
 REGISTRY: dict[str, type[Mutator]] = {cls.name: cls for cls in (
     Gauss, RelevantPixels, RandomPixels, Rotate, Shift, Scale, Shear, Brightness, Contrast, Noise, Blur, Elastic,
-    Rain, Fog, SunFlare, Shadow, MotionBlur, GaussianBlur, FGSM, BIM, PGD, CW, JSMA, CoverageDirected, DeepXplore)}
+    Rain, Fog, SunFlare, Shadow, MotionBlur, GaussianBlur, Gain, Bias, MedianBlur, BilateralBlur, DeepTestBlur,
+    FGSM, BIM, PGD, CW, JSMA, CoverageDirected, DeepXplore)}
 
 #: The fuzz default: every cheap mutator. ``cw`` (10-20 s per 100 MNIST images) and ``jsma`` (0.3-0.5 s
 #: per image) are left out for cost; add them explicitly.
