@@ -14,7 +14,8 @@ TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.r
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
 NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters", "idcgen.coverage",
-              "idcgen.importance", "idcgen.data", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
+              "idcgen.importance", "idcgen.data", "idcgen.data.dataset", "idcgen.data.readers", "idcgen.data.named",
+              "idcgen.data.fitting", "idcgen.data.loading", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
