@@ -20,7 +20,8 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
               "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.distributed.shards",
-              "idcgen.distributed.measures", "idcgen.deepinspect", "idcgen.deepbase",
+              "idcgen.distributed.measures", "idcgen.deepinspect", "idcgen.deepinspect.statistics",
+              "idcgen.deepinspect.driver", "idcgen.deepinspect.report", "idcgen.deepbase",
               "idcgen.hypotheses", "idcgen.markdown"]
 
 

@@ -110,10 +110,10 @@ class AnalysisWorker:
     def inspect_first(self, shard, x, start, stop, taps, widths, n_classes, threshold, scaling, batch, keep):
         """DeepInspect's first pass over a shard: predictions, runner-ups, min/max (and counts, scaling
         "input"); with ``keep`` the activations stay here for :meth:`inspect_count`."""
-        from ..deepinspect import _Counts, _first_pass
-        state = _Counts(n_classes, tuple(widths))
+        from ..deepinspect import ClassCounts, first_pass
+        state = ClassCounts(n_classes, tuple(widths))
         x = self._x(shard, x)[start:stop]
-        store = _first_pass(self.network, x, taps, widths, state, threshold=threshold, scaling=scaling,
+        store = first_pass(self.network, x, taps, widths, state, threshold=threshold, scaling=scaling,
                             batch=batch, keep=keep)
         none = np.zeros(0, np.int64)
         found = dict(pred=np.concatenate(state.predictions) if state.predictions else none,
@@ -126,12 +126,12 @@ class AnalysisWorker:
 
     def inspect_count(self, shard, x, start, stop, taps, widths, n_classes, limits, batch):
         """(classes, neurons) counts of the shard's inputs above ``limits``, per predicted class."""
-        from ..deepinspect import _Counts, _count_pass
-        state = _Counts(n_classes, tuple(widths))
+        from ..deepinspect import ClassCounts, count_pass
+        state = ClassCounts(n_classes, tuple(widths))
         store, pred = self._kept.pop(("inspect", shard), (None, None))
         if store is not None:
             state.predictions = [pred]
-        _count_pass(self.network, self._x(shard, x)[start:stop], taps, state, limits, batch=batch, store=store)
+        count_pass(self.network, self._x(shard, x)[start:stop], taps, state, limits, batch=batch, store=store)
         return state.active
 
     def unit_activations(self, shard, x, start, stop, layers):
