@@ -20,7 +20,9 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.fuzz.integrity", "idcgen.fuzz.store",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
               "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.distributed.shards",
-              "idcgen.distributed.measures", "idcgen.deepinspect", "idcgen.deepinspect.statistics",
+              "idcgen.distributed.measures", "idcgen.distributed.actor", "idcgen.distributed.actor.inputs",
+              "idcgen.distributed.actor.relevance", "idcgen.distributed.actor.coverage", "idcgen.distributed.actor.measures",
+              "idcgen.deepinspect", "idcgen.deepinspect.statistics",
               "idcgen.deepinspect.driver", "idcgen.deepinspect.report", "idcgen.deepbase", "idcgen.deepbase.statistics",
               "idcgen.deepbase.units", "idcgen.deepbase.driver", "idcgen.deepbase.report",
               "idcgen.hypotheses", "idcgen.markdown"]
