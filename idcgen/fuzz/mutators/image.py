@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import InputError
 
-from .base import MutationContext, Mutator, Param, _bad
+from .base import MutationContext, Mutator, Param, bad_parameter
 from .geometry import affine_matrices, per_image, warp_affine
 from .noise import standard_normal
 
@@ -21,13 +21,13 @@ class _BatchedTransform(Mutator):
     kind = "transform"
 
     def _mutate(self, x, rng, ctx):
-        return _in_unit_range(lambda unit: self._transform(unit, rng), x, ctx)
+        return in_unit_range(lambda unit: self._transform(unit, rng), x, ctx)
 
     def _transform(self, unit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
 
 
-def _in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
+def in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
     """``transform`` applied to x rescaled to [0, 1], its result clipped and scaled back."""
     lo, hi = ctx.value_range
     unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
@@ -60,7 +60,7 @@ class _AffineTransform(_BatchedTransform):
         matrices = self._matrices(len(x), x.shape[1], x.shape[2], rng)
         differ = np.flatnonzero((x != reference).reshape(len(x), -1).any(axis=1))
         both = np.concatenate([x, reference[differ]])
-        warped = _in_unit_range(lambda unit: warp_affine(unit, np.concatenate([matrices, matrices[differ]])),
+        warped = in_unit_range(lambda unit: warp_affine(unit, np.concatenate([matrices, matrices[differ]])),
                                 both, ctx)
         warped = self._finish(both, warped, ctx)
         mutants = warped[:len(x)]
@@ -101,7 +101,7 @@ class Scale(_AffineTransform):
 
     def _check_params(self):
         if self.high < self.low:
-            raise _bad(self.name, "high", f">= low ({self.low!r})", self.high)
+            raise bad_parameter(self.name, "high", f">= low ({self.low!r})", self.high)
 
     def _matrices(self, n, height, width, rng):
         return affine_matrices(height, width, scale=rng.uniform(self.low, self.high, n))
@@ -147,7 +147,7 @@ class Noise(_BatchedTransform):
 
     def _check_params(self):
         if self.std_high < self.std_low:
-            raise _bad(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
+            raise bad_parameter(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
 
     def _transform(self, unit, rng):
         std = per_image(rng.uniform(self.std_low, self.std_high, len(unit)))
@@ -185,7 +185,7 @@ class _Albumentations(Mutator):
                 out[start:start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
             return out
 
-        return _in_unit_range(in_groups, x, ctx)
+        return in_unit_range(in_groups, x, ctx)
 
 
 class Blur(_Albumentations):
