@@ -437,29 +437,6 @@ def fit_criteria(specs: list[str], network, x, echo, data: str) -> list:
     return [make_criterion(spec).fit(network, x) for spec in specs]
 
 
-def _run_and_finish(fuzzer, campaign, x_train, y_train, notes, echo, progress) -> dict | None:
-    try:
-        fuzzer.run(campaign, progress=progress)
-    except KeyboardInterrupt:
-        echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
-        return None
-    if x_train is not None:  # the retraining data in the corpus' image shape (flat or channel-less models)
-        x_train = fit_to_model(x_train, fuzzer.network.input_shape)
-    campaign.open()   # the writer lock again: a second session must not export into the same folder at once
-    try:
-        exports = export_campaign(campaign, train_x=x_train, train_y=y_train, oracle=fuzzer.oracle)
-        report = write_report(campaign, notes=notes, exports=exports)
-    finally:
-        campaign.close()
-    state = campaign.state()
-    seeds_idc = campaign.stats_rows()[0]["idc"]
-    echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} ({grown}, {len(campaign.corpus)} inputs); "
-         f"{campaign.n_findings} findings ({exports['findings']['surviving_uint8']} survive uint8 rounding); "
-         f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s")
-    echo(f"report: {report} (and report.html); exports: {campaign.folder / 'exports'}")
-    return {"state": state, "exports": exports, "seeds_idc": seeds_idc, "report": str(report)}
-
-
 # ---- options that conflict with saved work ---------------------------------------------------------
 # The library names parameters; the CLI turns "name=value" and "the 'name' parameter" into its flags.
 

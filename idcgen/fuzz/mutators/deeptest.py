@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Mutator, Param, _bad
+from .base import Mutator, Param, bad_parameter
 from .geometry import per_image
-from .image import _BatchedTransform, _in_unit_range
+from .image import BatchedTransform, in_unit_range
 
 #: DeepTest's ten blur settings: (kind, kernel size)
 DEEPTEST_BLURS = (("average", 3), ("average", 4), ("average", 5), ("average", 6), ("gaussian", 3), ("gaussian", 5),
@@ -32,10 +32,10 @@ DEEPTEST_BLURS = (("average", 3), ("average", 4), ("average", 5), ("average", 6)
 
 def _low_high(mutator: Mutator) -> None:
     if mutator.high < mutator.low:
-        raise _bad(mutator.name, "high", f">= low ({mutator.low!r})", mutator.high)
+        raise bad_parameter(mutator.name, "high", f">= low ({mutator.low!r})", mutator.high)
 
 
-class Gain(_BatchedTransform):
+class Gain(BatchedTransform):
     """Contrast as DeepTest changed it: every value multiplied by a gain drawn from [low, high] per image
     (DeepTest: 1.2 to 3.0), clipped to the range. Validity: scene."""
 
@@ -51,7 +51,7 @@ class Gain(_BatchedTransform):
         return unit * per_image(rng.uniform(self.low, self.high, len(unit)))
 
 
-class Bias(_BatchedTransform):
+class Bias(BatchedTransform):
     """Brightness as DeepTest changed it: a bias drawn from [low, high] (of the value range) added per
     image (DeepTest: 10 to 100 of 255, i.e. 0.039 to 0.392), clipped to the range. Validity: scene."""
 
@@ -102,7 +102,7 @@ class _PerImageBlur(Mutator):
         def each(unit):
             return np.stack([blur_image(image, kind, size, **options) for image, (kind, size) in zip(unit, settings)])
 
-        return _in_unit_range(each, x, ctx)
+        return in_unit_range(each, x, ctx)
 
 
 class MedianBlur(_PerImageBlur):

@@ -14,7 +14,7 @@ from .geometry import affine_matrices, per_image, warp_affine
 from .noise import standard_normal
 
 
-class _BatchedTransform(Mutator):
+class BatchedTransform(Mutator):
     """A transform with its own random parameters for every image, applied to the whole batch at once
     (:mod:`idcgen.fuzz.mutators.geometry`). Works on [0, 1]: images are rescaled around the call."""
 
@@ -35,7 +35,7 @@ def in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
     return out if (lo, hi) == (0.0, 1.0) else out * np.float32(hi - lo) + np.float32(lo)
 
 
-class _AffineTransform(_BatchedTransform):
+class _AffineTransform(BatchedTransform):
     """An affine transform (zero fill outside the image). DeepHunter allows one per chain, and moves the
     chain's reference image with it: :meth:`mutate_with_reference` applies each image's draw to both."""
 
@@ -117,7 +117,7 @@ class Shear(_AffineTransform):
         return affine_matrices(height, width, shear_x=rng.uniform(-self.limit, self.limit, n))
 
 
-class Brightness(_BatchedTransform):
+class Brightness(BatchedTransform):
     """Add a brightness offset drawn from [-limit, limit] (of the value range) per image."""
 
     name = "brightness"
@@ -127,7 +127,7 @@ class Brightness(_BatchedTransform):
         return unit + per_image(rng.uniform(-self.limit, self.limit, len(unit)))
 
 
-class Contrast(_BatchedTransform):
+class Contrast(BatchedTransform):
     """Multiply by a contrast factor drawn from [1 - limit, 1 + limit] per image."""
 
     name = "contrast"
@@ -137,7 +137,7 @@ class Contrast(_BatchedTransform):
         return unit * per_image(rng.uniform(1.0 - self.limit, 1.0 + self.limit, len(unit)))
 
 
-class Noise(_BatchedTransform):
+class Noise(BatchedTransform):
     """albumentations' GaussNoise: per image a std drawn from [std_low, std_high] (of the value range),
     then independent N(0, std) noise on every pixel and channel."""
 
