@@ -485,3 +485,27 @@ def test_frames_of_another_size_are_resized_to_the_models_input(tmp_path):
     assert np.allclose(x[0, ..., 0], by_hand, atol=1e-6)
     ds, x = load_for_model(tmp_path / "frames", (12, 10, 1))           # already the model's size: nothing said
     assert x.shape == (3, 12, 10, 1) and not any("resized" in n for n in ds.notes) and "resized" not in ds.source
+
+
+def test_coverage_reports_the_criteria_it_can_and_says_why_one_is_missing(tmp_path):
+    # DSC needs two classes, which a steering model has not: the other criteria are still measured and
+    # printed, and the missing one is named with its reason (the whole command once failed)
+    import json
+    steering_model("tanh").save(tmp_path / "steer.keras")
+    np.savez(tmp_path / "train.npz", x=inputs(60, seed=3), y=np.linspace(-0.4, 0.4, 60))
+    np.save(tmp_path / "test.npy", inputs(30, seed=4))
+    base = ["coverage", "--model", str(tmp_path / "steer.keras"), "--inputs", str(tmp_path / "test.npy"),
+            "--train", str(tmp_path / "train.npz"), "--criteria", "nc,dsc,kmnc"]
+    result = runner.invoke(app, base)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert any(line.startswith("NC ") for line in lines) and any(line.startswith("KMNC ") for line in lines)
+    assert any(line.startswith("note: DSC not computed: ") and "two classes" in line for line in lines)
+    payload = json.loads(runner.invoke(app, base + ["--json"]).output.strip().splitlines()[-1])
+    assert set(payload["criteria"]) == {"nc", "kmnc"} and "two classes" in payload["missing"]["dsc"]
+    # every criterion missing: one error line, non-zero exit
+    result = runner.invoke(app, base[:-1] + ["dsc"])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith("error: dsc could not be computed")
+    # --train where no criterion reads it is refused, not ignored
+    result = runner.invoke(app, base[:-1] + ["nc"])
+    assert result.exit_code == 1 and "do not use it: drop --train" in result.output
