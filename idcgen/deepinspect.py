@@ -8,7 +8,7 @@ bias, from per-class neuron activation probabilities alone (docs/design.md, "Con
     result.write_csv("pairs.csv"); result.plot("folder")
 
 The numpy core (``napv_from_counts``, ``napvd``, ``cutoffs``, ``avg_bias``, ``type1_confusion``, ...)
-works on arrays; only :func:`inspect` runs a model, through :class:`idcgen.models.Network` (imported
+works on arrays; only :func:`inspect` runs a model, through :class:`idcgen.framework.Network` (imported
 when called, so importing this module does not load TensorFlow).
 """
 

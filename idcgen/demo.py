@@ -10,8 +10,8 @@ from .analysis import analyze
 from .data import fit_to_model, load_inputs
 from .checks import check_int
 from .errors import InputError
-from .models import Network
-from .zoo import lenet5, train
+from .framework import Network
+from .framework.keras_zoo import lenet5, train
 
 
 def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, force: bool = False, echo=print,

@@ -11,7 +11,7 @@ MNIST-like: Adadelta (lr 1.0, rho 0.95), batch 256, 10 epochs (the paper's DeepX
 an hour: Adam with a cosine-decayed rate, batch 128, random flips and shifts of up to 4 pixels.
 Writes ``outputs/models/<name>.keras`` and ``outputs/train_models/accuracy[_<dataset>].{md,csv}``
 (CIFAR-10 also ``history_cifar10.csv``, accuracy per epoch).
-Udacity: Dave-2 (idcgen.zoo.dave2) on the first 80 % of the 5,614 frames by time, tested on the last 20 %
+Udacity: Dave-2 (idcgen.framework.keras_zoo.dave2) on the first 80 % of the 5,614 frames by time, tested on the last 20 %
 (recipes/common.py, ``udacity_folder``), MSE loss, Adam lr 1e-4, batch 32; writes ``mse_udacity.{md,csv}``.
 """
 
@@ -37,8 +37,8 @@ PAPER_CIFAR10 = "Paper (Keras' cifar10_cnn example, RMSprop lr 1e-4, batch 32, 4
 def train_one(name: str, *, dataset: str = "mnist", epochs: int | None = None, random_state: int = 0, **cifar) -> dict:
     if dataset == "cifar10":
         return train_cifar10(name, epochs=epochs, random_state=random_state, **cifar)
-    from idcgen.models import Network
-    from idcgen.zoo import MODELS as ZOO, train
+    from idcgen.framework import Network
+    from idcgen.framework.keras_zoo import MODELS as ZOO, train
     epochs = epochs or 10
     x_train, y_train = load_data("train", dataset)
     x_test, y_test = load_data("test", dataset)
@@ -60,7 +60,7 @@ def train_udacity(name: str, *, epochs: int | None = None, batch_size: int | Non
     """Train a steering model of the zoo on the Udacity frames' first 80 % by time, MSE on the last 20 %
     (reported per epoch, beside the MSE of always predicting the training mean)."""
     import keras
-    from idcgen.zoo import DRIVING_MODELS
+    from idcgen.framework.keras_zoo import DRIVING_MODELS
     epochs = epochs or UDACITY_SETTINGS["epochs"]
     batch_size = batch_size or UDACITY_SETTINGS["batch_size"]
     lr = lr or UDACITY_SETTINGS["lr"]
@@ -113,7 +113,7 @@ def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | Non
     """Train a CIFAR-10 zoo model (settings default to CIFAR10_SETTINGS[name]), one epoch at a time so that
     each epoch sees a fresh draw of flips and shifts; the test accuracy is logged after every epoch."""
     import keras
-    from idcgen.zoo import MODELS as ZOO
+    from idcgen.framework.keras_zoo import MODELS as ZOO
     settings = dict(CIFAR10_SETTINGS[name])
     settings.update({k: v for k, v in dict(epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr).items()
                      if v is not None})

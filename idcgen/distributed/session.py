@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from ..analysis import Analysis, network_with_convention
+from ..analysis import Analysis
 from ..clusters import parse_cluster_range
 from ..convention import infer_image_shape, parse_image_shape
 from ..data import fit_to_model, load_for_model
@@ -19,7 +19,7 @@ from ..export import export_campaign
 from ..fuzz.campaign import Campaign, check_budget
 from ..fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
 from ..fuzz.oracle import make_oracle
-from ..models import Network, load_model
+from ..framework import Network, load_model, network_with_convention
 from ..report import write_report
 from ..session import OUTPUTS
 from .parallel import PARALLEL_FILE, fuzz
