@@ -9,8 +9,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from idcgen.cli import app
-from idcgen.convention import (InputConvention, from_model, infer_image_shape, parse_image_shape,
-                               parse_preprocess, parse_value_range, prepare)
+from idcgen.convention import InputConvention, infer_image_shape, parse_image_shape, parse_preprocess, parse_value_range
+from idcgen.framework.keras_convention import from_model, prepare
 from idcgen.errors import InputError, ParameterError
 
 runner = CliRunner()
