@@ -1,4 +1,4 @@
-"""Old and partial model files: weights-only files, --architecture, and `idcgen convert` (idcgen.legacy)."""
+"""Old and partial model files: weights-only files, --architecture, and `idcgen convert` (idcgen.framework.keras_legacy)."""
 
 import json
 import subprocess

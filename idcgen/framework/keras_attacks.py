@@ -1,6 +1,6 @@
 """White-box attacks on a Keras network's logits, for the attack mutators (idcgen/fuzz/mutators/attacks.py):
 cleverhans' FGSM, BIM, PGD steps and C&W-L2, and ART's JSMA. The mutators choose labels, directions, random
-starts and parameters in numpy; here they become TensorFlow calls (docs/design.md, "Mutators").
+starts and parameters in numpy; here they become TensorFlow calls (docs/design.md, "Mutations").
 """
 
 from __future__ import annotations
