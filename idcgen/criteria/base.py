@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from idcgen.coverage import CoverageResult, CoverageTracker
 from idcgen.data import Dataset, check_labels, fit_to_model
 from idcgen.checks import check_int
-from idcgen.errors import InputError, LayerError, ParameterError
+from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers"]
 

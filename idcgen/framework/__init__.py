@@ -23,6 +23,9 @@ import numpy as np
 from ..convention import InputConvention, resolve
 from ..errors import ModelError
 
+# quiet TensorFlow's C++ start-up logs, before any implementation module imports it
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 __all__ = ["Network", "LayerInfo", "RANGE_TAP", "TASKS", "load_model", "load_network", "as_network",
            "network_with_convention", "convert", "limit_threads"]
 
@@ -201,14 +204,15 @@ class Network(metaclass=_Dispatching):
 
 
 # ---- implementations -------------------------------------------------------------------------
-#: file suffixes each implementation reads, and the module implementing it (imported on first use)
+#: file suffixes each implementation reads, and the module and Network class implementing it (imported on
+#: first use)
 _BY_SUFFIX = {".keras": "keras", ".h5": "keras", ".hdf5": "keras"}
-_MODULES = {"keras": ".keras_network"}
+_MODULES = {"keras": (".keras_network", "KerasNetwork")}
 
 
 def _implementation(name: str):
     from importlib import import_module
-    return import_module(_MODULES[name], __name__)
+    return import_module(_MODULES[name][0], __name__)
 
 
 def _framework_of(model) -> str:
@@ -235,8 +239,9 @@ def as_network(model, *, batch_size: int | None = None, task: str | None = None,
     """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation."""
     if isinstance(model, Network):
         return model
-    return _implementation(_framework_of(model)).KerasNetwork(model, batch_size=batch_size, task=task,
-                                                              convention=convention)
+    framework = _framework_of(model)
+    network_class = getattr(_implementation(framework), _MODULES[framework][1])
+    return network_class(model, batch_size=batch_size, task=task, convention=convention)
 
 
 def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, task: str | None = None,
