@@ -130,21 +130,24 @@ def _given(ctx: typer.Context) -> dict:
 
 
 def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None, task: Optional[str] = None):
-    from .framework import Network, load_model
-    return Network(load_model(model, safe_mode=not unsafe, architecture=architecture), task=task)
+    from .session import load_networks
+    return load_networks([model], architectures=None if architecture is None else [architecture],
+                         safe_mode=not unsafe, task=task)[0]
+
+
+def _open(model: Path, unsafe: bool, architecture=None, task=None, value_range=None, preprocess=None, analysis=None):
+    """(network in image space, its input convention, the bound Analysis or None): idcgen.session.open_model."""
+    from .session import open_model
+    return open_model(model, safe_mode=not unsafe, architecture=architecture, task=task, value_range=value_range,
+                      preprocess=preprocess, analysis=analysis)
 
 
 def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None,
             class_names=None, err: bool = False, labels=None, crop=None):
     """(Dataset, x) for the model; the label mapping and conversions are shown once (stderr if ``err``)."""
-    from .data import load_for_model
-    value_range = (0.0, 1.0) if convention is None else convention.value_range
-    ds, x = load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
-                           resize=resize, class_names=class_names, n_classes=network.n_classes, labels=labels,
-                           crop=crop, task=network.task)
-    for note in ds.notes:
-        typer.echo(note if note.startswith("labels: ") else f"note: {note}", err=err)
-    return ds, x
+    from .session import load_inputs
+    return load_inputs(spec, network, convention, scale=scale, limit=limit, resize=resize, crop=crop, labels=labels,
+                       class_names=class_names, echo=lambda line: typer.echo(line, err=err))
 
 
 def _shard_pattern(spec: str, option: str, ray: Optional[str], workers: Optional[int], limit) -> bool:
@@ -192,12 +195,6 @@ def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool)
     typer.echo(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...", err=True)
     _POOLS.append(Workers(network, ray=ray or "local", workers=workers, safe_mode=not unsafe, what=what))
     return _POOLS[-1]   # closed by the command's wrapper (`command`) when it ends, if not before
-
-
-def _with_convention(network, value_range=None, preprocess=None, recorded=None):
-    """(Network measured in image space, its input convention); see idcgen.convention."""
-    from .framework import network_with_convention
-    return network_with_convention(network, value_range=value_range, preprocess=preprocess, recorded=recorded)
 
 
 @command
@@ -264,7 +261,7 @@ def analyze(model: Path = ModelOpt,
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
-    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess)
+    network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess)
     pool = _ray_pool(ray, workers, network, unsafe)
     if sharded:
         x = pool.shards(train, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
@@ -276,13 +273,8 @@ def analyze(model: Path = ModelOpt,
     analysis = run(network, x, y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=summary, passes=None if pool is None else pool.passes)
-    if out is not None:
-        where = f"saved to {analysis.save(out, overwrite=force)}"
-    else:  # the default name tells analyses apart; never replace another one there
-        wanted = DEFAULT_OUTPUTS / "analyses" / analysis.default_name(model.stem)
-        out, written = analysis.save_unique(wanted)
-        where = (f"already in {out}, unchanged" if not written else f"saved to {out}" if out == wanted else
-                 f"saved to {out} ({wanted} holds another analysis)")
+    from .session import save_analysis
+    _, where = save_analysis(analysis, model, out, force=force)
     ks_chosen = [c.k for c in analysis.clusters]
     if network.task == "regression":
         typer.echo(f"task: {_task_line(network)}" + (f"; MSE on the labels {analysis.data['mse']:.4g}"
@@ -320,55 +312,54 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
-    from .analysis import Analysis
     from .criteria import make_criterion, parse_criteria
     _need_ray(ray, workers)
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
-    found = Analysis.load(analysis) if "idc" in names else None
-    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
-    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess,
-                                           recorded)
-    if found is not None:
-        found.bind(network)
+    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess,
+                                       analysis if "idc" in names else None)
     if _shard_pattern(inputs, "--inputs", ray, workers, limit):
         return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, as_json,
                               dict(scale=scale, resize=resize, class_names=class_names, crop=crop))
     _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, crop=crop)
-    others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc:threshold=0.5"
+    others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc(threshold=0.5)"
     x_train = y_train = None
-    if any(c.needs_data for c in others.values()):
-        if train is None:
-            _fail(f"{', '.join(c.name for c in others.values() if c.needs_data)} need --train DATA (the model's training inputs)")
+    needing = [c.name for c in others.values() if c.needs_data]
+    if needing and train is None:
+        _fail(f"{', '.join(needing)} need --train DATA (the model's training inputs)")
+    if train is not None and not needing:
+        _fail(f"--train is read by criteria fitted on training data (kmnc, nbc, snac, lsc, dsc); "
+              f"{', '.join(names)} do not use it: drop --train")
+    if needing:
         train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=as_json,
                                     labels=labels, crop=crop)
         y_train = train_ds.y
-    results = {}
-    if found is not None:
-        pool = _ray_pool(ray, workers, network, unsafe)
-        results["idc"] = found.coverage(x) if pool is None else pool.coverage(found, x)
-    notes = {}
-    for spec, criterion in others.items():
-        results[spec] = criterion.fit(network, x_train if x_train is not None else x[:1], y_train
-                                      if x_train is not None else None).coverage(network, x)
-        if getattr(criterion, "notes_", None):  # e.g. LSC classes without a density: their inputs get no score
-            notes[spec] = list(criterion.notes_)
+    from .session import measure_coverage
+    pool = _ray_pool(ray, workers, network, unsafe) if found is not None else None
+    results, notes, missing = measure_coverage(network, x, others, analysis=found, x_train=x_train, y_train=y_train,
+                                               pool=pool)
+    if not results:
+        _fail("; ".join(f"{name} could not be computed: {why}" for name, why in missing.items()))
     if as_json:
-        first = results[names[0]]
+        first = next(iter(results.values()))
         payload = dict(first.to_dict(), inputs=len(x))
-        if found is not None:
+        if "idc" in results:
             payload.update(idc=results["idc"].score, layer=found.layer, m=found.m)
         payload["criteria"] = {k: {"score": r.score, "covered": r.covered, "total": r.total} for k, r in results.items()}
         for name, lines in notes.items():
             payload["criteria"][name]["notes"] = lines
+        if missing:
+            payload["missing"] = missing
         typer.echo(json.dumps(payload))
     else:
         for name, result in results.items():
-            extra = f", layer {found.layer}, m={found.m}" if name == "idc" else f", {name}" if ":" in name else ""
+            extra = f", layer {found.layer}, m={found.m}" if name == "idc" else f", {name}" if ":" in name or "(" in name else ""
             typer.echo(f"{result}  [{len(x)} inputs{extra}]")
             for line in notes.get(name, ()):
                 typer.echo(f"note: {name.upper()}: {line}")
+        for name, why in missing.items():
+            typer.echo(f"note: {name.upper()} not computed: {why}")
 
 
 @command
@@ -408,49 +399,28 @@ def fuzz(ctx: typer.Context,
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .session import new_campaign, resume_campaign
     given = _given(ctx)
-    if workers is not None or ray is not None or (resume is not None and (resume / "parallel.json").is_file()):
-        result = _parallel_fuzz(given, model, seeds, budget, resume, workers, ray, unsafe)
-    elif resume is not None:  # the campaign's own settings; any other option given is checked against them
-        options = {k: v for k, v in given.items() if k not in ("model", "architecture", "unsafe", "budget", "resume")}
+    _need_ray(ray, workers)
+    if resume is not None:  # the campaign's own settings; any other option given is checked against them
+        options = {k: v for k, v in given.items()
+                   if k not in ("model", "architecture", "unsafe", "budget", "resume", "workers", "ray")}
         result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe,
-                                 architectures=architecture or None, options=options, echo=typer.echo)
+                                 architectures=architecture or None, options=options, workers=workers, ray=ray,
+                                 echo=typer.echo)
     else:
+        if ray is not None and workers is None:
+            _fail("--ray runs parallel campaigns: give their number with --workers N")
         if not model or seeds is None or budget is None:
             _fail("--model, --seeds and --budget are needed (or --resume DIR)")
         result = new_campaign(models=model, seeds=seeds, budget=budget, train=train, analysis=analysis, layer=layer,
-                              m=m, clusters=given.get("clusters"), cluster_method=cluster_method, mutators=mutators, oracle=oracle, scheduler=scheduler,
-                              batch_size=batch_size, validity=not no_validity, alpha=alpha, beta=beta,
-                              random_state=random_state, limit=limit, out=out, scale=scale, value_range=value_range,
-                              preprocess=preprocess, image_shape=image_shape, resize=resize, class_names=class_names,
-                              guide=guide, measure=measure, rounding=not no_round, safe_mode=not unsafe,
-                              labels=labels, crop=crop, task=task,
-                              architectures=architecture or None, echo=typer.echo)
+                              m=m, clusters=given.get("clusters"), cluster_method=cluster_method, mutators=mutators,
+                              oracle=oracle, scheduler=scheduler, batch_size=batch_size, validity=not no_validity,
+                              alpha=alpha, beta=beta, random_state=random_state, limit=limit, out=out, scale=scale,
+                              value_range=value_range, preprocess=preprocess, image_shape=image_shape, resize=resize,
+                              class_names=class_names, guide=guide, measure=measure, rounding=not no_round,
+                              safe_mode=not unsafe, labels=labels, crop=crop, task=task,
+                              architectures=architecture or None, workers=workers, ray=ray, echo=typer.echo)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
-
-
-def _parallel_fuzz(given: dict, model, seeds, budget, resume, workers, ray, unsafe):
-    """``fuzz --workers N [--ray ADDRESS]`` (and the resume of such a campaign): idcgen.distributed."""
-    from .distributed import require_ray
-    require_ray("--ray" if ray is not None else "--workers")
-    from .distributed.session import parallel_campaign, resume_parallel
-    if resume is not None:
-        other = sorted(set(given) - {"model", "unsafe", "budget", "resume", "workers", "ray"})
-        if other:
-            _fail(f"a resumed parallel campaign keeps its settings: drop {', '.join(FLAGS.get(k, k) for k in other)}")
-        return resume_parallel(resume, budget=budget, ray=ray, workers=workers, safe_mode=not unsafe, echo=typer.echo)
-    if workers is None:
-        _fail("--ray runs parallel campaigns: give their number with --workers N")
-    if not model or seeds is None or budget is None:
-        _fail("--model, --seeds and --budget are needed (or --resume DIR)")
-    options = {k: v for k, v in given.items() if k not in ("model", "seeds", "budget", "workers", "ray", "unsafe",
-                                                             "no_validity", "no_round")}
-    options["clusters"] = given.get("clusters")
-    if "architecture" in options:
-        options["architectures"] = options.pop("architecture")
-    return parallel_campaign(models=model, seeds=seeds, budget=budget, workers=workers, ray=ray,
-                             validity=not given.get("no_validity", False), rounding=not given.get("no_round", False),
-                             safe_mode=not unsafe, echo=typer.echo, **options)
 
 
 @command
@@ -470,9 +440,7 @@ def harden(model: Path = ModelOpt,
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
     from .hardening import check_pair, format_table, harden as run
-    from .analysis import Analysis
-    recorded = dataclasses.replace(Analysis.load(campaign / "analysis").convention, image_shape=None)
-    network, convention = _with_convention(_network(model, unsafe, architecture), recorded=recorded)
+    network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis")
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
               "a regression model (one output unit)")
@@ -542,16 +510,11 @@ def inspect(model: Path = ModelOpt,
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
     probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
-    from .analysis import Analysis
     from .deepinspect import inspect as run
     from .checks import check_int
     check_int("top", top, 1)
     _need_ray(ray, workers)
-    found = Analysis.load(analysis) if analysis is not None else None
-    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
-    network, convention = _with_convention(_network(model, unsafe, architecture), value_range, preprocess, recorded)
-    if found is not None:
-        found.bind(network)
+    network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis)
     sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
     if not sharded:
         ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
@@ -624,19 +587,13 @@ def affinity(model: Path = ModelOpt,
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
     from .deepbase import affinity as run, parse_measures
-    from .analysis import Analysis
     from .hypotheses import builtin_hypotheses, builtin_masks, load_hypotheses
     chosen = parse_measures(measures)    # before loading anything
     _need_ray(ray, workers)
     extra = load_hypotheses(hypotheses) if hypotheses is not None else []
     if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
-    found = Analysis.load(analysis) if analysis is not None else None
-    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
-    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess,
-                                           recorded)
-    if found is not None:
-        found.bind(network)
+    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)
     library = [] if no_builtin else builtin_hypotheses(

@@ -65,6 +65,7 @@ def _fuzz(analysis, x_seeds, y_seeds, x_train, y_train, folder: Path, budget: in
 
     from .export import export_campaign
     from .fuzz.fuzzer import Fuzzer
+    from .fuzz.settings import Sources
     from .fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
     from .report import write_report
 
@@ -73,8 +74,8 @@ def _fuzz(analysis, x_seeds, y_seeds, x_train, y_train, folder: Path, budget: in
     fuzzer = Fuzzer(analysis, mutators=parse_mutators(DEFAULT_MUTATORS), random_state=0)
     echo(f"fuzz: {len(x_seeds)} held-out digits as seeds, budget {budget} execs; {fuzzer.validity.describe()}")
     campaign = fuzzer.start(x_seeds, y_seeds, folder, budget=budget,
-                            extra_config={"model": "lenet5.keras", "seeds": "embedded-mnist:test[::10] (10 per class)",
-                                          "analysis_source": "analysed on embedded-mnist:train"})
+                            sources=Sources(model="lenet5.keras", seeds="embedded-mnist:test[::10] (10 per class)",
+                                            analysis_source="analysed on embedded-mnist:train"))
     seeds_idc = campaign.tracker.score
     fuzzer.run(campaign, progress=progress)
     exports = export_campaign(campaign, train_x=x_train, train_y=y_train)

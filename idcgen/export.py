@@ -15,7 +15,7 @@ import numpy as np
 from .files import atomic_npz, atomic_text, jsonl, remove_temporaries
 from .fuzz.campaign import Campaign
 from .fuzz.oracle import Execution, make_oracle
-from .fuzz.store import _value
+from .fuzz.store import json_value
 from .errors import ParameterError
 from .imageio import quantise, to_png, to_uint8
 
@@ -33,8 +33,8 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     whether the oracle (the campaign's, or ``oracle``) still flags the finding once rounded to uint8.
     The disagreement oracle needs the other models: without it given, ``survives_uint8`` is null.
     """
-    if oracle is None and "disagreement" not in campaign.config["oracle"]:
-        oracle = make_oracle(campaign.config["oracle"])
+    if oracle is None and "disagreement" not in campaign.settings.oracle:
+        oracle = make_oracle(campaign.settings.oracle)
     corpus, analysis = campaign.corpus, campaign.analysis
     network = analysis.network
     if out is None and campaign.folder is None:
@@ -102,7 +102,7 @@ def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
     """Write ``findings.jsonl`` with the uint8 re-check of every finding; returns how many survive
     (None: not re-checked)."""
     found = campaign.findings()
-    rows = [{k: _value(v[j]) for k, v in found.items() if k != "x"} for j in range(len(found.get("id", ())))]
+    rows = [{k: json_value(v[j]) for k, v in found.items() if k != "x"} for j in range(len(found.get("id", ())))]
     if oracle is None:  # not computed (a disagreement campaign exported without its other models)
         atomic_text(out / "findings.jsonl", jsonl(dict(r, survives_uint8=None) for r in rows))
         return None

@@ -162,24 +162,24 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     rows = mutator_table(campaign)
     plots = _plots(campaign, rows, folder)
     stats = campaign.stats_rows()
-    cfg, a = campaign.config, campaign.analysis
+    cfg, a = campaign.settings, campaign.analysis
     state = campaign.state()
     lines = [f"# Fuzz campaign report: {folder.name}", ""]
     lines += [f"- note: {n}" for n in [*notes, *campaign.notes]]   # the session's, then damage found on reading
     lines += [
-        f"- model: `{cfg.get('model', '?')}`; analysis: layer `{a.layer}`, m = {a.m}, "
-        f"{a.total} combinations ({cfg.get('analysis_source', '')})",
-        f"- seeds: {campaign.corpus.n_seeds} from `{cfg.get('seeds', '?')}`; oracle: {cfg['oracle']}; "
-        f"scheduler: {cfg['scheduler']}; batch {cfg['batch_size']}; random_state {cfg['random_state']}",
+        f"- model: `{cfg.sources.model or '?'}`; analysis: layer `{a.layer}`, m = {a.m}, "
+        f"{a.total} combinations ({cfg.sources.analysis_source})",
+        f"- seeds: {campaign.corpus.n_seeds} from `{cfg.sources.seeds or '?'}`; oracle: {cfg.oracle}; "
+        f"scheduler: {cfg.scheduler}; batch {cfg.batch_size}; random_state {cfg.random_state}",
         f"- {_validity_text(cfg)}",
-        f"- budget {cfg['budget']} execs; done {state['execs']} execs in {state['elapsed_seconds']:.1f} s "
+        f"- budget {cfg.budget} execs; done {state['execs']} execs in {state['elapsed_seconds']:.1f} s "
         f"({state['execs'] / max(state['elapsed_seconds'], 1e-9):.0f} execs/s)",
         "",
         "## Coverage",
         "",
-        f"Guided by {cfg.get('guide', 'idc').upper()}: " + ("every valid mutant joins the corpus (no guidance)."
-                                                         if cfg.get("guide") == "none" else
-                                                         "a valid mutant joins the corpus when it covers something new."),
+        f"Guided by {cfg.guide.upper()}: " + ("every valid mutant joins the corpus (no guidance)."
+                                              if cfg.guide == "none" else
+                                              "a valid mutant joins the corpus when it covers something new."),
         "",
         "| criterion | seeds | grown test set | covered |\n|---|---|---|---|",
     ]
@@ -239,7 +239,7 @@ def _failures(campaign: Campaign, state: dict) -> list[str]:
     rate = "" if q["per_1000_execs"] is None else f"{q['per_1000_execs']:.1f} per 1,000 execs, "
     per_minute = "" if q["per_minute"] is None else f"{q['per_minute']:.0f} per minute; "
     rounding = ("mutants were rounded to uint8 before they ran, so every finding reproduces from its PNG"
-                if campaign.config.get("rounding") else "mutants ran unrounded (float seeds, or rounding turned off)")
+                if campaign.settings.rounding else "mutants ran unrounded (float seeds, or rounding turned off)")
     variety = f"{q['unique_pairs']} distinct (true, predicted) pairs"
     if campaign.corpus.regression:   # no classes: how far the outputs moved from their seeds' instead
         moved = np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
@@ -281,8 +281,8 @@ def _findings_section(campaign: Campaign, folder: Path) -> list[str]:
     return out
 
 
-def _validity_text(cfg: dict) -> str:
+def _validity_text(settings) -> str:
     from .fuzz.mutators import make_mutator
-    v = cfg["validity"]
-    return Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"]).describe(
-        [make_mutator(spec) for spec in cfg.get("mutators", [])])
+    v = settings.validity
+    return Validity(alpha=v.alpha, beta=v.beta, enabled=v.enabled).describe(
+        [make_mutator(spec) for spec in settings.mutators])

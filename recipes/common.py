@@ -32,7 +32,6 @@ UDACITY = SHARED / "data" / "udacity"
 UDACITY_MODELS = ("dave2", "dave2_norminit", "dave2_dropout")
 #: Dave-2's input: each 120x160 frame without its top 40 rows (sky), resized to 66x200 (height x width)
 UDACITY_CROP, UDACITY_RESIZE = "40,0,0,0", "66x200"
-UDACITY_TRAIN_FRACTION = 0.8
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
@@ -106,45 +105,15 @@ def _cifar10_train_zip(limit: int | None):
 
 
 def udacity_folder(split: str) -> Path:
-    """``outputs/data/udacity/<split>/``: the Udacity frames of one split as JPEG files (extracted once from
-    ../shared's zip; the labels stay in its ``final_example.csv``). The frames of one drive are split BY TIME,
-    never at random (neighbouring frames are near-duplicates): the first 80 % of the frame ids (timestamps of
-    equal length, so name order is time order) train, the last 20 % test."""
-    import shutil
-    import zipfile
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be train or test; got {split!r}")
-    archive = UDACITY / "udacity_test_center_160x120.zip"
-    if not archive.exists():
-        raise SystemExit(f"{archive} not found: the Udacity recipes need ../shared/data/udacity")
-    folder = OUTPUTS / "data" / "udacity" / split
-    if folder.is_dir():
-        return folder
-    with zipfile.ZipFile(archive) as z:
-        names = sorted(n for n in z.namelist() if n.endswith(".jpg"))
-        stems = [Path(n).stem for n in names]
-        if len({len(s) for s in stems}) != 1 or stems != sorted(stems, key=int):
-            raise SystemExit(f"{archive}: frame ids are not timestamps of one length; cannot split by time")
-        cut = int(UDACITY_TRAIN_FRACTION * len(names))
-        part = names[:cut] if split == "train" else names[cut:]
-        tmp = folder.with_name(f"{split}.partial{os.getpid()}")   # another run may extract at the same time
-        tmp.mkdir(parents=True, exist_ok=True)
-        for name in part:
-            (tmp / Path(name).name).write_bytes(z.read(name))
-    try:
-        tmp.rename(folder)
-    except OSError:          # another run finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    """The Udacity frames of one split of the blocked split, as a folder of JPEG files (recipes/udacity_data.py)."""
+    from udacity_data import udacity_folder as folder
+    return folder(split)
 
 
 def udacity(split: str, limit: int | None = None):
-    """(x, y) of the Udacity frames' ``split`` (see ``udacity_folder``): float32 (n, 66, 200, 3) in [0, 1],
-    steering angles in radians (float64), in time order."""
-    from idcgen.data import load_inputs
-    ds = load_inputs(udacity_folder(split), labels=str(UDACITY / "final_example.csv"), crop=UDACITY_CROP,
-                     resize=UDACITY_RESIZE, task="regression", limit=limit)
-    return ds.x, ds.y
+    """(x, y) of the Udacity frames' ``split``, real steering angles, blocked split (recipes/udacity_data.py)."""
+    from udacity_data import udacity as load
+    return load(split, limit)
 
 
 def model_path(name: str, dataset: str = "mnist") -> Path:

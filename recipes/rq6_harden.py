@@ -33,6 +33,7 @@ def main(argv=None):
 
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.fuzz.settings import Sources
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
     from idcgen.hardening import format_table, harden
     from idcgen.framework import Network
@@ -52,7 +53,7 @@ def main(argv=None):
         if (out / "campaign").exists():
             shutil.rmtree(out / "campaign")
         campaign = fuzzer.start(x_test[seeds], y_test[seeds], out / "campaign", budget=args.budget,
-                                extra_config={"model": args.model, "seeds": f"{args.dataset} test, {args.seeds} random"})
+                                sources=Sources(model=args.model, seeds=f"{args.dataset} test, {args.seeds} random"))
         fuzzer.run(campaign)
         print(f"campaign: IDC {campaign.stats_rows()[0]['idc']:.1%} -> {campaign.tracker.score:.1%}, "
               f"{int((campaign.corpus.parent >= 0).sum())} kept mutants, {campaign.n_findings} findings")

@@ -103,7 +103,7 @@ def test_linear_model_equals_scikit_learn_on_the_same_folds():
     from sklearn.model_selection import cross_val_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
-    from idcgen.deepbase import _folds
+    from idcgen.deepbase.statistics import _folds
     rng = np.random.default_rng(4)
     a = np.maximum(rng.normal(size=(600, 6)), 0) * [3, 1, 1, 2, 1, 1]
     continuous = a[:, 2] - a[:, 3] + rng.normal(size=600)

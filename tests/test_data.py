@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from idcgen import data
+from idcgen.data import named
 from idcgen.data import Dataset, check_labels, embedded_mnist, fit_to_model, load_inputs
 from idcgen.errors import InputError, ParameterError
 
@@ -329,14 +330,14 @@ def test_named_split_after_colon_wins():
 
 
 def test_fashion_mnist():
-    if not data.FASHION_MNIST_DIR.is_dir():
+    if not named.FASHION_MNIST_DIR.is_dir():
         pytest.skip("dataset-fashion-mnist not installed")
     ds = load_inputs("fashion-mnist:test", limit=10)
     assert ds.x.shape == (10, 28, 28) and ds.y.shape == (10,)
 
 
 def test_fashion_mnist_missing(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "FASHION_MNIST_DIR", tmp_path / "nowhere")
+    monkeypatch.setattr(named, "FASHION_MNIST_DIR", tmp_path / "nowhere")
     with pytest.raises(InputError, match="apt-get install dataset-fashion-mnist"):
         load_inputs("fashion-mnist")
 
@@ -359,7 +360,7 @@ def test_mnist_not_found(monkeypatch, tmp_path):
     monkeypatch.delenv("IDCGEN_MNIST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(data, "__file__", str(tmp_path / "repo" / "idcgen" / "data.py"))
+    monkeypatch.setattr(named, "__file__", str(tmp_path / "repo" / "idcgen" / "data" / "named.py"))
     with pytest.raises(InputError, match=r"mnist not found; searched .*mnist\.npz\. Set IDCGEN_MNIST"):
         load_inputs("mnist")
 
@@ -517,11 +518,44 @@ def test_fit_to_model_refuses(x_shape, input_shape, message):
 
 def test_data_does_not_import_tensorflow():
     import ast
-    tree = ast.parse(Path(data.__file__).read_text())
+    files = sorted(Path(data.__file__).parent.glob("*.py"))   # every module of the package
+    assert {f.name for f in files} >= {"__init__.py", "readers.py", "named.py", "fitting.py", "loading.py"}
     imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
+    for tree in (ast.parse(f.read_text()) for f in files):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
     assert not imported & {"tensorflow", "keras"}
+
+
+def test_a_registered_dataset_is_loaded_by_name(digits):
+    from idcgen.data import register_dataset
+    x, y = digits
+
+    @register_dataset("tiny-digits", aliases=("tiny",))
+    def tiny(split):
+        return (x[:4], y[:4], "tiny:train") if split == "train" else (x[4:], y[4:], f"tiny:{split}")
+    try:
+        assert load_inputs("TINY:train").source == "tiny:train" and len(load_inputs("tiny-digits")) == 2
+        with pytest.raises(InputError, match="known datasets: embedded-mnist, mnist, fashion-mnist, tiny-digits"):
+            load_inputs("no-such-set")
+    finally:   # registered for this test only
+        del named.DATASETS["tiny-digits"], named.ALIASES["tiny"]
+
+
+def test_a_registered_reader_reads_its_files(monkeypatch, tmp_path, digits):
+    from idcgen.data import readers
+    monkeypatch.setattr(readers, "READERS", list(readers.READERS))
+    x, y = digits
+
+    @readers.register_reader("raw bytes", lambda path: path.suffix == ".raw")
+    def raw(path, options):
+        return np.frombuffer(path.read_bytes(), np.uint8).reshape(-1, 4, 5), None, f"{path} (raw)", None, ()
+    (tmp_path / "d.raw").write_bytes(x.tobytes())
+    ds = load_inputs(tmp_path / "d.raw")
+    assert ds.source.endswith("(raw)") and ds.x.shape == (6, 4, 5) and ds.y is None
+    with pytest.raises(InputError, match="has no train/test split"):   # a reader without splits refuses one
+        load_inputs(tmp_path / "d.raw", split="train")
+    assert not data.is_image_folder(tmp_path / "d.raw") and data.is_image_folder(tmp_path)

@@ -37,7 +37,8 @@ def test_registered_with_the_scene_rule_and_not_default():
     for name in DRIVING:
         assert REGISTRY[name].validity == "scene" and REGISTRY[name].kind == "transform"
         assert name not in DEFAULT_MUTATORS.split(",")
-    assert {name for name, cls in REGISTRY.items() if cls.validity == "scene"} == set(DRIVING) | {"deepxplore"}
+    deeptest = {"gain", "bias", "median_blur", "bilateral_blur", "deeptest_blur"}   # tests/test_deeptest.py
+    assert {name for name, cls in REGISTRY.items() if cls.validity == "scene"} == set(DRIVING) | {"deepxplore"} | deeptest
 
 
 def test_fog_is_the_scattering_model_by_hand():

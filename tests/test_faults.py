@@ -384,6 +384,7 @@ def killed(victims, phase) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["state", "step", "previews", "export"])
 def test_killed_run_resumes_to_the_uninterrupted_campaign(phase, victims, reference):
     folder = killed(victims, phase)
@@ -397,6 +398,7 @@ def test_killed_run_resumes_to_the_uninterrupted_campaign(phase, victims, refere
     assert_same(folder, reference)
 
 
+@pytest.mark.slow
 def test_killed_before_the_seeds_were_committed_is_refused_in_one_line(victims, world):
     folder = killed(victims, "seeds")
     assert (folder / "corpus" / "step-000000.npz").exists() and not (folder / "state-1").exists()
@@ -407,6 +409,7 @@ def test_killed_before_the_seeds_were_committed_is_refused_in_one_line(victims, 
                         f"were committed; delete {folder} and start again")
 
 
+@pytest.mark.slow
 def test_two_writers_one_runs_the_other_is_refused(copy, world, reference):
     from idcgen.fuzz.campaign import Campaign
     victim = world["root"] / "victim.py"

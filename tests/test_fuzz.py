@@ -527,7 +527,7 @@ def test_guidance_by_another_criterion(guide, setup, tmp_path):
     crits = {name: make_criterion(name).fit(network, x) for name in ("nc", "kmnc")}
     fuzzer = make_fuzzer(analysis, guide=guide, measure=list(crits.values()))
     c = fuzzer.run(x, y, budget=384, progress=False)
-    assert list(c.coverage) == ["idc", "nc", "kmnc"] and c.config["guide"] == guide
+    assert list(c.coverage) == ["idc", "nc", "kmnc"] and c.settings.guide == guide
     kept = c.corpus.parent >= 0
     # replay the corpus in order: coverage of the grown set, and (guided) every mutant adds something new
     trackers = {"idc": analysis.tracker(), **{n: cr.tracker() for n, cr in crits.items()}}
@@ -550,7 +550,7 @@ def test_rounding_makes_every_finding_reproduce(setup, tmp_path):
     from idcgen.imageio import to_uint8
     analysis, _, _, x, y = setup
     c = make_fuzzer(analysis, mutators=["gauss(std=0.1)", "fgsm(eps=0.15)", "rotate"]).start(x, y, tmp_path / "c", budget=640)
-    assert c.config["rounding"] and c.config["storage"] == "uint8"
+    assert c.settings.rounding and c.settings.storage == "uint8"
     make_fuzzer(analysis, mutators=["gauss(std=0.1)", "fgsm(eps=0.15)", "rotate"]).run(c, progress=False)
     found = c.findings()
     assert c.n_findings > 0

@@ -98,3 +98,43 @@ def test_corpus_grows_and_round_trips():
     np.testing.assert_array_equal(c2.x, c.x)
     np.testing.assert_array_equal(c2.combination, c.combination)
     assert c2.chains == c.chains and c2.chains[0] == [] and c2.chains[5] == ["gauss(std=0.05)"]
+
+
+def test_scheduler_objects_and_specs():
+    # a scheduler object is taken as it is (the docstrings promise it); a spec sets its parameters by name
+    from idcgen.fuzz.scheduler import scheduler_spec
+    mine = Uniform()
+    assert make_scheduler(mine) is mine
+    custom = make_scheduler("prioritized(gamma=3, p_min=0.05)")
+    assert custom == BatchPrioritization(gamma=3, p_min=0.05)
+    assert scheduler_spec(custom) == "prioritized(gamma=3, p_min=0.05)" and scheduler_spec(mine) == "uniform"
+    assert make_scheduler(scheduler_spec(custom)) == custom             # what a campaign records makes it again
+    with pytest.raises(ParameterError, match="the prioritized scheduler has no parameter 'alpha'"):
+        make_scheduler("prioritized(alpha=1)")
+    with pytest.raises(ParameterError, match="must be a scheduler"):
+        make_scheduler(42)
+
+
+def test_one_spec_grammar_with_the_older_spellings():
+    from idcgen.criteria import parse_criteria, parse_spec
+    from idcgen.fuzz.oracle import Confusion, Uncertain
+    from idcgen.spec import parse
+    assert parse("gauss(std=0.05)").kwargs == {"std": 0.05}
+    assert parse("nc(scaling=channel-means)", words=True).kwargs == {"scaling": "channel-means"}
+    with pytest.raises(ParameterError, match="must be a Python literal"):
+        parse("nc(scaling=channel-means)")              # bare words only where a kind allows them
+    # criteria: name(key=value) and the colon spelling give the same parameters
+    assert parse_spec("kmnc(k=10, layers=conv1+fc)") == parse_spec("kmnc:k=10:layers=conv1+fc") == \
+        ("kmnc", {"k": 10, "layers": ["conv1", "fc"]})
+    assert parse_criteria("idc,NC(threshold=0.5),kmnc:k=4") == ["idc", "nc(threshold=0.5)", "kmnc:k=4"]
+    # oracles: name(key=value), and the unnamed values of the older spellings
+    assert make_oracle("uncertain(threshold=0.7)") == make_oracle("uncertain(0.7)") == make_oracle("uncertain(p=0.7)") \
+        == Uncertain(0.7)
+    assert make_oracle("confusion(a=3, b=5)") == make_oracle("confusion(3,5)") == Confusion(3, 5)
+    with pytest.raises(ParameterError, match=r"the confusion oracle takes two class numbers, e.g. confusion\(3,5\)"):
+        make_oracle("confusion(3)")
+    with pytest.raises(ParameterError, match="the misclassification oracle takes no parameter"):
+        make_oracle("misclassification(1)")
+    # each oracle declares whether it reads labels; composites ask their parts
+    assert make_oracle("misclassification & ~uncertain").needs_labels
+    assert not make_oracle("prediction-change | uncertain").needs_labels

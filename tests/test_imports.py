@@ -11,17 +11,21 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 
 #: modules of the command-line layer: nothing below them may import them
-TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening",
-       "idcgen.distributed.session"}
+TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening"}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
 NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters", "idcgen.coverage",
-              "idcgen.importance", "idcgen.data", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
+              "idcgen.importance", "idcgen.data", "idcgen.data.dataset", "idcgen.data.readers", "idcgen.data.named",
+              "idcgen.data.fitting", "idcgen.data.loading", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
-              "idcgen.fuzz.integrity", "idcgen.fuzz.store",
+              "idcgen.fuzz.integrity", "idcgen.fuzz.store", "idcgen.fuzz.settings",
               "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
               "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.distributed.shards",
-              "idcgen.distributed.measures", "idcgen.deepinspect", "idcgen.deepbase",
+              "idcgen.distributed.measures", "idcgen.distributed.actor", "idcgen.distributed.actor.inputs",
+              "idcgen.distributed.actor.relevance", "idcgen.distributed.actor.coverage", "idcgen.distributed.actor.measures",
+              "idcgen.deepinspect", "idcgen.deepinspect.statistics",
+              "idcgen.deepinspect.driver", "idcgen.deepinspect.report", "idcgen.deepbase", "idcgen.deepbase.statistics",
+              "idcgen.deepbase.units", "idcgen.deepbase.driver", "idcgen.deepbase.report",
               "idcgen.hypotheses", "idcgen.markdown", "idcgen.framework", "idcgen.relevance", "idcgen.analysis",
               "idcgen.analysis.record", "idcgen.analysis.passes", "idcgen.analysis.search", "idcgen.fuzz.campaign",
               "idcgen.fuzz.fuzzer", "idcgen.report", "idcgen.export", "idcgen.criteria", "idcgen.hardening"]

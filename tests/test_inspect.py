@@ -290,11 +290,11 @@ def test_cli_end_to_end(hand, tmp_path):
 
 
 def test_thresholds_per_neuron_and_per_layer():
-    from idcgen.deepinspect import _thresholds
+    from idcgen.deepinspect import activation_limits
     low, high = np.array([0.0, 0.0, 2.0, -1.0]), np.array([1.0, 4.0, 2.0, 1.0])
-    neuron = _thresholds(low, high, (3, 1), 0.5, "neuron")
+    neuron = activation_limits(low, high, (3, 1), 0.5, "neuron")
     np.testing.assert_array_equal(neuron, [0.5, 2.0, np.inf, 0.0])   # a constant neuron is never active
-    layer = _thresholds(low, high, (3, 1), 0.5, "layer")             # the first layer spans [0, 4]
+    layer = activation_limits(low, high, (3, 1), 0.5, "layer")             # the first layer spans [0, 4]
     np.testing.assert_array_equal(layer, [2.0, 2.0, 2.0, 0.0])
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
 
 #: centroids and importance agree to this relative tolerance: Ray workers add the same per-batch sums in the
 #: same order, but run TensorFlow with one intra-op thread, which may round a convolution differently
@@ -403,7 +404,7 @@ def test_two_workers_share_what_they_cover(first_run):
     out, first = first_run
     assert [w["execs"] for w in first["workers"]] == [800, 800] and first["execs"] == 1600
     parts = [Campaign.load(out / f"worker-{i}") for i in range(2)]
-    assert [c.config["random_state"] for c in parts] == [worker_seed(3, 0), worker_seed(3, 1)]
+    assert [c.settings.random_state for c in parts] == [worker_seed(3, 0), worker_seed(3, 1)]
     assert worker_seed(3, 0) != worker_seed(3, 1)
     imports = 0
     for c in parts:
@@ -450,3 +451,32 @@ def test_resume_and_a_killed_worker_restarted_from_its_last_commit(first_run, fu
     assert json.loads((out / "parallel.json").read_text())["budget"] == 8000
     assert Campaign.load(out / "worker-1").execs == 4000
     assert Campaign.load(out / "merged").tracker.covered >= covered_before
+
+
+def test_parallel_steering_campaign_loads_its_training_frames_as_one_process_does(tmp_path, monkeypatch):
+    # fuzz --workers 2 --train FRAMES: the frames get --crop, --resize and --labels as the seeds do (they were
+    # once loaded without them, so the analysis saw uncropped frames without their angles)
+    import json
+    from typer.testing import CliRunner
+    from idcgen.cli import app
+    from test_regression import frames, steering_model
+    monkeypatch.chdir(tmp_path)
+    ids = frames(tmp_path / "frames", n=24, size=(14, 12))
+    csv = tmp_path / "steer.csv"
+    csv.write_text("frame_id,steering_angle\n" + "".join(f"{i},{(k - 12) / 30}\n" for k, i in enumerate(ids)))
+    steering_model("tanh").save(tmp_path / "steer.keras")
+    load = ["--labels", str(csv), "--crop", "4,2,2,2", "--resize", "8x8"]
+    done = CliRunner().invoke(app, ["analyze", "--model", "steer.keras", "--train", "frames", "--m", "3",
+                                    "--out", "one", *load])
+    assert done.exit_code == 0, done.output
+    done = CliRunner().invoke(app, ["fuzz", "--model", "steer.keras", "--seeds", "frames", "--train", "frames",
+                                    "--m", "3", "--budget", "80", "--batch-size", "20", "--workers", "2",
+                                    "--mutators", "gauss(std=0.3)", "--out", "camp", *load])
+    assert done.exit_code == 0, done.output
+    one = json.loads((tmp_path / "one" / "analysis.json").read_text())
+    parallel = json.loads((tmp_path / "camp" / "worker-0" / "analysis" / "analysis.json").read_text())
+    assert parallel["data"]["fingerprint"] == one["data"]["fingerprint"]   # the same frames, angles included
+    assert parallel["data"]["mse"] == pytest.approx(one["data"]["mse"])
+    assert parallel["important_neurons"] == one["important_neurons"]
+    settings = json.loads((tmp_path / "camp" / "parallel.json").read_text())["settings"]
+    assert settings["crop"] == "4,2,2,2" and settings["resize"] == "8x8" and settings["labels"] == str(csv.resolve())

@@ -9,7 +9,9 @@ Conventions in README.md:
 - the comparison masks numbers (``28.3``, ``1,500``, ``lenet5`` -> ``#``, ``#``, ``lenet#``) and runs of
   spaces, so figures that vary by machine pass while wording, order and line count must match;
 - a line ``...`` stands for any number of lines (none included), and ``...`` inside a line for any text;
-- ``<!-- readme-test: skip (reason) -->`` right before a block leaves it out; give the reason.
+- ``<!-- readme-test: skip (reason) -->`` right before a block leaves it out; give the reason;
+- ``<!-- readme-test: needs ray -->`` right before a block runs it only where that extra's module imports
+  (it is skipped, naming the extra to install, elsewhere).
 
 When the output of a command changes, print what the README's blocks print now with
 ``python tests/test_readme.py`` (or ``python tests/test_readme.py 7`` for block 7) and paste it into
@@ -35,6 +37,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 RUNNABLE = ("bash", "python")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((.+?)\)\s*-->")
+_NEEDS = re.compile(r"<!--\s*readme-test:\s*needs\s+([\w-]+)\s*-->")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[-+]?\d+)?")
 
 
@@ -45,27 +48,33 @@ class Block:
     line: int           # 1-based line of the opening fence
     code: str
     skip: str | None = None     # the reason given in a skip comment
+    needs: str | None = None    # an extra (and the module it installs) the block needs
     shown: str | None = None    # the text block that follows, if any
 
 
 def parse(text: str) -> list[Block]:
     """The fenced blocks of a Markdown text, with skip marks and the ``text`` block each runnable one shows."""
-    blocks, lines, i, pending_skip = [], text.splitlines(), 0, None
+    blocks, lines, i, pending_skip, pending_needs = [], text.splitlines(), 0, None, None
     while i < len(lines):
-        skip = _SKIP.search(lines[i])
+        skip, needs = _SKIP.search(lines[i]), _NEEDS.search(lines[i])
         if skip:
             pending_skip = skip.group(1)
+        if needs:
+            pending_needs = needs.group(1)
+            skip = needs
         fence = _FENCE.match(lines[i])
         if not fence:
-            if lines[i].strip() and not skip and pending_skip and not lines[i].lstrip().startswith("<!--"):
+            if lines[i].strip() and not skip and (pending_skip or pending_needs) \
+                    and not lines[i].lstrip().startswith("<!--"):
                 raise ValueError(f"README.md line {i + 1}: a readme-test skip comment must come right before a block")
             i += 1
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
             raise ValueError(f"README.md line {i + 1}: unclosed code block")
-        blocks.append(Block(len(blocks), fence.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n", pending_skip))
-        pending_skip, i = None, end + 1
+        blocks.append(Block(len(blocks), fence.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n", pending_skip,
+                            pending_needs))
+        pending_skip, pending_needs, i = None, None, end + 1
     for before, block in zip(blocks, blocks[1:]):
         if block.lang == "text" and before.lang in RUNNABLE:
             before.shown = block.code
@@ -128,7 +137,7 @@ class Runner:
 
     def result(self, index: int) -> tuple[int, str, str]:
         for block in self.blocks[:index + 1]:
-            if block.lang in RUNNABLE and not block.skip and block.index not in self.results:
+            if block.lang in RUNNABLE and not block.skip and not missing(block.needs) and block.index not in self.results:
                 self.results[block.index] = self._run(block)
         return self.results[index]
 
@@ -152,6 +161,12 @@ class Runner:
         return status, out.getvalue(), err.getvalue()
 
 
+def missing(extra: str | None) -> bool:
+    """Whether the module of an extra a block needs is absent here (the extras name their module)."""
+    import importlib.util
+    return extra is not None and importlib.util.find_spec(extra) is None
+
+
 _BLOCKS = [b for b in parse(README.read_text()) if b.lang in RUNNABLE]
 
 
@@ -161,10 +176,13 @@ def runner(tmp_path_factory):
 
 
 @pytest.mark.readme
+@pytest.mark.slow
 @pytest.mark.parametrize("block", _BLOCKS, ids=[f"block{b.index}-{b.lang}-line{b.line}" for b in _BLOCKS])
 def test_readme_block(runner, block):
     if block.skip:
         pytest.skip(f"README.md line {block.line}: {block.skip}")
+    if missing(block.needs):
+        pytest.skip(f"README.md line {block.line} needs the {block.needs} extra: pip install -e \".[test,{block.needs}]\"")
     status, out, err = runner.result(block.index)
     assert status == 0, f"README.md line {block.line} failed (exit {status}):\n{block.code}\n{err[-3000:]}"
     if block.shown is not None:
@@ -182,6 +200,9 @@ def test_parse_finds_shown_output_and_skips():
     assert (shown.lang, c.lang, c.code, b.line) == ("text", "python", "x = 1\n", 8)
     with pytest.raises(ValueError, match="line 2: a readme-test skip comment must come right before a block"):
         parse("<!-- readme-test: skip (why) -->\nprose\n```bash\nx\n```\n")
+    (needs,) = parse("<!-- readme-test: needs ray -->\n```bash\nidcgen fuzz --workers 2\n```\n")
+    assert needs.needs == "ray" and needs.skip is None
+    assert missing("no_such_module_here") and not missing("pytest") and not missing(None)
 
 
 @pytest.mark.parametrize("shown, actual, expected", [

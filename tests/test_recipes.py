@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow
+
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from idcgen.errors import ParameterError
+from idcgen.spec import parse, split_specs
 
 from .base import Criterion, CriterionResult, CriterionTracker, default_neuron_layers
 from .neurons import (KMultisectionCoverage, NeuronBoundaryCoverage, NeuronCoverage,
@@ -53,26 +54,16 @@ def _spec_value(key: str, text: str) -> Any:
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
-    """A criterion spec -> (lower-case name, parameters).
+    """A criterion spec (:mod:`idcgen.spec`) -> (lower-case name, parameters).
 
-    ``"nc"`` -> ``("nc", {})``; ``"nc:threshold=0.5:scaling=channel-means"`` ->
-    ``("nc", {"threshold": 0.5, "scaling": "channel-means"})``; ``"kmnc:layers=conv1+fc"`` gives
-    ``layers=["conv1", "fc"]``. The CLI's ``--criteria`` takes comma-separated specs.
+    ``"nc"`` -> ``("nc", {})``; ``"nc(threshold=0.5, scaling=channel-means)"`` and the older
+    ``"nc:threshold=0.5:scaling=channel-means"`` -> ``("nc", {"threshold": 0.5, "scaling": "channel-means"})``;
+    ``layers=conv1+fc`` gives ``layers=["conv1", "fc"]``. The CLI's ``--criteria`` takes comma-separated specs.
     """
-    if not isinstance(spec, str):
-        raise ParameterError(f"a criterion spec must be a string such as 'nc' or 'nc:threshold=0.5'; got {spec!r}.")
-    name, *parts = spec.split(":")
-    params = {}
-    for part in parts:
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise ParameterError(f"criterion spec {spec!r}: expected name:key=value[:key=value...] "
-                                 f"(e.g. 'lsc:group=label:lower=-50'); got {part!r}.")
-        if key in params:
-            raise ParameterError(f"criterion spec {spec!r} sets {key!r} twice.")
-        params[key] = _spec_value(key, value.strip())
-    return name.strip().lower(), params
+    parsed = parse(spec, "criterion", words=True, positional=False)
+    params = {key: _spec_value(key, value) if isinstance(value, str) else
+              (str(value) if key == "layer" and value is not None else value) for key, value in parsed.kwargs.items()}
+    return parsed.name.strip().lower(), params
 
 
 def make_criterion(name: str, **params: Any) -> Criterion:
@@ -80,7 +71,7 @@ def make_criterion(name: str, **params: Any) -> Criterion:
     ("nc:scaling=channel-means", see :func:`parse_spec`), with its parameters validated now rather than
     at fit. Keyword parameters override those of the spec."""
     spec_params: dict = {}
-    if isinstance(name, str) and ":" in name:
+    if isinstance(name, str) and (":" in name or "(" in name):
         name, spec_params = parse_spec(name)
     params = {**spec_params, **params}
     key = name.strip().lower() if isinstance(name, str) else None
@@ -107,21 +98,26 @@ def parse_criteria(text: str) -> list[str]:
     if not isinstance(text, str):
         raise ParameterError(f"The 'criteria' parameter must be a comma-separated string such as 'idc,nc,kmnc'. "
                              f"Got {text!r} instead.")
-    specs = [part.strip() for part in text.split(",") if part.strip()]
+    specs = [part for part in split_specs(text) if part]
     if not specs:
         raise ParameterError(f"The 'criteria' parameter must name at least one of {', '.join(ALL_NAMES)}. "
                              f"Got {text!r} instead.")
-    names = [spec.split(":")[0].strip().lower() for spec in specs]
+    names = [spec_name(spec) for spec in specs]
     unknown = [n for n in names if n not in ALL_NAMES]
     if unknown:
         raise ParameterError(f"unknown criteria {', '.join(map(repr, unknown))} in {text!r}; "
                              f"known criteria: {', '.join(ALL_NAMES)}.")
     out = []
     for name, spec in zip(names, specs):
-        rest = spec[spec.index(":"):] if ":" in spec else ""
+        rest = spec.strip()[len(spec.strip().split(":")[0].split("(")[0]):]
         if name == "idc" and rest:
             raise ParameterError(f"criterion spec {spec!r}: IDC takes no parameters here (its analysis sets them).")
         if name != "idc":
             make_criterion(spec)  # ParameterError for a bad parameter, before any work
         out.append(name + rest)
     return list(dict.fromkeys(out))
+
+
+def spec_name(spec: str) -> str:
+    """The lower-case criterion name of a spec, in either spelling: ``"KMNC(k=10)"``, ``"kmnc:k=10"`` -> "kmnc"."""
+    return spec.strip().split(":")[0].split("(")[0].strip().lower()

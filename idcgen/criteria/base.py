@@ -161,11 +161,12 @@ def as_network(model):
     return as_network(model)
 
 
-def _check_batch_size(owner: str, batch_size: Any) -> None:
+def check_batch_size(owner: str, batch_size: Any) -> None:
+    """ParameterError, naming ``owner``, unless ``batch_size`` is an int >= 1."""
     check_int("batch_size", batch_size, 1, owner=owner)
 
 
-def _raw_inputs(x: Any, network) -> np.ndarray:
+def raw_inputs(x: Any, network) -> np.ndarray:
     """The inputs as an array, checked against the model's input shape on the first item only."""
     x = x.x if isinstance(x, Dataset) else np.asarray(x)
     fit_to_model(x[:1] if x.ndim >= 1 else x, network.input_shape)  # raises InputError when it cannot fit
@@ -227,10 +228,10 @@ class Criterion:
         owner = type(self).__name__
         self.__dict__.pop("total_", None)  # a failed refit must not leave the old fit looking valid
         self._validate_params()
-        _check_batch_size(owner, batch_size)
+        check_batch_size(owner, batch_size)
         network = as_network(network)
         layers = self._fit_layers(network)
-        x = _raw_inputs(x_train, network)  # InputError when empty or mis-shaped
+        x = raw_inputs(x_train, network)  # InputError when empty or mis-shaped
         y = None if y_train is None else check_labels(x, y_train, network.task)   # floats for regression
         state = self._fit_start(network, layers)
         if self.needs_data:
@@ -277,9 +278,9 @@ class Criterion:
     def coverage(self, network, x, *, batch_size: int = 1024) -> CriterionResult:
         """The coverage of the input set ``x`` (batched; one batch of activations at a time)."""
         self._check_fitted()
-        _check_batch_size(type(self).__name__, batch_size)
+        check_batch_size(type(self).__name__, batch_size)
         network = as_network(network)
-        x = _raw_inputs(x, network)
+        x = raw_inputs(x, network)
         tracker = self.tracker()
         for start in range(0, len(x), batch_size):
             tracker.update(self.features(network, x[start:start + batch_size]))

@@ -25,7 +25,7 @@ from idcgen.data import fit_to_model
 from idcgen.errors import InputError, ParameterError
 
 from ..checks import check_choice, check_int, check_real
-from .base import Criterion, _check_batch_size, _raw_inputs, as_network
+from .base import Criterion, as_network, check_batch_size, raw_inputs
 
 __all__ = ["LikelihoodSurpriseCoverage", "DistanceSurpriseCoverage"]
 
@@ -174,9 +174,9 @@ class _SurpriseCriterion(Criterion):
     def surprise(self, network, x, *, batch_size: int = 1024) -> np.ndarray:
         """(n,) float64 surprise (LSA or DSA) of each input, batched."""
         self._check_fitted()
-        _check_batch_size(type(self).__name__, batch_size)
+        check_batch_size(type(self).__name__, batch_size)
         network = as_network(network)
-        x = _raw_inputs(x, network)
+        x = raw_inputs(x, network)
         out = []
         for start in range(0, len(x), batch_size):
             probs, acts = network.forward(fit_to_model(x[start:start + batch_size], network.input_shape),

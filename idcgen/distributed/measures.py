@@ -1,8 +1,8 @@
 """DeepInspect and DeepBase's forward passes on Ray workers, reduced on the driver.
 
-- inspect: each worker folds its shards into per-class counts (:func:`idcgen.deepinspect._first_pass`);
+- inspect: each worker folds its shards into per-class counts (:func:`idcgen.deepinspect.driver.first_pass`);
   the driver takes each neuron's min and max over all shards (a reduction), sends back the activation
-  limits, and adds up the workers' active counts (:func:`idcgen.deepinspect._count_pass`) -- sums, so the
+  limits, and adds up the workers' active counts (:func:`idcgen.deepinspect.driver.count_pass`) -- sums, so the
   same NAPV as in one process. Predictions and runner-ups (n ints) are gathered in input order.
 - affinity: the workers compute the units' activations and the model's outputs of every input (n x units
   and n x outputs floats, gathered); :func:`idcgen.deepbase.affinity` then streams them in its random
@@ -36,7 +36,7 @@ def inspect_counting(pool):
 
     def counting(network, x, taps, widths, state, *, threshold, scaling, batch, memory_budget, progress):
         from tqdm.auto import tqdm
-        from ..deepinspect import _thresholds
+        from ..deepinspect import activation_limits
         parts = spans(pool, x, batch)
         # the budget is a worker's: its shards' activations are kept while their sum fits (shard i on actor
         # i mod workers, as spans gives them), the others counted in a second pass
@@ -62,7 +62,7 @@ def inspect_counting(pool):
                 if found["active"] is not None:
                     state.active += found["active"]
             if scaling != "input":
-                limits = _thresholds(state.low, state.high, widths, threshold, scaling)
+                limits = activation_limits(state.low, state.high, widths, threshold, scaling)
                 refs = [actor.inspect_count.remote(key, xs, start, stop, taps, widths, state.n_classes, limits, batch)
                         for actor, key, xs, start, stop in parts]
                 for active in gather(pool.ray, refs, [0 if k else s for k, s in zip(keep, sizes)], bar):

@@ -73,26 +73,18 @@ class Coordinator:
 class FuzzWorker:
     """A Ray actor: one campaign, in its own folder, that syncs with the coordinator."""
 
-    def __init__(self, index: int, recipe: ModelRecipe, analysis, settings: dict, coordinator, threads):
+    def __init__(self, index: int, recipe: ModelRecipe, analysis, settings, coordinator, threads, sync_every: int):
         hold_threads(threads)
         from ..fuzz.fuzzer import Fuzzer
-        from ..fuzz.mutators import parse_mutators
-        from ..fuzz.validity import Validity
         self.index, self.coordinator = index, coordinator
-        self.sync_every = int(settings.get("sync_every", 4))
+        self.settings, self.sync_every = settings, int(sync_every)
         network = recipe.build()
-        v = settings["validity"]
-        self.fuzzer = Fuzzer(analysis.bind(network), mutators=parse_mutators(",".join(settings["mutators"])),
-                             oracle=settings["oracle"],
-                             scheduler=settings["scheduler"], batch_size=settings["batch_size"],
-                             validity=Validity(alpha=v["alpha"], beta=v["beta"], enabled=v["enabled"]),
-                             random_state=worker_seed(settings["random_state"], index),
-                             value_range=settings["value_range"], image_shape=settings.get("image_shape"),
-                             rounding=settings["rounding"])
+        self.fuzzer = Fuzzer.from_settings(analysis.bind(network), settings,
+                                           random_state=worker_seed(settings.random_state, index))
         self.published = self.cursor = 0
         self.imports = 0
         self.sync_wait = 0.0   # seconds spent waiting for the coordinator's answer
-        self._warm_up(settings["batch_size"])
+        self._warm_up(settings.batch_size)
 
     def _warm_up(self, batch_size: int) -> None:
         """Trace the forward pass the campaign runs (one full and one partial batch, so the trace takes any
@@ -105,7 +97,7 @@ class FuzzWorker:
     def ready(self) -> int:
         return os.getpid()
 
-    def run(self, folder: str, x, y, budget: int, extra_config: dict) -> dict:
+    def run(self, folder: str, x, y, budget: int, parallel: dict) -> dict:
         """Start (or resume, when ``folder`` holds the campaign) and fuzz to ``budget`` execs."""
         from ..fuzz.campaign import MutatorStats
         from ..fuzz.statefile import STATE_FILES
@@ -117,7 +109,8 @@ class FuzzWorker:
             campaign = self.fuzzer.resume(folder)
             campaign.set_budget(max(budget, campaign.execs))
         else:
-            campaign = self.fuzzer.start(x, y, folder, budget=budget, extra_config=extra_config)
+            campaign = self.fuzzer.start(x, y, folder, budget=budget, sources=self.settings.sources,
+                                         measure_specs=self.settings.measure_specs, parallel=parallel)
         resumed_at = campaign.step if resumed else None
         campaign.mutator_stats.setdefault(SYNC, MutatorStats())
         self.published, self.cursor = campaign.corpus.n_seeds, 0   # (re)publish every own entry: a new coordinator
@@ -186,31 +179,55 @@ class FuzzWorker:
 
 
 # ---- the driver ---------------------------------------------------------------------------------
-def _settings_of(fuzzer_settings: dict) -> dict:
-    needed = ("mutators", "oracle", "scheduler", "batch_size", "validity", "random_state", "value_range", "rounding")
-    missing = [k for k in needed if k not in fuzzer_settings]
-    if missing:
-        raise ParameterError(f"parallel fuzzing needs the settings {', '.join(missing)}")
-    return dict(fuzzer_settings)
+@dataclasses.dataclass(frozen=True)
+class ParallelRecord:
+    """``parallel.json``: how many workers, the execs in all, the sync interval and the campaign's settings."""
+
+    workers: int
+    budget: int
+    sync_every: int
+    settings: object   # CampaignSettings
+
+    def to_dict(self) -> dict:
+        return {"workers": self.workers, "budget": self.budget, "sync_every": self.sync_every,
+                "settings": self.settings.to_dict()}
+
+    @classmethod
+    def read(cls, out) -> "ParallelRecord":
+        """The record in folder ``out`` (one of an earlier idcgen, with loose loop settings beside an
+        ``extra_config`` of sources, read as the same)."""
+        from ..fuzz.settings import CampaignSettings
+        data = json.loads((Path(out) / PARALLEL_FILE).read_text())
+        settings = data["settings"]
+        if "extra_config" in data:   # the earlier format
+            settings = dict(data["extra_config"], **settings, budget=data["budget"],
+                            input_shape=settings.get("image_shape") or ())
+        return cls(workers=int(data["workers"]), budget=int(data["budget"]),
+                   sync_every=int(data.get("sync_every", settings.get("sync_every", 4))),
+                   settings=CampaignSettings.from_dict(settings))
 
 
 def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int = 2, ray: str | None = LOCAL,
          threads: int = 1, sync_every: int = 4, mutators=None, oracle: str = "misclassification",
          scheduler: str = "prioritized", batch_size: int = 256, validity: dict | None = None,
          random_state: int = 0, value_range=None, image_shape=None, rounding: bool = True,
-         extra_config: dict | None = None, safe_mode: bool = True, on_progress=None, echo=None) -> dict:
+         settings=None, safe_mode: bool = True, on_progress=None, echo=None) -> dict:
     """Run ``workers`` campaigns on Ray into ``out/worker-<i>`` and write the merged view ``out/merged``.
 
     ``model``: a model file, Keras model or Network (with the analysis' input convention); ``analysis``:
-    an Analysis of it; ``seeds``/``labels``: the seed inputs (the same for every worker). A folder that
-    already holds a parallel campaign is resumed (every worker from its last commit) to the new
+    an Analysis of it; ``seeds``/``labels``: the seed inputs (the same for every worker). The campaign's
+    settings are ``settings`` (a :class:`~idcgen.fuzz.settings.CampaignSettings`, as the command line makes
+    them) or the keywords, as for :class:`~idcgen.fuzz.fuzzer.Fuzzer`. A folder that already holds a parallel
+    campaign is resumed (every worker from its last commit, with its recorded settings) to the new
     ``budget``. ``on_progress((states, covered))`` is called about four times a second with each worker's last
     step and the union's covered count.
     Returns the merged campaign's state with ``workers`` (each one's state) and ``restarts``.
     """
     from ..checks import check_int
     from ..fuzz.campaign import check_budget
+    from ..fuzz.fuzzer import Fuzzer
     from ..fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+    from ..fuzz.validity import Validity
     from .workers import network_of
     check_budget(budget)
     workers = check_int("workers", workers, 1)
@@ -218,32 +235,32 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     if budget < workers:
         raise ParameterError(f"a budget of {budget} execs cannot be shared by {workers} workers; give at least "
                              f"{workers}")
-    out = Path(out)
+    out = Path(out).resolve()   # the workers' own working directory may differ from this process'
     say = echo or (lambda *_: None)
-    settings = _settings_of(dict(
-        mutators=[repr(m) for m in parse_mutators(mutators or DEFAULT_MUTATORS)] if not isinstance(mutators, list)
-        else mutators, oracle=oracle, scheduler=scheduler, batch_size=batch_size,
-        validity=dict(dict(enabled=True, alpha=0.02, beta=0.2), **(validity or {})), random_state=random_state,
-        value_range=list(value_range or analysis.convention.value_range), rounding=rounding,
-        image_shape=None if image_shape is None else list(image_shape), sync_every=sync_every))
-    record = out / PARALLEL_FILE
-    if record.exists():
-        saved = json.loads(record.read_text())
-        if saved["workers"] != workers:
-            raise ParameterError(f"{out} was run with {saved['workers']} workers; resume it with as many")
-        if saved["budget"] > budget:
-            raise ParameterError(f"budget {budget} is below this campaign's {saved['budget']}; give a larger one")
-        settings = saved["settings"]
-    elif out.exists() and any(out.iterdir()):
-        raise InputError(f"{out} exists and is not empty: choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    recorded = dict(workers=workers, budget=int(budget), settings=settings, extra_config=extra_config or {})
-    record.write_text(json.dumps(recorded, indent=2) + "\n")
-
-    pool_ray, started = connect(ray, what="--ray" if ray not in (None, LOCAL) else "--workers")
     network, _ = network_of(model, safe_mode=safe_mode,
                             recorded=dataclasses.replace(analysis.convention, image_shape=None))
     analysis.bind(network)
+    if (out / PARALLEL_FILE).exists():
+        saved = ParallelRecord.read(out)
+        if saved.workers != workers:
+            raise ParameterError(f"{out} was run with {saved.workers} workers; resume it with as many")
+        if saved.budget > budget:
+            raise ParameterError(f"budget {budget} is below this campaign's {saved.budget}; give a larger one")
+        settings, sync_every = saved.settings, saved.sync_every
+    elif out.exists() and any(out.iterdir()):
+        raise InputError(f"{out} exists and is not empty: choose another --out")
+    elif settings is None:   # the settings a Fuzzer with these keywords records (checked and made canonical)
+        v = dict(dict(enabled=True, alpha=0.02, beta=0.2), **(validity or {}))
+        mutators = list(mutators) if isinstance(mutators, (list, tuple)) else parse_mutators(mutators or DEFAULT_MUTATORS)
+        settings = Fuzzer(analysis, mutators=mutators, oracle=oracle, scheduler=scheduler,
+                          batch_size=batch_size, validity=Validity(**v), random_state=random_state,
+                          value_range=value_range, image_shape=image_shape, rounding=rounding).settings(budget)
+    settings = settings.replace(budget=int(budget))
+    out.mkdir(parents=True, exist_ok=True)
+    record = ParallelRecord(workers=workers, budget=int(budget), sync_every=sync_every, settings=settings)
+    (out / PARALLEL_FILE).write_text(json.dumps(record.to_dict(), indent=2) + "\n")
+
+    pool_ray, started = connect(ray, what="--ray" if ray not in (None, LOCAL) else "--workers")
     recipe = pool_ray.put(ModelRecipe.of(network, safe_mode=safe_mode))
     light = pool_ray.put(dataclasses.replace(analysis, network=None))
     coordinator = pool_ray.remote(Coordinator).options(num_cpus=0).remote(analysis.total)
@@ -252,11 +269,11 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     y_ref = pool_ray.put(None if labels is None else np.asarray(labels))
     shares = split_budget(int(budget), workers)
     folders = [out / f"worker-{i}" for i in range(workers)]
-    extra = dict(extra_config or {}, parallel={"workers": workers, "budget": int(budget)})
 
     def start(i, a):
-        extra_i = dict(extra, parallel=dict(extra["parallel"], worker=i, random_state=worker_seed(random_state, i)))
-        return a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], extra_i)
+        parallel = {"workers": workers, "budget": int(budget), "worker": i,
+                    "random_state": worker_seed(settings.random_state, i)}
+        return a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], parallel)
 
     died = (pool_ray.exceptions.RayActorError, pool_ray.exceptions.WorkerCrashedError)
     running, results, restarts = {}, {}, []
@@ -266,10 +283,10 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
             raise exc
         say(f"worker {i} died ({type(exc).__name__}); starting it again from its last commit")
         restarts.append({"worker": i})
-        actors[i] = actor.remote(i, recipe, light, settings, coordinator, threads)
+        actors[i] = actor.remote(i, recipe, light, settings, coordinator, threads, sync_every)
         return actors[i]
 
-    actors = {i: actor.remote(i, recipe, light, settings, coordinator, threads) for i in range(workers)}
+    actors = {i: actor.remote(i, recipe, light, settings, coordinator, threads, sync_every) for i in range(workers)}
     try:
         # a start barrier: every worker has loaded its model and traced its forward pass before any fuzzes
         starting = {a.ready.remote(): i for i, a in actors.items()}
@@ -376,10 +393,10 @@ def merge(out: Path, network, workers: int):
             for key in ("execs", "valid", "kept", "findings", "seconds", "steps", "errors"):
                 setattr(total, key, getattr(total, key) + getattr(s, key))
             total.last_error = s.last_error or total.last_error
-    recorded = json.loads((out / PARALLEL_FILE).read_text())
-    config = dict(first.config, budget=sum(c.budget for c in parts), random_state=recorded["settings"]["random_state"],
-                  parallel={"workers": workers, "budget": recorded["budget"]})
-    merged = Campaign(config=config, analysis=first.analysis, corpus=corpus, coverage={"idc": tracker},
+    recorded = ParallelRecord.read(out)
+    settings = first.settings.replace(budget=sum(c.budget for c in parts), random_state=recorded.settings.random_state,
+                                      parallel={"workers": workers, "budget": recorded.budget})
+    merged = Campaign(settings=settings, analysis=first.analysis, corpus=corpus, coverage={"idc": tracker},
                       rng=np.random.default_rng(0), mutator_stats=mutator_stats, step=len(events),
                       execs=sum(c.execs for c in parts), seed_execs=first.seed_execs,
                       flagged=sum(c.flagged for c in parts), elapsed=max(c.elapsed for c in parts), stats=stats,

@@ -50,7 +50,7 @@ def is_ray_dataset(x) -> bool:
 def read_shard(source, network, load: dict):
     """(x fitted to the model, labels or None) of one shard: a file or folder path, read as
     :func:`idcgen.data.load_for_model` reads it, or a Ray Data block (a dict of columns, or one array)."""
-    from ..data import _scale, check_labels, fit_to_model, load_for_model
+    from ..data import check_labels, fit_to_model, load_for_model, scale_inputs
     if isinstance(source, (str, os.PathLike)):
         options = {k: v for k, v in load.items() if k not in ("x_column", "y_column")}
         ds, x = load_for_model(source, network.input_shape, n_classes=network.n_classes, task=network.task,
@@ -73,7 +73,7 @@ def read_shard(source, network, load: dict):
         x, y = np.asarray(source[x_column]), None if y_column is None else np.asarray(source[y_column])
     else:
         x, y = np.asarray(source), None
-    x, _ = _scale(x, load.get("scale", "none"), load.get("value_range", (0.0, 1.0)))
+    x, _ = scale_inputs(x, load.get("scale", "none"), load.get("value_range", (0.0, 1.0)))
     x = fit_to_model(x, network.input_shape)
     if y is not None:
         y = check_labels(x, y, task="regression" if network.task == "regression" else "classification")
@@ -84,10 +84,10 @@ def folder_class_names(sources) -> tuple[str, ...] | None:
     """The sorted union of the class subfolder names of the image-folder shards, when they are named by
     words (None when integer-named, or no folder): every shard then labels a class as the others do,
     not by its index among its own subfolders (a shard lacking a class would shift the labels)."""
-    from ..data import _is_image_folder
+    from ..data import is_image_folder
     names = set()
     for source in sources:
-        if isinstance(source, (str, os.PathLike)) and _is_image_folder(source):
+        if isinstance(source, (str, os.PathLike)) and is_image_folder(source):
             names.update(p.name for p in Path(os.fspath(source)).expanduser().iterdir()
                          if p.is_dir() and not p.name.startswith("."))
     words = sorted(n for n in names if not re.fullmatch(r"\d+", n))

@@ -21,142 +21,27 @@ from pathlib import Path
 
 import numpy as np
 
+from .actor import CoverageIds, HeldInputs, MeasurePasses, RelevancePasses
 from .cluster import LOCAL, ModelRecipe, cluster_on, cluster_workers, connect, fetch, gather, hold_threads, shard_bounds
 
-class AnalysisWorker:
-    """A Ray actor: the model, loaded once, and what its relevance passes kept for the gather."""
+
+class AnalysisWorker(HeldInputs, RelevancePasses, CoverageIds, MeasurePasses):
+    """A Ray actor: the model, loaded once, and what its passes keep for the next call (the concerns are the
+    mixins of :mod:`idcgen.distributed.actor`)."""
 
     def __init__(self, recipe: ModelRecipe, threads: int | None):
         hold_threads(threads)
         self.network = recipe.build()
-        self._relevance = {}
-        self._kept = {}
-        self._bound = {}
-        self._held = {}   # shards this worker read itself: (token, shard) -> (x, y)
+        self.kept = {}   # a relevance pass's activations per shard, inspect's per ("inspect", shard)
+        HeldInputs.__init__(self)
+        RelevancePasses.__init__(self)
+        CoverageIds.__init__(self)
 
     def ready(self) -> int:
         return os.getpid()
 
-    def cluster(self, column, neuron: int, ks, stream, method: str):
-        """One important neuron's clusters, from its own random stream (:func:`idcgen.analysis.neuron_streams`)."""
-        from ..clusters import cluster_neuron
-        return cluster_neuron(column, neuron=neuron, ks=ks, rng=np.random.default_rng(stream), method=method)
-
-    def totals(self, shard, x, start, stop, layer, eps, batch_size, target, labels, keep):
-        """The relevance pass over ``x[start:stop]``: per-batch (signed, abs, n used, predictions, None);
-        with ``keep`` the layer's activations of the inputs used stay here for :meth:`activations`."""
-        from ..relevance import Relevance, batch_totals
-        key = (layer, eps, batch_size)
-        if key not in self._relevance:
-            self._relevance[key] = Relevance(self.network, layer=layer, eps=eps, batch_size=batch_size)
-        x, part = self._x(shard, x), slice(start, stop)
-        batches = list(batch_totals(self._relevance[key], x[part], None if target is None else target[part],
-                                    labels=None if labels is None else labels[part], keep_activations=keep))
-        if keep and batches:   # (a shard left empty by only_class has none)
-            self._kept[shard] = np.concatenate([b[4] for b in batches])
-        return [b[:4] + (None,) for b in batches]
-
-    def activations(self, shard, x, start, stop, layer, neurons, rows):
-        """(rows, m) activations of the important neurons: kept by the relevance pass, else a forward pass."""
-        if shard in self._kept:
-            return self._kept.pop(shard)[:, neurons]
-        return self.network.activations(self._x(shard, x)[start:stop], layer, neurons, rows=rows)
-
-    # ---- shards read and held here (idcgen.distributed.shards) ----------------------------------
-    def _x(self, shard, x):
-        """``x`` as sent, or (``x`` None) the inputs of a shard this worker holds."""
-        return self._held[shard][0] if x is None else x
-
-    def hold(self, shard, source, load: dict):
-        """Read one shard (a path, or a Ray Data block) and keep it; returns ("ok", facts) for the driver to
-        reduce, or ("error", one line) for it to report."""
-        from ..analysis import data_fingerprint
-        from ..errors import IdcgenError
-        from .shards import read_shard
-        try:
-            x, y = read_shard(source, self.network, load)
-        except IdcgenError as exc:   # reported by the driver, naming the shard
-            return "error", str(exc)
-        self._held[shard] = (x, y)
-        return "ok", dict(n=len(x), y=y, min=float(x.min()), max=float(x.max()), shape=tuple(x.shape[1:]),
-                          digest=data_fingerprint(x, y))
-
-    def select(self, shard, keep):
-        """Keep the rows ``keep`` of a held shard; returns its size and value range."""
-        x, y = self._held[shard]
-        x, y = x[keep], None if y is None else y[keep]
-        self._held[shard] = (x, y)
-        return dict(n=len(x), min=float(x.min()) if len(x) else None, max=float(x.max()) if len(x) else None)
-
-    def predict_held(self, shard):
-        x = self._held[shard][0]
-        return self.network.predict(x) if len(x) else np.zeros(0)
-
-    def held_ids(self, analysis, shard, what: str):
-        """Combination ids of a held shard (checked against the analysis' scale first)."""
-        bound = self._bind(analysis)
-        x = self._held[shard][0]
-        bound.check_inputs(x, what)
-        return bound.ids(x)
-
-    def drop(self, token) -> None:
-        for key in [k for k in self._held if k[0] == token]:
-            del self._held[key]
-
-    def held_count(self) -> int:
-        return len(self._held)
-
-    # ---- inspect and affinity (idcgen.distributed.measures) --------------------------------------
-    def inspect_first(self, shard, x, start, stop, taps, widths, n_classes, threshold, scaling, batch, keep):
-        """DeepInspect's first pass over a shard: predictions, runner-ups, min/max (and counts, scaling
-        "input"); with ``keep`` the activations stay here for :meth:`inspect_count`."""
-        from ..deepinspect import _Counts, _first_pass
-        state = _Counts(n_classes, tuple(widths))
-        x = self._x(shard, x)[start:stop]
-        store = _first_pass(self.network, x, taps, widths, state, threshold=threshold, scaling=scaling,
-                            batch=batch, keep=keep)
-        none = np.zeros(0, np.int64)
-        found = dict(pred=np.concatenate(state.predictions) if state.predictions else none,
-                     runner_up=np.concatenate(state.runner_up) if state.runner_up else none,
-                     second=np.concatenate(state.second) if state.second else np.zeros(0),
-                     low=state.low, high=state.high, active=state.active if scaling == "input" else None)
-        if store is not None:
-            self._kept[("inspect", shard)] = (store, found["pred"])
-        return found
-
-    def inspect_count(self, shard, x, start, stop, taps, widths, n_classes, limits, batch):
-        """(classes, neurons) counts of the shard's inputs above ``limits``, per predicted class."""
-        from ..deepinspect import _Counts, _count_pass
-        state = _Counts(n_classes, tuple(widths))
-        store, pred = self._kept.pop(("inspect", shard), (None, None))
-        if store is not None:
-            state.predictions = [pred]
-        _count_pass(self.network, self._x(shard, x)[start:stop], taps, state, limits, batch=batch, store=store)
-        return state.active
-
-    def unit_activations(self, shard, x, start, stop, layers):
-        """(outputs, [activations of each layer]) of a shard, batch by batch (affinity's forward pass)."""
-        x = self._x(shard, x)[start:stop]
-        outputs, taps = [], [[] for _ in layers]
-        for begin in range(0, len(x), self.network.batch_size):
-            out, acts = self.network.forward(x[begin:begin + self.network.batch_size], layers)
-            outputs.append(out)
-            for i, a in enumerate(acts):
-                taps[i].append(a)
-        return np.concatenate(outputs), [np.concatenate(t) for t in taps]
-
     def forget(self) -> None:
-        self._kept.clear()
-
-    def _bind(self, analysis):
-        key = (analysis.fingerprint, analysis.layer, tuple(int(n) for n in analysis.neurons), analysis.total)
-        if key not in self._bound:
-            self._bound[key] = analysis.bind(self.network)
-        return self._bound[key]
-
-    def ids(self, analysis, x, start, stop):
-        """Combination ids of ``x[start:stop]``."""
-        return self._bind(analysis).ids(x[start:stop])
+        self.kept.clear()
 
 
 class RayPasses:

@@ -22,6 +22,7 @@ from ..criteria.base import CriterionTracker
 from ..errors import AnalysisMismatchError, ParameterError
 from ..quality import distances
 from .corpus import Corpus
+from .settings import CampaignSettings
 from .store import CampaignStore
 
 
@@ -64,7 +65,7 @@ class Step:
 class Campaign:
     """One run's corpus, coverage, findings and counters."""
 
-    config: dict
+    settings: CampaignSettings
     analysis: Analysis
     corpus: Corpus
     coverage: dict            # criterion name -> tracker; "idc" first
@@ -91,11 +92,11 @@ class Campaign:
 
     @property
     def budget(self) -> int:
-        return int(self.config["budget"])
+        return self.settings.budget
 
     @property
     def value_range(self) -> tuple[float, float]:
-        return tuple(self.config["value_range"])
+        return tuple(self.settings.value_range)
 
     @property
     def n_findings(self) -> int:
@@ -128,7 +129,7 @@ class Campaign:
         if budget < self.execs:
             raise ParameterError(f"budget {budget} is below the {self.execs} execs this campaign has already done; "
                                  f"give a budget above {self.execs}")
-        self.config["budget"] = int(budget)
+        self.settings = self.settings.replace(budget=int(budget))
 
     # ---- recording --------------------------------------------------------------------------
     def record(self, step: Step, seconds: float) -> None:
@@ -260,7 +261,8 @@ class Campaign:
                     raise AnalysisMismatchError(
                         f"the campaign in {saved.folder} was run on another model (fingerprint "
                         f"{analysis.fingerprint[:12]}); pass the model it was made with") from None
-            corpus = Corpus(tuple(saved.config["input_shape"]), regression=saved.config.get("task") == "regression")
+            settings = CampaignSettings.from_dict(saved.config)
+            corpus = Corpus(settings.input_shape, regression=settings.regression)
             for part in saved.corpus_parts:
                 corpus.add_entries(part)
             corpus.fuzz_count[:] = saved.fuzz_count
@@ -271,7 +273,7 @@ class Campaign:
                 if name != "idc":
                     coverage[name] = CriterionTracker(saved.state["coverage"][name]["total"], ids, criterion=name)
             state = saved.state
-            campaign = cls(config=saved.config, analysis=analysis, corpus=corpus, coverage=coverage, rng=rng,
+            campaign = cls(settings=settings, analysis=analysis, corpus=corpus, coverage=coverage, rng=rng,
                            mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()},
                            step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
                            flagged=state.get("flagged", 0),

@@ -30,8 +30,10 @@ from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .guidance import check_guide, measures_of, new_coverage
 from .mutators import MutationContext, Mutator, make_mutator
+from .deeptest import calibrate
 from .oracle import Execution, make_oracle, needs_labels
-from .scheduler import make_scheduler
+from .scheduler import make_scheduler, scheduler_spec
+from .settings import CampaignSettings, Sources, ValiditySettings
 from .validity import Validity
 
 #: steps in a row without a mutant before the loop gives up (every mutator failing)
@@ -114,24 +116,40 @@ class Fuzzer:
         wrapped = [network_with_convention(o, recorded=recorded)[0] for o in others]
         return dataclasses.replace(analysis, network=None).bind(network), wrapped
 
-    def config(self, budget: int) -> dict:
-        """The settings a campaign records (and a resumed one must keep)."""
-        return {"budget": int(budget), "mutators": [repr(m) for m in self.mutators], "oracle": str(self.oracle),
-                "scheduler": self.scheduler.name, "batch_size": self.batch_size,
-                "random_state": self.random_state, "value_range": list(self.value_range),
-                "validity": {"enabled": self.validity.enabled, "alpha": self.validity.alpha,
-                             "beta": self.validity.beta},
-                "guide": self.guide, "measure": [m.name for m in self.measures[1:]],
-                "layer": self.analysis.layer, "m": self.analysis.m,
-                **({"task": "regression"} if self.regression else {}),
-                "input_shape": list(self.network.input_shape),
-                "input_convention": dict(self.analysis.convention.to_dict(), value_range=list(self.value_range),
-                                         image_shape=list(self.network.input_shape))}
+    @classmethod
+    def from_settings(cls, analysis: Analysis, settings: CampaignSettings, *, others: Sequence = (),
+                      measure: Sequence = (), random_state: int | None = None) -> "Fuzzer":
+        """The fuzzer a campaign's settings describe (``random_state``: a parallel worker's own stream)."""
+        v = settings.validity
+        return cls(analysis, mutators=list(settings.mutators), oracle=settings.oracle, others=others,
+                   scheduler=settings.scheduler, validity=Validity(alpha=v.alpha, beta=v.beta, enabled=v.enabled),
+                   guide=settings.guide, measure=measure, batch_size=settings.batch_size,
+                   random_state=settings.random_state if random_state is None else random_state,
+                   rounding=settings.rounding, value_range=settings.value_range,
+                   image_shape=settings.input_shape or None)
+
+    def settings(self, budget: int, *, sources: Sources | None = None, measure_specs: Sequence[str] = (),
+                 rounding: bool | None = None, storage: str = "uint8") -> CampaignSettings:
+        """The settings a campaign of this fuzzer records (and a resumed one must keep)."""
+        return CampaignSettings(
+            budget=int(budget), mutators=tuple(repr(m) for m in self.mutators), oracle=str(self.oracle),
+            scheduler=scheduler_spec(self.scheduler), guide=self.guide, measure=tuple(m.name for m in self.measures[1:]),
+            measure_specs=tuple(measure_specs),
+            validity=ValiditySettings(self.validity.enabled, self.validity.alpha, self.validity.beta),
+            batch_size=self.batch_size, random_state=self.random_state,
+            rounding=self.rounding if rounding is None else rounding, storage=storage,
+            value_range=tuple(self.value_range), input_shape=tuple(self.network.input_shape),
+            input_convention=dict(self.analysis.convention.to_dict(), value_range=list(self.value_range),
+                                  image_shape=list(self.network.input_shape)),
+            layer=self.analysis.layer, m=self.analysis.m, task="regression" if self.regression else "classification",
+            sources=sources or Sources())
 
     # ---- starting and resuming --------------------------------------------------------------
     def start(self, x_seeds: np.ndarray, y_seeds: np.ndarray | None, out: str | Path | None = None, *,
-              budget: int, extra_config: dict | None = None) -> Campaign:
-        """Run the seeds and mark what they cover: a campaign at step 0, in memory, or saved in ``out``."""
+              budget: int, sources: Sources | None = None, measure_specs: Sequence[str] = (),
+              parallel: dict | None = None) -> Campaign:
+        """Run the seeds and mark what they cover: a campaign at step 0, in memory, or saved in ``out``.
+        ``sources`` (where the inputs came from), ``measure_specs`` and ``parallel`` are recorded with it."""
         check_budget(budget)
         x = fit_to_model(x_seeds, self.network.input_shape)
         if self.regression:   # labels are output values; NaN marks a seed without one
@@ -151,9 +169,9 @@ class Fuzzer:
         check_scale(x, dataclasses.replace(self.analysis.convention, value_range=self.value_range),
                     self.analysis.observed_range, "the seeds")
         on_grid = np.array_equal(quantise(x, self.value_range), x)
-        config = dict(self.config(budget), storage="uint8" if on_grid else "float32",
-                      rounding=self.rounding and on_grid, **(extra_config or {}))
-        campaign = Campaign(config=config, analysis=self.analysis,
+        settings = self.settings(budget, sources=sources, measure_specs=measure_specs,
+                                 rounding=self.rounding and on_grid, storage="uint8" if on_grid else "float32")
+        campaign = Campaign(settings=settings.replace(parallel=parallel), analysis=self.analysis,
                             corpus=Corpus(self.network.input_shape, regression=self.regression),
                             coverage={m.name: m.tracker() for m in self.measures},
                             rng=np.random.default_rng(self.random_state),
@@ -161,6 +179,9 @@ class Fuzzer:
         started = time.perf_counter()
         probs, features = self._execute(x)
         predictions = self._predictions(probs)
+        # DeepTest's oracle: the model's MSE on the labelled seeds, measured now and recorded with the oracle
+        self.oracle = calibrate(self.oracle, predictions, y, regression=self.regression)
+        campaign.settings = campaign.settings.replace(oracle=str(self.oracle))
         if self.regression:   # an oracle that cannot judge output values says so now, not at the first step
             self.oracle(Execution(x[:0], probs[:0], predictions[:0], y[:0], predictions[:0]))
         campaign.record_seeds(x, y, predictions, features, time.perf_counter() - started)
@@ -178,10 +199,10 @@ class Fuzzer:
                 raise ParameterError(f"campaign {folder} was made with another analysis (layer {theirs['layer']}, "
                                      f"neurons {theirs['important_neurons']}); resume it with its own "
                                      f"({Path(folder) / 'analysis'})")
-            ours, saved = self.config(campaign.budget), campaign.config
-            changed = [f"{k} {saved.get(k, self._default(k))!r}" for k in
-                       ("mutators", "oracle", "scheduler", "batch_size", "random_state", "validity", "guide", "measure")
-                       if ours[k] != saved.get(k, self._default(k))]
+            saved = campaign.settings
+            ours = self.settings(saved.budget, sources=saved.sources, measure_specs=saved.measure_specs,
+                                 rounding=saved.rounding, storage=saved.storage).replace(parallel=saved.parallel)
+            changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
             if changed:
                 raise ParameterError(f"campaign {folder} was made with other settings ({', '.join(changed)}); "
                                      "a resumed campaign keeps its own")
@@ -190,11 +211,6 @@ class Fuzzer:
             raise
         campaign.analysis = self.analysis
         return campaign
-
-    @staticmethod
-    def _default(key: str):
-        """What a campaign of an earlier idcgen, which did not record ``key``, ran with."""
-        return {"guide": "idc", "measure": []}.get(key)
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, seeds, labels=None, *, budget: int | None = None, out: str | Path | None = None,
@@ -250,7 +266,7 @@ class Fuzzer:
             message = str(exc).strip()
             step.error = f"{type(exc).__name__}: {message.splitlines()[0] if message else ''}"
             return step
-        if c.config.get("rounding"):   # what runs is what the exported PNG holds
+        if c.settings.rounding:   # what runs is what the exported PNG holds
             mutants = quantise(mutants, self.value_range)
         probs, step.features = self._execute(mutants)
         step.mutants, step.references, step.predictions = mutants, references, self._predictions(probs)

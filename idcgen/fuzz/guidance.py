@@ -16,8 +16,12 @@ import numpy as np
 
 from ..errors import ParameterError
 
-#: every guidance name the command line accepts
-GUIDES = ("idc", "nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc", "none")
+
+
+def guide_names() -> tuple[str, ...]:
+    """Every guidance name: IDC, each registered criterion (idcgen.criteria.CRITERIA), and "none"."""
+    from ..criteria import CRITERIA
+    return ("idc", *CRITERIA, "none")
 
 
 class IDCMeasure:
@@ -68,11 +72,11 @@ def check_guide(guide: str, measures: Sequence) -> str:
     names = [m.name for m in measures]
     if guide == "none" or guide in names:
         return guide
-    if guide in GUIDES:
+    if guide in guide_names():
         raise ParameterError(f"guidance by {guide} needs that criterion fitted: pass "
                              f"measure=[make_criterion({guide!r}).fit(network, x_train)] (the command line fits it "
                              "on --train)")
-    raise ParameterError(f"The 'guide' parameter must be one of {', '.join(GUIDES)}. Got {guide!r} instead.")
+    raise ParameterError(f"The 'guide' parameter must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
 
 
 def new_coverage(guide: str, trackers: dict, features: dict, valid: np.ndarray) -> np.ndarray:

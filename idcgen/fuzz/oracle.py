@@ -15,11 +15,12 @@ seed's), ``error`` (the output is further than the threshold from the seed's lab
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from ..errors import InputError, ParameterError
+from ..spec import parse
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class Oracle:
 
     name = "oracle"
     runs_models = False            # it runs models of its own to decide
+    needs_labels = False           # it reads the seeds' labels
+    positional: tuple = ()         # what an unnamed value in its spec sets, e.g. uncertain(0.7)
+    usage = "no parameter"         # what its spec takes, for messages
 
     def __call__(self, run: Execution) -> np.ndarray:
         raise NotImplementedError
@@ -91,6 +95,7 @@ class Misclassification(Oracle):
     """
 
     name = "misclassification"
+    needs_labels = True
 
     def __call__(self, run: Execution) -> np.ndarray:
         if run.regression:
@@ -124,10 +129,12 @@ class Deviation(Oracle):
     threshold: float = 0.2
     lam: float | None = None
     mse: float | None = None
+    positional = ("threshold",)
+    usage = "one number, e.g. deviation(threshold=0.3), or lam=L, mse=M (DeepTest's bound)"
 
     def __post_init__(self):
         if (self.lam is None) != (self.mse is None):
-            raise ParameterError("the deviation oracle takes lam and mse together (DeepTest's bound lam x test MSE), "
+            raise ParameterError("the deviation oracle takes lam=L, mse=M together (DeepTest's bound lam x test MSE), "
                                  "e.g. deviation(lam=5, mse=0.1), or a threshold alone")
         if self.lam is not None:
             lam, mse = _threshold("deviation", self.lam), _threshold("deviation", self.mse)
@@ -153,6 +160,9 @@ class Error(Oracle):
     mutants of seeds the model gets right (within the threshold) count."""
 
     threshold: float = 0.2
+    needs_labels = True
+    positional = ("threshold",)
+    usage = "one number, e.g. error(threshold=0.3)"
 
     def __post_init__(self):
         object.__setattr__(self, "threshold", _threshold("error", self.threshold))
@@ -177,6 +187,9 @@ class Uncertain(Oracle):
     confident answers)."""
 
     threshold: float = 0.5
+    positional = ("threshold",)
+    usage = "one number, e.g. uncertain(threshold=0.7)"
+    aliases = {"p": "threshold"}   # uncertain(p=0.7), an earlier spelling
 
     def __post_init__(self):
         if not 0 < self.threshold <= 1:
@@ -198,6 +211,8 @@ class Disagreement(Oracle):
     others: tuple = field(default=())   # Network objects of the other models
     threshold: float | None = None      # regression only; None: 0.2
     runs_models = True
+    positional = ("threshold",)
+    usage = "one number for regression models, e.g. disagreement(threshold=0.3)"
 
     def __post_init__(self):
         if not self.others:
@@ -233,6 +248,9 @@ class Confusion(Oracle):
 
     a: int = 0
     b: int = 1
+    positional = ("a", "b")
+    required = ("a", "b")
+    usage = "two class numbers, e.g. confusion(3,5)"
 
     def __post_init__(self):
         for value in (self.a, self.b):
@@ -262,6 +280,59 @@ class Confusion(Oracle):
 
 
 @dataclass(frozen=True)
+class DeepTest(Oracle):
+    """DeepTest's metamorphic relation for steering models (Tian et al., ICSE 2018): an erroneous behaviour is
+    ``(prediction - root seed's label)^2 > lam * mse``, with ``mse`` the model's mean squared error on the
+    original (untransformed) test frames. Regression only, labels needed. ``mse`` None: measured on the
+    campaign's seeds when it starts (:func:`idcgen.fuzz.deeptest.calibrate`), and recorded in its spec."""
+
+    lam: float = 5.0
+    mse: float | None = None
+    needs_labels = True
+    positional = ("lam",)
+    usage = "lam=L and optionally mse=M, e.g. deeptest(lam=5)"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", _deeptest_number("lam", self.lam, positive=True))
+        if self.mse is not None:
+            object.__setattr__(self, "mse", _deeptest_number("mse", self.mse, positive=False))
+
+    @property
+    def name(self) -> str:
+        # repr keeps every digit of the measured MSE: the recorded spec gives back the same bound
+        return f"deeptest(lam={self.lam:g})" if self.mse is None else f"deeptest(lam={self.lam:g}, mse={self.mse!r})"
+
+    @property
+    def bound(self) -> float:
+        """The largest squared error that is not an erroneous behaviour: lam * mse."""
+        if self.mse is None:
+            raise ParameterError("the deeptest oracle has no MSE yet: give deeptest(lam=L, mse=M), or let the fuzzer "
+                                 "measure it on the labelled seeds when the campaign starts")
+        return self.lam * self.mse
+
+    def __call__(self, run: Execution) -> np.ndarray:
+        if not run.regression:
+            raise InputError("the deeptest oracle compares steering angles with their labels and is for regression "
+                             "models (one output unit); for a classifier use misclassification")
+        labels = np.asarray(run.root_labels, np.float64)
+        if np.any(np.isnan(labels)):
+            raise InputError("the deeptest oracle compares angles with their labels: give labelled seeds "
+                             "(e.g. --labels FILE.csv)")
+        return (np.asarray(run.predictions, np.float64) - labels) ** 2 > self.bound
+
+
+def _deeptest_number(name: str, value, *, positive: bool) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not np.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ParameterError(f"The '{name}' parameter of the deeptest oracle must be a number "
+                             f"{'> 0' if positive else '>= 0'}. Got {value!r} instead.")
+    return value
+
+
+@dataclass(frozen=True)
 class Combined(Oracle):
     """Two oracles joined by ``&`` (both flag the mutant) or ``|`` (either does)."""
 
@@ -276,6 +347,10 @@ class Combined(Oracle):
     @property
     def runs_models(self) -> bool:
         return self.left.runs_models or self.right.runs_models
+
+    @property
+    def needs_labels(self) -> bool:
+        return self.left.needs_labels or self.right.needs_labels
 
     def __call__(self, run: Execution) -> np.ndarray:
         left, right = self.left(run), self.right(run)
@@ -294,21 +369,27 @@ class Not(Oracle):
     def runs_models(self) -> bool:
         return self.inner.runs_models
 
+    @property
+    def needs_labels(self) -> bool:
+        return self.inner.needs_labels
+
     def __call__(self, run: Execution) -> np.ndarray:
         return ~self.inner(run)
 
 
-ORACLES = ("misclassification", "prediction-change", "disagreement", "uncertain", "deviation", "error", "confusion")
-_THRESHOLDED = {"disagreement", "uncertain", "deviation", "error"}
-_TERM = re.compile(r"\s*(~?)\s*([a-z-]+)(?:\(([^)]*)\))?\s*")
+#: every oracle by its spec name (:func:`make_oracle`); a new oracle is one class added here
+ORACLES: dict[str, type[Oracle]] = {"misclassification": Misclassification, "prediction-change": PredictionChange,
+                                    "disagreement": Disagreement, "uncertain": Uncertain, "deviation": Deviation,
+                                    "error": Error, "confusion": Confusion, "deeptest": DeepTest}
 
 
 def make_oracle(spec, others=()) -> Oracle:
-    """An oracle from its spec: a name (``misclassification``, ``prediction-change``, ``disagreement``,
-    ``uncertain`` or ``uncertain(0.7)``; for regression models ``deviation``, ``error`` and
-    ``disagreement``, each with an optional ``(threshold=T)`` or ``(T)``, and ``deviation(lam=L, mse=M)``
-    for DeepTest's bound; ``confusion(a,b)`` for one class pair), or names joined by ``&`` and ``|`` (evaluated left to right),
-    each optionally negated with ``~``. An :class:`Oracle` is returned as it is."""
+    """An oracle from its spec (:mod:`idcgen.spec`): a name (``misclassification``, ``prediction-change``,
+    ``disagreement``, ``uncertain`` or ``uncertain(threshold=0.7)``; for regression models ``deviation``,
+    ``error`` and ``disagreement``, each with an optional ``(threshold=T)``, and ``deviation(lam=L, mse=M)``
+    for DeepTest's bound; ``confusion(a=3, b=5)`` for one class pair; an unnamed value sets the first
+    parameter, as in ``uncertain(0.7)`` or ``confusion(3,5)``), or names joined by ``&`` and ``|`` (evaluated
+    left to right), each optionally negated with ``~``. An :class:`Oracle` is returned as it is."""
     if isinstance(spec, Oracle):
         return spec
     if not isinstance(spec, str) or not spec.strip():
@@ -323,58 +404,34 @@ def make_oracle(spec, others=()) -> Oracle:
 
 
 def _term(text: str, spec: str, others) -> Oracle:
-    match = _TERM.fullmatch(text)
-    if match is None or match.group(2) not in ORACLES:
+    negate = text.strip().startswith("~")
+    try:
+        parsed = parse(text.strip().lstrip("~"), "oracle")
+    except ParameterError:
+        parsed = None
+    if parsed is None or parsed.name not in ORACLES:
         raise ParameterError(f"The 'oracle' parameter must be one of {', '.join(ORACLES)}, or names joined by & "
                              f"and | with ~ for not. Got {spec!r} instead.")
-    negate, name, argument = match.groups()
-    if name == "confusion":   # confusion(a,b): two classes
-        try:
-            a, b = (int(part) for part in (argument or "").split(","))
-        except ValueError:
-            raise ParameterError(f"the confusion oracle takes two class numbers, e.g. confusion(3,5); got "
-                                 f"{text.strip()!r}") from None
-        oracle = Confusion(a, b)
-        return ~oracle if negate else oracle
-    if argument is not None and name not in _THRESHOLDED:
-        raise ParameterError(f"the {name} oracle takes no parameter; got {text.strip()!r} in {spec!r}")
-    threshold = None
-    if name == "deviation" and argument is not None and "lam" in argument:   # deviation(lam=5, mse=0.1)
-        try:
-            given = {k.strip(): float(v) for k, v in (part.split("=") for part in argument.split(","))}
-            if set(given) != {"lam", "mse"}:
-                raise ValueError
-        except ValueError:
-            raise ParameterError(f"the deviation oracle takes lam=L, mse=M (DeepTest's bound) or one threshold; got "
-                                 f"{text.strip()!r}") from None
-        oracle = Deviation(lam=given["lam"], mse=given["mse"])
-        return ~oracle if negate else oracle
-    if argument is not None:
-        key, _, value = argument.rpartition("=")
-        try:
-            if key.strip() not in ("", "threshold") and name != "uncertain":  # uncertain(p=0.7) as before
-                raise ValueError
-            threshold = float(value)
-        except ValueError:
-            raise ParameterError(f"the {name} oracle takes one number, e.g. {name}(threshold=0.3); got "
-                                 f"{text.strip()!r}") from None
-    if name == "misclassification":
-        oracle = Misclassification()
-    elif name == "prediction-change":
-        oracle = PredictionChange()
-    elif name == "disagreement":
-        oracle = Disagreement(tuple(others), threshold)
-    elif name == "deviation":
-        oracle = Deviation(0.2 if threshold is None else threshold)
-    elif name == "error":
-        oracle = Error(0.2 if threshold is None else threshold)
-    else:
-        oracle = Uncertain(0.5 if threshold is None else threshold)
+    cls, name = ORACLES[parsed.name], parsed.name
+    allowed = {f.name for f in fields(cls)} - {"others"}
+    refused = f"the {name} oracle takes {cls.usage}; got {text.strip()!r}"
+    if len(parsed.args) > len(cls.positional):
+        raise ParameterError(refused)
+    kwargs = dict(zip(cls.positional, parsed.args))
+    for key, value in parsed.kwargs.items():
+        key = getattr(cls, "aliases", {}).get(key, key)
+        if key in kwargs or key not in allowed:
+            raise ParameterError(refused)
+        kwargs[key] = value
+    if any(key not in kwargs for key in getattr(cls, "required", ())):
+        raise ParameterError(refused)
+    for key, value in kwargs.items():   # numbers where numbers are meant
+        if key in ("threshold", "lam", "mse") and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ParameterError(refused)
+    oracle = cls(tuple(others), **kwargs) if cls.runs_models else cls(**kwargs)
     return ~oracle if negate else oracle
 
 
 def needs_labels(oracle: Oracle) -> bool:
-    """Whether the oracle reads the seeds' labels."""
-    if isinstance(oracle, (Misclassification, Error)):
-        return True
-    return any(needs_labels(getattr(oracle, part)) for part in ("left", "right", "inner") if hasattr(oracle, part))
+    """Whether the oracle reads the seeds' labels (each oracle declares it)."""
+    return bool(oracle.needs_labels)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from ..errors import ParameterError
+from ..spec import format_spec, parse
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,32 @@ class Uniform:
         return rng.integers(0, len(fuzz_count), size=n)
 
 
+#: every scheduler by its spec name; a new one is a class with ``name`` and ``pick`` added here
 SCHEDULERS = {"prioritized": BatchPrioritization, "uniform": Uniform}
 
 
-def make_scheduler(name: str):
-    if name not in SCHEDULERS:
-        raise ParameterError(f"The 'scheduler' parameter must be one of {sorted(SCHEDULERS)}. Got {name!r} instead.")
-    return SCHEDULERS[name]()
+def make_scheduler(spec):
+    """A scheduler object (returned as it is: anything with ``name`` and ``pick(fuzz_count, n, rng)``) or a
+    spec (:mod:`idcgen.spec`): ``"prioritized"``, ``"prioritized(gamma=5, p_min=0.01)"``, ``"uniform"``."""
+    if not isinstance(spec, str):
+        if callable(getattr(spec, "pick", None)) and isinstance(getattr(spec, "name", None), str):
+            return spec
+        raise ParameterError(f"The 'scheduler' parameter must be a scheduler (with name and pick) or one of "
+                             f"{sorted(SCHEDULERS)}. Got {spec!r} instead.")
+    parsed = parse(spec, "scheduler", positional=False)
+    if parsed.name not in SCHEDULERS:
+        raise ParameterError(f"The 'scheduler' parameter must be one of {sorted(SCHEDULERS)}. Got {spec!r} instead.")
+    cls = SCHEDULERS[parsed.name]
+    unknown = sorted(set(parsed.kwargs) - {f.name for f in fields(cls)})
+    if unknown:
+        known = ", ".join(f.name for f in fields(cls)) or "none"
+        raise ParameterError(f"the {parsed.name} scheduler has no parameter {unknown[0]!r}; its parameters: {known}")
+    return cls(**parsed.kwargs)
+
+
+def scheduler_spec(scheduler) -> str:
+    """The spec that makes ``scheduler`` again: its name, with the parameters that differ from the defaults."""
+    if not dataclasses.is_dataclass(scheduler):
+        return scheduler.name
+    changed = {f.name: getattr(scheduler, f.name) for f in fields(scheduler) if getattr(scheduler, f.name) != f.default}
+    return format_spec(scheduler.name, changed)

@@ -206,7 +206,7 @@ class CampaignStore:
     @staticmethod
     def _state_snapshot(campaign) -> dict:
         return {"state": campaign.state(), "rng": campaign.rng.bit_generator.state,
-                "config": json.dumps(campaign.config),   # campaign.json's settings, should it be lost
+                "config": json.dumps(campaign.settings.to_dict()),   # campaign.json's settings, should it be lost
                 "n_stats_rows": len(campaign.stats), "fuzz_count": campaign.corpus.fuzz_count.copy(),
                 "covered": {name: t.covered_ids() for name, t in campaign.coverage.items()}}
 
@@ -300,7 +300,7 @@ class CampaignStore:
         from ..analysis import versions
         if self._versions is None:
             self._versions = versions()
-        meta = {"format_version": FORMAT_VERSION, "config": campaign.config, "versions": self._versions,
+        meta = {"format_version": FORMAT_VERSION, "config": campaign.settings.to_dict(), "versions": self._versions,
                 "model_fingerprint": campaign.analysis.fingerprint, "state": campaign.state()}
         atomic_text(self.folder / "campaign.json", json.dumps(meta, indent=2) + "\n")
         self._json_written = time.monotonic()
@@ -406,10 +406,10 @@ def manifest_text(entries: dict) -> str:
 
 def findings_text(findings: dict) -> str:
     """The findings.jsonl rows of a step's findings (every column but the inputs)."""
-    return jsonl({k: _value(v[j]) for k, v in findings.items() if k != "x"} for j in range(len(findings["id"])))
+    return jsonl({k: json_value(v[j]) for k, v in findings.items() if k != "x"} for j in range(len(findings["id"])))
 
 
-def _value(v):
+def json_value(v):
     """A numpy scalar as JSON holds it: a class stays an int, a regression output a float, no label None."""
     v = v.item()
     return None if isinstance(v, float) and v != v else v
@@ -420,7 +420,7 @@ def _manifest_row(entries: dict, j: int) -> dict:
     chain = str(entries["chain"][j])
     return {"id": int(entries["id"][j]), "parent": int(entries["parent"][j]), "root": int(entries["root"][j]),
             "chain": chain.split("|") if chain else [], "combination": int(entries["combination"][j]),
-            "prediction": _value(entries["prediction"][j]), "label": _value(entries["label"][j]),
+            "prediction": json_value(entries["prediction"][j]), "label": json_value(entries["label"][j]),
             "step": int(entries["step"][j]), "seed": bool(entries["parent"][j] < 0)}
 
 

@@ -2,7 +2,8 @@
 
 Three kinds (docs/design.md, "Mutations"): *noise* (:mod:`.noise`: Gaussian noise on all pixels, on the most
 relevant pixels, on random pixels), *transform* (:mod:`.image`: affine and photometric transforms, blur and
-elastic; :mod:`.driving`: DeepTest's rain, fog, sun flare, shadow and camera blurs) and *attack*
+elastic; :mod:`.driving`: DeepTest's rain, fog, sun flare, shadow and camera blurs; :mod:`.deeptest`: DeepTest's
+gain, bias and blur kinds) and *attack*
 (:mod:`.attacks`: cleverhans and ART; :mod:`.directed`: towards uncovered IDC combinations;
 :mod:`.deepxplore`: DeepXplore's differential gradient ascent). A mutator
 is written as a spec string, ``"gauss"`` or ``"gauss(std=0.1)"``; its ``repr`` is the canonical spec and
@@ -11,12 +12,11 @@ round-trips through :func:`make_mutator`. The contract every mutator keeps is in
 
 from __future__ import annotations
 
-import ast
-import re
-
 from ...errors import ParameterError
+from ...spec import parse, split_specs
 from .attacks import BIM, CW, FGSM, JSMA, PGD
-from .base import MutationContext, Mutator, Param, _parameter_names
+from .base import MutationContext, Mutator, Param, parameter_names
+from .deeptest import BilateralBlur, Bias, DeepTestBlur, Gain, MedianBlur
 from .deepxplore import DeepXplore
 from .directed import CoverageDirected
 from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare
@@ -29,7 +29,8 @@ __all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param"
 #: Every mutator by its spec name, in listing order.
 REGISTRY: dict[str, type[Mutator]] = {cls.name: cls for cls in (
     Gauss, RelevantPixels, RandomPixels, Rotate, Shift, Scale, Shear, Brightness, Contrast, Noise, Blur, Elastic,
-    Rain, Fog, SunFlare, Shadow, MotionBlur, GaussianBlur, FGSM, BIM, PGD, CW, JSMA, CoverageDirected, DeepXplore)}
+    Rain, Fog, SunFlare, Shadow, MotionBlur, GaussianBlur, Gain, Bias, MedianBlur, BilateralBlur, DeepTestBlur,
+    FGSM, BIM, PGD, CW, JSMA, CoverageDirected, DeepXplore)}
 
 #: The fuzz default: every cheap mutator. ``cw`` (10-20 s per 100 MNIST images) and ``jsma`` (0.3-0.5 s
 #: per image) are left out for cost; add them explicitly.
@@ -40,65 +41,19 @@ DEFAULT_MUTATORS = ("gauss,relevant_pixels,random_pixels,rotate,shift,scale,shea
 
 
 
-_SPEC = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
-
-
 def make_mutator(spec: str) -> Mutator:
-    """A mutator from its spec: ``"gauss"`` or ``"gauss(std=0.1)"``; values are Python literals."""
-    if not isinstance(spec, str):
-        raise ParameterError(f"a mutator spec must be a string such as 'gauss(std=0.1)'. Got {spec!r} instead.")
-    match = _SPEC.fullmatch(spec)
-    if not match:
-        raise ParameterError(f"malformed mutator spec {spec!r}: expected name or name(param=value, ...)")
-    name, args = match.group(1), match.group(2)
-    if name not in REGISTRY:
-        raise ParameterError(f"unknown mutator {name!r}; known mutators: {', '.join(REGISTRY)}")
-    cls = REGISTRY[name]
-    kwargs = _parse_args(spec, args or "")
-    known = _parameter_names(cls)
-    unknown = [key for key in kwargs if key not in known]
+    """A mutator from its spec (:mod:`idcgen.spec`): ``"gauss"`` or ``"gauss(std=0.1)"``; values are Python
+    literals, given by name."""
+    parsed = parse(spec, "mutator", positional=False)
+    if parsed.name not in REGISTRY:
+        raise ParameterError(f"unknown mutator {parsed.name!r}; known mutators: {', '.join(REGISTRY)}")
+    cls = REGISTRY[parsed.name]
+    known = parameter_names(cls)
+    unknown = [key for key in parsed.kwargs if key not in known]
     if unknown:
-        raise ParameterError(f"{name} has no parameter {unknown[0]!r}; its parameters are: "
+        raise ParameterError(f"{parsed.name} has no parameter {unknown[0]!r}; its parameters are: "
                              f"{', '.join(known) or '(none)'}.")
-    return cls(**kwargs)
-
-
-def _parse_args(spec: str, args: str) -> dict:
-    try:  # ast.parse only builds a syntax tree; literal_eval below accepts literals only
-        call = ast.parse(f"f({args})", mode="eval").body
-    except SyntaxError as exc:
-        raise ParameterError(f"malformed mutator spec {spec!r}: {exc.msg}; expected name(param=value, ...)") from None
-    if not isinstance(call, ast.Call) or call.args or any(kw.arg is None for kw in call.keywords):
-        raise ParameterError(f"malformed mutator spec {spec!r}: give parameters by name, as name(param=value, ...)")
-    kwargs = {}
-    for kw in call.keywords:
-        if kw.arg in kwargs:
-            raise ParameterError(f"malformed mutator spec {spec!r}: parameter {kw.arg!r} given twice")
-        try:
-            kwargs[kw.arg] = ast.literal_eval(kw.value)
-        except (ValueError, SyntaxError, TypeError):
-            raise ParameterError(f"malformed mutator spec {spec!r}: the value of {kw.arg!r} must be a Python "
-                                 f"literal (number, bool, string or tuple). Got {ast.unparse(kw.value)!r}") from None
-    return kwargs
-
-
-def split_specs(text: str) -> list[str]:
-    """Split at commas outside parentheses, brackets and quotes."""
-    parts, depth, quote, start = [], 0, None, 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [part.strip() for part in parts]
+    return cls(**parsed.kwargs)
 
 
 def parse_mutators(text: str) -> list[Mutator]:

@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...errors import InputError
-from .base import Mutator, Param, _bad
+from .base import Mutator, Param, bad_parameter
 
 
 # ---- shared -------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ class _Attack(Mutator):
 class _IterativeAttack(_Attack):
     def _check_params(self):
         if self.eps_iter > self.eps:  # cleverhans asserts this
-            raise _bad(self.name, "eps_iter", f"<= eps ({self.eps!r})", self.eps_iter)
+            raise bad_parameter(self.name, "eps_iter", f"<= eps ({self.eps!r})", self.eps_iter)
 
 
 # ---- cleverhans L-inf attacks -------------------------------------------------------------------

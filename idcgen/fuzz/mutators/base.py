@@ -63,11 +63,13 @@ class Param:
         return True
 
 
-def _bad(mutator: str, name: str, expected: str, value) -> ParameterError:
+def bad_parameter(mutator: str, name: str, expected: str, value) -> ParameterError:
+    """The error for a mutator's parameter ``name`` whose ``value`` is not ``expected``."""
     return ParameterError(f"The {name!r} parameter of {mutator} must be {expected}. Got {value!r} instead.")
 
 
-def _parameter_names(cls: type[Mutator]) -> list[str]:
+def parameter_names(cls: type[Mutator]) -> list[str]:
+    """The parameters a mutator's spec may set, by name."""
     if cls.parameters:
         return list(cls.parameters)
     signature = inspect.signature(cls.__init__)  # a mutator with its own __init__ (e.g. directed)
@@ -120,7 +122,7 @@ class Mutator:
         for key, spec in self.parameters.items():
             value = params.get(key, spec.default)
             if not spec.accepts(value):
-                raise _bad(self.name, key, spec.describe(), value)
+                raise bad_parameter(self.name, key, spec.describe(), value)
             setattr(self, key, value)
         self._check_params()
 

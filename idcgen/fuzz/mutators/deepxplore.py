@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import Mutator, Param, _bad
+from .base import Mutator, Param, bad_parameter
 
 CONSTRAINTS = ("light", "occl", "blackout")
 COVERAGE = ("nc", "idc", "none")
@@ -64,7 +64,7 @@ class DeepXplore(Mutator):
     def _check_params(self):
         for key, choices in (("constraint", CONSTRAINTS), ("coverage", COVERAGE)):
             if getattr(self, key) not in choices:
-                raise _bad(self.name, key, "one of " + ", ".join(repr(c) for c in choices), getattr(self, key))
+                raise bad_parameter(self.name, key, "one of " + ", ".join(repr(c) for c in choices), getattr(self, key))
 
     # ---- the objective ---------------------------------------------------------------------------
     def _weights(self, x, rng, ctx, others):

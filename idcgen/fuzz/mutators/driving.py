@@ -20,8 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import Mutator, Param, _bad
-from .image import _in_unit_range
+from .base import Mutator, Param, bad_parameter
+from .image import in_unit_range
 
 
 class _Driving(Mutator):
@@ -52,12 +52,12 @@ class _Driving(Mutator):
                 out[i] = result.mean(axis=-1, keepdims=True) if grey else result
             return out
 
-        return _in_unit_range(each, x, ctx)
+        return in_unit_range(each, x, ctx)
 
 
 def _range(mutator: Mutator, low: str, high: str) -> None:
     if getattr(mutator, high) < getattr(mutator, low):
-        raise _bad(mutator.name, high, f">= {low} ({getattr(mutator, low)!r})", getattr(mutator, high))
+        raise bad_parameter(mutator.name, high, f">= {low} ({getattr(mutator, low)!r})", getattr(mutator, high))
 
 
 class Rain(_Driving):
@@ -104,7 +104,7 @@ class Fog(Mutator):
         density = rng.uniform(self.fog_low, self.fog_high, len(x)).astype(np.float32)
         depth = np.linspace(1.0, 0.5, x.shape[1], dtype=np.float32)          # top row furthest
         t = np.exp(-density[:, None, None, None] * depth[None, :, None, None])
-        return _in_unit_range(lambda unit: unit * t + np.float32(self.airlight) * (1 - t), x, ctx)
+        return in_unit_range(lambda unit: unit * t + np.float32(self.airlight) * (1 - t), x, ctx)
 
 
 class SunFlare(_Driving):

@@ -9,25 +9,25 @@ import numpy as np
 
 from ...errors import InputError
 
-from .base import MutationContext, Mutator, Param, _bad
+from .base import MutationContext, Mutator, Param, bad_parameter
 from .geometry import affine_matrices, per_image, warp_affine
 from .noise import standard_normal
 
 
-class _BatchedTransform(Mutator):
+class BatchedTransform(Mutator):
     """A transform with its own random parameters for every image, applied to the whole batch at once
     (:mod:`idcgen.fuzz.mutators.geometry`). Works on [0, 1]: images are rescaled around the call."""
 
     kind = "transform"
 
     def _mutate(self, x, rng, ctx):
-        return _in_unit_range(lambda unit: self._transform(unit, rng), x, ctx)
+        return in_unit_range(lambda unit: self._transform(unit, rng), x, ctx)
 
     def _transform(self, unit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
 
 
-def _in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
+def in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
     """``transform`` applied to x rescaled to [0, 1], its result clipped and scaled back."""
     lo, hi = ctx.value_range
     unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
@@ -35,7 +35,7 @@ def _in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray
     return out if (lo, hi) == (0.0, 1.0) else out * np.float32(hi - lo) + np.float32(lo)
 
 
-class _AffineTransform(_BatchedTransform):
+class _AffineTransform(BatchedTransform):
     """An affine transform (zero fill outside the image). DeepHunter allows one per chain, and moves the
     chain's reference image with it: :meth:`mutate_with_reference` applies each image's draw to both."""
 
@@ -60,7 +60,7 @@ class _AffineTransform(_BatchedTransform):
         matrices = self._matrices(len(x), x.shape[1], x.shape[2], rng)
         differ = np.flatnonzero((x != reference).reshape(len(x), -1).any(axis=1))
         both = np.concatenate([x, reference[differ]])
-        warped = _in_unit_range(lambda unit: warp_affine(unit, np.concatenate([matrices, matrices[differ]])),
+        warped = in_unit_range(lambda unit: warp_affine(unit, np.concatenate([matrices, matrices[differ]])),
                                 both, ctx)
         warped = self._finish(both, warped, ctx)
         mutants = warped[:len(x)]
@@ -101,7 +101,7 @@ class Scale(_AffineTransform):
 
     def _check_params(self):
         if self.high < self.low:
-            raise _bad(self.name, "high", f">= low ({self.low!r})", self.high)
+            raise bad_parameter(self.name, "high", f">= low ({self.low!r})", self.high)
 
     def _matrices(self, n, height, width, rng):
         return affine_matrices(height, width, scale=rng.uniform(self.low, self.high, n))
@@ -117,7 +117,7 @@ class Shear(_AffineTransform):
         return affine_matrices(height, width, shear_x=rng.uniform(-self.limit, self.limit, n))
 
 
-class Brightness(_BatchedTransform):
+class Brightness(BatchedTransform):
     """Add a brightness offset drawn from [-limit, limit] (of the value range) per image."""
 
     name = "brightness"
@@ -127,7 +127,7 @@ class Brightness(_BatchedTransform):
         return unit + per_image(rng.uniform(-self.limit, self.limit, len(unit)))
 
 
-class Contrast(_BatchedTransform):
+class Contrast(BatchedTransform):
     """Multiply by a contrast factor drawn from [1 - limit, 1 + limit] per image."""
 
     name = "contrast"
@@ -137,7 +137,7 @@ class Contrast(_BatchedTransform):
         return unit * per_image(rng.uniform(1.0 - self.limit, 1.0 + self.limit, len(unit)))
 
 
-class Noise(_BatchedTransform):
+class Noise(BatchedTransform):
     """albumentations' GaussNoise: per image a std drawn from [std_low, std_high] (of the value range),
     then independent N(0, std) noise on every pixel and channel."""
 
@@ -147,7 +147,7 @@ class Noise(_BatchedTransform):
 
     def _check_params(self):
         if self.std_high < self.std_low:
-            raise _bad(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
+            raise bad_parameter(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
 
     def _transform(self, unit, rng):
         std = per_image(rng.uniform(self.std_low, self.std_high, len(unit)))
@@ -185,7 +185,7 @@ class _Albumentations(Mutator):
                 out[start:start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
             return out
 
-        return _in_unit_range(in_groups, x, ctx)
+        return in_unit_range(in_groups, x, ctx)
 
 
 class Blur(_Albumentations):

@@ -1,0 +1,49 @@
+"""DeepTest's metamorphic oracle for steering models (Tian et al., ICSE 2018; docs/design.md, "Regression
+and driving").
+
+A transformed frame should still be steered about as the frame's recorded angle says: the relation holds
+when ``(theta_t - theta_label)^2 <= lam * MSE``, with ``theta_t`` the model's angle on the transformed frame,
+``theta_label`` the original frame's label and ``MSE`` the model's mean squared error on the original
+(untransformed) test frames. A transformed frame that breaks it is an *erroneous behaviour*.
+
+The oracle itself is :class:`idcgen.fuzz.oracle.DeepTest` (registered with the others); this module measures
+its MSE. ``deeptest(lam=5)`` leaves the MSE to be measured on the campaign's seeds when the campaign starts
+(:func:`calibrate`); the campaign then records ``deeptest(lam=5, mse=<measured>)`` as its oracle, so the
+report states both and a resumed campaign or an export re-check uses the same bound. ``mse=`` may also be
+given outright. Numpy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import InputError
+from .oracle import Combined, DeepTest, Execution, Not, Oracle
+
+__all__ = ["DeepTest", "calibrate", "seed_mse"]
+
+
+def seed_mse(predictions, labels) -> float:
+    """The model's mean squared error on the labelled seeds (DeepTest's MSE of the original test frames)."""
+    predictions, labels = np.asarray(predictions, np.float64).ravel(), np.asarray(labels, np.float64).ravel()
+    if predictions.dtype.kind != "f" or len(labels) == 0 or np.any(np.isnan(labels)):
+        raise InputError("the deeptest oracle measures the model's MSE on labelled seeds: give every seed its "
+                         "angle (e.g. --labels FILE.csv)")
+    return float(np.mean((predictions - labels) ** 2))
+
+
+def calibrate(oracle: Oracle, predictions, labels, *, regression: bool) -> Oracle:
+    """``oracle`` with every DeepTest term that has no MSE given the MSE measured on the seeds (their
+    ``predictions`` and ``labels``); other oracles come back as they are. A classifier is refused."""
+    if isinstance(oracle, DeepTest):
+        if not regression:   # the oracle's own one-line refusal of a classifier
+            oracle(Execution(np.empty(0), np.empty((0, 2)), np.empty(0, np.int64), np.empty(0), np.empty(0)))
+        return oracle if oracle.mse is not None else dataclasses.replace(oracle, mse=seed_mse(predictions, labels))
+    if isinstance(oracle, Combined):
+        return dataclasses.replace(oracle, left=calibrate(oracle.left, predictions, labels, regression=regression),
+                                   right=calibrate(oracle.right, predictions, labels, regression=regression))
+    if isinstance(oracle, Not):
+        return dataclasses.replace(oracle, inner=calibrate(oracle.inner, predictions, labels, regression=regression))
+    return oracle
