@@ -73,7 +73,7 @@ def main():
     from idcgen.deepbase import UnitGroup, affinity
     from idcgen.analysis import analyze
     from idcgen.hypotheses import Hypothesis, builtin_hypotheses
-    from idcgen.models import Network
+    from idcgen.framework import Network
 
     network = Network(load_model("lenet5", "mnist"))
     x_train, y_train = load_data("train", "mnist", limit=10_000)

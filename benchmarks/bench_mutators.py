@@ -35,8 +35,8 @@ def main():
 
     from idcgen.data import fit_to_model, load_inputs
     from idcgen.fuzz.mutators import REGISTRY, MutationContext, make_mutator
-    from idcgen.models import Network
-    from idcgen.zoo import lenet5
+    from idcgen.framework import Network
+    from idcgen.framework.keras_zoo import lenet5
 
     model = lenet5()
     weights = args.shared / "models" / "deepxplore" / "MNIST_Model3.h5"

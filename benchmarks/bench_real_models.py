@@ -45,7 +45,7 @@ def cifar10_train() -> tuple[np.ndarray, np.ndarray]:
 def resnet20(path: Path | None):
     import keras
 
-    from idcgen.zoo import resnet20 as build
+    from idcgen.framework.keras_zoo import resnet20 as build
     if path is not None and path.exists():
         return keras.models.load_model(path, compile=False), True
     return build(), False
@@ -75,7 +75,7 @@ def floor_seconds(network, x, batch: int) -> float:
 
 def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -> None:
     from idcgen.analysis import analyze
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.relevance import batch_size_for
     network = Network(model)
     batch = batch_size_for(network)
@@ -97,7 +97,7 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
 
 def bench_memory(shared: Path, model_path: Path | None, tmp: Path) -> None:
     """Peak memory of `idcgen analyze` in a fresh process, read from the line it prints."""
-    from idcgen.zoo import lenet5, resnet20 as build
+    from idcgen.framework.keras_zoo import lenet5, resnet20 as build
     lenet = lenet5()
     lenet.load_weights(shared / "models/deepxplore/MNIST_Model3.h5")
     lenet.save(tmp / "lenet5.keras")
@@ -123,7 +123,7 @@ def bench_fuzz(model, x: np.ndarray, y: np.ndarray, rounds: int = 3) -> None:
 
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
-    from idcgen.models import Network
+    from idcgen.framework import Network
     network = Network(model)
     analysis = analyze(network, x[:5000], y[:5000], m=8, random_state=0, progress=False)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 def lenet5_mnist(shared: Path):
     """(Network, train Dataset, test Dataset, x_train, x_test); exits with a message if ../shared is absent."""
     from idcgen.data import fit_to_model, load_inputs
-    from idcgen.models import Network
-    from idcgen.zoo import lenet5
+    from idcgen.framework import Network
+    from idcgen.framework.keras_zoo import lenet5
 
     weights, mnist = shared / "models/deepxplore/MNIST_Model3.h5", shared / "data/mnist"
     if not weights.exists() or not mnist.exists():

@@ -7,7 +7,8 @@ Coverage (DeepImportance, ICSE 2020).
     analysis = idcgen.analyze(model, train.x, train.y, m=8)
     analysis.coverage(idcgen.load_inputs("mnist:test").x)   # CoverageResult(score=..., covered=..., total=...)
 
-TensorFlow is imported on first use of a name that needs it, so the numpy-only parts load fast.
+TensorFlow is imported only by the framework package (idcgen/framework), when a model is loaded or
+wrapped, so the numpy-only parts, analyses and campaigns load without it.
 """
 
 import os
@@ -23,7 +24,7 @@ _NAMES = {
     "load_inputs": "data", "fit_to_model": "data", "Dataset": "data",
     "silhouette_1d": "clusters", "kmeans_1d": "clusters", "cluster_neuron": "clusters",
     "Combinations": "coverage", "CoverageTracker": "coverage", "CoverageResult": "coverage",
-    "load_model": "models", "Network": "models", "convert": "models",
+    "load_model": "framework", "Network": "framework", "convert": "framework",
     "InputConvention": "convention", "parse_preprocess": "convention",
     "Relevance": "relevance", "input_relevance": "relevance",
     "analyze": "analysis", "Analysis": "analysis",

@@ -209,7 +209,7 @@ def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optio
     if network.task == "regression":   # a classifier's listing stays as it was
         typer.echo(f"task: {_task_line(network)}")
     typer.echo(f"logits: {network.logits_layer}   default subject layer: {network.default_layer()}")
-    from .convention import from_model, leading_preprocessing
+    from .framework.keras_convention import from_model, leading_preprocessing
     typer.echo(f"expects: {from_model(network.model).describe()}")
     found = leading_preprocessing(network.model)
     typer.echo("preprocessing layers: " + (", ".join(_describe_layer(layer) for layer in found) if found else
@@ -220,7 +220,7 @@ def _task_line(network) -> str:
     """"regression (one output unit, tanh; ...)" or "classification (10 classes)"."""
     if network.task == "classification":
         return f"classification ({network.n_classes} classes)"
-    from .models import _activation_name
+    from .framework.keras_network import _activation_name
     act = _activation_name(network.logits_step.layer)
     line = (f"regression (one output unit, {act}; relevance starts from its pre-activation; "
             "--task classification overrides)")
@@ -465,7 +465,7 @@ def convert(old: Path = typer.Argument(..., help="Model file to read: a Keras 2.
             new: Path = typer.Argument(..., help="File to write: .keras or .h5 (the format follows the suffix)."),
             architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt):
     """Re-save an old or weights-only model file as one Keras 3 reads (Keras 2.1-era files need tf-keras)."""
-    from .models import convert as run
+    from .framework import convert as run
     typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe))
 
 

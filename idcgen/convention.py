@@ -2,17 +2,19 @@
 step between image and model, and the shape of the images the fuzzer mutates.
 
 idcgen works in *image space*: inputs are loaded, mutated, checked for validity and exported as images
-whose pixel values lie in ``value_range``. What the model does not do itself is added in front of it:
-``InputConvention.wrap`` builds a new functional Keras model, image -> [Reshape to the model's input]
--> [preprocessing layers] -> the original model, so that the relevance pass, forward taps, attacks and
-the weights fingerprint all see images (the preprocessing layers have no weights, except the fixed
-channel flip of ``imagenet-caffe``).
+whose pixel values lie in ``value_range``. What the model does not do itself is put in front of it by the
+framework (:meth:`idcgen.framework.Network.measured_as`; for Keras a functional model image -> [Reshape to
+the model's input] -> [preprocessing layers] -> the original model), so that the relevance pass, forward
+taps, attacks and the weights fingerprint all see images (the preprocessing layers have no weights, except
+the fixed channel flip of ``imagenet-caffe``). The convention a network is measured with is its
+``convention`` field.
 
 Where the range comes from, first match wins: ``--value-range``; the range a ``--preprocess`` preset
 expects; the model's own first layer when it is a ``Rescaling`` that maps 0..255 to a unit-size range
-(``Rescaling(1/255)``, ``Rescaling(1/127.5, offset=-1)``), also inside a nested model; else [0, 1].
+(``Rescaling(1/255)``, ``Rescaling(1/127.5, offset=-1)``), also inside a nested model (read by the
+framework: :meth:`idcgen.framework.Network.own_convention`); else [0, 1].
 
-numpy only at import; Keras is imported inside the functions that build layers.
+numpy only: the framework builds the layers.
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ import numpy as np
 from .errors import InputError, ParameterError
 
 __all__ = ["InputConvention", "Preprocess", "parse_preprocess", "parse_value_range", "parse_image_shape",
-           "infer_image_shape", "from_model", "resolve", "prepare", "convention_of", "leading_preprocessing",
-           "check_scale", "WRAPPER_PREFIX"]
+           "infer_image_shape", "resolve", "check_scale", "WRAPPER_PREFIX", "PREPROCESSING_KINDS"]
 
-#: name prefix of the models ``InputConvention.wrap`` builds
+#: name prefix of the layers and models the framework puts in front of a model (idcgen.framework)
 WRAPPER_PREFIX = "idcgen_input"
 #: Keras' ``imagenet_utils.preprocess_input`` modes, for images in 0..255 (RGB):
 #: name -> (mean, std, channels flipped to BGR first); the model sees (x[, ::-1] - mean) / std
@@ -39,7 +40,7 @@ PRESETS = {
     "tf": ((127.5,), (127.5,), False),
 }
 _PRESET_RANGE = (0.0, 255.0)
-_PREPROCESSING_KINDS = ("Rescaling", "Normalization", "Resizing", "CenterCrop", "InputLayer")
+PREPROCESSING_KINDS = ("Rescaling", "Normalization", "Resizing", "CenterCrop", "InputLayer")
 
 
 @dataclass(frozen=True)
@@ -72,32 +73,9 @@ class Preprocess:
                 raise ParameterError(f"--preprocess {self.spec}: {len(values)} {name} values for images with "
                                      f"{channels} channels; give 1 or {channels}")
 
-    def layers(self, channels: int) -> list:
-        """Keras layers doing the same: a fixed 1x1 convolution for the channel flip, then a Rescaling."""
-        import keras
-        self.check_channels(channels)
-        out = []
-        if self.bgr:
-            out.append(_ChannelFlip())
-        mean, std = np.asarray(self.mean, np.float64), np.asarray(self.std, np.float64)
-        scale, offset = 1.0 / std, -mean / std
-        scalar = len(scale) == 1
-        out.append(keras.layers.Rescaling(scale=float(scale[0]) if scalar else scale.tolist(),
-                                          offset=float(offset[0]) if scalar else offset.tolist(),
-                                          name=f"{WRAPPER_PREFIX}_preprocess"))
-        return out
-
     def to_dict(self) -> dict:
         return {"spec": self.spec, "mean": list(self.mean), "std": list(self.std), "bgr": self.bgr,
                 "value_range": None if self.value_range is None else list(self.value_range)}
-
-
-def _ChannelFlip():
-    """RGB -> BGR as a 1x1 convolution with fixed weights (a built-in layer: serialises, and LRP treats
-    it as the linear layer it is)."""
-    import keras
-    return keras.layers.Conv2D(3, 1, use_bias=False, trainable=False, name=f"{WRAPPER_PREFIX}_bgr",
-                               kernel_initializer=keras.initializers.Constant(np.eye(3)[::-1].reshape(1, 1, 3, 3)))
 
 
 def parse_preprocess(spec: str | Preprocess | None) -> Preprocess | None:
@@ -232,96 +210,11 @@ class InputConvention:
         return self.preprocess is not None or (self.image_shape is not None
                                                and tuple(self.image_shape) != tuple(model_input_shape))
 
-    def wrap(self, model):
-        """``model`` with what this convention puts in front of it (the model itself if nothing): a
-        functional model image -> [Reshape] -> [preprocessing layers] -> ``model``."""
-        import keras
-        model = _inner(model)
-        want = tuple(model.inputs[0].shape[1:])
-        if not self.needs_wrapper(want):
-            return model
-        image = tuple(self.image_shape) if self.image_shape is not None else want
-        if self.image_shape is not None and None not in want and int(np.prod(image)) != int(np.prod(want)):
-            raise ParameterError(f"image shape {image} holds {int(np.prod(image))} values but the model takes "
-                                 f"{want} ({int(np.prod(want))} values); give a matching --image-shape")
-        inputs = keras.Input(image, name=f"{WRAPPER_PREFIX}_image")
-        x = inputs
-        if self.preprocess is not None:
-            for layer in self.preprocess.layers(image[-1]):
-                x = layer(x)
-        if image != want:
-            x = keras.layers.Reshape(want, name=f"{WRAPPER_PREFIX}_reshape")(x)
-        wrapped = keras.Model(inputs, model(x), name=f"{WRAPPER_PREFIX}_{model.name}")
-        wrapped._idcgen_convention = self
-        wrapped._idcgen_inner = model
-        return wrapped
 
-
-def _inner(model):
-    """The user's Keras model under a Network and under idcgen's own wrapper."""
-    model = getattr(model, "model", model) if not _is_keras_model(model) else model
-    return getattr(model, "_idcgen_inner", model)
-
-
-def _is_keras_model(obj) -> bool:
-    return hasattr(obj, "inputs") and hasattr(obj, "layers")
-
-
-def convention_of(model) -> InputConvention | None:
-    """The convention a model was wrapped with by ``InputConvention.wrap`` (None for any other model)."""
-    model = getattr(model, "model", model) if not _is_keras_model(model) else model
-    return getattr(model, "_idcgen_convention", None)
-
-
-def leading_preprocessing(model) -> list:
-    """The layers a model starts with that prepare its input (Rescaling, Normalization, Resizing,
-    CenterCrop), looking into a nested model that comes first."""
-    found, model = [], _inner(model)
-    for layer in model.layers:
-        kind = type(layer).__name__
-        if kind == "InputLayer":
-            continue
-        if hasattr(layer, "layers") and hasattr(layer, "inputs"):  # a nested model: its own first layers
-            found += leading_preprocessing(layer)
-            break
-        if kind not in _PREPROCESSING_KINDS:
-            break
-        found.append(layer)
-    return found
-
-
-def _rescaling_range(layer) -> tuple[float, float] | None:
-    """(0, 255) when a Rescaling layer maps 0..255 onto a span of about 1 or 2 (1/255, 1/127.5 with
-    offset -1, or per-channel alike); None otherwise."""
-    scale = np.atleast_1d(np.asarray(layer.scale, np.float64))
-    span = 255.0 * scale
-    if np.all((np.abs(span - 1) < 0.02) | (np.abs(span - 2) < 0.04)):
-        return (0.0, 255.0)
-    return None
-
-
-def from_model(model) -> InputConvention:
-    """The convention read from the model: 0..255 when it starts with a Rescaling that maps 0..255 to a
-    unit-size range (also inside a nested model), else [0, 1]."""
-    leading = leading_preprocessing(model)
-    names = tuple(f"{type(layer).__name__} {layer.name!r}" for layer in leading)
-    for layer in leading:
-        if type(layer).__name__ == "Rescaling":
-            found = _rescaling_range(layer)
-            if found is not None:
-                scale = np.atleast_1d(np.asarray(layer.scale, np.float64))
-                offset = np.atleast_1d(np.asarray(layer.offset, np.float64))
-                how = f"scale {scale[0]:.6g}" + (f", offset {offset[0]:g}" if np.any(offset != 0) else "")
-                return InputConvention(found, source=f"read from the model's Rescaling layer {layer.name!r}, {how}",
-                                       model_layers=names)
-            break
-    return InputConvention(model_layers=names)
-
-
-def resolve(model, *, value_range=None, preprocess=None, image_shape=None, recorded: InputConvention | None = None
-            ) -> InputConvention:
-    """The convention for ``model`` from explicit choices, else a recorded one (an analysis'), else the
-    model's own layers. An explicit choice that contradicts ``recorded`` is refused."""
+def resolve(own: InputConvention, *, value_range=None, preprocess=None, image_shape=None,
+            recorded: InputConvention | None = None) -> InputConvention:
+    """The convention for a model from explicit choices, else a recorded one (an analysis'), else ``own``,
+    the one read from the model's layers. An explicit choice that contradicts ``recorded`` is refused."""
     value_range = parse_value_range(value_range)
     pre = parse_preprocess(preprocess)
     image_shape = parse_image_shape(image_shape)
@@ -333,9 +226,8 @@ def resolve(model, *, value_range=None, preprocess=None, image_shape=None, recor
             raise ParameterError(f"--preprocess {pre.spec} differs from the analysis' "
                                  f"({recorded.preprocess.spec if recorded.preprocess else 'none'}); drop it or analyse again")
         return replace(recorded, image_shape=image_shape or recorded.image_shape)
-    own = from_model(model)
     if pre is not None:
-        if any(type(layer).__name__ in ("Rescaling", "Normalization") for layer in leading_preprocessing(model)):
+        if any(name.split(" ", 1)[0] in ("Rescaling", "Normalization") for name in own.model_layers):
             raise ParameterError(f"the model starts with its own preprocessing ({', '.join(own.model_layers)}); "
                                  f"--preprocess {pre.spec} would scale the inputs twice: drop it")
         if pre.value_range is not None:
@@ -347,21 +239,6 @@ def resolve(model, *, value_range=None, preprocess=None, image_shape=None, recor
     if value_range is not None:
         return InputConvention(value_range, pre, image_shape, "--value-range", own.model_layers)
     return replace(own, preprocess=pre, image_shape=image_shape)
-
-
-def prepare(model, *, value_range=None, preprocess=None, image_shape=None,
-            recorded: InputConvention | None = None):
-    """(Keras model to measure, its convention): ``model`` (a Keras model or a Network) wrapped with
-    what the resolved convention puts in front of it. A model idcgen already wrapped keeps its convention
-    unless a choice given here changes it."""
-    current = convention_of(model)
-    if current is not None and recorded is None:
-        recorded = current
-    convention = resolve(_inner(model), value_range=value_range, preprocess=preprocess, image_shape=image_shape,
-                         recorded=recorded)
-    if current is not None and current == convention:
-        return getattr(model, "model", model) if not _is_keras_model(model) else model, convention
-    return convention.wrap(_inner(model)), convention
 
 
 def check_scale(x: np.ndarray, convention: InputConvention, observed: tuple[float, float] | None = None,

@@ -24,7 +24,7 @@ from .errors import InputError, ParameterError
 from .files import atomic_text
 from .fuzz.campaign import Campaign
 from .fuzz.mutators import MutationContext, make_mutator
-from .models import Network, keras
+from .framework import Network, as_network
 from .plots import pyplot
 
 #: Perturbed test sets: name -> mutator spec (the paper's settings on [0, 1] inputs; amounts are fractions
@@ -70,32 +70,25 @@ def campaign_augmentations(campaign: Campaign, network: Network, *, random_state
             Augmentation(control, c.label[kept], f"{len(kept)} random perturbations of the same seeds"))
 
 
-def retrain(model: keras.Model, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
-            random_state: int = 0) -> keras.Model:
-    """A copy of ``model`` fine-tuned (Adam, lr 1e-4) or trained from scratch (the paper's Adadelta)."""
+def retrain(model, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
+            random_state: int = 0):
+    """A copy of ``model`` (a framework's model or a Network) fine-tuned (Adam, lr 1e-4) or trained from
+    scratch (the paper's Adadelta), as the framework's model."""
+    return _retrained(as_network(model), x, y, mode=mode, epochs=epochs, batch_size=batch_size,
+                      random_state=random_state).model
+
+
+def _retrained(network: Network, x, y, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0):
     if mode not in MODES:
         raise ParameterError(f"The 'mode' parameter must be one of {MODES}. Got {mode!r} instead.")
-    keras.utils.set_random_seed(random_state)
-    copy = keras.models.clone_model(model)
-    if mode == "finetune":
-        copy.set_weights(model.get_weights())
-        optimizer = keras.optimizers.Adam(learning_rate=1e-4)
-    else:
-        optimizer = keras.optimizers.Adadelta(learning_rate=1.0, rho=0.95)
-    copy.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    copy.fit(x, y, epochs=epochs, batch_size=batch_size, shuffle=True, verbose=0)
-    return copy
+    return network.retrained(x, y, mode=mode, epochs=epochs, batch_size=batch_size, random_state=random_state)
 
 
 def on_images(network: Network, image_shape: tuple) -> Network:
     """``network`` taking images of ``image_shape``: the campaign mutated (h, w, c) images for a model
     taking flat or channel-less inputs (docs/design.md), so the test set is perturbed in that shape and
     reshaped in front of the model."""
-    if tuple(network.input_shape) == tuple(image_shape):
-        return network
-    wrapper = keras.Sequential([keras.Input(tuple(image_shape)), keras.layers.Reshape(tuple(network.input_shape)),
-                                network.model])
-    return Network(wrapper)
+    return network.on_images(image_shape)
 
 
 def pair_name(pair) -> str:
@@ -137,7 +130,7 @@ def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, r
     return out
 
 
-def harden(model: keras.Model, x_train: np.ndarray, y_train: np.ndarray, campaign: Campaign, x_test: np.ndarray,
+def harden(model, x_train: np.ndarray, y_train: np.ndarray, campaign: Campaign, x_test: np.ndarray,
            y_test: np.ndarray, *, mode: str = "finetune", epochs: int = 3, repeats: int = 1, random_state: int = 0,
            out: str | Path | None = None, progress: bool = True, pair=None) -> dict:
     """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table.
@@ -145,7 +138,7 @@ def harden(model: keras.Model, x_train: np.ndarray, y_train: np.ndarray, campaig
     a campaign with the ``confusion(a,b)`` oracle)."""
     check_int("epochs", epochs, 1)
     check_int("repeats", repeats, 1)
-    network = Network(model)
+    network = as_network(model)
     pair = None if pair is None else check_pair(pair, network.n_classes)
     if network.fingerprint() != campaign.analysis.fingerprint:
         raise InputError("the campaign was run on another model than the one given to harden")
@@ -166,8 +159,8 @@ def harden(model: keras.Model, x_train: np.ndarray, y_train: np.ndarray, campaig
     for name, aug, r in tqdm(jobs, desc="retrain", disable=not progress, leave=False):
         x = np.concatenate([x_train.reshape(model_shape), aug.x.reshape(model_shape)])
         y = np.concatenate([y_train, aug.y])
-        trained = retrain(model, x, y, mode=mode, epochs=epochs, random_state=random_state + r)
-        results.setdefault(name, []).append(robustness(on_images(Network(trained), image_shape), x_test, y_test,
+        trained = _retrained(network, x, y, mode=mode, epochs=epochs, random_state=random_state + r)
+        results.setdefault(name, []).append(robustness(on_images(trained, image_shape), x_test, y_test,
                                                        fixed, random_state=random_state + r, value_range=value_range,
                                                        pair=pair))
     table = _table(results)

@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from .analysis import Analysis, analyze, find_analysis, network_with_convention
+from .analysis import Analysis, analyze, find_analysis
 from .checks import check_int
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import infer_image_shape, parse_image_shape
@@ -27,7 +27,7 @@ from .data import fit_to_model, load_for_model, parse_class_names
 from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .export import export_campaign
-from .models import Network, load_model
+from .framework import Network, load_model, network_with_convention
 from .report import write_report
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer

@@ -40,17 +40,17 @@ KS = (2, 3, 4, 5)
 
 def load_subject(name: str, files: dict[str, str]):
     """(keras model, where it came from) or (None, why not)."""
-    from idcgen.models import load_model
+    from idcgen.framework import load_model
     if name in files:
         return load_model(files[name]), files[name]
     path = model_path(name, DATASET[name])
     if path.exists():
         return load_model(path), str(path.relative_to(OUTPUTS.parent) if path.is_relative_to(OUTPUTS.parent) else path)
     if name == "lenet5" and DEEPXPLORE_LENET5.exists():
-        from idcgen.zoo import lenet5
+        from idcgen.framework.keras_zoo import lenet5
         model = lenet5()
         model.load_weights(DEEPXPLORE_LENET5)
-        return model, "DeepXplore's MNIST_Model3.h5 (../shared) in idcgen.zoo.lenet5()"
+        return model, "DeepXplore's MNIST_Model3.h5 (../shared) in idcgen.framework.keras_zoo.lenet5()"
     return None, f"{path} not found (train it with recipes/train_models.py --dataset {DATASET[name]})"
 
 
@@ -144,7 +144,7 @@ def main(argv=None):
     files = dict(item.split("=", 1) for item in args.model_file)
 
     from idcgen.analysis import analyze
-    from idcgen.models import Network
+    from idcgen.framework import Network
 
     folder = OUTPUTS / "clusters_study"
     m_max = max(args.m)

@@ -123,7 +123,7 @@ def model_path(name: str, dataset: str = "mnist") -> Path:
 
 def load_model(name: str, dataset: str = "mnist"):
     """The recipe model, trained now with the paper's settings if it is not there yet."""
-    from idcgen.models import load_model as load
+    from idcgen.framework import load_model as load
     path = model_path(name, dataset)
     if not path.exists():
         print(f"{path} not found: training it first (recipes/train_models.py)")

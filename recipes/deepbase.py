@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
 
     from idcgen.deepbase import affinity
     from idcgen.analysis import analyze
-    from idcgen.models import Network
+    from idcgen.framework import Network
     network = Network(load_model("lenet5", args.dataset))
     x_train, y_train = load_data("train", args.dataset, limit=args.train_limit)
     x_test, y_test = load_data("test", args.dataset, limit=args.inputs)

@@ -143,7 +143,7 @@ def main(argv=None):
     parser.add_argument("--guided-models", nargs="+", default=["dave2"], choices=UDACITY_MODELS)
     parser.add_argument("--random-state", type=int, default=0)
     args = parser.parse_args(argv)
-    from idcgen.models import Network
+    from idcgen.framework import Network
     x_train, y_train = udacity("train")
     x_test, y_test = udacity("test")
     lambdas = [int(v) if float(v).is_integer() else v for v in args.lambdas]

@@ -60,7 +60,7 @@ def lenet(which: int):
 
 def mnist_setting(n_seeds: int, rng: np.random.Generator):
     """(model under test, others, seeds x, y, training x, y, subject layer, m, oracle)."""
-    from idcgen.models import Network
+    from idcgen.framework import Network
     data = np.load(SHARED / "data" / "mnist" / "mnist.npz")
     x_train, y_train = (data["x_train"][..., None] / 255.0).astype(np.float32), data["y_train"]
     x_test, y_test = (data["x_test"][..., None] / 255.0).astype(np.float32), data["y_test"]
@@ -72,7 +72,7 @@ def mnist_setting(n_seeds: int, rng: np.random.Generator):
 
 def udacity_setting(n_seeds: int, rng: np.random.Generator):
     from common import load_model, udacity
-    from idcgen.models import Network
+    from idcgen.framework import Network
     x_train, y_train = udacity("train")
     x_test, y_test = udacity("test")
     nets = [Network(load_model(name, "udacity")) for name in ("dave2", "dave2_norminit", "dave2_dropout")]

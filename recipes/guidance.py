@@ -61,8 +61,8 @@ class Study:
         from idcgen.criteria import make_criterion
         from idcgen.fuzz.mutators import MutationContext, make_mutator
         from idcgen.hardening import EVALUATIONS, on_images
-        from idcgen.models import Network
-        from idcgen.models import load_model as load_file
+        from idcgen.framework import Network
+        from idcgen.framework import load_model as load_file
 
         self.args = args
         self.model = load_file(args.model_file) if args.model_file else load_model(args.model, args.dataset)
@@ -105,7 +105,7 @@ class Study:
         """Accuracy (%) on the held-out test sets; FGSM attacks this model (white-box)."""
         from idcgen.fuzz.mutators import MutationContext, make_mutator
         from idcgen.hardening import on_images
-        from idcgen.models import Network
+        from idcgen.framework import Network
         images = on_images(Network(model), self.image_shape)
         out = {}
         for name, spec in self.specs.items():

@@ -48,7 +48,7 @@ MNIST_FILE = SHARED / "data" / "mnist" / "mnist.npz"
 TIMEOUT = 900  # seconds per command: a hung step is recorded as a failure, the matrix goes on
 #: ``idcgen`` itself (its console script calls idcgen.cli.main), timed from after the imports so that a
 #: step's own time can be told from the start-up; the time goes to stderr as the process exits.
-LAUNCH = ("import atexit, sys, time; import idcgen.cli, idcgen.models; t0 = time.perf_counter(); "
+LAUNCH = ("import atexit, sys, time; import idcgen.cli, idcgen.framework.keras_network; t0 = time.perf_counter(); "
           "atexit.register(lambda: sys.stderr.write(f'\\n{STEP} {time.perf_counter() - t0:.3f}\\n')); "
           "sys.argv[0] = 'idcgen'; idcgen.cli.main()")
 STEP = "@@idcgen-step-seconds"
@@ -183,7 +183,7 @@ class Subject:
 
 def subjects() -> dict[str, Subject]:
     import keras
-    from idcgen import zoo
+    from idcgen.framework import keras_zoo as zoo
     s = [Subject("lenet5", "LeNet-5 (MNIST)", "mnist", zoo.lenet5, epochs=2, trained="lenet5",
                  sizes=Sizes(train=5000, fit=60000)),
          Subject("cifar10_cnn", "paper's CIFAR-10 net", "cifar10", zoo.cifar10_cnn, trained="cifar10_cnn"),
@@ -204,7 +204,7 @@ def subjects() -> dict[str, Subject]:
 def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str]:
     """(model file, input files, provenance): the helper-trained model when there is one, else the
     recipe's own briefly trained one (cached)."""
-    from idcgen.models import Network, load_model
+    from idcgen.framework import Network, load_model
     data = raw["mnist" if subject.data == "mnist" else "cifar10"]
     folder = HERE / "data" / subject.key
     files = write_inputs(folder, data, subject.sizes, 64 if subject.data == "cifar64" else None)
@@ -403,7 +403,7 @@ def startup_seconds() -> float:
     """Wall time of an idcgen process that only loads a model (TensorFlow's import dominates)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import idcgen.cli, idcgen.models"], env=env, check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-c", "import idcgen.cli, idcgen.framework.keras_network"], env=env, check=True, cwd=ROOT)
     return time.perf_counter() - start
 
 

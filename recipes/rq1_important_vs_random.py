@@ -79,7 +79,7 @@ def distances(network, layer: str, important: np.ndarray, x: np.ndarray, y: np.n
 def run_model(name: str, args, x_train, y_train, x_test, y_test, rng) -> tuple[list[dict], list[dict], dict]:
     """(summary rows, per-repetition rows, facts for the notes) of one model."""
     from idcgen.analysis import analyze
-    from idcgen.models import Network
+    from idcgen.framework import Network
     network = Network(load_model(name, args.dataset))
     layer = args.layer or network.default_layer()
     width = network.neuron_count(layer)

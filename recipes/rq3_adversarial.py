@@ -58,7 +58,7 @@ def main(argv=None):
     train_limit = args.train_limit or (CIFAR10_DEFAULTS["train_limit"] if cifar else None)
 
     from idcgen.analysis import analyze
-    from idcgen.models import Network
+    from idcgen.framework import Network
 
     x_train, y_train = load_data("train", args.dataset, limit=train_limit)
     x_test, y_test = load_data("test", args.dataset)

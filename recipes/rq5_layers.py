@@ -34,7 +34,7 @@ def run_model(name: str, args, x_train, y_train, x_test, y_test) -> list[dict]:
     """Per-repetition rows (one per layer and repetition) for one model."""
     from idcgen.analysis import analyze
     from idcgen.clusters import parse_cluster_range
-    from idcgen.models import Network
+    from idcgen.framework import Network
     network = Network(load_model(name, args.dataset))
     layers = args.layers or [layer for layer in LAYERS if layer in network.layer_names()]
     for layer in layers:

@@ -36,7 +36,7 @@ def main(argv=None):
     from idcgen.fuzz.settings import Sources
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
     from idcgen.hardening import format_table, harden
-    from idcgen.models import Network
+    from idcgen.framework import Network
 
     out = OUTPUTS / "rq6_harden"
     model = load_model(args.model, args.dataset)

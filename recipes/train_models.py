@@ -11,7 +11,7 @@ MNIST-like: Adadelta (lr 1.0, rho 0.95), batch 256, 10 epochs (the paper's DeepX
 an hour: Adam with a cosine-decayed rate, batch 128, random flips and shifts of up to 4 pixels.
 Writes ``outputs/models/<name>.keras`` and ``outputs/train_models/accuracy[_<dataset>].{md,csv}``
 (CIFAR-10 also ``history_cifar10.csv``, accuracy per epoch).
-Udacity: Dave-2 (idcgen.zoo.dave2) on the real steering angles of the 5,614 frames, split by time into blocks:
+Udacity: Dave-2 (idcgen.framework.keras_zoo.dave2) on the real steering angles of the 5,614 frames, split by time into blocks:
 tested on blocks 2 and 7 of 10 (1,122 frames), trained on the rest but 20 frames on each side of a test
 block (4,412; recipes/udacity_data.py); MSE loss, Adam lr 1e-4 with weight averaging, batch 32, flips
 (UDACITY_SETTINGS); writes ``mse_udacity.{md,csv}`` with test MSE, RMSE and correlation beside the
@@ -46,8 +46,8 @@ PAPER_CIFAR10 = "Paper (Keras' cifar10_cnn example, RMSprop lr 1e-4, batch 32, 4
 def train_one(name: str, *, dataset: str = "mnist", epochs: int | None = None, random_state: int = 0, **cifar) -> dict:
     if dataset == "cifar10":
         return train_cifar10(name, epochs=epochs, random_state=random_state, **cifar)
-    from idcgen.models import Network
-    from idcgen.zoo import MODELS as ZOO, train
+    from idcgen.framework import Network
+    from idcgen.framework.keras_zoo import MODELS as ZOO, train
     epochs = epochs or 10
     x_train, y_train = load_data("train", dataset)
     x_test, y_test = load_data("test", dataset)
@@ -76,7 +76,7 @@ def train_udacity(name: str, *, epochs: int | None = None, batch_size: int | Non
     training steps (momentum 0.99, about one epoch): both gave narrower, better correlated predictions on
     the validation block (UDACITY_SETTINGS)."""
     import keras
-    from idcgen.zoo import DRIVING_MODELS
+    from idcgen.framework.keras_zoo import DRIVING_MODELS
     settings = dict(UDACITY_SETTINGS[name])
     settings.update({k: v for k, v in dict(epochs=epochs, batch_size=batch_size, lr=lr).items() if v is not None})
     x_train, y_train = udacity("train", limit)
@@ -146,7 +146,7 @@ def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | Non
     """Train a CIFAR-10 zoo model (settings default to CIFAR10_SETTINGS[name]), one epoch at a time so that
     each epoch sees a fresh draw of flips and shifts; the test accuracy is logged after every epoch."""
     import keras
-    from idcgen.zoo import MODELS as ZOO
+    from idcgen.framework.keras_zoo import MODELS as ZOO
     settings = dict(CIFAR10_SETTINGS[name])
     settings.update({k: v for k, v in dict(epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr).items()
                      if v is not None})

@@ -3,7 +3,7 @@
     python recipes/udacity_rq.py [--models dave2] [--layer fc3] [--m 8] [--pixels 200] [--repetitions 3]
                                  [--rq1-inputs 500] [--attack-inputs 300] [--criteria nc,kmnc,nbc,snac,tknc]
 
-The paper's Dave-2 setting: subject layer the 50-unit dense layer (``fc3`` in idcgen.zoo.dave2), m = 8,
+The paper's Dave-2 setting: subject layer the 50-unit dense layer (``fc3`` in idcgen.framework.keras_zoo.dave2), m = 8,
 relevance-targeted noise on 200 pixels (1.5 % of a 66x200 frame; N(0, 0.75) as on MNIST). The analysis
 runs on the training part of the frames (the first 80 % by time), the sets are built from the test part
 (recipes/common.py, ``udacity``):
@@ -114,7 +114,7 @@ def main(argv=None):
         parser.error("--m, --pixels, --repetitions, --rq1-inputs and --attack-inputs must be positive")
 
     from idcgen.analysis import analyze
-    from idcgen.models import Network
+    from idcgen.framework import Network
 
     x_train, y_train = udacity("train", args.limit)
     x_test, y_test = udacity("test", args.limit)

@@ -56,7 +56,7 @@ def digits():
 @pytest.fixture(scope="session")
 def trained_lenet(digits, tmp_path_factory):
     """LeNet-1 trained briefly on 4,000 embedded digits, saved as .keras: (model, path)."""
-    from idcgen.zoo import lenet1, train
+    from idcgen.framework.keras_zoo import lenet1, train
     x_train, y_train, _, _ = digits
     model = lenet1()
     train(model, x_train, y_train, epochs=2, optimizer="adam")

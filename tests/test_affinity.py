@@ -361,7 +361,7 @@ def test_hypotheses_file(tmp_path):
 
 
 def test_bad_units_and_measures():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     network = Network(_unit_model())
     assert parse_units("units:2,0;units", network)[0].neurons == (2, 0)
     with pytest.raises(LayerError, match="unknown layer 'nope'"):

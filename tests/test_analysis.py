@@ -65,7 +65,7 @@ def test_save_load_round_trip(analysed, trained_lenet, digits, tmp_path):
 def test_other_model_refused(analysed, tmp_path):
     from idcgen.analysis import Analysis
     analysed.save(tmp_path / "a")
-    from idcgen.zoo import lenet1
+    from idcgen.framework.keras_zoo import lenet1
     with pytest.raises(AnalysisMismatchError, match="made for another model"):
         Analysis.load(tmp_path / "a", model=lenet1())
 
@@ -192,10 +192,10 @@ def test_constant_neuron_is_reported_not_dropped():
 def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, monkeypatch, aggregate, correct_only):
     # The streamed pass (totals, then the important neurons' activations, in one pass or two) must give what
     # the whole (inputs x neurons) relevance and activation matrices give.
-    import idcgen.analysis as analysis_module
+    import idcgen.analysis.passes as analysis_module
     from idcgen.clusters import cluster_neuron
     from idcgen.importance import importance, top_neurons
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.relevance import Relevance
     model, _ = trained_lenet
     x, y = digits[0][:700], digits[1][:700]

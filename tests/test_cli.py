@@ -81,7 +81,7 @@ def test_missing_model_and_bad_inputs(trained_lenet, tmp_path):
 
 
 def test_coverage_refuses_other_model(trained_lenet, data_files, tmp_path):
-    from idcgen.zoo import lenet1
+    from idcgen.framework.keras_zoo import lenet1
     _, path = trained_lenet
     out = tmp_path / "a"
     assert invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--m", 3, "--out", out).exit_code == 0

@@ -428,7 +428,7 @@ def relu_mlp(digits, tmp_path_factory):
     """Flatten - Dense(32, relu) 'fc' - Dense(10) - softmax, trained one epoch on 1,500 embedded digits."""
     import keras
 
-    from idcgen.zoo import train
+    from idcgen.framework.keras_zoo import train
 
     keras.utils.set_random_seed(3)
     inputs = keras.Input((28, 28, 1))
@@ -491,7 +491,7 @@ def test_find_analysis_by_cluster_method(relu_mlp, tmp_path):
     import os
 
     from idcgen.analysis import analyze, find_analysis
-    from idcgen.models import Network
+    from idcgen.framework import Network
 
     model, _, x, y = relu_mlp
     network = Network(model)

@@ -9,8 +9,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from idcgen.cli import app
-from idcgen.convention import (InputConvention, from_model, infer_image_shape, parse_image_shape,
-                               parse_preprocess, parse_value_range, prepare)
+from idcgen.convention import InputConvention, infer_image_shape, parse_image_shape, parse_preprocess, parse_value_range
+from idcgen.framework.keras_convention import from_model, prepare
 from idcgen.errors import InputError, ParameterError
 
 runner = CliRunner()
@@ -145,7 +145,7 @@ def test_preprocess_conflicts_are_refused(rescaling_model):
 ])
 def test_preprocess_wrapper_equals_the_arithmetic_by_hand(spec, by_hand):
     import keras
-    from idcgen.models import Network
+    from idcgen.framework import Network
     keras.utils.set_random_seed(1)
     L = keras.layers
     raw = keras.Sequential([keras.Input((6, 6, 3)), L.Conv2D(4, 3, activation="relu", name="conv"),
@@ -244,7 +244,7 @@ def test_coverage_refuses_inputs_on_another_scale(rescaling_model, data_files, t
     assert result.exit_code == 1 and "differs from the analysis' [0, 255]" in result.output
 
     from idcgen.analysis import Analysis
-    from idcgen.models import load_model
+    from idcgen.framework import load_model
     analysis = Analysis.load(out, model=load_model(path))
     test = np.load(data_files / "test.npz")["x"][..., None].astype(np.float32)
     with pytest.raises(InputError, match=r"scaled differently; load them with the analysis' scale"):

@@ -31,14 +31,14 @@ def _dense_model(n_in, w1, b1, w2, b2):
 @pytest.fixture(scope="module")
 def hand_net():
     """h = (relu(x0), relu(x1), relu(x0 - x1))."""
-    from idcgen.models import Network
+    from idcgen.framework import Network
     return Network(_dense_model(2, [[1, 0, 1], [0, 1, -1]], [0, 0, 0], [[1, 0], [0, 1], [0, 0]], [0, 0]))
 
 
 @pytest.fixture(scope="module")
 def sa_net():
     """h = x + 10 (for x > -10); predicted class 0 when x0 > 0, else 1."""
-    from idcgen.models import Network
+    from idcgen.framework import Network
     return Network(_dense_model(3, np.eye(3), [10, 10, 10], [[1, -1], [0, 0], [0, 0]], [-10, 10]))
 
 
@@ -61,7 +61,7 @@ def fitted(cls, net, **params):
 
 def test_default_neuron_layers_take_the_relu_output_of_weighted_layers(hand_net):
     import keras
-    from idcgen.models import Network
+    from idcgen.framework import Network
     assert default_neuron_layers(hand_net) == ["h"]
     assert default_neuron_layers(Network(small_cnn())) == ["conv1", "conv2", "fc"]
     L = keras.layers
@@ -101,7 +101,7 @@ def _conv_net():
     """Input 2x2x1 -> 1x1 conv "conv" (channel 0 = x, channel 1 = x / 2 + 1) -> Flatten -> Dense(3, relu) "fc"
     (x[0, 0], x[1, 1], 0) -> Dense(2) logits -> softmax."""
     import keras
-    from idcgen.models import Network
+    from idcgen.framework import Network
     L = keras.layers
     inputs = keras.Input((2, 2, 1))
     x = L.Conv2D(2, 1, name="conv")(inputs)
@@ -231,7 +231,7 @@ def test_neuron_criteria_need_no_data_or_one_pass(hand_net):
 
 def test_fit_is_batched(hand_net):
     import keras
-    from idcgen.models import Network
+    from idcgen.framework import Network
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 2)).astype(np.float32) * 3
     small, large = (KMultisectionCoverage().fit(hand_net, x, batch_size=b) for b in (7, 1000))
@@ -424,7 +424,7 @@ def test_surprise_buckets_and_bounds(sa_net):
 @pytest.fixture(scope="module")
 def cnn_data():
     import keras
-    from idcgen.models import Network
+    from idcgen.framework import Network
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(260, 12, 12, 1)).astype(np.float32)

@@ -74,7 +74,7 @@ def test_refuses_classifiers_unlabelled_seeds_and_bad_parameters_in_one_line():
 def steering_setup(n=40):
     import keras
     from idcgen.analysis import analyze
-    from idcgen.models import Network
+    from idcgen.framework import Network
     keras.utils.set_random_seed(0)
     inp = keras.Input((8, 8, 1))
     h = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inp)

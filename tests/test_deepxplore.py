@@ -24,7 +24,7 @@ def tiny_cnn(seed: int, regression: bool = False):
 
 @pytest.fixture(scope="module")
 def nets():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     return [Network(tiny_cnn(s)) for s in (0, 1)]
 
 
@@ -120,8 +120,8 @@ def _objective(under, others, x, c):
 @pytest.fixture(scope="module")
 def lenets(digits):
     """Two LeNet-1 trained for one epoch on 2,000 embedded digits with different seeds."""
-    from idcgen.models import Network
-    from idcgen.zoo import lenet1, train
+    from idcgen.framework import Network
+    from idcgen.framework.keras_zoo import lenet1, train
     x_train, y_train, x_test, y_test = digits
     nets = []
     for seed in (0, 1):
@@ -160,7 +160,7 @@ def test_one_model_moves_away_from_the_seed_prediction(lenets):
 
 
 def test_regression_outputs_move_apart():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     nets = [Network(tiny_cnn(s, regression=True)) for s in (0, 1)]
     assert nets[0].task == "regression"
     x = images(8)

@@ -177,7 +177,7 @@ def test_disagreement_oracle_and_its_export(setup, tmp_path):
     import keras
     from idcgen.export import export_campaign
     from idcgen.fuzz.fuzzer import Fuzzer
-    from idcgen.models import Network
+    from idcgen.framework import Network
     analysis, model, _, x, y = setup
     other = keras.models.clone_model(model)                         # a second model: weights perturbed
     rng = np.random.default_rng(0)
@@ -370,9 +370,9 @@ def test_bad_input(setup, tmp_path):
     c = fuzzer.start(x, y, tmp_path / "c", budget=64)
     with pytest.raises(InputError, match="already holds a campaign"):
         fuzzer.start(x, y, tmp_path / "c", budget=64)
-    from idcgen.zoo import lenet1
+    from idcgen.framework.keras_zoo import lenet1
     with pytest.raises(AnalysisMismatchError, match="run on another model"):
-        Campaign.load(c.folder, network=__import__("idcgen.models", fromlist=["Network"]).Network(lenet1()))
+        Campaign.load(c.folder, network=__import__("idcgen.framework", fromlist=["Network"]).Network(lenet1()))
     with pytest.raises(InputError, match="not a campaign folder"):
         Campaign.load(tmp_path)
     for name in ("state-0", "state-1"):   # no whole state file: never committed
@@ -455,7 +455,7 @@ def test_loop_equals_the_one_before_the_redesign(digits):
     import hashlib
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
-    from idcgen.zoo import lenet1
+    from idcgen.framework.keras_zoo import lenet1
     x_train, y_train, x_test, y_test = digits
     analysis = analyze(lenet1(random_state=0), x_train[:500], y_train[:500], layer="block2_conv1", m=8, progress=False)
     seeds = np.arange(0, len(x_test), 25)[:40]

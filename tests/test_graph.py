@@ -8,7 +8,7 @@ from idcgen.errors import LayerError
 
 
 def _net(model):
-    from idcgen.models import Network
+    from idcgen.framework import Network
     return Network(model)
 
 
@@ -184,7 +184,7 @@ def _zero_bias_bn_calibrated(model, x):
     unit scale through a randomly initialised network (conservation then holds up to epsilon)."""
     import keras
     L = keras.layers
-    from idcgen.models import Network
+    from idcgen.framework import Network
     net = Network(model)
     for step in net.graph.steps:
         layer = step.layer
@@ -216,7 +216,7 @@ def test_conservation_on_mobilenetv2():
 
 
 def test_conservation_on_resnet20():
-    from idcgen import zoo
+    from idcgen.framework import keras_zoo as zoo
     if not hasattr(zoo, "resnet20"):
         pytest.skip("zoo.resnet20 not available")
     model = zoo.resnet20()
@@ -244,8 +244,8 @@ def test_refuses_layers_it_cannot_explain():
 def test_chain_model_equals_layer_by_layer_epsilon_rule():
     # On a chain (LeNet-5) the graph walk must give what the plain layer-by-layer epsilon rule gives.
     import tensorflow as tf
-    from idcgen.graph import without_activation
-    from idcgen.zoo import lenet5
+    from idcgen.framework.keras_graph import without_activation
+    from idcgen.framework.keras_zoo import lenet5
     model = lenet5()
     x = np.random.default_rng(5).random((6, 28, 28, 1), dtype=np.float32)
     r, _, _ = _relevance(model, "block2_conv1", x, eps=1e-7)

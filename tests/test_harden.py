@@ -21,7 +21,7 @@ def campaign(trained_lenet, digits, tmp_path_factory):
 
 def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
     from idcgen.hardening import campaign_augmentations
-    from idcgen.models import Network
+    from idcgen.framework import Network
     guided, control = campaign_augmentations(campaign, Network(trained_lenet[0]))
     kept = campaign.corpus.parent >= 0
     assert len(guided.y) == len(control.y) == kept.sum() > 0
@@ -49,7 +49,7 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
 
 def test_harden_refuses_bad_input(campaign, digits):
     from idcgen.hardening import harden, retrain
-    from idcgen.zoo import lenet1
+    from idcgen.framework.keras_zoo import lenet1
     x_train, y_train, x_test, y_test = digits
     with pytest.raises(InputError, match="another model"):
         harden(lenet1(), x_train[:10], y_train[:10], campaign, x_test[:10], y_test[:10], progress=False)
@@ -66,7 +66,7 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import MutationContext, make_mutator
     from idcgen.hardening import EVALUATIONS, harden, robustness
-    from idcgen.models import Network
+    from idcgen.framework import Network
     lenet, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
     wrapped = keras.Sequential([keras.Input((28, 28)), keras.layers.Rescaling(1 / 255),

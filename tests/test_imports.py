@@ -1,5 +1,7 @@
-"""The module graph of idcgen: no import cycle, no back-edge into a higher layer, and modules that need only
-numpy import without TensorFlow (a notebook or a Ray worker that only reads campaigns should not pay for it)."""
+"""The module graph of idcgen: no import cycle, no back-edge into a higher layer, the framework behind one
+boundary (only idcgen/framework's implementation modules import Keras or TensorFlow), and modules that need
+only numpy import without TensorFlow (a notebook or a Ray worker that only reads campaigns should not pay for
+it)."""
 
 import ast
 import subprocess
@@ -24,7 +26,14 @@ NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotat
               "idcgen.deepinspect", "idcgen.deepinspect.statistics",
               "idcgen.deepinspect.driver", "idcgen.deepinspect.report", "idcgen.deepbase", "idcgen.deepbase.statistics",
               "idcgen.deepbase.units", "idcgen.deepbase.driver", "idcgen.deepbase.report",
-              "idcgen.hypotheses", "idcgen.markdown"]
+              "idcgen.hypotheses", "idcgen.markdown", "idcgen.framework", "idcgen.relevance", "idcgen.analysis",
+              "idcgen.analysis.record", "idcgen.analysis.passes", "idcgen.analysis.search", "idcgen.fuzz.campaign",
+              "idcgen.fuzz.fuzzer", "idcgen.report", "idcgen.export", "idcgen.criteria", "idcgen.hardening"]
+
+#: the deep-learning frameworks (and the attack libraries built on them) only the framework package imports
+FRAMEWORKS = ("keras", "tensorflow", "tf_keras", "cleverhans", "art", "torch")
+#: the framework boundary: the protocol and its dispatch (framework-neutral) and the implementation modules
+FRAMEWORK = "idcgen.framework"
 
 
 def module_name(path: Path) -> str:
@@ -170,3 +179,85 @@ def test_exported_names_stay_what_they_name_once_every_module_is_imported():
             "for name, module in idcgen._NAMES.items():\n"
             "    assert getattr(idcgen, name) is getattr(importlib.import_module('idcgen.' + module), name), name\n")
     run_fresh(code)
+
+
+def module_level_imports(tree: ast.Module) -> list:
+    """Import statements run when the module is imported: at the top, inside module-level if/try/with/for
+    blocks and class bodies; not inside functions (which run only when called)."""
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)
+                        or isinstance(child, (ast.excepthandler, ast.match_case)))
+    return found
+
+
+def imported_names(node, path: Path) -> list:
+    """Absolute module names an import statement names (relative ones resolved against ``path``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not node.level:
+        return [node.module or ""] + [f"{node.module}.{alias.name}" for alias in node.names]
+    name = module_name(path)
+    package = (name if path.name == "__init__.py" else name.rsplit(".", 1)[0]).split(".")
+    base = ".".join(package[:len(package) - node.level + 1])
+    stem = f"{base}.{node.module}" if node.module else base
+    return [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+
+
+def is_framework(name: str) -> bool:
+    return name.split(".")[0] in FRAMEWORKS
+
+
+def is_implementation(name: str) -> bool:
+    """A module of the framework package that imports a framework: everything in it but its __init__ (a
+    name imported from the package itself, ``from idcgen.framework import Network``, is no module)."""
+    return name.startswith(FRAMEWORK + ".") and (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file()
+
+
+def test_the_module_level_finder_sees_imports_in_blocks_and_classes_but_not_functions():
+    tree = ast.parse("import a\nif x:\n    import b\ntry:\n    import c\nexcept ImportError:\n    import d\n"
+                     "class K:\n    import e\n    def f(self):\n        import g\ndef h():\n    import i\n")
+    assert sorted(n.names[0].name for n in module_level_imports(tree)) == ["a", "b", "c", "d", "e"]
+
+
+def test_only_the_framework_package_imports_keras_or_tensorflow_at_module_level():
+    # the issue's boundary: importing any other module, directly or through an implementation module of
+    # the framework package, never loads a framework
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        if is_implementation(name):
+            continue
+        for node in module_level_imports(ast.parse(path.read_text())):
+            if any(is_framework(t) or is_implementation(t) for t in imported_names(node, path)):
+                found.append((name, node.lineno))
+    assert found == []
+
+
+def test_no_module_outside_the_framework_package_imports_a_framework_at_all():
+    # stronger than the boundary: functions outside idcgen/framework reach a framework only through a Network
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        if name == FRAMEWORK or is_implementation(name):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(map(is_framework, imported_names(node, path))):
+                found.append((name, node.lineno))
+    assert found == []
+
+
+def test_every_module_outside_the_framework_imports_where_tensorflow_cannot():
+    modules = sorted(m for m in graph() if not is_implementation(m))
+    assert "idcgen.session" in modules and "idcgen.framework" in modules
+    code = ("import sys, importlib\n"
+            "for blocked in ('tensorflow', 'keras', 'tf_keras'):\n"
+            "    sys.modules[blocked] = None   # import fails\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n")
+    run_fresh(code)
+

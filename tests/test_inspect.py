@@ -323,7 +323,7 @@ def test_deepinspect_recipe_smoke(tmp_path, monkeypatch, digits):
     import sys
     from pathlib import Path
 
-    from idcgen.zoo import lenet5, train
+    from idcgen.framework.keras_zoo import lenet5, train
     x_train, y_train, _, _ = digits
     model = lenet5()
     train(model, x_train, y_train, epochs=1, optimizer="adam")

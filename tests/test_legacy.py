@@ -1,4 +1,4 @@
-"""Old and partial model files: weights-only files, --architecture, and `idcgen convert` (idcgen.legacy)."""
+"""Old and partial model files: weights-only files, --architecture, and `idcgen convert` (idcgen.framework.keras_legacy)."""
 
 import json
 import subprocess
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from conftest import small_cnn
 from idcgen.cli import app
 from idcgen.errors import ModelError
-from idcgen.models import load_model
+from idcgen.framework import load_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DEEPXPLORE = SHARED / "models/deepxplore/MNIST_Model3.h5"
@@ -139,7 +139,7 @@ def test_cli_architecture_and_convert_to_a_full_model(weights_and_json, tmp_path
 
 @pytest.mark.skipif(not (DEEPXPLORE.exists() and MNIST.exists()), reason="needs ../shared")
 def test_deepxplore_model3_with_lenet5_architecture_matches_its_stated_accuracy(tmp_path):
-    from idcgen.zoo import lenet5
+    from idcgen.framework.keras_zoo import lenet5
     (tmp_path / "lenet5.json").write_text(lenet5().to_json())
     model = load_model(DEEPXPLORE, architecture=tmp_path / "lenet5.json")
     x, y = _mnist_test()

@@ -41,7 +41,7 @@ def residual_cnn():
 
 def test_matrix_runs_every_command_on_a_residual_cnn(matrix, digits, tmp_path):
     from idcgen.analysis import Analysis
-    from idcgen.models import Network
+    from idcgen.framework import Network
     x_train, y_train, x_test, y_test = digits  # stored class by class: take spread-out inputs
     train, test = np.random.default_rng(0).permutation(len(x_train))[:600], np.arange(0, len(x_test), 4)
     x_train, y_train, x_test, y_test = x_train[train], y_train[train], x_test[test], y_test[test]

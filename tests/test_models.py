@@ -8,7 +8,7 @@ SHARED = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared"
 
 
 def test_load_keras_and_h5_round_trip(tmp_path):
-    from idcgen.models import Network, load_model
+    from idcgen.framework import Network, load_model
     model = small_cnn()
     x = np.random.default_rng(0).random((5, 12, 12, 1), dtype=np.float32)
     for name in ("m.keras", "m.h5"):
@@ -20,14 +20,14 @@ def test_load_keras_and_h5_round_trip(tmp_path):
 
 @pytest.mark.skipif(not (SHARED / "models/deepconcolic/mnist_tiny.h5").exists(), reason="needs ../shared")
 def test_load_keras2_h5_with_separate_softmax():
-    from idcgen.models import Network, load_model
+    from idcgen.framework import Network, load_model
     net = Network(load_model(SHARED / "models/deepconcolic/mnist_tiny.h5"))
     assert net.logits_layer == "dense_1"
     assert net.default_layer() == "activation_1"  # post-ReLU Dense32: the layer before the logits
 
 
 def test_missing_and_corrupt_model_files(tmp_path):
-    from idcgen.models import load_model
+    from idcgen.framework import load_model
     with pytest.raises(ModelError, match="model file not found"):
         load_model(tmp_path / "nope.h5")
     bad = tmp_path / "bad.h5"
@@ -39,7 +39,7 @@ def test_missing_and_corrupt_model_files(tmp_path):
 
 
 def test_layers_info_and_default_layer():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     net = Network(small_cnn())
     info = {i.name: i for i in net.layers_info()}
     assert info["conv2"].neurons == 6 and info["conv2"].output_shape == (None, 3, 3, 6)
@@ -50,7 +50,7 @@ def test_layers_info_and_default_layer():
 
 
 def test_unknown_layer_lists_valid_names():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     net = Network(small_cnn())
     with pytest.raises(LayerError, match=r"unknown layer 'fc9'; valid layers: conv1, pool1, conv2"):
         net.layer("fc9")
@@ -59,7 +59,7 @@ def test_unknown_layer_lists_valid_names():
 
 
 def test_logits_model_gives_pre_softmax_values():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     x = np.array([[1.0, 2.0]], np.float32)
     for as_layer in (True, False):
         logits = Network(hand_dense(as_layer)).logits_model()(x).numpy()
@@ -70,13 +70,13 @@ def test_non_softmax_non_linear_output_rejected():
     import keras
     inputs = keras.Input((3,))
     model = keras.Model(inputs, keras.layers.Dense(2, activation="sigmoid")(inputs))
-    from idcgen.models import Network
+    from idcgen.framework import Network
     with pytest.raises(ModelError, match="cannot find the logits"):
         Network(model)
 
 
 def test_fingerprint_changes_with_weights():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     a, b = hand_dense(), hand_dense(b2=(0.5, 0.0))
     assert Network(a).fingerprint() != Network(b).fingerprint()
     assert Network(a).fingerprint() == Network(hand_dense()).fingerprint()
@@ -84,7 +84,7 @@ def test_fingerprint_changes_with_weights():
 
 def test_forward_taps_channels_as_spatial_mean():
     import keras
-    from idcgen.models import Network
+    from idcgen.framework import Network
     model = small_cnn()
     net = Network(model, batch_size=4)
     x = np.random.default_rng(0).random((10, 12, 12, 1), dtype=np.float32)
@@ -96,7 +96,7 @@ def test_forward_taps_channels_as_spatial_mean():
 
 def test_zoo_models_are_seeded_without_touching_the_global_generator():
     import numpy as np
-    from idcgen.zoo import lenet5
+    from idcgen.framework.keras_zoo import lenet5
     np.random.seed(7)
     expected = np.random.rand()
     np.random.seed(7)
@@ -112,7 +112,7 @@ def test_zoo_models_are_seeded_without_touching_the_global_generator():
 def test_output_that_is_not_a_head_is_refused():
     # a model cut after its Flatten would be taken as 196 "classes"; a Dense(1) regression head stays usable
     import keras
-    from idcgen.models import Network
+    from idcgen.framework import Network
     inputs = keras.Input((28, 28, 1))
     x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
     x = keras.layers.MaxPooling2D(4, name="pool")(x)

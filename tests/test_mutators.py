@@ -34,7 +34,7 @@ def tiny_cnn(channels: int):
 
 @pytest.fixture(scope="module")
 def nets():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     return {c: Network(tiny_cnn(c)) for c in (1, 3)}
 
 

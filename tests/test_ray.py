@@ -72,7 +72,7 @@ class TestOnTwoWorkers:
     def test_two_pass_gather_equals_the_single_process_one(self, pool, trained_lenet, digits, monkeypatch):
         # activations too wide to keep during the relevance pass: the workers gather the m columns afterwards
         import idcgen
-        import idcgen.analysis as analysis_module
+        import idcgen.analysis.passes as analysis_module
         monkeypatch.setattr(analysis_module, "ACTIVATIONS_IN_ONE_PASS", 0)
         model, _ = trained_lenet
         x, y = digits[0][:1500], digits[1][:1500]

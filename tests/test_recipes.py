@@ -219,8 +219,8 @@ needs_cifar10 = pytest.mark.skipif(not SHARED_CIFAR10.is_dir(), reason="../share
 def test_cifar10_cnn_is_the_keras_example():
     import numpy as np
 
-    from idcgen.models import Network
-    from idcgen.zoo import cifar10_cnn
+    from idcgen.framework import Network
+    from idcgen.framework.keras_zoo import cifar10_cnn
     model = cifar10_cnn()
     kinds = [type(layer).__name__ for layer in model.layers]
     conv_block = ["Conv2D", "Activation", "Conv2D", "Activation", "MaxPooling2D", "Dropout"]
@@ -240,7 +240,7 @@ def test_cifar10_cnn_is_the_keras_example():
 def test_resnet20_is_the_standard_cifar_resnet():
     import numpy as np
 
-    from idcgen.zoo import resnet20
+    from idcgen.framework.keras_zoo import resnet20
     model = resnet20()
     kinds = [type(layer).__name__ for layer in model.layers]
     assert kinds.count("Add") == 9  # 3 stages x 3 basic blocks

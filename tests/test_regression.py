@@ -15,7 +15,7 @@ from idcgen.cli import app
 from idcgen.data import check_labels, load_inputs
 from idcgen.errors import IdcgenError, InputError, ModelError, ParameterError
 from idcgen.fuzz.oracle import Execution, make_oracle, needs_labels
-from idcgen.models import Network
+from idcgen.framework import Network
 from idcgen.relevance import Relevance
 
 runner = CliRunner()
@@ -288,7 +288,7 @@ def test_fuzz_command_on_steering_frames(tmp_path):
     assert "unique (combination, root seed) pairs" in report
     # the findings per mutator add up to the campaign's, and each finding is drawn beside its seed
     from idcgen.fuzz.campaign import Campaign
-    from idcgen.models import load_model
+    from idcgen.framework import load_model
     from idcgen.report import findings_by_mutator
     result = runner.invoke(app, common + ["--oracle", "deviation(threshold=0.01)", "--out", str(tmp_path / "small")])
     assert result.exit_code == 0, result.output
@@ -427,7 +427,7 @@ def test_fgsm_campaign_with_the_deviation_oracle_finds_steering_errors():
 # --- the zoo's Dave-2 (issue 12, item 7) ----------------------------------------------------------------
 
 def test_dave2_has_nvidias_shapes_and_trains_on_synthetic_frames():
-    from idcgen.zoo import DRIVING_MODELS, dave2
+    from idcgen.framework.keras_zoo import DRIVING_MODELS, dave2
     model = dave2()
     shapes = {name: tuple(model.get_layer(name).output.shape[1:]) for name in
               ("conv1", "conv2", "conv3", "conv4", "conv5", "flatten", "fc1", "fc2", "fc3", "fc4", "steering")}

@@ -5,7 +5,7 @@ from conftest import hand_dense, small_cnn
 
 
 def relevance_of(model, layer, x, **kw):
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.relevance import Relevance
     return Relevance(Network(model), layer=layer, **kw)(np.asarray(x, np.float32))
 
@@ -22,7 +22,7 @@ def test_hand_dense_lrp0_matches_hand_values():
 def test_hand_dense_input_relevance():
     # Input: R_i = sum_k x_i w_ik / z_k * R_k with z = [2, 3], R = [2, 3]:
     # x0: 1*1/2*2 + 1*(-1)/3*3 = 0;  x1: 2*0.5/2*2 + 2*2/3*3 = 5.  Sum 5 = the logit (conserved).
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.relevance import input_relevance
     r = input_relevance(Network(hand_dense()), np.array([[1.0, 2.0]], np.float32), eps=1e-9)
     np.testing.assert_allclose(r, [[0.0, 5.0]], atol=1e-5)
@@ -37,7 +37,7 @@ def test_hand_dense_epsilon_and_bias():
 
 def test_true_label_target():
     # Explaining class 1 (logit -3): R = -3; R_j = a_j w_j1 / z_1 * R_1 = [2*0/-3*-3, 3*-1/-3*-3] = [0, -3].
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.relevance import Relevance
     rel = Relevance(Network(hand_dense()), layer="hidden", eps=1e-9)
     r, _, _ = rel(np.array([[1.0, 2.0]], np.float32), np.array([1]))
@@ -96,7 +96,7 @@ def test_model_unchanged_after_attribution():
 
 
 def test_batched_equals_one_by_one():
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.relevance import Relevance
     rel = Relevance(Network(small_cnn()), layer="fc", batch_size=7)
     x = np.random.default_rng(3).random((20, 12, 12, 1), dtype=np.float32)
@@ -108,7 +108,7 @@ def test_batched_equals_one_by_one():
 def test_unsupported_layer_refused():
     import keras
     from idcgen.errors import LayerError
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.relevance import Relevance
     inputs = keras.Input((4,))
     h = keras.layers.Dense(3, activation="relu", name="h")(inputs)

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from idcgen.coverage import CoverageResult, CoverageTracker
 from idcgen.data import Dataset, check_labels, fit_to_model
 from idcgen.checks import check_int
-from idcgen.errors import InputError, LayerError, ParameterError
+from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers"]
 
@@ -151,42 +151,14 @@ def check_layer_names(owner: str, layers: Any) -> None:
 
 
 def default_neuron_layers(network) -> list[str]:
-    """Every hidden layer with weights before the logits, as DeepXplore and DeepGauge count neurons.
-
-    When a weighted layer is followed (through normalisation or dropout layers) by an activation layer,
-    the activation layer's output is taken instead, so a ``Dense`` + ``Activation("relu")`` pair gives
-    the ReLU outputs. Normalisation layers and activation layers with weights (PReLU) are not counted
-    as layers of their own.
-    """
-    import keras
-    L = keras.layers
-    followers = (L.BatchNormalization, L.LayerNormalization, L.GroupNormalization, L.Dropout,
-                 L.SpatialDropout1D, L.SpatialDropout2D, L.SpatialDropout3D, L.GaussianNoise,
-                 L.GaussianDropout, L.AlphaDropout, L.ActivityRegularization)
-    activations = (L.Activation, L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)
-    graph, chosen = network.graph, []
-    for step in graph.steps:
-        if (not network.is_hidden(step.name) or not getattr(step.layer, "weights", None)
-                or isinstance(step.layer, followers + activations)):
-            continue
-        pick, key = step, step.outputs[0]
-        while len(graph.consumers.get(key, ())) == 1:  # follow a single reader through norm/dropout/activation
-            nxt = graph.steps[graph.consumers[key][0]]
-            if not network.is_hidden(nxt.name) or not isinstance(nxt.layer, followers + activations):
-                break
-            if isinstance(nxt.layer, activations):
-                pick = nxt
-            key = nxt.outputs[0]
-        chosen.append(pick.name)
-    if not chosen:
-        raise LayerError("the model has no hidden layer with weights before its logits; pass layers=[...] "
-                         f"from: {', '.join(network.layer_names())}")
-    return chosen
+    """Every hidden layer with weights before the logits, as DeepXplore and DeepGauge count neurons (an
+    activation layer right after a weighted one stands for it): :meth:`idcgen.framework.Network.neuron_layers`."""
+    return network.neuron_layers()
 
 
 def as_network(model):
-    from idcgen.models import Network
-    return model if isinstance(model, Network) else Network(model)
+    from idcgen.framework import as_network
+    return as_network(model)
 
 
 def check_batch_size(owner: str, batch_size: Any) -> None:

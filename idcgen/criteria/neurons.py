@@ -105,7 +105,7 @@ class NeuronCoverage(_NeuronCriterion):
         return layers
 
     def forward_layers(self) -> tuple[str, ...]:
-        from idcgen.models import RANGE_TAP
+        from idcgen.framework import RANGE_TAP
         return self.layers_ + tuple(self.layers_[i] + RANGE_TAP for i in self.map_layers_)
 
     def features_from(self, probs, acts) -> np.ndarray:

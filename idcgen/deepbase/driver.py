@@ -33,7 +33,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     """
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
-    from ..analysis import as_network
+    from ..framework import as_network
     from ..data import fit_to_model
     start = time.perf_counter()
     network = as_network(model) if analysis is None else analysis._network(model)
@@ -103,7 +103,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         timings["hypotheses"] += time.perf_counter() - t
         if spatial and is_mask.any():                    # the maps themselves (a second pass, masks only)
             t = time.perf_counter()
-            for layer, out in zip(spatial, _maps(network, tuple(spatial))(xb)):
+            for layer, out in zip(spatial, network.feature_maps(tuple(spatial))(xb)):
                 maps[layer].append(out[..., unit_pos[layer][1]])
             timings["forward"] += time.perf_counter() - t
         seen += len(rows)
@@ -147,15 +147,6 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
                           n_seen=seen, tol=tol, y_source="labels" if y is not None else "predictions",
                           seconds=time.perf_counter() - start, timings=timings, checks=checks, channels=channels,
                           notes=notes)
-
-
-def _maps(network, layers: tuple[str, ...]):
-    """x -> the raw outputs (n, h, w, channels) of ``layers``, traced once per model."""
-    def build():
-        import tensorflow as tf
-        run = tf.function(lambda x: network.outputs(x, layers)[0], reduce_retracing=True)
-        return lambda x: [o.numpy() for o in run(tf.convert_to_tensor(x, dtype=tf.float32))]
-    return network.cached(("affinity-maps", layers), build)
 
 
 def _groups(network, analysis, units) -> list[UnitGroup]:

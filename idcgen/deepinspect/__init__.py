@@ -10,7 +10,7 @@ bias, from per-class neuron activation probabilities alone (docs/design.md, "Con
 By concern: :mod:`~idcgen.deepinspect.statistics` (the numpy core: ``napv_from_counts``, ``napvd``,
 ``cutoffs``, ``avg_bias``, ``type1_confusion``, ...), :mod:`~idcgen.deepinspect.driver` (the passes over the
 model, and :func:`inspect`) and :mod:`~idcgen.deepinspect.report` (:class:`InspectResult`, its tables,
-plots and report). Only :func:`inspect` runs a model, through :class:`idcgen.models.Network` (imported when
+plots and report). Only :func:`inspect` runs a model, through :class:`idcgen.framework.Network` (imported when
 called, so importing this package does not load TensorFlow).
 """
 

@@ -70,24 +70,22 @@ def cluster_workers(ray, workers: int | None) -> tuple[int, float]:
 
 
 def hold_threads(threads: int | None) -> None:
-    """In a fresh worker, before TensorFlow runs anything: quiet logs, ``threads`` intra-op threads."""
+    """In a fresh worker, before the framework runs anything: quiet logs, ``threads`` intra-op threads."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     if threads:
-        import tensorflow as tf
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-            tf.config.threading.set_inter_op_parallelism_threads(int(threads))
-        except RuntimeError:  # TensorFlow already ran in this process: its pools are fixed
-            pass
+        from ..framework import limit_threads
+        limit_threads(int(threads))
 
 
 @dataclass(frozen=True)
 class ModelRecipe:
-    """What a worker needs to rebuild the driver's Network: the user's model as ``.keras`` bytes, the input
-    convention it is measured with, its task, and the weights fingerprint to check."""
+    """What a worker needs to rebuild the driver's Network: the user's model as a file's bytes (and the
+    file's suffix, which tells the framework), the input convention it is measured with, its task, and the
+    weights fingerprint to check."""
 
-    keras_bytes: bytes
+    model_bytes: bytes
+    suffix: str
     convention: dict
     task: str
     fingerprint: str
@@ -95,32 +93,27 @@ class ModelRecipe:
 
     @classmethod
     def of(cls, network, *, safe_mode: bool = True) -> "ModelRecipe":
-        """The recipe of a Network as :func:`idcgen.analysis.network_with_convention` returned it."""
-        from ..analysis import network_with_convention
-        from ..convention import _inner
+        """The recipe of a Network as :func:`idcgen.framework.network_with_convention` returned it."""
+        from ..framework import network_with_convention
         network, convention = network_with_convention(network)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.keras"
-            _inner(network.model).save(path)
-            data = path.read_bytes()
-        return cls(keras_bytes=data, convention=convention.to_dict(), task=network.task,
+        suffix, data = network.recipe()
+        return cls(model_bytes=data, suffix=suffix, convention=convention.to_dict(), task=network.task,
                    fingerprint=network.fingerprint(), safe_mode=safe_mode)
 
     def build(self):
         """The Network, as the driver has it (refused if the weights came out otherwise)."""
-        from ..analysis import network_with_convention
         from ..convention import InputConvention
-        from ..models import Network, load_model
+        from ..framework import Network, load_model, network_with_convention
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.keras"
-            path.write_bytes(self.keras_bytes)
+            path = Path(tmp) / f"model{self.suffix}"
+            path.write_bytes(self.model_bytes)
             model = load_model(path, safe_mode=self.safe_mode)
         network, _ = network_with_convention(Network(model, task=self.task),
                                              recorded=InputConvention.from_dict(self.convention))
         if network.fingerprint() != self.fingerprint:
             raise IdcgenError("a Ray worker rebuilt the model with other weights than the driver's (fingerprint "
-                              f"{network.fingerprint()[:12]}, expected {self.fingerprint[:12]}): the same idcgen, "
-                              "Keras and TensorFlow versions are needed on every node")
+                              f"{network.fingerprint()[:12]}, expected {self.fingerprint[:12]}): the same idcgen "
+                              "and framework (Keras, TensorFlow) versions are needed on every node")
         return network
 
 
@@ -153,7 +146,7 @@ def cluster_on(pool, acts: np.ndarray, neurons, ks, method: str, random_state: i
     analysis of 60,000 inputs, which two workers could not then speed up beyond 1.4x.) A neuron goes to the
     first worker free, as neurons differ in cost (the k-means runs until they settle)."""
     from tqdm.auto import tqdm
-    from ..analysis import neuron_streams
+    from ..analysis.passes import neuron_streams
     streams = neuron_streams(random_state, len(neurons))
     waiting, running, found = list(range(len(neurons)))[::-1], {}, [None] * len(neurons)
 

@@ -93,8 +93,7 @@ class RayPasses:
 
 def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
     """(Network, input convention) of a model file, Keras model or Network, as the driver measures it."""
-    from ..analysis import network_with_convention
-    from ..models import Network, load_model
+    from ..framework import Network, load_model, network_with_convention
     if isinstance(model, (str, os.PathLike)):
         model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
     elif not isinstance(model, Network):

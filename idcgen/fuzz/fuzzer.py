@@ -19,11 +19,12 @@ from typing import Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..analysis import Analysis, check_class_labels, network_with_convention
+from ..analysis import Analysis, check_class_labels
 from ..checks import check_int
 from ..convention import check_scale, infer_image_shape, parse_image_shape, parse_value_range
 from ..data import check_labels, fit_to_model
 from ..errors import InputError, ParameterError
+from ..framework import network_with_convention
 from ..imageio import quantise
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus

@@ -19,7 +19,7 @@ import numpy as np
 from ...errors import InputError, ParameterError
 
 if TYPE_CHECKING:
-    from ...models import Network
+    from ...framework import Network
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def parameter_names(cls: type[Mutator]) -> list[str]:
 class MutationContext:
     """What a mutator may use besides the inputs.
 
-    network : the model under test (:class:`idcgen.models.Network`)
+    network : the model under test (:class:`idcgen.framework.Network`)
     labels : (b,) int labels of the batch's root seeds, -1 where unknown
     value_range : valid input range; mutants are clipped to it
     """

@@ -36,45 +36,9 @@ CONSTRAINTS = ("light", "occl", "blackout")
 COVERAGE = ("nc", "idc", "none")
 
 
-def _output_gradient(network):
-    """Traced: (gradient of sum(weights * logits) w.r.t. x, logits)."""
-    import tensorflow as tf
-
-    def build():
-        @tf.function(reduce_retracing=True)
-        def grad(x, weights):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                z = network.logits(x)
-                total = tf.reduce_sum(weights * z)
-            return tape.gradient(total, x), z
-        return grad
-    return network.cached(("deepxplore-output",), build)
-
-
 def nc_layers(network) -> tuple[str, ...]:
     """The layers whose neurons DeepXplore's NC term may raise: every layer with weights below the logits."""
-    steps = network.graph.steps
-    return tuple(step.name for step in steps[:steps.index(network.logits_step)] if step.layer.weights)
-
-
-def _nc_gradient(network, layers: tuple[str, ...]):
-    """Traced: (gradient of sum(mask * neuron activations) w.r.t. x, activations), neurons of ``layers``
-    side by side (conv channels by spatial mean)."""
-    import tensorflow as tf
-    from ...models import neuron_activations
-
-    def build():
-        @tf.function(reduce_retracing=True)
-        def grad(x, mask):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                outs, _ = network.outputs(x, layers)
-                acts = tf.concat([neuron_activations(o) for o in outs], axis=1)
-                total = tf.reduce_sum(mask * acts)
-            return tape.gradient(total, x), acts
-        return grad
-    return network.cached(("deepxplore-nc", layers), build)
+    return network.weighted_layers()
 
 
 class DeepXplore(Mutator):
@@ -154,14 +118,13 @@ class DeepXplore(Mutator):
             target = np.stack([combos.centroid_vector(t) for t in target_ids]).astype(np.float32)
             spread = np.array([max(float(np.ptp(c.centroids)), 1e-3) for c in analysis.clusters], np.float32)
             pull = CoverageDirected()._gradient_fn(ctx.network, analysis.layer, analysis.neurons)
-            return lambda v: -pull(v, target, spread).numpy()   # ascent on minus the squared distance
+            return lambda v: -pull(v, target, spread)   # ascent on minus the squared distance
         layers = nc_layers(ctx.network)
         if not layers:
             return None
-        grad = _nc_gradient(ctx.network, layers)
-        widths = [int(np.prod([ctx.network.step(n).output_shapes[0][-1]])) for n in layers]
+        grad = ctx.network.gradients("neuron-sum", layers=layers)
+        widths = [ctx.network.neuron_count(n) for n in layers]
         _, acts = grad(x, np.zeros((len(x), sum(widths)), np.float32))
-        acts = acts.numpy()
         inactive = np.zeros_like(acts, bool)
         start = 0
         for width in widths:  # DeepXplore scales each layer's activations to [0, 1] per input
@@ -174,23 +137,21 @@ class DeepXplore(Mutator):
             pool = np.flatnonzero(inactive[i])
             if len(pool):
                 mask[i, pool[rng.integers(len(pool))]] = 1.0
-        return lambda v: grad(v, mask)[0].numpy()
+        return lambda v: grad(v, mask)[0]
 
     def objective_gradient(self, x, weights, coverage, others, ctx):
         """The joint objective's gradient (b, h, w, c), each image scaled to unit RMS, and the logits."""
-        import tensorflow as tf
-        v = tf.constant(x)
-        g, z0 = _output_gradient(ctx.network)(v, tf.constant(weights[0], tf.float32))
-        g = g.numpy()
+        v = np.asarray(x, np.float32)
+        g, z0 = ctx.network.gradients("logit-sum")(v, weights[0])
         zs = []
         for other, w in zip(others, weights[1:]):
-            go, zo = _output_gradient(other)(v, tf.constant(w, tf.float32))
-            g = g + go.numpy()
-            zs.append(zo.numpy())
+            go, zo = other.gradients("logit-sum")(v, w)
+            g = g + go
+            zs.append(zo)
         if coverage is not None:
             g = g + self.lambda2 * coverage(v)
         rms = np.sqrt(np.mean(np.square(g), axis=(1, 2, 3), keepdims=True))
-        return g / (rms + 1e-5), z0.numpy(), zs
+        return g / (rms + 1e-5), z0, zs
 
     # ---- the generator ---------------------------------------------------------------------------
     def _mutate(self, x, rng, ctx):

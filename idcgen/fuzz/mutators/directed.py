@@ -56,22 +56,8 @@ class CoverageDirected(Mutator):
         return chosen
 
     def _gradient_fn(self, network, layer: str, neurons: np.ndarray):
-        import tensorflow as tf
-        from ...models import neuron_activations
-
-        def build():
-            idx = tf.constant(neurons, tf.int32)
-
-            @tf.function(reduce_retracing=True)
-            def grad(x, target, scale):
-                with tf.GradientTape() as tape:
-                    tape.watch(x)
-                    (out,), _ = network.outputs(x, (layer,))
-                    acts = tf.gather(neuron_activations(out), idx, axis=1)
-                    loss = tf.reduce_sum(tf.square((acts - target) / scale))
-                return tape.gradient(loss, x)
-            return grad
-        return network.cached(("directed", layer, tuple(int(n) for n in neurons)), build)
+        """x, target, scale -> the gradient of the scaled squared distance to the target centroids."""
+        return network.gradients("centroid-pull", layer=layer, neurons=neurons)
 
     def _mutate(self, x: np.ndarray, rng: np.random.Generator, ctx) -> np.ndarray:
         analysis, tracker = getattr(ctx, "analysis", None), getattr(ctx, "tracker", None)
@@ -90,7 +76,7 @@ class CoverageDirected(Mutator):
         eps = self.eps * (hi - lo)
         out = np.array(x, np.float32, copy=True)
         for _ in range(self.steps):
-            g = grad(out, target, spread).numpy()
+            g = grad(out, target, spread)
             out = out - self.step_size * (hi - lo) * np.sign(g)
             out = np.clip(np.clip(out, x - eps, x + eps), lo, hi)
         return out.astype(np.float32)

@@ -11,7 +11,7 @@ from .base import Mutator, Param
 from .parallel import run_parts
 
 if TYPE_CHECKING:
-    from ...models import Network
+    from ...framework import Network
 
 
 def pixel_count(fraction: float, height: int, width: int) -> int:

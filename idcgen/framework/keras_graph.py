@@ -16,7 +16,7 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 
-from .errors import ModelError
+from ..errors import ModelError
 
 #: Held while a traced function's Python body runs: relevance and logits temporarily call a layer with
 #: its activation removed (at trace time only), and no other trace may see the layer in that state.
@@ -37,6 +37,14 @@ def without_activation(layer):
             yield
         finally:
             layer.activation = activation
+
+
+def neuron_activations(outputs):
+    """(n, ..., C) layer output -> (n, C): dense units as they are, channels by spatial mean."""
+    import tensorflow as tf
+    if len(outputs.shape) > 2:
+        return tf.reduce_mean(outputs, axis=list(range(1, len(outputs.shape) - 1)))
+    return outputs
 
 
 @dataclass(eq=False)

@@ -9,7 +9,7 @@ variants are steering (regression) models for the Udacity driving frames.
 
 from __future__ import annotations
 
-from .models import keras
+from .keras_network import keras
 
 
 class _Init:

@@ -1,4 +1,5 @@
-"""Load a Keras classifier or regression model, expose its logits (or output pre-activation), and tap named layers in batched forward passes.
+"""The Keras implementation of the framework protocol: load a Keras classifier or regression model, expose
+its logits (or output pre-activation), and tap named layers in batched forward passes.
 
 A *neuron* is a unit of a dense layer or a channel (feature map) of a convolutional layer; the
 activation of a channel is its spatial mean (docs/design.md, "Relevance").
@@ -10,12 +11,14 @@ import hashlib
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .errors import LayerError, ModelError
+from ..convention import InputConvention
+from ..errors import LayerError, ModelError
+from . import RANGE_TAP, TASKS, LayerInfo, Network
+from .keras_graph import neuron_activations
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -35,14 +38,14 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
 
     ``safe_mode=False`` allows lambda layers (arbitrary code): only for files you trust.
     ``architecture`` (a Keras JSON file, as ``model.to_json()`` writes, or its text) builds the model for
-    a weights-only file (``save_weights``) and loads the weights into it (``idcgen.legacy``).
+    a weights-only file (``save_weights``) and loads the weights into it (``idcgen.framework.keras_legacy``).
     """
     path = Path(path)
     if not path.exists():
         raise ModelError(f"model file not found: {path}")
     if path.is_dir():
         raise ModelError(f"model path is a folder, expected a .keras or .h5 file: {path}")
-    from . import legacy
+    from . import keras_legacy as legacy
     if architecture is not None:
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
     try:
@@ -71,7 +74,7 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
     Keras 3 reads already, and weights-only files with ``architecture``, are simply re-saved. Returns a
     one-line summary.
     """
-    from . import legacy
+    from . import keras_legacy as legacy
     old, new = Path(old), Path(new)
     if new.suffix not in (".keras", ".h5"):
         raise ModelError(f"the new file must end with .keras or .h5 (the format is chosen by its suffix), got {new}")
@@ -107,24 +110,13 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
             f"{model.count_params():,} parameters{check}")
 
 
-@dataclass(frozen=True)
-class LayerInfo:
-    name: str
-    type: str
-    output_shape: tuple
-    neurons: int
-
-
-def neuron_activations(outputs: tf.Tensor) -> tf.Tensor:
-    """(n, ..., C) layer output -> (n, C): dense units as they are, channels by spatial mean."""
-    if len(outputs.shape) > 2:
-        return tf.reduce_mean(outputs, axis=list(range(1, len(outputs.shape) - 1)))
-    return outputs
-
-
-#: ``forward`` on ``name + RANGE_TAP`` gives each input's (min, max) over the whole output of layer ``name``,
-#: shape (n, 2): what NC's per-input min-max scaling of a layer needs, without the feature maps themselves.
-RANGE_TAP = "@range"
+def limit_threads(threads: int) -> None:
+    """TensorFlow's intra- and inter-op thread pools, if it has not run yet in this process."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+        tf.config.threading.set_inter_op_parallelism_threads(int(threads))
+    except RuntimeError:  # TensorFlow already ran in this process: its pools are fixed
+        pass
 
 
 def _tap_target(name: str, known) -> tuple[str, bool]:
@@ -151,9 +143,6 @@ def _is_softmax(layer) -> bool:
         isinstance(layer, keras.layers.Activation) and _activation_name(layer) == "softmax")
 
 
-TASKS = ("classification", "regression")
-
-
 def _under_lambda(graph, last):
     """The one-unit layer a final Lambda of one output reads (a squashing written as code), else None."""
     if not isinstance(last.layer, keras.layers.Lambda) or len(last.inputs) != 1:
@@ -178,10 +167,10 @@ def _detect_task(last, task: str | None) -> str:
     return "regression" if one_unit and _activation_name(last.layer) != "softmax" else "classification"
 
 
-class Network:
-    """A classifier with its logits exposed and batched taps on named layers, for any functional graph.
+class KerasNetwork(Network):
+    """A Keras classifier with its logits exposed and batched taps on named layers, for any functional graph.
 
-    The model is read as a `Graph` (idcgen/graph.py): nested models are expanded, so every layer of a
+    The model is read as a `Graph` (idcgen/framework/keras_graph.py): nested models are expanded, so every layer of a
     ``keras.applications`` backbone inside a wrapper has its own name here. The logits are the
     pre-softmax values: the input of a final ``Softmax``/``Activation("softmax")`` layer, or the
     pre-activation of a final layer with ``activation="softmax"`` (docs/design.md, "Relevance").
@@ -191,11 +180,15 @@ class Network:
     unit's pre-activation and `forward`'s first value is the model's output (n, 1) rather than probabilities.
     """
 
-    def __init__(self, model: keras.Model, *, batch_size: int | None = None, task: str | None = None):
-        from .graph import Graph
+    def __init__(self, model: keras.Model, *, batch_size: int | None = None, task: str | None = None,
+                 convention: InputConvention | None = None, inner: keras.Model | None = None):
+        from .keras_graph import Graph
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         self.model = model
+        self.inner = model if inner is None else inner   # the user's model under the convention's wrapper
+        self.convention = convention
+        self._task_given = task
         self.graph = Graph(model)
         self._built: dict = {}   # functions built once per model (traced gradients, attack wrappers)
         self.batch_size = batch_size or self._forward_batch_size()
@@ -327,7 +320,7 @@ class Network:
     def outputs(self, x, layers: tuple[str, ...]) -> tuple[list, object]:
         """Symbolic forward pass (for use under a GradientTape or in a tf.function): the raw outputs of
         ``layers`` and the model's output."""
-        from .graph import TRACE_LOCK
+        from .keras_graph import TRACE_LOCK
         keys = [self.key_of(name) for name in layers]
         with TRACE_LOCK:
             values = self.graph.run(x)
@@ -376,25 +369,9 @@ class Network:
         probs = np.concatenate(probs) if probs else np.zeros((0, self.n_classes), np.float32)
         return probs, [np.concatenate(a) for a in acts]
 
-    def activations(self, x: np.ndarray, layer: str, neurons, *, rows=None) -> np.ndarray:
-        """(len(rows), len(neurons)) activations of some neurons of ``layer``, batch by batch: memory holds one
-        batch of the layer and the selected columns, never (inputs x layer width)."""
-        rows = np.arange(len(x)) if rows is None else np.asarray(rows)
-        columns = np.asarray(neurons)
-        out = np.empty((len(rows), len(columns)), np.float32)
-        for start in range(0, len(rows), self.batch_size):
-            _, (acts,) = self.forward(x[rows[start:start + self.batch_size]], (layer,))
-            out[start:start + len(acts)] = acts[:, columns]
-        return out
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """The predicted class of each input; for a regression model its output value (float, (n,))."""
-        out = self.forward(x)[0]
-        return out[:, 0] if self.task == "regression" else out.argmax(axis=1)
-
     def logits(self, x, training=False):
         """Symbolic logits of ``x`` (differentiable; ``training`` is accepted and ignored: inference)."""
-        from .graph import TRACE_LOCK
+        from .keras_graph import TRACE_LOCK
         index = self.graph.steps.index(self.logits_step)
         with TRACE_LOCK:
             values = self.graph.run(x, until=index, linear=self.logits_step if self.softmax_in_last_layer else None)
@@ -406,3 +383,115 @@ class Network:
             traced = tf.function(lambda x: self.logits(x), reduce_retracing=True)
             self._logits_fn = lambda x, training=False: traced(tf.convert_to_tensor(x, tf.float32))
         return self._logits_fn
+
+    # ---- what the rest of idcgen asks of a network, beyond forward taps -----------------------------
+    def check_layer(self, name: str) -> str:
+        """``name`` if the model has that layer (call), else a LayerError naming the valid ones."""
+        return self.step(name).name
+
+    def neuron_layers(self) -> list[str]:
+        """Every hidden layer with weights before the logits, as DeepXplore and DeepGauge count neurons.
+
+        When a weighted layer is followed (through normalisation or dropout layers) by an activation layer,
+        the activation layer's output is taken instead, so a ``Dense`` + ``Activation("relu")`` pair gives
+        the ReLU outputs. Normalisation layers and activation layers with weights (PReLU) are not counted
+        as layers of their own.
+        """
+        L = keras.layers
+        followers = (L.BatchNormalization, L.LayerNormalization, L.GroupNormalization, L.Dropout,
+                     L.SpatialDropout1D, L.SpatialDropout2D, L.SpatialDropout3D, L.GaussianNoise,
+                     L.GaussianDropout, L.AlphaDropout, L.ActivityRegularization)
+        activations = (L.Activation, L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)
+        graph, chosen = self.graph, []
+        for step in graph.steps:
+            if (not self.is_hidden(step.name) or not getattr(step.layer, "weights", None)
+                    or isinstance(step.layer, followers + activations)):
+                continue
+            pick, key = step, step.outputs[0]
+            while len(graph.consumers.get(key, ())) == 1:  # follow a single reader through norm/dropout/activation
+                nxt = graph.steps[graph.consumers[key][0]]
+                if not self.is_hidden(nxt.name) or not isinstance(nxt.layer, followers + activations):
+                    break
+                if isinstance(nxt.layer, activations):
+                    pick = nxt
+                key = nxt.outputs[0]
+            chosen.append(pick.name)
+        if not chosen:
+            raise LayerError("the model has no hidden layer with weights before its logits; pass layers=[...] "
+                             f"from: {', '.join(self.layer_names())}")
+        return chosen
+
+    def weighted_layers(self) -> tuple[str, ...]:
+        """The layers with weights before the logits layer (DeepXplore's neuron coverage counts these)."""
+        steps = self.graph.steps
+        return tuple(step.name for step in steps[:steps.index(self.logits_step)] if step.layer.weights)
+
+    def feature_maps(self, layers: tuple[str, ...]):
+        """x -> the raw outputs (n, h, w, channels) of ``layers`` as numpy, traced once per model."""
+        def build():
+            run = tf.function(lambda x: self.outputs(x, layers)[0], reduce_retracing=True)
+            return lambda x: [o.numpy() for o in run(tf.convert_to_tensor(x, dtype=tf.float32))]
+        return self.cached(("feature-maps", tuple(layers)), build)
+
+    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
+        from .keras_lrp import Relevance
+        return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or 512)
+
+    def relevance_batch_size(self, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
+        """Inputs per relevance batch: the forward values and their gradients (about three floats per value
+        of every tensor) within ``budget_bytes``, so that a ResNet's batch does not take gigabytes; 16 ..
+        largest."""
+        floats = sum(int(np.prod([d or 1 for d in shape[1:]])) for s in self.graph.steps for shape in s.output_shapes)
+        return int(np.clip(budget_bytes // max(12 * floats, 1), 16, largest))
+
+    def gradients(self, kind: str, **spec):
+        from .keras_gradients import gradient_function
+        return gradient_function(self, kind, **spec)
+
+    def attack(self, name: str, x: np.ndarray, labels: np.ndarray | None, **params) -> np.ndarray:
+        from .keras_attacks import attack
+        return attack(self, name, x, labels, **params)
+
+    # ---- conventions, training, shipping -------------------------------------------------------
+    def own_convention(self) -> InputConvention:
+        from .keras_convention import from_model
+        return from_model(self.inner)
+
+    def measured_as(self, convention: InputConvention, *, wrapped: InputConvention | None) -> "KerasNetwork":
+        if wrapped is not None and wrapped == convention:
+            return self
+        from .keras_convention import wrap
+        model = wrap(self.inner, convention)
+        if model is self.model:
+            self.convention = convention   # what later calls with this network fall back to
+            return self
+        return KerasNetwork(model, task=self._task_given, convention=convention, inner=self.inner)
+
+    def on_images(self, image_shape: tuple) -> "KerasNetwork":
+        """This network taking images of ``image_shape``: the campaign mutated (h, w, c) images for a model
+        taking flat or channel-less inputs (docs/design.md), reshaped in front of the model."""
+        if tuple(self.input_shape) == tuple(image_shape):
+            return self
+        wrapper = keras.Sequential([keras.Input(tuple(image_shape)), keras.layers.Reshape(tuple(self.input_shape)),
+                                    self.model])
+        return KerasNetwork(wrapper)
+
+    def retrained(self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
+                  random_state: int = 0) -> "KerasNetwork":
+        """A copy fine-tuned (Adam, lr 1e-4) or trained from scratch (the paper's Adadelta)."""
+        keras.utils.set_random_seed(random_state)
+        copy = keras.models.clone_model(self.model)
+        if mode == "finetune":
+            copy.set_weights(self.model.get_weights())
+            optimizer = keras.optimizers.Adam(learning_rate=1e-4)
+        else:
+            optimizer = keras.optimizers.Adadelta(learning_rate=1.0, rho=0.95)
+        copy.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        copy.fit(x, y, epochs=epochs, batch_size=batch_size, shuffle=True, verbose=0)
+        return KerasNetwork(copy)
+
+    def recipe(self) -> tuple[str, bytes]:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.keras"
+            self.inner.save(path)
+            return ".keras", path.read_bytes()

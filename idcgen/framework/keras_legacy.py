@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .errors import ModelError
+from ..errors import ModelError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -1,0 +1,212 @@
+"""Making an analysis: one batched relevance pass over the training inputs (which also yields every
+neuron's activations), the neurons ranked by importance, and the top m clustered (docs/design.md,
+"Relevance" to "Clusters"). The passes run through the framework protocol, here (:class:`LocalPasses`) or on
+Ray workers (``idcgen.distributed``).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..checks import check_int
+from ..clusters import check_cluster_method, cluster_neuron
+from ..convention import check_scale
+from ..data import check_labels, fit_to_model
+from ..errors import InputError, ParameterError
+from ..framework import Network, network_with_convention
+from ..importance import AGGREGATES, top_neurons
+from ..relevance import Relevance, batch_size_for, relevance_totals
+from .record import Analysis, data_fingerprint, versions
+
+#: Bytes of subject-layer activations kept during the relevance pass; wider layers get a second, forward pass.
+ACTIVATIONS_IN_ONE_PASS = 64 * 2**20
+
+
+def check_class_labels(x: np.ndarray, y, n_classes: int) -> np.ndarray:
+    """Labels as int64, one per input, each a class of the model (0 .. n_classes - 1)."""
+    y = check_labels(x, y)
+    if len(y) and y.max() >= n_classes:
+        raise InputError(f"labels go up to {int(y.max())} but the model has {n_classes} classes (0 .. {n_classes - 1})")
+    return y
+
+
+class LocalPasses:
+    """The two passes of an analysis over its inputs, in this process: the relevance pass (per-neuron
+    totals, :func:`idcgen.relevance.relevance_totals`) and the gathering of the important neurons'
+    activations. ``idcgen.distributed`` runs the same two steps on Ray workers (docs/design.md,
+    "Scale-out on Ray")."""
+
+    def __init__(self, network: Network, layer: str, eps: float, x: np.ndarray):
+        self.network, self.layer, self.x = network, layer, x
+        self.rel = Relevance(network, layer=layer, eps=eps, batch_size=batch_size_for(network))
+        self.kept = None
+
+    def totals(self, target, *, labels, keep_activations, progress):
+        """(signed sums, absolute sums, inputs used, predictions); keeps the layer's activations if asked."""
+        signed, absolute, n_used, predictions, self.kept = relevance_totals(
+            self.rel, self.x, target, labels=labels, keep_activations=keep_activations, progress=progress)
+        return signed, absolute, n_used, predictions
+
+    def activations(self, neurons: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(inputs used, m) activations of the important neurons: those kept by the relevance pass, else a
+        forward pass over ``rows``."""
+        if self.kept is not None:
+            return self.kept[:, neurons]
+        return self.network.activations(self.x, self.layer, neurons, rows=rows)
+
+    def clusters(self, acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
+                 progress: bool) -> list:
+        """Each important neuron's clusters, one after the other here (Ray workers cluster them side by side)."""
+        return cluster_neurons(acts, neurons, ks, method, random_state, progress)
+
+
+def cluster_neurons(acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
+                    progress: bool = False) -> list:
+    """:func:`idcgen.clusters.cluster_neuron` of each column of ``acts`` (neuron ``neurons[i]``), each from
+    its own stream (:func:`neuron_streams`)."""
+    streams = neuron_streams(random_state, len(neurons))
+    return [cluster_neuron(acts[:, i], neuron=int(n), ks=ks, rng=np.random.default_rng(streams[i]), method=method)
+            for i, n in tqdm(list(enumerate(neurons)), desc="clusters", unit="neuron", disable=not progress,
+                             leave=False)]
+
+
+def neuron_streams(random_state: int, m: int) -> list[np.random.SeedSequence]:
+    """One independent random stream per important neuron (by its rank): a neuron's clusters depend on its
+    own activations and rank only, not on how many draws the neurons before it took, so they can be
+    computed in any order and on any machine with the same result."""
+    return np.random.SeedSequence(int(random_state)).spawn(int(m))
+
+
+def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
+            clusters: Sequence[int] = (2, 3, 4, 5), cluster_method: str = "silhouette",
+            relevance_of: str = "predicted", correct_only: bool = False,
+            only_class: int | None = None, aggregate: str = "sum", eps: float = 1e-7, random_state: int = 0,
+            value_range=None, preprocess=None, image_shape=None, data_summary: dict | None = None,
+            progress: bool = True, passes=None) -> Analysis:
+    """Find the m most important neurons of ``layer`` over ``x`` and cluster their activations.
+
+    Parameters
+    ----------
+    model : a framework's model (keras.Model) or a Network
+    x : array (n, *input_shape)
+        Training inputs: images in the model's value range (see ``value_range``). Or shards that Ray workers
+        read and hold themselves (``idcgen.distributed.Workers.shards``; labels are the shards' own, y=None).
+    y : array (n,), optional
+        Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
+    layer : str, default: the last hidden layer before the logits
+    m : int, default 8
+    clusters : the k values tried per neuron, default 2..5; the silhouette picks one
+    cluster_method : "silhouette" (DeepImportance's, default) or "zero-aware" (a ReLU's exact zeros form
+        their own cluster, k is chosen on the positive values; :func:`idcgen.clusters.cluster_neuron`)
+    relevance_of : "predicted" (default) or "label": which logit the relevance starts from
+    correct_only : keep only inputs the model classifies correctly
+    only_class : keep only inputs of this label (the paper's per-class setting)
+    aggregate : "sum" (cumulative relevance, default), "abs" or "mean"
+    value_range : (low, high) of the images the model takes; default: read from the model (0..255 when
+        it starts with ``Rescaling(1/255)``), else [0, 1]. Recorded, with the inputs' observed range.
+    preprocess : a spec such as "tf" or "mean=0.5,std=0.25" applied between image and model
+        (:func:`idcgen.convention.parse_preprocess`); recorded and re-applied when the analysis is loaded.
+    image_shape : (h, w, c) images for a model taking flat or channel-less inputs (for the fuzzer)
+    passes : what runs the passes over ``x``: :class:`LocalPasses` (default) or, from
+        :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
+        object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
+    """
+    network, convention = network_with_convention(model, value_range=value_range, preprocess=preprocess,
+                                                  image_shape=image_shape)
+    layer = network.check_subject_layer(layer or network.default_layer())
+    width = network.neuron_count(layer)
+    top_neurons(np.zeros(width), m)  # validates m against the layer before any work
+    if relevance_of not in ("predicted", "label"):
+        raise ParameterError(f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead.")
+    if aggregate not in AGGREGATES:
+        raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
+    check_cluster_method(cluster_method)
+    sharded = getattr(x, "read_by_workers", False)   # shards Ray workers read and hold (idcgen.distributed.shards)
+    if sharded:
+        if y is not None:
+            raise ParameterError("sharded inputs carry their own labels (each shard's y); pass y=None")
+        y = x.load()
+    else:
+        x = fit_to_model(x, network.input_shape)
+    check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
+    check_int("random_state", random_state, 0)
+    regression = network.task == "regression"
+    if regression and (relevance_of == "label" or correct_only or only_class is not None):
+        raise InputError("relevance_of='label', correct_only and only_class are for classifiers; a regression "
+                         "model's relevance starts from its one output, and its inputs have no class")
+    if y is not None:
+        y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
+    elif relevance_of == "label" or correct_only or only_class is not None:
+        raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
+    # of the inputs as given, before correct_only / only_class select (sharded: of the shards' own fingerprints)
+    # hashed on a thread while the passes run (hashlib lets go of the GIL): 0.3 s for 60,000 MNIST images,
+    # which the driver would otherwise add to a sharded pass's time
+    hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idcgen-fingerprint")
+    fingerprint = hashing.submit(str, x.fingerprint) if sharded else hashing.submit(data_fingerprint, x, y)
+    hashing.shutdown(wait=False)
+    if only_class is not None:
+        keep = y == only_class
+        if not keep.any():
+            raise InputError(f"no inputs of class {only_class} (classes present: {sorted(set(y.tolist()))})")
+        if sharded:
+            x.select(keep)
+            y = y[keep]
+        else:
+            x, y = x[keep], y[keep]
+
+    timings = {}
+    start = time.perf_counter()
+    # Streamed: the relevance pass keeps per-neuron totals (and the layer's activations when they are small),
+    # else a forward pass then keeps only the m important neurons' activations, so memory holds a batch and
+    # at most max(ACTIVATIONS_IN_ONE_PASS, inputs x m floats), whatever the layer's width.
+    passes = (passes or (x.passes if sharded else LocalPasses))(network, layer, eps, x)
+    one_pass = len(x) * width * 4 <= ACTIVATIONS_IN_ONE_PASS
+    with tqdm(total=len(x), desc="relevance", unit="input", disable=not progress, leave=False) as bar:
+        signed, absolute, n_used, predictions = passes.totals(
+            y if relevance_of == "label" else None, labels=y if correct_only else None,
+            keep_activations=one_pass, progress=bar)
+    timings["relevance"] = time.perf_counter() - start
+    if n_used == 0:
+        raise InputError("no input is classified correctly; cannot use correct_only")
+    scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
+    neurons = top_neurons(scores, m)
+    start = time.perf_counter()
+    acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
+    timings["activations"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
+    timings["clusters"] = time.perf_counter() - start
+    notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
+        ([network.head_note] if getattr(network, "head_note", None) else [])
+
+    data = dict(data_summary or {})
+    accuracy = None if y is None or regression else float((predictions == y).mean())
+    low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
+    data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy, fingerprint=fingerprint.result(),
+                observed_range=[low, high])
+    if regression and y is not None:  # the model's error on the labels, in the output's units
+        outputs = x.predict() if sharded else network.predict(x)
+        data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
+    warnings = []
+    n_classes = network.n_classes
+    if accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
+        lo, hi = convention.value_range
+        warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
+                        f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
+                        f"[{low:g}, {high:g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
+                        f"{convention.source}); check --scale, --value-range and --preprocess")
+    config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
+                  relevance_of=relevance_of,
+                  correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
+                  random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
+                  if len(network.output_shape(layer)) > 2 else "unit",
+                  input_convention=convention.to_dict())
+    return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
+                    fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
+                    versions=versions(), notes=notes + warnings, warnings=warnings, network=network)

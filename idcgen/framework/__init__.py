@@ -1,0 +1,277 @@
+"""The framework boundary: the one protocol through which idcgen runs a model, and the dispatch to its
+implementations.
+
+Everything else in idcgen takes numpy arrays and a `Network`: the analysis record, coverage, criteria, the
+fuzz loop, the campaign and its store, reports. Only the implementation modules of this package
+(``keras_*.py``) import a deep-learning framework, and only when a model of theirs is loaded or wrapped, so
+a process that reads analyses and campaigns never imports TensorFlow (docs/design.md, "How to add a
+framework").
+
+A *neuron* is a unit of a dense layer or a channel (feature map) of a convolutional layer; its activation is
+the channel's spatial mean (docs/design.md, "Relevance").
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..convention import InputConvention, resolve
+from ..errors import ModelError
+
+# quiet TensorFlow's C++ start-up logs, before any implementation module imports it
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+__all__ = ["Network", "LayerInfo", "RANGE_TAP", "TASKS", "load_model", "load_network", "as_network",
+           "network_with_convention", "convert", "limit_threads"]
+
+TASKS = ("classification", "regression")
+
+#: ``forward`` on ``name + RANGE_TAP`` gives each input's (min, max) over the whole output of layer ``name``,
+#: shape (n, 2): what NC's per-input min-max scaling of a layer needs, without the feature maps themselves.
+RANGE_TAP = "@range"
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    name: str
+    type: str
+    output_shape: tuple
+    neurons: int
+
+
+class _Dispatching(abc.ABCMeta):
+    """``Network(model)`` builds the implementation for ``model``'s framework (as ``pathlib.Path`` does for
+    the operating system); a subclass called by name builds itself."""
+
+    def __call__(cls, *args, **kwargs):
+        if cls is Network:
+            return as_network(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+class Network(metaclass=_Dispatching):
+    """A model under test, seen through numpy: batched forward taps on named layers, logits, relevance,
+    gradients for the gradient mutators, a training step for ``harden``, and a weights fingerprint.
+
+    Attributes every implementation sets: ``model`` (the framework's own model object, as run: wrapped with
+    the input convention), ``inner`` (the user's model under that wrapper), ``input_shape`` (one input,
+    without the batch), ``n_classes`` (classes; 1 for regression), ``task`` ("classification" or
+    "regression"), ``convention`` (the :class:`~idcgen.convention.InputConvention` the model is measured
+    with, set by :func:`network_with_convention`; None until then), ``batch_size`` (inputs per forward
+    batch) and ``head_note`` (a note on how the head was read, or None).
+    """
+
+    model: object
+    inner: object
+    input_shape: tuple
+    n_classes: int
+    task: str
+    convention: InputConvention | None
+    batch_size: int
+    head_note: str | None
+
+    # ---- layers -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def layer_names(self) -> list[str]:
+        """Every layer (call) in topological order."""
+
+    @abc.abstractmethod
+    def layers_info(self) -> list[LayerInfo]: ...
+
+    @abc.abstractmethod
+    def step(self, name: str):
+        """The layer call named ``name`` (an object with ``.name``); LayerError naming the valid ones."""
+
+    @abc.abstractmethod
+    def layer(self, name: str):
+        """The layer object of the call named ``name`` (with ``.name``, the layer's own name)."""
+
+    @abc.abstractmethod
+    def check_layer(self, name: str) -> str:
+        """``name`` if the model has that layer (call), else a LayerError naming the valid ones."""
+
+    @abc.abstractmethod
+    def output_shape(self, name: str) -> tuple: ...
+
+    @abc.abstractmethod
+    def neuron_count(self, name: str) -> int: ...
+
+    @abc.abstractmethod
+    def default_layer(self) -> str:
+        """The paper's subject layer: the last hidden layer before the logits."""
+
+    @abc.abstractmethod
+    def check_subject_layer(self, name: str) -> str:
+        """``name`` if the logits depend on its output (a hidden layer), else a LayerError."""
+
+    @abc.abstractmethod
+    def is_hidden(self, name: str) -> bool: ...
+
+    @abc.abstractmethod
+    def neuron_layers(self) -> list[str]:
+        """Every hidden layer with weights before the logits, as DeepXplore and DeepGauge count neurons."""
+
+    @abc.abstractmethod
+    def weighted_layers(self) -> tuple[str, ...]:
+        """Every layer with weights before the logits layer (DeepXplore's NC term)."""
+
+    # ---- identity -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def fingerprint(self) -> str:
+        """sha256 of every weight (shape, dtype, bytes) in model order: what ties an analysis to a model."""
+
+    # ---- running ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None) -> tuple:
+        """(outputs (n, classes), [neuron activations (n, neurons) per layer]), batched; a name ending in
+        ``RANGE_TAP`` gives that layer's per-input (min, max), (n, 2)."""
+
+    @abc.abstractmethod
+    def feature_maps(self, layers: tuple[str, ...]):
+        """A callable x -> the raw outputs of ``layers`` (n, h, w, channels), as numpy."""
+
+    @abc.abstractmethod
+    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
+        """The LRP-epsilon pass to ``layer`` (None: the input): an object called as ``rel(x, target)`` giving
+        per-neuron relevance, activations and logits (numpy), with ``batch`` (one batch) and ``batch_size``."""
+
+    @abc.abstractmethod
+    def relevance_batch_size(self) -> int:
+        """Inputs per relevance batch that keep its memory within bounds."""
+
+    @abc.abstractmethod
+    def cached(self, key, build):
+        """``build()`` once per network and ``key``: what is traced or compiled is kept with its model."""
+
+    def activations(self, x: np.ndarray, layer: str, neurons, *, rows=None) -> np.ndarray:
+        """(len(rows), len(neurons)) activations of some neurons of ``layer``, batch by batch: memory holds one
+        batch of the layer and the selected columns, never (inputs x layer width)."""
+        rows = np.arange(len(x)) if rows is None else np.asarray(rows)
+        columns = np.asarray(neurons)
+        out = np.empty((len(rows), len(columns)), np.float32)
+        for start in range(0, len(rows), self.batch_size):
+            _, (acts,) = self.forward(x[rows[start:start + self.batch_size]], (layer,))
+            out[start:start + len(acts)] = acts[:, columns]
+        return out
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The predicted class of each input; for a regression model its output value (float, (n,))."""
+        out = self.forward(x)[0]
+        return out[:, 0] if self.task == "regression" else out.argmax(axis=1)
+
+    # ---- gradients (the gradient mutators) ----------------------------------------------------
+    @abc.abstractmethod
+    def gradients(self, kind: str, **spec):
+        """A callable on numpy arrays giving a gradient with respect to the inputs, traced once per network:
+        "logit-sum" ``(x, weights) -> (d sum(weights * logits)/dx, logits)``; "neuron-sum" (``layers=``)
+        ``(x, mask) -> (d sum(mask * activations)/dx, activations)``, the layers' neurons side by side;
+        "centroid-pull" (``layer=, neurons=``) ``(x, target, scale) -> d sum(((acts - target)/scale)^2)/dx``."""
+
+    @abc.abstractmethod
+    def attack(self, name: str, x: np.ndarray, labels: np.ndarray | None, **params) -> np.ndarray:
+        """Adversarial inputs by a white-box attack on the logits: "fgsm", "bim", "pgd" (untargeted, away from
+        ``labels``; for regression ``labels`` are directions), "cw" (untargeted) or "jsma" (towards the classes
+        ``labels``); ``params`` as the attack mutators pass them (idcgen/fuzz/mutators/attacks.py)."""
+
+    # ---- training and conventions -------------------------------------------------------------
+    @abc.abstractmethod
+    def own_convention(self) -> InputConvention:
+        """The convention read from the model itself (a leading Rescaling of 0..255, else [0, 1])."""
+
+    @abc.abstractmethod
+    def measured_as(self, convention: InputConvention, *, wrapped: InputConvention | None) -> "Network":
+        """This network taking images of ``convention`` (what it does not do itself put in front of the
+        user's model), with ``convention`` as its field; ``wrapped`` is the convention it is wrapped with now."""
+
+    @abc.abstractmethod
+    def on_images(self, image_shape: tuple) -> "Network":
+        """This network taking images of ``image_shape`` (reshaped in front of the model)."""
+
+    @abc.abstractmethod
+    def retrained(self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
+                  random_state: int = 0) -> "Network":
+        """A copy fine-tuned ("finetune") or trained from scratch ("scratch") on (x, y), for ``harden``."""
+
+    @abc.abstractmethod
+    def recipe(self) -> tuple[str, bytes]:
+        """(file suffix, bytes) of the user's model as a file :func:`load_model` reads: what ships the model
+        to another process."""
+
+
+# ---- implementations -------------------------------------------------------------------------
+#: file suffixes each implementation reads, and the module and Network class implementing it (imported on
+#: first use)
+_BY_SUFFIX = {".keras": "keras", ".h5": "keras", ".hdf5": "keras"}
+_MODULES = {"keras": (".keras_network", "KerasNetwork")}
+
+
+def _implementation(name: str):
+    from importlib import import_module
+    return import_module(_MODULES[name][0], __name__)
+
+
+def _framework_of(model) -> str:
+    """The implementation for a model object, by the module its class comes from (no framework imported)."""
+    for cls in type(model).__mro__:
+        root = cls.__module__.split(".")[0]
+        if root in ("keras", "tf_keras", "tensorflow"):
+            return "keras"
+    raise ModelError(f"idcgen cannot run a {type(model).__module__}.{type(model).__name__}: expected a Keras "
+                     "model (or a Network)")
+
+
+def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None):
+    """The model in ``path``, as its framework's object, uncompiled: Keras ``.keras``/``.h5`` files (see
+    :func:`idcgen.framework.keras_network.load_model`: ``safe_mode``, ``architecture``)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in _BY_SUFFIX:
+        suffix = ".keras"   # the Keras loader names what it cannot read
+    return _implementation(_BY_SUFFIX[suffix]).load_model(path, safe_mode=safe_mode, architecture=architecture)
+
+
+def as_network(model, *, batch_size: int | None = None, task: str | None = None,
+               convention: InputConvention | None = None) -> Network:
+    """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation."""
+    if isinstance(model, Network):
+        return model
+    framework = _framework_of(model)
+    network_class = getattr(_implementation(framework), _MODULES[framework][1])
+    return network_class(model, batch_size=batch_size, task=task, convention=convention)
+
+
+def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, task: str | None = None,
+                 batch_size: int | None = None) -> Network:
+    return as_network(load_model(path, safe_mode=safe_mode, architecture=architecture), task=task,
+                      batch_size=batch_size)
+
+
+def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
+    """Re-save a model file in a format the framework reads today (``idcgen convert``); a one-line summary."""
+    return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode)
+
+
+def limit_threads(threads: int) -> None:
+    """``threads`` intra- and inter-op threads for the framework in this process (a Ray worker), before it runs."""
+    _implementation("keras").limit_threads(threads)
+
+
+def network_with_convention(model, *, value_range=None, preprocess=None, image_shape=None,
+                            recorded: InputConvention | None = None) -> tuple[Network, InputConvention]:
+    """The Network to measure (the model with what its input convention puts in front of it, see
+    :mod:`idcgen.convention`) and that convention, which is also the network's ``convention`` field. A
+    Network passed with no choices is kept."""
+    network = as_network(model)
+    if value_range is None and preprocess is None and image_shape is None and recorded is None:
+        if network.convention is None:
+            network.convention = resolve(network.own_convention())
+        return network, network.convention
+    # a network idcgen wrapped keeps its convention unless a choice given here changes it
+    wrapped = network.convention if network.model is not network.inner else None
+    convention = resolve(network.own_convention(), value_range=value_range, preprocess=preprocess,
+                         image_shape=image_shape, recorded=recorded if recorded is not None else wrapped)
+    return network.measured_as(convention, wrapped=wrapped), convention

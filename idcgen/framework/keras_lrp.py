@@ -1,0 +1,295 @@
+"""Layer-wise relevance propagation (LRP-epsilon) over any Keras functional graph, batched, by autodiff.
+
+Relevance starts at the explained logit and flows back through the model's graph
+(idcgen/framework/keras_graph.py) in reverse topological order; a tensor read by several layers (a residual
+block's input) sums what each of them returns before it is propagated further. One `Rule` class per kind of
+layer, registered for the layer kinds it explains with `register` (docs/design.md, "Relevance on graphs",
+"How to add an LRP rule"):
+
+- **epsilon** for every layer whose pre-activation is linear (affine) in its inputs: Dense, every
+  convolution (depthwise and separable too), pooling (max pooling becomes winner-take-all), batch
+  normalisation, ``Add``/``Subtract``/``Average``, ``Rescaling``/``Normalization``:
+  ``R_in = a * d/da sum(z * stop_gradient(R / (z + eps*sign(z))))``, one gradient per input, so ``Add``
+  splits relevance in proportion to each input's contribution ``a_i / (z + eps) * R``.
+- **routing** for layers that only move values (reshapes, ``Concatenate``, padding, cropping, nearest
+  upsampling): the relevance goes back along the same paths, ``R_in = J^T R``, so ``Concatenate``
+  splits it exactly by slices and padding takes none.
+- **pass-through** for elementwise activations and layers that are the identity at inference.
+- **gate** for ``Multiply``: the signal gets all of the relevance, the gate none (as LRP for LSTMs does).
+
+Batch normalisation right after a linear layer (conv -> BN, as in ResNets and MobileNets) is folded into
+it: the pair is one affine map, explained at once. Mathematically this equals treating the BN as a layer
+of its own, except where the linear layer's output is near zero and the BN's shift moves it away; there
+the separate division by that small output loses or inflates relevance, the folded map does not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import keras
+import tensorflow as tf
+
+from ..errors import InputError, LayerError
+from .keras_graph import TRACE_LOCK, neuron_activations
+
+L = keras.layers
+
+#: Layer kinds (class names, matched along the layer's class hierarchy) -> the rule explaining them, and
+#: keras.ops calls recorded in a functional graph (``x + y``) -> theirs.
+_LAYER_RULES: dict[str, "Rule"] = {}
+_OP_RULES: dict[str, "Rule"] = {}
+_LINEAR_WITH_KERNEL = (L.Dense, L.Conv1D, L.Conv2D, L.Conv3D, L.DepthwiseConv1D, L.DepthwiseConv2D,
+                       L.SeparableConv1D, L.SeparableConv2D)
+_GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid", "hard_silu", "softmax")
+
+
+class Rule:
+    """How relevance goes back through one call of a layer: ``explain`` returns the relevance of each of
+    the call's inputs (tensors shaped as ``inputs``) from the relevance ``relevance`` of its output."""
+
+    def explain(self, step, inputs: list, relevance, lrp: "Relevance") -> list:
+        raise NotImplementedError
+
+
+def register(*kinds: str, ops: tuple[str, ...] = ()):
+    """Class decorator: its rule explains layers of these kinds (Keras class names; a subclass of a
+    registered kind gets its rule unless registered itself) and the keras.ops calls named in ``ops``."""
+    def add(cls):
+        rule = cls()
+        for name in kinds:
+            _LAYER_RULES[name] = rule
+        for name in ops:
+            _OP_RULES[name] = rule
+        return cls
+    return add
+
+
+def rule_of(layer) -> Rule | None:
+    """The rule explaining ``layer``, or None for a layer relevance cannot be explained through."""
+    if not isinstance(layer, L.Layer):
+        return _OP_RULES.get(type(layer).__name__)
+    for cls in type(layer).__mro__:
+        if cls.__name__ in _LAYER_RULES:
+            return _LAYER_RULES[cls.__name__]
+    return None
+
+
+def supported() -> str:
+    """The layer kinds LRP explains, for error messages."""
+    return ", ".join(sorted(set(_LAYER_RULES) - {"InputLayer"}))
+
+
+def _stabilise(z, eps):
+    return z + eps * tf.where(z >= 0, 1.0, -1.0)
+
+
+def epsilon_rule(call, inputs, relevance, eps):
+    """``R_i = a_i * d/da_i sum(z * stop(R / (z + eps*sign z)))`` for ``z = call(inputs)``."""
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        z = call(inputs)
+        total = tf.reduce_sum(z * tf.stop_gradient(relevance / _stabilise(z, eps)))
+    grads = tape.gradient(total, inputs)
+    return [a * g if g is not None else tf.zeros_like(a) for a, g in zip(inputs, grads)]
+
+
+def routing_rule(call, inputs, relevance):
+    """``R_in = J^T R``: each value's relevance goes back to where the value came from."""
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        z = call(inputs)
+    grads = tape.gradient(z, inputs, output_gradients=relevance)
+    return [g if g is not None else tf.zeros_like(a) for a, g in zip(inputs, grads)]
+
+
+def gate_rule(step, graph, inputs, relevance):
+    """``Multiply``: all relevance to the signal, none to the gate. The gate is the input broadcast over
+    the other (fewer values, as a squeeze-excitation scale), else the one a sigmoid-like activation made;
+    failing both, the first input is taken as the signal."""
+    sizes = [int(np.prod([d for d in a.shape[1:] if d is not None])) for a in inputs]
+    candidates = [i for i, s in enumerate(sizes) if s == max(sizes)]
+    if len(candidates) > 1:
+        def gated(i):
+            producer = graph.producer_of(step.inputs[i])
+            return producer is not None and getattr(getattr(producer.layer, "activation", None), "__name__",
+                                                    "") in _GATE_ACTIVATIONS
+        candidates = [i for i in candidates if not gated(i)] or candidates
+    signal = candidates[0]
+    return [tf.reshape(relevance, tf.shape(a)) if i == signal else tf.zeros_like(a) for i, a in enumerate(inputs)]
+
+
+@register("InputLayer", "Activation", "ReLU", "LeakyReLU", "ELU", "PReLU", "Dropout", "SpatialDropout1D",
+          "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
+          "ActivityRegularization")
+class PassThrough(Rule):
+    """Elementwise or identity at inference: relevance passes unchanged."""
+
+    def explain(self, step, inputs, relevance, lrp):
+        return [tf.reshape(relevance, tf.shape(inputs[0]))]
+
+
+@register("Flatten", "Reshape", "Permute", "Concatenate", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
+          "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "RepeatVector", ops=("Reshape", "Concatenate"))
+class Routing(Rule):
+    """Layers that move values without arithmetic: relevance goes back along the same paths."""
+
+    def explain(self, step, inputs, relevance, lrp):
+        return routing_rule(lambda a: step.call(a)[0], inputs, relevance)
+
+
+@register("Dense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D",
+          "SeparableConv2D", "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D", "AveragePooling2D",
+          "AveragePooling3D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
+          "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D", "BatchNormalization", "Add",
+          "Subtract", "Average", "Maximum", "Minimum", "Rescaling", "Normalization", ops=("Add", "Subtract"))
+class Epsilon(Rule):
+    """Affine in the inputs once the activation is taken off (or max-pooling): the epsilon rule."""
+
+    def explain(self, step, inputs, relevance, lrp):
+        return epsilon_rule(lambda a: step.call(a, linear=True)[0], inputs, relevance, lrp.eps)
+
+
+@register("Multiply")
+class Gate(Rule):
+    """``Multiply``: all relevance to the signal, none to the gate (see `gate_rule`)."""
+
+    def explain(self, step, inputs, relevance, lrp):
+        return gate_rule(step, lrp.network.graph, inputs, relevance)
+
+
+@register("UpSampling2D", "UpSampling3D")
+class Upsampling(Rule):
+    """Nearest upsampling only copies values (routing); bilinear interpolation is affine (epsilon)."""
+
+    def explain(self, step, inputs, relevance, lrp):
+        nearest = getattr(step.layer, "interpolation", "nearest") == "nearest"
+        return (Routing() if nearest else Epsilon()).explain(step, inputs, relevance, lrp)
+
+
+def per_neuron(relevance):
+    """(n, ..., C) relevance -> (n, C): a convolutional neuron (channel) sums its positions."""
+    if len(relevance.shape) > 2:
+        return tf.reduce_sum(relevance, axis=list(range(1, len(relevance.shape) - 1)))
+    return relevance
+
+
+class Relevance:
+    """Relevance of a subject layer's neurons (or of the input pixels), from one logit per input.
+
+    Parameters
+    ----------
+    network : KerasNetwork (idcgen/framework/keras_network.py)
+    layer : str or None
+        Subject layer name; ``None`` propagates down to the input pixels.
+    eps : float, default 1e-7
+        The epsilon of LRP-epsilon; ``eps -> 0`` is LRP-0 (activation x gradient on ReLU networks).
+    """
+
+    def __init__(self, network, *, layer: str | None, eps: float = 1e-7, batch_size: int = 512):
+        self.network = network
+        self.layer = layer
+        self.eps = float(eps)
+        self.batch_size = batch_size
+        graph = network.graph
+        self.subject_key = graph.input_key if layer is None else network.key_of(network.check_subject_layer(layer))
+        # the tensors relevance must reach: on a path from the subject to the logits
+        self._needed = graph.descendants(self.subject_key) & graph.ancestors(network.logits_key)
+        last = graph.steps.index(network.logits_step)
+        self._steps = [s for s in graph.steps[:last + 1] if s.outputs[0] in self._needed
+                       and s.outputs[0] != self.subject_key]
+        for step in self._steps:
+            if rule_of(step.layer) is None:
+                raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): idcgen's "
+                                 f"LRP explains {supported()}; choose a subject layer after it (see `idcgen layers`)")
+            if len(step.outputs) != 1:
+                raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): it has "
+                                 f"{len(step.outputs)} outputs")
+        self._folded = self._batchnorm_folds()
+        self._last = last
+        self._fn = tf.function(self._pass, reduce_retracing=True)
+
+    def _batchnorm_folds(self) -> dict:
+        """BN step name -> the linear step it folds into: a conv/dense without activation whose only reader
+        is this BN, and whose output is not the subject layer's."""
+        graph, folds = self.network.graph, {}
+        for step in self._steps:
+            if not isinstance(step.layer, L.BatchNormalization) or len(step.inputs) != 1:
+                continue
+            producer = graph.producer_of(step.inputs[0])
+            if (producer is not None and isinstance(producer.layer, _LINEAR_WITH_KERNEL)
+                    and getattr(producer.layer.activation, "__name__", "") == "linear"
+                    and len(graph.consumers[producer.outputs[0]]) == 1
+                    and producer.outputs[0] != self.subject_key and producer in self._steps):
+                folds[step.name] = producer
+        return folds
+
+    def _pass(self, x, target):
+        network, graph = self.network, self.network.graph
+        with TRACE_LOCK:
+            values = graph.run(x, until=self._last,
+                               linear=network.logits_step if network.softmax_in_last_layer else None)
+            logits = values[network.logits_key]
+            if network.task == "regression":  # the one output unit's pre-activation, whatever its sign
+                relevance = {network.logits_key: logits}
+            else:
+                cls = tf.where(target >= 0, target, tf.argmax(logits, axis=1, output_type=tf.int32))
+                relevance = {network.logits_key: logits * tf.one_hot(cls, tf.shape(logits)[1], dtype=logits.dtype)}
+            skip = set()
+            for step in reversed(self._steps):
+                if step.name in skip:
+                    continue
+                r = relevance.pop(step.outputs[0])
+                step, returned = self._explain(step, values, r, skip)
+                for key, part in zip(step.inputs, returned):
+                    if key in self._needed:
+                        relevance[key] = relevance[key] + part if key in relevance else part
+            return relevance[self.subject_key], values[self.subject_key], logits
+
+    def _explain(self, step, values, r, skip):
+        """(the step whose inputs receive relevance, their relevance) for the relevance ``r`` of ``step``."""
+        if step.name in self._folded:  # conv -> BN as one affine map from the conv's input
+            linear = self._folded[step.name]
+            skip.add(linear.name)
+            a = [values[k] for k in linear.inputs]
+            return linear, epsilon_rule(lambda t: step.call(linear.call(t))[0], a, r, self.eps)
+        return step, rule_of(step.layer).explain(step, [values[k] for k in step.inputs], r, self)
+
+    def raw(self, x: np.ndarray, target: np.ndarray | None = None):
+        """Unaggregated relevance (same shape as the subject layer output or the input), activations, logits.
+
+        ``target``: class per input to explain; ``None`` explains the predicted class.
+        """
+        t = np.full(len(x), -1, np.int32) if target is None else np.asarray(target, np.int32)
+        if len(t) != len(x):
+            raise InputError(f"got {len(t)} targets for {len(x)} inputs")
+        return self._fn(tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(t))
+
+    def batch(self, x: np.ndarray, target: np.ndarray | None = None, *, activations: bool = True):
+        """One batch as numpy: per-neuron relevance (n, neurons), activations (n, neurons) or None, logits."""
+        r, a, z = self.raw(x, target)
+        return per_neuron(r).numpy(), neuron_activations(a).numpy() if activations else None, z.numpy()
+
+    def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
+        """Unaggregated relevance (the subject layer's or the input's shape) as numpy, batched."""
+        if len(x) == 0:
+            return np.zeros_like(x)
+        return np.concatenate([self.raw(x[i:i + self.batch_size],
+                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
+                               for i in range(0, len(x), self.batch_size)])
+
+    def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
+        """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched.
+
+        A convolutional neuron is a channel: relevance summed and activation averaged over positions.
+        """
+        rel, act, logits = [], [], []
+        for start in range(0, len(x), self.batch_size):
+            stop = start + self.batch_size
+            r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
+            rel.append(r)
+            act.append(a)
+            logits.append(z)
+            if progress is not None:
+                progress.update(min(self.batch_size, len(x) - start))
+        return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
