@@ -341,7 +341,7 @@ def _training_groups(network, probs: np.ndarray) -> np.ndarray:
 
 def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysis=None, layer: str | None = None,
                m: int = 8, passes: int = 20, tolerance: float | None = None, random_state: int = 0,
-               progress: bool = False) -> Ranking:
+               cache: dict | None = None, progress: bool = False) -> Ranking:
     """Order the inputs ``x`` so that the ones most likely to reveal a failure come first.
 
     Parameters
@@ -358,6 +358,9 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
     passes : forward passes of ``mc-dropout``, default 20.
     tolerance : a regression model's failure threshold on the absolute error (see :func:`failures_of`).
     random_state : for ``random`` and ``mc-dropout``.
+    cache : a dict to keep between calls on the same model and training inputs (and layer, m): fitted
+        criteria, surprise densities, training activations and the analysis made from x_train are kept in
+        it and reused, so that many orderings of several sets fit each only once.
     """
     from .criteria.base import _raw_inputs, as_network
     from .data import fit_to_model
@@ -374,19 +377,26 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
     notes: list[str] = []
     outputs = None
     rng = np.random.default_rng(random_state)
+    cache = {} if cache is None else cache
+
+    def kept(key, build):
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
     if by in SOFTMAX:
         outputs = network.forward(x)[0]
         scores = softmax_priority(outputs, by)
         order = rank_by(scores)
     elif by in ("lsa", "dsa"):
         from .criteria import make_criterion
-        criterion = make_criterion(by[:2] + "c", layer=layer).fit(network, x_train, progress=progress)
+        criterion = kept((by, layer), lambda: make_criterion(by[:2] + "c", layer=layer).fit(network, x_train,
+                                                                                            progress=progress))
         scores = criterion.surprise(network, x)
         notes += list(getattr(criterion, "notes_", ()))
         order = rank_by(scores)
     elif by == "mdsa":
         name = network.default_layer() if layer is None else network.layer(layer).name
-        train_probs, (train_acts,) = network.forward(x_train, (name,))
+        train_probs, (train_acts,) = kept(("train activations", name), lambda: network.forward(x_train, (name,)))
         outputs, (acts,) = network.forward(x, (name,))
         scores = _mahalanobis(train_acts.astype(np.float64), _training_groups(network, train_probs),
                               acts.astype(np.float64), _training_groups(network, outputs))
@@ -406,14 +416,15 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
     elif by.startswith("idc-"):
         from .analysis import analyze
         if analysis is None:
-            analysis = analyze(network, x_train, y_train, m=m, random_state=random_state, progress=progress)
+            analysis = kept(("analysis", m), lambda: analyze(network, x_train, y_train, m=m, random_state=0,
+                                                             progress=progress))
             notes.append(f"analysis made from the {len(x_train)} training inputs: layer {analysis.layer}, "
                          f"m = {analysis.m}, {analysis.total} combinations")
         else:
             analysis.bind(network)
         ids = analysis.ids(x)
         if by == "idc-rarity":
-            train_ids = analysis.ids(x_train)
+            train_ids = kept(("training combinations", id(analysis)), lambda: analysis.ids(x_train))
             values, counts = np.unique(train_ids, return_counts=True)
             count = np.zeros(len(ids))
             where = np.searchsorted(values, ids)
@@ -425,9 +436,9 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
             order, scores = additional_order([np.array([i]) for i in ids], analysis.total)
     else:
         from .criteria import make_criterion
-        criterion = make_criterion(base)
-        criterion.fit(network, x_train if x_train is not None else x[:1], y_train if x_train is not None else None,
-                      progress=progress)
+        criterion = kept(base, lambda: make_criterion(base).fit(
+            network, x_train if x_train is not None else x[:1], y_train if x_train is not None else None,
+            progress=progress))
         features = np.concatenate([criterion.features(network, x[s:s + 1024]) for s in range(0, len(x), 1024)])
         items = [row[row >= 0] for row in features]
         if by.endswith("-total"):

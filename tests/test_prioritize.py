@@ -251,3 +251,19 @@ def test_cli_names_the_files_of_a_folder_and_refuses_in_one_line(tmp_path, frame
 def test_the_api_name_is_the_function():
     import idcgen.prioritization  # noqa: F401  (a submodule of that name would shadow the function)
     assert idcgen.prioritize is prioritize and callable(idcgen.prioritize)
+
+
+def test_a_cache_fits_each_criterion_once_and_changes_no_ordering(classifier):
+    model, x_train, x, y = classifier
+    cache = {}
+    first = [prioritize(model, x, by=by, x_train=x_train, m=2, cache=cache) for by in ("lsa", "kmnc-additional",
+                                                                                      "idc-rarity", "mdsa")]
+    fitted = {k: id(v) for k, v in cache.items()}
+    again = [prioritize(model, x[::-1], by=by, x_train=x_train, m=2, cache=cache) for by in ("lsa", "kmnc-additional",
+                                                                                            "idc-rarity", "mdsa")]
+    assert {k: id(v) for k, v in cache.items()} == fitted and ("lsa", None) in cache and "kmnc" in cache
+    for a, b, by in zip(first, again, ("lsa", "kmnc-additional", "idc-rarity", "mdsa")):
+        fresh = prioritize(model, x, by=by, x_train=x_train, m=2)
+        assert np.allclose(a.scores, fresh.scores, equal_nan=True) and a.order.tolist() == fresh.order.tolist()
+        if by != "kmnc-additional":   # a score per input, whatever the order of the set
+            assert np.allclose(b.scores[::-1], a.scores, equal_nan=True)
