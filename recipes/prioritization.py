@@ -118,7 +118,7 @@ def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path
 def main(argv=None):
     from idcgen.prioritization import orderings
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="mnist", choices=("mnist", "fashion", "fashion-mnist", "cifar10"))
+    parser.add_argument("--dataset", default="mnist", choices=("mnist", "fashion", "fashion-mnist", "cifar10", "embedded-mnist"))
     parser.add_argument("--model", default=None, help="recipe model name (default lenet5, or cifar10_cnn)")
     parser.add_argument("--n", type=int, default=5000, help="test inputs the sets are made from")
     parser.add_argument("--fit-train", type=int, default=10_000, help="training inputs the orderings are fitted on")
