@@ -46,7 +46,7 @@ def test_prioritization_smoke(recipe, outputs, monkeypatch, capsys):
 def test_guidance_study_smoke(recipe, outputs, monkeypatch, capsys):
     module = recipe("guidance_study")
     argv = ["--dataset", "embedded-mnist", "--validator", "lenet1", "--arms", "idc", "none", "noise", "pgd",
-            "--seeds", "20", "--budget", "256", "--repeats", "2", "--fit-train", "400", "--eval", "100",
+            "--seeds", "20", "--budget", "256", "--repeats", "2", "--fit-train", "1500", "--eval", "100",
             "--retrain-size", "10"]
     run_recipe(module, argv, monkeypatch)
     folder = outputs / "guidance_study" / "embedded-mnist"
