@@ -35,8 +35,8 @@ from .errors import InputError
 __all__ = ["Faults", "distinct_faults", "failure_features", "METHOD"]
 
 METHOD = ("penultimate-layer features, standardised, PCA to {dims} dimensions; HDBSCAN (min_cluster_size "
-          "{min_cluster_size}) within each (true, predicted) pair, noise joined to the nearest cluster; groups "
-          "under {small} inputs are one fault")
+          "{min_cluster_size}) {within}, noise joined to the nearest cluster; groups under {small} inputs are one "
+          "fault")
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,9 @@ def distinct_faults(features, labels=None, predictions=None, *, dims: int = 10, 
             raise InputError(f"{n} feature rows but {len(labels)} labels and {len(predictions)} predictions")
         _, groups = np.unique(np.stack([labels, predictions], axis=1), axis=0, return_inverse=True)
         groups = groups.reshape(-1)
-    method = METHOD.format(dims=dims, min_cluster_size=min_cluster_size, small=2 * min_cluster_size)
+    within = ("within each (true, predicted) pair" if labels is not None else
+              "over all failing inputs (one group: no classes)")
+    method = METHOD.format(dims=dims, min_cluster_size=min_cluster_size, small=2 * min_cluster_size, within=within)
     fault = np.zeros(n, dtype=np.int64)
     if n == 0:
         return Faults(fault, 0, 0, 0, method)

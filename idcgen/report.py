@@ -263,8 +263,8 @@ def _faults_lines(campaign: Campaign) -> list[str]:
     faults = campaign_faults(campaign)
     if faults is None:
         return []
-    return [f"Distinct faults: {faults.count} among the {len(faults.fault)} findings ({faults.pairs} "
-            f"{'groups' if campaign.corpus.regression else '(true, predicted) pairs'}; {faults.method}).", ""]
+    pairs = "" if campaign.corpus.regression else f"{faults.pairs} (true, predicted) pairs; "
+    return [f"Distinct faults: {faults.count} among the {len(faults.fault)} findings ({pairs}{faults.method}).", ""]
 
 
 def _findings_section(campaign: Campaign, folder: Path) -> list[str]:

@@ -40,7 +40,7 @@ def test_a_regression_model_has_one_group_and_noise_joins_a_cluster():
     faults = distinct_faults(features)
     assert (faults.count, faults.pairs) == (2, 1)
     assert faults.fault[-1] in (faults.fault[0], faults.fault[30])   # the point between the groups is no fault of its own
-    assert "PCA to 10 dimensions" in faults.method and "HDBSCAN" in faults.method
+    assert "PCA to 10 dimensions" in faults.method and "over all failing inputs (one group" in faults.method
     assert distinct_faults(np.zeros((0, 4))).count == 0
 
 
