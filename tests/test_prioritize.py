@@ -267,3 +267,16 @@ def test_a_cache_fits_each_criterion_once_and_changes_no_ordering(classifier):
         assert np.allclose(a.scores, fresh.scores, equal_nan=True) and a.order.tolist() == fresh.order.tolist()
         if by != "kmnc-additional":   # a score per input, whatever the order of the set
             assert np.allclose(b.scores[::-1], a.scores, equal_nan=True)
+
+
+def test_cli_json_without_labels_has_nulls_and_the_ranking(classifier, tmp_path):
+    model, _, x, _ = classifier
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "x.npy", x)
+    result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "m.keras"), "--inputs", str(tmp_path / "x.npy"),
+                                 "--by", "entropy", "--out", str(tmp_path / "r.csv"), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output.strip().splitlines()[-1])
+    assert payload["apfd"] is None and payload["failures"] is None and payload["inputs"] == len(x)
+    assert [int(r["input"]) for r in csv.DictReader(open(tmp_path / "r.csv"))] == \
+        prioritize(model, x, by="entropy").order.tolist()
