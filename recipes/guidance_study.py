@@ -165,6 +165,10 @@ def add_faults(runs: list[dict], arrays: dict) -> str:
             f"({faults.pairs} (true, predicted) pairs; {faults.method})")
 
 
+def shown_p(p: float) -> str:
+    return "" if np.isnan(p) else f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
+
+
 def summarise(runs: list[dict], references: dict, settings: dict, fault_note: str, command: str, out: Path) -> Path:
     import csv
     arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
@@ -210,7 +214,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: st
         if (against, arm, k) not in tests:
             return "", ""
         effect, _, adjusted = tests[(against, arm, k)]
-        return f"{effect:.2f}", f"{adjusted:.3f}"
+        return f"{effect:.2f}", shown_p(adjusted)
 
     n = min(len(v) for v in by.values())
     lines = [f"# Guidance study ({settings['dataset']}, {settings['model']})", "", f"Command: `{command}`", "",
@@ -221,7 +225,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: st
              "of each metric) against `none`.", "",
              "| arm | calls | faults / 1k calls | A12 | Holm p | findings / 1k calls | A12 | Holm p | pairs | A12 | Holm p "
              "| validity % | A12 | Holm p | mean SSIM | A12 | Holm p | faults | kept |",
-             "|---|" + "---|" * 20]
+             "|---|" + "---|" * 18]
     for a in arms:
         cells = [cell(values(a, "calls"), 0)]
         for k, digits in zip(METRICS, (2, 2, 1, 1, 3)):
@@ -246,7 +250,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: st
             cells = []
             for k in METRICS:
                 effect, _, adjusted = tests[("idc", a, k)]
-                cells += [f"{1 - effect:.2f}", f"{adjusted:.3f}"]
+                cells += [f"{1 - effect:.2f}", shown_p(adjusted)]
             lines.append(f"| {a} | " + " | ".join(cells) + " |")
     (out / "study.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
