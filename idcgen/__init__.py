@@ -34,6 +34,7 @@ _NAMES = {
     "make_criterion": "criteria",
     "inspect": "deepinspect", "InspectResult": "deepinspect",
     "affinity": "deepbase", "AffinityResult": "deepbase",
+    "prioritize": "prioritization", "Ranking": "prioritization", "apfd": "prioritization",
     "IdcgenError": "errors", "ModelError": "errors", "LayerError": "errors", "InputError": "errors",
     "ParameterError": "errors", "AnalysisMismatchError": "errors",
 }

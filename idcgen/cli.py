@@ -69,7 +69,8 @@ FLAGS = {
     "relevance_of": "--relevance-of", "repeats": "--repeats", "resize": "--resize", "scale": "--scale",
     "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train", "value_range": "--value-range",
     "tol": "--tol", "measures": "--measures", "units": "--units", "hypotheses": "--hypotheses",
-    "workers": "--workers",
+    "workers": "--workers", "by": "--by", "passes": "--passes", "tolerance": "--tolerance",
+    "x_train": "--train",
 }
 # "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
 _PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? parameters?\b(?! of )")
@@ -360,6 +361,59 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
                 typer.echo(f"note: {name.upper()}: {line}")
         for name, why in missing.items():
             typer.echo(f"note: {name.upper()} not computed: {why}")
+
+
+@command
+def prioritize(model: Path = ModelOpt,
+               inputs: str = typer.Option(..., "--inputs", help="The inputs to order (with labels, e.g. an .npz with y or a folder with --labels, the ordering is scored by APFD)."),
+               by: str = typer.Option(..., "--by", help="gini, max-softmax, margin, entropy, lsa, dsa, mdsa, mc-dropout, <criterion>-total, <criterion>-additional (criterion: nc, kmnc, nbc, snac, tknc, lsc, dsc), idc-rarity, idc-additional or random."),
+               out: Path = typer.Option(..., "--out", help="CSV file to write: rank (1 = look first), input (index, or file name for a folder), score."),
+               train: Optional[str] = typer.Option(None, "--train", help="Training inputs (lsa, dsa, mdsa, idc-*, and the coverage orderings of kmnc, nbc, snac, lsc, dsc)."),
+               analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder for idc-rarity and idc-additional (default: analyse --train with --m)."),
+               layer: Optional[str] = typer.Option(None, "--layer", help="Layer of lsa, dsa and mdsa (default: the last hidden layer before the logits)."),
+               m: int = typer.Option(8, "--m", help="Important neurons when the IDC orderings analyse --train."),
+               passes: int = typer.Option(20, "--passes", help="Forward passes of mc-dropout."),
+               tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Regression: an input fails when its absolute error exceeds this (default twice the RMSE over the inputs)."),
+               random_state: int = typer.Option(0, "--random-state", help="Seed of random and mc-dropout."),
+               as_json: bool = typer.Option(False, "--json", help="Print one JSON object: apfd, found_at_1, found_at_5, found_at_10, failures, inputs (null without labels)."),
+               limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
+               scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
+               preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
+               class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
+               crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
+               unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+    """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
+    with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
+    from .analysis import Analysis
+    from .prioritization import check_ordering, input_names, prioritize as run
+    check_ordering(by)   # an unknown ordering is refused before any model is loaded
+    found = Analysis.load(analysis) if analysis is not None else None
+    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
+    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess,
+                                           recorded)
+    check_ordering(by, network.task)   # classification-only orderings refused for a regression model
+    ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
+                    crop=crop)
+    x_train = y_train = None
+    if train is not None:
+        train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=True,
+                                    crop=crop)
+        y_train = train_ds.y
+    ranking = run(network, x, by=by, x_train=x_train, y_train=y_train, y=ds.y, analysis=found, layer=layer, m=m,
+                  passes=passes, tolerance=tolerance, random_state=random_state, progress=not as_json)
+    path = ranking.to_csv(out, input_names(inputs, limit))
+    evaluation = ranking.evaluation
+    if as_json:
+        keys = ("apfd", "found_at_1", "found_at_5", "found_at_10", "failures", "inputs")
+        payload = evaluation.to_dict() if evaluation is not None else dict.fromkeys(keys)
+        payload = {k: (None if isinstance(v, float) and v != v else v) for k, v in payload.items()}
+        payload.update(inputs=len(x), by=ranking.by, out=str(path))
+        typer.echo(json.dumps(payload))
+        return
+    for note in ranking.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"{len(x)} inputs ordered by {ranking.by} -> {path}")
+    typer.echo(str(evaluation) if evaluation is not None else "no labels: the ordering is not scored (give labels for APFD)")
 
 
 @command

@@ -249,11 +249,22 @@ def _failures(campaign: Campaign, state: dict) -> list[str]:
            f"{q['distinct_combinations']} distinct IDC combinations; {rounding}. The oracle flagged "
            f"{campaign.flagged} valid mutants in all ({1000 * campaign.flagged / max(state['execs'], 1):.1f} per 1,000 "
            "execs) before findings were made unique.", ""]
+    out += _faults_lines(campaign)
     if "l2" in found:
         out += ["Distance to the root seed (mean): "
                 f"L0 {q['mean_l0']:.1%} of pixels, L2 {q['mean_l2']:.3g}, L-inf {q['mean_linf']:.3g}, "
                 f"SSIM {q['mean_ssim']:.3f} (1 = identical)."]
     return out
+
+
+def _faults_lines(campaign: Campaign) -> list[str]:
+    """Distinct faults among the findings (idcgen/faults.py), beside findings and pairs."""
+    from .faults import campaign_faults
+    faults = campaign_faults(campaign)
+    if faults is None:
+        return []
+    pairs = "" if campaign.corpus.regression else f"{faults.pairs} (true, predicted) pairs; "
+    return [f"Distinct faults: {faults.count} among the {len(faults.fault)} findings ({pairs}{faults.method}).", ""]
 
 
 def _findings_section(campaign: Campaign, folder: Path) -> list[str]:

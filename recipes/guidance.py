@@ -10,7 +10,8 @@ criterion and the random state (repetition r uses random_state r for every guide
 fitted once on a fixed subset of the training data and measured in every run, whatever guides it.
 
 Per run: findings per 1,000 execs (the misclassification oracle; a finding is kept once per IDC
-combination, true label and prediction), the share of findings that reproduce from their 8-bit image
+combination, true label and prediction), distinct faults (idcgen.faults: the findings clustered within each
+(true, predicted) pair on the model's penultimate-layer features, each cluster once), the share of findings that reproduce from their 8-bit image
 (written as PNG, read back, run again: still the same wrong prediction), unique (true, predicted) pairs,
 seeds with a finding, mean SSIM of findings to their root seeds, every criterion's coverage of the grown
 corpus, and robustness after retraining with the kept mutants as ``idcgen harden`` does (its retraining
@@ -127,6 +128,7 @@ class Study:
         return retrain(self.model, x, y, mode="finetune", epochs=1, random_state=random_state)
 
     def run(self, guide: str, r: int) -> dict:
+        from idcgen.faults import distinct_faults, failure_features
         started = time.perf_counter()
         fuzzer = self.fuzzer(guide, r)
         campaign = fuzzer.run(self.x_seeds, self.y_seeds, budget=self.args.budget, progress=False)
@@ -144,6 +146,8 @@ class Study:
                "flagged_per_1k": 1000.0 * campaign.flagged / campaign.execs,
                "reproduce_%": 100.0 * reproduce / n if n else 100.0,
                "unique_pairs": len({(int(a), int(b)) for a, b in zip(f.get("label", ()), f.get("prediction", ()))}),
+               "distinct_faults": distinct_faults(failure_features(self.network, f["x"]), f["label"],
+                                                  f["prediction"]).count if n else 0,   # idcgen/faults.py
                "seeds_failed": len(np.unique(f["root"])) if n else 0,
                "mean_ssim": float(np.mean(f["ssim"])) if n else float("nan"),
                "kept": len(kept), "fuzz_s": round(fuzz_seconds, 1)}
@@ -200,7 +204,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
             values = np.array([r.get(k, np.nan) for r in by[g]], float)
             row[k] = float(np.nanmean(values)) if not np.isnan(values).all() else float("nan")
             row[k + " std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        for k in ("findings_per_1k", "flagged_per_1k", "unique_pairs", "seeds_failed", "mean_ssim"):
+        for k in ("findings_per_1k", "flagged_per_1k", "unique_pairs", "distinct_faults", "seeds_failed", "mean_ssim"):
             row[f"p {k} vs none"] = (mann_whitney([r.get(k, np.nan) for r in by[g]], [r.get(k, np.nan) for r in base])
                                      if base and g != "none" else float("nan"))
         rows.append(row)
@@ -226,13 +230,14 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
              "has it for seeds with a finding and mean SSIM).", "",
              "## Failures", "",
              "| guide | findings / 1k execs | p | flagged / 1k execs | p | reproduce % | unique (true, pred) pairs | p "
-             "| seeds with a finding | mean SSIM to seed | kept mutants | fuzz s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| distinct faults | seeds with a finding | mean SSIM to seed | kept mutants | fuzz s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         g = row["guide"]
         lines.append(f"| {g} | {col(g, 'findings_per_1k', 2)} | {p(row, 'findings_per_1k')} | "
                      f"{col(g, 'flagged_per_1k', 1)} | {p(row, 'flagged_per_1k')} | "
                      f"{col(g, 'reproduce_%')} | {col(g, 'unique_pairs')} | {p(row, 'unique_pairs')} | "
+                     f"{col(g, 'distinct_faults')} | "
                      f"{col(g, 'seeds_failed')} | {col(g, 'mean_ssim', 3)} | {col(g, 'kept', 0)} | {col(g, 'fuzz_s')} |")
     covs = [k for k in runs[0] if k.startswith("cov_")]
     lines += ["", "## Coverage of the grown corpus (%)", "",

@@ -183,6 +183,7 @@ def test_guidance_smoke(recipe, outputs, monkeypatch, trained_lenet, capsys):
         assert float(r["findings_per_1k"]) == pytest.approx(1000 * int(r["findings"]) / 300)
         assert float(r["flagged_per_1k"]) >= float(r["findings_per_1k"])   # findings are flagged mutants made unique
         assert int(r["unique_pairs"]) <= int(r["findings"]) and int(r["seeds_failed"]) <= 20
+        assert int(r["unique_pairs"]) <= int(r["distinct_faults"]) <= int(r["findings"])   # faults split pairs
     # unguided keeps every valid mutant, IDC only those reaching a new combination
     kept = {r["guide"]: int(r["kept"]) for r in runs if r["repetition"] == "0"}
     assert kept["idc"] < kept["none"] <= 300

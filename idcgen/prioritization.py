@@ -1,0 +1,472 @@
+"""Test prioritisation: which inputs of a large unlabelled set to label first (docs/design.md, "Prioritisation").
+
+    ranking = idcgen.prioritize(model, x_test, by="gini")            # Ranking: order, scores
+    ranking = idcgen.prioritize(model, x_test, by="lsa", x_train=x_train, y=y_test)
+    ranking.evaluation                                               # APFD and the share found early
+    ranking.to_csv("ranking.csv")                                    # rank, input, score
+
+Every ordering gives each input a *priority* score, higher looked at first; ties keep the inputs' own
+order (a stable sort), and inputs without a score (NaN: a surprise with no density for its class) go
+last. The orderings:
+
+- from the softmax (classifiers only): ``gini`` (DeepGini, 1 - sum p_c^2), ``max-softmax`` (1 - max p),
+  ``margin`` (1 - (p_(1) - p_(2)): the smallest margin first), ``entropy`` (-sum p log p);
+- surprise adequacy on one layer (default the last hidden layer before the logits), against the training
+  inputs: ``lsa``, ``dsa`` (classifiers only: it needs two classes), ``mdsa`` (the Mahalanobis distance to
+  the training activations of the predicted class, Kim et al. 2020; one group for a regression model);
+- ``mc-dropout``: the spread of the outputs over ``passes`` forward passes with the model's dropout layers
+  on (the standard deviation of the output for a regression model, the mean standard deviation of the
+  class probabilities for a classifier); only for models with dropout;
+- coverage: ``<criterion>-total`` (CTM: the number of items of the criterion the input covers on its own)
+  and ``<criterion>-additional`` (CAM: greedily the input covering the most items not yet covered, until
+  no input adds one; the rest then by their total), for every criterion of idcgen.criteria;
+- IDC, from an analysis (given, or made from the training inputs): ``idc-rarity`` (how rare the input's
+  combination is among the training inputs: -log((count + 1) / (n_train + |INCC|))) and
+  ``idc-additional`` (CAM on combinations: the first input of every combination the set reaches, then the
+  rest in their own order);
+- ``random``: a random permutation from ``random_state``.
+
+With labels, a *failure* is a misclassified input (classifier) or, for a regression model, an input whose
+absolute error exceeds ``tolerance`` (default: twice the root mean squared error over the set, DeepTest's
+relation ``error^2 <= lambda * MSE`` with lambda = 4). APFD = 1 - (TF_1 + ... + TF_m) / (n m) + 1 / (2 n)
+with TF_i the rank of the i-th failure; the best possible ordering gets 1 - m / (2 n).
+
+The numpy parts (APFD, the orderings from scores, the greedy additional ordering) need no TensorFlow;
+the model is imported only where an ordering runs it.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .checks import check_int, check_real
+from .errors import InputError, ParameterError
+
+__all__ = ["ORDERINGS", "CLASSIFICATION_ONLY", "Evaluation", "Ranking", "additional_order", "apfd",
+           "check_ordering", "evaluate", "failures_of", "found_at", "orderings", "prioritize", "rank_by",
+           "softmax_priority"]
+
+SOFTMAX = ("gini", "max-softmax", "margin", "entropy")
+SURPRISE = ("lsa", "dsa", "mdsa")
+#: the orderings that need no criterion name; ``orderings()`` adds <criterion>-total and -additional
+ORDERINGS = SOFTMAX + SURPRISE + ("mc-dropout", "idc-rarity", "idc-additional", "random")
+#: orderings a regression model cannot take: they need class probabilities (or, DSA, two classes)
+CLASSIFICATION_ONLY = SOFTMAX + ("dsa",)
+#: the share of the ranking the evaluation looks at first, in percent
+FIRST = (1, 5, 10)
+NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc")
+
+
+def orderings() -> list[str]:
+    """Every ordering ``prioritize`` accepts, in a fixed order."""
+    from .criteria import CRITERIA
+    coverage = [f"{c}-{kind}" for c in CRITERIA for kind in ("total", "additional")]
+    return list(ORDERINGS[:-1]) + coverage + ["random"]
+
+
+def check_ordering(by, task: str = "classification") -> str:
+    """``by`` as a known ordering for a model of ``task``; a ParameterError (one line) otherwise."""
+    known = orderings()
+    if not isinstance(by, str) or by.strip().lower() not in known:
+        raise ParameterError(f"The 'by' parameter must be one of {', '.join(known)}. Got {by!r} instead.")
+    by = by.strip().lower()
+    if task == "regression" and by in CLASSIFICATION_ONLY:
+        why = "needs two classes" if by == "dsa" else "needs class probabilities"
+        raise ParameterError(f"by={by!r} {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
+                             "idc-rarity, idc-additional or a <criterion>-total/-additional ordering")
+    return by
+
+
+# ---- the numpy core ---------------------------------------------------------------------------------------
+
+def softmax_priority(probs, by: str) -> np.ndarray:
+    """(n,) priority (higher first) of each input from its class probabilities (n, classes)."""
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] < 2:
+        raise InputError(f"class probabilities must be an (n, classes) array with at least two classes; "
+                         f"got shape {p.shape}")
+    if by == "gini":
+        return 1.0 - np.einsum("ij,ij->i", p, p)
+    if by == "max-softmax":
+        return 1.0 - p.max(axis=1)
+    if by == "margin":
+        top = np.sort(p, axis=1)[:, -2:]
+        return 1.0 - (top[:, 1] - top[:, 0])
+    if by == "entropy":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return -np.where(p > 0, p * np.log(p), 0.0).sum(axis=1)
+    raise ParameterError(f"{by!r} is not an ordering from class probabilities ({', '.join(SOFTMAX)})")
+
+
+def rank_by(priority) -> np.ndarray:
+    """Indices of the inputs, highest priority first; ties keep the inputs' order, NaN goes last."""
+    p = np.asarray(priority, dtype=np.float64)
+    key = np.where(np.isnan(p), np.inf, -p)
+    return np.argsort(key, kind="stable")
+
+
+def additional_order(items: Sequence[np.ndarray], total: int) -> tuple[np.ndarray, np.ndarray]:
+    """The additional-coverage ordering (CAM) of inputs covering sets of items.
+
+    ``items[i]`` holds the item ids input i covers (ints in [0, total), repeats allowed, -1 ignored).
+    Greedy: take the input that covers the most items not yet covered (ties: the earlier input) until no
+    remaining input adds an item; the rest follow by the number of items each covers on its own (the
+    total ordering, ties in their own order). Returns (order (n,), score (n,) by input: the new items it
+    added when taken, or for the rest its own item count as a fraction below 1, so that a score says which
+    part of the ordering an input is in). Lazy evaluation: a gain can only fall while the covered set
+    grows, so a stale gain on the heap is an upper bound and only the top needs recomputing.
+    """
+    sets = [np.unique(np.asarray(s, dtype=np.int64)) for s in items]
+    sets = [s[s >= 0] for s in sets]
+    n = len(sets)
+    sizes = np.array([s.size for s in sets], dtype=np.float64)
+    score = np.zeros(n, dtype=np.float64)
+    covered = np.zeros(max(int(total), 1), dtype=bool)
+    heap = [(-int(sizes[i]), i) for i in range(n) if sizes[i]]
+    heapq.heapify(heap)
+    taken = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        now = int((~covered[sets[i]]).sum())
+        if now == 0:
+            continue   # adds nothing now, nor later: ordered with the rest
+        if heap and (now < -heap[0][0] or (now == -heap[0][0] and heap[0][1] < i)):
+            heapq.heappush(heap, (-now, i))
+            continue
+        covered[sets[i]] = True
+        score[i] = now
+        taken.append(i)
+    rest = np.setdiff1d(np.arange(n), taken)
+    rest = rest[np.argsort(-sizes[rest], kind="stable")]
+    score[rest] = sizes[rest] / (sizes.max() + 1.0) if n else 0.0
+    return np.array(taken + rest.tolist(), dtype=np.int64), score
+
+
+def _check_failures(order: np.ndarray, failures) -> tuple[np.ndarray, np.ndarray]:
+    order = np.asarray(order)
+    failed = np.asarray(failures)
+    if failed.dtype != bool or failed.ndim != 1:
+        raise InputError(f"failures must be a 1-D boolean array (one per input); got dtype {failed.dtype}, "
+                         f"shape {failed.shape}")
+    n = len(failed)
+    if order.ndim != 1 or len(order) != n or not np.array_equal(np.sort(order), np.arange(n)):
+        raise InputError(f"the ordering must be a permutation of the {n} input indices; got {len(order)} indices"
+                         + ("" if len(order) != n else " with repeats or values outside 0..n-1"))
+    return order, failed
+
+
+def apfd(order, failures) -> float:
+    """Average Percentage of Faults Detected of ``order`` (indices, first looked at first) given the boolean
+    ``failures`` per input: 1 - sum(TF_i) / (n m) + 1 / (2 n), TF_i the 1-based rank of the i-th failure.
+    NaN when no input fails."""
+    order, failed = _check_failures(order, failures)
+    n, m = len(failed), int(failed.sum())
+    if n == 0 or m == 0:
+        return float("nan")
+    ranks = np.flatnonzero(failed[order]) + 1
+    return float(1.0 - ranks.sum() / (n * m) + 1.0 / (2 * n))
+
+
+def found_at(order, failures, percent: float) -> float:
+    """The share of the failures among the first ``ceil(percent / 100 * n)`` inputs of ``order``; NaN
+    without failures."""
+    order, failed = _check_failures(order, failures)
+    check_real("percent", percent, 0.0, 100.0, closed="right")
+    m = int(failed.sum())
+    if m == 0:
+        return float("nan")
+    k = int(math.ceil(percent / 100.0 * len(failed) - 1e-9))
+    return float(failed[order[:k]].sum() / m)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How soon an ordering reaches the failures: APFD and the share of failures in the first 1, 5, 10 %."""
+
+    apfd: float
+    found_at_1: float
+    found_at_5: float
+    found_at_10: float
+    failures: int
+    inputs: int
+
+    def to_dict(self) -> dict:
+        return {"apfd": self.apfd, "found_at_1": self.found_at_1, "found_at_5": self.found_at_5,
+                "found_at_10": self.found_at_10, "failures": self.failures, "inputs": self.inputs}
+
+    def __str__(self) -> str:
+        if not self.failures:
+            return f"no failures among the {self.inputs} inputs: APFD undefined"
+        return (f"APFD {self.apfd:.4f} ({self.failures} failures in {self.inputs} inputs; the best ordering gets "
+                f"{1 - self.failures / (2 * self.inputs):.4f}); failures found in the first 1 % "
+                f"{self.found_at_1:.1%}, 5 % {self.found_at_5:.1%}, 10 % {self.found_at_10:.1%}")
+
+
+def evaluate(order, failures) -> Evaluation:
+    """APFD and the share of failures found in the first 1, 5 and 10 % of ``order``."""
+    order, failed = _check_failures(order, failures)
+    shares = [found_at(order, failed, p) for p in FIRST]
+    return Evaluation(apfd(order, failed), *shares, failures=int(failed.sum()), inputs=len(failed))
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """An ordering of a set of inputs: ``order`` (indices, the first to look at first) and ``scores``
+    (priority per input, in the inputs' order; for additional orderings the items each input added when
+    taken). ``evaluation`` when labels were given."""
+
+    by: str
+    order: np.ndarray
+    scores: np.ndarray
+    evaluation: Evaluation | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __repr__(self) -> str:
+        extra = "" if self.evaluation is None else f", apfd={self.evaluation.apfd:.4f}"
+        return f"Ranking(by={self.by!r}, inputs={len(self)}{extra})"
+
+    def rows(self, names: Sequence[str] | None = None) -> list[dict]:
+        """One row per rank: rank (1 = look first), input (index, or ``names[index]``), score."""
+        if names is not None and len(names) != len(self.order):
+            raise InputError(f"{len(names)} names for {len(self.order)} inputs")
+        return [{"rank": r, "input": int(i) if names is None else names[i], "score": float(self.scores[i])}
+                for r, i in enumerate(self.order, 1)]
+
+    def to_csv(self, path: str | os.PathLike, names: Sequence[str] | None = None) -> Path:
+        """Write the ranking as CSV with columns rank, input, score (see :meth:`rows`)."""
+        path = Path(path)
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=["rank", "input", "score"])
+            writer.writeheader()
+            for row in self.rows(names):
+                writer.writerow(dict(row, score=repr(row["score"])))
+        tmp.replace(path)
+        return path
+
+
+# ---- the model's side (TensorFlow imported on use) ------------------------------------------------------
+
+def failures_of(network, x, y, *, tolerance: float | None = None, outputs=None) -> np.ndarray:
+    """Boolean (n,): misclassified inputs, or for a regression model inputs whose absolute error exceeds
+    ``tolerance`` (default: twice the root mean squared error over these inputs). ``outputs``: the model's
+    outputs (probabilities or values) if already computed."""
+    out = network.forward(x)[0] if outputs is None else np.asarray(outputs)
+    if network.task == "regression":
+        error = np.abs(out.reshape(len(out), -1)[:, 0].astype(np.float64) - np.asarray(y, np.float64))
+        if tolerance is None:
+            tolerance = 2.0 * float(np.sqrt(np.mean(error ** 2))) if len(error) else 0.0
+        else:
+            check_real("tolerance", tolerance, 0.0, None)
+        return error > tolerance
+    return out.argmax(axis=1) != np.asarray(y)
+
+
+def _mahalanobis(train_acts: np.ndarray, train_groups: np.ndarray, acts: np.ndarray, groups: np.ndarray,
+                 var_threshold: float = 1e-5) -> np.ndarray:
+    """MDSA: the Mahalanobis distance of each activation to the training activations of its group (the
+    pseudo-inverse of the group's covariance, neurons of (near) zero variance left out); NaN for a group
+    with fewer than two training inputs."""
+    keep = train_acts.var(axis=0) >= var_threshold
+    if not keep.any():
+        raise InputError("MDSA: every neuron of the layer is (nearly) constant over the training inputs; choose "
+                         "another layer")
+    out = np.full(len(acts), np.nan)
+    for g in np.unique(groups):
+        own = train_acts[train_groups == g][:, keep]
+        rows = groups == g
+        if len(own) < 2:
+            continue
+        mean = own.mean(axis=0)
+        precision = np.linalg.pinv(np.cov(own, rowvar=False).reshape(len(mean), len(mean)), hermitian=True)
+        d = acts[rows][:, keep] - mean
+        out[rows] = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", d, precision, d), 0.0))
+    return out
+
+
+def _dropout_layers(network) -> list:
+    import keras
+    return [s for s in network.graph.steps if isinstance(s.layer, keras.layers.Dropout)]
+
+
+def _mc_dropout(network, x: np.ndarray, passes: int, rng: np.random.Generator, progress) -> np.ndarray:
+    """(n,) spread of the outputs over ``passes`` passes with every Dropout layer dropping (masks drawn
+    from ``rng``, so the same random state gives the same scores); the other layers run in inference mode."""
+    import tensorflow as tf
+    steps = network.graph.steps
+    dropped = {id(s) for s in _dropout_layers(network)}
+    spread = []
+    for start in range(0, len(x), network.batch_size):
+        batch = tf.convert_to_tensor(x[start:start + network.batch_size], tf.float32)
+        runs = []
+        for _ in range(passes):
+            values = {network.graph.input_key: batch}
+            for step in steps:
+                inputs = [values[k] for k in step.inputs]
+                if id(step) in dropped:
+                    a = inputs[0]
+                    rate = float(step.layer.rate)
+                    shape = list(a.shape)
+                    if type(step.layer).__name__.startswith("SpatialDropout"):   # one mask per channel
+                        shape = [shape[0]] + [1] * (len(shape) - 2) + [shape[-1]]
+                    mask = (rng.random(shape) >= rate).astype(np.float32) / max(1.0 - rate, 1e-12)
+                    outs = [a * mask]
+                else:
+                    outs = step.call(inputs)
+                values.update(zip(step.outputs, outs))
+            runs.append(np.asarray(values[network.graph.output_key], np.float64))
+        out = np.stack(runs)          # (passes, batch, outputs)
+        spread.append(out.std(axis=0).mean(axis=1))
+        if progress is not None:
+            progress.update(len(out[0]))
+    return np.concatenate(spread) if spread else np.zeros(0)
+
+
+def _training_groups(network, probs: np.ndarray) -> np.ndarray:
+    return np.zeros(len(probs), np.int64) if network.task == "regression" else probs.argmax(axis=1)
+
+
+def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysis=None, layer: str | None = None,
+               m: int = 8, passes: int = 20, tolerance: float | None = None, random_state: int = 0,
+               cache: dict | None = None, progress: bool = False) -> Ranking:
+    """Order the inputs ``x`` so that the ones most likely to reveal a failure come first.
+
+    Parameters
+    ----------
+    model : keras.Model or Network (classifier or regression model).
+    x : array (n, *input_shape), scaled as the model expects.
+    by : the ordering (see the module's docstring and :func:`orderings`).
+    x_train, y_train : training inputs (and labels): needed by lsa, dsa, mdsa, the coverage orderings of
+        criteria that learn from data (kmnc, nbc, snac, lsc, dsc), idc-rarity, and the IDC orderings when
+        no ``analysis`` is given (it is then made with ``m`` important neurons).
+    y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early).
+    analysis : an Analysis for the IDC orderings.
+    layer : the layer of the surprise orderings (default the last hidden layer before the logits).
+    passes : forward passes of ``mc-dropout``, default 20.
+    tolerance : a regression model's failure threshold on the absolute error (see :func:`failures_of`).
+    random_state : for ``random`` and ``mc-dropout``.
+    cache : a dict to keep between calls on the same model and training inputs (and layer, m): fitted
+        criteria, surprise densities, training activations and the analysis made from x_train are kept in
+        it and reused, so that many orderings of several sets fit each only once.
+    """
+    from .criteria.base import _raw_inputs, as_network
+    from .data import fit_to_model
+    network = as_network(model)
+    by = check_ordering(by, network.task)
+    check_int("passes", passes, 2)
+    check_int("random_state", random_state, 0)
+    x = fit_to_model(_raw_inputs(x, network), network.input_shape)   # InputError when empty or mis-shaped
+    base = by.rsplit("-", 1)[0] if by.endswith(("-total", "-additional")) and not by.startswith("idc-") else by
+    if x_train is None and (base in NEEDS_TRAIN or by == "idc-rarity" or (by.startswith("idc-") and analysis is None)):
+        raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
+    if x_train is not None:
+        x_train = fit_to_model(_raw_inputs(x_train, network), network.input_shape)
+    notes: list[str] = []
+    outputs = None
+    rng = np.random.default_rng(random_state)
+    cache = {} if cache is None else cache
+
+    def kept(key, build):
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+    if by in SOFTMAX:
+        outputs = network.forward(x)[0]
+        scores = softmax_priority(outputs, by)
+        order = rank_by(scores)
+    elif by in ("lsa", "dsa"):
+        from .criteria import make_criterion
+        criterion = kept((by, layer), lambda: make_criterion(by[:2] + "c", layer=layer).fit(network, x_train,
+                                                                                            progress=progress))
+        scores = criterion.surprise(network, x)
+        notes += list(getattr(criterion, "notes_", ()))
+        order = rank_by(scores)
+    elif by == "mdsa":
+        name = network.default_layer() if layer is None else network.layer(layer).name
+        train_probs, (train_acts,) = kept(("train activations", name), lambda: network.forward(x_train, (name,)))
+        outputs, (acts,) = network.forward(x, (name,))
+        scores = _mahalanobis(train_acts.astype(np.float64), _training_groups(network, train_probs),
+                              acts.astype(np.float64), _training_groups(network, outputs))
+        order = rank_by(scores)
+    elif by == "mc-dropout":
+        if not _dropout_layers(network):
+            raise ParameterError("by='mc-dropout' needs a model with Dropout layers; this model has none: use lsa or "
+                                 "mdsa")
+        from tqdm.auto import tqdm
+        with tqdm(total=len(x), desc="mc-dropout", unit="input", disable=not progress, leave=False) as bar:
+            scores = _mc_dropout(network, x, passes, rng, bar)
+        order = rank_by(scores)
+    elif by == "random":
+        order = rng.permutation(len(x))
+        scores = np.empty(len(x))
+        scores[order] = np.arange(len(x), 0, -1, dtype=np.float64)   # the priority is the reversed position
+    elif by.startswith("idc-"):
+        from .analysis import analyze
+        if analysis is None:
+            analysis = kept(("analysis", m), lambda: analyze(network, x_train, y_train, m=m, random_state=0,
+                                                             progress=progress))
+            notes.append(f"analysis made from the {len(x_train)} training inputs: layer {analysis.layer}, "
+                         f"m = {analysis.m}, {analysis.total} combinations")
+        else:
+            analysis.bind(network)
+        ids = analysis.ids(x)
+        if by == "idc-rarity":
+            train_ids = kept(("training combinations", id(analysis)), lambda: analysis.ids(x_train))
+            values, counts = np.unique(train_ids, return_counts=True)
+            count = np.zeros(len(ids))
+            where = np.searchsorted(values, ids)
+            hit = (where < len(values)) & (values[np.minimum(where, len(values) - 1)] == ids)
+            count[hit] = counts[where[hit]]
+            scores = -np.log((count + 1.0) / (len(train_ids) + analysis.total))
+            order = rank_by(scores)
+        else:
+            order, scores = additional_order([np.array([i]) for i in ids], analysis.total)
+    else:
+        from .criteria import make_criterion
+        criterion = kept(base, lambda: make_criterion(base).fit(
+            network, x_train if x_train is not None else x[:1], y_train if x_train is not None else None,
+            progress=progress))
+        features = np.concatenate([criterion.features(network, x[s:s + 1024]) for s in range(0, len(x), 1024)])
+        items = [row[row >= 0] for row in features]
+        if by.endswith("-total"):
+            scores = np.array([np.unique(r).size for r in items], dtype=np.float64)
+            order = rank_by(scores)
+        else:
+            order, scores = additional_order(items, criterion.total_)
+    evaluation = None
+    if y is not None:
+        from .data import check_labels
+        y = check_labels(x, y, network.task)
+        failed = failures_of(network, x, y, tolerance=tolerance, outputs=outputs if by in SOFTMAX else None)
+        evaluation = evaluate(order, failed)
+    return Ranking(by=by, order=np.asarray(order, np.int64), scores=np.asarray(scores, np.float64),
+                   evaluation=evaluation, notes=tuple(notes))
+
+
+def input_names(spec, limit: int | None = None) -> list[str] | None:
+    """The file names of an image folder's inputs, in the order ``load_inputs`` reads them (``class/name``
+    for class subfolders); None when ``spec`` is not an image folder."""
+    from .data import _image_files, _is_image_folder
+    if not _is_image_folder(spec):
+        return None
+    folder = Path(os.fspath(spec)).expanduser()
+    direct = _image_files(folder)
+    if direct:
+        names = [p.name for p in direct]
+    else:
+        subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        names = [f"{d.name}/{p.name}" for d in subfolders for p in _image_files(d)]
+    return names[:limit]
