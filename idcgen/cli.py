@@ -384,13 +384,9 @@ def prioritize(model: Path = ModelOpt,
                unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
-    from .analysis import Analysis
     from .prioritization import check_ordering, input_names, prioritize as run
     check_ordering(by)   # an unknown ordering is refused before any model is loaded
-    found = Analysis.load(analysis) if analysis is not None else None
-    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
-    network, convention = _with_convention(_network(model, unsafe, architecture, task), value_range, preprocess,
-                                           recorded)
+    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     check_ordering(by, network.task)   # classification-only orderings refused for a regression model
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)

@@ -297,41 +297,15 @@ def _mahalanobis(train_acts: np.ndarray, train_groups: np.ndarray, acts: np.ndar
     return out
 
 
-def _dropout_layers(network) -> list:
-    import keras
-    return [s for s in network.graph.steps if isinstance(s.layer, keras.layers.Dropout)]
-
-
 def _mc_dropout(network, x: np.ndarray, passes: int, rng: np.random.Generator, progress) -> np.ndarray:
     """(n,) spread of the outputs over ``passes`` passes with every Dropout layer dropping (masks drawn
     from ``rng``, so the same random state gives the same scores); the other layers run in inference mode."""
-    import tensorflow as tf
-    steps = network.graph.steps
-    dropped = {id(s) for s in _dropout_layers(network)}
     spread = []
     for start in range(0, len(x), network.batch_size):
-        batch = tf.convert_to_tensor(x[start:start + network.batch_size], tf.float32)
-        runs = []
-        for _ in range(passes):
-            values = {network.graph.input_key: batch}
-            for step in steps:
-                inputs = [values[k] for k in step.inputs]
-                if id(step) in dropped:
-                    a = inputs[0]
-                    rate = float(step.layer.rate)
-                    shape = list(a.shape)
-                    if type(step.layer).__name__.startswith("SpatialDropout"):   # one mask per channel
-                        shape = [shape[0]] + [1] * (len(shape) - 2) + [shape[-1]]
-                    mask = (rng.random(shape) >= rate).astype(np.float32) / max(1.0 - rate, 1e-12)
-                    outs = [a * mask]
-                else:
-                    outs = step.call(inputs)
-                values.update(zip(step.outputs, outs))
-            runs.append(np.asarray(values[network.graph.output_key], np.float64))
-        out = np.stack(runs)          # (passes, batch, outputs)
+        out = network.dropout_outputs(x[start:start + network.batch_size], passes, rng)   # (passes, batch, outputs)
         spread.append(out.std(axis=0).mean(axis=1))
         if progress is not None:
-            progress.update(len(out[0]))
+            progress.update(out.shape[1])
     return np.concatenate(spread) if spread else np.zeros(0)
 
 
@@ -402,7 +376,7 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
                               acts.astype(np.float64), _training_groups(network, outputs))
         order = rank_by(scores)
     elif by == "mc-dropout":
-        if not _dropout_layers(network):
+        if not network.dropout_layers():
             raise ParameterError("by='mc-dropout' needs a model with Dropout layers; this model has none: use lsa or "
                                  "mdsa")
         from tqdm.auto import tqdm

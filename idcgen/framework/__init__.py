@@ -164,6 +164,15 @@ class Network(metaclass=_Dispatching):
         out = self.forward(x)[0]
         return out[:, 0] if self.task == "regression" else out.argmax(axis=1)
 
+    def dropout_layers(self) -> list[str]:
+        """The layers that drop units in training (MC dropout samples them at test time)."""
+        return []
+
+    def dropout_outputs(self, x: np.ndarray, passes: int, rng: np.random.Generator) -> np.ndarray:
+        """(passes, n, outputs): the outputs with every dropout layer dropping, masks drawn from ``rng`` (the
+        same random state gives the same outputs); every other layer in inference mode."""
+        raise ModelError("this model has no dropout layers to sample (MC dropout)")
+
     # ---- gradients (the gradient mutators) ----------------------------------------------------
     @abc.abstractmethod
     def gradients(self, kind: str, **spec):

@@ -433,6 +433,34 @@ class KerasNetwork(Network):
             return lambda x: [o.numpy() for o in run(tf.convert_to_tensor(x, dtype=tf.float32))]
         return self.cached(("feature-maps", tuple(layers)), build)
 
+    def dropout_layers(self) -> list[str]:
+        return [s.name for s in self.graph.steps if isinstance(s.layer, (keras.layers.Dropout,
+                                                                       keras.layers.SpatialDropout1D,
+                                                                       keras.layers.SpatialDropout2D,
+                                                                       keras.layers.SpatialDropout3D))]
+
+    def dropout_outputs(self, x: np.ndarray, passes: int, rng: np.random.Generator) -> np.ndarray:
+        dropped = set(self.dropout_layers())
+        if not dropped:
+            return super().dropout_outputs(x, passes, rng)
+        batch = tf.convert_to_tensor(x, tf.float32)
+        runs = []
+        for _ in range(passes):
+            values = {self.graph.input_key: batch}
+            for step in self.graph.steps:
+                inputs = [values[k] for k in step.inputs]
+                if step.name in dropped:   # a mask of our own, drawn from rng: reproducible, unlike Keras' dropout
+                    a, rate = inputs[0], float(step.layer.rate)
+                    shape = list(a.shape)
+                    if type(step.layer).__name__.startswith("SpatialDropout"):   # one mask per channel
+                        shape = [shape[0]] + [1] * (len(shape) - 2) + [shape[-1]]
+                    outs = [a * ((rng.random(shape) >= rate).astype(np.float32) / max(1.0 - rate, 1e-12))]
+                else:
+                    outs = step.call(inputs)
+                values.update(zip(step.outputs, outs))
+            runs.append(np.asarray(values[self.graph.output_key], np.float64))
+        return np.stack(runs)
+
     def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
         from .keras_lrp import Relevance
         return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or 512)
