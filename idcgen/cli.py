@@ -221,8 +221,8 @@ def _task_line(network) -> str:
     """"regression (one output unit, tanh; ...)" or "classification (10 classes)"."""
     if network.task == "classification":
         return f"classification ({network.n_classes} classes)"
-    from .framework.keras_network import _activation_name
-    act = _activation_name(network.logits_step.layer)
+    from .framework.keras_network import activation_name
+    act = activation_name(network.logits_step.layer)
     line = (f"regression (one output unit, {act}; relevance starts from its pre-activation; "
             "--task classification overrides)")
     return line + (f"; note: {network.head_note}" if network.head_note else "")

@@ -336,18 +336,19 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
         criteria, surprise densities, training activations and the analysis made from x_train are kept in
         it and reused, so that many orderings of several sets fit each only once.
     """
-    from .criteria.base import _raw_inputs, as_network
+    from .criteria.base import raw_inputs
     from .data import fit_to_model
+    from .framework import as_network
     network = as_network(model)
     by = check_ordering(by, network.task)
     check_int("passes", passes, 2)
     check_int("random_state", random_state, 0)
-    x = fit_to_model(_raw_inputs(x, network), network.input_shape)   # InputError when empty or mis-shaped
+    x = fit_to_model(raw_inputs(x, network), network.input_shape)   # InputError when empty or mis-shaped
     base = by.rsplit("-", 1)[0] if by.endswith(("-total", "-additional")) and not by.startswith("idc-") else by
     if x_train is None and (base in NEEDS_TRAIN or by == "idc-rarity" or (by.startswith("idc-") and analysis is None)):
         raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
     if x_train is not None:
-        x_train = fit_to_model(_raw_inputs(x_train, network), network.input_shape)
+        x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
     notes: list[str] = []
     outputs = None
     rng = np.random.default_rng(random_state)
@@ -433,14 +434,8 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
 def input_names(spec, limit: int | None = None) -> list[str] | None:
     """The file names of an image folder's inputs, in the order ``load_inputs`` reads them (``class/name``
     for class subfolders); None when ``spec`` is not an image folder."""
-    from .data import _image_files, _is_image_folder
-    if not _is_image_folder(spec):
+    from .data import image_names, is_image_folder
+    if not is_image_folder(spec):
         return None
-    folder = Path(os.fspath(spec)).expanduser()
-    direct = _image_files(folder)
-    if direct:
-        names = [p.name for p in direct]
-    else:
-        subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-        names = [f"{d.name}/{p.name}" for d in subfolders for p in _image_files(d)]
+    names = image_names(Path(os.fspath(spec)))
     return names[:limit]

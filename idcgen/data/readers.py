@@ -213,6 +213,17 @@ def _image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
+def image_names(folder) -> list[str]:
+    """The names of an image folder's inputs in the order they are read: file names, or ``class/name`` for
+    class subfolders."""
+    folder = Path(folder).expanduser()
+    direct = _image_files(folder)
+    if direct:
+        return [p.name for p in direct]
+    subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return [f"{d.name}/{p.name}" for d in subfolders for p in _image_files(d)]
+
+
 def _folder_labels(folder: Path, names: list[str], class_names, n_classes):
     """(label per subfolder name, class names by label or None, the line saying the mapping)."""
     integer = [n for n in names if re.fullmatch(r"\d+", n)]

@@ -126,7 +126,8 @@ def _tap_target(name: str, known) -> tuple[str, bool]:
     return name, False
 
 
-def _activation_name(layer) -> str:
+def activation_name(layer) -> str:
+    """The name of a layer's activation ("linear" when it has none)."""
     act = getattr(layer, "activation", None)
     return "linear" if act is None else getattr(act, "__name__", str(act))
 
@@ -140,7 +141,7 @@ def _described(step) -> str:
 
 def _is_softmax(layer) -> bool:
     return isinstance(layer, keras.layers.Softmax) or (
-        isinstance(layer, keras.layers.Activation) and _activation_name(layer) == "softmax")
+        isinstance(layer, keras.layers.Activation) and activation_name(layer) == "softmax")
 
 
 def _under_lambda(graph, last):
@@ -164,7 +165,7 @@ def _detect_task(last, task: str | None) -> str:
                          f"this one ends with {_described(last)}; leave --task out or give classification")
     if task is not None:
         return task
-    return "regression" if one_unit and _activation_name(last.layer) != "softmax" else "classification"
+    return "regression" if one_unit and activation_name(last.layer) != "softmax" else "classification"
 
 
 class KerasNetwork(Network):
@@ -206,14 +207,14 @@ class KerasNetwork(Network):
         if self.task == "regression":
             # relevance starts from the output unit's pre-activation (docs/design.md, "Regression models")
             self.logits_key = last.outputs[0]
-            self.softmax_in_last_layer = _activation_name(last.layer) != "linear"   # run without its squashing
+            self.softmax_in_last_layer = activation_name(last.layer) != "linear"   # run without its squashing
         elif _is_softmax(last.layer):
             self.logits_key = last.inputs[0]                      # drop the softmax layer
             self.softmax_in_last_layer = False
-        elif _activation_name(last.layer) == "softmax":
+        elif activation_name(last.layer) == "softmax":
             self.logits_key = last.outputs[0]                     # last layer called with its activation removed
             self.softmax_in_last_layer = True
-        elif _activation_name(last.layer) == "linear":
+        elif activation_name(last.layer) == "linear":
             if not last.layer.weights:  # Flatten, Reshape, pooling, Dropout ...: the output is not a head's
                 raise ModelError(f"the model's output comes from {_described(last)}, not a classifier or "
                                  "regression head; expected a final Dense (logits, or one unit for regression) "
@@ -222,7 +223,7 @@ class KerasNetwork(Network):
             self.softmax_in_last_layer = False
         else:
             raise ModelError(f"cannot find the logits: the last layer {last.name!r} has activation "
-                             f"{_activation_name(last.layer)!r}; expected softmax (as a layer or an activation) "
+                             f"{activation_name(last.layer)!r}; expected softmax (as a layer or an activation) "
                              "or linear logits")
         self.logits_step = self.graph.producer_of(self.logits_key)
         if self.logits_step is None:
