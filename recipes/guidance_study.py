@@ -99,7 +99,7 @@ class GuidanceStudy(Study):
 
     def __init__(self, args):
         super().__init__(args)
-        from idcgen.models import Network
+        from idcgen.framework import Network
         self.validator = Network(load_model(args.validator, args.dataset))
 
     def settings(self) -> dict:

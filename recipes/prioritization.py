@@ -137,7 +137,7 @@ def main(argv=None):
     out = Path(args.out) if args.out else OUTPUTS / "prioritization" / args.dataset
     (out / "runs").mkdir(parents=True, exist_ok=True)
 
-    from idcgen.models import Network
+    from idcgen.framework import Network
     from idcgen.prioritization import _dropout_layers, prioritize
     started = time.perf_counter()
     model = load_model(args.model, args.dataset)
