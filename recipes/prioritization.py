@@ -138,7 +138,7 @@ def main(argv=None):
     (out / "runs").mkdir(parents=True, exist_ok=True)
 
     from idcgen.framework import Network
-    from idcgen.prioritization import _dropout_layers, prioritize
+    from idcgen.prioritization import prioritize
     started = time.perf_counter()
     model = load_model(args.model, args.dataset)
     network = Network(model)
@@ -155,7 +155,7 @@ def main(argv=None):
                 "fit_train": len(x_train),
                 "corruptions": list(CORRUPTIONS), "adversarial": ADVERSARIAL, "passes": PASSES}
     print(f"setup {time.perf_counter() - started:.0f} s: {settings}", flush=True)
-    if not _dropout_layers(network) and "mc-dropout" in chosen:
+    if not network.dropout_layers() and "mc-dropout" in chosen:
         chosen = [o for o in chosen if o != "mc-dropout"]
         print(f"{args.model} has no dropout layer: mc-dropout left out", flush=True)
     cache: dict = {}
