@@ -227,6 +227,42 @@ def retrain(name: str, x_train, y_train, x_test, y_test, *, budget: int, n_seeds
     return {"model": name, "random_state": random_state, "kept": n, "execs": c.execs, "rows": rows}
 
 
+def retrain_all(name: str, x_train, y_train, x_test, y_test, *, epochs: int, lr: float, random_state: int) -> dict:
+    """DeepTest's retraining at full size: every training frame once more, transformed by one transform drawn
+    at random (labelled with its original angle), against every training frame once more untransformed (the
+    control: as many steps, nothing synthesised); test MSE on clean and transformed test frames."""
+    from idcgen.models import Network, load_model as load
+    from common import model_path
+    path = model_path(name, "udacity")
+    network = Network(load(path))
+    xt, yt, which = transformed_test(network, x_test, y_test, random_state + 1000)
+    rng = np.random.default_rng(random_state)
+    order = rng.permutation(len(x_train))
+    x_syn, y_syn = random_transformed(network, x_train[order], y_train[order], len(x_train),
+                                      np.random.default_rng(random_state), random_state)
+    rows = []
+    base_mse = float(np.mean((predict(network, x_test) - y_test) ** 2))
+    for arm, (xe, ye, model) in {"before": (None, None, network),
+                                 "every training frame again, clean": (x_train, y_train, None),
+                                 "every training frame again, transformed (DeepTest)": (x_syn, y_syn, None)}.items():
+        with Timer() as t:
+            net = model if model is not None else Network(
+                fine_tune(path, x_train, y_train, xe, ye, epochs=epochs, lr=lr, random_state=random_state))
+        p, pt = predict(net, x_test), predict(net, xt)
+        mse, err = float(np.mean((p - y_test) ** 2)), (pt - yt) ** 2
+        row = {"model": name, "random state": random_state, "fine-tuned with": arm,
+               "added frames": 0 if xe is None else len(xe), "test MSE (clean)": round(mse, 4),
+               "test MSE (transformed)": round(float(err.mean()), 4),
+               "erroneous at lambda 5": int((err > GUIDE_LAMBDA * mse).sum()),
+               "erroneous at lambda 5, base bound": int((err > GUIDE_LAMBDA * base_mse).sum())}
+        for i, transform in enumerate(TRANSFORMS):
+            row[f"MSE {transform}"] = round(float(err[which == i].mean()), 4)
+        row["seconds"] = round(t.seconds, 1)
+        print(row, flush=True)
+        rows.append(row)
+    return {"model": name, "random_state": random_state, "rows": rows}
+
+
 def _done(part: str, name: str):
     path = OUTPUTS / RECIPE / f"{part}_{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
@@ -236,7 +272,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(UDACITY_MODELS), choices=UDACITY_MODELS)
     parser.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS))
-    parser.add_argument("--parts", nargs="+", default=["sweep", "guided"], choices=("sweep", "guided", "retrain"))
+    parser.add_argument("--parts", nargs="+", default=["sweep", "guided"], choices=("sweep", "guided", "retrain", "retrain-all"))
     parser.add_argument("--budget", type=int, default=2240, help="execs per guided campaign")
     parser.add_argument("--seeds", type=int, default=224, help="test frames the guided campaigns start from")
     parser.add_argument("--guided-models", nargs="+", default=["dave2"], choices=UDACITY_MODELS)
@@ -253,7 +289,7 @@ def main(argv=None):
     x_train, y_train = udacity("train")
     x_test, y_test = udacity("test")
     lambdas = [int(v) if float(v).is_integer() else v for v in args.lambdas]
-    sweeps, guides, retrains = [], [], []
+    sweeps, guides, retrains, retrains_all = [], [], [], []
     for name in args.models:
         network = Network(load_model(name, "udacity"))
         if "sweep" in args.parts:
@@ -281,6 +317,15 @@ def main(argv=None):
                                      random_state=state)
                     save_json(OUTPUTS / RECIPE / f"retrain_{key}.json", result)
                 retrains.append(result)
+        if "retrain-all" in args.parts and name in args.guided_models:
+            for state in states:
+                key = f"{name}_e{args.retrain_epochs}_rs{state}"
+                result = _done("retrain_all", key)
+                if result is None:
+                    result = retrain_all(name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs,
+                                         lr=args.retrain_lr, random_state=state)
+                    save_json(OUTPUTS / RECIPE / f"retrain_all_{key}.json", result)
+                retrains_all.append(result)
     folder = OUTPUTS / RECIPE
     if sweeps:
         write_sweep_tables(folder, sweeps)
@@ -293,6 +338,12 @@ def main(argv=None):
                           "campaign kept (idcgen's). Transformed: every test frame under every transform. "
                           "Erroneous: transformed test frames breaking DeepTest's relation at lambda 5 with the "
                           "model's own clean-test MSE ('base bound': with the MSE before fine-tuning).")
+    if retrains_all:
+        write_table(folder, "retrain_all", [r for g in retrains_all for r in g["rows"]], command=command_line(),
+                    title="Fine-tuning with every training frame once more, transformed or clean",
+                    notes="Transformed: each training frame under one DeepTest transform drawn at random, labelled "
+                          "with its original angle. Test MSE on the clean test frames and on every test frame under "
+                          "every transform.")
     if guides:
         write_table(folder, "guided", [r for g in guides for r in g["rows"]], command=command_line(),
                     title=f"DeepTest's transforms combined in coverage-guided campaigns vs single transforms "
