@@ -94,7 +94,7 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
         with Timer() as t:
             fuzzer = Fuzzer(analysis, mutators=mutators, oracle=f"deeptest(lam={GUIDE_LAMBDA})", guide=guide,
                             measure=[nc], batch_size=min(256, n_seeds), random_state=random_state)
-            c = fuzzer.run(xs, ys, budget=budget, out=OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}_b{budget}_rs{random_state}",
+            c = fuzzer.run(xs, ys, budget=budget, out=OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}_b{budget}_s{n_seeds}_rs{random_state}",
                            progress=False)
         findings = c.findings()
         rows.append({"model": name, "random state": random_state,
