@@ -1,7 +1,8 @@
 """DeepTest's metamorphic testing of the three Daves (Tian et al., ICSE 2018), on the drive DeepTest used.
 
     python recipes/deeptest.py [--models dave2 dave2_norminit dave2_dropout] [--lambdas 1 2 ... 10]
-                               [--budget 2240] [--seeds 224] [--parts sweep guided] [--random-state 0]
+                               [--budget 2240] [--seeds 224] [--parts sweep guided retrain retrain-all]
+                               [--random-states 0 1 ...] [--retrain-budget 8192] [--retrain-seeds 1024]
 
 The models are the three Daves of ``recipes/train_models.py --dataset udacity`` (trained on the real
 angles, blocked split: recipes/udacity_data.py); the test frames are the 1,122 frames of test blocks 2 and 7.
@@ -17,7 +18,14 @@ The oracle is DeepTest's relation (idcgen.fuzz.deeptest): a transformed frame is
   (idcgen), by neuron coverage (DeepTest's guidance) and unguided; beside them the single transforms of the
   sweep on the same seeds with the same number of execs. Writes ``outputs/deeptest/guided.{md,csv}``.
 
-Each part's result per model is kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done
+- ``retrain``: DeepTest's retraining and idcgen's on dave2: fine-tune for ``--retrain-epochs`` with N added
+  frames labelled with their original angle: the mutants an IDC-guided campaign (``--retrain-budget`` execs
+  from ``--retrain-seeds`` training frames) kept, as many training frames under one random transform each,
+  or as many clean training frames (control); test MSE on clean and transformed test frames before and
+  after. ``retrain-all``: every training frame once more, transformed or clean. Writes
+  ``outputs/deeptest/retrain.{md,csv}`` and ``retrain_all.{md,csv}``.
+
+``guided`` and the retraining parts run once per ``--random-states`` value. Each part's result per model is kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done
 (delete the file to redo it).
 """
 
