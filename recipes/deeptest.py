@@ -1,7 +1,8 @@
 """DeepTest's metamorphic testing of the three Daves (Tian et al., ICSE 2018), on the drive DeepTest used.
 
     python recipes/deeptest.py [--models dave2 dave2_norminit dave2_dropout] [--lambdas 1 2 ... 10]
-                               [--budget 2240] [--seeds 224] [--parts sweep guided] [--random-state 0]
+                               [--budget 2240] [--seeds 224] [--parts sweep guided retrain retrain-all]
+                               [--random-states 0 1 ...] [--retrain-budget 8192] [--retrain-seeds 1024]
 
 The models are the three Daves of ``recipes/train_models.py --dataset udacity`` (trained on the real
 angles, blocked split: recipes/udacity_data.py); the test frames are the 1,122 frames of test blocks 2 and 7.
@@ -17,7 +18,14 @@ The oracle is DeepTest's relation (idcgen.fuzz.deeptest): a transformed frame is
   (idcgen), by neuron coverage (DeepTest's guidance) and unguided; beside them the single transforms of the
   sweep on the same seeds with the same number of execs. Writes ``outputs/deeptest/guided.{md,csv}``.
 
-Each part's result per model is kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done
+- ``retrain``: DeepTest's retraining and idcgen's on dave2: fine-tune for ``--retrain-epochs`` with N added
+  frames labelled with their original angle: the mutants an IDC-guided campaign (``--retrain-budget`` execs
+  from ``--retrain-seeds`` training frames) kept, as many training frames under one random transform each,
+  or as many clean training frames (control); test MSE on clean and transformed test frames before and
+  after. ``retrain-all``: every training frame once more, transformed or clean. Writes
+  ``outputs/deeptest/retrain.{md,csv}`` and ``retrain_all.{md,csv}``.
+
+``guided`` and the retraining parts run once per ``--random-states`` value. Each part's result per model is kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done
 (delete the file to redo it).
 """
 
@@ -94,12 +102,13 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
         with Timer() as t:
             fuzzer = Fuzzer(analysis, mutators=mutators, oracle=f"deeptest(lam={GUIDE_LAMBDA})", guide=guide,
                             measure=[nc], batch_size=min(256, n_seeds), random_state=random_state)
-            c = fuzzer.run(xs, ys, budget=budget, out=OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}",
+            c = fuzzer.run(xs, ys, budget=budget, out=OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}_b{budget}_s{n_seeds}_rs{random_state}",
                            progress=False)
         findings = c.findings()
-        rows.append({"model": name, "search": f"combined transforms, guided by {guide}" if guide != "none" else
+        rows.append({"model": name, "random state": random_state,
+                     "search": f"combined transforms, guided by {guide}" if guide != "none" else
                      "combined transforms, unguided", "execs": c.execs, "oracle": c.settings.oracle,
-                     "erroneous": int(len(findings.get("id", ()))),
+                     "flagged mutants": int(c.flagged), "erroneous": int(len(findings.get("id", ()))),
                      "seeds with one": int(len(set(np.asarray(findings.get("root", []), int).tolist()))),
                      "IDC %": round(100 * c.coverage["idc"].score, 1), "NC %": round(100 * c.coverage["nc"].score, 1),
                      "seconds": round(t.seconds, 1)})
@@ -118,14 +127,148 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
         flagged_roots |= set(roots[bad].tolist())
         mutants_all.append(mutants)
     combined = np.concatenate([xs] + mutants_all)
-    rows.append({"model": name, "search": "single transforms (DeepTest's sweep)", "execs": per * len(TRANSFORMS),
-                 "oracle": f"deeptest(lam={GUIDE_LAMBDA}, mse={mse!r})", "erroneous": n_flagged,
+    rows.append({"model": name, "random state": random_state, "search": "single transforms (DeepTest's sweep)",
+                 "execs": per * len(TRANSFORMS), "oracle": f"deeptest(lam={GUIDE_LAMBDA}, mse={mse!r})",
+                 "flagged mutants": n_flagged, "erroneous": n_flagged,
                  "seeds with one": len(flagged_roots),
                  "IDC %": round(100 * analysis.coverage(combined).score, 1),
                  "NC %": round(100 * nc.coverage(network, combined).score, 1),
                  "seconds": None})
     print(rows[-1], flush=True)
     return {"model": name, "rows": rows}
+
+
+RETRAIN_ARMS = ("clean frames", "random transformed frames (DeepTest)", "IDC-kept mutants (idcgen)")
+
+
+def transformed_test(network, x, y, random_state: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every test frame transformed once by each transform: (frames, labels, transform index)."""
+    from sets import perturbed
+    parts = [perturbed(network, x, y, spec, random_state=random_state) for spec in TRANSFORMS.values()]
+    return np.concatenate(parts), np.tile(y, len(parts)), np.repeat(np.arange(len(parts)), len(x))
+
+
+def random_transformed(network, x, y, n: int, rng: np.random.Generator, random_state: int):
+    """``n`` frames drawn from ``x`` (with their angles ``y``), each transformed by one transform drawn at random."""
+    from sets import perturbed
+    picks, which = rng.integers(0, len(x), n), rng.integers(0, len(TRANSFORMS), n)
+    out = np.empty((n, *x.shape[1:]), x.dtype)
+    for t, spec in enumerate(TRANSFORMS.values()):
+        idx = np.flatnonzero(which == t)
+        if idx.size:
+            out[idx] = perturbed(network, x[picks[idx]], y[picks[idx]], spec, random_state=random_state + t)
+    return out, y[picks]
+
+
+def fine_tune(path, x_train, y_train, x_extra, y_extra, *, epochs: int, lr: float, random_state: int):
+    """The model at ``path`` trained ``epochs`` more epochs on the training frames plus ``x_extra`` (labelled
+    ``y_extra``), half of each epoch's frames flipped with the angle negated, as train_models.py trains."""
+    import keras
+    from idcgen.framework import load_model as load
+    keras.utils.set_random_seed(random_state)
+    rng = np.random.default_rng(random_state)
+    model = load(path)
+    model.compile(optimizer=keras.optimizers.Adam(lr, use_ema=True, ema_momentum=0.99), loss="mse")
+    x, y = np.concatenate([x_train, x_extra]), np.concatenate([y_train, y_extra])
+    for _ in range(epochs):
+        flip = rng.random(len(x)) < 0.5
+        model.fit(np.where(flip[:, None, None, None], x[:, :, ::-1], x), np.where(flip, -y, y), batch_size=32,
+                  epochs=1, shuffle=True, verbose=0)
+    return model
+
+
+def retrain(name: str, x_train, y_train, x_test, y_test, *, budget: int, n_seeds: int, epochs: int, lr: float,
+            random_state: int) -> dict:
+    """DeepTest's retraining and idcgen's: fine-tune the model with synthesised training frames labelled with
+    their original angle, and measure the test MSE on clean and on transformed test frames before and after.
+
+    Three arms add the same number N of frames to the 4,412 training frames for ``epochs`` epochs: the
+    IDC-kept mutants of a campaign on ``n_seeds`` training frames (all transforms as mutators, guided by IDC,
+    ``budget`` execs; N is how many it kept), N training frames each transformed once by a transform drawn
+    at random (DeepTest's synthesised frames), and N clean training frames (the control: as many steps,
+    nothing synthesised). The transformed test frames are every test frame under every transform, drawn with
+    another random state than the synthesised training frames."""
+    from idcgen.analysis import analyze
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.framework import Network, load_model as load
+    from common import model_path
+    path = model_path(name, "udacity")
+    network = Network(load(path))
+    xt, yt, which = transformed_test(network, x_test, y_test, random_state + 1000)
+    rng = np.random.default_rng(random_state)
+    seeds = np.sort(rng.choice(len(x_train), n_seeds, replace=False))
+    with Timer() as t:
+        analysis = analyze(network, x_train, y_train, layer="fc3", m=8, random_state=random_state, progress=False)
+        fuzzer = Fuzzer(analysis, mutators=list(TRANSFORMS.values()), oracle=f"deeptest(lam={GUIDE_LAMBDA})",
+                        guide="idc", batch_size=256, random_state=random_state)
+        c = fuzzer.run(x_train[seeds], y_train[seeds], budget=budget, progress=False)
+    kept = np.arange(c.corpus.n_seeds, len(c.corpus))
+    x_idc, y_idc = c.corpus.x[kept].astype(np.float32), np.asarray(c.corpus.label[kept], np.float64)
+    n = len(kept)
+    print(f"{name}: the IDC campaign kept {n} mutants of {c.execs} execs from {n_seeds} training frames "
+          f"({t.seconds:.0f} s)", flush=True)
+    x_rand, y_rand = random_transformed(network, x_train[seeds], y_train[seeds], n, rng, random_state)
+    clean = rng.integers(0, len(x_train), n)
+    extras = {RETRAIN_ARMS[0]: (x_train[clean], y_train[clean]), RETRAIN_ARMS[1]: (x_rand, y_rand),
+              RETRAIN_ARMS[2]: (x_idc, y_idc)}
+
+    def measure(net, arm: str, seconds=None) -> dict:
+        p, pt = predict(net, x_test), predict(net, xt)
+        mse = float(np.mean((p - y_test) ** 2))
+        err = (pt - yt) ** 2
+        row = {"model": name, "random state": random_state, "fine-tuned with": arm, "added frames": n if arm != "before" else 0,
+               "test MSE (clean)": round(mse, 4), "test MSE (transformed)": round(float(err.mean()), 4),
+               "erroneous at lambda 5": int((err > GUIDE_LAMBDA * mse).sum()),
+               "erroneous at lambda 5, base bound": int((err > GUIDE_LAMBDA * base_mse).sum()) if arm != "before" else None}
+        for i, transform in enumerate(TRANSFORMS):
+            row[f"MSE {transform}"] = round(float(err[which == i].mean()), 4)
+        row["seconds"] = None if seconds is None else round(seconds, 1)
+        print(row, flush=True)
+        return row
+
+    base_mse = float(np.mean((predict(network, x_test) - y_test) ** 2))
+    rows = [measure(network, "before")]
+    for arm, (xe, ye) in extras.items():
+        with Timer() as t:
+            model = fine_tune(path, x_train, y_train, xe, ye, epochs=epochs, lr=lr, random_state=random_state)
+        rows.append(measure(Network(model), arm, t.seconds))
+    return {"model": name, "random_state": random_state, "kept": n, "execs": c.execs, "rows": rows}
+
+
+def retrain_all(name: str, x_train, y_train, x_test, y_test, *, epochs: int, lr: float, random_state: int) -> dict:
+    """DeepTest's retraining at full size: every training frame once more, transformed by one transform drawn
+    at random (labelled with its original angle), against every training frame once more untransformed (the
+    control: as many steps, nothing synthesised); test MSE on clean and transformed test frames."""
+    from idcgen.framework import Network, load_model as load
+    from common import model_path
+    path = model_path(name, "udacity")
+    network = Network(load(path))
+    xt, yt, which = transformed_test(network, x_test, y_test, random_state + 1000)
+    rng = np.random.default_rng(random_state)
+    order = rng.permutation(len(x_train))
+    x_syn, y_syn = random_transformed(network, x_train[order], y_train[order], len(x_train),
+                                      np.random.default_rng(random_state), random_state)
+    rows = []
+    base_mse = float(np.mean((predict(network, x_test) - y_test) ** 2))
+    for arm, (xe, ye, model) in {"before": (None, None, network),
+                                 "every training frame again, clean": (x_train, y_train, None),
+                                 "every training frame again, transformed (DeepTest)": (x_syn, y_syn, None)}.items():
+        with Timer() as t:
+            net = model if model is not None else Network(
+                fine_tune(path, x_train, y_train, xe, ye, epochs=epochs, lr=lr, random_state=random_state))
+        p, pt = predict(net, x_test), predict(net, xt)
+        mse, err = float(np.mean((p - y_test) ** 2)), (pt - yt) ** 2
+        row = {"model": name, "random state": random_state, "fine-tuned with": arm,
+               "added frames": 0 if xe is None else len(xe), "test MSE (clean)": round(mse, 4),
+               "test MSE (transformed)": round(float(err.mean()), 4),
+               "erroneous at lambda 5": int((err > GUIDE_LAMBDA * mse).sum()),
+               "erroneous at lambda 5, base bound": int((err > GUIDE_LAMBDA * base_mse).sum())}
+        for i, transform in enumerate(TRANSFORMS):
+            row[f"MSE {transform}"] = round(float(err[which == i].mean()), 4)
+        row["seconds"] = round(t.seconds, 1)
+        print(row, flush=True)
+        rows.append(row)
+    return {"model": name, "random_state": random_state, "rows": rows}
 
 
 def _done(part: str, name: str):
@@ -137,17 +280,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(UDACITY_MODELS), choices=UDACITY_MODELS)
     parser.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS))
-    parser.add_argument("--parts", nargs="+", default=["sweep", "guided"], choices=("sweep", "guided"))
+    parser.add_argument("--parts", nargs="+", default=["sweep", "guided"], choices=("sweep", "guided", "retrain", "retrain-all"))
     parser.add_argument("--budget", type=int, default=2240, help="execs per guided campaign")
     parser.add_argument("--seeds", type=int, default=224, help="test frames the guided campaigns start from")
     parser.add_argument("--guided-models", nargs="+", default=["dave2"], choices=UDACITY_MODELS)
     parser.add_argument("--random-state", type=int, default=0)
+    parser.add_argument("--random-states", nargs="+", type=int, default=None,
+                        help="guided and retrain: one run per random state (default: --random-state)")
+    parser.add_argument("--retrain-budget", type=int, default=8192, help="execs of the retraining campaign")
+    parser.add_argument("--retrain-seeds", type=int, default=1024, help="training frames the campaign starts from")
+    parser.add_argument("--retrain-epochs", type=int, default=1)
+    parser.add_argument("--retrain-lr", type=float, default=5e-5)
     args = parser.parse_args(argv)
+    states = args.random_states or [args.random_state]
     from idcgen.framework import Network
     x_train, y_train = udacity("train")
     x_test, y_test = udacity("test")
     lambdas = [int(v) if float(v).is_integer() else v for v in args.lambdas]
-    sweeps, guides = [], []
+    sweeps, guides, retrains, retrains_all = [], [], [], []
     for name in args.models:
         network = Network(load_model(name, "udacity"))
         if "sweep" in args.parts:
@@ -157,15 +307,51 @@ def main(argv=None):
                 save_json(OUTPUTS / RECIPE / f"sweep_{name}.json", result)
             sweeps.append(result)
         if "guided" in args.parts and name in args.guided_models:
-            result = _done("guided", name)
-            if result is None:
-                result = guided(name, network, x_train, y_train, x_test, y_test, budget=args.budget,
-                                n_seeds=args.seeds, random_state=args.random_state)
-                save_json(OUTPUTS / RECIPE / f"guided_{name}.json", result)
-            guides.append(result)
+            for state in states:
+                key = f"{name}_b{args.budget}_s{args.seeds}_rs{state}"
+                result = _done("guided", key)
+                if result is None:
+                    result = guided(name, network, x_train, y_train, x_test, y_test, budget=args.budget,
+                                    n_seeds=args.seeds, random_state=state)
+                    save_json(OUTPUTS / RECIPE / f"guided_{key}.json", result)
+                guides.append(result)
+        if "retrain" in args.parts and name in args.guided_models:
+            for state in states:
+                key = f"{name}_b{args.retrain_budget}_s{args.retrain_seeds}_e{args.retrain_epochs}_rs{state}"
+                result = _done("retrain", key)
+                if result is None:
+                    result = retrain(name, x_train, y_train, x_test, y_test, budget=args.retrain_budget,
+                                     n_seeds=args.retrain_seeds, epochs=args.retrain_epochs, lr=args.retrain_lr,
+                                     random_state=state)
+                    save_json(OUTPUTS / RECIPE / f"retrain_{key}.json", result)
+                retrains.append(result)
+        if "retrain-all" in args.parts and name in args.guided_models:
+            for state in states:
+                key = f"{name}_e{args.retrain_epochs}_rs{state}"
+                result = _done("retrain_all", key)
+                if result is None:
+                    result = retrain_all(name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs,
+                                         lr=args.retrain_lr, random_state=state)
+                    save_json(OUTPUTS / RECIPE / f"retrain_all_{key}.json", result)
+                retrains_all.append(result)
     folder = OUTPUTS / RECIPE
     if sweeps:
         write_sweep_tables(folder, sweeps)
+    if retrains:
+        write_table(folder, "retrain", [r for g in retrains for r in g["rows"]], command=command_line(),
+                    title="Fine-tuning with synthesised frames labelled with their original angle",
+                    notes="Before: the trained model. Each arm adds the same number of frames to the training "
+                          "frames for the same epochs: clean training frames (control), training frames under one "
+                          "random DeepTest transform each (DeepTest's retraining), or the mutants an IDC-guided "
+                          "campaign kept (idcgen's). Transformed: every test frame under every transform. "
+                          "Erroneous: transformed test frames breaking DeepTest's relation at lambda 5 with the "
+                          "model's own clean-test MSE ('base bound': with the MSE before fine-tuning).")
+    if retrains_all:
+        write_table(folder, "retrain_all", [r for g in retrains_all for r in g["rows"]], command=command_line(),
+                    title="Fine-tuning with every training frame once more, transformed or clean",
+                    notes="Transformed: each training frame under one DeepTest transform drawn at random, labelled "
+                          "with its original angle. Test MSE on the clean test frames and on every test frame under "
+                          "every transform.")
     if guides:
         write_table(folder, "guided", [r for g in guides for r in g["rows"]], command=command_line(),
                     title=f"DeepTest's transforms combined in coverage-guided campaigns vs single transforms "

@@ -5,8 +5,8 @@
 
 The paper's Dave-2 setting: subject layer the 50-unit dense layer (``fc3`` in idcgen.framework.keras_zoo.dave2), m = 8,
 relevance-targeted noise on 200 pixels (1.5 % of a 66x200 frame; N(0, 0.75) as on MNIST). The analysis
-runs on the training part of the frames (the first 80 % by time), the sets are built from the test part
-(recipes/common.py, ``udacity``):
+runs on the training blocks of the drive, the sets are built from the test blocks (the blocked split of
+recipes/udacity_data.py):
 
 - RQ1 (Table 2): L2 distance of the important vs m random neurons of the layer when the 200 most relevant
   pixels get noise (and the control: 200 random pixels), on ``--rq1-inputs`` test frames.

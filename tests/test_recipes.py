@@ -358,21 +358,44 @@ UDACITY = Path(__file__).resolve().parents[2] / "shared" / "data" / "udacity"
 @pytest.mark.skipif(not (UDACITY / "udacity_test_center_160x120.zip").exists(), reason="needs ../shared/data/udacity")
 def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
     module = recipe("train_models")
-    common = sys.modules["common"]
+    common, data = sys.modules["common"], recipe("udacity_data")
     train, test = common.udacity_folder("train"), common.udacity_folder("test")
-    with open(UDACITY / "final_example.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))                         # in time order (the ids are timestamps)
+    with open(UDACITY / "CH2_final_evaluation.csv", newline="") as handle:
+        rows = sorted(csv.DictReader(handle), key=lambda r: int(r["frame_id"]))   # time order (ids are timestamps)
     ids = [r["frame_id"] for r in rows]
-    assert ids == sorted(ids, key=int)
-    cut = int(0.8 * len(ids))                                       # 4,491 of 5,614
-    assert sorted(p.stem for p in train.iterdir()) == ids[:cut] and sorted(p.stem for p in test.iterdir()) == ids[cut:]
+    fit, held = data.blocked_split(len(ids))
+    assert len(held) == 1122 and len(fit) == 4412 and len(ids) == 5614
+    assert sorted(p.stem for p in train.iterdir()) == [ids[i] for i in fit]
+    assert sorted(p.stem for p in test.iterdir()) == [ids[i] for i in held]
     x, y = common.udacity("test", limit=5)
     assert x.shape == (5, 66, 200, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
-    assert np.allclose(y, [float(r["steering_angle"]) for r in rows[cut:cut + 5]])
+    assert np.allclose(y, [float(rows[i]["steering_angle"]) for i in held[:5]])
     run_recipe(module, ["--dataset", "udacity", "--epochs", "1", "--limit", "32"], monkeypatch)
     row = read_csv(outputs / "train_models" / "mse_udacity.csv")[0]
     assert row["model"] == "dave2" and float(row["test MSE"]) >= 0 and row["train frames"] == "32"
+    assert row["calibration"] == "a=0.875, b=-0.0077" and "gain and bias" in row["input"]
     assert (outputs / "models" / "dave2_udacity.keras").exists()
+
+
+def test_udacity_validation_folds_calibration_and_photometric(recipe):
+    validate, data = recipe("udacity_validate"), recipe("udacity_data")
+    fit, test = data.blocked_split(100, gap=2)       # blocks of 10; test blocks 2 and 7, 2 frames left out each side
+    assert test.tolist() == list(range(10, 20)) + list(range(60, 70))
+    assert fit.tolist() == list(range(0, 8)) + list(range(22, 58)) + list(range(72, 100))
+    fold_fit, held = validate.fold_split(100, fit, (1, 6), gap=2)   # blocks 1 and 6 (0-9, 50-59) held out
+    assert fit[held].tolist() == list(range(0, 8)) + list(range(50, 58))
+    assert fit[fold_fit].tolist() == list(range(22, 48)) + list(range(72, 100))   # 48, 49 are within 2 of block 6
+    with pytest.raises(ValueError, match="test block"):
+        validate.fold_split(100, fit, (2, 6))
+    assert validate.calibration([0, 1, 2, 3], [1, 3, 5, 7]) == pytest.approx((2.0, 1.0))
+    # cov = mean(p*y) - mean(p) mean(y) = 0.5 - 1.5 * 0.5 = -0.25; var(p) = 1.25: a = -0.2, b = 0.5 + 0.2 * 1.5
+    assert validate.calibration([0, 1, 2, 3], [1, 0, 1, 0]) == pytest.approx((-0.2, 0.8))
+    x = np.array([[[[0.0, 0.5, 1.0]]]], np.float32)
+    rng = np.random.default_rng(0)
+    assert np.array_equal(validate.photometric(x, rng, gain=0.0, bias=0.0), x)
+    out = validate.photometric(np.repeat(x, 50, 0), rng)
+    assert out.min() >= 0 and out.max() <= 1 and out.dtype == np.float32
+    assert np.all(np.abs(out[:, ..., 1] - 0.5) <= 0.5 * 0.2 + 0.1 + 1e-6)   # gain in [0.8, 1.2], bias in [-0.1, 0.1]
 
 
 def test_udacity_label_check_tells_a_drive_from_noise(recipe):

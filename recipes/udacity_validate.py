@@ -1,0 +1,212 @@
+"""Choose Dave-2's training settings on a validation block inside the training blocks, never on the test blocks.
+
+    python recipes/udacity_validate.py --models dave2 [--epochs 6] [--lr 1e-4] [--photometric] [--tag NAME]
+
+Block 4 of the drive's 10 (561 frames, 20 frames left out on each side) validates; the other training frames
+(3,811) train. After every epoch the recipe logs the validation MSE (also as a multiple of the fitting
+frames' mean's), the correlation with the true angle, the spread of the predictions, and the least-squares
+line ``angle ~ a * prediction + b`` fitted on the validation block (the calibration ``train_models.py`` folds
+into the output layer). The test blocks are logged beside them for the record only: the choice reads the
+validation columns. Appends to ``outputs/udacity_validate/log.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from common import OUTPUTS, UDACITY_MODELS, Timer, udacity
+from udacity_data import BLOCKS, GAP, TEST_BLOCKS, blocked_split, read_angles
+
+VALIDATION_BLOCK = 4
+
+
+def validation_split(n_drive: int, train_positions: np.ndarray, block: int = VALIDATION_BLOCK, gap: int = GAP):
+    """(fit, validation) index arrays into the training frames (drive positions ``train_positions``):
+    ``block`` (1-based, one of ``BLOCKS`` equal blocks of the drive) validates, ``gap`` frames on each side
+    of it are in neither set."""
+    if block in TEST_BLOCKS:
+        raise ValueError(f"block {block} is a test block")
+    start, stop = (block - 1) * n_drive // BLOCKS, block * n_drive // BLOCKS
+    validation = (train_positions >= start) & (train_positions < stop)
+    near = (train_positions >= start - gap) & (train_positions < stop + gap)
+    return np.flatnonzero(~near), np.flatnonzero(validation)
+
+
+def calibration(predicted: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(a, b) of the least-squares line ``y ~ a * predicted + b``."""
+    predicted, y = np.asarray(predicted, np.float64), np.asarray(y, np.float64)
+    a = float(np.cov(predicted, y, bias=True)[0, 1] / predicted.var())
+    return a, float(y.mean() - a * predicted.mean())
+
+
+def photometric(x: np.ndarray, rng: np.random.Generator, gain: float = 0.2, bias: float = 0.1) -> np.ndarray:
+    """Each frame times a gain from [1 - gain, 1 + gain] plus a bias from [-bias, bias], clipped to [0, 1]."""
+    n = len(x)
+    g = rng.uniform(1 - gain, 1 + gain, n).astype(np.float32)[:, None, None, None]
+    b = rng.uniform(-bias, bias, n).astype(np.float32)[:, None, None, None]
+    return np.clip(x * g + b, 0.0, 1.0)
+
+
+def scores(predicted, y, baseline: float, prefix: str) -> dict:
+    predicted = np.asarray(predicted, np.float64)
+    mse = float(np.mean((predicted - y) ** 2))
+    return {f"{prefix} MSE": round(mse, 4), f"{prefix} x mean": round(mse / baseline, 3),
+            f"{prefix} corr": round(float(np.corrcoef(predicted, y)[0, 1]), 3),
+            f"{prefix} std": round(float(predicted.std()), 3)}
+
+
+def run(name: str, *, epochs: int, lr: float, batch_size: int = 32, photometric_aug: bool = False,
+        ema: float = 0.99, weight_decay: float = 0.0, loss: str = "mse", random_state: int = 0, tag: str = "",
+        block: int = VALIDATION_BLOCK) -> list[dict]:
+    import keras
+    from idcgen.zoo import DRIVING_MODELS
+    x_train, y_train = udacity("train")
+    x_test, y_test = udacity("test")
+    train_positions, _ = blocked_split(len(read_angles()[1]))
+    fit_idx, val_idx = validation_split(len(read_angles()[1]), train_positions, block)
+    x_fit, y_fit, x_val, y_val = x_train[fit_idx], y_train[fit_idx], x_train[val_idx], y_train[val_idx]
+    keras.utils.set_random_seed(random_state)
+    rng = np.random.default_rng(random_state)
+    model = DRIVING_MODELS[name](tuple(x_train.shape[1:]), random_state=random_state)
+    head = model.get_layer("steering")
+    head.set_weights([np.zeros_like(w) for w in head.get_weights()])
+    optimizer = keras.optimizers.Adam(lr, use_ema=ema > 0, ema_momentum=ema or 0.99,
+                                      weight_decay=weight_decay or None)
+    model.compile(optimizer=optimizer, loss=keras.losses.Huber(0.1) if loss == "huber" else "mse")
+    val_base = float(np.mean((y_val - y_fit.mean()) ** 2))
+    test_base = float(np.mean((y_test - y_fit.mean()) ** 2))
+    rows = []
+    for epoch in range(1, epochs + 1):
+        with Timer() as t:
+            flip = rng.random(len(x_fit)) < 0.5
+            xs = np.where(flip[:, None, None, None], x_fit[:, :, ::-1], x_fit)
+            if photometric_aug:
+                xs = photometric(xs, rng)
+            fit = model.fit(xs, np.where(flip, -y_fit, y_fit), batch_size=batch_size, epochs=1, shuffle=True, verbose=0)
+        p_val = model.predict(x_val, batch_size=256, verbose=0)[:, 0]
+        p_test = model.predict(x_test, batch_size=256, verbose=0)[:, 0]
+        a, b = calibration(p_val, y_val)
+        row = {"model": name, "tag": tag, "block": block, "epoch": epoch, "lr": lr, "photometric": photometric_aug, "ema": ema,
+               "weight decay": weight_decay, "loss": loss, "train loss": round(fit.history["loss"][-1], 4),
+               **scores(p_val, y_val, val_base, "val"), "val a": round(a, 3), "val b": round(b, 4),
+               **scores(p_test, y_test, test_base, "test"),
+               **scores(a * p_test + b, y_test, test_base, "test calibrated"), "seconds": round(t.seconds, 1)}
+        rows.append(row)
+        print(row, flush=True)
+        path = OUTPUTS / "udacity_validate" / "log.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+    return rows
+
+
+#: blocked cross-validation: the 8 training blocks in 4 folds of 2 (one curvy and one straighter each)
+FOLDS = ((1, 6), (3, 8), (4, 9), (5, 10))
+
+
+def fold_split(n_drive: int, train_positions: np.ndarray, blocks, gap: int = GAP):
+    """(fit, held out) index arrays into the training frames: ``blocks`` held out, ``gap`` frames on each
+    side of each left out of both."""
+    held, near = np.zeros(len(train_positions), bool), np.zeros(len(train_positions), bool)
+    for block in blocks:
+        if block in TEST_BLOCKS:
+            raise ValueError(f"block {block} is a test block")
+        start, stop = (block - 1) * n_drive // BLOCKS, block * n_drive // BLOCKS
+        held |= (train_positions >= start) & (train_positions < stop)
+        near |= (train_positions >= start - gap) & (train_positions < stop + gap)
+    return np.flatnonzero(~near), np.flatnonzero(held)
+
+
+def train_fold(name: str, x, y, fit_idx, held_idx, *, epochs: int, lr: float, photometric_aug: bool,
+               random_state: int = 0) -> np.ndarray:
+    """Held-out predictions (epochs, len(held_idx)) of a model trained on ``fit_idx`` as train_models.py does."""
+    import keras
+    from idcgen.zoo import DRIVING_MODELS
+    keras.utils.set_random_seed(random_state)
+    rng = np.random.default_rng(random_state)
+    model = DRIVING_MODELS[name](tuple(x.shape[1:]), random_state=random_state)
+    head = model.get_layer("steering")
+    head.set_weights([np.zeros_like(w) for w in head.get_weights()])
+    model.compile(optimizer=keras.optimizers.Adam(lr, use_ema=True, ema_momentum=0.99), loss="mse")
+    x_fit, y_fit, out = x[fit_idx], y[fit_idx], []
+    for epoch in range(epochs):
+        flip = rng.random(len(x_fit)) < 0.5
+        xs = np.where(flip[:, None, None, None], x_fit[:, :, ::-1], x_fit)
+        if photometric_aug:
+            xs = photometric(xs, rng)
+        model.fit(xs, np.where(flip, -y_fit, y_fit), batch_size=32, epochs=1, shuffle=True, verbose=0)
+        out.append(model.predict(x[held_idx], batch_size=256, verbose=0)[:, 0])
+        print(f"  epoch {epoch + 1}: held-out MSE {np.mean((out[-1] - y[held_idx]) ** 2):.4f}", flush=True)
+    return np.array(out)
+
+
+def cross_validate(name: str, *, epochs: int, lr: float, photometric_aug: bool, tag: str) -> list[dict]:
+    """Blocked cross-validation over the training blocks (FOLDS): per epoch, the pooled held-out MSE as a
+    multiple of the training mean's, the correlation, the spread, the calibration line fitted on all held-out
+    predictions, and the held-out MSE after calibrating each fold with the line fitted on the other folds."""
+    x, y = udacity("train")
+    n_drive = len(read_angles()[1])
+    positions, _ = blocked_split(n_drive)
+    folder = OUTPUTS / "udacity_validate"
+    folder.mkdir(parents=True, exist_ok=True)
+    preds, truths, folds = [], [], []
+    for k, blocks in enumerate(FOLDS):
+        fit_idx, held_idx = fold_split(n_drive, positions, blocks)
+        path = folder / f"cv_{name}_{tag}_fold{k}.npz"
+        if path.exists():
+            p = np.load(path)["predictions"]
+        else:
+            print(f"{name} {tag}: fold {k + 1}/{len(FOLDS)} (blocks {blocks} held out, {len(fit_idx)} frames fit)", flush=True)
+            p = train_fold(name, x, y, fit_idx, held_idx, epochs=epochs, lr=lr, photometric_aug=photometric_aug)
+            np.savez(path, predictions=p, held=held_idx)
+        preds.append(p[:epochs])
+        truths.append(y[held_idx])
+        folds.append(np.full(len(held_idx), k))
+    p_all, y_all, f_all = np.concatenate(preds, axis=1), np.concatenate(truths), np.concatenate(folds)
+    baseline = float(np.mean((y_all - y.mean()) ** 2))
+    rows = []
+    for e in range(p_all.shape[0]):
+        p = p_all[e]
+        a, b = calibration(p, y_all)
+        cal = np.empty_like(p)
+        for k in range(len(FOLDS)):
+            ak, bk = calibration(p[f_all != k], y_all[f_all != k])
+            cal[f_all == k] = ak * p[f_all == k] + bk
+        rows.append({"model": name, "tag": tag, "epoch": e + 1, **scores(p, y_all, baseline, "held-out"),
+                     "a": round(a, 3), "b": round(b, 4),
+                     "held-out calibrated x mean": round(float(np.mean((cal - y_all) ** 2)) / baseline, 3),
+                     "per fold x mean": [round(float(np.mean((p[f_all == k] - y_all[f_all == k]) ** 2) /
+                                                 np.mean((y_all[f_all == k] - y.mean()) ** 2)), 3) for k in range(len(FOLDS))]})
+        print(rows[-1], flush=True)
+    with open(folder / "cv.jsonl", "a") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["dave2"], choices=UDACITY_MODELS)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--ema", type=float, default=0.99, help="0: no weight averaging")
+    parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--loss", choices=("mse", "huber"), default="mse")
+    parser.add_argument("--photometric", action="store_true", help="random gain and bias per frame")
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--block", type=int, default=VALIDATION_BLOCK, help="the validation block (1-based; not 2 or 7)")
+    parser.add_argument("--cv", action="store_true", help="blocked cross-validation over the training blocks (FOLDS)")
+    args = parser.parse_args(argv)
+    for name in args.models:
+        if args.cv:
+            cross_validate(name, epochs=args.epochs, lr=args.lr, photometric_aug=args.photometric, tag=args.tag)
+            continue
+        run(name, epochs=args.epochs, lr=args.lr, photometric_aug=args.photometric, ema=args.ema,
+            weight_decay=args.weight_decay, loss=args.loss, tag=args.tag, block=args.block)
+
+
+if __name__ == "__main__":
+    main()
