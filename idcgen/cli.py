@@ -513,10 +513,11 @@ def harden(model: Path = ModelOpt,
 @command
 def convert(old: Path = typer.Argument(..., help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture."),
             new: Path = typer.Argument(..., help="File to write: .keras or .h5 (the format follows the suffix)."),
-            architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt):
+            architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt,
+            force: bool = typer.Option(False, "--force", help="Replace NEW if it exists.")):
     """Re-save an old or weights-only model file as one Keras 3 reads (Keras 2.1-era files need tf-keras)."""
     from .framework import convert as run
-    typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe))
+    typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe, overwrite=force))
 
 
 @command

@@ -197,3 +197,15 @@ def test_convert_without_tf_keras_says_what_to_install(keras_2_1_style_file, tmp
                       f"--no-deps \"tf-keras=={major}.{minor}.*\" (the version matching TensorFlow {tf.__version__}; "
                       "--no-deps stops pip from adding the full tensorflow package)"]
     assert not (tmp_path / "new.keras").exists()
+
+
+def test_convert_refuses_to_overwrite_an_existing_file_without_force(weights_and_json, tmp_path):
+    _, folder = weights_and_json
+    target = tmp_path / "existing.keras"
+    target.write_bytes(b"precious")
+    result = invoke("convert", folder / "w.weights.h5", target, "--architecture", folder / "arch.json")
+    assert result.exit_code == 1 and "already exists" in result.output and "--force" in result.output
+    assert target.read_bytes() == b"precious"   # nothing lost
+    result = invoke("convert", folder / "w.weights.h5", target, "--architecture", folder / "arch.json", "--force")
+    assert result.exit_code == 0, result.output
+    assert load_model(target) is not None

@@ -67,7 +67,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     return model
 
 
-def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
+def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
     """Re-save a model file in a format Keras 3 reads: ``.keras`` or ``.h5``, by ``new``'s suffix.
 
     Keras 2.1-era full models go through tf-keras (checked: the same outputs on a random batch); files
@@ -82,6 +82,9 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
         raise ModelError(f"model file not found: {old}")
     if new.resolve() == old.resolve():
         raise ModelError(f"the new file is the old one ({new}); give another name")
+    if new.exists() and not overwrite:   # a model file is often the only copy of days of training
+        raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, "
+                         "or give another name")
     new.parent.mkdir(parents=True, exist_ok=True)
     legacy_version = None if architecture is not None else legacy.full_legacy_model(old)
     check = ""
