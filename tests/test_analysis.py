@@ -214,3 +214,21 @@ def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, mo
             expected = cluster_neuron(acts[keep][:, n], neuron=int(n), ks=(2, 3, 4, 5), rng=rng)
             assert c.k == expected.k
             np.testing.assert_allclose(c.centroids, expected.centroids, rtol=1e-4, atol=1e-5)
+
+
+def test_an_edited_analysis_is_refused(analysed, tmp_path):
+    """One centroid changed by hand in analysis.json: refused on load, not measured with silently."""
+    from idcgen.analysis import Analysis
+    analysed.save(tmp_path / "a")
+    meta_path = tmp_path / "a" / "analysis.json"
+    original = meta_path.read_text()
+    meta = json.loads(original)
+    meta["clusters"][0]["centroids"][0] -= 0.01   # still sorted: loads today
+    meta_path.write_text(json.dumps(meta, indent=2))
+    with pytest.raises(InputError, match=r"edited or damaged since it was saved .*idcgen analyze"):
+        Analysis.load(tmp_path / "a")
+    meta_path.write_text(original)   # put back: loads again
+    assert Analysis.load(tmp_path / "a").total == analysed.total
+    np.savez(tmp_path / "a" / "arrays.npz", neurons=analysed.neurons[::-1], importance=analysed.importance)
+    with pytest.raises(InputError, match="edited or damaged"):
+        Analysis.load(tmp_path / "a")

@@ -561,3 +561,18 @@ def test_rounding_makes_every_finding_reproduce(setup, tmp_path):
     text = __import__("idcgen.report", fromlist=["write_report"]).write_report(c, exports=summary).read_text()
     assert f"{c.n_findings} of {c.n_findings} findings reproduce from their uint8 PNG (100%)" in text
     assert "## Failures" in text and "SSIM" in text
+
+
+def test_resume_refuses_a_campaign_whose_analysis_was_edited(setup, tmp_path):
+    from idcgen.fuzz.campaign import Campaign
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=128), progress=False)
+    meta_path = tmp_path / "c" / "analysis" / "analysis.json"
+    meta = json.loads(meta_path.read_text())
+    meta["clusters"][1]["centroids"][-1] += 1.0   # still sorted
+    meta_path.write_text(json.dumps(meta, indent=2))
+    with pytest.raises(InputError, match="edited or damaged since it was saved"):
+        make_fuzzer(analysis).resume(tmp_path / "c")
+    with pytest.raises(InputError, match="edited or damaged since it was saved"):
+        Campaign.load(tmp_path / "c")
