@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+import typer.core
 
 from .errors import IdcgenError
 
@@ -105,6 +106,23 @@ def _fail(message: str) -> None:
 _POOLS = []
 
 
+class _Command(typer.core.TyperCommand):
+    """A command refusing a single-valued option given twice (click keeps the last one silently)."""
+
+    def parse_args(self, ctx, args):
+        single = {name for p in self.params if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False)
+                  for name in p.opts if name.startswith("--")}
+        seen = set()
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if name in single and name in seen:
+                _fail(f"{name} given twice (only one is used): give it once")
+            seen.add(name)
+        return super().parse_args(ctx, args)
+
+
 def command(func):
     """Register ``func`` as a command and turn idcgen errors into one clear line."""
     @functools.wraps(func)
@@ -121,7 +139,7 @@ def command(func):
         finally:   # Ray workers freed however the command ends (an error half-way too)
             while _POOLS:
                 _POOLS.pop().close()
-    return app.command()(wrapper)
+    return app.command(cls=_Command)(wrapper)
 
 
 def _given(ctx: typer.Context) -> dict:
@@ -329,6 +347,9 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     needing = [c.name for c in others.values() if c.needs_data]
     if needing and train is None:
         _fail(f"{', '.join(needing)} need --train DATA (the model's training inputs)")
+    if labels is not None and not needing:   # they label --train's images; the inputs measured need none
+        _fail("--labels gives the labels of --train's image folder, which only lsc:group=label and dsc read; "
+              "coverage of --inputs needs no labels: drop --labels")
     if train is not None and not needing:
         _fail(f"--train is read by criteria fitted on training data (kmnc, nbc, snac, lsc, dsc); "
               f"{', '.join(names)} do not use it: drop --train")
@@ -592,13 +613,15 @@ def inspect(model: Path = ModelOpt,
         typer.echo(f"note: {note}")
     m = result.metrics["all"]
     typer.echo(f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of "
-               f"{', '.join(result.layers)}; NAPVD mean {m['napvd_mean']:.3g}, std {m['napvd_std']:.3g}")
+               f"{', '.join(result.layers)}; NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}")
     shown = result.top(top)
     typer.echo(f"pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %):")
     for r in shown:
         mark = "**" if r["confusion_top"] else "*" if r["confusion_std"] else ""
-        extra = "" if "type1conf" not in r else f"  type-1 confusion {r['type1conf']:.4f}" + (" (confused)" if r["confused"] else "")
-        typer.echo(f"  {result.name(r['a'])} - {result.name(r['b'])}: NAPVD {r['napvd']:.3f}{mark}{extra}")
+        conf = r.get("type1conf")   # None: no labelled input of either class
+        extra = ("" if "type1conf" not in r else f"  type-1 confusion {'n/a' if conf is None else f'{conf:.4f}'}"
+                 + (" (confused)" if r["confused"] else ""))
+        typer.echo(f"  {result.name(r['a'])} - {result.name(r['b'])}: NAPVD {_fmt_number(r['napvd'], '.3f')}{mark}{extra}")
     for view, vm in result.metrics.items():
         if "confusion" not in vm:
             continue
@@ -609,6 +632,11 @@ def inspect(model: Path = ModelOpt,
                        f"precision {_fmt_rate(e['top']['precision'])}, recall {_fmt_rate(e['top']['recall'])}; "
                        f"Spearman {_fmt_rate(e['spearman'])}")
     typer.echo(f"report: {report} (and report.html, pairs.csv, inspect.json)")
+
+
+def _fmt_number(value, spec: str = ".3g") -> str:
+    """NAPVD statistics are None when no class pair has one (inputs of a single class)."""
+    return "n/a" if value is None else f"{value:{spec}}"
 
 
 def _fmt_rate(value) -> str:

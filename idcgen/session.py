@@ -153,6 +153,9 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     """A new campaign as the command line runs it: models, seeds and analysis found, the loop run (in this
     process, or ``workers`` campaigns on Ray), then exports and report. None if interrupted."""
     check_budget(budget)   # every option is checked before any model is loaded
+    if not validity and (alpha, beta) != (0.02, 0.2):   # the bounds would be ignored silently
+        which = "'alpha' parameter sets a validity bound" if alpha != 0.02 else "'beta' parameter sets a validity bound"
+        raise ParameterError(f"the {which}, which no_validity=True turns off: drop one of them")
     specs = measure_specs(guide, measure)
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")

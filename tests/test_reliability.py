@@ -1,0 +1,59 @@
+"""Bad inputs and faults of issue 25 at the command line: each refused in one line with exit 1 (or said
+in a note), before anything is lost or a model is loaded for nothing."""
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from idcgen.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def npz(digits, tmp_path_factory):
+    x_train, y_train, x_test, y_test = digits
+    folder = tmp_path_factory.mktemp("data")
+    np.savez(folder / "test.npz", x=(x_test[:200, ..., 0] * 255).round().astype(np.uint8), y=y_test[:200])
+    one = y_test == y_test[0]
+    np.savez(folder / "one_class.npz", x=(x_test[one][:60, ..., 0] * 255).round().astype(np.uint8), y=y_test[one][:60])
+    return folder
+
+
+def test_a_single_valued_option_given_twice_is_refused(trained_lenet, npz, tmp_path):
+    """coverage --model A --model B measured B and ignored A."""
+    _, path = trained_lenet
+    result = invoke("coverage", "--model", tmp_path / "a.keras", "--model", path, "--inputs", npz / "test.npz",
+                    "--criteria", "nc")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == "error: --model given twice (only one is used): give it once"
+
+
+def test_no_validity_with_validity_bounds_is_refused(trained_lenet, npz, tmp_path):
+    _, path = trained_lenet
+    result = invoke("fuzz", "--model", path, "--seeds", npz / "test.npz", "--budget", 64, "--no-validity",
+                    "--alpha", 0.5, "--out", tmp_path / "c")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1].startswith("error: --alpha sets a validity bound, which --no-validity")
+
+
+def test_coverage_labels_without_train_is_refused(trained_lenet, npz, tmp_path):
+    """--labels names the labels of --train's images; coverage of --inputs ignored it silently."""
+    _, path = trained_lenet
+    (tmp_path / "labels.csv").write_text("id,label\nnothing.png,3\n")
+    result = invoke("coverage", "--model", path, "--inputs", npz / "test.npz", "--criteria", "nc",
+                    "--labels", tmp_path / "labels.csv")
+    assert result.exit_code == 1, result.output
+    assert "error: --labels" in result.output and "drop --labels" in result.output
+
+
+def test_inspect_of_one_class_writes_its_report_and_ends_cleanly(trained_lenet, npz, tmp_path):
+    """Every input of one class: no NAPVD pair; the command crashed formatting None."""
+    _, path = trained_lenet
+    result = invoke("inspect", "--model", path, "--inputs", npz / "one_class.npz", "--out", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    assert "type-1 confusion n/a" in result.output and (tmp_path / "r" / "report.md").exists()
