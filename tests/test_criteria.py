@@ -328,6 +328,8 @@ def test_lsc_projects_a_layer_wider_than_the_classes_inputs(sa_net):
         LikelihoodSurpriseCoverage(components=0).fit(sa_net, x_train, y_train)
     from idcgen.criteria import make_criterion
     assert make_criterion("lsc(components=5)").components == 5
+    with pytest.raises(InputError, match="no class of the training data gives a KDE"):
+        make_criterion("lsc(group=label, components=none)").fit(sa_net, x_train, y_train)
 
 
 def test_dsa_equals_brute_force(sa_net):

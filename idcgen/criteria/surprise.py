@@ -218,7 +218,7 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
     components : "auto" (default), an int >= 1, or "none". The kept neurons are projected onto this many
         principal components of the training activations before the KDEs: a KDE in d dimensions needs more
         than d inputs per class, so on a layer wider than the classes' inputs no class had one. "auto"
-        projects only then, onto one fewer than the median class's inputs; "none" never (as SA's authors).
+        projects only then, onto one fewer than the median class's inputs; "none" (None) never, as SA's authors.
 
     Learned: ``layer_``, ``width_``, ``kept_neurons_`` (indices into the layer), ``projection_`` (None, or
     (mean, basis) of the principal components), ``classes_`` (classes with a KDE), ``densities_`` (class ->
@@ -242,16 +242,16 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
         super()._validate_params()
         owner = type(self).__name__
         check_real("var_threshold", self.var_threshold, 0.0, None, owner=owner)
-        if not (self.components in ("auto", "none") or isinstance(self.components, (int, np.integer))
+        if not (self.components in ("auto", "none", None) or isinstance(self.components, (int, np.integer))
                 and not isinstance(self.components, bool) and self.components >= 1):
-            raise ParameterError(f"The 'components' parameter of {owner} must be 'auto', 'none' or an int >= 1. "
+            raise ParameterError(f"The 'components' parameter of {owner} must be 'auto', 'none' (or None) or an int >= 1. "
                                  f"Got {self.components!r} instead.")
 
     def _projection(self, acts: np.ndarray, classes: np.ndarray, kept: np.ndarray, notes: list):
         """(mean, basis) of the principal components the kept neurons are projected onto, or None."""
         sizes = np.bincount(np.unique(classes, return_inverse=True)[1])
         sizes = sizes[sizes >= 2]
-        if self.components == "none" or not sizes.size:
+        if self.components in ("none", None) or not sizes.size:
             return None
         if self.components == "auto":
             want = int(np.median(sizes)) - 1
