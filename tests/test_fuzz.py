@@ -576,3 +576,28 @@ def test_resume_refuses_a_campaign_whose_analysis_was_edited(setup, tmp_path):
         make_fuzzer(analysis).resume(tmp_path / "c")
     with pytest.raises(InputError, match="edited or damaged since it was saved"):
         Campaign.load(tmp_path / "c")
+
+
+def test_sigterm_during_a_run_stops_it_as_ctrl_c_does(setup, tmp_path):
+    """SIGTERM (a scheduler's stop, `kill`) ended the process with nothing printed; now the step being
+    recorded is finished and the run stops as on Ctrl-C, resumable."""
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=600)
+    record = c.record
+
+    def record_and_terminate(*args, **kw):
+        if c.step == 2:
+            # checked first: before the fix SIGTERM's default action would end pytest itself
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None), "SIGTERM not handled during a run"
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        return record(*args, **kw)
+
+    c.record = record_and_terminate
+    with pytest.raises(KeyboardInterrupt):
+        fuzzer.run(c, progress=False)
+    assert c.step == 3 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    c.close()
+    resumed = make_fuzzer(analysis).resume(tmp_path / "c")
+    assert resumed.step == 3
+    resumed.close()
