@@ -18,7 +18,7 @@ import typer.core
 
 from .errors import IdcgenError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Coverage-guided test-input generation with Importance-Driven Coverage (IDC).")
 
 DEFAULT_OUTPUTS = Path("outputs")
@@ -121,6 +121,10 @@ class _Command(typer.core.TyperCommand):
                 _fail(f"{name} given twice (only one is used): give it once")
             seen.add(name)
         return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx):
+        # typer writes a required argument {OLD}, which reads as a set; click's plain OLD is the convention
+        return [re.sub(r"^\{(.+)\}$", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
 
 
 def command(func):
@@ -262,7 +266,7 @@ def analyze(model: Path = ModelOpt,
             relevance_of: str = typer.Option("predicted", "--relevance-of", help="predicted or label."),
             correct_only: bool = typer.Option(False, "--correct-only", help="Use only correctly classified inputs."),
             only_class: Optional[int] = typer.Option(None, "--class", help="Use only inputs of this label."),
-            random_state: int = typer.Option(0, "--random-state"),
+            random_state: int = typer.Option(0, "--random-state", help="Seed of the clustering (k-means restarts)."),
             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
@@ -321,7 +325,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as name:key=value, e.g. nc:scaling=channel-means, lsc:group=label."),
              train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-             limit: Optional[int] = typer.Option(None, "--limit"),
+             limit: Optional[int] = typer.Option(None, "--limit", help="Measure the first N inputs only."),
              scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
              preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
              class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
@@ -454,7 +458,7 @@ def fuzz(ctx: typer.Context,
          no_validity: bool = typer.Option(False, "--no-validity", help="Turn DeepHunter's validity bounds off."),
          alpha: float = typer.Option(0.02, "--alpha", help="Validity: share of pixels that may change freely."),
          beta: float = typer.Option(0.2, "--beta", help="Validity: largest change of any pixel otherwise (share of the range)."),
-         random_state: int = typer.Option(0, "--random-state"),
+         random_state: int = typer.Option(0, "--random-state", help="Seed of the campaign: the same seed, settings and inputs make the same campaign in one process."),
          limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N seeds only."),
          out: Optional[Path] = typer.Option(None, "--out", help="Campaign folder (default outputs/campaigns/<model>_<time>)."),
          resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
@@ -502,7 +506,7 @@ def harden(model: Path = ModelOpt,
            mode: str = typer.Option("finetune", "--mode", help="finetune (from the model's weights) or scratch."),
            epochs: int = typer.Option(3, "--epochs", help="Training epochs, the same for both retrainings."),
            repeats: int = typer.Option(1, "--repeats", help="Repetitions (mean ± std)."),
-           random_state: int = typer.Option(0, "--random-state"),
+           random_state: int = typer.Option(0, "--random-state", help="Seed of the retraining and the random perturbations."),
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
            pair: Optional[str] = typer.Option(None, "--pair", help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair `idcgen inspect` predicts); lower is better."),
@@ -532,8 +536,8 @@ def harden(model: Path = ModelOpt,
 
 
 @command
-def convert(old: Path = typer.Argument(..., help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture."),
-            new: Path = typer.Argument(..., help="File to write: .keras or .h5 (the format follows the suffix)."),
+def convert(old: Path = typer.Argument(..., metavar="OLD", help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture."),
+            new: Path = typer.Argument(..., metavar="NEW", help="File to write: .keras or .h5 (the format follows the suffix)."),
             architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt,
             force: bool = typer.Option(False, "--force", help="Replace NEW if it exists.")):
     """Re-save an old or weights-only model file as one Keras 3 reads (Keras 2.1-era files need tf-keras)."""

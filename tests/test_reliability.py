@@ -57,3 +57,17 @@ def test_inspect_of_one_class_writes_its_report_and_ends_cleanly(trained_lenet, 
     result = invoke("inspect", "--model", path, "--inputs", npz / "one_class.npz", "--out", tmp_path / "r")
     assert result.exit_code == 0, result.output
     assert "type-1 confusion n/a" in result.output and (tmp_path / "r" / "report.md").exists()
+
+
+def test_help_shows_brackets_flags_without_types_and_every_option_explained():
+    """Rich markup swallowed [ray]; flags showed <bool>; --random-state and coverage --limit had no help;
+    convert's usage read {old} {new}."""
+    import re
+    analyze = invoke("analyze", "--help").output
+    assert 'pip install "idcgen[ray]"' in " ".join(analyze.split())
+    assert "<bool>" not in analyze and re.search(r"--random-state \S+\s+Seed", analyze)
+    assert re.search(r"--limit \S+\s+Measure the first N", invoke("coverage", "--help").output)
+    assert "convert [OPTIONS] OLD NEW" in invoke("convert", "--help").output
+    for name in ("analyze", "coverage", "fuzz", "harden", "prioritize", "inspect", "affinity", "convert"):
+        text = invoke(name, "--help").output
+        assert not re.search(r"^\s+--[\w-]+(?: <\w+>)?\s*$", text, re.M), f"{name}: an option without help"
