@@ -232,3 +232,15 @@ def test_an_edited_analysis_is_refused(analysed, tmp_path):
     np.savez(tmp_path / "a" / "arrays.npz", neurons=analysed.neurons[::-1], importance=analysed.importance)
     with pytest.raises(InputError, match="edited or damaged"):
         Analysis.load(tmp_path / "a")
+
+
+def test_k_values_the_inputs_cannot_support_are_not_tried(trained_lenet, digits):
+    """--clusters 2-400 on 500 inputs ran minutes of silhouette searches for k the data cannot support."""
+    from idcgen.analysis import analyze
+    model, _ = trained_lenet
+    x, y = digits[0][:40], digits[1][:40]
+    a = analyze(model, x, y, m=2, clusters=range(2, 30), progress=False)
+    assert all(c.k <= 8 for c in a.clusters)
+    assert any(n.startswith("k above 8 not tried (21 of the 28 k values asked): 40 inputs") for n in a.notes)
+    with pytest.raises(ParameterError, match=r"asks for at least 12 clusters of 40 inputs, which support at most 8"):
+        analyze(model, x, y, m=2, clusters=(12, 13), progress=False)

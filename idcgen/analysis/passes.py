@@ -65,6 +65,26 @@ class LocalPasses:
         return cluster_neurons(acts, neurons, ks, method, random_state, progress)
 
 
+#: k-means on fewer inputs a cluster than this finds noise, and a silhouette search over such k only costs time
+MIN_INPUTS_PER_CLUSTER = 5
+
+
+def supported_clusters(ks, n_inputs: int) -> tuple[list[int], str | None]:
+    """The k values ``n_inputs`` inputs can support (at most one cluster per MIN_INPUTS_PER_CLUSTER inputs,
+    2 at least) and a note naming those left out; refused in one line when none is left."""
+    ks = [int(k) for k in ks]
+    most = max(2, n_inputs // MIN_INPUTS_PER_CLUSTER)
+    kept = [k for k in ks if k <= most]
+    if not kept:
+        raise ParameterError(f"the 'clusters' parameter asks for at least {min(ks)} clusters of {n_inputs} inputs, "
+                             f"which support at most {most} ({MIN_INPUTS_PER_CLUSTER} inputs a cluster): give "
+                             "smaller k values or more inputs")
+    if len(kept) == len(ks):
+        return kept, None
+    return kept, (f"k above {most} not tried ({len(ks) - len(kept)} of the {len(ks)} k values asked): {n_inputs} "
+                  f"inputs support at most {most} clusters ({MIN_INPUTS_PER_CLUSTER} inputs a cluster)")
+
+
 def cluster_neurons(acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
                     progress: bool = False) -> list:
     """:func:`idcgen.clusters.cluster_neuron` of each column of ``acts`` (neuron ``neurons[i]``), each from
@@ -159,6 +179,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         else:
             x, y = x[keep], y[keep]
 
+    clusters, cluster_note = supported_clusters(clusters, len(x))
+
     timings = {}
     start = time.perf_counter()
     # Streamed: the relevance pass keeps per-neuron totals (and the layer's activations when they are small),
@@ -182,7 +204,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
-    notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
+    notes = ([cluster_note] if cluster_note else []) + [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
         ([network.head_note] if getattr(network, "head_note", None) else [])
 
     data = dict(data_summary or {})
