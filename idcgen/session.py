@@ -31,7 +31,7 @@ from .framework import Network, load_model, network_with_convention
 from .report import write_report
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
-from .fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, parse_mutators
 from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources
 from .fuzz.store import read_meta
@@ -174,6 +174,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
                                cluster_method=wanted_method)
     recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
     networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task)
+    check_tasks(mutator_list, networks[0].task)   # before the analysis and the campaign, not 50 failed steps in
     oracle = oracle or default_oracle(networks[0])
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)

@@ -29,7 +29,7 @@ from ..imageio import quantise
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .guidance import check_guide, measures_of, new_coverage
-from .mutators import MutationContext, Mutator, make_mutator
+from .mutators import MutationContext, Mutator, check_tasks, make_mutator
 from .deeptest import calibrate
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
@@ -96,6 +96,7 @@ class Fuzzer:
                                      f"{other.n_classes}")
         self.analysis, self.network = analysis, analysis.network
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
+        check_tasks(self.mutators, self.network.task)
         self.others = tuple(others)
         self.oracle = make_oracle(oracle, others)
         self.scheduler = make_scheduler(scheduler)
