@@ -201,10 +201,10 @@ def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bo
 
 
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
-    """With --ray or --workers, Ray must be installed: said in one line before any model is loaded."""
-    if ray is not None or workers is not None:
-        from .distributed import require_ray
-        require_ray("--ray" if ray is not None else "--workers")
+    """With --ray or --workers, a worker count of at least 1 and Ray installed: said in one line before any
+    model is loaded."""
+    from .distributed import check_pool
+    check_pool(ray, workers)
 
 
 def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool):

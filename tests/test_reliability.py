@@ -71,3 +71,13 @@ def test_help_shows_brackets_flags_without_types_and_every_option_explained():
     for name in ("analyze", "coverage", "fuzz", "harden", "prioritize", "inspect", "affinity", "convert"):
         text = invoke(name, "--help").output
         assert not re.search(r"^\s+--[\w-]+(?: <\w+>)?\s*$", text, re.M), f"{name}: an option without help"
+
+
+@pytest.mark.parametrize("command", ["analyze", "coverage", "inspect", "affinity", "fuzz"])
+def test_a_bad_worker_count_is_refused_before_anything_is_loaded(command, tmp_path):
+    """--workers 0 or -1 printed "starting -1 Ray worker(s)" after loading the model, then failed."""
+    data = {"analyze": ["--train", "x.npz"], "fuzz": ["--seeds", "x.npz", "--budget", 10]}.get(command, ["--inputs", "x.npz"])
+    for count in (0, -1):
+        result = invoke(command, "--model", tmp_path / "missing.keras", *data, "--workers", count)
+        assert result.exit_code == 1, result.output
+        assert result.output.strip() == f"error: --workers must be an int >= 1. Got {count} instead.", result.output
