@@ -200,6 +200,14 @@ def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bo
         typer.echo(f"{result}  [{n} inputs in {shards} shards, layer {found.layer}, m={found.m}]")
 
 
+def _check_sources(*specs) -> None:
+    """Input paths and dataset names checked before the framework is imported and the model loaded."""
+    from .data import check_source
+    for spec in specs:
+        if spec is not None:
+            check_source(spec)
+
+
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
     """With --ray or --workers, a worker count of at least 1 and Ray installed: said in one line before any
     model is loaded."""
@@ -283,6 +291,7 @@ def analyze(model: Path = ModelOpt,
     ks = parse_cluster_range(clusters)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
+    _check_sources(train)
     sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
     network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess)
     pool = _ray_pool(ray, workers, network, unsafe)
@@ -340,6 +349,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
+    _check_sources(inputs, train)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess,
                                        analysis if "idc" in names else None)
     if _shard_pattern(inputs, "--inputs", ray, workers, limit):
@@ -411,6 +421,7 @@ def prioritize(model: Path = ModelOpt,
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
     from .prioritization import check_ordering, input_names, prioritize as run
     check_ordering(by)   # an unknown ordering is refused before any model is loaded
+    _check_sources(inputs, train)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     check_ordering(by, network.task)   # classification-only orderings refused for a regression model
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
@@ -515,6 +526,9 @@ def harden(model: Path = ModelOpt,
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
     from .hardening import check_pair, format_table, harden as run
+    from .fuzz.store import read_meta
+    read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
+    _check_sources(train, test)
     network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis")
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
@@ -590,6 +604,7 @@ def inspect(model: Path = ModelOpt,
     from .checks import check_int
     check_int("top", top, 1)
     _need_ray(ray, workers)
+    _check_sources(inputs)
     network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis)
     sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
     if not sharded:
@@ -676,6 +691,7 @@ def affinity(model: Path = ModelOpt,
     extra = load_hypotheses(hypotheses) if hypotheses is not None else []
     if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
+    _check_sources(inputs)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)

@@ -23,7 +23,7 @@ from .analysis import Analysis, analyze, find_analysis
 from .checks import check_int
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import infer_image_shape, parse_image_shape
-from .data import fit_to_model, load_for_model, parse_class_names
+from .data import check_source, fit_to_model, load_for_model, parse_class_names
 from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .export import export_campaign
@@ -160,6 +160,9 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
+    for spec in (seeds, train):   # before the framework is imported and the models loaded
+        if spec is not None:
+            check_source(spec)
     runner = LocalRunner() if workers is None else ParallelRunner(workers, ray, safe_mode)
     runner.check(models=models, architectures=architectures, guide=guide, specs=specs)
     if m is not None:

@@ -81,3 +81,36 @@ def test_a_bad_worker_count_is_refused_before_anything_is_loaded(command, tmp_pa
         result = invoke(command, "--model", tmp_path / "missing.keras", *data, "--workers", count)
         assert result.exit_code == 1, result.output
         assert result.output.strip() == f"error: --workers must be an int >= 1. Got {count} instead.", result.output
+
+
+@pytest.mark.parametrize("command, args", [
+    ("analyze", ["--train", "nope.npz"]),
+    ("coverage", ["--inputs", "nope.npz", "--criteria", "nc"]),
+    ("prioritize", ["--inputs", "nope.npz", "--by", "gini", "--out", "o.csv"]),
+    ("inspect", ["--inputs", "embedded-mnist:nope"]),
+    ("affinity", ["--inputs", "nope"]),
+    ("fuzz", ["--seeds", "nope.npz", "--budget", 10]),
+])
+def test_inputs_are_checked_before_the_model_is_loaded(command, args, trained_lenet, monkeypatch):
+    """Every command spent 13-25 s importing TensorFlow and loading the model before it looked at its inputs."""
+    import idcgen.session as session
+    _, path = trained_lenet
+
+    def loaded(*a, **k):
+        raise AssertionError("the model was loaded before the inputs were checked")
+    monkeypatch.setattr(session, "load_networks", loaded)
+    monkeypatch.setattr(session, "open_model", loaded)
+    result = invoke(command, "--model", path, *args)
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(("error: no such file, folder or dataset: nope", "error: unknown split 'nope'")), line
+
+
+def test_harden_of_a_folder_that_is_no_campaign_says_so(trained_lenet, tmp_path, npz):
+    from idcgen.analysis import analyze
+    model, path = trained_lenet
+    analyze(model, np.load(npz / "test.npz")["x"][..., None] / 255.0, m=2, progress=False).save(tmp_path / "analysis")
+    for folder in (tmp_path / "missing", tmp_path / "analysis"):
+        result = invoke("harden", "--model", path, "--train", npz / "test.npz", "--test", npz / "test.npz",
+                        "--campaign", folder)
+        assert result.exit_code == 1 and result.output.strip() == f"error: not a campaign folder (no campaign.json): {folder}"
