@@ -114,3 +114,37 @@ def test_harden_of_a_folder_that_is_no_campaign_says_so(trained_lenet, tmp_path,
         result = invoke("harden", "--model", path, "--train", npz / "test.npz", "--test", npz / "test.npz",
                         "--campaign", folder)
         assert result.exit_code == 1 and result.output.strip() == f"error: not a campaign folder (no campaign.json): {folder}"
+
+
+def test_damaged_or_foreign_model_files_are_named_as_such(trained_lenet, tmp_path):
+    """Empty, cut-short or text .keras files reported "File not found" for a file that exists; .h5 ones
+    "file signature not found"."""
+    _, path = trained_lenet
+    whole = path.read_bytes()
+    cases = {"empty.keras": b"", "text.keras": b"not a model\n", "cut.keras": whole[: len(whole) // 2],
+             "empty.h5": b"", "text.h5": b"hello\n"}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        result = invoke("layers", "--model", tmp_path / name)
+        assert result.exit_code == 1, result.output
+        line = result.output.strip()
+        assert line.startswith(f"error: {tmp_path / name} is not a Keras model file, or is damaged: "), line
+        assert ("it is empty" in line) == (content == b""), line
+
+
+def test_an_unknown_layer_class_is_named(trained_lenet, tmp_path):
+    import json
+    import zipfile
+    _, path = trained_lenet
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp_path / "custom.keras", "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                config["config"]["layers"][1]["class_name"] = "MyFancyLayer"
+                config["config"]["layers"][1]["module"] = "my_project.layers"
+                data = json.dumps(config).encode()
+            dst.writestr(item, data)
+    result = invoke("layers", "--model", tmp_path / "custom.keras")
+    assert result.exit_code == 1
+    assert "unknown layer class 'MyFancyLayer'" in result.output and "custom layer" in result.output, result.output

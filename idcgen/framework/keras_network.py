@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -33,6 +34,23 @@ _SKIP_BEFORE_LOGITS = (keras.layers.Dropout, keras.layers.SpatialDropout1D, kera
                        keras.layers.Reshape)
 
 
+def check_container(path: Path) -> None:
+    """A .keras file is a zip archive, an .h5 an HDF5 file: one that is not is empty, cut short or no model
+    file at all, said so (Keras says "File not found" or "file signature not found" of a file that exists)."""
+    import zipfile
+    import h5py
+    kind = {".keras": ("a zip archive", zipfile.is_zipfile), ".h5": ("an HDF5 file", h5py.is_hdf5),
+            ".hdf5": ("an HDF5 file", h5py.is_hdf5)}.get(path.suffix.lower())
+    if kind is None:
+        return
+    what, is_kind = kind
+    if not is_kind(path):
+        size = path.stat().st_size
+        raise ModelError(f"{path} is not a Keras model file, or is damaged: " + (
+            "it is empty" if size == 0 else f"a {path.suffix} file is {what} and this one ({size:,} bytes) is not "
+            "(cut short in a copy or download, or another kind of file)"))
+
+
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None) -> keras.Model:
     """Load a Keras 3 ``.keras``/``.h5`` or a Keras 2.x full-model ``.h5`` file, uncompiled.
 
@@ -48,6 +66,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     from . import keras_legacy as legacy
     if architecture is not None:
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
+    check_container(path)
     try:
         model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
     except Exception as exc:  # Keras raises many types for unreadable files; report them as one
@@ -59,6 +78,11 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         if "pop expected at most 1 argument" in str(exc):
             hint = (f" (a Keras {legacy.full_legacy_model(path)} file, which Keras 3 cannot read: re-save it with "
                     f"`idcgen convert {path} NEW.keras`, which needs tf-keras)")
+        elif "Could not locate class" in str(exc):   # Keras puts the class name past its first line
+            name = re.search(r"Could not locate class '([^']+)'", str(exc))
+            first = (f"unknown layer class {name.group(1)!r}" if name else first)
+            hint = (" (a custom layer: idcgen can only load models of Keras' own layers; re-save the model "
+                    "without it, or load it in Python with its code and pass the model to idcgen's API)")
         elif "safe_mode" in str(exc) or "Lambda" in str(exc):
             hint = " (the file has a Lambda layer: pass --unsafe only if you trust it)"
         raise ModelError(f"could not read model {path}: {first}{hint}") from None
