@@ -244,3 +244,14 @@ def test_k_values_the_inputs_cannot_support_are_not_tried(trained_lenet, digits)
     assert any(n.startswith("k above 8 not tried (21 of the 28 k values asked): 40 inputs") for n in a.notes)
     with pytest.raises(ParameterError, match=r"asks for at least 12 clusters of 40 inputs, which support at most 8"):
         analyze(model, x, y, m=2, clusters=(12, 13), progress=False)
+
+
+def test_near_chance_accuracy_from_mapped_labels_is_said_to_be_the_labels(trained_lenet, digits):
+    """Class folders with word names numbered in another order got a warning about scaling."""
+    from idcgen.analysis import analyze
+    model, _ = trained_lenet
+    x, y = digits[0][:300], digits[1][:300]
+    shifted = analyze(model, x, (y + 1) % 10, m=2, progress=False)
+    assert any("labels are likely mapped to other classes" in w and "label 1 -> predicted 0" in w
+               for w in shifted.warnings), shifted.warnings
+    assert not any("scaled twice" in w for w in shifted.warnings)

@@ -65,6 +65,20 @@ class LocalPasses:
         return cluster_neurons(acts, neurons, ks, method, random_state, progress)
 
 
+def label_mapping(y: np.ndarray, predictions: np.ndarray):
+    """(share, [(label, predicted class)]) when the predictions follow the labels under another numbering
+    (the majority prediction of each label covers at least half the inputs), else None."""
+    y, predictions = np.asarray(y, np.int64), np.asarray(predictions, np.int64)
+    pairs, agreeing = [], 0
+    for label in np.unique(y):
+        counts = np.bincount(predictions[y == label])
+        pairs.append((int(label), int(counts.argmax())))
+        agreeing += int(counts.max())
+    share = agreeing / max(len(y), 1)
+    moved = [(a, b) for a, b in pairs if a != b]
+    return (share, moved) if share >= 0.5 and moved else None
+
+
 #: k-means on fewer inputs a cluster than this finds noise, and a silhouette search over such k only costs time
 MIN_INPUTS_PER_CLUSTER = 5
 
@@ -217,7 +231,17 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
     warnings = []
     n_classes = network.n_classes
-    if accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
+    remapped = None if accuracy is None or n_classes <= 2 or accuracy >= 1.5 / n_classes else \
+        label_mapping(y, predictions)
+    if remapped is not None:   # consistent predictions under other names: the labels, not the scale
+        share, pairs = remapped
+        warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
+                        f"{n_classes} classes, but predicts one class per label for {share:.0%} of them "
+                        f"({', '.join(f'label {a} -> predicted {b}' for a, b in pairs[:3])}, ...): the labels are "
+                        "likely mapped to other classes than the model's (class folders with word names are "
+                        "numbered in sorted order); name the folders by class index or give --class-names in "
+                        "the model's label order")
+    elif accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
         lo, hi = convention.value_range
         warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
                         f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
