@@ -343,6 +343,12 @@ class LocalRunner:
             campaign.close()
 
 
+#: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
+PARALLEL_NOT_REPRODUCIBLE = ("parallel campaigns are not reproducible: the workers exchange inputs when they reach "
+                             "them, which the machine's timing decides, so the same --random-state gives another "
+                             "campaign; one process (no --workers) gives the same campaign for the same --random-state")
+
+
 class ParallelRunner:
     """``workers`` campaigns on Ray that share what they cover (:mod:`idcgen.distributed.parallel`)."""
 
@@ -369,6 +375,7 @@ class ParallelRunner:
     def start(self, fuzzer, settings, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
         echo(f"campaign: {out} ({self.workers} workers on Ray, {self.ray or 'local'}; each in {out}/worker-<i>, "
              f"merged in {out}/merged)")
+        echo(f"note: {PARALLEL_NOT_REPRODUCIBLE}")
         return self._run(fuzzer, settings, x_seeds, y_seeds, out, x_train, y_train, echo)
 
     def resume(self, fuzzer, settings, folder, budget, *, x_train, y_train, echo, progress):
