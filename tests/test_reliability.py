@@ -148,3 +148,15 @@ def test_an_unknown_layer_class_is_named(trained_lenet, tmp_path):
     result = invoke("layers", "--model", tmp_path / "custom.keras")
     assert result.exit_code == 1
     assert "unknown layer class 'MyFancyLayer'" in result.output and "custom layer" in result.output, result.output
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t"])
+def test_a_label_file_with_another_delimiter_is_read(delimiter, tmp_path):
+    """A ';'-delimited CSV got advice (name the columns) that could not work."""
+    from pathlib import Path
+    from idcgen.labelfile import read_labels
+    (tmp_path / "labels.csv").write_text(delimiter.join(["frame_id", "steering_angle"]) + "\n"
+                                         + "".join(f"{i}{delimiter}{i / 10}\n" for i in range(3)))
+    labels, note = read_labels(str(tmp_path / "labels.csv"), [Path(f"{i}.png") for i in range(3)])
+    np.testing.assert_allclose(labels, [0.0, 0.1, 0.2])
+    assert "column 'steering_angle'" in note
