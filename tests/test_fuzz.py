@@ -603,3 +603,22 @@ def test_sigterm_during_a_run_stops_it_as_ctrl_c_does(setup, tmp_path):
     resumed = make_fuzzer(analysis).resume(tmp_path / "c")
     assert resumed.step == 3
     resumed.close()
+
+
+def test_a_torn_newest_state_of_an_interrupted_campaign_is_said(setup, tmp_path):
+    """The newest state file cut short while campaign.json still shows the start (an interrupted run): the
+    campaign fell back to the commit before without a note."""
+    from idcgen.fuzz.statefile import STATE_FILES, read_state
+    from idcgen.fuzz.store import CampaignStore
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=192), progress=False)
+    commit, _ = read_state(tmp_path / "c")
+    newest = tmp_path / "c" / STATE_FILES[commit % 2]
+    newest.write_bytes(newest.read_bytes()[:-9])
+    meta = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    meta["state"]["step"] = 0                       # as an interrupted run leaves it
+    (tmp_path / "c" / "campaign.json").write_text(json.dumps(meta))
+    notes = CampaignStore.read(tmp_path / "c").notes
+    assert any(n.startswith(f"{newest.name} is torn (cut short while it was written") and "the commit before" in n
+               for n in notes), notes
