@@ -15,6 +15,7 @@ and the report).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import time
 from pathlib import Path
@@ -336,6 +337,14 @@ class LocalRunner:
         except KeyboardInterrupt:
             echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
             return None
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # the writer thread's error has no path of the user's; the committed steps are whole on disk
+            raise InputError(f"no space left on the device of campaign {campaign.folder}"
+                             + (f" (writing {exc.filename})" if exc.filename else "")
+                             + f"; it stopped at its last commit: free some space, then continue with: "
+                             f"idcgen fuzz --resume {campaign.folder}") from None
         campaign.open()   # the writer lock again: a second session must not export into the same folder at once
         try:
             return finish(campaign, x_train, y_train, fuzzer.oracle, list(campaign.settings.sources.notes), echo)

@@ -160,3 +160,25 @@ def test_a_label_file_with_another_delimiter_is_read(delimiter, tmp_path):
     labels, note = read_labels(str(tmp_path / "labels.csv"), [Path(f"{i}.png") for i in range(3)])
     np.testing.assert_allclose(labels, [0.0, 0.1, 0.2])
     assert "column 'steering_angle'" in note
+
+
+def test_a_full_disk_during_fuzz_names_the_campaign_and_how_to_resume(trained_lenet, npz, tmp_path, monkeypatch):
+    """A full disk printed only "[Errno 28] No space left on device"."""
+    import errno
+    from idcgen.fuzz import store
+    _, path = trained_lenet
+    write, calls = store.atomic_npz, []
+
+    def full(*args, **kw):
+        calls.append(args[0])
+        if len(calls) > 2:   # the seeds committed, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(*args, **kw)
+    monkeypatch.setattr(store, "atomic_npz", full)
+    out = tmp_path / "c"
+    result = invoke("fuzz", "--model", path, "--seeds", npz / "test.npz", "--limit", 60, "--budget", 640,
+                    "--batch-size", 64, "--mutators", "gauss", "--out", out)
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: no space left on the device of campaign {out}") and \
+        line.endswith(f"continue with: idcgen fuzz --resume {out}"), line
