@@ -251,6 +251,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     folder = Path(folder)
     parallel = (folder / PARALLEL_FILE).is_file()
     if workers is not None and not parallel:
+        read_meta(folder)   # a folder that is no campaign at all is said to be none
         raise ParameterError(f"{folder} is a campaign of one process: resume it without --workers")
     if parallel:
         record = ParallelRecord.read(folder)

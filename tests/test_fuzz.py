@@ -622,3 +622,17 @@ def test_a_torn_newest_state_of_an_interrupted_campaign_is_said(setup, tmp_path)
     notes = CampaignStore.read(tmp_path / "c").notes
     assert any(n.startswith(f"{newest.name} is torn (cut short while it was written") and "the commit before" in n
                for n in notes), notes
+
+
+def test_resume_of_a_one_process_campaign_with_workers_is_refused_before_loading(setup, tmp_path):
+    from idcgen.cli import app
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=64), progress=False)
+    runner = CliRunner()
+    result = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "c"), "--workers", "2"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {tmp_path / 'c'} is a campaign of one process: resume it without --workers"
+    result = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "nope"), "--workers", "2"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: not a campaign folder (no campaign.json): {tmp_path / 'nope'}"
