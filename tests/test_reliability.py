@@ -182,3 +182,15 @@ def test_a_full_disk_during_fuzz_names_the_campaign_and_how_to_resume(trained_le
     line = result.output.strip().splitlines()[-1]
     assert line.startswith(f"error: no space left on the device of campaign {out}") and \
         line.endswith(f"continue with: idcgen fuzz --resume {out}"), line
+
+
+def test_images_converted_between_grayscale_and_rgb_are_said_both_ways(tmp_path):
+    """Already said both ways on main when checked (issue 25 reported grayscale -> RGB silent): held here."""
+    from PIL import Image
+    from idcgen.data import load_for_model
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8), "L").save(tmp_path / "g.png")
+    Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8), "RGB").save(tmp_path / "c.png")
+    notes = {shape[-1]: load_for_model(tmp_path, shape)[0].notes for shape in ((8, 8, 3), (8, 8, 1))}
+    assert "1 of 2 images converted from grayscale to RGB (3 channels wanted)" in notes[3]
+    assert "1 of 2 images converted from colour to grayscale (1 channel wanted)" in notes[1]
