@@ -200,12 +200,13 @@ def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bo
         typer.echo(f"{result}  [{n} inputs in {shards} shards, layer {found.layer}, m={found.m}]")
 
 
-def _check_sources(*specs) -> None:
-    """Input paths and dataset names checked before the framework is imported and the model loaded."""
+def _check_sources(*specs, **options) -> None:
+    """Input paths, dataset names and loading options checked before the framework is imported and the
+    model loaded."""
     from .data import check_source
     for spec in specs:
         if spec is not None:
-            check_source(spec)
+            check_source(spec, **options)
 
 
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
@@ -291,7 +292,7 @@ def analyze(model: Path = ModelOpt,
     ks = parse_cluster_range(clusters)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
-    _check_sources(train)
+    _check_sources(train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
     network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess)
     pool = _ray_pool(ray, workers, network, unsafe)
@@ -349,7 +350,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
-    _check_sources(inputs, train)
+    _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess,
                                        analysis if "idc" in names else None)
     if _shard_pattern(inputs, "--inputs", ray, workers, limit):
@@ -421,7 +422,7 @@ def prioritize(model: Path = ModelOpt,
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
     from .prioritization import check_ordering, input_names, prioritize as run
     check_ordering(by)   # an unknown ordering is refused before any model is loaded
-    _check_sources(inputs, train)
+    _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     check_ordering(by, network.task)   # classification-only orderings refused for a regression model
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
@@ -528,7 +529,7 @@ def harden(model: Path = ModelOpt,
     from .hardening import check_pair, format_table, harden as run
     from .fuzz.store import read_meta
     read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
-    _check_sources(train, test)
+    _check_sources(train, test, scale=scale, class_names=class_names)
     network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis")
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
@@ -604,7 +605,7 @@ def inspect(model: Path = ModelOpt,
     from .checks import check_int
     check_int("top", top, 1)
     _need_ray(ray, workers)
-    _check_sources(inputs)
+    _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis)
     sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
     if not sharded:
@@ -691,7 +692,7 @@ def affinity(model: Path = ModelOpt,
     extra = load_hypotheses(hypotheses) if hypotheses is not None else []
     if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
-    _check_sources(inputs)
+    _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)

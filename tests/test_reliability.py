@@ -194,3 +194,21 @@ def test_images_converted_between_grayscale_and_rgb_are_said_both_ways(tmp_path)
     notes = {shape[-1]: load_for_model(tmp_path, shape)[0].notes for shape in ((8, 8, 3), (8, 8, 1))}
     assert "1 of 2 images converted from grayscale to RGB (3 channels wanted)" in notes[3]
     assert "1 of 2 images converted from colour to grayscale (1 channel wanted)" in notes[1]
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--scale", "bogus"], "error: --scale must be one of"),
+    (["--resize", "12"], "error: "),
+    (["--crop", "1,2"], "error: "),
+    (["--limit", 0], "error: --limit must be a positive int"),
+])
+def test_loading_options_are_checked_before_the_model_is_loaded(option, message, trained_lenet, npz, monkeypatch):
+    import idcgen.session as session
+    _, path = trained_lenet
+
+    def loaded(*a, **k):
+        raise AssertionError("the model was loaded before the options were checked")
+    monkeypatch.setattr(session, "open_model", loaded)
+    result = invoke("coverage", "--model", path, "--inputs", npz / "test.npz", "--criteria", "nc", *option)
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().startswith(message) and len(result.output.strip().splitlines()) == 1, result.output
