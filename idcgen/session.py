@@ -49,6 +49,9 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
     if architectures and len(architectures) != len(models):
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
                          "(- for a model file that holds its architecture)")
+    for path in [*models, *(a for a in architectures if a is not None)]:   # all, before the framework loads one
+        if not Path(path).exists():
+            raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
     pairs = zip(models, architectures or [None] * len(models))
     return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task) for p, a in pairs]
 

@@ -212,3 +212,14 @@ def test_loading_options_are_checked_before_the_model_is_loaded(option, message,
     result = invoke("coverage", "--model", path, "--inputs", npz / "test.npz", "--criteria", "nc", *option)
     assert result.exit_code == 1, result.output
     assert result.output.strip().startswith(message) and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_every_model_file_is_checked_before_one_is_loaded(trained_lenet, tmp_path, monkeypatch):
+    import idcgen.session as session
+    _, path = trained_lenet
+
+    def loaded(*a, **k):
+        raise AssertionError("a model was loaded before every model file was checked")
+    monkeypatch.setattr(session, "load_model", loaded)
+    with pytest.raises(Exception, match=f"model file not found: {tmp_path / 'b.keras'}"):
+        session.load_networks([path, tmp_path / "b.keras"])
