@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+import typer.core
 
 from .errors import IdcgenError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Coverage-guided test-input generation with Importance-Driven Coverage (IDC).")
 
 DEFAULT_OUTPUTS = Path("outputs")
@@ -105,6 +106,27 @@ def _fail(message: str) -> None:
 _POOLS = []
 
 
+class _Command(typer.core.TyperCommand):
+    """A command refusing a single-valued option given twice (click keeps the last one silently)."""
+
+    def parse_args(self, ctx, args):
+        single = {name for p in self.params if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False)
+                  for name in p.opts if name.startswith("--")}
+        seen = set()
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if name in single and name in seen:
+                _fail(f"{name} given twice (only one is used): give it once")
+            seen.add(name)
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx):
+        # typer writes a required argument {OLD}, which reads as a set; click's plain OLD is the convention
+        return [re.sub(r"^\{(.+)\}$", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
 def command(func):
     """Register ``func`` as a command and turn idcgen errors into one clear line."""
     @functools.wraps(func)
@@ -121,7 +143,7 @@ def command(func):
         finally:   # Ray workers freed however the command ends (an error half-way too)
             while _POOLS:
                 _POOLS.pop().close()
-    return app.command()(wrapper)
+    return app.command(cls=_Command)(wrapper)
 
 
 def _given(ctx: typer.Context) -> dict:
@@ -178,11 +200,20 @@ def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bo
         typer.echo(f"{result}  [{n} inputs in {shards} shards, layer {found.layer}, m={found.m}]")
 
 
+def _check_sources(*specs, **options) -> None:
+    """Input paths, dataset names and loading options checked before the framework is imported and the
+    model loaded."""
+    from .data import check_source
+    for spec in specs:
+        if spec is not None:
+            check_source(spec, **options)
+
+
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
-    """With --ray or --workers, Ray must be installed: said in one line before any model is loaded."""
-    if ray is not None or workers is not None:
-        from .distributed import require_ray
-        require_ray("--ray" if ray is not None else "--workers")
+    """With --ray or --workers, a worker count of at least 1 and Ray installed: said in one line before any
+    model is loaded."""
+    from .distributed import check_pool
+    check_pool(ray, workers)
 
 
 def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool):
@@ -244,7 +275,7 @@ def analyze(model: Path = ModelOpt,
             relevance_of: str = typer.Option("predicted", "--relevance-of", help="predicted or label."),
             correct_only: bool = typer.Option(False, "--correct-only", help="Use only correctly classified inputs."),
             only_class: Optional[int] = typer.Option(None, "--class", help="Use only inputs of this label."),
-            random_state: int = typer.Option(0, "--random-state"),
+            random_state: int = typer.Option(0, "--random-state", help="Seed of the clustering (k-means restarts)."),
             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
@@ -261,6 +292,7 @@ def analyze(model: Path = ModelOpt,
     ks = parse_cluster_range(clusters)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
+    _check_sources(train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
     network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess)
     pool = _ray_pool(ray, workers, network, unsafe)
@@ -303,7 +335,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as name:key=value, e.g. nc:scaling=channel-means, lsc:group=label."),
              train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-             limit: Optional[int] = typer.Option(None, "--limit"),
+             limit: Optional[int] = typer.Option(None, "--limit", help="Measure the first N inputs only."),
              scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
              preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
              class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
@@ -318,6 +350,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
+    _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess,
                                        analysis if "idc" in names else None)
     if _shard_pattern(inputs, "--inputs", ray, workers, limit):
@@ -329,6 +362,9 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     needing = [c.name for c in others.values() if c.needs_data]
     if needing and train is None:
         _fail(f"{', '.join(needing)} need --train DATA (the model's training inputs)")
+    if labels is not None and not needing:   # they label --train's images; the inputs measured need none
+        _fail("--labels gives the labels of --train's image folder, which only lsc:group=label and dsc read; "
+              "coverage of --inputs needs no labels: drop --labels")
     if train is not None and not needing:
         _fail(f"--train is read by criteria fitted on training data (kmnc, nbc, snac, lsc, dsc); "
               f"{', '.join(names)} do not use it: drop --train")
@@ -386,6 +422,7 @@ def prioritize(model: Path = ModelOpt,
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
     from .prioritization import check_ordering, input_names, prioritize as run
     check_ordering(by)   # an unknown ordering is refused before any model is loaded
+    _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     check_ordering(by, network.task)   # classification-only orderings refused for a regression model
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
@@ -433,7 +470,7 @@ def fuzz(ctx: typer.Context,
          no_validity: bool = typer.Option(False, "--no-validity", help="Turn DeepHunter's validity bounds off."),
          alpha: float = typer.Option(0.02, "--alpha", help="Validity: share of pixels that may change freely."),
          beta: float = typer.Option(0.2, "--beta", help="Validity: largest change of any pixel otherwise (share of the range)."),
-         random_state: int = typer.Option(0, "--random-state"),
+         random_state: int = typer.Option(0, "--random-state", help="Seed of the campaign: the same seed, settings and inputs make the same campaign in one process."),
          limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N seeds only."),
          out: Optional[Path] = typer.Option(None, "--out", help="Campaign folder (default outputs/campaigns/<model>_<time>)."),
          resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
@@ -481,7 +518,7 @@ def harden(model: Path = ModelOpt,
            mode: str = typer.Option("finetune", "--mode", help="finetune (from the model's weights) or scratch."),
            epochs: int = typer.Option(3, "--epochs", help="Training epochs, the same for both retrainings."),
            repeats: int = typer.Option(1, "--repeats", help="Repetitions (mean ± std)."),
-           random_state: int = typer.Option(0, "--random-state"),
+           random_state: int = typer.Option(0, "--random-state", help="Seed of the retraining and the random perturbations."),
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
            pair: Optional[str] = typer.Option(None, "--pair", help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair `idcgen inspect` predicts); lower is better."),
@@ -490,6 +527,9 @@ def harden(model: Path = ModelOpt,
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
     from .hardening import check_pair, format_table, harden as run
+    from .fuzz.store import read_meta
+    read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
+    _check_sources(train, test, scale=scale, class_names=class_names)
     network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis")
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
@@ -511,12 +551,13 @@ def harden(model: Path = ModelOpt,
 
 
 @command
-def convert(old: Path = typer.Argument(..., help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture."),
-            new: Path = typer.Argument(..., help="File to write: .keras or .h5 (the format follows the suffix)."),
-            architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt):
+def convert(old: Path = typer.Argument(..., metavar="OLD", help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture."),
+            new: Path = typer.Argument(..., metavar="NEW", help="File to write: .keras or .h5 (the format follows the suffix)."),
+            architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt,
+            force: bool = typer.Option(False, "--force", help="Replace NEW if it exists.")):
     """Re-save an old or weights-only model file as one Keras 3 reads (Keras 2.1-era files need tf-keras)."""
     from .framework import convert as run
-    typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe))
+    typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe, overwrite=force))
 
 
 @command
@@ -564,6 +605,7 @@ def inspect(model: Path = ModelOpt,
     from .checks import check_int
     check_int("top", top, 1)
     _need_ray(ray, workers)
+    _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis)
     sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
     if not sharded:
@@ -591,13 +633,15 @@ def inspect(model: Path = ModelOpt,
         typer.echo(f"note: {note}")
     m = result.metrics["all"]
     typer.echo(f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of "
-               f"{', '.join(result.layers)}; NAPVD mean {m['napvd_mean']:.3g}, std {m['napvd_std']:.3g}")
+               f"{', '.join(result.layers)}; NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}")
     shown = result.top(top)
     typer.echo(f"pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %):")
     for r in shown:
         mark = "**" if r["confusion_top"] else "*" if r["confusion_std"] else ""
-        extra = "" if "type1conf" not in r else f"  type-1 confusion {r['type1conf']:.4f}" + (" (confused)" if r["confused"] else "")
-        typer.echo(f"  {result.name(r['a'])} - {result.name(r['b'])}: NAPVD {r['napvd']:.3f}{mark}{extra}")
+        conf = r.get("type1conf")   # None: no labelled input of either class
+        extra = ("" if "type1conf" not in r else f"  type-1 confusion {'n/a' if conf is None else f'{conf:.4f}'}"
+                 + (" (confused)" if r["confused"] else ""))
+        typer.echo(f"  {result.name(r['a'])} - {result.name(r['b'])}: NAPVD {_fmt_number(r['napvd'], '.3f')}{mark}{extra}")
     for view, vm in result.metrics.items():
         if "confusion" not in vm:
             continue
@@ -608,6 +652,11 @@ def inspect(model: Path = ModelOpt,
                        f"precision {_fmt_rate(e['top']['precision'])}, recall {_fmt_rate(e['top']['recall'])}; "
                        f"Spearman {_fmt_rate(e['spearman'])}")
     typer.echo(f"report: {report} (and report.html, pairs.csv, inspect.json)")
+
+
+def _fmt_number(value, spec: str = ".3g") -> str:
+    """NAPVD statistics are None when no class pair has one (inputs of a single class)."""
+    return "n/a" if value is None else f"{value:{spec}}"
 
 
 def _fmt_rate(value) -> str:
@@ -643,6 +692,7 @@ def affinity(model: Path = ModelOpt,
     extra = load_hypotheses(hypotheses) if hypotheses is not None else []
     if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
+    _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)

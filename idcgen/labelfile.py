@@ -48,7 +48,11 @@ def parse_label_spec(spec) -> LabelFile:
 def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            rows = [row for row in csv.reader(handle) if any(cell.strip() for cell in row)]
+            first = handle.readline()
+            handle.seek(0)
+            # spreadsheets of some locales write ';' (the comma is their decimal mark), others tabs
+            delimiter = next((d for d in ",;\t|" if d in first), ",")
+            rows = [row for row in csv.reader(handle, delimiter=delimiter) if any(cell.strip() for cell in row)]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"cannot read label file {path}: {err}") from err
     if len(rows) < 2:

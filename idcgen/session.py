@@ -15,6 +15,7 @@ and the report).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from .analysis import Analysis, analyze, find_analysis
 from .checks import check_int
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import infer_image_shape, parse_image_shape
-from .data import fit_to_model, load_for_model, parse_class_names
+from .data import check_source, fit_to_model, load_for_model, parse_class_names
 from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .export import export_campaign
@@ -31,7 +32,7 @@ from .framework import Network, load_model, network_with_convention
 from .report import write_report
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
-from .fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, parse_mutators
 from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources
 from .fuzz.store import read_meta
@@ -48,6 +49,9 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
     if architectures and len(architectures) != len(models):
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
                          "(- for a model file that holds its architecture)")
+    for path in [*models, *(a for a in architectures if a is not None)]:   # all, before the framework loads one
+        if not Path(path).exists():
+            raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
     pairs = zip(models, architectures or [None] * len(models))
     return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task) for p, a in pairs]
 
@@ -153,10 +157,16 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     """A new campaign as the command line runs it: models, seeds and analysis found, the loop run (in this
     process, or ``workers`` campaigns on Ray), then exports and report. None if interrupted."""
     check_budget(budget)   # every option is checked before any model is loaded
+    if not validity and (alpha, beta) != (0.02, 0.2):   # the bounds would be ignored silently
+        which = "'alpha' parameter sets a validity bound" if alpha != 0.02 else "'beta' parameter sets a validity bound"
+        raise ParameterError(f"the {which}, which no_validity=True turns off: drop one of them")
     specs = measure_specs(guide, measure)
     if train is not None and analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
     mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
+    for spec in (seeds, train):   # before the framework is imported and the models loaded
+        if spec is not None:
+            check_source(spec)
     runner = LocalRunner() if workers is None else ParallelRunner(workers, ray, safe_mode)
     runner.check(models=models, architectures=architectures, guide=guide, specs=specs)
     if m is not None:
@@ -171,6 +181,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
                                cluster_method=wanted_method)
     recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
     networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task)
+    check_tasks(mutator_list, networks[0].task)   # before the analysis and the campaign, not 50 failed steps in
     oracle = oracle or default_oracle(networks[0])
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
@@ -243,6 +254,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     folder = Path(folder)
     parallel = (folder / PARALLEL_FILE).is_file()
     if workers is not None and not parallel:
+        read_meta(folder)   # a folder that is no campaign at all is said to be none
         raise ParameterError(f"{folder} is a campaign of one process: resume it without --workers")
     if parallel:
         record = ParallelRecord.read(folder)
@@ -329,11 +341,25 @@ class LocalRunner:
         except KeyboardInterrupt:
             echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
             return None
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # the writer thread's error has no path of the user's; the committed steps are whole on disk
+            raise InputError(f"no space left on the device of campaign {campaign.folder}"
+                             + (f" (writing {exc.filename})" if exc.filename else "")
+                             + f"; it stopped at its last commit: free some space, then continue with: "
+                             f"idcgen fuzz --resume {campaign.folder}") from None
         campaign.open()   # the writer lock again: a second session must not export into the same folder at once
         try:
             return finish(campaign, x_train, y_train, fuzzer.oracle, list(campaign.settings.sources.notes), echo)
         finally:
             campaign.close()
+
+
+#: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
+PARALLEL_NOT_REPRODUCIBLE = ("parallel campaigns are not reproducible: the workers exchange inputs when they reach "
+                             "them, which the machine's timing decides, so the same --random-state gives another "
+                             "campaign; one process (no --workers) gives the same campaign for the same --random-state")
 
 
 class ParallelRunner:
@@ -362,6 +388,7 @@ class ParallelRunner:
     def start(self, fuzzer, settings, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
         echo(f"campaign: {out} ({self.workers} workers on Ray, {self.ray or 'local'}; each in {out}/worker-<i>, "
              f"merged in {out}/merged)")
+        echo(f"note: {PARALLEL_NOT_REPRODUCIBLE}")
         return self._run(fuzzer, settings, x_seeds, y_seeds, out, x_train, y_train, echo)
 
     def resume(self, fuzzer, settings, folder, budget, *, x_train, y_train, echo, progress):

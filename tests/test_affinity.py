@@ -250,6 +250,9 @@ def test_a_silent_unit_keeps_its_scores_undefined(digits_all):
     result = affinity(model, x[::12], y[::12], units="units:0,2", measures="pearson,mi", tol=0, progress=False)
     assert np.isnan(result.scores["pearson"][1]).all() and not np.isnan(result.scores["pearson"][0]).any()
     assert (result.scores["mi"][1] == 0).all()
+    for measure in ("pearson", "mi"):   # said so, not "Pearson nan"
+        assert result.describe(measure=measure)[1] == ("neuron 2 of units: constant unit (the same activation on "
+                                                       "every input: no hypothesis can explain it)")
     del keras
 
 

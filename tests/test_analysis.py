@@ -214,3 +214,44 @@ def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, mo
             expected = cluster_neuron(acts[keep][:, n], neuron=int(n), ks=(2, 3, 4, 5), rng=rng)
             assert c.k == expected.k
             np.testing.assert_allclose(c.centroids, expected.centroids, rtol=1e-4, atol=1e-5)
+
+
+def test_an_edited_analysis_is_refused(analysed, tmp_path):
+    """One centroid changed by hand in analysis.json: refused on load, not measured with silently."""
+    from idcgen.analysis import Analysis
+    analysed.save(tmp_path / "a")
+    meta_path = tmp_path / "a" / "analysis.json"
+    original = meta_path.read_text()
+    meta = json.loads(original)
+    meta["clusters"][0]["centroids"][0] -= 0.01   # still sorted: loads today
+    meta_path.write_text(json.dumps(meta, indent=2))
+    with pytest.raises(InputError, match=r"edited or damaged since it was saved .*idcgen analyze"):
+        Analysis.load(tmp_path / "a")
+    meta_path.write_text(original)   # put back: loads again
+    assert Analysis.load(tmp_path / "a").total == analysed.total
+    np.savez(tmp_path / "a" / "arrays.npz", neurons=analysed.neurons[::-1], importance=analysed.importance)
+    with pytest.raises(InputError, match="edited or damaged"):
+        Analysis.load(tmp_path / "a")
+
+
+def test_k_values_the_inputs_cannot_support_are_not_tried(trained_lenet, digits):
+    """--clusters 2-400 on 500 inputs ran minutes of silhouette searches for k the data cannot support."""
+    from idcgen.analysis import analyze
+    model, _ = trained_lenet
+    x, y = digits[0][:40], digits[1][:40]
+    a = analyze(model, x, y, m=2, clusters=range(2, 30), progress=False)
+    assert all(c.k <= 8 for c in a.clusters)
+    assert any(n.startswith("k above 8 not tried (21 of the 28 k values asked): 40 inputs") for n in a.notes)
+    with pytest.raises(ParameterError, match=r"asks for at least 12 clusters of 40 inputs, which support at most 8"):
+        analyze(model, x, y, m=2, clusters=(12, 13), progress=False)
+
+
+def test_near_chance_accuracy_from_mapped_labels_is_said_to_be_the_labels(trained_lenet, digits):
+    """Class folders with word names numbered in another order got a warning about scaling."""
+    from idcgen.analysis import analyze
+    model, _ = trained_lenet
+    x, y = digits[0][:300], digits[1][:300]
+    shifted = analyze(model, x, (y + 1) % 10, m=2, progress=False)
+    assert any("labels are likely mapped to other classes" in w and "label 1 -> predicted 0" in w
+               for w in shifted.warnings), shifted.warnings
+    assert not any("scaled twice" in w for w in shifted.warnings)

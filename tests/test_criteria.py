@@ -304,6 +304,34 @@ def test_lsc_drops_low_variance_neurons_and_skips_classes_without_a_kde(sa_net):
     assert list(lsc.classes_) == [0, 1] and any("class 5" in note for note in lsc.notes_)
 
 
+def test_lsc_projects_a_layer_wider_than_the_classes_inputs(sa_net):
+    """3 neurons, 3 training inputs per class: no KDE without a projection (SA's remedy for wide layers);
+    "auto" projects onto 2 principal components, components=N onto N."""
+    x_train, y_train, x_test = _sa_data(n=6)
+    y_train = np.array([0, 0, 0, 1, 1, 1])
+    with pytest.raises(InputError, match="no class of the training data gives a KDE"):
+        LikelihoodSurpriseCoverage(group="label", components="none").fit(sa_net, x_train, y_train)
+    lsc = LikelihoodSurpriseCoverage(group="label").fit(sa_net, x_train, y_train)
+    assert lsc.projection_[1].shape == (3, 2) and list(lsc.classes_) == [0, 1]
+    assert any("3 neurons projected onto their 2 principal components" in note for note in lsc.notes_)
+    assert np.isfinite(lsc.surprise(sa_net, x_test)).all()
+    one = LikelihoodSurpriseCoverage(group="label", components=1).fit(sa_net, x_train, y_train)
+    _, (acts,) = sa_net.forward(x_train, ("h",))
+    probs, (test_acts,) = sa_net.forward(x_test, ("h",))
+    acts, test_acts = acts.astype(np.float64), test_acts.astype(np.float64)
+    mean = acts.mean(axis=0)
+    pc = np.linalg.eigh(np.cov(acts - mean, rowvar=False))[1][:, -1]
+    expected = [-gaussian_kde((acts[y_train == k] - mean) @ pc).logpdf((a - mean) @ pc)[0]
+                for a, k in zip(test_acts, probs.argmax(axis=1))]
+    np.testing.assert_allclose(one.surprise(sa_net, x_test), expected, rtol=1e-9)
+    with pytest.raises(ParameterError, match="'components' parameter"):
+        LikelihoodSurpriseCoverage(components=0).fit(sa_net, x_train, y_train)
+    from idcgen.criteria import make_criterion
+    assert make_criterion("lsc(components=5)").components == 5
+    with pytest.raises(InputError, match="no class of the training data gives a KDE"):
+        make_criterion("lsc(group=label, components=none)").fit(sa_net, x_train, y_train)
+
+
 def test_dsa_equals_brute_force(sa_net):
     x_train, y_train, x_test = _sa_data(n=80, m=30, random_state=1)
     dsc = DistanceSurpriseCoverage(n_buckets=20).fit(sa_net, x_train, y_train)

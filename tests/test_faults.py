@@ -428,7 +428,7 @@ def test_two_writers_one_runs_the_other_is_refused(copy, world, reference):
         lines = own_lines(err)
         assert loser.returncode == 1 and len(lines) == 1, err.decode()
         assert lines[0] == (f"error: campaign {copy} is being written by process {winner.pid}; wait for it to finish "
-                            "(reading it with report or export needs no wait)")
+                            "(reading it, as `idcgen harden --campaign` does, needs no wait)")
         assert Campaign.load(copy).step == 3   # reading needs no lock, while the winner holds it
         go.touch()
         out, err = winner.communicate(timeout=300)

@@ -508,7 +508,9 @@ def test_a_second_writer_is_refused_and_a_reader_is_not(setup, tmp_path):
     from idcgen.fuzz.store import CampaignLocked
     analysis, _, _, x, y = setup
     first = make_fuzzer(analysis).start(x, y, tmp_path / "c", budget=128)   # holds the lock until it runs and ends
-    with pytest.raises(CampaignLocked, match=f"being written by process {os.getpid()}"):
+    # the commands it names exist (it named `report` and `export`, which do not)
+    with pytest.raises(CampaignLocked, match=f"being written by process {os.getpid()}; wait for it to finish "
+                                             r"\(reading it, as `idcgen harden --campaign` does, needs no wait\)"):
         make_fuzzer(analysis).resume(tmp_path / "c")
     assert Campaign.load(tmp_path / "c").step == 0     # reading needs no lock
     make_fuzzer(analysis).run(first, progress=False)
@@ -561,3 +563,76 @@ def test_rounding_makes_every_finding_reproduce(setup, tmp_path):
     text = __import__("idcgen.report", fromlist=["write_report"]).write_report(c, exports=summary).read_text()
     assert f"{c.n_findings} of {c.n_findings} findings reproduce from their uint8 PNG (100%)" in text
     assert "## Failures" in text and "SSIM" in text
+
+
+def test_resume_refuses_a_campaign_whose_analysis_was_edited(setup, tmp_path):
+    from idcgen.fuzz.campaign import Campaign
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=128), progress=False)
+    meta_path = tmp_path / "c" / "analysis" / "analysis.json"
+    meta = json.loads(meta_path.read_text())
+    meta["clusters"][1]["centroids"][-1] += 1.0   # still sorted
+    meta_path.write_text(json.dumps(meta, indent=2))
+    with pytest.raises(InputError, match="edited or damaged since it was saved"):
+        make_fuzzer(analysis).resume(tmp_path / "c")
+    with pytest.raises(InputError, match="edited or damaged since it was saved"):
+        Campaign.load(tmp_path / "c")
+
+
+def test_sigterm_during_a_run_stops_it_as_ctrl_c_does(setup, tmp_path):
+    """SIGTERM (a scheduler's stop, `kill`) ended the process with nothing printed; now the step being
+    recorded is finished and the run stops as on Ctrl-C, resumable."""
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=600)
+    record = c.record
+
+    def record_and_terminate(*args, **kw):
+        if c.step == 2:
+            # checked first: before the fix SIGTERM's default action would end pytest itself
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None), "SIGTERM not handled during a run"
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        return record(*args, **kw)
+
+    c.record = record_and_terminate
+    with pytest.raises(KeyboardInterrupt):
+        fuzzer.run(c, progress=False)
+    assert c.step == 3 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    c.close()
+    resumed = make_fuzzer(analysis).resume(tmp_path / "c")
+    assert resumed.step == 3
+    resumed.close()
+
+
+def test_a_torn_newest_state_of_an_interrupted_campaign_is_said(setup, tmp_path):
+    """The newest state file cut short while campaign.json still shows the start (an interrupted run): the
+    campaign fell back to the commit before without a note."""
+    from idcgen.fuzz.statefile import STATE_FILES, read_state
+    from idcgen.fuzz.store import CampaignStore
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=192), progress=False)
+    commit, _ = read_state(tmp_path / "c")
+    newest = tmp_path / "c" / STATE_FILES[commit % 2]
+    newest.write_bytes(newest.read_bytes()[:-9])
+    meta = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    meta["state"]["step"] = 0                       # as an interrupted run leaves it
+    (tmp_path / "c" / "campaign.json").write_text(json.dumps(meta))
+    notes = CampaignStore.read(tmp_path / "c").notes
+    assert any(n.startswith(f"{newest.name} is torn (cut short while it was written") and "the commit before" in n
+               for n in notes), notes
+
+
+def test_resume_of_a_one_process_campaign_with_workers_is_refused_before_loading(setup, tmp_path):
+    from idcgen.cli import app
+    analysis, _, _, x, y = setup
+    fuzzer = make_fuzzer(analysis)
+    fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=64), progress=False)
+    runner = CliRunner()
+    result = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "c"), "--workers", "2"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {tmp_path / 'c'} is a campaign of one process: resume it without --workers"
+    result = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "nope"), "--workers", "2"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: not a campaign folder (no campaign.json): {tmp_path / 'nope'}"

@@ -197,3 +197,35 @@ def test_convert_without_tf_keras_says_what_to_install(keras_2_1_style_file, tmp
                       f"--no-deps \"tf-keras=={major}.{minor}.*\" (the version matching TensorFlow {tf.__version__}; "
                       "--no-deps stops pip from adding the full tensorflow package)"]
     assert not (tmp_path / "new.keras").exists()
+
+
+def test_convert_refuses_to_overwrite_an_existing_file_without_force(weights_and_json, tmp_path):
+    _, folder = weights_and_json
+    target = tmp_path / "existing.keras"
+    target.write_bytes(b"precious")
+    result = invoke("convert", folder / "w.weights.h5", target, "--architecture", folder / "arch.json")
+    assert result.exit_code == 1 and "already exists" in result.output and "--force" in result.output
+    assert target.read_bytes() == b"precious"   # nothing lost
+    result = invoke("convert", folder / "w.weights.h5", target, "--architecture", folder / "arch.json", "--force")
+    assert result.exit_code == 0, result.output
+    assert load_model(target) is not None
+
+
+def test_weights_of_a_trained_model_and_keras_3_weights_under_an_h5_name(tmp_path):
+    """save_weights of a compiled, trained model holds its optimizer state too (not a layer); and a Keras 3
+    .weights.h5 file renamed .h5 is the same file: both load with --architecture, and convert."""
+    import shutil
+    model = small_cnn(random_state=4)
+    model.compile("adam", "sparse_categorical_crossentropy")
+    x = np.random.default_rng(0).uniform(0, 1, (16, 12, 12, 1)).astype("float32")
+    model.fit(x, np.arange(16) % 10, epochs=1, verbose=0)
+    model.save_weights(tmp_path / "trained.weights.h5")
+    shutil.copy(tmp_path / "trained.weights.h5", tmp_path / "trained.h5")
+    (tmp_path / "arch.json").write_text(model.to_json())
+    want = model.predict(x, verbose=0)
+    for name in ("trained.weights.h5", "trained.h5"):
+        loaded = load_model(tmp_path / name, architecture=tmp_path / "arch.json")
+        np.testing.assert_array_equal(loaded.predict(x, verbose=0), want)
+    result = invoke("convert", tmp_path / "trained.h5", tmp_path / "m.keras", "--architecture", tmp_path / "arch.json")
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(load_model(tmp_path / "m.keras").predict(x, verbose=0), want)

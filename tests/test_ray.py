@@ -473,6 +473,8 @@ def test_parallel_steering_campaign_loads_its_training_frames_as_one_process_doe
                                     "--m", "3", "--budget", "80", "--batch-size", "20", "--workers", "2",
                                     "--mutators", "gauss(std=0.3)", "--out", "camp", *load])
     assert done.exit_code == 0, done.output
+    # said, and in README.md: the same --random-state does not give the same parallel campaign
+    assert "note: parallel campaigns are not reproducible: " in done.output
     one = json.loads((tmp_path / "one" / "analysis.json").read_text())
     parallel = json.loads((tmp_path / "camp" / "worker-0" / "analysis" / "analysis.json").read_text())
     assert parallel["data"]["fingerprint"] == one["data"]["fingerprint"]   # the same frames, angles included

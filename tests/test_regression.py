@@ -412,6 +412,24 @@ def test_margin_attacks_refuse_a_regression_model_in_one_line():
             make_mutator(name).mutate(inputs(2), np.random.default_rng(0), ctx)
 
 
+def test_a_campaign_of_margin_attacks_on_a_regression_model_is_refused_before_it_starts(tmp_path):
+    """fuzz --mutators cw on a steering model started, then ended with "50 steps in a row made no mutant"."""
+    from idcgen.fuzz.fuzzer import Fuzzer
+    network = Network(steering_model("tanh"))
+    x = np.round(inputs(40) * 255) / 255
+    found = analyze(network, x, None, m=3, progress=False)
+    with pytest.raises(ParameterError, match=r"^cw cannot run on a regression model \(it works on classification models only\); "
+                                             r"for a regression model use fgsm, bim or pgd"):
+        Fuzzer(found, mutators=["gauss", "cw"], oracle="deviation", random_state=0)
+    keras.saving.save_model(network.model, tmp_path / "steer.keras")
+    np.savez(tmp_path / "x.npz", x=(x * 255).round().astype(np.uint8))
+    result = runner.invoke(app, ["fuzz", "--model", str(tmp_path / "steer.keras"), "--seeds", str(tmp_path / "x.npz"),
+                                 "--budget", "80", "--mutators", "jsma", "--out", str(tmp_path / "c")])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith(
+        "error: jsma cannot run on a regression model"), result.output
+    assert "analysis:" not in result.output     # refused before the analysis and the campaign
+
+
 def test_fgsm_campaign_with_the_deviation_oracle_finds_steering_errors():
     from idcgen.fuzz.fuzzer import Fuzzer
     network = Network(steering_model("tanh"))

@@ -65,6 +65,40 @@ class LocalPasses:
         return cluster_neurons(acts, neurons, ks, method, random_state, progress)
 
 
+def label_mapping(y: np.ndarray, predictions: np.ndarray):
+    """(share, [(label, predicted class)]) when the predictions follow the labels under another numbering
+    (the majority prediction of each label covers at least half the inputs), else None."""
+    y, predictions = np.asarray(y, np.int64), np.asarray(predictions, np.int64)
+    pairs, agreeing = [], 0
+    for label in np.unique(y):
+        counts = np.bincount(predictions[y == label])
+        pairs.append((int(label), int(counts.argmax())))
+        agreeing += int(counts.max())
+    share = agreeing / max(len(y), 1)
+    moved = [(a, b) for a, b in pairs if a != b]
+    return (share, moved) if share >= 0.5 and moved else None
+
+
+#: k-means on fewer inputs a cluster than this finds noise, and a silhouette search over such k only costs time
+MIN_INPUTS_PER_CLUSTER = 5
+
+
+def supported_clusters(ks, n_inputs: int) -> tuple[list[int], str | None]:
+    """The k values ``n_inputs`` inputs can support (at most one cluster per MIN_INPUTS_PER_CLUSTER inputs,
+    2 at least) and a note naming those left out; refused in one line when none is left."""
+    ks = [int(k) for k in ks]
+    most = max(2, n_inputs // MIN_INPUTS_PER_CLUSTER)
+    kept = [k for k in ks if k <= most]
+    if not kept:
+        raise ParameterError(f"the 'clusters' parameter asks for at least {min(ks)} clusters of {n_inputs} inputs, "
+                             f"which support at most {most} ({MIN_INPUTS_PER_CLUSTER} inputs a cluster): give "
+                             "smaller k values or more inputs")
+    if len(kept) == len(ks):
+        return kept, None
+    return kept, (f"k above {most} not tried ({len(ks) - len(kept)} of the {len(ks)} k values asked): {n_inputs} "
+                  f"inputs support at most {most} clusters ({MIN_INPUTS_PER_CLUSTER} inputs a cluster)")
+
+
 def cluster_neurons(acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
                     progress: bool = False) -> list:
     """:func:`idcgen.clusters.cluster_neuron` of each column of ``acts`` (neuron ``neurons[i]``), each from
@@ -159,6 +193,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         else:
             x, y = x[keep], y[keep]
 
+    clusters, cluster_note = supported_clusters(clusters, len(x))
+
     timings = {}
     start = time.perf_counter()
     # Streamed: the relevance pass keeps per-neuron totals (and the layer's activations when they are small),
@@ -182,7 +218,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
-    notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
+    notes = ([cluster_note] if cluster_note else []) + [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
         ([network.head_note] if getattr(network, "head_note", None) else [])
 
     data = dict(data_summary or {})
@@ -195,7 +231,17 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
     warnings = []
     n_classes = network.n_classes
-    if accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
+    remapped = None if accuracy is None or n_classes <= 2 or accuracy >= 1.5 / n_classes else \
+        label_mapping(y, predictions)
+    if remapped is not None:   # consistent predictions under other names: the labels, not the scale
+        share, pairs = remapped
+        warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
+                        f"{n_classes} classes, but predicts one class per label for {share:.0%} of them "
+                        f"({', '.join(f'label {a} -> predicted {b}' for a, b in pairs[:3])}, ...): the labels are "
+                        "likely mapped to other classes than the model's (class folders with word names are "
+                        "numbered in sorted order); name the folders by class index or give --class-names in "
+                        "the model's label order")
+    elif accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
         lo, hi = convention.value_range
         warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
                         f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "

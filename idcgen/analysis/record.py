@@ -173,6 +173,10 @@ class Analysis:
             "warnings": self.warnings,
         }
 
+    def digest(self) -> str:
+        """Digest of the saved record (analysis.json as read back, and the arrays): see content_digest."""
+        return content_digest(json.loads(json.dumps(self.summary())), self.neurons, self.importance)
+
     def matches_saved(self, folder: str | os.PathLike) -> bool:
         """Whether ``folder`` holds this same analysis: same model, training data, settings and result
         (timings and versions aside)."""
@@ -201,7 +205,7 @@ class Analysis:
         tmp.mkdir()
         old = folder.with_name(f".{folder.name}.old")
         try:
-            (tmp / "analysis.json").write_text(json.dumps(self.summary(), indent=2) + "\n")
+            (tmp / "analysis.json").write_text(json.dumps(dict(self.summary(), digest=self.digest()), indent=2) + "\n")
             np.savez(tmp / "arrays.npz", neurons=self.neurons, importance=self.importance)
             if folder.exists():  # swap: the old analysis stays whole until the new one is in place
                 shutil.rmtree(old, ignore_errors=True)
@@ -250,6 +254,10 @@ class Analysis:
                 raise ValueError(f"format version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
             if len(clusters) != len(neurons):
                 raise ValueError(f"{len(neurons)} important neurons but {len(clusters)} cluster sets")
+            recorded = meta.pop("digest", None)   # analyses saved before digests were recorded have none
+            if recorded is not None and content_digest(meta, neurons, imp) != recorded:
+                raise InputError(f"analysis {folder} was edited or damaged since it was saved (its digest no "
+                                 "longer matches): run `idcgen analyze` again, or restore the folder")
             analysis = cls(layer=meta["layer"], neurons=neurons, importance=imp, clusters=clusters,
                            fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
                            timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"],
@@ -270,6 +278,18 @@ def check_save_target(folder: str | os.PathLike, *, overwrite: bool = False) -> 
     if (folder / "analysis.json").exists() and not overwrite:
         raise InputError(f"{folder} already holds an analysis: refusing to replace it; pass overwrite=True to "
                          "replace it, or save elsewhere")
+
+
+def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray) -> str:
+    """16 hex digits over an analysis' record (every field but the digest) and arrays: a centroid edited by
+    hand, or a damaged file, would otherwise be measured with silently."""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(json.dumps(meta, sort_keys=True).encode())
+    for a in (neurons, importance):
+        a = np.ascontiguousarray(a)
+        digest.update(f"{a.shape}{a.dtype}".encode())
+        digest.update(memoryview(a).cast("B"))
+    return digest.hexdigest()
 
 
 def data_fingerprint(x: np.ndarray, y: np.ndarray | None = None) -> str:

@@ -212,28 +212,71 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
     layer : layer name, default the last hidden layer before the logits.
     n_buckets : int >= 1, default 1000.
     lower, upper : the bucketed range, default [0, 2000] (the paper's setting).
-    var_threshold : float >= 0, default 1e-5.
+    var_threshold : float >= 0, default 1e-5 (SA's variance filter).
     group : "predicted" (default: training inputs grouped by the class the model predicts, as SA's
         authors do) or "label" (by their labels; fit then needs y_train).
+    components : "auto" (default), an int >= 1, or "none". The kept neurons are projected onto this many
+        principal components of the training activations before the KDEs: a KDE in d dimensions needs more
+        than d inputs per class, so on a layer wider than the classes' inputs no class had one. "auto"
+        projects only then, onto one fewer than the median class's inputs; "none" (None) never, as SA's authors.
 
-    Learned: ``layer_``, ``width_``, ``kept_neurons_`` (indices into the layer), ``classes_`` (classes
-    with a KDE), ``densities_`` (class -> ClassDensity), ``notes_``, ``total_``, ``n_inputs_``.
+    Learned: ``layer_``, ``width_``, ``kept_neurons_`` (indices into the layer), ``projection_`` (None, or
+    (mean, basis) of the principal components), ``classes_`` (classes with a KDE), ``densities_`` (class ->
+    ClassDensity), ``notes_``, ``total_``, ``n_inputs_``.
     """
 
     name = "lsc"
 
     def __init__(self, *, layer: str | None = None, n_buckets: int = 1000, lower: float = 0.0,
-                 upper: float = 2000.0, var_threshold: float = 1e-5, group: str = "predicted"):
+                 upper: float = 2000.0, var_threshold: float = 1e-5, group: str = "predicted",
+                 components: int | str = "auto"):
         self.layer = layer
         self.n_buckets = n_buckets
         self.lower = lower
         self.upper = upper
         self.var_threshold = var_threshold
         self.group = group
+        self.components = components
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        check_real("var_threshold", self.var_threshold, 0.0, None, owner=type(self).__name__)
+        owner = type(self).__name__
+        check_real("var_threshold", self.var_threshold, 0.0, None, owner=owner)
+        if not (self.components in ("auto", "none", None) or isinstance(self.components, (int, np.integer))
+                and not isinstance(self.components, bool) and self.components >= 1):
+            raise ParameterError(f"The 'components' parameter of {owner} must be 'auto', 'none' (or None) or an int >= 1. "
+                                 f"Got {self.components!r} instead.")
+
+    def _projection(self, acts: np.ndarray, classes: np.ndarray, kept: np.ndarray, notes: list):
+        """(mean, basis) of the principal components the kept neurons are projected onto, or None."""
+        sizes = np.bincount(np.unique(classes, return_inverse=True)[1])
+        sizes = sizes[sizes >= 2]
+        if self.components in ("none", None) or not sizes.size:
+            return None
+        if self.components == "auto":
+            want = int(np.median(sizes)) - 1
+            if kept.size <= want or want < 1:   # the KDEs fit as they are (or cannot, however projected)
+                return None
+            why = f"more than the {int(np.median(sizes))} inputs of the median class"
+        else:
+            want, why = int(self.components), f"components={self.components}"
+            if want >= kept.size:
+                return None
+        rows = acts[:, kept].astype(np.float64)
+        mean = rows.mean(axis=0)
+        _, vectors = np.linalg.eigh(np.cov(rows - mean, rowvar=False))
+        basis = vectors[:, ::-1][:, :want]   # eigh: ascending eigenvalues
+        notes.append(f"{kept.size} neurons projected onto their {want} principal components ({why}); "
+                     "components=none keeps them all")
+        return mean, basis
+
+    def _features(self, acts: np.ndarray) -> np.ndarray:
+        """The kept neurons' activations, projected when a projection was fitted."""
+        kept = acts[:, self.kept_neurons_]
+        if self.projection_ is None:
+            return kept
+        mean, basis = self.projection_
+        return (kept.astype(np.float64) - mean) @ basis
 
     def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
         labels = np.unique(classes)
@@ -250,26 +293,28 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
         if low_variance.any():
             notes.append(f"{int(low_variance.sum())} of {acts.shape[1]} neurons dropped (variance below "
                          f"{self.var_threshold} within some class)")
+        self.kept_neurons_ = kept
+        self.projection_ = self._projection(acts, classes, kept, notes)
+        features = self._features(acts)
         for label in labels:
-            rows = acts[classes == label][:, kept]
+            rows = features[classes == label]
             try:
                 densities[int(label)] = ClassDensity(rows)
             except (np.linalg.LinAlgError, ValueError) as exc:
-                note = (f"class {int(label)}: no KDE from {len(rows)} inputs x {kept.size} neurons "
+                note = (f"class {int(label)}: no KDE from {len(rows)} inputs x {rows.shape[1]} dimensions "
                         f"({str(exc).splitlines()[0][:120]}); its inputs get no LSA")
                 logger.warning("LSC: %s", note)
                 notes.append(note)
         if not densities:
             raise InputError(f"LSC: no class of the training data gives a KDE on layer {self.layer_!r} "
                              f"({notes[-1]}); give more training inputs or choose a narrower layer.")
-        self.kept_neurons_ = kept
         self.densities_ = densities
         self.classes_ = np.array(sorted(densities), dtype=np.int64)
         self.notes_ = notes
 
     def _surprise(self, acts: np.ndarray, predicted: np.ndarray) -> np.ndarray:
         out = np.full(len(acts), np.nan)
-        kept = acts[:, self.kept_neurons_]
+        kept = self._features(acts)
         for label in np.unique(predicted):
             density = self.densities_.get(int(label))
             if density is not None:

@@ -17,6 +17,30 @@ from .named import DATASETS, find_dataset
 from .readers import SPLITS, ReadOptions, is_image_folder, read_path
 
 
+def check_source(spec: str | os.PathLike, *, scale: str = "auto", limit=None, resize=None, crop=None,
+                 class_names=None) -> None:
+    """Refuse an input spec naming no file, folder or dataset (or an unknown split), or a loading option
+    that does not parse, in one line, before a command spends seconds importing the framework and loading
+    its model. Shard patterns are the workers'."""
+    check_option("scale", scale, SCALES)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
+        raise ParameterError(f"The 'limit' parameter must be a positive int or None. Got {limit!r} instead.")
+    parse_resize(resize)
+    parse_crop(crop)
+    parse_class_names(class_names)
+    text = os.fspath(spec)
+    if any(c in text for c in "*?["):
+        return
+    head, _, tail = text.rpartition(":")
+    if Path(text).expanduser().exists() or (tail in SPLITS and Path(head).expanduser().exists()):
+        return
+    name, _, colon_split = text.partition(":")
+    if find_dataset(name) is None:
+        raise InputError(f"no such file, folder or dataset: {text} (known datasets: {', '.join(DATASETS)})")
+    if colon_split and colon_split not in SPLITS:
+        raise InputError(f"unknown split {colon_split!r} in {text!r}; expected one of {', '.join(SPLITS)}")
+
+
 def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str = "auto",
                 channels: int | None = None, limit: int | None = None, value_range=(0.0, 1.0),
                 resize: tuple[int, int] | str | None = None, class_names=None,

@@ -67,13 +67,26 @@ class AffinityResult:
             out.append((u, [(int(j), float(s[u, j])) for j in order]))
         return out
 
+    def constant_units(self) -> set[int]:
+        """The units whose correlation with every hypothesis is undefined: constant on the inputs."""
+        found = set()
+        for m in ("pearson", "spearman"):
+            if m in self.scores:
+                found |= {int(u) for u in np.flatnonzero(np.isnan(self.scores[m]).all(axis=1))}
+        return found
+
     def describe(self, k: int = 1, measure: str | None = None) -> list[str]:
         """"neuron 71 of fc2: class 1 one-vs-rest, Spearman 0.83" per unit; then each group's best
         hypothesis by the linear model."""
         measure = measure or self.headline()
         lines = []
         if measure is not None:
+            constant = self.constant_units()
             for u, best in self.top(k, measure):
+                if u in constant:   # its correlations are 0/0: "nan" read as a bug, or as a finding
+                    lines.append(f"{self.unit_name(u)}: constant unit (the same activation on every input: no "
+                                 "hypothesis can explain it)")
+                    continue
                 said = "; ".join(f"{self.hypotheses[j].words}, {TITLES[measure].capitalize() if measure != 'mi' else 'MI'} "
                                  f"{_fmt(v)}" for j, v in best)
                 lines.append(f"{self.unit_name(u)}: {said}")

@@ -259,9 +259,11 @@ def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architectur
                       batch_size=batch_size)
 
 
-def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
-    """Re-save a model file in a format the framework reads today (``idcgen convert``); a one-line summary."""
-    return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode)
+def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
+    """Re-save a model file in a format the framework reads today (``idcgen convert``); a one-line summary.
+    An existing ``new`` is replaced only with ``overwrite=True``."""
+    return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode,
+                                            overwrite=overwrite)
 
 
 def limit_threads(threads: int) -> None:

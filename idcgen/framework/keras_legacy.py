@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -51,6 +52,8 @@ def _keras3_weights(f: h5py.File) -> list[tuple[str, list[tuple]]]:
     found = []
 
     def visit(path, obj):
+        if path.split("/")[0] == "optimizer":   # a compiled model's save_weights keeps its optimizer state too
+            return
         if isinstance(obj, h5py.Group) and path.split("/")[-1] == "vars" and len(obj):
             name = _text(obj.attrs.get("name", path.split("/")[-2]))
             found.append((name, [obj[k].shape for k in sorted(obj, key=int)]))
@@ -189,19 +192,25 @@ def load_with_architecture(path, architecture, *, safe_mode: bool = True) -> ker
         for layer, i in pairs:
             layer.set_weights(stored[i][1])
         return model
-    if not path.name.endswith(".weights.h5"):
-        raise ModelError(f"{path} holds no Keras weights layout idcgen knows (Keras 2 layer_names or a Keras 3 "
-                         ".weights.h5 file)")
-    if not any(isinstance(layer, keras.Model) for layer in model.layers):  # nested models: Keras' own check
-        with h5py.File(path, "r") as f:
+    with h5py.File(path, "r") as f:
+        keras3 = "layers" in f or "vars" in f
+        if not keras3:
+            raise ModelError(f"{path} holds no Keras weights layout idcgen knows (Keras 2 layer_names or a Keras 3 "
+                             ".weights.h5 file)")
+        if not any(isinstance(layer, keras.Model) for layer in model.layers):  # nested models: Keras' own check
             _match(model, _keras3_weights(f), path, architecture)  # a clear message; Keras loads by structure
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.load_weights(path)
-    except Exception as exc:  # Keras 3 reports a mismatch as ValueError with a long multi-line text
-        text = " ".join(str(exc).split()).split(" Target variable:")[0]
-        raise ModelError(f"the architecture {architecture} does not fit the weights in {path}: {text}") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        source = path
+        if not path.name.endswith(".weights.h5"):   # Keras 3 reads its own layout only under that suffix
+            source = Path(tmp) / f"{path.stem}.weights.h5"
+            os.symlink(path.resolve(), source)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.load_weights(source)
+        except Exception as exc:  # Keras 3 reports a mismatch as ValueError with a long multi-line text
+            text = " ".join(str(exc).split()).split(" Target variable:")[0]
+            raise ModelError(f"the architecture {architecture} does not fit the weights in {path}: {text}") from None
     return model
 
 

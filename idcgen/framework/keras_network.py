@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -33,6 +34,23 @@ _SKIP_BEFORE_LOGITS = (keras.layers.Dropout, keras.layers.SpatialDropout1D, kera
                        keras.layers.Reshape)
 
 
+def check_container(path: Path) -> None:
+    """A .keras file is a zip archive, an .h5 an HDF5 file: one that is not is empty, cut short or no model
+    file at all, said so (Keras says "File not found" or "file signature not found" of a file that exists)."""
+    import zipfile
+    import h5py
+    kind = {".keras": ("a zip archive", zipfile.is_zipfile), ".h5": ("an HDF5 file", h5py.is_hdf5),
+            ".hdf5": ("an HDF5 file", h5py.is_hdf5)}.get(path.suffix.lower())
+    if kind is None:
+        return
+    what, is_kind = kind
+    if not is_kind(path):
+        size = path.stat().st_size
+        raise ModelError(f"{path} is not a Keras model file, or is damaged: " + (
+            "it is empty" if size == 0 else f"a {path.suffix} file is {what} and this one ({size:,} bytes) is not "
+            "(cut short in a copy or download, or another kind of file)"))
+
+
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None) -> keras.Model:
     """Load a Keras 3 ``.keras``/``.h5`` or a Keras 2.x full-model ``.h5`` file, uncompiled.
 
@@ -48,6 +66,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     from . import keras_legacy as legacy
     if architecture is not None:
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
+    check_container(path)
     try:
         model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
     except Exception as exc:  # Keras raises many types for unreadable files; report them as one
@@ -59,6 +78,11 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         if "pop expected at most 1 argument" in str(exc):
             hint = (f" (a Keras {legacy.full_legacy_model(path)} file, which Keras 3 cannot read: re-save it with "
                     f"`idcgen convert {path} NEW.keras`, which needs tf-keras)")
+        elif "Could not locate class" in str(exc):   # Keras puts the class name past its first line
+            name = re.search(r"Could not locate class '([^']+)'", str(exc))
+            first = (f"unknown layer class {name.group(1)!r}" if name else first)
+            hint = (" (a custom layer: idcgen can only load models of Keras' own layers; re-save the model "
+                    "without it, or load it in Python with its code and pass the model to idcgen's API)")
         elif "safe_mode" in str(exc) or "Lambda" in str(exc):
             hint = " (the file has a Lambda layer: pass --unsafe only if you trust it)"
         raise ModelError(f"could not read model {path}: {first}{hint}") from None
@@ -67,7 +91,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     return model
 
 
-def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
+def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
     """Re-save a model file in a format Keras 3 reads: ``.keras`` or ``.h5``, by ``new``'s suffix.
 
     Keras 2.1-era full models go through tf-keras (checked: the same outputs on a random batch); files
@@ -82,6 +106,9 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
         raise ModelError(f"model file not found: {old}")
     if new.resolve() == old.resolve():
         raise ModelError(f"the new file is the old one ({new}); give another name")
+    if new.exists() and not overwrite:   # a model file is often the only copy of days of training
+        raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, "
+                         "or give another name")
     new.parent.mkdir(parents=True, exist_ok=True)
     legacy_version = None if architecture is not None else legacy.full_legacy_model(old)
     check = ""

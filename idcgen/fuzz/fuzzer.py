@@ -29,7 +29,7 @@ from ..imageio import quantise
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .guidance import check_guide, measures_of, new_coverage
-from .mutators import MutationContext, Mutator, make_mutator
+from .mutators import MutationContext, Mutator, check_tasks, make_mutator
 from .deeptest import calibrate
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
@@ -96,6 +96,7 @@ class Fuzzer:
                                      f"{other.n_classes}")
         self.analysis, self.network = analysis, analysis.network
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
+        check_tasks(self.mutators, self.network.task)
         self.others = tuple(others)
         self.oracle = make_oracle(oracle, others)
         self.scheduler = make_scheduler(scheduler)
@@ -322,21 +323,27 @@ class Fuzzer:
 
 
 class _Interrupts:
-    """Ctrl-C during a run raises at once, except while a step is recorded: then right after it. One
+    """Ctrl-C (SIGINT) or SIGTERM (kill, a batch scheduler's stop) during a run raises KeyboardInterrupt at
+    once, except while a step is recorded: then right after it, so the run stops resumable either way. One
     handler for the whole run; only the main thread receives signals, so elsewhere this does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self._holding = self._pending = False
-        self._previous = None
+        self._previous = {}
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        while self._previous:
+            signum, previous = self._previous.popitem()
+            signal.signal(signum, previous)
         return False
 
     def _handle(self, signum, frame):

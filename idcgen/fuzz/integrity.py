@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..files import atomic_text, remove_temporaries
-from .statefile import FORMAT_VERSION, STATE_FILES, read_state
+from .statefile import FORMAT_VERSION, STATE_FILES, read_state, torn_states
 
 #: what reading a damaged file can raise (a truncated npz: BadZipFile; an empty one: EOFError)
 UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
@@ -130,6 +130,10 @@ def newest_state(folder: Path, meta: dict) -> tuple[int, dict, list[str]]:
         notes.append(f"{STATE_FILES[(commit + 1) % 2]} is missing or torn: the campaign was read at step "
                      f"{state['step']} (the commit before; campaign.json shows step {shown}); "
                      "resuming redoes the steps after it")
+    elif STATE_FILES[(commit + 1) % 2] in torn_states(folder):   # an interrupted run: campaign.json is older
+        notes.append(f"{STATE_FILES[(commit + 1) % 2]} is torn (cut short while it was written: a kill or a full "
+                     f"disk): the campaign was read at step {state['step']}, the commit before; resuming redoes "
+                     "the steps after it")
     return commit, arrays, notes
 
 

@@ -22,6 +22,28 @@ def frame_state(commit: int, payload: bytes) -> bytes:
     return _STATE_HEADER.pack(_STATE_MAGIC, commit, len(payload), zlib.crc32(payload)) + payload
 
 
+def is_whole(data: bytes) -> bool:
+    """Whether ``data`` is a whole state file: its header, its full payload and a matching checksum."""
+    if len(data) < _STATE_HEADER.size:
+        return False
+    magic, _, length, crc = _STATE_HEADER.unpack_from(data)
+    payload = data[_STATE_HEADER.size:_STATE_HEADER.size + length]
+    return magic == _STATE_MAGIC and len(payload) == length and zlib.crc32(payload) == crc
+
+
+def torn_states(folder: Path) -> list[str]:
+    """The state files present but not whole (cut short while written: a kill, a full disk)."""
+    torn = []
+    for name in STATE_FILES:
+        try:
+            data = (folder / name).read_bytes()
+        except OSError:
+            continue
+        if not is_whole(data):
+            torn.append(name)
+    return torn
+
+
 def read_state(folder: Path) -> tuple[int, bytes] | None:
     """(commit number, payload) of the newest whole state file (``STATE_FILES[commit % 2]``), None if
     there is none."""

@@ -76,7 +76,7 @@ class WriterLock:
             holder = handle.read().strip() or "another process"
             handle.close()
             raise CampaignLocked(f"campaign {self.path.parent} is being written by {holder}; wait for it to "
-                                 "finish (reading it with report or export needs no wait)") from None
+                                 "finish (reading it, as `idcgen harden --campaign` does, needs no wait)") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"process {os.getpid()}\n")

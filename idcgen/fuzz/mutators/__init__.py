@@ -15,7 +15,7 @@ from __future__ import annotations
 from ...errors import ParameterError
 from ...spec import parse, split_specs
 from .attacks import BIM, CW, FGSM, JSMA, PGD
-from .base import MutationContext, Mutator, Param, parameter_names
+from .base import MutationContext, Mutator, Param, check_tasks, parameter_names
 from .deeptest import BilateralBlur, Bias, DeepTestBlur, Gain, MedianBlur
 from .deepxplore import DeepXplore
 from .directed import CoverageDirected
@@ -23,7 +23,7 @@ from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare
 from .image import Blur, Brightness, Contrast, Elastic, Noise, Rotate, Scale, Shear, Shift
 from .noise import Gauss, RandomPixels, RelevantPixels
 
-__all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param", "describe_mutators",
+__all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param", "check_tasks", "describe_mutators",
            "make_mutator", "parse_mutators", "split_specs"]
 
 #: Every mutator by its spec name, in listing order.

@@ -67,12 +67,11 @@ class _Attack(Mutator):
     kind = "attack"
     needs_model = True
     stochastic = False
-    regression: ClassVar[bool] = True   # False: built on class margins; refuses a regression model
+    instead = "for a regression model use fgsm, bim or pgd"
 
     def mutate(self, x, rng, ctx):
-        if not self.regression and ctx.network.task == "regression":
-            raise InputError(f"{self.name} works on classifiers only (it is built on class scores); for a "
-                             "regression model use fgsm, bim or pgd")
+        if ctx.network.task not in self.tasks:   # a campaign refuses it before starting (check_tasks)
+            raise InputError(f"{self.name} works on classifiers only (it is built on class scores); {self.instead}")
         return super().mutate(x, rng, ctx)
 
 
@@ -148,7 +147,7 @@ class CW(_Attack):
     """
 
     name = "cw"
-    regression = False
+    tasks = ("classification",)   # built on class margins
     parameters = {"confidence": Param(0.0, float, 0.0, None),
                   "lr": Param(0.1, float, 0.0, None, closed="neither"),
                   "binary_search_steps": Param(5, int, 1, None),
@@ -178,7 +177,7 @@ class JSMA(_Attack):
 
     name = "jsma"
     stochastic = True
-    regression = False
+    tasks = ("classification",)   # built on class margins
     parameters = {"theta": Param(1.0, float, 0.0, 1.0, closed="right"),
                   "gamma": Param(0.1, float, 0.0, 1.0, closed="right")}
 

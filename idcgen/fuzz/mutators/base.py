@@ -112,6 +112,11 @@ class Mutator:
     #: which validity rule judges its mutants (docs/design.md, "Mutations"; idcgen.fuzz.validity):
     #: "pixel" = DeepHunter's L0/L-inf bounds, "scene" = an SSIM floor (weather, light, camera transforms)
     validity: ClassVar[str] = "pixel"
+    #: the models' tasks it can mutate for: an attack built on class scores has nothing to push on a
+    #: regression model's one output, and a campaign of it would only fail step after step
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "regression")
+    #: said when it cannot run on a model's task: what to use instead
+    instead: ClassVar[str] = ""
     parameters: ClassVar[dict[str, Param]] = {}
 
     def __init__(self, **params):
@@ -197,3 +202,11 @@ class Mutator:
             raise InputError(f"{self.name}: got {len(ctx.labels)} labels for {len(x)} inputs")
         return x
 
+
+
+def check_tasks(mutators, task: str) -> None:
+    """Refuse, before a campaign starts, a mutator that cannot run on a model of ``task``."""
+    for mutator in mutators:
+        if task not in mutator.tasks:
+            raise ParameterError(f"{mutator.name} cannot run on a {task} model (it works on "
+                                 f"{' and '.join(mutator.tasks)} models only)" + (f"; {mutator.instead}" if mutator.instead else ""))
