@@ -1,0 +1,43 @@
+"""Issue 26: no silent wrong results on real model heads and layers (keras.applications built with
+weights=None at 32x32, no download): a conv classifier's logits, the rule used per layer kind, mutators
+that cannot run on the model, regression models fed the wrong scale, dead layers."""
+
+import numpy as np
+import pytest
+
+
+def conv_head(classes: int = 4):
+    """MobileNet's head in small: Conv - GAP(keepdims) - Conv2D(classes, 1x1) `logits` - Flatten - softmax."""
+    import keras
+    L = keras.layers
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 3))
+    x = L.Conv2D(6, 3, activation="relu", name="conv")(inputs)
+    x = L.GlobalAveragePooling2D(keepdims=True, name="gap")(x)
+    x = L.Dropout(0.2, name="dropout")(x)
+    x = L.Conv2D(classes, 1, name="logits")(x)
+    x = L.Flatten(name="flatten")(x)
+    return keras.Model(inputs, L.Activation("softmax", name="predictions")(x))
+
+
+def test_conv_classifier_is_the_logits_not_a_hidden_layer():
+    from idcgen.errors import LayerError
+    from idcgen.framework.keras_network import KerasNetwork
+    network = KerasNetwork(conv_head())
+    assert network.logits_layer == "logits"
+    assert network.default_layer() == "gap"          # through the dropout, not the class scores
+    with pytest.raises(LayerError, match="is the logits or after them"):
+        network.check_subject_layer("logits")
+    assert "logits" not in network.weighted_layers()
+
+
+def test_mobilenetv3small_logits():
+    import keras
+    from idcgen.framework.keras_network import KerasNetwork
+    model = keras.applications.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=10,
+                                                include_preprocessing=False)
+    network = KerasNetwork(model)
+    assert (network.logits_layer, network.default_layer()) == ("logits", "activation_18")
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    relevance, _, logits = network.relevance(network.default_layer())(x)
+    assert relevance.shape == (2, 1024) and logits.shape == (2, 10)
