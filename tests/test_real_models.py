@@ -41,3 +41,17 @@ def test_mobilenetv3small_logits():
     x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     relevance, _, logits = network.relevance(network.default_layer())(x)
     assert relevance.shape == (2, 1024) and logits.shape == (2, 10)
+
+
+def test_a_dead_layer_is_refused_not_fully_covered():
+    import keras
+    from idcgen.analysis import analyze
+    from idcgen.errors import LayerError
+    L = keras.layers
+    inputs = keras.Input((6,))
+    dead = L.Dense(5, activation="relu", name="dead")(inputs)
+    model = keras.Model(inputs, L.Dense(3, activation="softmax", name="out")(dead))
+    model.get_layer("dead").set_weights([np.zeros((6, 5)), np.full(5, -1.0)])   # relu(-1) = 0 for every input
+    x = np.random.default_rng(0).uniform(0, 1, (40, 6)).astype("float32")
+    with pytest.raises(LayerError, match="layer 'dead' is constant on the 40 training inputs"):
+        analyze(model, x, np.arange(40) % 3, layer="dead", m=3, progress=False)

@@ -17,7 +17,7 @@ from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
 from ..convention import check_scale
 from ..data import check_labels, fit_to_model
-from ..errors import InputError, ParameterError
+from ..errors import InputError, LayerError, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
 from ..relevance import Relevance, batch_size_for, relevance_totals
@@ -178,6 +178,11 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     start = time.perf_counter()
     acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
     timings["activations"] = time.perf_counter() - start
+    if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
+        # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
+        raise LayerError(f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {len(neurons)} "
+                         "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
+                         "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model")
 
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
