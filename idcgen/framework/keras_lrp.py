@@ -200,6 +200,9 @@ class Relevance:
                        and s.outputs[0] != self.subject_key]
         for step in self._steps:
             if rule_of(step.layer) is None:
+                if layer is None:   # to the pixels: no subject layer to move
+                    raise LayerError(f"cannot propagate relevance to the input through layer {step.name!r} "
+                                     f"({step.kind}): idcgen's LRP has no rule for {step.kind}")
                 raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): idcgen's "
                                  f"LRP explains {supported()}; choose a subject layer after it (see `idcgen layers`)")
             if len(step.outputs) != 1:
