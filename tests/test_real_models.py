@@ -82,3 +82,32 @@ def test_a_mutator_that_cannot_run_on_the_model_is_refused_before_the_campaign()
     assert message.startswith("mutator relevant_pixels cannot run on this model: cannot propagate relevance to "
                               "the input through layer 'ln0a' (LayerNormalization)") and "\n" not in message
     Fuzzer(analysis, mutators=["gauss", "random_pixels"])   # the others still run
+
+
+def test_rules_and_approximations_are_stated():
+    import keras
+    from typer.testing import CliRunner
+    from idcgen.cli import app
+    from idcgen.framework.keras_network import KerasNetwork
+    network = KerasNetwork(keras.applications.EfficientNetB0(weights=None, input_shape=(32, 32, 3), classes=10))
+    notes = network.rule_notes(None)
+    assert notes[0].startswith("LRP rules: epsilon for Add, BatchNormalization, Conv2D") and "gate for Multiply" in notes[0]
+    assert any(n.startswith("LRP approximated in 49 layer(s) (stem_activation,") and "silu passed through unchanged"
+               in n for n in notes)
+    assert any("none to the gate" in n and "block1a_se_excite" in n for n in notes)
+    assert network.rule_label("block1a_se_excite") == "gate (all relevance to the signal, none to the gate)"
+
+
+def test_layers_names_the_usable_subject_layers(tmp_path):
+    from typer.testing import CliRunner
+    from idcgen.analysis import analyze
+    from idcgen.cli import app
+    model = layer_norm_cnn()
+    model.save(tmp_path / "m.keras")
+    out = CliRunner().invoke(app, ["layers", "--model", str(tmp_path / "m.keras")]).output
+    assert "LRP rules: epsilon for Conv2D, Dense, GlobalAveragePooling2D; none for LayerNormalization" in out
+    assert ("subject layers: 3 of 4 hidden layers, from the last layer without an LRP rule on ('ln0a' "
+            "(LayerNormalization)): ln0a, conv2, gap") in out
+    x = np.random.default_rng(0).uniform(0, 1, (30, 8, 8, 1)).astype("float32")
+    analysis = analyze(model, x, layer="conv2", m=2, clusters=(2,), progress=False)
+    assert analysis.notes[0] == "LRP rules: epsilon for Dense, GlobalAveragePooling2D"

@@ -187,7 +187,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
-    notes = [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
+    notes = network.rule_notes(layer) + [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
         ([network.head_note] if getattr(network, "head_note", None) else [])
 
     data = dict(data_summary or {})

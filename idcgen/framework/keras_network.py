@@ -319,6 +319,29 @@ class KerasNetwork(Network):
             raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
         return step.name
 
+    def subject_layers(self) -> list[str]:
+        from .keras_lrp import rule_of
+        graph, blocked = self.graph, set()
+        for step in graph.steps:   # a layer without a rule blocks every layer below it on its way to the logits
+            if step.outputs[0] in graph.ancestors(self.logits_key) and step.outputs[0] not in blocked \
+                    and (rule_of(step.layer) is None or len(step.outputs) != 1):
+                for key in step.inputs:
+                    blocked |= graph.ancestors(key)
+        return [s.name for s in graph.steps if s.outputs[0] in self._hidden and s.outputs[0] not in blocked]
+
+    def rule_label(self, name: str) -> str:
+        from .keras_lrp import rule_label
+        step = self.step(name)
+        return rule_label(step.layer, logits=step is self.logits_step)
+
+    def rule_notes(self, layer: str | None) -> list[str]:
+        from .keras_lrp import rule_notes
+        if layer is not None:
+            return rule_notes(self.relevance(layer).steps, self.logits_step)
+        last = self.graph.steps.index(self.logits_step)   # the whole model, layers without a rule included
+        return rule_notes([s for s in self.graph.steps[:last + 1] if s.outputs[0] in self._hidden
+                           or s is self.logits_step], self.logits_step)
+
     def is_hidden(self, name: str) -> bool:
         """Whether layer ``name``'s output is a hidden tensor the logits depend on."""
         return self.step(name).outputs[0] in self._hidden
