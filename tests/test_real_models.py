@@ -111,3 +111,28 @@ def test_layers_names_the_usable_subject_layers(tmp_path):
     x = np.random.default_rng(0).uniform(0, 1, (30, 8, 8, 1)).astype("float32")
     analysis = analyze(model, x, layer="conv2", m=2, clusters=(2,), progress=False)
     assert analysis.notes[0] == "LRP rules: epsilon for Dense, GlobalAveragePooling2D"
+
+
+def mean_steering():
+    """A steering model that outputs the mean pixel: Flatten - Dense(3, relu) `hidden` - Dense(1) `steer`."""
+    import keras
+    L = keras.layers
+    inputs = keras.Input((4, 4, 1))
+    h = L.Dense(3, activation="relu", name="hidden")(L.Flatten(name="flatten")(inputs))
+    model = keras.Model(inputs, L.Dense(1, name="steer")(h))
+    model.get_layer("hidden").set_weights([np.outer(np.full(16, 1 / 16), [1.0, 0.5, 2.0]), np.zeros(3)])
+    model.get_layer("steer").set_weights([np.array([[0.5], [0.5], [0.125]]), np.zeros(1)])   # 0.5 + 0.25 + 0.25: the mean
+    return model
+
+
+def test_a_regression_model_fed_the_wrong_scale_is_warned():
+    from idcgen.analysis import analyze
+    model = mean_steering()
+    x = np.random.default_rng(0).uniform(0, 1, (50, 4, 4, 1)).astype("float32")
+    y = x.mean(axis=(1, 2, 3)).astype("float64")
+    fits = analyze(model, x, y, m=2, clusters=(2,), progress=False)
+    assert fits.data["mse"] < 1e-10 and fits.warnings == []
+    unscaled = analyze(model, x / 255, y, m=2, clusters=(2,), progress=False)   # scaled twice: outputs near 0
+    assert len(unscaled.warnings) == 1 and unscaled.warnings[0].startswith(
+        f"the model's MSE on the training labels, {unscaled.data['mse']:.4g}, is not below their variance "
+        f"{np.var(y):.4g} (predicting their mean would do as well): the inputs are likely scaled twice")

@@ -200,12 +200,16 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
     warnings = []
     n_classes = network.n_classes
+    lo, hi = convention.value_range
+    scaled = (f"the inputs are likely scaled twice or not at all (they span [{low:g}, {high:g}]; the model is taken "
+              f"to want images in [{lo:g}, {hi:g}], {convention.source}); check --scale, --value-range and --preprocess")
     if accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
-        lo, hi = convention.value_range
         warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
-                        f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
-                        f"[{low:g}, {high:g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
-                        f"{convention.source}); check --scale, --value-range and --preprocess")
+                        f"{n_classes} classes: {scaled}")
+    if data.get("mse") is not None and len(y) > 1 and data["mse"] >= np.var(y.astype(np.float64)) > 0:
+        # the regression counterpart of near chance: no better than always predicting the labels' mean
+        warnings.append(f"the model's MSE on the training labels, {data['mse']:.4g}, is not below their variance "
+                        f"{np.var(y.astype(np.float64)):.4g} (predicting their mean would do as well): {scaled}")
     config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
                   relevance_of=relevance_of,
                   correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
