@@ -136,3 +136,78 @@ def test_a_regression_model_fed_the_wrong_scale_is_warned():
     assert len(unscaled.warnings) == 1 and unscaled.warnings[0].startswith(
         f"the model's MSE on the training labels, {unscaled.data['mse']:.4g}, is not below their variance "
         f"{np.var(y):.4g} (predicting their mean would do as well): the inputs are likely scaled twice")
+
+
+def keras213_json() -> str:
+    """What Keras 2.13+ `to_json()` writes for Input(4) - Dense(3, relu) - Dense(2, softmax): "module" keys
+    (keras.src.engine.functional) that Keras 3's own reader cannot import, and keras_version 2.x."""
+    import json
+
+    def dense(name, units, activation, inbound):
+        init = {"module": "keras.initializers", "registered_name": None}
+        return {"module": "keras.layers", "class_name": "Dense", "registered_name": None, "name": name,
+                "inbound_nodes": [[[inbound, 0, 0, {}]]],
+                "config": {"name": name, "trainable": True, "dtype": "float32", "units": units,
+                           "activation": activation, "use_bias": True,
+                           "kernel_initializer": dict(init, class_name="GlorotUniform", config={"seed": None}),
+                           "bias_initializer": dict(init, class_name="Zeros", config={}),
+                           "kernel_regularizer": None, "bias_regularizer": None, "activity_regularizer": None,
+                           "kernel_constraint": None, "bias_constraint": None}}
+    layers = [{"module": "keras.layers", "class_name": "InputLayer", "registered_name": None, "name": "x",
+               "inbound_nodes": [], "config": {"batch_input_shape": [None, 4], "dtype": "float32",
+                                                "sparse": False, "ragged": False, "name": "x"}},
+              dense("h", 3, "relu", "x"), dense("d", 2, "softmax", "h")]
+    return json.dumps({"module": "keras.src.engine.functional", "class_name": "Functional",
+                       "registered_name": "Functional", "keras_version": "2.13.1", "backend": "tensorflow",
+                       "config": {"name": "model", "layers": layers, "input_layers": [["x", 0, 0]],
+                                  "output_layers": [["d", 0, 0]]}})
+
+
+def test_keras2_json_with_module_keys_is_read():
+    from idcgen.framework.keras_legacy import model_from_architecture
+    model = model_from_architecture(keras213_json())
+    assert [layer.name for layer in model.layers] == ["x", "h", "d"] and model.output_shape == (None, 2)
+
+
+def lambda_model(function):
+    import keras
+    L = keras.layers
+    inputs = keras.Input((4,))
+    h = L.Dense(1, name="before_prediction")(L.Dense(3, activation="relu", name="fc")(inputs))
+    return keras.Model(inputs, L.Lambda(function, name="prediction")(h))
+
+
+def test_a_python_lambda_using_tf_runs_after_loading(tmp_path):
+    import tensorflow as tf
+    from idcgen.framework.keras_legacy import model_from_architecture
+    from idcgen.framework.keras_network import load_model
+    # DeepXplore's Dave_orig head, written where tf is a module global
+    model = lambda_model(eval("lambda x: tf.multiply(tf.atan(x), 2)", {"tf": tf}))
+    x = np.random.default_rng(0).uniform(0, 1, (3, 4)).astype("float32")
+    expected = np.asarray(model(x))
+    rebuilt = model_from_architecture(model.to_json(), safe_mode=False)
+    rebuilt.set_weights(model.get_weights())
+    np.testing.assert_allclose(np.asarray(rebuilt(x)), expected, rtol=1e-6)   # not NameError: 'tf'
+    model.save(tmp_path / "dave.keras")
+    np.testing.assert_allclose(np.asarray(load_model(tmp_path / "dave.keras", safe_mode=False)(x)), expected,
+                               rtol=1e-6)
+
+
+def test_a_lambda_calling_a_missing_function_is_named():
+    import json
+    from idcgen.errors import ModelError
+    from idcgen.framework.keras_legacy import model_from_architecture
+
+    def atan_layer(x):
+        return x
+
+    config = json.loads(lambda_model(atan_layer).to_json())
+    for layer in config["config"]["layers"]:
+        if layer["class_name"] == "Lambda":
+            layer["config"]["function"]["module"] = "dave_orig_driving"   # the user's module, absent here
+    with pytest.raises(ModelError) as refused:
+        model_from_architecture(json.dumps(config), safe_mode=False)
+    message = str(refused.value)
+    assert ("Lambda layer 'prediction' calls function 'atan_layer' of module 'dave_orig_driving', stored by name "
+            "only") in message
+    assert "\n" not in message and len(message) < 700

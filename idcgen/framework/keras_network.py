@@ -49,7 +49,8 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     if architecture is not None:
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
     try:
-        model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
+        with legacy.lambda_names():
+            model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
     except Exception as exc:  # Keras raises many types for unreadable files; report them as one
         summary = legacy.weights_only_summary(path)
         if summary is not None:
@@ -64,7 +65,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         raise ModelError(f"could not read model {path}: {first}{hint}") from None
     if not isinstance(model, keras.Model):
         raise ModelError(f"{path} does not hold a Keras model (got {type(model).__name__})")
-    return model
+    return legacy.restore_lambda_globals(model)
 
 
 def convert(old, new, *, architecture=None, safe_mode: bool = True) -> str:
