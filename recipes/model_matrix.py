@@ -223,7 +223,7 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
     from idcgen.framework import Network, load_model
     data = raw["mnist" if subject.data == "mnist" else "cifar10"]
     folder = HERE / "data" / subject.key
-    size = int(subject.data[5:]) if subject.data[5:].isdigit() else None   # "cifar64" -> 64
+    size = {"cifar64": 64, "cifar72": 72}.get(subject.data)   # CIFAR-10 upsampled to that size
     files = write_inputs(folder, data, subject.sizes, size)
     with np.load(files["cover"]) as d:
         x_cover, y_cover = d["x"], d["y"]

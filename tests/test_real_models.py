@@ -41,6 +41,10 @@ def test_mobilenetv3small_logits():
     x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     relevance, _, logits = network.relevance(network.default_layer())(x)
     assert relevance.shape == (2, 1024) and logits.shape == (2, 10)
+    # its hard sigmoid multiplies by a constant (a keras.ops call): explained, so every hidden layer is a
+    # subject layer and relevance reaches the pixels (relevant_pixels runs)
+    assert len(network.subject_layers()) == sum(network.is_hidden(i.name) for i in network.layers_info())
+    assert network.relevance(None).maps(x).shape == x.shape
 
 
 def test_a_dead_layer_is_refused_not_fully_covered():

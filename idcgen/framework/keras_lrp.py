@@ -96,7 +96,7 @@ def _activation(layer) -> str:
     return "linear" if fn is None else getattr(fn, "__name__", str(fn))
 
 
-def rule_label(layer, *, logits: bool = False) -> str:
+def rule_label(layer, *, logits: bool = False, n_inputs: int = 2) -> str:
     """How relevance goes back through ``layer``, for `idcgen layers`: "epsilon", "routing", "pass-through",
     "gate", with "(silu passed through unchanged)" when an activation that is not ReLU-like is taken as
     the identity; "none" when LRP cannot explain the layer."""
@@ -104,8 +104,8 @@ def rule_label(layer, *, logits: bool = False) -> str:
     if rule is None:
         return "none"
     act = "linear" if logits else _activation(layer)   # the logits layer is explained without its activation
-    if isinstance(rule, Gate):
-        return "gate (all relevance to the signal, none to the gate)"
+    if isinstance(rule, Gate):   # one tensor input: a scaling by a constant, which keeps all the relevance
+        return "gate (all relevance to the signal, none to the gate)" if n_inputs > 1 else "epsilon"
     if isinstance(rule, (PassThrough, Epsilon)) and act not in _EXACT_ACTIVATIONS:
         return f"{rule.label} ({act} passed through unchanged)"
     return rule.label
@@ -117,7 +117,7 @@ def rule_notes(steps, logits_step) -> list[str]:
     kinds: dict[str, set] = {}
     approximated: dict[str, list] = {}
     for step in steps:
-        label = rule_label(step.layer, logits=step is logits_step)
+        label = rule_label(step.layer, logits=step is logits_step, n_inputs=len(step.inputs))
         kinds.setdefault(label.split(" (")[0], set()).add(step.kind)
         if "(" in label:
             approximated.setdefault(label.split(" (", 1)[1].rstrip(")"), []).append(step.name)
@@ -205,7 +205,7 @@ class Epsilon(Rule):
         return epsilon_rule(lambda a: step.call(a, linear=True)[0], inputs, relevance, lrp.eps)
 
 
-@register("Multiply")
+@register("Multiply", ops=("Multiply",))   # the op: ``x * c`` (MobileNetV3's hard sigmoid) or ``x * y``
 class Gate(Rule):
     """``Multiply``: all relevance to the signal, none to the gate (see `gate_rule`)."""
     label = "gate"

@@ -333,7 +333,7 @@ class KerasNetwork(Network):
     def rule_label(self, name: str) -> str:
         from .keras_lrp import rule_label
         step = self.step(name)
-        return rule_label(step.layer, logits=step is self.logits_step)
+        return rule_label(step.layer, logits=step is self.logits_step, n_inputs=len(step.inputs))
 
     def rule_notes(self, layer: str | None) -> list[str]:
         from .keras_lrp import rule_notes
