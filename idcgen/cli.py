@@ -241,11 +241,27 @@ def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optio
     if network.task == "regression":   # a classifier's listing stays as it was
         typer.echo(f"task: {_task_line(network)}")
     typer.echo(f"logits: {network.logits_layer}   default subject layer: {network.default_layer()}")
+    for note in network.rule_notes(None):
+        typer.echo(note)
+    typer.echo(_subject_line(network))
     from .framework.keras_convention import from_model, leading_preprocessing
     typer.echo(f"expects: {from_model(network.model).describe()}")
     found = leading_preprocessing(network.model)
     typer.echo("preprocessing layers: " + (", ".join(_describe_layer(layer) for layer in found) if found else
                                            "none (give --preprocess if the model expects normalised inputs)"))
+
+
+def _subject_line(network) -> str:
+    """Which layers `analyze --layer` accepts, so a refused one is not found one run at a time."""
+    usable = network.subject_layers()
+    hidden = [i.name for i in network.layers_info() if network.is_hidden(i.name)]
+    if len(usable) == len(hidden):
+        return f"subject layers: all {len(hidden)} hidden layers"
+    blocked = [i for i in network.layers_info() if network.rule_label(i.name) == "none" and
+               (network.is_hidden(i.name) or i.name == network.logits_layer)]
+    shown = ", ".join(usable[:5]) + (f" ... {usable[-1]}" if len(usable) > 5 else "")
+    return (f"subject layers: {len(usable)} of {len(hidden)} hidden layers, from the last layer without an LRP "
+            f"rule on ({', '.join(f'{b.name!r} ({b.type})' for b in blocked[-3:])}): {shown or 'none'}")
 
 
 def _task_line(network) -> str:

@@ -69,6 +69,10 @@ def relevance_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activ
 
 def input_relevance(network, x: np.ndarray, target: np.ndarray | None = None, *, eps: float = 1e-7) -> np.ndarray:
     """Pixel-level relevance of the predicted (or ``target``) logit: same shape as ``x``."""
-    # one traced pass per network and eps, reused across calls
-    rel = network.cached(("input-relevance", eps), lambda: network.relevance(None, eps=eps))
-    return rel.maps(x, target)
+    return input_relevance_pass(network, eps=eps).maps(x, target)
+
+
+def input_relevance_pass(network, *, eps: float = 1e-7):
+    """The relevance pass down to the input pixels, built once per network and eps (a LayerError when some
+    layer of the model has no LRP rule)."""
+    return network.cached(("input-relevance", eps), lambda: network.relevance(None, eps=eps))

@@ -171,7 +171,7 @@ def mnist_no_channel():
 class Subject:
     key: str
     title: str
-    data: str                              # "mnist", "cifar10" or "cifar64"
+    data: str                              # "mnist", "cifar10", "cifar64" or "cifar72" (upsampled to that size)
     build: Callable                        # () -> keras model, untrained
     epochs: int = 1
     trained: str | None = None             # outputs/models/<name>.keras made by recipes/train_models.py
@@ -198,6 +198,22 @@ def subjects() -> dict[str, Subject]:
          Subject("resnet50", "ResNet50 (weights=None, 64x64, CIFAR-10 upsampled)", "cifar64",
                  lambda: keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10),
                  bn_momentum=0.8, batch_size=32, sizes=Sizes(train=300, cover=200, seeds=50, test=100, fit=1000))]
+    # issue 26: conv-classifier heads, swish and squeeze-excitation, Concatenate, separable convolutions;
+    # each at the smallest input keras.applications allows (Xception: 71), trained one epoch on 1,000 inputs
+    small = Sizes(train=300, cover=200, seeds=50, test=100, fit=1000)
+    A = keras.applications
+    s += [Subject("mobilenetv3small", "MobileNetV3Small (weights=None, 32x32, CIFAR-10)", "cifar10",
+                  lambda: A.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=10),
+                  bn_momentum=0.8, batch_size=32, sizes=small),
+          Subject("efficientnetb0", "EfficientNetB0 (weights=None, 32x32, CIFAR-10)", "cifar10",
+                  lambda: A.EfficientNetB0(weights=None, input_shape=(32, 32, 3), classes=10),
+                  bn_momentum=0.8, batch_size=32, sizes=small),
+          Subject("densenet121", "DenseNet121 (weights=None, 32x32, CIFAR-10)", "cifar10",
+                  lambda: A.DenseNet121(weights=None, input_shape=(32, 32, 3), classes=10),
+                  bn_momentum=0.8, batch_size=32, sizes=small),
+          Subject("xception", "Xception (weights=None, 72x72, CIFAR-10 upsampled)", "cifar72",
+                  lambda: A.Xception(weights=None, input_shape=(72, 72, 3), classes=10),
+                  bn_momentum=0.8, batch_size=32, sizes=small)]
     return {x.key: x for x in s}
 
 
@@ -207,7 +223,8 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
     from idcgen.framework import Network, load_model
     data = raw["mnist" if subject.data == "mnist" else "cifar10"]
     folder = HERE / "data" / subject.key
-    files = write_inputs(folder, data, subject.sizes, 64 if subject.data == "cifar64" else None)
+    size = {"cifar64": 64, "cifar72": 72}.get(subject.data)   # CIFAR-10 upsampled to that size
+    files = write_inputs(folder, data, subject.sizes, size)
     with np.load(files["cover"]) as d:
         x_cover, y_cover = d["x"], d["y"]
     trained = OUTPUTS / "models" / f"{subject.trained}.keras" if subject.trained else None
@@ -216,8 +233,8 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
     else:
         path = HERE / "models" / f"{subject.key}.keras"
         xtr, ytr = data[0][:subject.sizes.fit], data[1][:subject.sizes.fit]
-        if subject.data == "cifar64":
-            xtr = upsample(xtr, 64)
+        if size is not None:
+            xtr = upsample(xtr, size)
         how = (f"trained here: {subject.epochs} epoch(s) on {len(xtr)} {data[4]} training inputs"
                + (" (0..255)" if subject.scale_255 else "")
                + (f", batch normalisation momentum {subject.bn_momentum}" if subject.bn_momentum else ""))

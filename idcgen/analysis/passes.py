@@ -17,7 +17,7 @@ from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
 from ..convention import check_scale
 from ..data import check_labels, fit_to_model
-from ..errors import InputError, ParameterError
+from ..errors import InputError, LayerError, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
 from ..relevance import Relevance, batch_size_for, relevance_totals
@@ -214,11 +214,17 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     start = time.perf_counter()
     acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
     timings["activations"] = time.perf_counter() - start
+    if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
+        # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
+        raise LayerError(f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {len(neurons)} "
+                         "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
+                         "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model")
 
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
-    notes = ([cluster_note] if cluster_note else []) + [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
+    notes = network.rule_notes(layer) + ([cluster_note] if cluster_note else []) + \
+        [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
         ([network.head_note] if getattr(network, "head_note", None) else [])
 
     data = dict(data_summary or {})
@@ -231,6 +237,9 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
     warnings = []
     n_classes = network.n_classes
+    lo, hi = convention.value_range
+    scaled = (f"the inputs are likely scaled twice or not at all (they span [{low:g}, {high:g}]; the model is taken "
+              f"to want images in [{lo:g}, {hi:g}], {convention.source}); check --scale, --value-range and --preprocess")
     remapped = None if accuracy is None or n_classes <= 2 or accuracy >= 1.5 / n_classes else \
         label_mapping(y, predictions)
     if remapped is not None:   # consistent predictions under other names: the labels, not the scale
@@ -242,11 +251,12 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
                         "numbered in sorted order); name the folders by class index or give --class-names in "
                         "the model's label order")
     elif accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
-        lo, hi = convention.value_range
         warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
-                        f"{n_classes} classes: the inputs are likely scaled twice or not at all (they span "
-                        f"[{low:g}, {high:g}]; the model is taken to want images in [{lo:g}, {hi:g}], "
-                        f"{convention.source}); check --scale, --value-range and --preprocess")
+                        f"{n_classes} classes: {scaled}")
+    if data.get("mse") is not None and len(y) > 1 and data["mse"] >= np.var(y.astype(np.float64)) > 0:
+        # the regression counterpart of near chance: no better than always predicting the labels' mean
+        warnings.append(f"the model's MSE on the training labels, {data['mse']:.4g}, is not below their variance "
+                        f"{np.var(y.astype(np.float64)):.4g} (predicting their mean would do as well): {scaled}")
     config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
                   relevance_of=relevance_of,
                   correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,

@@ -113,6 +113,20 @@ class Network(metaclass=_Dispatching):
     def is_hidden(self, name: str) -> bool: ...
 
     @abc.abstractmethod
+    def subject_layers(self) -> list[str]:
+        """The hidden layers relevance can reach from the logits (every layer between has an LRP rule)."""
+
+    @abc.abstractmethod
+    def rule_label(self, name: str) -> str:
+        """How relevance goes back through layer ``name``: "epsilon", "routing", "pass-through", "gate", with
+        the approximation made if any, or "none" (docs/design.md, "Relevance on graphs")."""
+
+    @abc.abstractmethod
+    def rule_notes(self, layer: str | None) -> list[str]:
+        """The rule of each layer kind between subject layer ``layer`` (None: the input) and the logits, and
+        each approximation made."""
+
+    @abc.abstractmethod
     def neuron_layers(self) -> list[str]:
         """Every hidden layer with weights before the logits, as DeepXplore and DeepGauge count neurons."""
 

@@ -8,8 +8,10 @@ optional install.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -108,6 +110,7 @@ def model_from_architecture(architecture, *, safe_mode: bool = True) -> keras.Mo
     keys) with Keras' legacy one, the one its ``.h5`` loader uses.
     """
     text = str(architecture)
+    shown = "(JSON text)" if text.lstrip().startswith("{") else str(architecture)   # not the text in a message
     if not text.lstrip().startswith("{"):
         path = Path(architecture)
         if not path.is_file():
@@ -130,20 +133,183 @@ def model_from_architecture(architecture, *, safe_mode: bool = True) -> keras.Mo
     if safe_mode and _has_lambda(config):
         raise ModelError(f"architecture {architecture} has a Lambda layer (arbitrary code): pass --unsafe "
                          "(safe_mode=False) only if you trust it")
+    # Keras 2.13+ writes "module" keys too (keras.src.engine.functional), which Keras 3's own reader cannot
+    # import: its version, else the absence of module keys, tells a Keras 2 architecture
+    keras2 = str(config.get("keras_version", "")).startswith("2.") or '"module"' not in text
+    _check_named_functions(config, shown)
     try:
-        if '"module"' in text:
-            model = keras.saving.deserialize_keras_object(config, safe_mode=safe_mode)
+        if not keras2:
+            with lambda_names():
+                model = keras.saving.deserialize_keras_object(config, safe_mode=safe_mode)
         else:  # Keras 2 JSON; Keras 3 reads it only through its legacy loader (pinned keras, private path)
             from keras.src.legacy.saving.saving_utils import model_from_config
             with warnings.catch_warnings():  # Keras 2 configs give input_shape to the first layer, as they did
                 warnings.simplefilter("ignore")
-                model = model_from_config(config)
+                with lambda_names():
+                    model = model_from_config(config)
     except Exception as exc:  # Keras raises many types for a config it cannot build
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"could not build a model from architecture {architecture}: {first}") from None
+        model = _with_tf_keras(text) if keras2 else None
+        if model is None:
+            raise ModelError(f"could not build a model from architecture {shown}: "
+                             f"{_build_error(exc, config, keras2)}") from None
     if not isinstance(model, keras.Model):
-        raise ModelError(f"architecture {architecture} describes a {type(model).__name__}, not a model")
+        raise ModelError(f"architecture {shown} describes a {type(model).__name__}, not a model")
+    return restore_lambda_globals(model)
+
+
+def _first_line(exc: Exception, limit: int = 240) -> str:
+    """The error's first line without the full config Keras appends (several KB), cut to ``limit``."""
+    text = str(exc).strip()
+    first = text.splitlines()[0].split(" Full object config:")[0] if text else type(exc).__name__
+    return first if len(first) <= limit else first[:limit] + " ..."
+
+
+def _check_named_functions(config: dict, shown: str) -> None:
+    """A Lambda calling a named function stores only its module and name: refuse, naming the layer, one
+    whose function cannot be found here (Keras would say only that some object failed to deserialize)."""
+    import importlib
+    for name, function in _lambda_configs(config):
+        if not (isinstance(function, dict) and function.get("class_name") == "function"):
+            continue
+        module, called = function.get("module"), function.get("config")
+        try:
+            found = hasattr(importlib.import_module(module), called)
+        except Exception:   # a missing module, or one that fails on import
+            found = False
+        if not found:
+            raise ModelError(f"could not build a model from architecture {shown}: Lambda layer {name!r} calls "
+                             f"function {called!r} of module {module!r}, stored by name only, which is not "
+                             "importable here; build the model in Python with the function defined and load "
+                             "the weights into it, or replace the Lambda with a Keras layer")
+
+
+def _build_error(exc: Exception, config: dict, keras2: bool) -> str:
+    """One line: Keras' reason, the Lambda layer it concerns when there is one, and the fix."""
+    lambdas = _lambda_configs(config)
+    reason = _first_line(exc)
+    undefined = re.search(r"name '(\w+)' is not defined", "".join(str(e) for e in _chain(exc)))
+    if undefined and lambdas:
+        return (f"Lambda layer(s) {', '.join(repr(n) for n, _ in lambdas)} use {undefined.group(1)!r}, which Keras "
+                "does not store with their code; build the model in Python with that name defined and load the "
+                "weights into it, or replace the Lambda with a Keras layer")
+    if lambdas:
+        names = ", ".join(repr(n) for n, _ in lambdas)
+        return (f"{reason} (the architecture has Lambda layer(s) {names}, whose stored Python code may not load "
+                "here; build the model in Python and load the weights into it)")
+    if keras2 and _tf_keras_missing():
+        return f"{reason}; a Keras 2 architecture that Keras 3 cannot read needs the legacy extra: {_TF_KERAS_FIX}"
+    return reason
+
+
+def _chain(exc: BaseException) -> list:
+    """The exception and those it was raised from or during."""
+    found = []
+    while exc is not None and exc not in found:
+        found.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return found
+
+
+def _lambda_configs(config) -> list[tuple[str, object]]:
+    """(layer name, stored function) of every Lambda layer in a model config."""
+    found = []
+    if isinstance(config, dict):
+        if config.get("class_name") == "Lambda" and isinstance(config.get("config"), dict):
+            found.append((config["config"].get("name", "?"), config["config"].get("function")))
+        for value in config.values():
+            found += _lambda_configs(value)
+    elif isinstance(config, list):
+        for value in config:
+            found += _lambda_configs(value)
+    return found
+
+
+#: the names a Lambda's code most often takes from its module; Keras 3 restores a Python lambda without its
+#: module's names, so ``lambda x: tf.atan(x) * 2`` would load and then fail at the first predict
+def _module_names() -> dict:
+    import math
+
+    import tensorflow as tf
+    return {"tf": tf, "np": np, "math": math, "keras": keras, "ops": keras.ops}
+
+
+def _global_names(code) -> set[str]:
+    """The global names ``code`` (and the code nested in it) reads."""
+    import dis
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names |= _global_names(const)
+    return names
+
+
+@contextlib.contextmanager
+def lambda_names():
+    """While loading: a Python lambda's code is restored with the module names it most often uses (tf, np,
+    math, keras, ops) as its globals. Keras 3 restores it with those of its own utility module, so
+    ``lambda x: tf.atan(x) * 2`` (DeepXplore's Dave_orig head) fails with NameError: 'tf'."""
+    from keras.src.utils import python_utils   # pinned keras; its Lambda layer calls python_utils.func_load
+    original = python_utils.func_load
+
+    def func_load(code, defaults=None, closure=None, globs=None):
+        return original(code, defaults=defaults, closure=closure,
+                        globs=globs if globs is not None else dict(vars(python_utils), **_module_names()))
+    python_utils.func_load = func_load
+    try:
+        yield
+    finally:
+        python_utils.func_load = original
+
+
+def restore_lambda_globals(model: keras.Model) -> keras.Model:
+    """Give each Lambda layer's restored code the module names it uses (tf, np, math, keras, ops), or name
+    the layer and the name it lacks in one line: at load time, not as a NameError in the first predict."""
+    import builtins
+    import types
+    known = None
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        function = getattr(layer, "function", None) if isinstance(layer, keras.layers.Lambda) else None
+        code = getattr(function, "__code__", None)
+        if code is None:
+            continue
+        missing = sorted(n for n in _global_names(code) if n not in function.__globals__ and not hasattr(builtins, n))
+        if not missing:
+            continue
+        known = known or _module_names()
+        unknown = [n for n in missing if n not in known]
+        if unknown:
+            raise ModelError(f"Lambda layer {layer.name!r} uses {unknown[0]!r}, which Keras does not store with its "
+                             "code; build the model in Python with that name defined and load the weights into "
+                             "it, or replace the Lambda with a Keras layer")
+        names = dict(function.__globals__, **{n: known[n] for n in missing})
+        layer.function = types.FunctionType(code, names, function.__name__, function.__defaults__,
+                                            function.__closure__)
     return model
+
+
+_TF_KERAS_FIX = 'pip install --no-deps "tf-keras==2.21.0" (or pip install "idcgen[legacy]")'
+
+
+def _tf_keras_missing() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("tf_keras") is None
+
+
+def _with_tf_keras(text: str):
+    """A Keras 2 architecture read with tf-keras (the legacy extra) and handed to Keras 3 through a
+    tf-keras .h5 file, as `convert` reads Keras 2 files; None without tf-keras or if it cannot either."""
+    if _tf_keras_missing():
+        return None
+    import tempfile
+    tf_keras = _tf_keras()
+    try:
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
+            warnings.simplefilter("ignore")
+            old = tf_keras.models.model_from_json(text)
+            old.save(Path(tmp) / "model.h5")
+            return keras.models.load_model(Path(tmp) / "model.h5", compile=False, safe_mode=False)
+    except Exception:   # the caller reports Keras 3's reason
+        return None
 
 
 def _match(model: keras.Model, stored: list[tuple[str, list[tuple]]], path, architecture) -> list:

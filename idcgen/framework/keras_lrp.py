@@ -46,7 +46,10 @@ _GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid", "hard_silu", "softmax")
 
 class Rule:
     """How relevance goes back through one call of a layer: ``explain`` returns the relevance of each of
-    the call's inputs (tensors shaped as ``inputs``) from the relevance ``relevance`` of its output."""
+    the call's inputs (tensors shaped as ``inputs``) from the relevance ``relevance`` of its output.
+    ``label`` names the rule in notes and in `idcgen layers`."""
+
+    label = "rule"
 
     def explain(self, step, inputs: list, relevance, lrp: "Relevance") -> list:
         raise NotImplementedError
@@ -78,6 +81,52 @@ def rule_of(layer) -> Rule | None:
 def supported() -> str:
     """The layer kinds LRP explains, for error messages."""
     return ", ".join(sorted(set(_LAYER_RULES) - {"InputLayer"}))
+
+
+#: activations through which passing relevance unchanged is LRP's own rule (piecewise linear, zero at zero);
+#: any other (swish, GELU, sigmoid, tanh) is approximated that way, and the notes say so
+_EXACT_ACTIVATIONS = ("linear", "relu", "relu6", "leaky_relu", "elu", "ReLU", "LeakyReLU", "ELU", "PReLU")
+
+
+def _activation(layer) -> str:
+    """The name of the activation a layer applies ("linear" for none)."""
+    if isinstance(layer, (L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)):
+        return type(layer).__name__
+    fn = getattr(layer, "activation", None)
+    return "linear" if fn is None else getattr(fn, "__name__", str(fn))
+
+
+def rule_label(layer, *, logits: bool = False, n_inputs: int = 2) -> str:
+    """How relevance goes back through ``layer``, for `idcgen layers`: "epsilon", "routing", "pass-through",
+    "gate", with "(silu passed through unchanged)" when an activation that is not ReLU-like is taken as
+    the identity; "none" when LRP cannot explain the layer."""
+    rule = rule_of(layer)
+    if rule is None:
+        return "none"
+    act = "linear" if logits else _activation(layer)   # the logits layer is explained without its activation
+    if isinstance(rule, Gate):   # one tensor input: a scaling by a constant, which keeps all the relevance
+        return "gate (all relevance to the signal, none to the gate)" if n_inputs > 1 else "epsilon"
+    if isinstance(rule, (PassThrough, Epsilon)) and act not in _EXACT_ACTIVATIONS:
+        return f"{rule.label} ({act} passed through unchanged)"
+    return rule.label
+
+
+def rule_notes(steps, logits_step) -> list[str]:
+    """Notes for an analysis: the rule of each layer kind on the relevance path (``steps``), and a note per
+    approximation (a smooth activation taken as the identity, a gate given no relevance)."""
+    kinds: dict[str, set] = {}
+    approximated: dict[str, list] = {}
+    for step in steps:
+        label = rule_label(step.layer, logits=step is logits_step, n_inputs=len(step.inputs))
+        kinds.setdefault(label.split(" (")[0], set()).add(step.kind)
+        if "(" in label:
+            approximated.setdefault(label.split(" (", 1)[1].rstrip(")"), []).append(step.name)
+    notes = ["LRP rules: " + "; ".join(f"{label} for {', '.join(sorted(k))}" for label, k in sorted(kinds.items()))]
+    for how, names in approximated.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        exact = "; exact for ReLU-like activations only" if "passed through" in how else ""
+        notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
+    return notes
 
 
 def _stabilise(z, eps):
@@ -124,6 +173,8 @@ def gate_rule(step, graph, inputs, relevance):
           "ActivityRegularization")
 class PassThrough(Rule):
     """Elementwise or identity at inference: relevance passes unchanged."""
+    label = "pass-through"
+
 
     def explain(self, step, inputs, relevance, lrp):
         return [tf.reshape(relevance, tf.shape(inputs[0]))]
@@ -133,6 +184,8 @@ class PassThrough(Rule):
           "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "RepeatVector", ops=("Reshape", "Concatenate"))
 class Routing(Rule):
     """Layers that move values without arithmetic: relevance goes back along the same paths."""
+    label = "routing"
+
 
     def explain(self, step, inputs, relevance, lrp):
         return routing_rule(lambda a: step.call(a)[0], inputs, relevance)
@@ -145,14 +198,18 @@ class Routing(Rule):
           "Subtract", "Average", "Maximum", "Minimum", "Rescaling", "Normalization", ops=("Add", "Subtract"))
 class Epsilon(Rule):
     """Affine in the inputs once the activation is taken off (or max-pooling): the epsilon rule."""
+    label = "epsilon"
+
 
     def explain(self, step, inputs, relevance, lrp):
         return epsilon_rule(lambda a: step.call(a, linear=True)[0], inputs, relevance, lrp.eps)
 
 
-@register("Multiply")
+@register("Multiply", ops=("Multiply",))   # the op: ``x * c`` (MobileNetV3's hard sigmoid) or ``x * y``
 class Gate(Rule):
     """``Multiply``: all relevance to the signal, none to the gate (see `gate_rule`)."""
+    label = "gate"
+
 
     def explain(self, step, inputs, relevance, lrp):
         return gate_rule(step, lrp.network.graph, inputs, relevance)
@@ -161,6 +218,8 @@ class Gate(Rule):
 @register("UpSampling2D", "UpSampling3D")
 class Upsampling(Rule):
     """Nearest upsampling only copies values (routing); bilinear interpolation is affine (epsilon)."""
+    label = "routing or epsilon"
+
 
     def explain(self, step, inputs, relevance, lrp):
         nearest = getattr(step.layer, "interpolation", "nearest") == "nearest"
@@ -200,11 +259,15 @@ class Relevance:
                        and s.outputs[0] != self.subject_key]
         for step in self._steps:
             if rule_of(step.layer) is None:
+                if layer is None:   # to the pixels: no subject layer to move
+                    raise LayerError(f"cannot propagate relevance to the input through layer {step.name!r} "
+                                     f"({step.kind}): idcgen's LRP has no rule for {step.kind}")
                 raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): idcgen's "
                                  f"LRP explains {supported()}; choose a subject layer after it (see `idcgen layers`)")
             if len(step.outputs) != 1:
                 raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): it has "
                                  f"{len(step.outputs)} outputs")
+        self.steps = self._steps
         self._folded = self._batchnorm_folds()
         self._last = last
         self._fn = tf.function(self._pass, reduce_retracing=True)

@@ -68,7 +68,8 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
     check_container(path)
     try:
-        model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
+        with legacy.lambda_names():
+            model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
     except Exception as exc:  # Keras raises many types for unreadable files; report them as one
         summary = legacy.weights_only_summary(path)
         if summary is not None:
@@ -88,7 +89,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         raise ModelError(f"could not read model {path}: {first}{hint}") from None
     if not isinstance(model, keras.Model):
         raise ModelError(f"{path} does not hold a Keras model (got {type(model).__name__})")
-    return model
+    return legacy.restore_lambda_globals(model)
 
 
 def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
@@ -255,14 +256,33 @@ class KerasNetwork(Network):
         self.logits_step = self.graph.producer_of(self.logits_key)
         if self.logits_step is None:
             raise ModelError("the model's softmax is applied to its input directly: there is no layer to explain")
-        self.logits_layer = self.logits_step.name
+        # a conv classifier (MobileNet's 1x1 Conv2D "logits", then Flatten): its output is the logits, not hidden
+        self.classifier_step = self._classifier(self.logits_step)
+        self.logits_layer = self.classifier_step.name
         if len(self.logits_step.output_shapes[0]) != 2:  # (batch, classes): one score per class and input
             raise ModelError(f"the model's logits come from {_described(self.logits_step)}, not one score per "
                              "class; expected a (batch, classes) output such as a final Dense's")
         self.n_classes = int(self.logits_step.output_shapes[0][-1])
-        self._hidden = self.graph.ancestors(self.logits_key) - {self.logits_key, self.graph.input_key}
+        head = self.classifier_step.outputs[0]
+        self._hidden = self.graph.ancestors(head) - {head, self.graph.input_key}
         self._taps: dict[tuple, object] = {}
         self._logits_fn = None
+
+    def _classifier(self, step):
+        """The layer that computes the class scores: ``step``, or, when ``step`` only reshapes or drops out
+        (Flatten, Reshape, Dropout), the layer with weights below it whose output holds exactly those scores
+        (a 1x1 convolution over a 1x1 map, as MobileNet V1 and V3 end)."""
+        scores = int(np.prod([d for d in step.output_shapes[0][1:] if d is not None]))
+        below = step
+        while isinstance(below.layer, _SKIP_BEFORE_LOGITS) and len(below.inputs) == 1:
+            below = self.graph.producer_of(below.inputs[0])
+            if below is None:
+                return step
+            if below.layer.weights:
+                shape = below.output_shapes[0][1:]
+                size = int(np.prod(shape)) if all(d is not None for d in shape) else -1
+                return below if size == scores and len(below.outputs) == 1 else step
+        return step
 
     def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
         """Inputs per forward batch: 1,024 for small models; fewer when the largest tensor of a batch (with
@@ -306,7 +326,7 @@ class KerasNetwork(Network):
     def default_layer(self) -> str:
         """The last hidden layer before the logits (the paper's penultimate layer), skipping dropout and
         reshapes: walk back from the logits layer's input while the producer is one of those."""
-        key = self.logits_step.inputs[0]
+        key = self.classifier_step.inputs[0]
         while True:
             step = self.graph.producer_of(key)
             if step is None:
@@ -321,10 +341,34 @@ class KerasNetwork(Network):
         if len(step.outputs) != 1 or step.outputs[0] not in self._hidden:
             hidden = [s.name for s in self.graph.steps if s.outputs[0] in self._hidden]
             shown = ", ".join(hidden) if len(hidden) <= 30 else ", ".join(hidden[:10] + ["..."] + hidden[-10:])
-            where = "is the logits or after them" if step.outputs[0] in self.graph.descendants(self.logits_key) \
+            head = self.classifier_step.outputs[0]
+            where = "is the logits or after them" if step.outputs[0] in self.graph.descendants(head) \
                 else "does not lead to the logits"
             raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
         return step.name
+
+    def subject_layers(self) -> list[str]:
+        from .keras_lrp import rule_of
+        graph, blocked = self.graph, set()
+        for step in graph.steps:   # a layer without a rule blocks every layer below it on its way to the logits
+            if step.outputs[0] in graph.ancestors(self.logits_key) and step.outputs[0] not in blocked \
+                    and (rule_of(step.layer) is None or len(step.outputs) != 1):
+                for key in step.inputs:
+                    blocked |= graph.ancestors(key)
+        return [s.name for s in graph.steps if s.outputs[0] in self._hidden and s.outputs[0] not in blocked]
+
+    def rule_label(self, name: str) -> str:
+        from .keras_lrp import rule_label
+        step = self.step(name)
+        return rule_label(step.layer, logits=step is self.logits_step, n_inputs=len(step.inputs))
+
+    def rule_notes(self, layer: str | None) -> list[str]:
+        from .keras_lrp import rule_notes
+        if layer is not None:
+            return rule_notes(self.relevance(layer).steps, self.logits_step)
+        last = self.graph.steps.index(self.logits_step)   # the whole model, layers without a rule included
+        return rule_notes([s for s in self.graph.steps[:last + 1] if s.outputs[0] in self._hidden
+                           or s is self.logits_step], self.logits_step)
 
     def is_hidden(self, name: str) -> bool:
         """Whether layer ``name``'s output is a hidden tensor the logits depend on."""
@@ -452,7 +496,7 @@ class KerasNetwork(Network):
     def weighted_layers(self) -> tuple[str, ...]:
         """The layers with weights before the logits layer (DeepXplore's neuron coverage counts these)."""
         steps = self.graph.steps
-        return tuple(step.name for step in steps[:steps.index(self.logits_step)] if step.layer.weights)
+        return tuple(step.name for step in steps[:steps.index(self.classifier_step)] if step.layer.weights)
 
     def feature_maps(self, layers: tuple[str, ...]):
         """x -> the raw outputs (n, h, w, channels) of ``layers`` as numpy, traced once per model."""

@@ -139,6 +139,10 @@ class Mutator:
         at most one such mutator (docs/design.md, "Mutations")."""
         return self.affine or self.validity == "scene"
 
+    def check_model(self, network) -> None:
+        """Raise a one-line error when this mutator cannot run on ``network`` at all, so a campaign refuses
+        it before starting rather than failing every batch (override)."""
+
     def _check_params(self) -> None:
         """Constraints between parameters (override)."""
 
