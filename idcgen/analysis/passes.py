@@ -67,7 +67,8 @@ class LocalPasses:
 
 def label_mapping(y: np.ndarray, predictions: np.ndarray):
     """(share, [(label, predicted class)]) when the predictions follow the labels under another numbering
-    (the majority prediction of each label covers at least half the inputs), else None."""
+    (each label's majority prediction is its own class, and these cover at least half the inputs), else None.
+    Predictions collapsed onto a few classes (inputs on another scale) are not a numbering."""
     y, predictions = np.asarray(y, np.int64), np.asarray(predictions, np.int64)
     pairs, agreeing = [], 0
     for label in np.unique(y):
@@ -76,7 +77,8 @@ def label_mapping(y: np.ndarray, predictions: np.ndarray):
         agreeing += int(counts.max())
     share = agreeing / max(len(y), 1)
     moved = [(a, b) for a, b in pairs if a != b]
-    return (share, moved) if share >= 0.5 and moved else None
+    one_to_one = len({b for _, b in pairs}) == len(pairs)
+    return (share, moved) if share >= 0.5 and moved and one_to_one else None
 
 
 #: k-means on fewer inputs a cluster than this finds noise, and a silhouette search over such k only costs time
