@@ -229,8 +229,9 @@ class Network(metaclass=_Dispatching):
 # ---- implementations -------------------------------------------------------------------------
 #: file suffixes each implementation reads, and the module and Network class implementing it (imported on
 #: first use)
-_BY_SUFFIX = {".keras": "keras", ".h5": "keras", ".hdf5": "keras"}
-_MODULES = {"keras": (".keras_network", "KerasNetwork")}
+_BY_SUFFIX = {".keras": "keras", ".h5": "keras", ".hdf5": "keras", ".pt": "torch", ".pth": "torch", ".pt2": "torch",
+              ".onnx": "torch"}
+_MODULES = {"keras": (".keras_network", "KerasNetwork"), "torch": (".torch_network", "TorchNetwork")}
 
 
 def _implementation(name: str):
@@ -244,33 +245,56 @@ def _framework_of(model) -> str:
         root = cls.__module__.split(".")[0]
         if root in ("keras", "tf_keras", "tensorflow"):
             return "keras"
+        if root == "torch" or cls.__module__ == "idcgen.framework.torch_load":
+            return "torch"
     raise ModelError(f"idcgen cannot run a {type(model).__module__}.{type(model).__name__}: expected a Keras "
-                     "model (or a Network)")
+                     "model, a torch.nn.Module (or a Network)")
 
 
-def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None):
-    """The model in ``path``, as its framework's object, uncompiled: Keras ``.keras``/``.h5`` files (see
-    :func:`idcgen.framework.keras_network.load_model`: ``safe_mode``, ``architecture``)."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in _BY_SUFFIX:
-        suffix = ".keras"   # the Keras loader names what it cannot read
-    return _implementation(_BY_SUFFIX[suffix]).load_model(path, safe_mode=safe_mode, architecture=architecture)
+def framework_of_path(path) -> str:
+    """"keras" or "torch" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
+    import re
+    text = str(path)
+    if re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text) and not Path(text).exists():
+        return "torch"
+    return _BY_SUFFIX.get(Path(text).suffix.lower(), "keras")   # the Keras loader names what it cannot read
+
+
+def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, input_shape=None):
+    """The model in ``path``, as its framework's object: Keras ``.keras``/``.h5`` files, uncompiled (see
+    :func:`idcgen.framework.keras_network.load_model`: ``safe_mode``, ``architecture``); PyTorch TorchScript
+    ``.pt``, ``torch.export`` ``.pt2``, ``.onnx`` files, or a factory ``package.module:make_model`` with its
+    state_dict file as ``architecture`` (:func:`idcgen.framework.torch_load.load`; ``input_shape`` (H, W, C)
+    where the file does not record it)."""
+    framework = framework_of_path(path)
+    if framework == "torch":
+        _require_torch()
+        return _implementation("torch").load_model(path, architecture=architecture, input_shape=input_shape)
+    return _implementation(framework).load_model(path, safe_mode=safe_mode, architecture=architecture)
+
+
+def _require_torch() -> None:
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        raise ModelError("PyTorch models need torch: pip install \"idcgen[torch]\" (or pip install torch)")
 
 
 def as_network(model, *, batch_size: int | None = None, task: str | None = None,
-               convention: InputConvention | None = None) -> Network:
-    """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation."""
+               convention: InputConvention | None = None, input_shape=None) -> Network:
+    """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation
+    (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``)."""
     if isinstance(model, Network):
         return model
     framework = _framework_of(model)
     network_class = getattr(_implementation(framework), _MODULES[framework][1])
-    return network_class(model, batch_size=batch_size, task=task, convention=convention)
+    extra = {"input_shape": input_shape} if framework == "torch" else {}
+    return network_class(model, batch_size=batch_size, task=task, convention=convention, **extra)
 
 
 def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, task: str | None = None,
-                 batch_size: int | None = None) -> Network:
-    return as_network(load_model(path, safe_mode=safe_mode, architecture=architecture), task=task,
-                      batch_size=batch_size)
+                 batch_size: int | None = None, input_shape=None) -> Network:
+    return as_network(load_model(path, safe_mode=safe_mode, architecture=architecture, input_shape=input_shape),
+                      task=task, batch_size=batch_size)
 
 
 def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
@@ -281,8 +305,11 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
 
 
 def limit_threads(threads: int) -> None:
-    """``threads`` intra- and inter-op threads for the framework in this process (a Ray worker), before it runs."""
+    """``threads`` intra- and inter-op threads for the frameworks in this process (a Ray worker), before they run."""
     _implementation("keras").limit_threads(threads)
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
+        _implementation("torch").limit_threads(threads)
 
 
 def network_with_convention(model, *, value_range=None, preprocess=None, image_shape=None,

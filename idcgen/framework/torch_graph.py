@@ -1,0 +1,272 @@
+"""A PyTorch model as idcgen sees it: the ``torch.export`` graph of ATen operations, with a name per layer,
+the axis its neurons lie on, and a small executor that taps named layers and lets LRP change the backward
+pass of chosen operations (idcgen/framework/torch_lrp.py).
+
+Every PyTorch source (an ``nn.Module``, a TorchScript file, a ``torch.export`` program) becomes one
+``ExportedProgram``; its module's graph holds ``get_attr`` nodes for weights and ``call_function`` nodes for
+ATen operations, each with the stack of ``nn.Module`` calls it was made in (docs/design.md, "PyTorch").
+
+**Layer names.** An operation made inside a module is named by that module's path (``layer1.0.conv1``) when
+it is the only operation of that module; otherwise by the path and the operation (``layer1.0.add``,
+``layer1.0.relu.relu_2`` for the second call of a shared ReLU); an operation of the model's own ``forward``
+by the operation (``flatten``). Each module's path is also an alias of its last operation (its output), so
+``--layer layer4`` names a torchvision ResNet's fourth stage. TorchScript files carry no module stack: their
+layers are named by operation.
+
+**Neurons.** A channel of a channels-first output (convolutions: (n, C, H, W), (n, C, L)) or a unit of the
+last axis (dense outputs, token sequences (n, tokens, dims)); the axis is followed through permutes, so a
+ConvNeXt block's channels-last section keeps its channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import LayerError
+
+#: ATen operations whose output keeps channels first (n, C, ...)
+CHANNELS_FIRST = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d",
+                  "conv_transpose2d", "conv_transpose3d", "batch_norm", "_native_batch_norm_legit_no_training",
+                  "max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d",
+                  "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+                  "adaptive_max_pool1d", "adaptive_max_pool2d", "upsample_nearest2d", "upsample_bilinear2d",
+                  "group_norm", "instance_norm", "pixel_shuffle"}
+#: operations that only carry values: no tensor of their own worth a layer name
+_PLUMBING = {"getitem", "_assert_tensor_metadata", "sym_size", "sym_numel", "_guards_fn", "detach_", "lift_fresh_copy",
+             "alias"}
+
+
+def op_name(node) -> str:
+    """"conv2d" for ``aten.conv2d.default``, "getitem" for ``operator.getitem``: the operation of an fx node."""
+    target = node.target
+    packet = getattr(target, "_overloadpacket", None)
+    if packet is not None:
+        return packet.__name__.split(".")[-1]
+    return getattr(target, "__name__", str(target))
+
+
+@dataclass(eq=False)
+class Layer:
+    """One tensor-producing operation: its fx node, name, (traced) output shape without the batch, and the
+    axis its neurons lie on."""
+
+    name: str
+    node: object
+    op: str
+    shape: tuple
+    channel_axis: int
+    inputs: list = field(default_factory=list)   # the Layers whose outputs it reads
+
+    @property
+    def kind(self) -> str:
+        return self.op
+
+    @property
+    def neurons(self) -> int:
+        return int(self.shape[self.channel_axis - 1]) if self.shape else 1
+
+
+def _module_path(node) -> tuple[str, str]:
+    """(innermost module path, its call key) of the ``nn.Module`` call that made ``node``; ("", "") at the top."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", ""
+    key, (path, _) = list(stack.items())[-1]
+    return path, key
+
+
+def _stack_paths(node) -> list[tuple[str, str]]:
+    return [(path, key) for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items() if path]
+
+
+def _shape(node) -> tuple | None:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return tuple(int(d) for d in val.shape[1:])
+    return None
+
+
+class TorchGraph:
+    """The layers of an exported program, in execution order, and a runner over them."""
+
+    def __init__(self, program):
+        self.program = program
+        self.module = program.module()   # exported in inference mode (it refuses .eval())
+        graph = self.module.graph
+        self.fx_nodes = [n for n in graph.nodes if not (n.op == "call_module" and "guards" in str(n.target))]
+        inputs = [n for n in self.fx_nodes if n.op == "placeholder"]
+        if len(inputs) != 1:
+            raise LayerError(f"idcgen runs models of one input; this one takes {len(inputs)}")
+        self.input_node = inputs[0]
+        self.output_node = next(n for n in self.fx_nodes if n.op == "output")
+        self.attrs = {n: self._fetch(n.target) for n in self.fx_nodes if n.op == "get_attr"}
+        self.layers: list[Layer] = []
+        self.by_node: dict = {}
+        self._name_layers()
+        self._last_use = self._last_uses()
+
+    def _fetch(self, target: str):
+        value = self.module
+        for part in target.split("."):
+            value = getattr(value, part)
+        return value
+
+    # ---- naming -------------------------------------------------------------------------------
+    def _name_layers(self) -> None:
+        ops = [n for n in self.fx_nodes if n.op == "call_function" and op_name(n) not in _PLUMBING
+               and _shape(n) is not None]
+        counts: dict[str, int] = {}
+        for node in ops:
+            counts[_module_path(node)[0]] = counts.get(_module_path(node)[0], 0) + 1
+        names, taken = {}, set()
+        for node in ops:
+            path, key = _module_path(node)
+            if path and counts[path] == 1:
+                name = path
+            elif path:
+                name = f"{path}.{node.name}"
+            else:
+                name = node.name
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            names[node] = name
+        self.aliases: dict[str, str] = {}
+        last_of: dict[str, object] = {}   # module path -> its last operation (one call of the module only)
+        calls: dict[str, set] = {}
+        for node in ops:
+            for path, key in _stack_paths(node):
+                calls.setdefault(path, set()).add(key)
+                last_of[path] = node
+        for path, node in last_of.items():
+            if path not in taken and len(calls[path]) == 1:
+                self.aliases[path] = names[node]
+        axis = {self.input_node: 1 if len(_shape(self.input_node) or ()) >= 2 else -1}
+        for node in self.fx_nodes:
+            if node.op != "call_function":
+                continue
+            axis[node] = self._channel_axis(node, axis)
+            if node in names:
+                shape = _shape(node)
+                ax = axis[node] if axis[node] > 0 else len(shape) + 1 + axis[node]
+                layer = Layer(names[node], node, op_name(node), shape, max(1, min(ax, len(shape))))
+                layer.inputs = [self.by_node[a] for a in self._tensor_inputs(node) if a in self.by_node]
+                self.layers.append(layer)
+                self.by_node[node] = layer
+        self._by_name = {layer.name: layer for layer in self.layers}
+
+    def _tensor_inputs(self, node) -> list:
+        """The producing nodes of ``node``'s tensor arguments, skipping plumbing (getitem) to its source."""
+        found = []
+        for arg in node.all_input_nodes:
+            while arg.op == "call_function" and op_name(arg) in _PLUMBING and arg.all_input_nodes:
+                arg = arg.all_input_nodes[0]
+            if arg.op in ("call_function", "placeholder"):
+                found.append(arg)
+        return found
+
+    @staticmethod
+    def _channel_axis(node, axis: dict) -> int:
+        """The axis of ``node``'s output its neurons lie on (1-based over the batch axis, or -1 for last)."""
+        op, shape = op_name(node), _shape(node)
+        ndim = len(shape) if shape is not None else 0
+        if ndim <= 1:
+            return -1
+        if op in CHANNELS_FIRST:
+            return 1
+        if op in ("linear", "layer_norm", "matmul", "addmm", "mm", "bmm", "scaled_dot_product_attention", "rms_norm"):
+            return -1
+        source = next((a for a in node.all_input_nodes if a in axis), None)
+        inherited = axis.get(source, -1)
+        src_shape = _shape(source) if source is not None else None
+        if op == "permute" and inherited > 0:
+            dims = list(node.args[1])
+            dims = [d % (len(src_shape) + 1) for d in dims]
+            return dims.index(inherited) if inherited in dims else -1
+        if op in ("transpose", "swapaxes") and inherited > 0:
+            a, b = (int(d) % (len(src_shape) + 1) for d in node.args[1:3])
+            return b if inherited == a else a if inherited == b else inherited
+        if src_shape is not None and len(src_shape) != ndim:
+            return -1   # a reshape or a reduction: a flat vector's units, or tokens' last axis
+        return inherited
+
+    def _last_uses(self) -> dict:
+        """node -> the index of the last node reading it: values are dropped after it (memory for big batches)."""
+        last = {}
+        for i, node in enumerate(self.fx_nodes):
+            for arg in node.all_input_nodes:
+                last[arg] = i
+        return last
+
+    # ---- lookup -------------------------------------------------------------------------------
+    def layer(self, name: str) -> Layer:
+        name = self.aliases.get(name, name)
+        return self._by_name[name]
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name or name in self.aliases
+
+    def consumers(self, layer: Layer) -> list:
+        return [other for other in self.layers if layer in other.inputs]
+
+    def ancestors(self, layer: Layer) -> set:
+        """Every layer ``layer`` depends on, itself included."""
+        seen, todo = set(), [layer]
+        while todo:
+            cur = todo.pop()
+            if cur not in seen:
+                seen.add(cur)
+                todo.extend(cur.inputs)
+        return seen
+
+    def descendants(self, layer: Layer | None) -> set:
+        """Every layer depending on ``layer`` (None: the input), itself included."""
+        seen = {layer} if layer is not None else set()
+        for other in self.layers:
+            if (layer is None and self.input_node in self._tensor_inputs(other.node)) or any(
+                    i in seen for i in other.inputs):
+                seen.add(other)
+        return seen
+
+    # ---- running ------------------------------------------------------------------------------
+    def run(self, x, *, keep=(), until=None, after=None) -> dict:
+        """Run the graph on the (channels-first) tensor ``x``: {node: value} for the nodes in ``keep`` and
+        the output node; ``until`` (a node) stops after it; ``after(node, args, value) -> value`` may replace
+        an operation's value (LRP's changed backward passes)."""
+        keep = set(keep)
+        env = {self.input_node: x}
+        for i, node in enumerate(self.fx_nodes):
+            if node.op == "get_attr":
+                env[node] = self.attrs[node]
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                value = node.target(*args, **kwargs)
+                env[node] = value if after is None else after(node, args, value)
+            elif node.op == "output":
+                env[node] = torch.fx.node.map_arg(node.args[0], env.__getitem__)
+            if node is until:
+                break
+            for arg in node.all_input_nodes:   # free what no later node reads
+                if self._last_use.get(arg) == i and arg not in keep and arg.op == "call_function":
+                    del env[arg]
+        return env
+
+    def output_value(self, env):
+        """The model's one output tensor from a run's values."""
+        out = env[self.output_node]
+        while isinstance(out, (tuple, list)):
+            out = out[0]
+        return out
+
+
+def neuron_values(value: torch.Tensor, axis: int, *, reduce: str = "mean") -> torch.Tensor:
+    """(n, ...) layer output -> (n, neurons): the ``axis`` units, averaged (activations) or summed (relevance)
+    over every other axis."""
+    if value.dim() <= 2:
+        return value if value.dim() == 2 else value.reshape(len(value), -1)
+    axis = axis % value.dim()
+    moved = torch.movedim(value, axis, -1).reshape(len(value), -1, value.shape[axis])
+    return moved.mean(dim=1) if reduce == "mean" else moved.sum(dim=1)

@@ -1,0 +1,234 @@
+"""Reading PyTorch models: TorchScript files (``.pt``, ``torch.jit.save``), ``torch.export`` programs
+(``.pt2``), a Python factory with a state_dict (``package.module:make_model`` and ``w.pt``), ONNX files
+through onnx2torch (an optional extra), and ``nn.Module`` objects. Each becomes a :class:`TorchModel`: one
+``ExportedProgram`` and the image shape it takes (docs/design.md, "PyTorch").
+
+A model's input shape is read from the program (``.pt2``), from a traced TorchScript graph, from the
+``idcgen.json`` entry idcgen writes into the TorchScript files it saves, or from an ``input_shape``
+attribute of the module (``(H, W, C)`` for images, as idcgen's images are); a scripted TorchScript file
+without any of those is refused with the way to add it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelError
+
+import torch  # noqa: E402
+
+SUFFIXES = (".pt", ".pth", ".pt2", ".onnx")
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_EXTRA = "idcgen.json"
+
+
+@dataclass
+class TorchModel:
+    """A PyTorch model as idcgen runs it: the exported program, the shape of one image (H, W, C) or input
+    vector, whether the program takes channels first (N, C, H, W), the ``nn.Module`` it came from (None for
+    a file without code: it can be fine-tuned, not rebuilt) and where it came from."""
+
+    program: object
+    image_shape: tuple
+    channels_first: bool
+    module: object = None
+    origin: str = "nn.Module"
+
+
+def is_factory(text) -> bool:
+    """``package.module:make_model``: a Python factory rather than a file."""
+    return bool(_FACTORY.match(str(text))) and not Path(str(text)).exists()
+
+
+def _image_shape(model_shape: tuple) -> tuple[tuple, bool]:
+    """(idcgen's image shape, channels first) for a model input shape without the batch: (C, H, W) images
+    are taken as (H, W, C); other shapes are kept."""
+    if len(model_shape) == 3:
+        c, h, w = model_shape
+        return (int(h), int(w), int(c)), True
+    return tuple(int(d) for d in model_shape), False
+
+
+def _model_shape(image_shape: tuple) -> tuple:
+    image_shape = tuple(int(d) for d in image_shape)
+    if len(image_shape) == 3:
+        h, w, c = image_shape
+        return (c, h, w)
+    return image_shape
+
+
+def export(module, image_shape, *, origin: str = "nn.Module") -> TorchModel:
+    """``module`` (in inference mode) as an exported program taking inputs of ``image_shape`` (H, W, C)."""
+    if image_shape is None:
+        image_shape = getattr(module, "input_shape", None)
+    if image_shape is None:
+        raise ModelError(f"idcgen needs the input shape of this {type(module).__name__}: give input_shape=(H, W, C) "
+                         "(or set the module's input_shape attribute, e.g. in its factory)")
+    module = module.eval()
+    sample = torch.zeros((2, *_model_shape(image_shape)))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(module, (sample,))
+    except Exception as exc:   # torch.export raises many kinds for code it cannot trace
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"torch.export could not trace the {type(module).__name__} on inputs of shape "
+                         f"{tuple(sample.shape[1:])}: {first}") from None
+    shape, channels_first = _image_shape(tuple(sample.shape[1:]))
+    return TorchModel(program, shape, channels_first, module, origin)
+
+
+def _from_program(program, origin: str) -> TorchModel:
+    args = program.example_inputs[0] if program.example_inputs else ()
+    if len(args) != 1:
+        raise ModelError(f"{origin} takes {len(args)} inputs; idcgen runs models of one input")
+    shape, channels_first = _image_shape(tuple(args[0].shape[1:]))
+    return TorchModel(program, shape, channels_first, None, origin)
+
+
+def _torchscript_shape(script, extra: dict, path: Path) -> tuple:
+    """The input shape of a TorchScript file: idcgen's own entry, else the shape a traced graph recorded."""
+    if extra.get(_EXTRA):
+        return tuple(json.loads(extra[_EXTRA])["input_shape"])
+    inputs = list(script.graph.inputs())[1:]
+    sizes = inputs[0].type().sizes() if inputs and hasattr(inputs[0].type(), "sizes") else None
+    if sizes and all(s is not None for s in sizes):
+        return _image_shape(tuple(sizes[1:]))[0]
+    raise ModelError(f"{path} is a scripted TorchScript file that does not say what input it takes: re-save it "
+                     "with idcgen.framework.torch_load.save_torchscript(module, path, input_shape=(H, W, C)), "
+                     "or save a torch.export program (.pt2), which records its input")
+
+
+def load_torchscript(path: Path) -> TorchModel:
+    extra = {_EXTRA: ""}
+    try:
+        script = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+    except Exception as exc:
+        raise ModelError(f"could not read {path} as a TorchScript file: {_first_line(exc)}") from None
+    image_shape = _torchscript_shape(script, extra, path)
+    sample = torch.zeros((2, *_model_shape(image_shape)))
+    try:
+        from torch._export.converter import TS2EPConverter
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = TS2EPConverter(script.eval(), (sample,)).convert()
+    except Exception as exc:
+        raise ModelError(f"could not convert the TorchScript model {path} to a torch.export program: "
+                         f"{_first_line(exc)}") from None
+    model = _from_program(program, f"TorchScript file {path}")
+    return model
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def load_factory(spec: str, weights=None, image_shape=None) -> TorchModel:
+    """``package.module:make_model`` called with no arguments, with the state_dict in ``weights`` loaded."""
+    module_name, attr = str(spec).split(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise ModelError(f"cannot import {module_name!r} for the model factory {spec}: {_first_line(exc)}") from None
+    except AttributeError:
+        raise ModelError(f"module {module_name!r} has no {attr!r} (the model factory {spec})") from None
+    model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise ModelError(f"the factory {spec} returned a {type(model).__name__}, not a torch.nn.Module")
+    if weights is not None:
+        weights = Path(weights)
+        if not weights.is_file():
+            raise ModelError(f"weights file not found: {weights}")
+        try:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise ModelError(f"could not read {weights} as a PyTorch state_dict: {_first_line(exc)}") from None
+        if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+            state = state["state_dict"]
+        try:
+            model.load_state_dict(state)
+        except Exception as exc:   # names and shapes that do not fit, said in torch's words
+            raise ModelError(f"the weights in {weights} do not fit the model of {spec}: {_first_line(exc)}") from None
+    return export(model, image_shape, origin=f"{spec}" + (f" with {weights}" if weights is not None else ""))
+
+
+def load_onnx(path: Path, image_shape=None) -> TorchModel:
+    try:
+        from onnx2torch import convert
+    except ImportError:
+        raise ModelError("reading .onnx files needs onnx2torch: pip install \"idcgen[onnx]\"") from None
+    try:
+        module = convert(str(path))
+    except Exception as exc:
+        raise ModelError(f"could not convert the ONNX model {path}: {_first_line(exc)}") from None
+    if image_shape is None:
+        import onnx
+        dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
+        image_shape = _image_shape(tuple(d.dim_value for d in dims[1:]))[0]
+    return export(module, image_shape, origin=f"ONNX file {path}")
+
+
+def load(path, *, weights=None, image_shape=None) -> TorchModel:
+    """The PyTorch model in ``path`` (a file, or a factory spec with ``weights``)."""
+    if is_factory(path):
+        return load_factory(str(path), weights, image_shape)
+    path = Path(path)
+    if weights is not None and is_factory(weights):   # --model w.pt --architecture package.module:make_model
+        return load_factory(str(weights), path, image_shape)
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelError(f"model path is a folder, expected a model file: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".pt2":
+        try:
+            program = torch.export.load(str(path))
+        except Exception as exc:
+            raise ModelError(f"could not read {path} as a torch.export program (.pt2): {_first_line(exc)}") from None
+        return _from_program(program, f"torch.export program {path}")
+    if suffix == ".onnx":
+        return load_onnx(path, image_shape)
+    import zipfile
+    if not zipfile.is_zipfile(path):
+        raise ModelError(f"{path} is not a PyTorch model file, or is damaged: TorchScript and state_dict files are "
+                         "zip archives and this one is not")
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    if not any(n.endswith("/code/__torch__.py") or "/code/" in n for n in names):
+        raise ModelError(f"{path} holds PyTorch weights (a state_dict or a pickled object), not a model idcgen can "
+                         f"run without its code: give the code that builds it, --model package.module:make_model "
+                         f"--weights {path}")
+    return load_torchscript(path)
+
+
+def save_torchscript(module, path, *, input_shape) -> None:
+    """``module`` as a traced TorchScript file that records its input shape (H, W, C) for idcgen."""
+    module = module.eval()
+    sample = torch.zeros((1, *_model_shape(input_shape)))
+    script = torch.jit.trace(module, sample)
+    torch.jit.save(script, str(path), _extra_files={_EXTRA: json.dumps({"input_shape": list(input_shape)})})
+
+
+def program_bytes(program) -> bytes:
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    return buffer.getvalue()
+
+
+def limit_threads(threads: int) -> None:
+    torch.set_num_threads(int(threads))
+    try:
+        torch.set_num_interop_threads(int(threads))
+    except RuntimeError:   # set once per process, before any parallel work
+        pass
+
+
+__all__ = ["TorchModel", "SUFFIXES", "load", "export", "is_factory", "save_torchscript", "program_bytes",
+           "limit_threads"]

@@ -1,0 +1,238 @@
+"""LRP-epsilon on a PyTorch model's exported graph, with the rules of the Keras side (keras_lrp.py), written
+as one modified gradient pass.
+
+For every rule idcgen uses, the relevance of a tensor ``t`` on the path to the logits is ``t * g_t`` for a
+*modified gradient* ``g`` (docs/design.md, "PyTorch"): starting from ``g = onehot`` at the logits,
+
+- **epsilon** (an operation affine in its inputs: convolution, linear, batch norm, pooling, add/sub, a
+  product with a constant): ``R_in = a * J^T (R / (z + eps sign z))`` is ``a * J^T (g z / (z + eps sign z))``:
+  the gradient is scaled by ``z / (z + eps sign z)`` at the operation's output, then passes as usual;
+- **routing** (reshapes, permutes, concatenation, padding, slicing): ``R_in = J^T R`` is the plain gradient,
+  since each output value is one input value;
+- **pass-through** (elementwise activations, dropout at inference): ``R_in = R_out``, i.e. the gradient
+  times ``out / in``; for ReLU and leaky ReLU that is the plain gradient;
+- **gate** (the product of two activations): the signal takes all of the relevance, the gate none: the gate
+  is detached.
+
+Batch norm right after a convolution or linear layer whose only reader it is (and which is not the subject
+layer) is folded into it, as on the Keras side: one scaling at the batch norm's output, none at the
+convolution's. So a Keras model and its PyTorch twin get the same relevance (tests/test_torch_twins.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import InputError, LayerError
+from .torch_graph import Layer, neuron_values, op_name
+
+_WEIGHTED = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "linear", "addmm",
+             "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
+EPSILON = _WEIGHTED | {"batch_norm", "_native_batch_norm_legit_no_training", "max_pool1d", "max_pool2d", "max_pool3d",
+                       "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+                       "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+                       "mean", "sum", "add", "sub", "rsub", "upsample_bilinear2d"}
+ROUTING = {"view", "reshape", "_unsafe_view", "flatten", "permute", "transpose", "t", "contiguous", "clone", "squeeze",
+           "unsqueeze", "cat", "concat", "pad", "constant_pad_nd", "slice", "select", "narrow", "split", "chunk",
+           "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "pixel_shuffle", "getitem", "expand",
+           "split_with_sizes", "unflatten", "alias", "_to_copy", "to", "type_as"}
+#: elementwise: relevance passes unchanged; the plain gradient already does so for these
+EXACT_ACTIVATIONS = {"relu", "leaky_relu", "dropout", "feature_dropout", "alpha_dropout", "native_dropout"}
+PASS_THROUGH = EXACT_ACTIVATIONS | {"relu6", "hardtanh", "elu", "selu", "celu", "gelu", "silu", "hardswish", "mish",
+                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel"}
+
+
+def _stabilise(z, eps):
+    return z + eps * torch.where(z >= 0, 1.0, -1.0)
+
+
+class _EpsilonScale(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by ``z / (z + eps sign z)``."""
+
+    @staticmethod
+    def forward(ctx, z, eps):
+        ctx.save_for_backward(z)
+        ctx.eps = eps
+        return z.view_as(z)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * z / _stabilise(z, ctx.eps), None
+
+
+class _PassThrough(torch.autograd.Function):
+    """Forward gives the activation's output; backward passes ``grad * out / in``: relevance unchanged."""
+
+    @staticmethod
+    def forward(ctx, a, out, eps):
+        ctx.save_for_backward(a, out)
+        ctx.eps = eps
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, out = ctx.saved_tensors
+        return grad * out / _stabilise(a, ctx.eps), None, None
+
+
+def _is_constant(arg, graph) -> bool:
+    """A number, or a tensor that does not depend on the input (a weight, a buffer, a constant)."""
+    if not isinstance(arg, torch.fx.Node):
+        return True
+    return arg.op == "get_attr" or (arg.op == "call_function" and arg not in graph.by_node
+                                    and all(_is_constant(a, graph) for a in arg.all_input_nodes))
+
+
+def rule_of(layer: Layer, graph) -> str | None:
+    """"epsilon", "routing", "pass-through", "gate" or None (no rule) for one operation."""
+    op = layer.op
+    if op in ("mul", "div"):
+        constant = [_is_constant(a, graph) for a in layer.node.args[:2]]
+        if any(constant):
+            return "epsilon"            # a scale by a constant or a learned vector (layer scale)
+        return "gate" if op == "mul" else None
+    if op in EPSILON:
+        return "epsilon"
+    if op in ROUTING:
+        return "routing"
+    if op in PASS_THROUGH:
+        return "pass-through"
+    return None
+
+
+def rule_label(layer: Layer, graph) -> str:
+    rule = rule_of(layer, graph)
+    if rule is None:
+        return "none"
+    if rule == "pass-through" and layer.op not in EXACT_ACTIVATIONS:
+        return f"pass-through ({layer.op} passed through unchanged)"
+    if rule == "gate":
+        return "gate (all relevance to the signal, none to the gate)"
+    return rule
+
+
+def rule_notes(layers, graph) -> list[str]:
+    """The rule of each operation kind on the relevance path, and each approximation made."""
+    kinds: dict[str, set] = {}
+    approximated: dict[str, list] = {}
+    for layer in layers:
+        label = rule_label(layer, graph)
+        kinds.setdefault(label.split(" (")[0], set()).add(layer.op)
+        if "(" in label:
+            approximated.setdefault(label.split(" (", 1)[1].rstrip(")"), []).append(layer.name)
+    notes = ["LRP rules: " + "; ".join(f"{label} for {', '.join(sorted(k))}" for label, k in sorted(kinds.items()))]
+    for how, names in approximated.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        exact = "; exact for ReLU-like activations only" if "passed through" in how else ""
+        notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
+    return notes
+
+
+class Relevance:
+    """Relevance of a subject layer's neurons (or of the input pixels) from one logit per input, on a
+    TorchNetwork (idcgen/framework/torch_network.py); the interface of the Keras side's `Relevance`."""
+
+    def __init__(self, network, *, layer: str | None, eps: float = 1e-7, batch_size: int = 512):
+        self.network = network
+        self.layer = layer
+        self.eps = float(eps)
+        self.batch_size = batch_size
+        graph = network.graph
+        self.subject = None if layer is None else graph.layer(network.check_subject_layer(layer))
+        needed = graph.descendants(self.subject) & graph.ancestors(network.logits_layer_)
+        self.steps = [s for s in graph.layers if s in needed and s is not self.subject]
+        for step in self.steps:
+            if rule_of(step, graph) is None:
+                where = "to the input" if layer is None else ""
+                raise LayerError(f"cannot propagate relevance {where} through layer {step.name!r} ({step.op}): "
+                                 f"idcgen's LRP has no rule for {step.op}"
+                                 + ("" if layer is None else "; choose a subject layer after it (see `idcgen layers`)"))
+        self._rules = {s.node: rule_of(s, graph) for s in self.steps}
+        self._folded = self._batchnorm_folds()
+        self._gates = {s.node: self._gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
+
+    def _batchnorm_folds(self) -> set:
+        """Nodes of convolution/linear layers folded into the batch norm reading them (no scaling of their own)."""
+        graph, folded = self.network.graph, set()
+        for step in self.steps:
+            if step.op not in ("batch_norm", "_native_batch_norm_legit_no_training") or not step.inputs:
+                continue
+            producer = step.inputs[0]
+            if producer.op in _WEIGHTED and producer in self.steps and len(graph.consumers(producer)) == 1:
+                folded.add(producer.node)
+        return folded
+
+    def _gate_of(self, step: Layer) -> int:
+        """Which argument of a product of two activations is the gate: the one broadcast over the other
+        (fewer values, as a squeeze-excitation scale), else one a sigmoid-like activation made."""
+        args = step.node.args[:2]
+        sizes = [int(np.prod(a.meta["val"].shape[1:])) for a in args]
+        if sizes[0] != sizes[1]:
+            return int(np.argmin(sizes))
+        gates = [op_name(a) in ("sigmoid", "hardsigmoid", "softmax") for a in args]
+        return 1 if gates[1] or not gates[0] else 0
+
+    def _after(self, node, args, value):
+        rule = self._rules.get(node)
+        if rule is None or not isinstance(value, torch.Tensor):
+            return value
+        if rule == "epsilon" and node not in self._folded:
+            return _EpsilonScale.apply(value, self.eps)
+        if rule == "pass-through" and op_name(node) not in EXACT_ACTIVATIONS:
+            return _PassThrough.apply(args[0], value.detach(), self.eps)
+        if rule == "gate":
+            gate = self._gates[node]
+            parts = [a.detach() if i == gate else a for i, a in enumerate(args[:2])]
+            return node.target(*parts, *args[2:])
+        return value
+
+    def raw(self, x: np.ndarray, target: np.ndarray | None = None):
+        """Unaggregated relevance (the subject layer's output shape, or the input's), its activations and
+        the logits, as torch tensors."""
+        network = self.network
+        t = np.full(len(x), -1, np.int64) if target is None else np.asarray(target, np.int64)
+        if len(t) != len(x):
+            raise InputError(f"got {len(t)} targets for {len(x)} inputs")
+        with torch.enable_grad():
+            image = torch.as_tensor(np.asarray(x, np.float32)).requires_grad_(self.subject is None)
+            env = network.run(image, keep=() if self.subject is None else (self.subject.node,), after=self._after)
+            logits = network.logits_of(env)
+            subject = image if self.subject is None else env[self.subject.node]
+            if network.task == "regression":
+                total = logits.sum()
+            else:
+                cls = torch.as_tensor(t)
+                cls = torch.where(cls >= 0, cls, logits.argmax(dim=1))
+                total = logits.gather(1, cls[:, None]).sum()
+            (grad,) = torch.autograd.grad(total, subject)
+        return (subject * grad).detach(), subject.detach(), logits.detach()
+
+    def batch(self, x: np.ndarray, target: np.ndarray | None = None, *, activations: bool = True):
+        """One batch as numpy: per-neuron relevance (n, neurons), activations (n, neurons) or None, logits."""
+        r, a, z = self.raw(x, target)
+        axis = -1 if self.subject is None else self.subject.channel_axis
+        acts = neuron_values(a, axis).numpy() if activations else None
+        return neuron_values(r, axis, reduce="sum").numpy(), acts, z.numpy()
+
+    def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
+        """Unaggregated relevance as numpy, batched: input relevance in image layout (n, h, w, c)."""
+        if len(x) == 0:
+            return np.zeros_like(x)
+        return np.concatenate([self.raw(x[i:i + self.batch_size],
+                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
+                               for i in range(0, len(x), self.batch_size)])
+
+    def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
+        """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched."""
+        rel, act, logits = [], [], []
+        for start in range(0, len(x), self.batch_size):
+            stop = start + self.batch_size
+            r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
+            rel.append(r)
+            act.append(a)
+            logits.append(z)
+            if progress is not None:
+                progress.update(min(self.batch_size, len(x) - start))
+        return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)

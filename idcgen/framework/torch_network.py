@@ -1,0 +1,414 @@
+"""The PyTorch implementation of the framework protocol: a model exported with ``torch.export`` (from an
+``nn.Module``, a TorchScript file, a ``.pt2`` program or a factory with weights), run on idcgen's images.
+
+Images stay (n, H, W, C) in the convention's value range everywhere in idcgen; in front of the user's model
+this network applies the preprocessing the convention names (mean/std, channel flip) and moves channels
+first. Layers, neurons and rules: idcgen/framework/torch_graph.py and torch_lrp.py (docs/design.md,
+"PyTorch").
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..convention import InputConvention
+from ..errors import LayerError, ModelError
+from . import RANGE_TAP, TASKS, LayerInfo, Network
+from .torch_graph import TorchGraph, neuron_values, op_name
+from .torch_load import SUFFIXES, TorchModel, export, is_factory, program_bytes
+from .torch_load import load as _load
+from .torch_lrp import EPSILON, PASS_THROUGH, _WEIGHTED, Relevance, rule_label, rule_notes, rule_of
+
+PREPROCESS = "preprocess"   # the `after` key of the convention's affine map in front of the model
+_SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
+_SKIP_BEFORE_LOGITS = ("dropout", "feature_dropout", "alpha_dropout", "native_dropout", "flatten", "view", "reshape",
+                       "_unsafe_view", "clone", "contiguous")
+_DROPOUT = ("dropout", "feature_dropout", "native_dropout")
+_FOLLOWERS = ("batch_norm", "_native_batch_norm_legit_no_training", "layer_norm", "group_norm") + _DROPOUT
+_ACTIVATIONS = tuple(sorted(PASS_THROUGH - set(_DROPOUT) - {"alpha_dropout"}))
+
+
+def load_model(path, *, safe_mode: bool = True, architecture=None, input_shape=None) -> TorchModel:
+    """The PyTorch model in ``path`` (``architecture``: the weights of a factory, or the factory of a
+    weights file); ``safe_mode`` does not apply (TorchScript and .pt2 files hold no Python code)."""
+    return _load(path, weights=architecture, image_shape=input_shape)
+
+
+def limit_threads(threads: int) -> None:
+    from .torch_load import limit_threads as limit
+    limit(threads)
+
+
+def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
+    raise ModelError("idcgen convert re-saves Keras files; a PyTorch model needs no conversion")
+
+
+def _has_weights(layer) -> bool:
+    return any(a.op == "get_attr" for a in layer.node.all_input_nodes)
+
+
+class TorchNetwork(Network):
+    """A PyTorch classifier or regression model, exported, with logits exposed and taps on named layers."""
+
+    def __init__(self, model, *, batch_size: int | None = None, task: str | None = None,
+                 convention: InputConvention | None = None, input_shape=None):
+        if task not in TASKS + (None,):
+            raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
+        if isinstance(model, torch.nn.Module):
+            model = export(model, input_shape)
+        elif isinstance(model, torch.export.ExportedProgram):
+            from .torch_load import _from_program
+            model = _from_program(model, "torch.export program")
+        if not isinstance(model, TorchModel):
+            raise ModelError(f"expected a torch.nn.Module or torch.export program, got {type(model).__name__}")
+        self.source = model
+        self.model = self.inner = model
+        self.convention = convention
+        self._task_given = task
+        self.graph = TorchGraph(model.program)
+        if not self.graph.layers:
+            raise ModelError("the model has no layers")
+        self.input_shape = tuple(model.image_shape)
+        self._built: dict = {}
+        self._preprocess = self._preprocess_of(convention)
+        self._find_head(task)
+        self.batch_size = batch_size or self._forward_batch_size()
+
+    # ---- the head -----------------------------------------------------------------------------
+    def _find_head(self, task: str | None) -> None:
+        graph = self.graph
+        out = graph.output_node.all_input_nodes[0]
+        while out not in graph.by_node and out.all_input_nodes:   # a getitem of a tuple output
+            out = out.all_input_nodes[0]
+        last = graph.by_node.get(out)
+        if last is None:
+            raise ModelError("the model's output is not computed from its input")
+        self.head_note = None
+        one_unit = last.shape == (1,)
+        if last.op in _SOFTMAX:
+            logits = last.inputs[0]
+        elif one_unit and not _has_weights(last) and task != "classification":
+            logits = last   # a squashing (tanh, atan * 2) after the one output unit: explained from below it
+            while logits.inputs and not _has_weights(logits) and logits.shape == (1,):
+                logits = logits.inputs[0]
+            if logits is not last:
+                self.head_note = (f"the output comes from {last.name!r} ({last.op}); relevance starts from the "
+                                  f"pre-activation of {logits.name!r}")
+        else:
+            logits = last
+        if len(logits.shape) != 1:
+            raise ModelError(f"the model's logits come from {logits.name!r} ({logits.op}, shape {logits.shape}), not "
+                             "one score per class; expected a final linear layer")
+        self.logits_layer_ = logits
+        classifier = self._classifier(logits)
+        if not _has_weights(classifier):
+            raise ModelError(f"the model's output comes from {classifier.name!r} ({classifier.op}), not a classifier or "
+                             "regression head; expected a final linear layer (logits) or a softmax")
+        self.classifier_ = classifier
+        self.logits_layer = classifier.name
+        self.n_classes = int(logits.shape[0])
+        if task == "regression" and self.n_classes != 1:
+            raise ModelError(f"--task regression needs a model whose output is one unit; this one gives "
+                             f"{self.n_classes}; leave --task out or give classification")
+        self.task = task or ("regression" if self.n_classes == 1 and last.op not in _SOFTMAX else "classification")
+        self._hidden = graph.ancestors(classifier) - {classifier}
+
+    def _classifier(self, layer):
+        """The layer computing the class scores: ``layer``, or the weighted layer of the same size under the
+        reshapes and dropout above it (a 1x1 convolution classifier)."""
+        below = layer
+        while below.op in _SKIP_BEFORE_LOGITS and len(below.inputs) == 1:
+            below = below.inputs[0]
+            if _has_weights(below):
+                return below if int(np.prod(below.shape)) == int(np.prod(layer.shape)) else layer
+        return layer
+
+    def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
+        largest = max(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
+        return int(np.clip(budget_bytes // (12 * largest), 32, 1024))
+
+    # ---- running ------------------------------------------------------------------------------
+    def _preprocess_of(self, convention):
+        """(scale, offset, channel flip) of the convention's preprocessing, as tensors, or None."""
+        pre = None if convention is None else convention.preprocess
+        if pre is None:
+            return None
+        pre.check_channels(self.input_shape[-1])
+        mean, std = np.asarray(pre.mean, np.float32), np.asarray(pre.std, np.float32)
+        return torch.as_tensor(1.0 / std), torch.as_tensor(-mean / std), bool(pre.bgr)
+
+    def _prepare(self, x: torch.Tensor, after=None) -> torch.Tensor:
+        """Images (n, H, W, C) -> what the user's model takes: preprocessing, then channels first."""
+        if self._preprocess is not None:
+            scale, offset, bgr = self._preprocess
+            if bgr:
+                x = x.flip(-1)
+            x = x * scale + offset
+            if after is not None:
+                x = after(PREPROCESS, (x,), x)
+        if self.source.channels_first:
+            x = x.permute(0, 3, 1, 2)
+        return x
+
+    def run(self, x: torch.Tensor, *, keep=(), until=None, after=None) -> dict:
+        """The graph's values on images ``x`` (see TorchGraph.run)."""
+        keep = tuple(keep) + (self.logits_layer_.node,)
+        return self.graph.run(self._prepare(x, after), keep=keep, until=until, after=after)
+
+    def logits_of(self, env) -> torch.Tensor:
+        return env[self.logits_layer_.node]
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Differentiable logits of image tensor ``x``."""
+        return self.logits_of(self.run(x, until=self.logits_layer_.node))
+
+    def _tensor(self, x) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x, np.float32))
+
+    def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
+        targets = [self._tap_target(name) for name in layers]
+        keep = tuple(layer.node for layer, _ in targets)
+        outs, acts = [], [[] for _ in layers]
+        with torch.inference_mode():
+            for start in range(0, len(x), self.batch_size):
+                env = self.run(self._tensor(x[start:start + self.batch_size]), keep=keep)
+                outs.append(self.graph.output_value(env).numpy())
+                for store, (layer, span) in zip(acts, targets):
+                    value = env[layer.node]
+                    if span:
+                        flat = value.reshape(len(value), -1)
+                        store.append(torch.stack([flat.min(dim=1).values, flat.max(dim=1).values], dim=1).numpy())
+                    else:
+                        store.append(neuron_values(value, layer.channel_axis).numpy())
+                if progress is not None:
+                    progress.update(min(self.batch_size, len(x) - start))
+        out = np.concatenate(outs) if outs else np.zeros((0, self.n_classes), np.float32)
+        return out, [np.concatenate(a) if a else np.zeros((0, 2 if span else layer.neurons), np.float32)
+                     for a, (layer, span) in zip(acts, targets)]
+
+    def _tap_target(self, name: str):
+        if name.endswith(RANGE_TAP) and not self.graph.has(name):
+            return self.graph.layer(self.check_layer(name[:-len(RANGE_TAP)])), True
+        return self.graph.layer(self.check_layer(name)), False
+
+    def feature_maps(self, layers: tuple[str, ...]):
+        chosen = [self.graph.layer(self.check_layer(name)) for name in layers]
+
+        def run(x):
+            with torch.inference_mode():
+                env = self.run(self._tensor(x), keep=tuple(layer.node for layer in chosen))
+            return [torch.movedim(env[layer.node], layer.channel_axis, -1).numpy() for layer in chosen]
+        return run
+
+    def cached(self, key, build):
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]
+
+    # ---- layers -------------------------------------------------------------------------------
+    def layer_names(self) -> list[str]:
+        return [layer.name for layer in self.graph.layers]
+
+    def check_layer(self, name: str) -> str:
+        if not self.graph.has(name):
+            names = self.layer_names()
+            shown = ", ".join(names) if len(names) <= 40 else \
+                ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
+            raise LayerError(f"unknown layer {name!r}; valid layers: {shown}")
+        return self.graph.layer(name).name
+
+    def step(self, name: str):
+        return self.graph.layer(self.check_layer(name))
+
+    layer = step
+
+    def layers_info(self) -> list[LayerInfo]:
+        return [LayerInfo(layer.name, layer.op, layer.shape, layer.neurons) for layer in self.graph.layers]
+
+    def output_shape(self, name: str) -> tuple:
+        return (None, *self.step(name).shape)
+
+    def neuron_count(self, name: str) -> int:
+        return self.step(name).neurons
+
+    def default_layer(self) -> str:
+        layer = self.classifier_
+        while True:
+            if not layer.inputs:
+                raise LayerError("the model has no hidden layer before its logits")
+            layer = layer.inputs[0]
+            if layer.op not in _SKIP_BEFORE_LOGITS or len(layer.inputs) != 1:
+                return layer.name
+
+    def is_hidden(self, name: str) -> bool:
+        return self.step(name) in self._hidden
+
+    def check_subject_layer(self, name: str) -> str:
+        layer = self.step(name)
+        if layer not in self._hidden:
+            hidden = [s.name for s in self.graph.layers if s in self._hidden]
+            shown = ", ".join(hidden) if len(hidden) <= 30 else ", ".join(hidden[:10] + ["..."] + hidden[-10:])
+            where = ("is the logits or after them" if layer in self.graph.descendants(self.classifier_)
+                     else "does not lead to the logits")
+            raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
+        return layer.name
+
+    def subject_layers(self) -> list[str]:
+        graph, blocked = self.graph, set()
+        on_path = graph.ancestors(self.logits_layer_)
+        for layer in graph.layers:
+            if layer in on_path and layer not in blocked and rule_of(layer, graph) is None:
+                for below in layer.inputs:
+                    blocked |= graph.ancestors(below)
+        return [s.name for s in graph.layers if s in self._hidden and s not in blocked]
+
+    def rule_label(self, name: str) -> str:
+        return rule_label(self.step(name), self.graph)
+
+    def rule_notes(self, layer: str | None) -> list[str]:
+        if layer is not None:
+            return rule_notes(self.relevance(layer).steps, self.graph)
+        on_path = self.graph.ancestors(self.logits_layer_)
+        return rule_notes([s for s in self.graph.layers if s in on_path], self.graph)
+
+    def neuron_layers(self) -> list[str]:
+        graph, chosen = self.graph, []
+        for layer in graph.layers:
+            if layer not in self._hidden or not _has_weights(layer) or layer.op in _FOLLOWERS + _ACTIVATIONS:
+                continue
+            pick, cur = layer, layer
+            while len(graph.consumers(cur)) == 1:
+                nxt = graph.consumers(cur)[0]
+                if nxt not in self._hidden or nxt.op not in _FOLLOWERS + _ACTIVATIONS:
+                    break
+                if nxt.op in _ACTIVATIONS:
+                    pick = nxt
+                cur = nxt
+            chosen.append(pick.name)
+        if not chosen:
+            raise LayerError("the model has no hidden layer with weights before its logits; pass layers=[...] "
+                             f"from: {', '.join(self.layer_names())}")
+        return chosen
+
+    def weighted_layers(self) -> tuple[str, ...]:
+        layers = self.graph.layers
+        return tuple(s.name for s in layers[:layers.index(self.classifier_)] if _has_weights(s))
+
+    # ---- identity -----------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for name, value in self.graph.module.state_dict().items():
+            array = np.ascontiguousarray(value.detach().cpu().numpy())
+            digest.update(f"{name}:{array.shape}:{array.dtype}".encode())
+            digest.update(array.tobytes())
+        return digest.hexdigest()
+
+    # ---- relevance and gradients ----------------------------------------------------------------
+    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
+        return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or self.relevance_batch_size())
+
+    def relevance_batch_size(self, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
+        floats = sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
+        return int(np.clip(budget_bytes // max(12 * floats, 1), 16, largest))
+
+    def gradients(self, kind: str, **spec):
+        from .torch_attacks import gradient_function
+        return gradient_function(self, kind, **spec)
+
+    def attack(self, name: str, x: np.ndarray, labels: np.ndarray | None, **params) -> np.ndarray:
+        from .torch_attacks import attack
+        return attack(self, name, x, labels, **params)
+
+    def dropout_layers(self) -> list[str]:
+        return [layer.name for layer in self.graph.layers if layer.op in _DROPOUT]
+
+    def dropout_outputs(self, x: np.ndarray, passes: int, rng: np.random.Generator) -> np.ndarray:
+        dropped = {layer.node for layer in self.graph.layers if layer.op in _DROPOUT}
+        if not dropped:
+            return super().dropout_outputs(x, passes, rng)
+
+        def after(node, args, value):
+            if node not in dropped:
+                return value
+            rate = float(args[1]) if len(args) > 1 else 0.5
+            shape = value.shape if op_name(node) != "feature_dropout" else (*value.shape[:2], *[1] * (value.dim() - 2))
+            keep = torch.as_tensor((rng.random(shape) >= rate).astype(np.float32) / max(1.0 - rate, 1e-12))
+            return args[0] * keep
+
+        runs = []
+        with torch.inference_mode():
+            for _ in range(passes):
+                env = self.run(self._tensor(x), after=after)
+                runs.append(self.graph.output_value(env).numpy().astype(np.float64))
+        return np.stack(runs)
+
+    # ---- conventions, training, shipping -------------------------------------------------------
+    def own_convention(self) -> InputConvention:
+        return InputConvention()
+
+    def measured_as(self, convention: InputConvention, *, wrapped: InputConvention | None) -> "TorchNetwork":
+        if convention.image_shape is not None and tuple(convention.image_shape) != tuple(self.input_shape):
+            raise ModelError(f"--image-shape is for Keras models taking flat inputs; this PyTorch model takes "
+                             f"{self.input_shape}")
+        if wrapped is not None and wrapped == convention:
+            return self
+        return TorchNetwork(self.source, task=self._task_given, convention=convention)
+
+    def on_images(self, image_shape: tuple) -> "TorchNetwork":
+        if tuple(self.input_shape) == tuple(image_shape):
+            return self
+        raise ModelError(f"the images are {tuple(image_shape)} and this PyTorch model takes {self.input_shape}")
+
+    def retrained(self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
+                  random_state: int = 0) -> "TorchNetwork":
+        """A copy fine-tuned (Adam, lr 1e-4) or trained from scratch (Adadelta, lr 1.0, as the Keras side)
+        with cross-entropy on the logits; from scratch needs the module's code (a factory or nn.Module)."""
+        torch.manual_seed(random_state)
+        if mode == "scratch":
+            if self.source.module is None:
+                raise ModelError("training from scratch rebuilds the model from its code: give it as "
+                                 "--model package.module:make_model (a TorchScript or .pt2 file can be fine-tuned)")
+            module = copy.deepcopy(self.source.module)
+            for sub in module.modules():
+                if hasattr(sub, "reset_parameters"):
+                    sub.reset_parameters()
+            optimizer = torch.optim.Adadelta(module.parameters(), lr=1.0, rho=0.95)
+        else:
+            module = copy.deepcopy(self.source.module if self.source.module is not None else self.graph.module)
+            optimizer = torch.optim.Adam(module.parameters(), lr=1e-4)
+        module.train()
+        images = self._tensor(x)
+        labels = torch.as_tensor(np.asarray(y, np.int64))
+        generator = torch.Generator().manual_seed(random_state)
+        for _ in range(epochs):
+            order = torch.randperm(len(images), generator=generator)
+            for start in range(0, len(images), batch_size):
+                idx = order[start:start + batch_size]
+                batch = self._prepare(images[idx])
+                loss = torch.nn.functional.cross_entropy(module(batch), labels[idx])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        module.eval()
+        model = export(module, self.input_shape, origin=f"{self.source.origin}, retrained")
+        return TorchNetwork(model, task=self._task_given, convention=self.convention)
+
+    def recipe(self) -> tuple[str, bytes]:
+        return ".pt2", program_bytes(self.source.program)
+
+    def save(self, path) -> Path:
+        """The user's model as a ``.pt2`` program file (what load_model reads back)."""
+        path = Path(path)
+        path.write_bytes(program_bytes(self.source.program))
+        return path
+
+
+__all__ = ["TorchNetwork", "load_model", "limit_threads", "convert", "SUFFIXES", "is_factory", "EPSILON", "io",
+           "os"]
