@@ -23,9 +23,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 DEFAULT_OUTPUTS = Path("outputs")
 
-ModelOpt = typer.Option(..., "--model", help="Keras model file (.keras or .h5).")
+ModelOpt = typer.Option(..., "--model", help="Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx, or a factory package.module:make_model with --weights W.pt.")
 UnsafeOpt = typer.Option(False, "--unsafe", help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
-ArchitectureOpt = typer.Option(None, "--architecture", help="Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file.")
+ArchitectureOpt = typer.Option(None, "--architecture", "--weights", help="Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a PyTorch factory --model package.module:make_model, its state_dict file (--weights W.pt).")
 ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by 255) or none.")
 ValueRangeOpt = typer.Option(None, "--value-range", help="LO,HI: range of the images the model takes (default: 0,255 if it starts with Rescaling(1/255), else 0,1).")
 PreprocessOpt = typer.Option(None, "--preprocess", help="Between image and model: imagenet-caffe, imagenet-torch, tf ([0,255] -> [-1,1]) or mean=M,std=S.")
@@ -567,13 +567,26 @@ def harden(model: Path = ModelOpt,
 
 
 @command
-def convert(old: Path = typer.Argument(..., metavar="OLD", help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture."),
-            new: Path = typer.Argument(..., metavar="NEW", help="File to write: .keras or .h5 (the format follows the suffix)."),
+def convert(old: Path = typer.Argument(..., metavar="OLD", help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture; a PyTorch TorchScript .pt (with --input-shape), or a factory package.module:make_model with --weights."),
+            new: Path = typer.Argument(..., metavar="NEW", help="File to write: .keras or .h5 (the format follows the suffix); .pt2 for a PyTorch model."),
             architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt,
+            input_shape: Optional[str] = typer.Option(None, "--input-shape", help="H,W,C of the images a TorchScript model takes (TorchScript files do not record it)."),
             force: bool = typer.Option(False, "--force", help="Replace NEW if it exists.")):
-    """Re-save an old or weights-only model file as one Keras 3 reads (Keras 2.1-era files need tf-keras)."""
+    """Re-save a model file as one idcgen reads fully: an old or weights-only Keras file as one Keras 3 reads
+    (Keras 2.1-era files need tf-keras); a PyTorch TorchScript file or factory as a .pt2 program."""
     from .framework import convert as run
-    typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe, overwrite=force))
+    shape = None if input_shape is None else _shape_option(input_shape, "--input-shape")
+    typer.echo(run(old, new, architecture=architecture, safe_mode=not unsafe, overwrite=force, input_shape=shape))
+
+
+def _shape_option(text: str, option: str) -> tuple:
+    try:
+        shape = tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        _fail(f"{option} takes positive integers such as 32,32,3; got {text!r}")
+    return shape
 
 
 @command

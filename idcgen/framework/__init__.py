@@ -297,9 +297,15 @@ def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architectur
                       task=task, batch_size=batch_size)
 
 
-def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
-    """Re-save a model file in a format the framework reads today (``idcgen convert``); a one-line summary.
-    An existing ``new`` is replaced only with ``overwrite=True``."""
+def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False,
+            input_shape=None) -> str:
+    """Re-save a model file in a format idcgen reads fully (``idcgen convert``); a one-line summary. Keras:
+    a Keras 2.x or weights-only file as ``.keras``/``.h5``; PyTorch: a TorchScript file (with ``input_shape``)
+    or a factory as a ``.pt2`` program. An existing ``new`` is replaced only with ``overwrite=True``."""
+    if framework_of_path(old) == "torch":
+        _require_torch()
+        from .torch_load import convert as torch_convert
+        return torch_convert(old, new, weights=architecture, input_shape=input_shape, overwrite=overwrite)
     return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode,
                                             overwrite=overwrite)
 

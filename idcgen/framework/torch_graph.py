@@ -7,7 +7,7 @@ Every PyTorch source (an ``nn.Module``, a TorchScript file, a ``torch.export`` p
 ATen operations, each with the stack of ``nn.Module`` calls it was made in (docs/design.md, "PyTorch").
 
 **Layer names.** An operation made inside a module is named by that module's path (``layer1.0.conv1``) when
-it is the only operation of that module; otherwise by the path and the operation (``layer1.0.add``,
+it is the only operation of that module and its output; otherwise by the path and the operation (``layer1.0.add``,
 ``layer1.0.relu.relu_2`` for the second call of a shared ReLU); an operation of the model's own ``forward``
 by the operation (``flatten``). Each module's path is also an alias of its last operation (its output), so
 ``--layer layer4`` names a torchvision ResNet's fourth stage. TorchScript files carry no module stack: their
@@ -118,12 +118,17 @@ class TorchGraph:
         ops = [n for n in self.fx_nodes if n.op == "call_function" and op_name(n) not in _PLUMBING
                and _shape(n) is not None]
         counts: dict[str, int] = {}
+        last_of: dict[str, object] = {}   # module path -> its last operation (its output)
+        calls: dict[str, set] = {}
         for node in ops:
             counts[_module_path(node)[0]] = counts.get(_module_path(node)[0], 0) + 1
+            for path, key in _stack_paths(node):
+                calls.setdefault(path, set()).add(key)
+                last_of[path] = node
         names, taken = {}, set()
         for node in ops:
-            path, key = _module_path(node)
-            if path and counts[path] == 1:
+            path, _ = _module_path(node)
+            if path and counts[path] == 1 and last_of[path] is node:
                 name = path
             elif path:
                 name = f"{path}.{node.name}"
@@ -133,16 +138,8 @@ class TorchGraph:
                 name += "_"
             taken.add(name)
             names[node] = name
-        self.aliases: dict[str, str] = {}
-        last_of: dict[str, object] = {}   # module path -> its last operation (one call of the module only)
-        calls: dict[str, set] = {}
-        for node in ops:
-            for path, key in _stack_paths(node):
-                calls.setdefault(path, set()).add(key)
-                last_of[path] = node
-        for path, node in last_of.items():
-            if path not in taken and len(calls[path]) == 1:
-                self.aliases[path] = names[node]
+        self.aliases: dict[str, str] = {path: names[node] for path, node in last_of.items()
+                                        if path not in taken and len(calls[path]) == 1}
         axis = {self.input_node: 1 if len(_shape(self.input_node) or ()) >= 2 else -1}
         for node in self.fx_nodes:
             if node.op != "call_function":

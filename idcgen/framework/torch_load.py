@@ -3,10 +3,10 @@
 through onnx2torch (an optional extra), and ``nn.Module`` objects. Each becomes a :class:`TorchModel`: one
 ``ExportedProgram`` and the image shape it takes (docs/design.md, "PyTorch").
 
-A model's input shape is read from the program (``.pt2``), from a traced TorchScript graph, from the
-``idcgen.json`` entry idcgen writes into the TorchScript files it saves, or from an ``input_shape``
-attribute of the module (``(H, W, C)`` for images, as idcgen's images are); a scripted TorchScript file
-without any of those is refused with the way to add it.
+A model's input shape is read from the program (``.pt2``), from the ``idcgen.json`` entry idcgen writes into
+the TorchScript files it saves, from an ``input_shape`` attribute of the module, or given (``(H, W, C)`` for
+images, as idcgen's images are); a TorchScript file without it is refused with the way to add it
+(``idcgen convert m.pt m.pt2 --input-shape H,W,C``).
 """
 
 from __future__ import annotations
@@ -92,26 +92,24 @@ def _from_program(program, origin: str) -> TorchModel:
     return TorchModel(program, shape, channels_first, None, origin)
 
 
-def _torchscript_shape(script, extra: dict, path: Path) -> tuple:
-    """The input shape of a TorchScript file: idcgen's own entry, else the shape a traced graph recorded."""
+def _torchscript_shape(extra: dict, path: Path, image_shape) -> tuple:
+    """The input shape of a TorchScript file: given, else the entry idcgen writes (TorchScript keeps none)."""
+    if image_shape is not None:
+        return tuple(image_shape)
     if extra.get(_EXTRA):
         return tuple(json.loads(extra[_EXTRA])["input_shape"])
-    inputs = list(script.graph.inputs())[1:]
-    sizes = inputs[0].type().sizes() if inputs and hasattr(inputs[0].type(), "sizes") else None
-    if sizes and all(s is not None for s in sizes):
-        return _image_shape(tuple(sizes[1:]))[0]
-    raise ModelError(f"{path} is a scripted TorchScript file that does not say what input it takes: re-save it "
-                     "with idcgen.framework.torch_load.save_torchscript(module, path, input_shape=(H, W, C)), "
-                     "or save a torch.export program (.pt2), which records its input")
+    raise ModelError(f"{path} is a TorchScript file, which does not record the shape of its input: convert it once "
+                     f"with `idcgen convert {path} {path.with_suffix('.pt2')} --input-shape H,W,C` (a torch.export "
+                     "program records it), or save it with idcgen.framework.torch_load.save_torchscript")
 
 
-def load_torchscript(path: Path) -> TorchModel:
+def load_torchscript(path: Path, image_shape=None) -> TorchModel:
     extra = {_EXTRA: ""}
     try:
         script = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
     except Exception as exc:
         raise ModelError(f"could not read {path} as a TorchScript file: {_first_line(exc)}") from None
-    image_shape = _torchscript_shape(script, extra, path)
+    image_shape = _torchscript_shape(extra, path, image_shape)
     sample = torch.zeros((2, *_model_shape(image_shape)))
     try:
         from torch._export.converter import TS2EPConverter
@@ -205,7 +203,24 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
         raise ModelError(f"{path} holds PyTorch weights (a state_dict or a pickled object), not a model idcgen can "
                          f"run without its code: give the code that builds it, --model package.module:make_model "
                          f"--weights {path}")
-    return load_torchscript(path)
+    return load_torchscript(path, image_shape)
+
+
+def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False) -> str:
+    """A PyTorch model file (or factory) re-saved as a ``.pt2`` program, which records its input shape."""
+    new = Path(new)
+    if new.suffix != ".pt2":
+        raise ModelError(f"a PyTorch model is converted to a torch.export program: the new file must end with .pt2, "
+                         f"got {new}")
+    if new.exists() and not overwrite:
+        raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give "
+                         "another name")
+    model = load(old, weights=weights, image_shape=input_shape)
+    new.parent.mkdir(parents=True, exist_ok=True)
+    staged = new.with_name(new.name + ".part")
+    staged.write_bytes(program_bytes(model.program))
+    staged.replace(new)
+    return f"converted {old} ({model.origin}) -> {new} (torch.export program, input {model.image_shape})"
 
 
 def save_torchscript(module, path, *, input_shape) -> None:
