@@ -244,10 +244,9 @@ def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optio
     for note in network.rule_notes(None):
         typer.echo(note)
     typer.echo(_subject_line(network))
-    from .framework.keras_convention import from_model, leading_preprocessing
-    typer.echo(f"expects: {from_model(network.model).describe()}")
-    found = leading_preprocessing(network.model)
-    typer.echo("preprocessing layers: " + (", ".join(_describe_layer(layer) for layer in found) if found else
+    typer.echo(f"expects: {network.own_convention().describe()}")
+    found = network.preprocessing()
+    typer.echo("preprocessing layers: " + (", ".join(found) if found else
                                            "none (give --preprocess if the model expects normalised inputs)"))
 
 
@@ -268,17 +267,10 @@ def _task_line(network) -> str:
     """"regression (one output unit, tanh; ...)" or "classification (10 classes)"."""
     if network.task == "classification":
         return f"classification ({network.n_classes} classes)"
-    from .framework.keras_network import activation_name
-    act = activation_name(network.logits_step.layer)
+    act = network.head_activation()
     line = (f"regression (one output unit, {act}; relevance starts from its pre-activation; "
             "--task classification overrides)")
     return line + (f"; note: {network.head_note}" if network.head_note else "")
-
-
-def _describe_layer(layer) -> str:
-    config = layer.get_config()
-    keys = [k for k in ("scale", "offset", "mean", "variance", "height", "width") if config.get(k) is not None]
-    return f"{type(layer).__name__} {layer.name!r}" + (f" ({', '.join(f'{k}={config[k]}' for k in keys)})" if keys else "")
 
 
 @command
@@ -560,7 +552,7 @@ def harden(model: Path = ModelOpt,
     if train_ds.y is None or test_ds.y is None:
         _fail("--train and --test need labels")
     out = out or campaign / "harden"
-    summary = run(network.model, x_train, train_ds.y, found, x_test, test_ds.y, mode=mode, epochs=epochs,
+    summary = run(network, x_train, train_ds.y, found, x_test, test_ds.y, mode=mode, epochs=epochs,
                   repeats=repeats, random_state=random_state, out=out, pair=classes)
     typer.echo(format_table(summary))
     typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.png) in {summary['seconds']} s")

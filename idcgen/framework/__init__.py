@@ -182,6 +182,14 @@ class Network(metaclass=_Dispatching):
         """The layers that drop units in training (MC dropout samples them at test time)."""
         return []
 
+    def preprocessing(self) -> list[str]:
+        """The preprocessing layers at the start of the user's model, described (``idcgen layers``)."""
+        return []
+
+    def head_activation(self) -> str:
+        """The activation of the output unit(s) ("linear", "softmax", "tanh", ...)."""
+        return "linear"
+
     def dropout_outputs(self, x: np.ndarray, passes: int, rng: np.random.Generator) -> np.ndarray:
         """(passes, n, outputs): the outputs with every dropout layer dropping, masks drawn from ``rng`` (the
         same random state gives the same outputs); every other layer in inference mode."""

@@ -167,6 +167,13 @@ def _described(step) -> str:
     return f"{type(step.layer).__name__} {step.name!r} ({values} values, shape {tuple(shape)})"
 
 
+def _describe_layer(layer) -> str:
+    """"Rescaling 'rescaling' (scale=0.00392, offset=0.0)": a preprocessing layer with its settings."""
+    config = layer.get_config()
+    keys = [k for k in ("scale", "offset", "mean", "variance", "height", "width") if config.get(k) is not None]
+    return f"{type(layer).__name__} {layer.name!r}" + (f" ({', '.join(f'{k}={config[k]}' for k in keys)})" if keys else "")
+
+
 def _is_softmax(layer) -> bool:
     return isinstance(layer, keras.layers.Softmax) or (
         isinstance(layer, keras.layers.Activation) and activation_name(layer) == "softmax")
@@ -504,6 +511,13 @@ class KerasNetwork(Network):
             run = tf.function(lambda x: self.outputs(x, layers)[0], reduce_retracing=True)
             return lambda x: [o.numpy() for o in run(tf.convert_to_tensor(x, dtype=tf.float32))]
         return self.cached(("feature-maps", tuple(layers)), build)
+
+    def preprocessing(self) -> list[str]:
+        from .keras_convention import leading_preprocessing
+        return [_describe_layer(layer) for layer in leading_preprocessing(self.inner)]
+
+    def head_activation(self) -> str:
+        return activation_name(self.logits_step.layer)
 
     def dropout_layers(self) -> list[str]:
         return [s.name for s in self.graph.steps if isinstance(s.layer, (keras.layers.Dropout,

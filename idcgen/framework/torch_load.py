@@ -14,14 +14,18 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import logging
 import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelError
-
 import torch  # noqa: E402
+
+# torch.export logs each input dimension it specialises (every one, for a fixed image shape): not news here
+logging.getLogger("torch._export").setLevel(logging.ERROR)
+
+from ..errors import ModelError  # noqa: E402
 
 SUFFIXES = (".pt", ".pth", ".pt2", ".onnx")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -70,12 +74,16 @@ def export(module, image_shape, *, origin: str = "nn.Module") -> TorchModel:
     if image_shape is None:
         raise ModelError(f"idcgen needs the input shape of this {type(module).__name__}: give input_shape=(H, W, C) "
                          "(or set the module's input_shape attribute, e.g. in its factory)")
-    module = module.eval()
+    try:
+        module = module.eval()
+    except NotImplementedError:   # a torch.export program's module, already in inference mode
+        pass
     sample = torch.zeros((2, *_model_shape(image_shape)))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            program = torch.export.export(module, (sample,))
+            # the batch axis stays free: code such as x.view(x.size(0), -1) runs on any batch
+            program = torch.export.export(module, (sample,), dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:   # torch.export raises many kinds for code it cannot trace
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"torch.export could not trace the {type(module).__name__} on inputs of shape "

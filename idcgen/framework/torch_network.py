@@ -54,6 +54,19 @@ def _has_weights(layer) -> bool:
     return any(a.op == "get_attr" for a in layer.node.all_input_nodes)
 
 
+def _trainable(module) -> list:
+    """The module's weights: its parameters, and the floating-point buffers a TorchScript program holds its
+    weights in (not batch norm's running statistics)."""
+    found = list(module.parameters())
+    for name, buffer in list(module.named_buffers()):
+        if buffer.is_floating_point() and "running_" not in name:
+            owner, _, leaf = name.rpartition(".")
+            weight = buffer.detach().clone().requires_grad_(True)   # the converter's buffers are not leaves
+            setattr(module.get_submodule(owner) if owner else module, leaf, weight)
+            found.append(weight)
+    return found
+
+
 class TorchNetwork(Network):
     """A PyTorch classifier or regression model, exported, with logits exposed and taps on named layers."""
 
@@ -326,6 +339,10 @@ class TorchNetwork(Network):
         from .torch_attacks import attack
         return attack(self, name, x, labels, **params)
 
+    def head_activation(self) -> str:
+        out = self.graph.output_node.all_input_nodes[0]
+        return "linear" if out is self.logits_layer_.node else op_name(out)
+
     def dropout_layers(self) -> list[str]:
         return [layer.name for layer in self.graph.layers if layer.op in _DROPOUT]
 
@@ -381,9 +398,11 @@ class TorchNetwork(Network):
                     sub.reset_parameters()
             optimizer = torch.optim.Adadelta(module.parameters(), lr=1.0, rho=0.95)
         else:
-            module = copy.deepcopy(self.source.module if self.source.module is not None else self.graph.module)
-            optimizer = torch.optim.Adam(module.parameters(), lr=1e-4)
-        module.train()
+            module = (copy.deepcopy(self.source.module) if self.source.module is not None   # a fresh copy of a program:
+                      else torch.export.load(io.BytesIO(program_bytes(self.source.program))).module())   # re-read
+            optimizer = torch.optim.Adam(_trainable(module), lr=1e-4)
+        if self.source.module is not None:   # a program's module stays in the mode it was exported in
+            module.train()
         images = self._tensor(x)
         labels = torch.as_tensor(np.asarray(y, np.int64))
         generator = torch.Generator().manual_seed(random_state)
@@ -396,7 +415,8 @@ class TorchNetwork(Network):
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-        module.eval()
+        for buffer in module.buffers():
+            buffer.requires_grad_(False)
         model = export(module, self.input_shape, origin=f"{self.source.origin}, retrained")
         return TorchNetwork(model, task=self._task_given, convention=self.convention)
 
