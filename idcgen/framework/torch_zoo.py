@@ -151,3 +151,10 @@ def accuracy(module: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 
             batch = _channels_first(x[start:start + batch_size])
             right += int((module(batch).argmax(1).numpy() == np.asarray(y[start:start + batch_size])).sum())
     return right / max(len(x), 1)
+
+
+def export_program(module: nn.Module, path) -> None:
+    """``module`` saved as a torch.export program (``.pt2``), the file `idcgen --model` reads."""
+    from .torch_load import export, program_bytes
+    from pathlib import Path
+    Path(path).write_bytes(program_bytes(export(module, module.input_shape).program))
