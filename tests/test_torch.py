@@ -1,7 +1,6 @@
 """PyTorch models behind the framework boundary: twins equal to Keras, loading, layers, gradients, attacks,
 retraining and shipping (docs/design.md, "PyTorch")."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -35,17 +34,30 @@ def test_twins_give_equal_outputs(pair):
     assert tn.input_shape == kn.input_shape == (8, 8, 3)
 
 
-def test_twins_give_equal_relevance_at_three_layers_and_the_input(pair):
+@pytest.mark.parametrize("eps", [1e-7, 0.05])   # 0.05: every layer's stabiliser (and BN folding) matters
+def test_twins_give_equal_relevance_at_three_layers_and_the_input(pair, eps):
     kind, tn, kn = pair
     x = images()
     for t, k in CUTS[kind]:
-        rt, at, zt = tn.relevance(t)(x)
-        rk, ak, zk = kn.relevance(k)(x)
+        rt, at, zt = tn.relevance(t, eps=eps)(x)
+        rk, ak, zk = kn.relevance(k, eps=eps)(x)
         assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max(), (t, k)
         np.testing.assert_allclose(at, ak, atol=1e-5)
-    rt, rk = tn.relevance(None).maps(x), kn.relevance(None).maps(x)
+    rt, rk = tn.relevance(None, eps=eps).maps(x), kn.relevance(None, eps=eps).maps(x)
     assert rt.shape == rk.shape == x.shape   # input relevance in image layout (n, h, w, c)
     assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max()
+
+
+def test_twins_measured_with_preprocessing_give_equal_input_relevance():
+    from idcgen.framework import network_with_convention
+    module, model = twins("residual", seed=7)
+    tn, _ = network_with_convention(module, preprocess="mean=0.5,std=0.25")
+    kn, _ = network_with_convention(model, preprocess="mean=0.5,std=0.25")
+    x = images(8)
+    np.testing.assert_allclose(tn.forward(x)[0], kn.forward(x)[0], atol=1e-4)
+    for eps in (1e-7, 0.05):   # a large epsilon makes every stabiliser matter, the preprocessing's included
+        rt, rk = tn.relevance(None, eps=eps).maps(x), kn.relevance(None, eps=eps).maps(x)
+        assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max()
 
 
 def test_relevance_is_conserved_without_biases():

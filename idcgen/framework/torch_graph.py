@@ -33,6 +33,8 @@ CHANNELS_FIRST = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "
                   "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
                   "adaptive_max_pool1d", "adaptive_max_pool2d", "upsample_nearest2d", "upsample_bilinear2d",
                   "group_norm", "instance_norm", "pixel_shuffle"}
+#: the key ``run``'s ``after`` gets for the input convention's affine preprocessing in front of the model
+PREPROCESS = "preprocess"
 #: operations that only carry values: no tensor of their own worth a layer name
 _PLUMBING = {"getitem", "_assert_tensor_metadata", "sym_size", "sym_numel", "_guards_fn", "detach_", "lift_fresh_copy",
              "alias"}

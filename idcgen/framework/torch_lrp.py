@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, LayerError
-from .torch_graph import Layer, neuron_values, op_name
+from .torch_graph import PREPROCESS, Layer, neuron_values, op_name
 
 _WEIGHTED = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "linear", "addmm",
              "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
@@ -150,6 +150,7 @@ class Relevance:
                                  f"idcgen's LRP has no rule for {step.op}"
                                  + ("" if layer is None else "; choose a subject layer after it (see `idcgen layers`)"))
         self._rules = {s.node: rule_of(s, graph) for s in self.steps}
+        self._rules[PREPROCESS] = "epsilon"   # the convention's (x - mean) / std, as a Keras Rescaling
         self._folded = self._batchnorm_folds()
         self._gates = {s.node: self._gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
 
@@ -180,7 +181,7 @@ class Relevance:
             return value
         if rule == "epsilon" and node not in self._folded:
             return _EpsilonScale.apply(value, self.eps)
-        if rule == "pass-through" and op_name(node) not in EXACT_ACTIVATIONS:
+        if rule == "pass-through" and op_name(node) not in EXACT_ACTIVATIONS:   # (PREPROCESS is epsilon)
             return _PassThrough.apply(args[0], value.detach(), self.eps)
         if rule == "gate":
             gate = self._gates[node]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +20,11 @@ import torch
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
-from .torch_graph import TorchGraph, neuron_values, op_name
-from .torch_load import SUFFIXES, TorchModel, export, is_factory, program_bytes
+from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
+from .torch_load import TorchModel, export, program_bytes
 from .torch_load import load as _load
-from .torch_lrp import EPSILON, PASS_THROUGH, _WEIGHTED, Relevance, rule_label, rule_notes, rule_of
+from .torch_lrp import PASS_THROUGH, Relevance, rule_label, rule_notes, rule_of
 
-PREPROCESS = "preprocess"   # the `after` key of the convention's affine map in front of the model
 _SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
 _SKIP_BEFORE_LOGITS = ("dropout", "feature_dropout", "alpha_dropout", "native_dropout", "flatten", "view", "reshape",
                        "_unsafe_view", "clone", "contiguous")
@@ -429,6 +427,3 @@ class TorchNetwork(Network):
         path.write_bytes(program_bytes(self.source.program))
         return path
 
-
-__all__ = ["TorchNetwork", "load_model", "limit_threads", "convert", "SUFFIXES", "is_factory", "EPSILON", "io",
-           "os"]
