@@ -175,6 +175,7 @@ class Subject:
     build: Callable                        # () -> keras model, untrained
     epochs: int = 1
     trained: str | None = None             # outputs/models/<name>.keras made by recipes/train_models.py
+    torch: str | None = None               # outputs/models/<name>.pt2 made by recipes/train_torch.py (PyTorch)
     scale_255: bool = False                # trains on 0..255 (the model rescales)
     bn_momentum: float | None = None       # see fit()
     batch_size: int = 128
@@ -214,13 +215,18 @@ def subjects() -> dict[str, Subject]:
           Subject("xception", "Xception (weights=None, 72x72, CIFAR-10 upsampled)", "cifar72",
                   lambda: A.Xception(weights=None, input_shape=(72, 72, 3), classes=10),
                   bn_momentum=0.8, batch_size=32, sizes=small)]
+    # issue 21: PyTorch subjects, as recipes/train_torch.py trains them (run it first)
+    s += [Subject("lenet5_torch", "LeNet-5, PyTorch (MNIST)", "mnist", lambda: None, torch="lenet5_mnist",
+                  sizes=Sizes(train=5000, fit=60000)),
+          Subject("resnet18_torch", "CIFAR ResNet-18, PyTorch (CIFAR-10)", "cifar10", lambda: None,
+                  torch="resnet18_cifar10")]
     return {x.key: x for x in s}
 
 
 def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str]:
     """(model file, input files, provenance): the helper-trained model when there is one, else the
     recipe's own briefly trained one (cached)."""
-    from idcgen.framework import Network, load_model
+    from idcgen.framework import load_network
     data = raw["mnist" if subject.data == "mnist" else "cifar10"]
     folder = HERE / "data" / subject.key
     size = {"cifar64": 64, "cifar72": 72}.get(subject.data)   # CIFAR-10 upsampled to that size
@@ -228,7 +234,12 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
     with np.load(files["cover"]) as d:
         x_cover, y_cover = d["x"], d["y"]
     trained = OUTPUTS / "models" / f"{subject.trained}.keras" if subject.trained else None
-    if trained is not None and trained.exists():
+    if subject.torch is not None:
+        path = OUTPUTS / "models" / f"{subject.torch}.pt2"
+        if not path.exists():
+            raise SystemExit(f"{path} is missing: train it first with python recipes/train_torch.py")
+        how = f"{path.relative_to(OUTPUTS.parent)} (recipes/train_torch.py)"
+    elif trained is not None and trained.exists():
         path, how = trained, f"{trained.relative_to(OUTPUTS.parent)} (recipes/train_models.py)"
     else:
         path = HERE / "models" / f"{subject.key}.keras"
@@ -245,10 +256,10 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
                 fit(subject.build(), x, ytr, subject.epochs, batch_size=subject.batch_size,
                     bn_momentum=subject.bn_momentum).save(path)
             print(f"{subject.key}: trained in {t.seconds:.0f} s -> {path}", flush=True)
-    model = load_model(path)
+    network = load_network(path)
     x = x_cover.astype(np.float32) if subject.scale_255 else x_cover.astype(np.float32) / 255
-    x = x.reshape((len(x),) + tuple(model.input_shape[1:]))
-    accuracy = float((Network(model).predict(x) == y_cover).mean())
+    x = x.reshape((len(x),) + tuple(network.input_shape))
+    accuracy = float((network.predict(x) == y_cover).mean())
     return path, files, f"{how}; {accuracy:.1%} on the {len(x)} coverage inputs"
 
 

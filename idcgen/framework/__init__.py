@@ -3,7 +3,7 @@ implementations.
 
 Everything else in idcgen takes numpy arrays and a `Network`: the analysis record, coverage, criteria, the
 fuzz loop, the campaign and its store, reports. Only the implementation modules of this package
-(``keras_*.py``) import a deep-learning framework, and only when a model of theirs is loaded or wrapped, so
+(``keras_*.py``, ``torch_*.py``) import a deep-learning framework, and only when a model of theirs is loaded or wrapped, so
 a process that reads analyses and campaigns never imports TensorFlow (docs/design.md, "How to add a
 framework").
 
@@ -63,7 +63,8 @@ class Network(metaclass=_Dispatching):
     without the batch), ``n_classes`` (classes; 1 for regression), ``task`` ("classification" or
     "regression"), ``convention`` (the :class:`~idcgen.convention.InputConvention` the model is measured
     with, set by :func:`network_with_convention`; None until then), ``batch_size`` (inputs per forward
-    batch) and ``head_note`` (a note on how the head was read, or None).
+    batch), ``logits_layer`` (the name of the layer computing the class scores) and ``head_note`` (a note on
+    how the head was read, or None).
     """
 
     model: object
