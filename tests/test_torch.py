@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_twins import Branches, Residual, images, randomise, twins  # noqa: E402
+from torch_twins import Branches, Residual, TinyViT, detached_vit_taps, images, randomise, twins  # noqa: E402
 
 from idcgen.errors import LayerError, ModelError  # noqa: E402
 from idcgen.framework import as_network, load_network  # noqa: E402
@@ -298,3 +298,67 @@ def test_mc_dropout_is_reproducible_and_varies():
     b = network.dropout_outputs(x, 4, np.random.default_rng(1))
     np.testing.assert_array_equal(a, b)
     assert a.shape == (4, 5, 1) and a.std(axis=0).mean() > 0
+
+
+def test_zoo_lenet5_twin_of_the_keras_lenet5():
+    import idcgen
+    from idcgen.framework.keras_zoo import lenet5
+    from idcgen.framework.torch_zoo import from_keras
+    keras_model = lenet5(random_state=3)
+    tn, kn = as_network(from_keras(keras_model)), as_network(keras_model)
+    assert tn.default_layer() == "relu_3" and kn.default_layer() == "fc2"
+    x = np.random.default_rng(0).random((300, 28, 28, 1), dtype=np.float32)
+    kn_logits = kn.relevance("fc2")(x[:20])[2]   # the Keras model ends in a softmax: compare its logits
+    np.testing.assert_allclose(tn.forward(x[:20])[0], kn_logits, atol=1e-4)
+    ta = idcgen.analyze(tn, x, layer="relu_3", m=6, progress=False)
+    ka = idcgen.analyze(kn, x, layer="fc2", m=6, progress=False)
+    np.testing.assert_array_equal(ta.neurons, ka.neurons)
+    assert [c.k for c in ta.clusters] == [c.k for c in ka.clusters]
+
+
+# ---- transformers: CP-LRP's rules (LayerNorm's 1/std and the attention weights held constant) ----------
+
+@pytest.mark.parametrize("need_weights", [False, True])   # fused attention, or bmm + softmax + bmm
+def test_vit_relevance_is_conserved_at_every_cut_without_biases(need_weights):
+    torch.manual_seed(0)
+    model = TinyViT(need_weights=need_weights).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or name == "pos":
+                p.zero_()
+    network = as_network(model)
+    x = images(6)
+    logit = network.forward(x)[0].max(axis=1)
+    for layer in ("blocks.0", "blocks.0.add_1", "blocks.1", "norm", None):
+        rel = network.relevance(layer, eps=1e-9)
+        total = rel.maps(x).reshape(len(x), -1).sum(axis=1) if layer is None else rel(x)[0].sum(axis=1)
+        np.testing.assert_allclose(total, logit, rtol=1e-3, atol=1e-6)
+    assert any("normalising factor held constant" in note for note in network.rule_notes(None))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_vit_lrp0_is_gradient_x_input_of_the_detached_model(need_weights):
+    """With ReLU MLPs, LRP-0 equals gradient x input of the model whose LayerNorm 1/std and attention
+    weights are detached (computed by hand), at three layers inside the blocks; a neuron of a token
+    sequence is a unit of its last axis, summed over tokens."""
+    torch.manual_seed(1)
+    model = TinyViT(act=torch.relu, need_weights=need_weights).eval()
+    network = as_network(model)
+    x = images(4)
+    logits, taps = detached_vit_taps(model, torch.as_tensor(x).permute(0, 3, 1, 2))
+    np.testing.assert_allclose(logits.detach().numpy(), network.forward(x)[0], atol=1e-5)
+    explained = logits.gather(1, logits.argmax(1)[:, None]).sum()
+    for ours, theirs in (("blocks.0.add_1", "blocks.0.add"), ("blocks.0.fc1", "blocks.0.fc1"),
+                         ("blocks.1.fc1", "blocks.1.fc1")):
+        (grad,) = torch.autograd.grad(explained, taps[theirs], retain_graph=True)
+        expected = (taps[theirs] * grad).sum(dim=1).detach().numpy()
+        got = network.relevance(ours, eps=1e-12)(x)[0]
+        assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), ours
+
+
+def test_layers_feeding_only_attention_weights_are_no_subject():
+    network = as_network(TinyViT(need_weights=True).eval())
+    assert "blocks.0.attn.softmax" not in network.subject_layers()
+    assert "blocks.0.attn.bmm" not in network.subject_layers()   # the query-key scores
+    with pytest.raises(LayerError, match="feeds only attention weights"):
+        network.relevance("blocks.0.attn.bmm")

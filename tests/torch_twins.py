@@ -119,3 +119,61 @@ def twins(kind: str = "residual", seed: int = 0):
 
 def images(n: int = 32, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).random((n, 8, 8, 3), dtype=np.float32)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: LayerNorm -> multi-head attention -> residual; LayerNorm -> MLP -> residual."""
+
+    def __init__(self, d: int, heads: int, mlp: int, act, need_weights: bool):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.fc1, self.fc2 = nn.Linear(d, mlp), nn.Linear(mlp, d)
+        self.act, self.need_weights = act, need_weights
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=self.need_weights)[0]
+        return x + self.fc2(self.act(self.fc1(self.ln2(x))))
+
+
+class TinyViT(nn.Module):
+    """A vision transformer for 8x8 images: 4x4 patches, a learned position embedding, two blocks, mean
+    pooling over tokens. ``need_weights=True`` exports attention as bmm + softmax + bmm, else as PyTorch's
+    fused scaled_dot_product_attention."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self, d: int = 16, heads: int = 2, classes: int = 5, act=F.gelu, need_weights: bool = False):
+        super().__init__()
+        self.embed = nn.Conv2d(3, d, 4, 4)
+        self.pos = nn.Parameter(torch.randn(1, 4, d) * 0.1)
+        self.blocks = nn.Sequential(*[Block(d, heads, 2 * d, act, need_weights) for _ in range(2)])
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, classes)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+        return self.head(self.norm(self.blocks(x)).mean(dim=1))
+
+
+def detached_vit_taps(model: TinyViT, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The TinyViT's logits computed by hand with every LayerNorm's 1/std and the attention weights
+    detached, and the tensors of three layers inside its blocks (for gradient x input)."""
+    def norm(ln, t):
+        centred = t - t.mean(-1, keepdim=True)
+        return centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + ln.eps).detach() * ln.weight + ln.bias
+
+    taps, n = {}, len(x)
+    t = model.embed(x).flatten(2).transpose(1, 2) + model.pos
+    for i, block in enumerate(model.blocks):
+        attn, d = block.attn, t.shape[-1]
+        heads = attn.num_heads
+        q, k, v = F.linear(norm(block.ln1, t), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
+        q, k, v = (a.reshape(n, -1, heads, d // heads).transpose(1, 2) for a in (q, k, v))
+        weights = torch.softmax(q @ k.transpose(-2, -1) / (d // heads) ** 0.5, dim=-1).detach()
+        t = t + attn.out_proj((weights @ v).transpose(1, 2).reshape(n, -1, d))
+        taps[f"blocks.{i}.add"] = t
+        hidden = block.fc1(norm(block.ln2, t))
+        taps[f"blocks.{i}.fc1"] = hidden
+        t = t + block.fc2(block.act(hidden))
+    return model.head(norm(model.norm, t).mean(dim=1)), taps

@@ -39,6 +39,11 @@ ROUTING = {"view", "reshape", "_unsafe_view", "flatten", "permute", "transpose",
            "split_with_sizes", "unflatten", "alias", "_to_copy", "to", "type_as"}
 #: elementwise: relevance passes unchanged; the plain gradient already does so for these
 EXACT_ACTIVATIONS = {"relu", "leaky_relu", "dropout", "feature_dropout", "alpha_dropout", "native_dropout"}
+#: normalisations explained through their linear part, the normalising factor held constant (CP-LRP)
+NORMALISATION = {"layer_norm", "rms_norm"}
+#: attention: the softmax weights held constant, relevance along the value path (CP-LRP)
+ATTENTION = {"scaled_dot_product_attention"}
+_WEIGHTS = {"softmax", "_softmax"}
 PASS_THROUGH = EXACT_ACTIVATIONS | {"relu6", "hardtanh", "elu", "selu", "celu", "gelu", "silu", "hardswish", "mish",
                                     "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel"}
 
@@ -77,6 +82,42 @@ class _PassThrough(torch.autograd.Function):
         return grad * out / _stabilise(a, ctx.eps), None, None
 
 
+def _normalised(node, args):
+    """Layer or RMS normalisation with its normalising factor (1/std, 1/rms) detached: linear in the input."""
+    x, shape = args[0], args[1]
+    weight = args[2] if len(args) > 2 else None
+    bias = args[3] if len(args) > 3 else None
+    eps = args[4] if len(args) > 4 else (1e-5 if op_name(node) == "layer_norm" else None)
+    dims = tuple(range(-len(shape), 0))
+    if op_name(node) == "layer_norm":
+        centred = x - x.mean(dim=dims, keepdim=True)   # centring is linear in x: it stays in the graph
+        y = centred * torch.rsqrt(centred.pow(2).mean(dim=dims, keepdim=True) + eps).detach()
+    else:
+        eps = torch.finfo(x.dtype).eps if eps is None else eps
+        y = x * torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps).detach()
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
+def _attended(node, args, graph):
+    """The attention's output with its weights detached: linear in the values."""
+    if op_name(node) in ("matmul", "bmm"):
+        parts = [a.detach() if _attention_weights(n, graph) else a for a, n in zip(args[:2], node.args[:2])]
+        return node.target(*parts)
+    q, k, v = args[:3]
+    mask = args[3] if len(args) > 3 else node.kwargs.get("attn_mask")
+    causal = args[5] if len(args) > 5 else node.kwargs.get("is_causal", False)
+    scale = node.kwargs.get("scale") or (args[6] if len(args) > 6 else None) or q.shape[-1] ** -0.5
+    scores = q @ k.transpose(-2, -1) * scale
+    if causal:
+        n, m = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    return torch.softmax(scores, dim=-1).detach() @ v
+
+
 def _is_constant(arg, graph) -> bool:
     """A number, or a tensor that does not depend on the input (a weight, a buffer, a constant)."""
     if not isinstance(arg, torch.fx.Node):
@@ -85,9 +126,63 @@ def _is_constant(arg, graph) -> bool:
                                     and all(_is_constant(a, graph) for a in arg.all_input_nodes))
 
 
-def rule_of(layer: Layer, graph) -> str | None:
-    """"epsilon", "routing", "pass-through", "gate" or None (no rule) for one operation."""
+def _attention_weights(arg, graph) -> bool:
+    """Whether fx node ``arg`` holds attention weights: a softmax, seen through reshapes and dropout."""
+    while isinstance(arg, torch.fx.Node):
+        op = op_name(arg)
+        if op in _WEIGHTS:
+            return True
+        if arg.op != "call_function" or not (op in ROUTING or op in EXACT_ACTIVATIONS - {"relu", "leaky_relu"}):
+            return False
+        arg = arg.args[0] if arg.args else None
+    return False
+
+
+def relevance_inputs(layer: Layer, graph) -> list:
+    """The input layers relevance flows to from ``layer``: none from attention weights (a softmax inside
+    the model), only the value from attention, only the values from a product of weights and values."""
     op = layer.op
+    if op in _WEIGHTS:
+        return []
+    if op in ATTENTION:
+        return [graph.by_node[a] for a in _sources([layer.node.args[2]], graph)]
+    if op in ("matmul", "bmm") and any(_attention_weights(a, graph) for a in layer.node.args[:2]):
+        values = [a for a in layer.node.args[:2] if not _attention_weights(a, graph)]
+        return [graph.by_node[a] for a in _sources(values, graph)]
+    return layer.inputs
+
+
+def _sources(args, graph) -> list:
+    found = []
+    for arg in args:
+        while isinstance(arg, torch.fx.Node) and arg not in graph.by_node and arg.all_input_nodes:
+            arg = arg.all_input_nodes[0]
+        if arg in graph.by_node:
+            found.append(arg)
+    return found
+
+
+def relevant_ancestors(layer: Layer, graph) -> set:
+    """The layers relevance from ``layer`` reaches (itself included)."""
+    seen, todo = set(), [layer]
+    while todo:
+        cur = todo.pop()
+        if cur not in seen:
+            seen.add(cur)
+            todo.extend(relevance_inputs(cur, graph))
+    return seen
+
+
+def rule_of(layer: Layer, graph) -> str | None:
+    """"epsilon", "routing", "pass-through", "gate", "normalisation", "attention" or None (no rule)."""
+    op = layer.op
+    if op in NORMALISATION:
+        return "normalisation"
+    if op in ATTENTION or (op in ("matmul", "bmm") and any(_attention_weights(a, graph)
+                                                            for a in layer.node.args[:2])):
+        return "attention"
+    if op in _WEIGHTS:
+        return "constant"
     if op in ("mul", "div"):
         constant = [_is_constant(a, graph) for a in layer.node.args[:2]]
         if any(constant):
@@ -110,6 +205,12 @@ def rule_label(layer: Layer, graph) -> str:
         return f"pass-through ({layer.op} passed through unchanged)"
     if rule == "gate":
         return "gate (all relevance to the signal, none to the gate)"
+    if rule == "normalisation":
+        return "epsilon (normalising factor held constant, CP-LRP)"
+    if rule == "attention":
+        return "epsilon (attention weights held constant: relevance along the values, CP-LRP)"
+    if rule == "constant":
+        return "constant (attention weights: no relevance)"
     return rule
 
 
@@ -141,7 +242,11 @@ class Relevance:
         self.batch_size = batch_size
         graph = network.graph
         self.subject = None if layer is None else graph.layer(network.check_subject_layer(layer))
-        needed = graph.descendants(self.subject) & graph.ancestors(network.logits_layer_)
+        reached = relevant_ancestors(network.logits_layer_, graph)
+        if self.subject is not None and self.subject not in reached:
+            raise LayerError(f"relevance does not reach layer {self.subject.name!r}: it feeds only attention weights, "
+                             "which the attention rule holds constant (choose a layer on the value path)")
+        needed = graph.descendants(self.subject) & reached
         self.steps = [s for s in graph.layers if s in needed and s is not self.subject]
         for step in self.steps:
             if rule_of(step, graph) is None:
@@ -187,6 +292,12 @@ class Relevance:
             gate = self._gates[node]
             parts = [a.detach() if i == gate else a for i, a in enumerate(args[:2])]
             return node.target(*parts, *args[2:])
+        if rule == "normalisation":
+            return _EpsilonScale.apply(_normalised(node, args), self.eps)
+        if rule == "attention":
+            return _EpsilonScale.apply(_attended(node, args, self.network.graph), self.eps)
+        if rule == "constant":
+            return value.detach()
         return value
 
     def raw(self, x: np.ndarray, target: np.ndarray | None = None):

@@ -23,7 +23,7 @@ from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
 from .torch_load import TorchModel, export, program_bytes
 from .torch_load import load as _load
-from .torch_lrp import PASS_THROUGH, Relevance, rule_label, rule_notes, rule_of
+from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
 _SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
 _SKIP_BEFORE_LOGITS = ("dropout", "feature_dropout", "alpha_dropout", "native_dropout", "flatten", "view", "reshape",
@@ -273,12 +273,12 @@ class TorchNetwork(Network):
 
     def subject_layers(self) -> list[str]:
         graph, blocked = self.graph, set()
-        on_path = graph.ancestors(self.logits_layer_)
+        on_path = relevant_ancestors(self.logits_layer_, graph)   # not what only feeds attention weights
         for layer in graph.layers:
             if layer in on_path and layer not in blocked and rule_of(layer, graph) is None:
                 for below in layer.inputs:
                     blocked |= graph.ancestors(below)
-        return [s.name for s in graph.layers if s in self._hidden and s not in blocked]
+        return [s.name for s in graph.layers if s in self._hidden and s in on_path and s not in blocked]
 
     def rule_label(self, name: str) -> str:
         return rule_label(self.step(name), self.graph)
@@ -286,7 +286,7 @@ class TorchNetwork(Network):
     def rule_notes(self, layer: str | None) -> list[str]:
         if layer is not None:
             return rule_notes(self.relevance(layer).steps, self.graph)
-        on_path = self.graph.ancestors(self.logits_layer_)
+        on_path = relevant_ancestors(self.logits_layer_, self.graph)
         return rule_notes([s for s in self.graph.layers if s in on_path], self.graph)
 
     def neuron_layers(self) -> list[str]:
