@@ -28,7 +28,7 @@ from .data import check_source, fit_to_model, load_for_model, parse_class_names
 from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .export import export_campaign
-from .framework import Network, load_model, network_with_convention
+from .framework import Network, is_factory, load_model, network_with_convention
 from .report import write_report
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
@@ -50,7 +50,7 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
                          "(- for a model file that holds its architecture)")
     for path in [*models, *(a for a in architectures if a is not None)]:   # all, before the framework loads one
-        if not Path(path).exists():
+        if not Path(path).exists() and not is_factory(path):   # a PyTorch factory names code, not a file
             raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
     pairs = zip(models, architectures or [None] * len(models))
     return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task) for p, a in pairs]

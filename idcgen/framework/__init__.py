@@ -260,13 +260,18 @@ def _framework_of(model) -> str:
                      "model, a torch.nn.Module (or a Network)")
 
 
-def framework_of_path(path) -> str:
-    """"keras" or "torch" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
+def is_factory(path) -> bool:
+    """Whether ``path`` names a Python factory ``package.module:make_model`` (a PyTorch model) and no file."""
     import re
     text = str(path)
-    if re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text) and not Path(text).exists():
+    return bool(re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text)) and not Path(text).exists()
+
+
+def framework_of_path(path) -> str:
+    """"keras" or "torch" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
+    if is_factory(path):
         return "torch"
-    return _BY_SUFFIX.get(Path(text).suffix.lower(), "keras")   # the Keras loader names what it cannot read
+    return _BY_SUFFIX.get(Path(str(path)).suffix.lower(), "keras")   # the Keras loader names what it cannot read
 
 
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, input_shape=None):

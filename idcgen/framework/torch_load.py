@@ -15,7 +15,6 @@ import importlib
 import io
 import json
 import logging
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +25,9 @@ import torch  # noqa: E402
 logging.getLogger("torch._export").setLevel(logging.ERROR)
 
 from ..errors import ModelError  # noqa: E402
+from . import is_factory  # noqa: E402
 
 SUFFIXES = (".pt", ".pth", ".pt2", ".onnx")
-_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _EXTRA = "idcgen.json"
 
 
@@ -43,11 +42,6 @@ class TorchModel:
     channels_first: bool
     module: object = None
     origin: str = "nn.Module"
-
-
-def is_factory(text) -> bool:
-    """``package.module:make_model``: a Python factory rather than a file."""
-    return bool(_FACTORY.match(str(text))) and not Path(str(text)).exists()
 
 
 def _image_shape(model_shape: tuple) -> tuple[tuple, bool]:
