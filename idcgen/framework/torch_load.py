@@ -66,8 +66,9 @@ def export(module, image_shape, *, origin: str = "nn.Module") -> TorchModel:
     if image_shape is None:
         image_shape = getattr(module, "input_shape", None)
     if image_shape is None:
-        raise ModelError(f"idcgen needs the input shape of this {type(module).__name__}: give input_shape=(H, W, C) "
-                         "(or set the module's input_shape attribute, e.g. in its factory)")
+        raise ModelError(f"idcgen needs the input shape of this {type(module).__name__}: pass "
+                         "idcgen.Network(module, input_shape=(H, W, C)) where a model is asked for, or set the module's "
+                         "input_shape attribute (e.g. in its factory)")
     try:
         module = module.eval()
     except NotImplementedError:   # a torch.export program's module, already in inference mode
