@@ -44,6 +44,36 @@ class LayerInfo:
     neurons: int
 
 
+class BatchedRelevance:
+    """What every implementation's relevance pass shares: ``raw(x, target)`` (framework tensors with
+    ``.numpy()``) and ``batch(x, target)`` (numpy, one batch) come from the implementation; this runs them
+    over any number of inputs, ``batch_size`` at a time."""
+
+    batch_size: int
+
+    def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
+        """Unaggregated relevance (the subject layer's shape, or the input's in image layout), batched."""
+        if len(x) == 0:
+            return np.zeros_like(x)
+        return np.concatenate([self.raw(x[i:i + self.batch_size],
+                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
+                               for i in range(0, len(x), self.batch_size)])
+
+    def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
+        """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched: a
+        convolutional neuron (channel) sums its relevance and averages its activation over positions."""
+        rel, act, logits = [], [], []
+        for start in range(0, len(x), self.batch_size):
+            stop = start + self.batch_size
+            r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
+            rel.append(r)
+            act.append(a)
+            logits.append(z)
+            if progress is not None:
+                progress.update(min(self.batch_size, len(x) - start))
+        return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
+
+
 class _Dispatching(abc.ABCMeta):
     """``Network(model)`` builds the implementation for ``model``'s framework (as ``pathlib.Path`` does for
     the operating system); a subclass called by name builds itself."""

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, LayerError
+from . import BatchedRelevance
 from .torch_graph import PREPROCESS, Layer, neuron_values, op_name
 
 _WEIGHTED = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "linear", "addmm",
@@ -231,7 +232,7 @@ def rule_notes(layers, graph) -> list[str]:
     return notes
 
 
-class Relevance:
+class Relevance(BatchedRelevance):
     """Relevance of a subject layer's neurons (or of the input pixels) from one logit per input, on a
     TorchNetwork (idcgen/framework/torch_network.py); the interface of the Keras side's `Relevance`."""
 
@@ -327,24 +328,3 @@ class Relevance:
         axis = -1 if self.subject is None else self.subject.channel_axis
         acts = neuron_values(a, axis).numpy() if activations else None
         return neuron_values(r, axis, reduce="sum").numpy(), acts, z.numpy()
-
-    def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
-        """Unaggregated relevance as numpy, batched: input relevance in image layout (n, h, w, c)."""
-        if len(x) == 0:
-            return np.zeros_like(x)
-        return np.concatenate([self.raw(x[i:i + self.batch_size],
-                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
-                               for i in range(0, len(x), self.batch_size)])
-
-    def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
-        """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched."""
-        rel, act, logits = [], [], []
-        for start in range(0, len(x), self.batch_size):
-            stop = start + self.batch_size
-            r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
-            rel.append(r)
-            act.append(a)
-            logits.append(z)
-            if progress is not None:
-                progress.update(min(self.batch_size, len(x) - start))
-        return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
