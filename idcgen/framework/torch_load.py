@@ -27,7 +27,6 @@ logging.getLogger("torch._export").setLevel(logging.ERROR)
 from ..errors import ModelError  # noqa: E402
 from . import is_factory  # noqa: E402
 
-SUFFIXES = (".pt", ".pth", ".pt2", ".onnx")
 _EXTRA = "idcgen.json"
 
 
@@ -87,7 +86,8 @@ def export(module, image_shape, *, origin: str = "nn.Module") -> TorchModel:
     return TorchModel(program, shape, channels_first, module, origin)
 
 
-def _from_program(program, origin: str) -> TorchModel:
+def from_program(program, origin: str) -> TorchModel:
+    """A loaded ``torch.export`` program as a TorchModel: its input shape is the example input's."""
     args = program.example_inputs[0] if program.example_inputs else ()
     if len(args) != 1:
         raise ModelError(f"{origin} takes {len(args)} inputs; idcgen runs models of one input")
@@ -122,7 +122,7 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
     except Exception as exc:
         raise ModelError(f"could not convert the TorchScript model {path} to a torch.export program: "
                          f"{_first_line(exc)}") from None
-    model = _from_program(program, f"TorchScript file {path}")
+    model = from_program(program, f"TorchScript file {path}")
     return model
 
 
@@ -193,7 +193,7 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
             program = torch.export.load(str(path))
         except Exception as exc:
             raise ModelError(f"could not read {path} as a torch.export program (.pt2): {_first_line(exc)}") from None
-        return _from_program(program, f"torch.export program {path}")
+        return from_program(program, f"torch.export program {path}")
     if suffix == ".onnx":
         return load_onnx(path, image_shape)
     import zipfile
@@ -248,5 +248,5 @@ def limit_threads(threads: int) -> None:
         pass
 
 
-__all__ = ["TorchModel", "SUFFIXES", "load", "export", "is_factory", "save_torchscript", "program_bytes",
+__all__ = ["TorchModel", "load", "export", "from_program", "convert", "save_torchscript", "program_bytes",
            "limit_threads"]

@@ -21,7 +21,7 @@ from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
-from .torch_load import TorchModel, export, program_bytes
+from .torch_load import TorchModel, export, from_program, program_bytes
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
@@ -42,10 +42,6 @@ def load_model(path, *, safe_mode: bool = True, architecture=None, input_shape=N
 def limit_threads(threads: int) -> None:
     from .torch_load import limit_threads as limit
     limit(threads)
-
-
-def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False) -> str:
-    raise ModelError("idcgen convert re-saves Keras files; a PyTorch model needs no conversion")
 
 
 def _has_weights(layer) -> bool:
@@ -75,8 +71,7 @@ class TorchNetwork(Network):
         if isinstance(model, torch.nn.Module):
             model = export(model, input_shape)
         elif isinstance(model, torch.export.ExportedProgram):
-            from .torch_load import _from_program
-            model = _from_program(model, "torch.export program")
+            model = from_program(model, "torch.export program")
         if not isinstance(model, TorchModel):
             raise ModelError(f"expected a torch.nn.Module or torch.export program, got {type(model).__name__}")
         self.source = model
