@@ -60,6 +60,24 @@ def test_twins_measured_with_preprocessing_give_equal_input_relevance():
         assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max()
 
 
+def test_a_decomposed_program_gives_the_same_layers_and_relevance(tmp_path):
+    """torch.export's decomposed programs (as deployment tools save them) compute linear layers as addmm with
+    a transposed weight, max pooling and batch norm as tuple-valued operations: the same relevance."""
+    module = randomise(Residual(), 8)
+    program = torch.export.export(module, (torch.zeros(2, 3, 8, 8),)).run_decompositions()
+    torch.export.save(program, str(tmp_path / "decomposed.pt2"))
+    plain, decomposed = as_network(module), load_network(tmp_path / "decomposed.pt2")
+    assert len(decomposed.layer_names()) == len(plain.layer_names())
+    assert [i.neurons for i in decomposed.layers_info()] == [i.neurons for i in plain.layers_info()]
+    assert decomposed.default_layer() == "mean" and decomposed.weighted_layers() == plain.weighted_layers()
+    x = images(8)
+    for layer in ("relu", "add", "pool", None):
+        for eps in (1e-7, 0.05):
+            a, b = plain.relevance(layer, eps=eps), decomposed.relevance(layer, eps=eps)
+            ra, rb = (a.maps(x), b.maps(x)) if layer is None else (a(x)[0], b(x)[0])
+            assert np.abs(ra - rb).max() <= 1e-4 * np.abs(ra).max(), (layer, eps)
+
+
 def test_relevance_is_conserved_without_biases():
     """With zero biases and BN without shift the epsilon rule conserves: relevance at every cut of the graph
     (the residual skip included) sums to the explained logit (LRP-0, eps -> 0)."""

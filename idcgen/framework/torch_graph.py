@@ -60,6 +60,7 @@ class Layer:
     shape: tuple
     channel_axis: int
     inputs: list = field(default_factory=list)   # the Layers whose outputs it reads
+    weighted: bool = False                       # reads a weight (or a tensor computed from weights only)
 
     @property
     def kind(self) -> str:
@@ -104,6 +105,11 @@ class TorchGraph:
         self.input_node = inputs[0]
         self.output_node = next(n for n in self.fx_nodes if n.op == "output")
         self.attrs = {n: self._fetch(n.target) for n in self.fx_nodes if n.op == "get_attr"}
+        self.constant = set()   # nodes that do not depend on the input: weights and what is computed from them
+        for node in self.fx_nodes:
+            if node.op == "get_attr" or (node.op == "call_function" and all(a in self.constant
+                                                                            for a in node.all_input_nodes)):
+                self.constant.add(node)
         self.layers: list[Layer] = []
         self.by_node: dict = {}
         self._name_layers()
@@ -116,9 +122,17 @@ class TorchGraph:
         return value
 
     # ---- naming -------------------------------------------------------------------------------
+    def source(self, node):
+        """The operation whose value ``node`` is: a tuple-valued operation (max pooling with indices, a
+        decomposed batch norm) for the ``getitem`` taking its first value, else ``node`` itself."""
+        if op_name(node) == "getitem" and node.args[1] == 0 and isinstance(node.args[0], torch.fx.Node) \
+                and isinstance(node.args[0].meta.get("val"), (tuple, list)):
+            return node.args[0]
+        return node
+
     def _name_layers(self) -> None:
-        ops = [n for n in self.fx_nodes if n.op == "call_function" and op_name(n) not in _PLUMBING
-               and _shape(n) is not None]
+        ops = [n for n in self.fx_nodes if n.op == "call_function" and n not in self.constant
+               and _shape(n) is not None and (op_name(n) not in _PLUMBING or self.source(n) is not n)]
         counts: dict[str, int] = {}
         last_of: dict[str, object] = {}   # module path -> its last operation (its output)
         calls: dict[str, set] = {}
@@ -146,12 +160,14 @@ class TorchGraph:
         for node in self.fx_nodes:
             if node.op != "call_function":
                 continue
-            axis[node] = self._channel_axis(node, axis)
+            source = self.source(node)
+            axis[node] = self._channel_axis(source, axis, _shape(node))
             if node in names:
                 shape = _shape(node)
                 ax = axis[node] if axis[node] > 0 else len(shape) + 1 + axis[node]
-                layer = Layer(names[node], node, op_name(node), shape, max(1, min(ax, len(shape))))
-                layer.inputs = [self.by_node[a] for a in self._tensor_inputs(node) if a in self.by_node]
+                layer = Layer(names[node], node, op_name(source), shape, max(1, min(ax, len(shape))),
+                              weighted=any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes))
+                layer.inputs = [self.by_node[a] for a in self._tensor_inputs(source) if a in self.by_node]
                 self.layers.append(layer)
                 self.by_node[node] = layer
         self._by_name = {layer.name: layer for layer in self.layers}
@@ -160,16 +176,16 @@ class TorchGraph:
         """The producing nodes of ``node``'s tensor arguments, skipping plumbing (getitem) to its source."""
         found = []
         for arg in node.all_input_nodes:
-            while arg.op == "call_function" and op_name(arg) in _PLUMBING and arg.all_input_nodes:
+            while arg.op == "call_function" and arg not in self.by_node and op_name(arg) in _PLUMBING \
+                    and arg.all_input_nodes:
                 arg = arg.all_input_nodes[0]
-            if arg.op in ("call_function", "placeholder"):
+            if arg.op in ("call_function", "placeholder") and arg not in self.constant:
                 found.append(arg)
         return found
 
-    @staticmethod
-    def _channel_axis(node, axis: dict) -> int:
+    def _channel_axis(self, node, axis: dict, shape=None) -> int:
         """The axis of ``node``'s output its neurons lie on (1-based over the batch axis, or -1 for last)."""
-        op, shape = op_name(node), _shape(node)
+        op, shape = op_name(node), _shape(node) if shape is None else shape
         ndim = len(shape) if shape is not None else 0
         if ndim <= 1:
             return -1
@@ -177,7 +193,7 @@ class TorchGraph:
             return 1
         if op in ("linear", "layer_norm", "matmul", "addmm", "mm", "bmm", "scaled_dot_product_attention", "rms_norm"):
             return -1
-        source = next((a for a in node.all_input_nodes if a in axis), None)
+        source = next((a for a in node.all_input_nodes if a in axis and a not in self.constant), None)
         inherited = axis.get(source, -1)
         src_shape = _shape(source) if source is not None else None
         if op == "permute" and inherited > 0:

@@ -121,10 +121,7 @@ def _attended(node, args, graph):
 
 def _is_constant(arg, graph) -> bool:
     """A number, or a tensor that does not depend on the input (a weight, a buffer, a constant)."""
-    if not isinstance(arg, torch.fx.Node):
-        return True
-    return arg.op == "get_attr" or (arg.op == "call_function" and arg not in graph.by_node
-                                    and all(_is_constant(a, graph) for a in arg.all_input_nodes))
+    return not isinstance(arg, torch.fx.Node) or arg in graph.constant
 
 
 def _attention_weights(arg, graph) -> bool:

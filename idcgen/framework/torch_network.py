@@ -45,7 +45,7 @@ def limit_threads(threads: int) -> None:
 
 
 def _has_weights(layer) -> bool:
-    return any(a.op == "get_attr" for a in layer.node.all_input_nodes)
+    return layer.weighted
 
 
 def _trainable(module) -> list:
