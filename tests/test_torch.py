@@ -380,3 +380,16 @@ def test_layers_feeding_only_attention_weights_are_no_subject():
     assert "blocks.0.attn.bmm" not in network.subject_layers()   # the query-key scores
     with pytest.raises(LayerError, match="feeds only attention weights"):
         network.relevance("blocks.0.attn.bmm")
+
+
+def test_carlini_wagner_and_jsma_run_on_pytorch():
+    network = as_network(randomise(Residual(), 9))
+    x = images(4)
+    labels = network.predict(x)
+    adv = network.attack("cw", x, labels, chunk=2, clip=(0.0, 1.0), lr=0.05, binary_search_steps=1,
+                         max_iterations=5, abort_early=False, confidence=0.0, initial_const=1.0)
+    assert adv.shape == x.shape and adv.min() >= 0 and adv.max() <= 1
+    targets = (labels + 1) % 10
+    adv = network.attack("jsma", x, targets, theta=1.0, gamma=0.1, clip=(0.0, 1.0))
+    assert adv.shape == x.shape and adv.min() >= 0 and adv.max() <= 1
+    assert (np.abs(adv - x).reshape(4, -1) > 0).sum(axis=1).max() <= 0.1 * x[0].size + 2   # sparse changes
