@@ -135,9 +135,9 @@ def main():
                 with torch.inference_mode():
                     return twin(b)
         loop, raw = fuzz_rates(net, a, xt[:100], yt[:100], fwd, batch_in, args.execs)
-        rows.append((label, seconds, list(a.neurons), loop, raw))
+        rows.append((label, seconds, [int(n) for n in a.neurons], loop, raw))
         print(f"LeNet-5 {label}: analysis of {len(xm):,} digits {seconds:.2f} s, important neurons "
-              f"{list(a.neurons)}; fuzz {loop:,.0f} execs/s (raw forward {raw:,.0f}/s, {loop / raw:.2f}x)")
+              f"{rows[-1][2]}; fuzz {loop:,.0f} execs/s (raw forward {raw:,.0f}/s, {loop / raw:.2f}x)")
     print(f"twins: the same important neurons: {rows[0][2] == rows[1][2]}; PyTorch/Keras analysis time "
           f"{rows[1][1] / rows[0][1]:.2f}x, fuzz rate {rows[1][3] / rows[0][3]:.2f}x")
     del keras
