@@ -1,9 +1,10 @@
 """Which inputs to label first? Every ordering of idcgen.prioritize on clean, corrupted and adversarially mixed test sets.
 
-    python recipes/prioritization.py [--dataset mnist|fashion|cifar10] [--n 5000] [--fit-train 10000]
+    python recipes/prioritization.py [--dataset mnist|fashion|cifar10|udacity] [--n 5000] [--fit-train 10000]
                                      [--repeats 10] [--orderings gini lsa ...] [--out outputs/prioritization/<dataset>]
 
-The model is the recipe model of the dataset (LeNet-5, or the CIFAR-10 network). Three sets are built from the
+The model is the recipe model of the dataset (LeNet-5, the CIFAR-10 network, or for the Udacity frames with
+their real steering angles Dave-2 with dropout, on the 1,122 frames of the test blocks). Three sets are built from the
 first ``--n`` test inputs, put in one fixed random order (seed 0):
 
 - ``clean``: the inputs as they are;
@@ -12,7 +13,9 @@ first ``--n`` test inputs, put in one fixed random order (seed 0):
 - ``adversarial``: the clean inputs plus a PGD copy (eps 0.15, step 0.02, 10 iterations, L-inf, on the model
   itself) of a random 10 % of them, labelled as their originals, all in one random order.
 
-A failure is a misclassified input. Ties keep the set's own order (random for every set here). Every ordering of ``idcgen.prioritization.orderings()`` ranks each set
+A failure is a misclassified input; for the steering model an input whose absolute error exceeds twice the
+model's RMSE on the set (DeepTest's relation with lambda = 4), and only the orderings that need no class
+probabilities run (surprise adequacy, coverage, IDC, MC-dropout, random). Ties keep the set's own order (random for every set here). Every ordering of ``idcgen.prioritization.orderings()`` ranks each set
 (surprise adequacy, the coverage criteria and IDC fitted once on a fixed ``--fit-train`` subset of the
 training data; IDC with m = 8; MC-dropout with 10 passes, only for models with dropout); ``random`` is run
 ``--repeats`` times (random states 0..R-1) and its mean and standard deviation give the spread a random
@@ -118,8 +121,10 @@ def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path
 def main(argv=None):
     from idcgen.prioritization import orderings
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="mnist", choices=("mnist", "fashion", "fashion-mnist", "cifar10", "embedded-mnist"))
-    parser.add_argument("--model", default=None, help="recipe model name (default lenet5, or cifar10_cnn)")
+    parser.add_argument("--dataset", default="mnist",
+                        choices=("mnist", "fashion", "fashion-mnist", "cifar10", "embedded-mnist", "udacity"))
+    parser.add_argument("--model", default=None,
+                        help="recipe model name (default lenet5, cifar10_cnn, or dave2_dropout for udacity)")
     parser.add_argument("--n", type=int, default=5000, help="test inputs the sets are made from")
     parser.add_argument("--fit-train", type=int, default=10_000, help="training inputs the orderings are fitted on")
     parser.add_argument("--repeats", type=int, default=10, help="repetitions of the random ordering")
@@ -128,7 +133,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     args.dataset = "fashion-mnist" if args.dataset == "fashion" else args.dataset
-    args.model = args.model or ("cifar10_cnn" if args.dataset == "cifar10" else "lenet5")
+    args.model = args.model or {"cifar10": "cifar10_cnn", "udacity": "dave2_dropout"}.get(args.dataset, "lenet5")
     known = orderings()
     chosen = args.orderings or known
     wrong = [o for o in chosen if o not in known]
@@ -142,8 +147,15 @@ def main(argv=None):
     started = time.perf_counter()
     model = load_model(args.model, args.dataset)
     network = Network(model)
-    x_train, y_train = load_data("train", args.dataset)
-    x_test, y_test = load_data("test", args.dataset, limit=args.n)
+    if network.task == "regression":   # orderings that need class probabilities are refused for it
+        from idcgen.prioritization import CLASSIFICATION_ONLY
+        chosen = [o for o in chosen if o not in CLASSIFICATION_ONLY]
+    if args.dataset == "udacity":
+        from common import udacity
+        (x_train, y_train), (x_test, y_test) = udacity("train"), udacity("test", args.n)
+    else:
+        x_train, y_train = load_data("train", args.dataset)
+        x_test, y_test = load_data("test", args.dataset, limit=args.n)
     # one fixed random order (MNIST's test set is stored in two halves of different writers): where an ordering
     # ties, the set's own order decides, and it must carry no information
     shuffled = np.random.default_rng(0).permutation(len(x_test))
