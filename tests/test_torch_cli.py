@@ -63,7 +63,7 @@ def test_one_line_errors_for_what_does_not_load(files):
 
 
 @pytest.mark.slow
-def test_analyze_coverage_fuzz_harden_inspect_prioritize_on_torchscript(files, tmp_path):
+def test_every_command_on_a_torchscript_file(files, tmp_path):
     model = files / "lenet5.pt"
     done = invoke("analyze", "--model", model, "--train", files / "train.npz", "--out", tmp_path / "an")
     assert done.exit_code == 0, done.output
@@ -84,6 +84,10 @@ def test_analyze_coverage_fuzz_harden_inspect_prioritize_on_torchscript(files, t
     assert "| original |" in done.output and "| IDC-guided |" in done.output
     done = invoke("inspect", "--model", model, "--inputs", files / "test.npz", "--out", tmp_path / "insp")
     assert done.exit_code == 0, done.output
+    done = invoke("affinity", "--model", model, "--inputs", files / "test.npz", "--analysis", tmp_path / "an",
+                  "--out", tmp_path / "aff")
+    assert done.exit_code == 0, done.output
+    assert "important neurons of relu_3" in done.output
     done = invoke("prioritize", "--model", model, "--inputs", files / "test.npz", "--by", "gini", "--out",
                   tmp_path / "rank.csv", "--json")
     assert done.exit_code == 0, done.output
