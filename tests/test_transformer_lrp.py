@@ -321,3 +321,42 @@ def test_attention_option_is_checked_and_recorded():
     assert any(n.startswith("a neuron of a token layer (batch, tokens, dims) is one of its dims") for n in notes)
     assert any("normalising statistics (1/std, 1/rms) held constant" in n for n in notes)
     assert net.subject_layers()[0] == "patch_embed"   # nothing on the way to the logits blocks a layer now
+
+
+# ---- input convention from a leading Normalization ----------------------------------------------------
+
+def _normalised_model(mean, variance, nested=False):
+    import keras
+    L = keras.layers
+    inputs = keras.Input((8, 8, 3))
+    x = L.Normalization(mean=mean, variance=variance, name="norm")(inputs)
+    x = L.GlobalAveragePooling2D()(L.Conv2D(4, 3)(x))
+    model = keras.Model(inputs, L.Dense(2, activation="softmax")(x))
+    if nested:
+        outer = keras.Input((8, 8, 3))
+        model = keras.Model(outer, model(outer))
+    return model
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_normalization_in_0_255_units_means_0_255_images(nested):
+    from idcgen.framework.keras_convention import from_model
+    imagenet = ([123.675, 116.28, 103.53], [58.395 ** 2, 57.12 ** 2, 57.375 ** 2])
+    found = from_model(_normalised_model(*imagenet, nested=nested))
+    assert tuple(found.value_range) == (0.0, 255.0)
+    assert found.source.startswith("read from the model's Normalization layer 'norm', mean 123.675, 116.28, 103.53")
+    unit = from_model(_normalised_model([0.485, 0.456, 0.406], [0.229 ** 2, 0.224 ** 2, 0.225 ** 2], nested=nested))
+    assert tuple(unit.value_range) == (0.0, 1.0) and unit.source == "default [0, 1]"
+
+
+def test_convnext_tiny_expects_0_255_and_is_explained_inside_its_blocks():
+    import keras
+    from idcgen.framework import Network
+    from idcgen.framework.keras_convention import from_model
+    model = keras.applications.ConvNeXtTiny(weights=None, input_shape=(32, 32, 3), classes=10,
+                                            classifier_activation="softmax")
+    assert tuple(from_model(model).value_range) == (0.0, 255.0)
+    net = Network(model)
+    assert len(net.subject_layers()) == len([s for s in net.layer_names() if net.is_hidden(s)])
+    assert net.rule_label("convnext_tiny_stage_0_block_0_layer_scale") == "epsilon"
+    assert net.rule_label("convnext_tiny_stage_0_block_0_layernorm") == "normalisation"
