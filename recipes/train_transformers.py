@@ -19,7 +19,7 @@ import numpy as np
 from common import Timer, load_data, model_path
 from train_models import _write_tables, flip_and_shift
 
-SETTINGS = {"vit_tiny": {"epochs": 4, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
+SETTINGS = {"vit_tiny": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
             "convnext_micro": {"epochs": 4, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05}}
 
 
