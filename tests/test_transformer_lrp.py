@@ -360,3 +360,19 @@ def test_convnext_tiny_expects_0_255_and_is_explained_inside_its_blocks():
     assert len(net.subject_layers()) == len([s for s in net.layer_names() if net.is_hidden(s)])
     assert net.rule_label("convnext_tiny_stage_0_block_0_layer_scale") == "epsilon"
     assert net.rule_label("convnext_tiny_stage_0_block_0_layernorm") == "normalisation"
+
+
+def test_keras_ops_activations_and_token_mean_in_a_functional_graph():
+    # ops.gelu / ops.transpose / ops.mean recorded as op steps: pass-through, routing, epsilon; conserving
+    import keras
+    from idcgen.framework import Network
+    inputs = keras.Input((4, 3))
+    h = keras.layers.Dense(5, use_bias=False, name="h")(inputs)
+    t = keras.ops.transpose(keras.ops.gelu(h), (0, 2, 1))
+    pooled = keras.ops.mean(keras.ops.transpose(t, (0, 2, 1)), axis=1)
+    net = Network(keras.Model(inputs, keras.layers.Dense(2, activation="softmax", use_bias=False)(pooled)))
+    assert any(net.rule_label(n) == "pass-through (gelu passed through unchanged)" for n in net.layer_names())
+    x = np.random.default_rng(4).normal(size=(6, 4, 3)).astype(np.float32)
+    for layer in ("h", None):
+        r, _, z = net.relevance(layer, eps=1e-9).batch(x)
+        np.testing.assert_allclose(r.sum(axis=1), z.max(axis=1), rtol=1e-3)

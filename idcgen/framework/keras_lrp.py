@@ -103,10 +103,18 @@ def supported() -> str:
 _EXACT_ACTIVATIONS = ("linear", "relu", "relu6", "leaky_relu", "elu", "ReLU", "LeakyReLU", "ELU", "PReLU")
 
 
+#: keras.ops activations recorded in a functional graph (``ops.gelu(x)``) -> their activation names
+_OP_ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu", "Elu": "elu", "Gelu": "gelu",
+                   "Silu": "silu", "HardSilu": "hard_silu", "Mish": "mish", "Sigmoid": "sigmoid",
+                   "HardSigmoid": "hard_sigmoid", "Tanh": "tanh", "Softplus": "softplus"}
+
+
 def _activation(layer) -> str:
     """The name of the activation a layer applies ("linear" for none)."""
     if isinstance(layer, (L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)):
         return type(layer).__name__
+    if not isinstance(layer, L.Layer) and type(layer).__name__ in _OP_ACTIVATIONS:
+        return _OP_ACTIVATIONS[type(layer).__name__]
     fn = getattr(layer, "activation", None)
     return "linear" if fn is None else getattr(fn, "__name__", str(fn))
 
@@ -199,7 +207,7 @@ def gate_rule(step, graph, inputs, relevance):
 
 @register("InputLayer", "Activation", "ReLU", "LeakyReLU", "ELU", "PReLU", "Dropout", "SpatialDropout1D",
           "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
-          "ActivityRegularization")
+          "ActivityRegularization", ops=tuple(_OP_ACTIVATIONS))
 class PassThrough(Rule):
     """Elementwise or identity at inference: relevance passes unchanged."""
     label = "pass-through"
@@ -210,7 +218,8 @@ class PassThrough(Rule):
 
 
 @register("Flatten", "Reshape", "Permute", "Concatenate", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-          "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "RepeatVector", ops=("Reshape", "Concatenate"))
+          "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "RepeatVector",
+          ops=("Reshape", "Concatenate", "Transpose", "ExpandDims", "Squeeze"))
 class Routing(Rule):
     """Layers that move values without arithmetic: relevance goes back along the same paths."""
     label = "routing"
@@ -225,7 +234,7 @@ class Routing(Rule):
           "AveragePooling3D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
           "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D", "BatchNormalization", "Add",
           "Subtract", "Average", "Maximum", "Minimum", "Rescaling", "Normalization", "LayerScale",
-          ops=("Add", "Subtract"))
+          ops=("Add", "Subtract", "Mean"))
 class Epsilon(Rule):
     """Affine in the inputs once the activation is taken off (or max-pooling): the epsilon rule."""
     label = "epsilon"
