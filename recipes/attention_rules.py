@@ -1,7 +1,7 @@
 """Which attention rule is more faithful on the trained ViT: zero the top-k neurons by relevance (CP-LRP or
 AttnLRP) at a layer inside a block and see how far the explained logit falls, beside k random neurons.
 
-    python recipes/attention_rules.py [--model vit_tiny] [--layers block2_ln1 block3_mlp1 block4_ln1]
+    python recipes/attention_rules.py [--model vit_tiny] [--layers block2_ln1 block2_add1 block3_mlp1 block4_ln1]
                                       [--n 500] [--random 5]
 
 For each test image (the first ``--n`` of CIFAR-10's test split) the explained logit is the predicted
@@ -90,7 +90,7 @@ def measure(network, x, layer: str, *, draws: int, rng) -> list[dict]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_tiny")
-    parser.add_argument("--layers", nargs="+", default=["block2_ln1", "block3_mlp1", "block4_ln1"])
+    parser.add_argument("--layers", nargs="+", default=["block2_ln1", "block2_add1", "block3_mlp1", "block4_ln1"])
     parser.add_argument("--n", type=int, default=500, help="test images")
     parser.add_argument("--random", type=int, default=5, help="random draws of k neurons per image")
     args = parser.parse_args(argv)
