@@ -378,3 +378,12 @@ def test_keras_ops_activations_and_token_mean_in_a_functional_graph():
     for layer in ("h", None):
         r, _, z = net.relevance(layer, eps=1e-9).batch(x)
         np.testing.assert_allclose(r.sum(axis=1), z.max(axis=1), rtol=1e-3)
+
+
+def test_layers_cli_says_0_255_for_imagenet_statistics(tmp_path):
+    from typer.testing import CliRunner
+    from idcgen.cli import app
+    imagenet = ([123.675, 116.28, 103.53], [58.395 ** 2, 57.12 ** 2, 57.375 ** 2])
+    _normalised_model(*imagenet).save(tmp_path / "m.keras")
+    out = CliRunner().invoke(app, ["layers", "--model", str(tmp_path / "m.keras")]).output
+    assert "expects: images in [0, 255] (read from the model's Normalization layer 'norm', mean 123.675" in out
