@@ -342,8 +342,8 @@ def attention_roles(step) -> dict[str, int]:
 
 
 def attention_parts(layer, query, value, key):
-    """The scaled query, key, value projections, the attention weights A and the output pre-projection O
-    of a Keras MultiHeadAttention (its own sub-layers and equations; no dropout, no mask)."""
+    """The scaled query, the key and value projections and the attention weights A of a Keras
+    MultiHeadAttention call, computed with its own sub-layers and equations (no dropout, no mask)."""
     q = layer._query_dense(query) * layer._inverse_sqrt_key_dim
     k = layer._key_dense(key)
     v = layer._value_dense(value)
