@@ -387,3 +387,35 @@ def test_layers_cli_says_0_255_for_imagenet_statistics(tmp_path):
     _normalised_model(*imagenet).save(tmp_path / "m.keras")
     out = CliRunner().invoke(app, ["layers", "--model", str(tmp_path / "m.keras")]).output
     assert "expects: images in [0, 255] (read from the model's Normalization layer 'norm', mean 123.675" in out
+
+
+CIFAR10 = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CIFAR10 / "yoongikim_cifar10_train_jpg.zip").exists(), reason="needs ../shared/data/cifar10")
+def test_transformer_recipes_smoke(tmp_path, monkeypatch):
+    """train_transformers on 256 images for one epoch, then attention_rules on 20 test images."""
+    import csv
+    import importlib
+    import sys
+    recipes = __import__("pathlib").Path(__file__).resolve().parents[1] / "recipes"
+    monkeypatch.setenv("IDCGEN_OUTPUTS", str(tmp_path))
+    monkeypatch.syspath_prepend(str(recipes))
+    for name in ("common", "train_models", "train_transformers", "attention_rules"):
+        sys.modules.pop(name, None)
+    try:
+        train = importlib.import_module("train_transformers")
+        monkeypatch.setattr(sys, "argv", ["recipes/train_transformers.py"])
+        train.main(["--epochs", "1", "--limit", "256"])
+        rows = list(csv.DictReader(open(tmp_path / "train_models" / "accuracy_transformers.csv")))
+        assert [(r["model"], r["epochs"], r["train images"]) for r in rows] == [
+            ("vit_tiny", "1 of 1", "256"), ("convnext_micro", "1 of 1", "256")]
+        rules = importlib.import_module("attention_rules")
+        rules.main(["--n", "20", "--random", "1", "--layers", "block4_ln1"])
+        rows = list(csv.DictReader(open(tmp_path / "attention_rules" / "faithfulness.csv")))
+        assert [int(r["k"]) for r in rows] == [1, 2, 4, 8]
+        assert all(np.isfinite(float(r[c])) for r in rows for c in ("cp per-input drop", "attnlrp per-input drop"))
+    finally:
+        for name in ("common", "train_models", "train_transformers", "attention_rules"):
+            sys.modules.pop(name, None)
