@@ -185,6 +185,47 @@ def test_gelu_relevance_passes_unchanged_and_notes_cite_the_rule():
     assert "gelu passed through unchanged" in notes and "identity rule CP-LRP and AttnLRP prescribe" in notes
 
 
+@pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`")
+@pytest.mark.parametrize("make", [
+    lambda L: L.LayerNormalization(center=False, gamma_initializer="random_uniform"),
+    lambda L: L.LayerNormalization(rms_scaling=True),
+    lambda L: L.GroupNormalization(groups=2, center=False, gamma_initializer="random_uniform"),
+    lambda L: L.RMSNormalization(),
+    lambda L: L.UnitNormalization(),
+], ids=["layernorm", "rms_scaling", "groupnorm", "rmsnorm", "unitnorm"])
+def test_normalisation_layers_conserve_relevance_in_a_bias_free_cnn(make):
+    import keras
+    from idcgen.framework import Network
+    L = keras.layers
+    keras.utils.set_random_seed(1)
+    inputs = keras.Input((6, 6, 2))
+    x = L.Conv2D(4, 3, use_bias=False, name="conv")(inputs)
+    x = L.Activation("relu")(make(L)(x))
+    out = L.Dense(3, activation="softmax", use_bias=False)(L.GlobalAveragePooling2D()(x))
+    net = Network(keras.Model(inputs, out))
+    x = np.random.default_rng(5).normal(size=(4, 6, 6, 2)).astype(np.float32)
+    for layer in ("conv", None):
+        r, _, z = net.relevance(layer, eps=1e-9).batch(x)
+        np.testing.assert_allclose(r.sum(axis=1), z.max(axis=1), rtol=1e-3)
+
+
+def test_attention_over_image_axes_conserves_relevance_under_cp():
+    # MultiHeadAttention over (height, width) of a feature map: the layer's own equations, any attention axes
+    import keras
+    from idcgen.framework import Network
+    L = keras.layers
+    keras.utils.set_random_seed(2)
+    inputs = keras.Input((4, 4, 8))
+    y = L.MultiHeadAttention(2, 4, attention_axes=(1, 2), use_bias=False, name="attn")(inputs, inputs)
+    x = L.Add(name="res")([inputs, y])
+    net = Network(keras.Model(inputs, L.Dense(3, activation="softmax", use_bias=False)(L.GlobalAveragePooling2D()(x))))
+    x = np.random.default_rng(6).normal(size=(4, 4, 4, 8)).astype(np.float32)
+    r, _, z = net.relevance(None, eps=1e-9, attention="cp").batch(x)
+    np.testing.assert_allclose(r.sum(axis=1), z.max(axis=1), rtol=1e-3)
+    r, _, _ = net.relevance(None, eps=1e-9, attention="attnlrp").batch(x)
+    assert np.all(np.isfinite(r))
+
+
 # ---- a tiny ViT --------------------------------------------------------------------------------------
 
 def tiny_vit(bias: bool = True, depth: int = 2, seed: int = 0):
