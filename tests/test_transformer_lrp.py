@@ -352,6 +352,21 @@ def softmax(z):
     return e / e.sum(axis=1, keepdims=True)
 
 
+def test_a_token_neuron_is_a_dim_averaged_and_summed_over_tokens():
+    import keras
+    from idcgen.framework import Network
+    net = Network(tiny_vit(bias=True, depth=1))
+    x = np.random.default_rng(7).random((3, 8, 8, 3), dtype=np.float32)
+    rel = net.relevance("block1_mlp2", eps=1e-9)
+    r, a, _ = rel.batch(x)
+    raw = rel.maps(x)                                   # (3, 4 tokens, 8 dims)
+    out = keras.Model(net.model.inputs[0], net.model.get_layer("block1_mlp2").output)(x).numpy()
+    assert raw.shape == (3, 4, 8) and r.shape == a.shape == (3, 8)
+    np.testing.assert_allclose(r, raw.sum(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a, out.mean(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(net.forward(x, ("block1_mlp2",))[1][0], out.mean(axis=1), rtol=1e-5, atol=1e-6)
+
+
 def test_attention_option_is_checked_and_recorded():
     from idcgen.errors import InputError
     from idcgen.framework import Network
