@@ -338,7 +338,7 @@ def test_lrp0_equals_gradient_times_input_of_the_detached_vit(layer):
     x = tf.constant(np.random.default_rng(3).random((5, 8, 8, 3)), tf.float32)
     logits = _detached_forward(model, x)   # the by-hand model computes the Keras model's values
     np.testing.assert_allclose(softmax(logits.numpy()), model(x).numpy(), rtol=1e-4, atol=1e-6)
-    tap = keras.Model(model.inputs, model.get_layer(layer).output)(x)
+    tap = keras.Model(model.inputs[0], model.get_layer(layer).output)(x)
     value = tf.Variable(tap)
     with tf.GradientTape() as tape:
         chosen = tf.reduce_max(_detached_forward(model, x, layer, value), axis=1)

@@ -254,5 +254,19 @@ def convnext_micro(input_shape=(32, 32, 3), n_classes: int = 10, random_state: i
     return _head(inputs, x, n_classes, "convnext_micro", init)
 
 
+def efficientnet_b0(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0) -> keras.Model:
+    """keras.applications' EfficientNet-B0 (swish, squeeze-excitation gates), weights=None. It starts with
+    Rescaling(1/255) and ImageNet normalisation: it takes 0..255 images. ``random_state`` is unused (seed
+    Keras' generator before building)."""
+    return keras.applications.EfficientNetB0(weights=None, input_shape=input_shape, classes=n_classes)
+
+
+def mobilenet_v3_small(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0) -> keras.Model:
+    """keras.applications' MobileNetV3-Small (hard swish, squeeze-excitation gates), weights=None; it starts
+    with Rescaling(1/127.5, offset -1): it takes 0..255 images. ``random_state`` is unused."""
+    return keras.applications.MobileNetV3Small(weights=None, input_shape=input_shape, classes=n_classes)
+
+
 #: CIFAR-10 transformers and modern CNNs (recipes/train_transformers.py)
-TRANSFORMER_MODELS = {"vit_tiny": vit_tiny, "convnext_micro": convnext_micro}
+TRANSFORMER_MODELS = {"vit_tiny": vit_tiny, "convnext_micro": convnext_micro, "efficientnet_b0": efficientnet_b0,
+                      "mobilenet_v3_small": mobilenet_v3_small}
