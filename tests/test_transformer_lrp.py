@@ -162,7 +162,7 @@ def test_layer_scale_and_smooth_activations():
     (r,) = epsilon_rule(lambda a: scale(a[0]), [x], tf.constant([[0.3, 0.7]]), 1e-9)
     np.testing.assert_allclose(r.numpy(), [[0.3, 0.7]], rtol=1e-5)
     for kind in ("gelu", "silu", "hard_silu", "mish", "sigmoid"):
-        layer = keras.layers.Activation(kind)
+        layer = keras.layers.Activation(kind, name=f"act_{kind}")   # named: unnamed layers shift Keras' name counters other tests read
         assert isinstance(rule_of(layer), PassThrough)
         assert rule_label(layer) == f"pass-through ({kind} passed through unchanged)"
     assert rule_label(keras.layers.Dense(3, activation="gelu")) == "epsilon (gelu passed through unchanged)"
@@ -200,7 +200,7 @@ def test_normalisation_layers_conserve_relevance_in_a_bias_free_cnn(make):
     keras.utils.set_random_seed(1)
     inputs = keras.Input((6, 6, 2))
     x = L.Conv2D(4, 3, use_bias=False, name="conv")(inputs)
-    x = L.Activation("relu")(make(L)(x))
+    x = L.Activation("relu", name="relu")(make(L)(x))
     out = L.Dense(3, activation="softmax", use_bias=False)(L.GlobalAveragePooling2D()(x))
     net = Network(keras.Model(inputs, out))
     x = np.random.default_rng(5).normal(size=(4, 6, 6, 2)).astype(np.float32)
