@@ -22,7 +22,7 @@ from common import Timer, load_data, model_path
 from train_models import _write_tables, flip_and_shift
 
 SETTINGS = {"vit_tiny": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
-            "convnext_micro": {"epochs": 4, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
+            "convnext_micro": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
             # keras.applications models taking 0..255 images (their own Rescaling): fed x * 255
             "efficientnet_b0": {"epochs": 3, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
             "mobilenet_v3_small": {"epochs": 3, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05}}
