@@ -88,7 +88,7 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
         analysis = analyze(network, x, y, layer=layer, m=8, random_state=0, progress=False)
         whole = time.perf_counter() - start
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in analysis.timings.items())
-        print(f"analysis, ResNet-20 layer {analysis.layer}, m=8, relevance batch {batch}: {whole:.1f} s ({parts}); "
+        print(f"analysis, {model.name} layer {analysis.layer}, m=8, relevance batch {batch}: {whole:.1f} s ({parts}); "
               f"ratio to the floor {whole / floor:.2f}x")
         if trained:
             print(f"  important neurons {analysis.neurons.tolist()}, clusters {[c.k for c in analysis.clusters]}, "
@@ -166,7 +166,7 @@ def main():
     if not (args.shared / "data/cifar10").exists():
         sys.exit(f"needs {args.shared}/data/cifar10 (the ../shared folder of the development workspace)")
     model, trained = resnet20(args.model)
-    print(f"ResNet-20: {'trained, ' + str(args.model) if trained else 'freshly initialised (no trained file)'}")
+    print(f"{model.name}: {'trained, ' + str(args.model) if trained else 'freshly initialised (no trained file)'}")
     if "memory" in args.parts:  # first: a child forked from a process holding CIFAR-10 would start big
         with tempfile.TemporaryDirectory() as tmp:
             bench_memory(args.shared, args.model, Path(tmp))

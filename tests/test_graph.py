@@ -232,10 +232,10 @@ def test_refuses_layers_it_cannot_explain():
     import keras
     x = keras.Input((4,))
     h = keras.layers.Dense(4, activation="relu", name="h")(x)
-    n = keras.layers.LayerNormalization(name="norm")(h)
+    n = keras.layers.Softmax(name="norm")(h)   # a hidden softmax: no LRP rule
     model = keras.Model(x, keras.layers.Dense(2, activation="softmax", name="logits")(n))
     from idcgen.relevance import Relevance
-    with pytest.raises(LayerError, match=r"cannot propagate relevance through layer 'norm' \(LayerNormalization\)"
+    with pytest.raises(LayerError, match=r"cannot propagate relevance through layer 'norm' \(Softmax\)"
                                          r".*Concatenate.*DepthwiseConv2D"):
         Relevance(_net(model), layer="h")
     Relevance(_net(model), layer="norm")  # a subject layer after it is fine

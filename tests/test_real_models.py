@@ -61,14 +61,14 @@ def test_a_dead_layer_is_refused_not_fully_covered():
         analyze(model, x, np.arange(40) % 3, layer="dead", m=3, progress=False)
 
 
-def layer_norm_cnn():
-    """Conv - LayerNormalization `ln0a` (no LRP rule, as in ViT and ConvNeXt) - Conv `conv2` - GAP - softmax."""
+def unexplained_cnn():
+    """Conv - Softmax over channels `sm0a` (no LRP rule) - Conv `conv2` - GAP - softmax."""
     import keras
     L = keras.layers
     keras.utils.set_random_seed(0)
     inputs = keras.Input((8, 8, 1))
     x = L.Conv2D(4, 3, activation="relu", name="conv1")(inputs)
-    x = L.LayerNormalization(name="ln0a")(x)
+    x = L.Softmax(name="sm0a")(x)
     x = L.Conv2D(6, 3, activation="relu", name="conv2")(x)
     x = L.GlobalAveragePooling2D(name="gap")(x)
     return keras.Model(inputs, L.Dense(3, activation="softmax", name="out")(x))
@@ -79,12 +79,12 @@ def test_a_mutator_that_cannot_run_on_the_model_is_refused_before_the_campaign()
     from idcgen.errors import ParameterError
     from idcgen.fuzz.fuzzer import Fuzzer
     x = np.random.default_rng(0).uniform(0, 1, (30, 8, 8, 1)).astype("float32")
-    analysis = analyze(layer_norm_cnn(), x, np.arange(30) % 3, layer="conv2", m=2, clusters=(2,), progress=False)
+    analysis = analyze(unexplained_cnn(), x, np.arange(30) % 3, layer="conv2", m=2, clusters=(2,), progress=False)
     with pytest.raises(ParameterError) as refused:
         Fuzzer(analysis, mutators=["gauss", "relevant_pixels"])
     message = str(refused.value)
     assert message.startswith("mutator relevant_pixels cannot run on this model: cannot propagate relevance to "
-                              "the input through layer 'ln0a' (LayerNormalization)") and "\n" not in message
+                              "the input through layer 'sm0a' (Softmax)") and "\n" not in message
     Fuzzer(analysis, mutators=["gauss", "random_pixels"])   # the others still run
 
 
@@ -106,12 +106,12 @@ def test_layers_names_the_usable_subject_layers(tmp_path):
     from typer.testing import CliRunner
     from idcgen.analysis import analyze
     from idcgen.cli import app
-    model = layer_norm_cnn()
+    model = unexplained_cnn()
     model.save(tmp_path / "m.keras")
     out = CliRunner().invoke(app, ["layers", "--model", str(tmp_path / "m.keras")]).output
-    assert "LRP rules: epsilon for Conv2D, Dense, GlobalAveragePooling2D; none for LayerNormalization" in out
-    assert ("subject layers: 3 of 4 hidden layers, from the last layer without an LRP rule on ('ln0a' "
-            "(LayerNormalization)): ln0a, conv2, gap") in out
+    assert "LRP rules: epsilon for Conv2D, Dense, GlobalAveragePooling2D; none for Softmax" in out
+    assert ("subject layers: 3 of 4 hidden layers, from the last layer without an LRP rule on ('sm0a' "
+            "(Softmax)): sm0a, conv2, gap") in out
     x = np.random.default_rng(0).uniform(0, 1, (30, 8, 8, 1)).astype("float32")
     analysis = analyze(model, x, layer="conv2", m=2, clusters=(2,), progress=False)
     assert analysis.notes[0] == "LRP rules: epsilon for Dense, GlobalAveragePooling2D"

@@ -112,7 +112,7 @@ def test_unsupported_layer_refused():
     from idcgen.relevance import Relevance
     inputs = keras.Input((4,))
     h = keras.layers.Dense(3, activation="relu", name="h")(inputs)
-    h = keras.layers.LayerNormalization(name="norm")(h)
+    h = keras.layers.Softmax(name="norm")(h)   # a hidden softmax: no LRP rule
     out = keras.layers.Dense(2, activation="softmax", name="out")(h)
     with pytest.raises(LayerError, match="cannot propagate relevance through layer 'norm'"):
         Relevance(Network(keras.Model(inputs, out)), layer="h")

@@ -92,12 +92,34 @@ def _rescaling_range(layer) -> tuple[float, float] | None:
     return None
 
 
+def _normalization_range(layer) -> tuple[tuple[float, float], str] | None:
+    """((0, 255), how) when a Normalization layer's mean and standard deviation are in 0..255 units
+    (ConvNeXt's ImageNet statistics 123.675, 116.28, 103.53 and 58.4, 57.1, 57.4): every mean above 1 and at
+    most 255, every deviation above 1; statistics in 0..1 units (EfficientNet's, after its Rescaling)
+    are not. None otherwise, or for an inverting Normalization."""
+    if getattr(layer, "invert", False) or getattr(layer, "mean", None) is None:
+        return None
+    mean = np.ravel(np.asarray(layer.mean, np.float64))
+    std = np.sqrt(np.ravel(np.asarray(layer.variance, np.float64)))
+    if mean.size and np.all((mean > 1) & (mean <= 255)) and np.all(std > 1):
+        shown = lambda v: ", ".join(f"{a:.6g}" for a in v[:3]) + (" ..." if v.size > 3 else "")  # noqa: E731
+        return (0.0, 255.0), f"mean {shown(mean)}, std {shown(std)}: 0..255 units"
+    return None
+
+
 def from_model(model) -> InputConvention:
     """The convention read from the model: 0..255 when it starts with a Rescaling that maps 0..255 to a
-    unit-size range (also inside a nested model), else [0, 1]."""
+    unit-size range, or with a Normalization whose mean and variance are in 0..255 units (also inside a
+    nested model), else [0, 1]."""
     leading = leading_preprocessing(model)
     names = tuple(f"{type(layer).__name__} {layer.name!r}" for layer in leading)
     for layer in leading:
+        if type(layer).__name__ == "Normalization":
+            found = _normalization_range(layer)
+            if found is not None:
+                return InputConvention(found[0], source=f"read from the model's Normalization layer {layer.name!r}, "
+                                       f"{found[1]}", model_layers=names)
+            break
         if type(layer).__name__ == "Rescaling":
             found = _rescaling_range(layer)
             if found is not None:

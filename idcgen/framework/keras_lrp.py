@@ -16,6 +16,13 @@ layer, registered for the layer kinds it explains with `register` (docs/design.m
   splits it exactly by slices and padding takes none.
 - **pass-through** for elementwise activations and layers that are the identity at inference.
 - **gate** for ``Multiply``: the signal gets all of the relevance, the gate none (as LRP for LSTMs does).
+- **normalisation** for ``LayerNormalization`` (also RMS-scaled), ``RMSNormalization``, ``GroupNormalization``
+  and ``UnitNormalization``: the epsilon rule on the layer with its normalising factor (1/std, 1/rms,
+  1/norm) held constant; the centring stays, being linear (CP-LRP, Ali et al. 2022; AttnLRP, Achtibat et
+  al. 2024).
+- **attention** for ``MultiHeadAttention``: "cp" (default) holds the softmax attention weights constant, so
+  relevance flows along the value path only (CP-LRP); "attnlrp" also sends relevance through the softmax
+  and the query-key product (AttnLRP). Chosen per `Relevance` (``attention=``) or by ``ATTENTION_RULE``.
 
 Batch normalisation right after a linear layer (conv -> BN, as in ResNets and MobileNets) is folded into
 it: the pair is one affine map, explained at once. Mathematically this equals treating the BN as a layer
@@ -24,6 +31,8 @@ the separate division by that small output loses or inflates relevance, the fold
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -42,6 +51,12 @@ _OP_RULES: dict[str, "Rule"] = {}
 _LINEAR_WITH_KERNEL = (L.Dense, L.Conv1D, L.Conv2D, L.Conv3D, L.DepthwiseConv1D, L.DepthwiseConv2D,
                        L.SeparableConv1D, L.SeparableConv2D)
 _GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid", "hard_silu", "softmax")
+#: The attention rules: "cp" (CP-LRP: attention weights held constant) and "attnlrp" (AttnLRP: relevance
+#: also through the softmax and the query-key product). The default, unless a `Relevance` is given one;
+#: $IDCGEN_ATTENTION_RULE sets it for a whole run (the CLI). Chosen by the faithfulness measurement in
+#: docs/results.md, "Attention rules".
+ATTENTION_RULES = ("cp", "attnlrp")
+ATTENTION_RULE = os.environ.get("IDCGEN_ATTENTION_RULE", "cp")
 
 
 class Rule:
@@ -88,10 +103,18 @@ def supported() -> str:
 _EXACT_ACTIVATIONS = ("linear", "relu", "relu6", "leaky_relu", "elu", "ReLU", "LeakyReLU", "ELU", "PReLU")
 
 
+#: keras.ops activations recorded in a functional graph (``ops.gelu(x)``) -> their activation names
+_OP_ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu", "Elu": "elu", "Gelu": "gelu",
+                   "Silu": "silu", "HardSilu": "hard_silu", "Mish": "mish", "Sigmoid": "sigmoid",
+                   "HardSigmoid": "hard_sigmoid", "Tanh": "tanh", "Softplus": "softplus"}
+
+
 def _activation(layer) -> str:
     """The name of the activation a layer applies ("linear" for none)."""
     if isinstance(layer, (L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)):
         return type(layer).__name__
+    if not isinstance(layer, L.Layer) and type(layer).__name__ in _OP_ACTIVATIONS:
+        return _OP_ACTIVATIONS[type(layer).__name__]
     fn = getattr(layer, "activation", None)
     return "linear" if fn is None else getattr(fn, "__name__", str(fn))
 
@@ -111,9 +134,10 @@ def rule_label(layer, *, logits: bool = False, n_inputs: int = 2) -> str:
     return rule.label
 
 
-def rule_notes(steps, logits_step) -> list[str]:
+def rule_notes(steps, logits_step, attention: str | None = None) -> list[str]:
     """Notes for an analysis: the rule of each layer kind on the relevance path (``steps``), and a note per
-    approximation (a smooth activation taken as the identity, a gate given no relevance)."""
+    approximation (a smooth activation taken as the identity, a gate given no relevance), the attention
+    rule (``attention``, default ``ATTENTION_RULE``) if an attention layer is on the path."""
     kinds: dict[str, set] = {}
     approximated: dict[str, list] = {}
     for step in steps:
@@ -124,8 +148,21 @@ def rule_notes(steps, logits_step) -> list[str]:
     notes = ["LRP rules: " + "; ".join(f"{label} for {', '.join(sorted(k))}" for label, k in sorted(kinds.items()))]
     for how, names in approximated.items():
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        exact = "; exact for ReLU-like activations only" if "passed through" in how else ""
+        exact = ("; exact for ReLU-like activations only, and the identity rule CP-LRP and AttnLRP prescribe "
+                 "for element-wise activations" if "passed through" in how else "")
         notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
+    if any(isinstance(rule_of(s.layer), Normalisation) for s in steps):
+        notes.append("LRP through normalisation layers: the epsilon rule with the normalising statistics "
+                     "(1/std, 1/rms) held constant, the identity rule for the division (CP-LRP, AttnLRP)")
+    if any(len(s.output_shapes[0]) == 3 for s in steps):
+        notes.append("a neuron of a token layer (batch, tokens, dims) is one of its dims: its activation is the "
+                     "mean over tokens and its relevance the sum over tokens, as a channel's over positions")
+    if any(isinstance(rule_of(s.layer), Attention) for s in steps):
+        rule = ATTENTION_RULE if attention is None else attention
+        notes.append(f"LRP attention rule: {rule}: " + (
+            "attention weights held constant, relevance along the value path only (CP-LRP, Ali et al. 2022)"
+            if rule == "cp" else "relevance also through the softmax and the query-key product, uniform rule "
+            "for the products (AttnLRP, Achtibat et al. 2024)"))
     return notes
 
 
@@ -170,7 +207,7 @@ def gate_rule(step, graph, inputs, relevance):
 
 @register("InputLayer", "Activation", "ReLU", "LeakyReLU", "ELU", "PReLU", "Dropout", "SpatialDropout1D",
           "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
-          "ActivityRegularization")
+          "ActivityRegularization", ops=tuple(_OP_ACTIVATIONS))
 class PassThrough(Rule):
     """Elementwise or identity at inference: relevance passes unchanged."""
     label = "pass-through"
@@ -181,7 +218,8 @@ class PassThrough(Rule):
 
 
 @register("Flatten", "Reshape", "Permute", "Concatenate", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-          "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "RepeatVector", ops=("Reshape", "Concatenate"))
+          "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "RepeatVector",
+          ops=("Reshape", "Concatenate", "Transpose", "ExpandDims", "Squeeze"))
 class Routing(Rule):
     """Layers that move values without arithmetic: relevance goes back along the same paths."""
     label = "routing"
@@ -195,7 +233,8 @@ class Routing(Rule):
           "SeparableConv2D", "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D", "AveragePooling2D",
           "AveragePooling3D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
           "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D", "BatchNormalization", "Add",
-          "Subtract", "Average", "Maximum", "Minimum", "Rescaling", "Normalization", ops=("Add", "Subtract"))
+          "Subtract", "Average", "Maximum", "Minimum", "Rescaling", "Normalization", "LayerScale",
+          ops=("Add", "Subtract", "Mean"))
 class Epsilon(Rule):
     """Affine in the inputs once the activation is taken off (or max-pooling): the epsilon rule."""
     label = "epsilon"
@@ -226,6 +265,135 @@ class Upsampling(Rule):
         return (Routing() if nearest else Epsilon()).explain(step, inputs, relevance, lrp)
 
 
+def _axes(axis, rank: int) -> list[int]:
+    return sorted(a % rank for a in ([axis] if isinstance(axis, int) else axis))
+
+
+def _broadcast(weight, axes: list[int], shape) -> "tf.Tensor":
+    """A per-feature weight (over ``axes``) shaped to broadcast against a tensor of ``shape``."""
+    return tf.reshape(weight, [shape[a] if a in axes else 1 for a in range(len(shape))])
+
+
+def held_normalisation(layer, x):
+    """``layer(x)`` with its normalising factor (1/std, 1/rms, 1/norm) held constant (stop_gradient): a map
+    linear in ``x`` but for the offset beta, with the same value as the layer's output. The centring
+    ``x - mean(x)`` stays a function of ``x``: it is linear, and keeping it conserves relevance."""
+    kind, rank = type(layer).__name__, len(x.shape)
+    if kind == "UnitNormalization":
+        axes = _axes(layer.axis, rank)
+        return x * tf.stop_gradient(tf.math.rsqrt(tf.maximum(tf.reduce_sum(x * x, axes, keepdims=True), 1e-12)))
+    if kind == "RMSNormalization":
+        axes = _axes(layer.axis, rank)
+        y = x * tf.stop_gradient(tf.math.rsqrt(tf.reduce_mean(x * x, axes, keepdims=True) + layer.epsilon))
+        return y * tf.cast(layer.scale, x.dtype)   # the scale is shaped to broadcast over the last axes
+    if kind == "GroupNormalization":
+        shape, axis = tf.shape(x), layer.axis % rank
+        grouped_shape = [shape[a] for a in range(rank)]
+        grouped_shape[axis:axis + 1] = [layer.groups, x.shape[axis] // layer.groups]
+        g = tf.reshape(x, grouped_shape)
+        reduce = [a for a in range(1, rank + 1) if a != axis]   # all but the batch and the group axis
+        mean, var = tf.nn.moments(g, reduce, keepdims=True)
+        y = tf.reshape((g - mean) * tf.stop_gradient(tf.math.rsqrt(var + layer.epsilon)), shape)
+        if layer.scale:
+            y = y * _broadcast(layer.gamma, [axis], x.shape)
+        return y + _broadcast(layer.beta, [axis], x.shape) if layer.center else y
+    axes = _axes(layer.axis, rank)   # LayerNormalization
+    mean, var = tf.nn.moments(x, axes, keepdims=True)
+    inv = tf.stop_gradient(tf.math.rsqrt(var + layer.epsilon))
+    if layer.rms_scaling:   # Keras' RMS scaling: x / std, not centred, no offset
+        return x * inv * (_broadcast(layer.gamma, axes, x.shape) if layer.scale else 1.0)
+    y = (x - mean) * inv
+    if layer.scale:
+        y = y * _broadcast(layer.gamma, axes, x.shape)
+    return y + _broadcast(layer.beta, axes, x.shape) if layer.center else y
+
+
+@register("LayerNormalization", "RMSNormalization", "GroupNormalization", "UnitNormalization")
+class Normalisation(Rule):
+    """The epsilon rule on the layer with its normalising statistics held constant (`held_normalisation`):
+    the division by the standard deviation is a nonlinearity that the identity rule explains, as CP-LRP
+    (Ali et al. 2022) and AttnLRP (Achtibat et al. 2024) do for LayerNorm; what is left is affine."""
+    label = "normalisation"
+
+    def explain(self, step, inputs, relevance, lrp):
+        return epsilon_rule(lambda a: held_normalisation(step.layer, a[0]), inputs, relevance, lrp.eps)
+
+
+class _Slot:
+    """Stands for the step's i-th input tensor when reading which argument of a call it was."""
+    def __init__(self, index: int):
+        self.index = index
+
+
+def attention_roles(step) -> dict[str, int]:
+    """{"query", "value", "key"} -> index of the step input playing that part in a MultiHeadAttention call
+    (key defaults to value); a LayerError for masks, gates or other arguments LRP does not explain."""
+    node = step.node
+    args, kwargs = node.arguments.fill_in({id(t): _Slot(i) for i, t in enumerate(node.input_tensors)})
+    given = dict(zip(("query", "value", "key"), args), **kwargs)
+    extra = [k for k, v in given.items() if k not in ("query", "value", "key", "training")
+             and v not in (None, False)]
+    if extra or getattr(step.layer, "_use_gate", False):
+        raise LayerError(f"cannot propagate relevance through layer {step.name!r} (MultiHeadAttention): its "
+                         f"{', '.join(extra) or 'gate'} is not explained; only unmasked attention is")
+    roles = {k: given[k].index for k in ("query", "value") if isinstance(given.get(k), _Slot)}
+    roles["key"] = given["key"].index if isinstance(given.get("key"), _Slot) else roles["value"]
+    return roles
+
+
+def attention_parts(layer, query, value, key):
+    """The scaled query, the key and value projections and the attention weights A of a Keras
+    MultiHeadAttention call, computed with its own sub-layers and equations (no dropout, no mask)."""
+    q = layer._query_dense(query) * layer._inverse_sqrt_key_dim
+    k = layer._key_dense(key)
+    v = layer._value_dense(value)
+    weights = layer._softmax(tf.einsum(layer._dot_product_equation, k, q))
+    return q, k, v, weights
+
+
+def _uniform_product(equation, a, b, relevance, eps):
+    """AttnLRP's rule for a bilinear product ``einsum(equation, a, b)``: the epsilon rule over its sums, each
+    product term's share then split evenly between its two factors (half of the epsilon rule's a*grad)."""
+    ra, rb = epsilon_rule(lambda t: tf.einsum(equation, t[0], t[1]), [a, b], relevance, eps)
+    return ra / 2, rb / 2
+
+
+@register("MultiHeadAttention")
+class Attention(Rule):
+    """MultiHeadAttention: "cp" holds the attention weights constant, so the layer is linear in its value
+    input and the epsilon rule sends relevance along the value path only (CP-LRP, Ali et al. 2022);
+    "attnlrp" also explains the weights: the output product A.V and the query-key product by the uniform
+    rule, the softmax by ``R_s = s * (R_A - A * sum R_A)`` (AttnLRP, Achtibat et al. 2024, Prop. 3.1)."""
+    label = "attention"
+
+    def explain(self, step, inputs, relevance, lrp):
+        layer, roles = step.layer, attention_roles(step)
+        # copies per role: in self-attention one tensor is query, key and value, and each part needs its own
+        query, value, key = (tf.identity(inputs[roles[r]]) for r in ("query", "value", "key"))
+        out = [tf.zeros_like(a) for a in inputs]
+        if lrp.attention == "cp":
+            def held(t):
+                _, _, v, weights = attention_parts(layer, query, t[0], key)
+                return layer._output_dense(tf.einsum(layer._combine_equation, tf.stop_gradient(weights), v))
+            out[roles["value"]] += epsilon_rule(held, [value], relevance, lrp.eps)[0]
+            return out
+        q, k, v, weights = attention_parts(layer, query, value, key)
+        o = tf.einsum(layer._combine_equation, weights, v)
+        (r_o,) = epsilon_rule(lambda t: layer._output_dense(t[0]), [o], relevance, lrp.eps)
+        r_weights, r_v = _uniform_product(layer._combine_equation, weights, v, r_o, lrp.eps)
+        scores = tf.einsum(layer._dot_product_equation, k, q)
+        axes = list(layer._softmax.axis) if isinstance(layer._softmax.axis, (list, tuple)) else [layer._softmax.axis]
+        r_scores = scores * (r_weights - weights * tf.reduce_sum(r_weights, axes, keepdims=True))
+        r_k, r_q = _uniform_product(layer._dot_product_equation, k, q, r_scores, lrp.eps)
+        parts = {"value": epsilon_rule(lambda t: layer._value_dense(t[0]), [value], r_v, lrp.eps)[0],
+                 "query": epsilon_rule(lambda t: layer._query_dense(t[0]) * layer._inverse_sqrt_key_dim,
+                                       [query], r_q, lrp.eps)[0],
+                 "key": epsilon_rule(lambda t: layer._key_dense(t[0]), [key], r_k, lrp.eps)[0]}
+        for role, r in parts.items():
+            out[roles[role]] += r
+        return out
+
+
 def per_neuron(relevance):
     """(n, ..., C) relevance -> (n, C): a convolutional neuron (channel) sums its positions."""
     if len(relevance.shape) > 2:
@@ -243,9 +411,16 @@ class Relevance:
         Subject layer name; ``None`` propagates down to the input pixels.
     eps : float, default 1e-7
         The epsilon of LRP-epsilon; ``eps -> 0`` is LRP-0 (activation x gradient on ReLU networks).
+    attention : "cp", "attnlrp" or None
+        The rule for MultiHeadAttention layers (see `Attention`); None: ``ATTENTION_RULE``.
     """
 
-    def __init__(self, network, *, layer: str | None, eps: float = 1e-7, batch_size: int = 512):
+    def __init__(self, network, *, layer: str | None, eps: float = 1e-7, batch_size: int = 512,
+                 attention: str | None = None):
+        attention = ATTENTION_RULE if attention is None else attention
+        if attention not in ATTENTION_RULES:
+            raise InputError(f"the attention rule must be one of {', '.join(ATTENTION_RULES)}; got {attention!r}")
+        self.attention = attention
         self.network = network
         self.layer = layer
         self.eps = float(eps)
@@ -264,6 +439,8 @@ class Relevance:
                                      f"({step.kind}): idcgen's LRP has no rule for {step.kind}")
                 raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): idcgen's "
                                  f"LRP explains {supported()}; choose a subject layer after it (see `idcgen layers`)")
+            if isinstance(rule_of(step.layer), Attention):
+                attention_roles(step)   # refuses masks and gates now rather than at the first batch
             if len(step.outputs) != 1:
                 raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): it has "
                                  f"{len(step.outputs)} outputs")

@@ -369,10 +369,10 @@ class KerasNetwork(Network):
         step = self.step(name)
         return rule_label(step.layer, logits=step is self.logits_step, n_inputs=len(step.inputs))
 
-    def rule_notes(self, layer: str | None) -> list[str]:
+    def rule_notes(self, layer: str | None, *, attention: str | None = None) -> list[str]:
         from .keras_lrp import rule_notes
         if layer is not None:
-            return rule_notes(self.relevance(layer).steps, self.logits_step)
+            return rule_notes(self.relevance(layer, attention=attention).steps, self.logits_step, attention)
         last = self.graph.steps.index(self.logits_step)   # the whole model, layers without a rule included
         return rule_notes([s for s in self.graph.steps[:last + 1] if s.outputs[0] in self._hidden
                            or s is self.logits_step], self.logits_step)
@@ -547,9 +547,11 @@ class KerasNetwork(Network):
             runs.append(np.asarray(values[self.graph.output_key], np.float64))
         return np.stack(runs)
 
-    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
+    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None,
+                  attention: str | None = None):
+        """`keras_lrp.Relevance`; ``attention`` picks the MultiHeadAttention rule ("cp", "attnlrp")."""
         from .keras_lrp import Relevance
-        return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or 512)
+        return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or 512, attention=attention)
 
     def relevance_batch_size(self, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
         """Inputs per relevance batch: the forward values and their gradients (about three floats per value

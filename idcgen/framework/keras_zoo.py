@@ -180,3 +180,93 @@ def train(model: keras.Model, x, y, *, epochs: int = 10, batch_size: int = 256, 
     opt = keras.optimizers.Adadelta(learning_rate=1.0, rho=0.95) if optimizer == "adadelta" else optimizer
     model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model.fit(x, y, epochs=epochs, batch_size=batch_size, validation_data=validation, verbose=verbose)
+
+
+def vit_tiny(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0, *, patch: int = 4,
+             dim: int = 64, depth: int = 4, heads: int = 4, mlp_ratio: int = 2) -> keras.Model:
+    """A ViT-Tiny for 32x32 images (Dosovitskiy et al. 2021, scaled down): 4x4 patches embedded by a strided
+    convolution (``patch_embed``, 64 tokens of ``dim`` values), a conditional position encoding added to
+    them (``pos_conv``: a depthwise 3x3 convolution over the token grid, CPVT's PEG, Chu et al. 2023, so that
+    every layer is a built-in Keras layer and the file loads without custom objects), ``depth`` pre-norm
+    blocks (``block<i>_ln1`` -> ``block<i>_attn`` (MultiHeadAttention) -> ``block<i>_add1``; ``block<i>_ln2``
+    -> ``block<i>_mlp1`` (Dense, GELU) -> ``block<i>_mlp2`` -> ``block<i>_add2``), a final LayerNorm
+    (``final_ln``), the mean over tokens (``avg_pool``) and dense 10 + softmax.
+
+    A neuron of a token layer (batch, tokens, dims) is one of its ``dims`` units: activation averaged and
+    relevance summed over tokens, as a channel's over positions (docs/design.md, "Relevance")."""
+    L, init = keras.layers, _Init(random_state)
+    side = input_shape[0] // patch
+    inputs = keras.Input(input_shape, name="input")
+    x = L.Conv2D(dim, patch, strides=patch, name="patch_embed", **init())(inputs)
+    x = L.Add(name="pos_add")([x, L.DepthwiseConv2D(3, padding="same", name="pos_conv", **_depthwise(init))(x)])
+    x = L.Reshape((side * side, dim), name="tokens")(x)
+    for i in range(1, depth + 1):
+        y = L.LayerNormalization(epsilon=1e-6, name=f"block{i}_ln1")(x)
+        y = L.MultiHeadAttention(heads, dim // heads, name=f"block{i}_attn", **init())(y, y)
+        x = L.Add(name=f"block{i}_add1")([x, y])
+        y = L.LayerNormalization(epsilon=1e-6, name=f"block{i}_ln2")(x)
+        y = L.Dense(dim * mlp_ratio, activation="gelu", name=f"block{i}_mlp1", **init())(y)
+        y = L.Dense(dim, name=f"block{i}_mlp2", **init())(y)
+        x = L.Add(name=f"block{i}_add2")([x, y])
+    x = L.LayerNormalization(epsilon=1e-6, name="final_ln")(x)
+    x = L.GlobalAveragePooling1D(name="avg_pool")(x)
+    return _head(inputs, x, n_classes, "vit_tiny", init)
+
+
+def _depthwise(init: _Init) -> dict:
+    """A depthwise kernel initialiser seeded like `_Init`'s (Keras names it ``depthwise_initializer``)."""
+    kw = init()
+    return {"depthwise_initializer": kw["kernel_initializer"]} if kw else {}
+
+
+def convnext_block(x, dim: int, name: str, init: _Init, layer_scale: float = 1e-6):
+    """ConvNeXt's block (Liu et al. 2022): depthwise 7x7 -> LayerNorm -> Dense 4x (GELU) -> Dense -> layer
+    scale -> + input. The layer scale (a learned per-channel factor) is a bias-free 1x1 depthwise
+    convolution: the same arithmetic as keras.applications' LayerScale, with built-in layers only."""
+    L = keras.layers
+    y = L.DepthwiseConv2D(7, padding="same", name=f"{name}_dwconv", **_depthwise(init))(x)
+    y = L.LayerNormalization(epsilon=1e-6, name=f"{name}_ln")(y)
+    y = L.Dense(4 * dim, activation="gelu", name=f"{name}_pw1", **init())(y)
+    y = L.Dense(dim, name=f"{name}_pw2", **init())(y)
+    y = L.DepthwiseConv2D(1, use_bias=False, name=f"{name}_scale",
+                          depthwise_initializer=keras.initializers.Constant(layer_scale))(y)
+    return L.Add(name=f"{name}_add")([x, y])
+
+
+def convnext_micro(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0, *,
+                   dims: tuple = (32, 64, 128), depths: tuple = (1, 1, 2)) -> keras.Model:
+    """A small ConvNeXt for 32x32 images: a 2x2 stride-2 stem with LayerNorm (16x16), three stages of
+    `convnext_block` (``stage<s>_block<b>_*``) with ``dims`` channels, each later stage entered through
+    LayerNorm and a 2x2 stride-2 convolution (``stage<s>_down_*``); global average pooling, LayerNorm
+    (``head_ln``) and dense 10 + softmax. Layer scale starts at 1e-6 as in the paper."""
+    L, init = keras.layers, _Init(random_state)
+    inputs = keras.Input(input_shape, name="input")
+    x = L.Conv2D(dims[0], 2, strides=2, name="stem_conv", **init())(inputs)
+    x = L.LayerNormalization(epsilon=1e-6, name="stem_ln")(x)
+    for s, (dim, depth) in enumerate(zip(dims, depths), 1):
+        if s > 1:
+            x = L.LayerNormalization(epsilon=1e-6, name=f"stage{s}_down_ln")(x)
+            x = L.Conv2D(dim, 2, strides=2, name=f"stage{s}_down_conv", **init())(x)
+        for b in range(1, depth + 1):
+            x = convnext_block(x, dim, f"stage{s}_block{b}", init)
+    x = L.GlobalAveragePooling2D(name="avg_pool")(x)
+    x = L.LayerNormalization(epsilon=1e-6, name="head_ln")(x)
+    return _head(inputs, x, n_classes, "convnext_micro", init)
+
+
+def efficientnet_b0(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0) -> keras.Model:
+    """keras.applications' EfficientNet-B0 (swish, squeeze-excitation gates), weights=None. It starts with
+    Rescaling(1/255) and ImageNet normalisation: it takes 0..255 images. ``random_state`` is unused (seed
+    Keras' generator before building)."""
+    return keras.applications.EfficientNetB0(weights=None, input_shape=input_shape, classes=n_classes)
+
+
+def mobilenet_v3_small(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0) -> keras.Model:
+    """keras.applications' MobileNetV3-Small (hard swish, squeeze-excitation gates), weights=None; it starts
+    with Rescaling(1/127.5, offset -1): it takes 0..255 images. ``random_state`` is unused."""
+    return keras.applications.MobileNetV3Small(weights=None, input_shape=input_shape, classes=n_classes)
+
+
+#: CIFAR-10 transformers and modern CNNs (recipes/train_transformers.py)
+TRANSFORMER_MODELS = {"vit_tiny": vit_tiny, "convnext_micro": convnext_micro, "efficientnet_b0": efficientnet_b0,
+                      "mobilenet_v3_small": mobilenet_v3_small}
