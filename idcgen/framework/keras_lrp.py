@@ -40,6 +40,7 @@ import keras
 import tensorflow as tf
 
 from ..errors import InputError, LayerError
+from . import BatchedRelevance
 from .keras_graph import TRACE_LOCK, neuron_activations
 
 L = keras.layers
@@ -401,7 +402,7 @@ def per_neuron(relevance):
     return relevance
 
 
-class Relevance:
+class Relevance(BatchedRelevance):
     """Relevance of a subject layer's neurons (or of the input pixels), from one logit per input.
 
     Parameters
@@ -509,27 +510,3 @@ class Relevance:
         """One batch as numpy: per-neuron relevance (n, neurons), activations (n, neurons) or None, logits."""
         r, a, z = self.raw(x, target)
         return per_neuron(r).numpy(), neuron_activations(a).numpy() if activations else None, z.numpy()
-
-    def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
-        """Unaggregated relevance (the subject layer's or the input's shape) as numpy, batched."""
-        if len(x) == 0:
-            return np.zeros_like(x)
-        return np.concatenate([self.raw(x[i:i + self.batch_size],
-                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
-                               for i in range(0, len(x), self.batch_size)])
-
-    def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
-        """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched.
-
-        A convolutional neuron is a channel: relevance summed and activation averaged over positions.
-        """
-        rel, act, logits = [], [], []
-        for start in range(0, len(x), self.batch_size):
-            stop = start + self.batch_size
-            r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
-            rel.append(r)
-            act.append(a)
-            logits.append(z)
-            if progress is not None:
-                progress.update(min(self.batch_size, len(x) - start))
-        return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -317,8 +318,15 @@ class TorchNetwork(Network):
         return digest.hexdigest()
 
     # ---- relevance and gradients ----------------------------------------------------------------
-    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
-        return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or self.relevance_batch_size())
+    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None,
+                  attention: str | None = None):
+        """`torch_lrp.Relevance`. Attention takes CP-LRP's rule (its weights held constant); AttnLRP's rule,
+        an option on Keras models (``attention="attnlrp"``, IDCGEN_ATTENTION_RULE), is not implemented here."""
+        rel = Relevance(self, layer=layer, eps=eps, batch_size=batch_size or self.relevance_batch_size())
+        chosen = attention or os.environ.get("IDCGEN_ATTENTION_RULE") or "cp"
+        if chosen != "cp" and any(rule_of(step, self.graph) == "attention" for step in rel.steps):
+            raise LayerError(f"attention rule {chosen!r}: PyTorch models take CP-LRP's rule only ('cp')")
+        return rel
 
     def relevance_batch_size(self, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
         floats = sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
