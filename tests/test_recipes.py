@@ -373,7 +373,8 @@ def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
     run_recipe(module, ["--dataset", "udacity", "--epochs", "1", "--limit", "32"], monkeypatch)
     row = read_csv(outputs / "train_models" / "mse_udacity.csv")[0]
     assert row["model"] == "dave2" and float(row["test MSE"]) >= 0 and row["train frames"] == "32"
-    assert row["calibration"] == "a=0.875, b=-0.0077" and "gain and bias" in row["input"]
+    assert row["calibration"] == "a=0.907, b=-0.0058" and "gain and bias, shifts <= 8 px" in row["input"]
+    assert row["epochs"] == "1" and row["loss"] == "huber 0.1"
     assert (outputs / "models" / "dave2_udacity.keras").exists()
 
 
