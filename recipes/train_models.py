@@ -13,10 +13,11 @@ Writes ``outputs/models/<name>.keras`` and ``outputs/train_models/accuracy[_<dat
 (CIFAR-10 also ``history_cifar10.csv``, accuracy per epoch).
 Udacity: Dave-2 (idcgen.framework.keras_zoo.dave2) on the real steering angles of the 5,614 frames, split by time into blocks:
 tested on blocks 2 and 7 of 10 (1,122 frames), trained on the rest but 20 frames on each side of a test
-block (4,412; recipes/udacity_data.py); MSE loss, Adam lr 1e-4 with weight averaging, batch 32, flips and
-random gain and bias, dave2's output calibrated (UDACITY_SETTINGS, chosen by blocked cross-validation inside
-the training blocks: recipes/udacity_validate.py --cv); writes ``mse_udacity.{md,csv}`` with test MSE, RMSE and correlation beside the
-training mean's MSE.
+block (4,412; recipes/udacity_data.py); Huber loss, Adam lr 1e-4 with weight averaging, batch 32, flips,
+random gain and bias, sideways shifts with an angle correction, 4.43 epochs, dave2's output calibrated
+(UDACITY_SETTINGS, chosen by blocked cross-validation inside the training blocks: recipes/udacity_validate.py
+--cv; about 2 minutes per model on 2 shared cores); writes ``mse_udacity.{md,csv}`` with test MSE, RMSE and
+correlation beside the training mean's MSE, ``history_udacity.{md,csv}`` per epoch.
 """
 
 from __future__ import annotations
