@@ -101,8 +101,8 @@ def train_udacity(name: str, *, epochs: float | None = None, batch_size: int | N
             loss = fit_epoch(model, x_train, y_train, rng, settings, fraction)
         seconds += t.seconds
         found = steering_scores(model.predict(x_test, batch_size=256, verbose=0)[:, 0], y_test, baseline)
-        history.append({"epoch": round(epoch - 1 + fraction, 2), "train loss": round(loss, 4), **found,
-                        "epoch seconds": round(t.seconds, 1)})
+        history.append({"epoch": epoch if fraction == 1 else round(epoch - 1 + fraction, 2),
+                        "train loss": round(loss, 4), **found, "epoch seconds": round(t.seconds, 1)})
         print(f"{name} epoch {history[-1]['epoch']}/{total}: train loss {history[-1]['train loss']}, test MSE "
               f"{found['test MSE']} ({found['x training mean']} x the training mean's), correlation "
               f"{found['correlation']} ({t.seconds:.0f} s)", flush=True)
@@ -208,7 +208,8 @@ def main(argv=None):
                              "with --dataset udacity")
     parser.add_argument("--dataset", default="mnist", choices=DATASETS + ("udacity",))
     parser.add_argument("--epochs", type=float, default=None,
-                        help="default 10 (MNIST), CIFAR10_SETTINGS (cifar10), UDACITY_SETTINGS (udacity; may be fractional)")
+                        help="default 10 (MNIST), CIFAR10_SETTINGS (cifar10), UDACITY_SETTINGS (udacity, where a "
+                             "fraction of an epoch is allowed)")
     cifar = parser.add_argument_group("cifar10 and udacity (defaults: CIFAR10_SETTINGS, UDACITY_SETTINGS; --optimizer/--no-augment cifar10 only)")
     cifar.add_argument("--optimizer", choices=("adam", "rmsprop"), default=None)
     cifar.add_argument("--lr", type=float, default=None)
