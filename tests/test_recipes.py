@@ -373,7 +373,8 @@ def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
     run_recipe(module, ["--dataset", "udacity", "--epochs", "1", "--limit", "32"], monkeypatch)
     row = read_csv(outputs / "train_models" / "mse_udacity.csv")[0]
     assert row["model"] == "dave2" and float(row["test MSE"]) >= 0 and row["train frames"] == "32"
-    assert row["calibration"] == "a=0.875, b=-0.0077" and "gain and bias" in row["input"]
+    assert row["calibration"] == "a=0.907, b=-0.0058" and "gain and bias, shifts <= 8 px" in row["input"]
+    assert row["epochs"] == "1" and row["loss"] == "huber 0.1"
     assert (outputs / "models" / "dave2_udacity.keras").exists()
 
 
@@ -396,6 +397,20 @@ def test_udacity_validation_folds_calibration_and_photometric(recipe):
     out = validate.photometric(np.repeat(x, 50, 0), rng)
     assert out.min() >= 0 and out.max() <= 1 and out.dtype == np.float32
     assert np.all(np.abs(out[:, ..., 1] - 0.5) <= 0.5 * 0.2 + 0.1 + 1e-6)   # gain in [0.8, 1.2], bias in [-0.1, 0.1]
+
+
+def test_udacity_shift_moves_frames_and_corrects_the_angle(recipe):
+    validate = recipe("udacity_validate")
+    x = np.tile(np.arange(6, dtype=np.float32)[None, None, :, None], (40, 2, 1, 1))   # column index as value
+    y = np.zeros(40)
+    out, ys = validate.shift(x, y, np.random.default_rng(0), limit=2, per_px=0.1)
+    dx = np.rint(-ys / 0.1).astype(int)        # scenery moved right by dx px -> steer right by 0.1 rad per px
+    assert set(dx) <= {-2, -1, 0, 1, 2} and len(set(dx)) > 1
+    for frame, d in zip(out, dx):
+        assert frame[0, :, 0].tolist() == np.clip(np.arange(6) - d, 0, 5).tolist()   # edge column repeated
+    xs, ys = validate.augment(x, y + 0.3, np.random.default_rng(0), {})      # flips only
+    flipped = xs[:, 0, 0, 0] == 5
+    assert np.allclose(ys[flipped], -0.3) and np.allclose(ys[~flipped], 0.3) and 0 < flipped.sum() < 40
 
 
 def test_udacity_label_check_tells_a_drive_from_noise(recipe):
