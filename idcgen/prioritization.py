@@ -58,8 +58,8 @@ SOFTMAX = ("gini", "max-softmax", "margin", "entropy")
 SURPRISE = ("lsa", "dsa", "mdsa")
 #: the orderings that need no criterion name; ``orderings()`` adds <criterion>-total and -additional
 ORDERINGS = SOFTMAX + SURPRISE + ("mc-dropout", "idc-rarity", "idc-additional", "random")
-#: orderings a regression model cannot take: they need class probabilities (or, DSA, two classes)
-CLASSIFICATION_ONLY = SOFTMAX + ("dsa",)
+#: orderings a regression model cannot take: they need class probabilities (or, DSA and DSC, two classes)
+CLASSIFICATION_ONLY = SOFTMAX + ("dsa", "dsc-total", "dsc-additional")
 #: the share of the ranking the evaluation looks at first, in percent
 FIRST = (1, 5, 10)
 NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc")
@@ -79,9 +79,9 @@ def check_ordering(by, task: str = "classification") -> str:
         raise ParameterError(f"The 'by' parameter must be one of {', '.join(known)}. Got {by!r} instead.")
     by = by.strip().lower()
     if task == "regression" and by in CLASSIFICATION_ONLY:
-        why = "needs two classes" if by == "dsa" else "needs class probabilities"
+        why = "needs two classes" if by.startswith("ds") else "needs class probabilities"
         raise ParameterError(f"by={by!r} {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
-                             "idc-rarity, idc-additional or a <criterion>-total/-additional ordering")
+                             "idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)")
     return by
 
 

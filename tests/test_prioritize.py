@@ -189,7 +189,7 @@ def test_mc_dropout_is_refused_for_a_model_without_dropout(frames):
         prioritize(steering(dropout=False), x, by="mc-dropout")
 
 
-@pytest.mark.parametrize("by", ["gini", "max-softmax", "margin", "entropy", "dsa"])
+@pytest.mark.parametrize("by", ["gini", "max-softmax", "margin", "entropy", "dsa", "dsc-total", "dsc-additional"])
 def test_classification_orderings_are_refused_for_a_regression_model(frames, by):
     x_train, x = frames
     with pytest.raises(ParameterError, match=f"by='{by}' needs .* and this is a regression model: use lsa"):
@@ -241,7 +241,7 @@ def test_cli_names_the_files_of_a_folder_and_refuses_in_one_line(tmp_path, frame
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         "error: --by gini needs class probabilities and this is a regression model: use lsa, mdsa, mc-dropout, "
-        "random, idc-rarity, idc-additional or a <criterion>-total/-additional ordering"]
+        "random, idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)"]
     result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "steer.keras"), "--inputs", str(folder),
                                  "--by", "nope", "--out", str(out)])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
