@@ -60,6 +60,7 @@ def test_twins_measured_with_preprocessing_give_equal_input_relevance():
         assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max()
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")   # torch's own pytree deprecation inside run_decompositions
 def test_a_decomposed_program_gives_the_same_layers_and_relevance(tmp_path):
     """torch.export's decomposed programs (as deployment tools save them) compute linear layers as addmm with
     a transposed weight, max pooling and batch norm as tuple-valued operations: the same relevance."""
