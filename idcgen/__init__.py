@@ -1,4 +1,4 @@
-"""idcgen: coverage-guided test-input generation for Keras classifiers, built on Importance-Driven
+"""idcgen: coverage-guided test-input generation for Keras and PyTorch classifiers, built on Importance-Driven
 Coverage (DeepImportance, ICSE 2020).
 
     import idcgen
@@ -7,8 +7,8 @@ Coverage (DeepImportance, ICSE 2020).
     analysis = idcgen.analyze(model, train.x, train.y, m=8)
     analysis.coverage(idcgen.load_inputs("mnist:test").x)   # CoverageResult(score=..., covered=..., total=...)
 
-TensorFlow is imported only by the framework package (idcgen/framework), when a model is loaded or
-wrapped, so the numpy-only parts, analyses and campaigns load without it.
+TensorFlow (or PyTorch) is imported only by the framework package (idcgen/framework), when a model is
+loaded or wrapped, so the numpy-only parts, analyses and campaigns load without it.
 """
 
 import os
