@@ -212,10 +212,16 @@ def is_framework(name: str) -> bool:
     return name.split(".")[0] in FRAMEWORKS
 
 
+#: modules of the framework package that import no framework (scanned like any other module)
+FRAMEWORK_FREE = (FRAMEWORK + ".common",)
+
+
 def is_implementation(name: str) -> bool:
-    """A module of the framework package that imports a framework: everything in it but its __init__ (a
-    name imported from the package itself, ``from idcgen.framework import Network``, is no module)."""
-    return name.startswith(FRAMEWORK + ".") and (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file()
+    """A module of the framework package that imports a framework: everything in it but its __init__ and its
+    framework-free ``common`` (a name imported from the package itself, ``from idcgen.framework import
+    Network``, is no module)."""
+    return (name.startswith(FRAMEWORK + ".") and name not in FRAMEWORK_FREE
+            and (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file())
 
 
 def test_the_module_level_finder_sees_imports_in_blocks_and_classes_but_not_functions():

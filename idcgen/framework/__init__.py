@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..convention import InputConvention, resolve
+from .common import is_factory
 from ..errors import ModelError
 
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
@@ -42,36 +43,6 @@ class LayerInfo:
     type: str
     output_shape: tuple
     neurons: int
-
-
-class BatchedRelevance:
-    """What every implementation's relevance pass shares: ``raw(x, target)`` (framework tensors with
-    ``.numpy()``) and ``batch(x, target)`` (numpy, one batch) come from the implementation; this runs them
-    over any number of inputs, ``batch_size`` at a time."""
-
-    batch_size: int
-
-    def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
-        """Unaggregated relevance (the subject layer's shape, or the input's in image layout), batched."""
-        if len(x) == 0:
-            return np.zeros_like(x)
-        return np.concatenate([self.raw(x[i:i + self.batch_size],
-                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
-                               for i in range(0, len(x), self.batch_size)])
-
-    def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
-        """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched: a
-        convolutional neuron (channel) sums its relevance and averages its activation over positions."""
-        rel, act, logits = [], [], []
-        for start in range(0, len(x), self.batch_size):
-            stop = start + self.batch_size
-            r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
-            rel.append(r)
-            act.append(a)
-            logits.append(z)
-            if progress is not None:
-                progress.update(min(self.batch_size, len(x) - start))
-        return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
 
 
 class _Dispatching(abc.ABCMeta):
@@ -288,13 +259,6 @@ def _framework_of(model) -> str:
             return "torch"
     raise ModelError(f"idcgen cannot run a {type(model).__module__}.{type(model).__name__}: expected a Keras "
                      "model, a torch.nn.Module (or a Network)")
-
-
-def is_factory(path) -> bool:
-    """Whether ``path`` names a Python factory ``package.module:make_model`` (a PyTorch model) and no file."""
-    import re
-    text = str(path)
-    return bool(re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text)) and not Path(text).exists()
 
 
 def framework_of_path(path) -> str:

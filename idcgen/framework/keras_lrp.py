@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from ..errors import InputError, LayerError
-from . import BatchedRelevance
+from .common import BatchedRelevance
 from .keras_graph import TRACE_LOCK, neuron_activations
 
 L = keras.layers

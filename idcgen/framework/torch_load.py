@@ -25,7 +25,7 @@ import torch  # noqa: E402
 logging.getLogger("torch._export").setLevel(logging.ERROR)
 
 from ..errors import ModelError  # noqa: E402
-from . import is_factory  # noqa: E402
+from .common import is_factory  # noqa: E402
 
 _EXTRA = "idcgen.json"
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, LayerError
-from . import BatchedRelevance
+from .common import BatchedRelevance
 from .torch_graph import PREPROCESS, Layer, neuron_values, op_name
 
 _WEIGHTED = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "linear", "addmm",

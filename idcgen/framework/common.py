@@ -1,0 +1,46 @@
+"""Framework-free pieces the implementations share: the batching of a relevance pass and the spelling of a
+model factory. Kept apart from the package's ``__init__`` so that the implementation modules import them
+without importing the package that dispatches to them (no import cycle)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+
+def is_factory(path) -> bool:
+    """Whether ``path`` names a Python factory ``package.module:make_model`` (a PyTorch model) and no file."""
+    text = str(path)
+    return bool(re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text)) and not Path(text).exists()
+
+
+class BatchedRelevance:
+    """What every implementation's relevance pass shares: ``raw(x, target)`` (framework tensors with
+    ``.numpy()``) and ``batch(x, target)`` (numpy, one batch) come from the implementation; this runs them
+    over any number of inputs, ``batch_size`` at a time."""
+
+    batch_size: int
+
+    def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
+        """Unaggregated relevance (the subject layer's shape, or the input's in image layout), batched."""
+        if len(x) == 0:
+            return np.zeros_like(x)
+        return np.concatenate([self.raw(x[i:i + self.batch_size],
+                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
+                               for i in range(0, len(x), self.batch_size)])
+
+    def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
+        """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched: a
+        convolutional neuron (channel) sums its relevance and averages its activation over positions."""
+        rel, act, logits = [], [], []
+        for start in range(0, len(x), self.batch_size):
+            stop = start + self.batch_size
+            r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
+            rel.append(r)
+            act.append(a)
+            logits.append(z)
+            if progress is not None:
+                progress.update(min(self.batch_size, len(x) - start))
+        return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
