@@ -271,9 +271,14 @@ def retrain_all(name: str, x_train, y_train, x_test, y_test, *, epochs: int, lr:
     return {"model": name, "random_state": random_state, "rows": rows}
 
 
-def _done(part: str, name: str):
+def _once(part: str, name: str, compute):
+    """The saved result of ``part`` for ``name``, else ``compute()`` saved (the recipe resumes)."""
     path = OUTPUTS / RECIPE / f"{part}_{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if path.exists():
+        return json.loads(path.read_text())
+    result = compute()
+    save_json(path, result)
+    return result
 
 
 def main(argv=None):
@@ -301,39 +306,24 @@ def main(argv=None):
     for name in args.models:
         network = Network(load_model(name, "udacity"))
         if "sweep" in args.parts:
-            result = _done("sweep", name)
-            if result is None:
-                result = sweep(name, network, x_test, y_test, lambdas, args.random_state)
-                save_json(OUTPUTS / RECIPE / f"sweep_{name}.json", result)
-            sweeps.append(result)
+            sweeps.append(_once("sweep", name, lambda: sweep(name, network, x_test, y_test, lambdas,
+                                                             args.random_state)))
         if "guided" in args.parts and name in args.guided_models:
             for state in states:
-                key = f"{name}_b{args.budget}_s{args.seeds}_rs{state}"
-                result = _done("guided", key)
-                if result is None:
-                    result = guided(name, network, x_train, y_train, x_test, y_test, budget=args.budget,
-                                    n_seeds=args.seeds, random_state=state)
-                    save_json(OUTPUTS / RECIPE / f"guided_{key}.json", result)
-                guides.append(result)
+                guides.append(_once("guided", f"{name}_b{args.budget}_s{args.seeds}_rs{state}", lambda: guided(
+                    name, network, x_train, y_train, x_test, y_test, budget=args.budget, n_seeds=args.seeds,
+                    random_state=state)))
         if "retrain" in args.parts and name in args.guided_models:
             for state in states:
                 key = f"{name}_b{args.retrain_budget}_s{args.retrain_seeds}_e{args.retrain_epochs}_rs{state}"
-                result = _done("retrain", key)
-                if result is None:
-                    result = retrain(name, x_train, y_train, x_test, y_test, budget=args.retrain_budget,
-                                     n_seeds=args.retrain_seeds, epochs=args.retrain_epochs, lr=args.retrain_lr,
-                                     random_state=state)
-                    save_json(OUTPUTS / RECIPE / f"retrain_{key}.json", result)
-                retrains.append(result)
+                retrains.append(_once("retrain", key, lambda: retrain(
+                    name, x_train, y_train, x_test, y_test, budget=args.retrain_budget, n_seeds=args.retrain_seeds,
+                    epochs=args.retrain_epochs, lr=args.retrain_lr, random_state=state)))
         if "retrain-all" in args.parts and name in args.guided_models:
             for state in states:
-                key = f"{name}_e{args.retrain_epochs}_rs{state}"
-                result = _done("retrain_all", key)
-                if result is None:
-                    result = retrain_all(name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs,
-                                         lr=args.retrain_lr, random_state=state)
-                    save_json(OUTPUTS / RECIPE / f"retrain_all_{key}.json", result)
-                retrains_all.append(result)
+                retrains_all.append(_once("retrain_all", f"{name}_e{args.retrain_epochs}_rs{state}", lambda: retrain_all(
+                    name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs, lr=args.retrain_lr,
+                    random_state=state)))
     folder = OUTPUTS / RECIPE
     if sweeps:
         write_sweep_tables(folder, sweeps)
