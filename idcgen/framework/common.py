@@ -44,3 +44,22 @@ class BatchedRelevance:
             if progress is not None:
                 progress.update(min(self.batch_size, len(x) - start))
         return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
+
+
+def rule_label_notes(entries) -> list[str]:
+    """Analysis notes from ``(layer name, layer kind, rule label)`` per layer on the relevance path: the rule
+    of each kind, and a note per approximation a label names in parentheses ("gelu passed through
+    unchanged")."""
+    kinds: dict[str, set] = {}
+    approximated: dict[str, list] = {}
+    for name, kind, label in entries:
+        kinds.setdefault(label.split(" (")[0], set()).add(kind)
+        if "(" in label:
+            approximated.setdefault(label.split(" (", 1)[1].rstrip(")"), []).append(name)
+    notes = ["LRP rules: " + "; ".join(f"{label} for {', '.join(sorted(k))}" for label, k in sorted(kinds.items()))]
+    for how, names in approximated.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        exact = ("; exact for ReLU-like activations only, and the identity rule CP-LRP and AttnLRP prescribe "
+                 "for element-wise activations" if "passed through" in how else "")
+        notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
+    return notes

@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from ..errors import InputError, LayerError
-from .common import BatchedRelevance
+from .common import BatchedRelevance, rule_label_notes
 from .keras_graph import TRACE_LOCK, neuron_activations
 
 L = keras.layers
@@ -139,19 +139,8 @@ def rule_notes(steps, logits_step, attention: str | None = None) -> list[str]:
     """Notes for an analysis: the rule of each layer kind on the relevance path (``steps``), and a note per
     approximation (a smooth activation taken as the identity, a gate given no relevance), the attention
     rule (``attention``, default ``ATTENTION_RULE``) if an attention layer is on the path."""
-    kinds: dict[str, set] = {}
-    approximated: dict[str, list] = {}
-    for step in steps:
-        label = rule_label(step.layer, logits=step is logits_step, n_inputs=len(step.inputs))
-        kinds.setdefault(label.split(" (")[0], set()).add(step.kind)
-        if "(" in label:
-            approximated.setdefault(label.split(" (", 1)[1].rstrip(")"), []).append(step.name)
-    notes = ["LRP rules: " + "; ".join(f"{label} for {', '.join(sorted(k))}" for label, k in sorted(kinds.items()))]
-    for how, names in approximated.items():
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        exact = ("; exact for ReLU-like activations only, and the identity rule CP-LRP and AttnLRP prescribe "
-                 "for element-wise activations" if "passed through" in how else "")
-        notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
+    notes = rule_label_notes((step.name, step.kind, rule_label(step.layer, logits=step is logits_step,
+                                                                n_inputs=len(step.inputs))) for step in steps)
     if any(isinstance(rule_of(s.layer), Normalisation) for s in steps):
         notes.append("LRP through normalisation layers: the epsilon rule with the normalising statistics "
                      "(1/std, 1/rms) held constant, the identity rule for the division (CP-LRP, AttnLRP)")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, LayerError
-from .common import BatchedRelevance
+from .common import BatchedRelevance, rule_label_notes
 from .torch_graph import PREPROCESS, Layer, neuron_values, op_name
 
 _WEIGHTED = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "linear", "addmm",
@@ -214,19 +214,7 @@ def rule_label(layer: Layer, graph) -> str:
 
 def rule_notes(layers, graph) -> list[str]:
     """The rule of each operation kind on the relevance path, and each approximation made."""
-    kinds: dict[str, set] = {}
-    approximated: dict[str, list] = {}
-    for layer in layers:
-        label = rule_label(layer, graph)
-        kinds.setdefault(label.split(" (")[0], set()).add(layer.op)
-        if "(" in label:
-            approximated.setdefault(label.split(" (", 1)[1].rstrip(")"), []).append(layer.name)
-    notes = ["LRP rules: " + "; ".join(f"{label} for {', '.join(sorted(k))}" for label, k in sorted(kinds.items()))]
-    for how, names in approximated.items():
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        exact = "; exact for ReLU-like activations only" if "passed through" in how else ""
-        notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
-    return notes
+    return rule_label_notes((layer.name, layer.op, rule_label(layer, graph)) for layer in layers)
 
 
 class Relevance(BatchedRelevance):
