@@ -7,7 +7,9 @@ Counting findings rewards a generator that lands on the same failure again and a
 idcgen's method, stated:
 
 1. Features: the activations of the model's last hidden layer before the logits (its penultimate layer,
-   the usual stand-in for a pre-trained feature extractor), one row per failing input.
+   the usual stand-in for a pre-trained feature extractor), one row per failing input. Any model can serve
+   as the extractor (``failure_features(other, x)``, ``campaign_faults(campaign, other)``): a second model
+   of the same task gives faults independent of the model under test.
 2. Reduction: each feature standardised over the failing inputs (constant ones dropped), then PCA to
    ``dims`` components (scikit-learn, seeded), in place of UMAP, which idcgen does not depend on.
 3. Clusters: the failing inputs of each (true, predicted) pair are clustered apart (a regression model
@@ -141,11 +143,13 @@ def failure_features(network, x, *, layer: str | None = None) -> np.ndarray:
     return acts
 
 
-def campaign_faults(campaign) -> Faults | None:
+def campaign_faults(campaign, network=None) -> Faults | None:
     """The distinct faults among a campaign's findings (None without findings or without a model bound to
-    its analysis)."""
+    its analysis). ``network``: take the features from this model instead of the model under test, e.g. a
+    second model trained on the same data: faults that do not depend on the tested model's own feature
+    space (which, at its penultimate layer, is also where IDC partitions by default)."""
     found = campaign.findings()
-    network = getattr(campaign.analysis, "network", None)
+    network = getattr(campaign.analysis, "network", None) if network is None else network
     if not found or network is None or "x" not in found:
         return None
     features = failure_features(network, found["x"])

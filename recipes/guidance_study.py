@@ -50,7 +50,8 @@ from guidance import GUIDES, Study, default_mutators, write_json
 NOISE = "gauss,random_pixels,noise"
 PGD = "pgd(eps=0.15, eps_iter=0.02, nb_iter=10)"
 ARMS = GUIDES + ("noise", "pgd")
-METRICS = ("faults_per_1k_calls", "findings_per_1k_calls", "pairs", "validity_%", "mean_ssim")
+METRICS = ("faults_per_1k_calls", "independent_faults_per_1k_calls", "findings_per_1k_calls", "pairs",
+           "validity_%", "mean_ssim")
 
 
 def call_cost(spec: str) -> int:
@@ -128,6 +129,7 @@ class GuidanceStudy(Study):
         n = len(f.get("id", ()))
         used = run_calls(campaign)
         features = failure_features(self.network, f["x"]) if n else np.zeros((0, 1), np.float32)
+        independent = self.independent_features(f, n)
         labels = f["label"] if n else np.zeros(0, np.int64)
         predictions = f["prediction"] if n else np.zeros(0, np.int64)
         valid = (self.validator.predict(f["x"].reshape(self.model_shape)) == labels) if n else np.zeros(0, bool)
@@ -144,32 +146,69 @@ class GuidanceStudy(Study):
                "retrain_n": int(len(take)), "kept": int((campaign.corpus.parent >= 0).sum())}
         row.update({f"acc {name}": value for name, value in robust.items()})
         row["seconds"] = round(time.perf_counter() - started, 1)
-        return row, {"features": features, "label": labels, "prediction": predictions}
+        return row, {"features": features, "validator_features": independent, "label": labels,
+                     "prediction": predictions}
+
+    def independent_features(self, findings: dict, n: int) -> np.ndarray:
+        """The findings' features in the validator's penultimate layer: a fault extractor independent of the
+        model under test (whose penultimate layer is also IDC's subject layer on the LeNets)."""
+        from idcgen.faults import failure_features
+        if not n:
+            return np.zeros((0, 1), np.float32)
+        return failure_features(self.validator, findings["x"].reshape(self.model_shape))
+
+    def replay_features(self, arm: str, r: int, calls: int | None, saved: dict, arrays: dict) -> np.ndarray:
+        """A run made before the independent extractor existed: run its campaign again (same random state,
+        so the same findings; checked against the saved labels and predictions) for the validator's features.
+        Retraining is not repeated."""
+        _, campaign = self.campaign_for(arm, r, calls)
+        f = campaign.findings()
+        n = len(f.get("id", ()))
+        if n != saved["findings"] or (n and (not np.array_equal(f["label"], arrays["label"])
+                                           or not np.array_equal(f["prediction"], arrays["prediction"]))):
+            raise SystemExit(f"error: replaying {arm} r{r} gave {n} findings, not the {saved['findings']} saved: "
+                             "the campaign is not reproducible here; remove the run to make it again")
+        return self.independent_features(f, n)
 
 
-def add_faults(runs: list[dict], arrays: dict) -> str:
-    """Cluster the findings of every run together; each run's distinct faults and faults per 1,000 calls."""
+def save_arrays(path: Path, arrays: dict) -> None:
+    np.savez(path.with_suffix(".tmp.npz"), **arrays)
+    path.with_suffix(".tmp.npz").replace(path.with_suffix(".npz"))
+
+
+#: the two fault extractors: the model under test's penultimate layer, and the validator's (independent of it)
+EXTRACTORS = {"faults": "features", "independent_faults": "validator_features"}
+
+
+def add_faults(runs: list[dict], arrays: dict) -> dict:
+    """Cluster the findings of every run together, once per extractor; each run's distinct faults and faults
+    per 1,000 calls. Returns a sentence per extractor saying how many faults all runs hold."""
     from idcgen.faults import distinct_faults
     keys = [(r["arm"], r["repetition"]) for r in runs]
     sizes = [len(arrays[k]["label"]) for k in keys]
-    width = max((arrays[k]["features"].shape[1] for k in keys if sizes[keys.index(k)]), default=1)
-    features = np.concatenate([arrays[k]["features"].reshape(-1, width) for k in keys])
-    faults = distinct_faults(features, np.concatenate([arrays[k]["label"] for k in keys]),
-                             np.concatenate([arrays[k]["prediction"] for k in keys]))
-    start = 0
-    for run, size in zip(runs, sizes):
-        run["faults"] = faults.hit(np.arange(start, start + size)) if size else 0
-        run["faults_per_1k_calls"] = 1000.0 * run["faults"] / run["calls"]
-        start += size
-    return (f"{faults.count} distinct faults among the {len(features)} findings of all {len(runs)} runs "
-            f"({faults.pairs} (true, predicted) pairs; {faults.method})")
+    labels = np.concatenate([arrays[k]["label"] for k in keys])
+    predictions = np.concatenate([arrays[k]["prediction"] for k in keys])
+    notes = {}
+    for column, key in EXTRACTORS.items():
+        width = max((arrays[k][key].shape[1] for k, size in zip(keys, sizes) if size), default=1)
+        features = np.concatenate([arrays[k][key].reshape(-1, width) for k in keys])
+        faults = distinct_faults(features, labels, predictions)
+        start = 0
+        for run, size in zip(runs, sizes):
+            run[column] = faults.hit(np.arange(start, start + size)) if size else 0
+            run[f"{column}_per_1k_calls"] = 1000.0 * run[column] / run["calls"]
+            start += size
+        notes[column] = (f"{faults.count} distinct faults among the {len(features)} findings of all {len(runs)} "
+                         f"runs ({faults.pairs} (true, predicted) pairs)")
+    notes["method"] = faults.method
+    return notes
 
 
 def shown_p(p: float) -> str:
     return "" if np.isnan(p) else f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
 
 
-def summarise(runs: list[dict], references: dict, settings: dict, fault_note: str, command: str, out: Path) -> Path:
+def summarise(runs: list[dict], references: dict, settings: dict, fault_note: dict, command: str, out: Path) -> Path:
     import csv
     arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
     by = {a: [r for r in runs if r["arm"] == a] for a in arms}
@@ -197,7 +236,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: st
     rows = []
     for a in arms:
         row = {"arm": a, "runs": len(by[a])}
-        for k in ("calls", "findings", "faults", "faults_in_run", "kept", "retrain_n") + tuple(metrics):
+        for k in ("calls", "findings", "faults", "independent_faults", "faults_in_run", "kept", "retrain_n") + tuple(metrics):
             v = np.asarray(values(a, k), float)
             row[k], row[k + " std"] = float(np.nanmean(v)), float(np.nanstd(v, ddof=1)) if len(v) > 1 else 0.0
         for (against, other, k), (effect, p, adjusted) in tests.items():
@@ -220,17 +259,21 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: st
     lines = [f"# Guidance study ({settings['dataset']}, {settings['model']})", "", f"Command: `{command}`", "",
              f"{settings['seeds']} seeds, {settings['budget']} execs per guided run; noise ({NOISE}) and PGD ({PGD}) "
              f"baselines at the calls of the `none` run of the same repetition; {n} runs per arm at least. "
-             f"Validity: the share of findings {settings['validator']} classifies as the seed's label. Faults: "
-             f"{fault_note}. A12 and Holm-corrected p (two-sided Mann-Whitney U, over the {len(arms) - 1} comparisons "
-             "of each metric) against `none`.", "",
-             "| arm | calls | faults / 1k calls | A12 | Holm p | findings / 1k calls | A12 | Holm p | pairs | A12 | Holm p "
-             "| validity % | A12 | Holm p | mean SSIM | A12 | Holm p | faults | kept |",
-             "|---|" + "---|" * 18]
+             f"Validity: the share of findings {settings['validator']} classifies as the seed's label. Faults "
+             f"(all runs' findings clustered together; {fault_note['method']}), counted twice: in the penultimate-"
+             f"layer features of the model under test ({fault_note['faults']}) and, independent of that model, in "
+             f"those of the validator {settings['validator']} ({fault_note['independent_faults']}). A12 and "
+             f"Holm-corrected p (two-sided Mann-Whitney U, over the {len(arms) - 1} comparisons of each metric) "
+             "against `none`.", "",
+             "| arm | calls | faults / 1k calls | A12 | Holm p | independent faults / 1k calls | A12 | Holm p "
+             "| findings / 1k calls | A12 | Holm p | pairs | A12 | Holm p | validity % | A12 | Holm p | mean SSIM "
+             "| A12 | Holm p | faults | independent faults | kept |",
+             "|---|" + "---|" * 22]
     for a in arms:
         cells = [cell(values(a, "calls"), 0)]
-        for k, digits in zip(METRICS, (2, 2, 1, 1, 3)):
+        for k, digits in zip(METRICS, (2, 2, 2, 1, 1, 3)):
             cells += [cell(values(a, k), digits), *test(a, k)]
-        cells += [cell(values(a, "faults"), 1), cell(values(a, "kept"), 0)]
+        cells += [cell(values(a, "faults"), 1), cell(values(a, "independent_faults"), 1), cell(values(a, "kept"), 0)]
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
     lines += ["", f"## Accuracy (%) after fine-tuning with {settings['retrain_size']} findings of each run "
                   f"({settings['eval']} held-out test inputs)", "",
@@ -309,12 +352,20 @@ def main(argv=None):
             row = saved["row"]
             with np.load(path.with_suffix(".npz")) as data:
                 arrays[(arm, r)] = {k: data[k] for k in data.files}
-            print(f"[{i}/{len(jobs)}] {arm} r{r}: done before, kept", flush=True)
+            if "validator_features" in arrays[(arm, r)]:
+                print(f"[{i}/{len(jobs)}] {arm} r{r}: done before, kept", flush=True)
+            else:
+                none = next((x for x in runs if x["arm"] == "none" and x["repetition"] == r), None)
+                took = time.perf_counter()
+                arrays[(arm, r)]["validator_features"] = study.replay_features(
+                    arm, r, none["calls"] if none else None, row, arrays[(arm, r)])
+                save_arrays(path, arrays[(arm, r)])
+                print(f"[{i}/{len(jobs)}] {arm} r{r}: done before; replayed for the independent fault features "
+                      f"({time.perf_counter() - took:.0f} s)", flush=True)
         else:
             none = next((x for x in runs if x["arm"] == "none" and x["repetition"] == r), None)
             row, arrays[(arm, r)] = study.run_arm(arm, r, none["calls"] if none else None)
-            np.savez(path.with_suffix(".tmp.npz"), **arrays[(arm, r)])
-            path.with_suffix(".tmp.npz").replace(path.with_suffix(".npz"))
+            save_arrays(path, arrays[(arm, r)])
             write_json(path, {"settings": settings, "row": row})   # written last: the run is done when it exists
             print(f"[{i}/{len(jobs)}] {arm} r{r}: {row['calls']} calls, {row['findings']} findings "
                   f"({row['findings_per_1k_calls']:.2f}/1k calls), {row['faults_in_run']} faults in the run, "

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from idcgen.errors import InputError, ParameterError
-from idcgen.faults import distinct_faults
+from idcgen.faults import distinct_faults, failure_features
 
 
 def blob(centre, n, rng, spread=0.05, d=6):
@@ -72,3 +72,17 @@ def test_the_campaign_report_gives_distinct_faults_beside_findings_and_pairs(tra
     assert len(faults.fault) == campaign.n_findings > 0 and faults.pairs == pairs <= faults.count
     text = write_report(campaign).read_text()
     assert f"Distinct faults: {faults.count} among the {campaign.n_findings} findings ({pairs} (true, predicted) pairs" in text
+    # the same model as an explicit extractor gives the same faults; a second model (another LeNet) is an
+    # extractor independent of the model under test: its own clusters, still at least one fault per pair
+    from idcgen.framework import Network
+    from idcgen.framework.keras_zoo import lenet1
+    assert campaign_faults(campaign, Network(model)).count == faults.count
+    second = Network(lenet1(random_state=3))
+    asked = []
+    forward = second.forward
+    second.forward = lambda x, layers: asked.append(tuple(layers)) or forward(x, layers)   # records, runs the model
+    other = campaign_faults(campaign, second)
+    assert asked == [(second.default_layer(),)]   # the features came from the second model
+    assert len(other.fault) == campaign.n_findings and other.pairs == pairs <= other.count
+    direct = distinct_faults(failure_features(second, found["x"]), found["label"], found["prediction"])
+    assert np.array_equal(other.fault, direct.fault)

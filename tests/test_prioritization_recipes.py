@@ -58,13 +58,31 @@ def test_guidance_study_smoke(recipe, outputs, monkeypatch, capsys):
         # the baselines stop at the none run's calls (within one batch of mutants)
         assert calls["none"] <= calls["noise"] < calls["none"] + 256
         assert calls["none"] - 11 * 256 < calls["pgd"] <= calls["none"] + 11 * 256
-        assert int(r["faults"]) >= int(r["pairs"]) if int(r["findings"]) else int(r["faults"]) == 0
+        for faults in ("faults", "independent_faults"):   # the model's own features and the validator's
+            assert int(r[faults]) >= int(r["pairs"]) if int(r["findings"]) else int(r[faults]) == 0
         assert int(r["retrain_n"]) == min(10, int(r["findings"]))
         assert 0 <= float(r["validity_%"]) <= 100 if int(r["findings"]) else True
     text = (folder / "study.md").read_text()
     assert "| pgd | " in text and "Holm" in text and "IDC guidance against every other arm" in text
     summary = read_csv(folder / "study.csv")
     assert {"A12 faults_per_1k_calls vs none", "Holm p faults_per_1k_calls vs none"} <= set(summary[0])
+    assert "independent of that model" in text and "Holm p independent_faults_per_1k_calls vs none" in summary[0]
     capsys.readouterr()
     run_recipe(module, argv, monkeypatch)
     assert capsys.readouterr().out.count("done before, kept") == 8
+
+    # a run saved before the independent extractor existed is replayed: the same findings, the same features
+    npz = folder / "runs" / "idc_r1.npz"
+    with np.load(npz) as data:
+        saved = {k: data[k] for k in data.files}
+    assert len(saved["label"]) and len(saved["validator_features"]) == len(saved["label"])
+    older = {k: v for k, v in saved.items() if k != "validator_features"}
+    np.savez(npz, **older)
+    run_recipe(module, argv, monkeypatch)
+    assert capsys.readouterr().out.count("replayed for the independent fault features") == 1
+    with np.load(npz) as data:
+        np.testing.assert_allclose(data["validator_features"], saved["validator_features"], rtol=1e-5, atol=1e-5)
+    # a replay that does not give the saved findings is refused, not silently mixed in
+    np.savez(npz, **dict(older, prediction=older["prediction"][::-1] + 1))
+    with pytest.raises(SystemExit, match="not reproducible"):
+        run_recipe(module, argv, monkeypatch)
