@@ -106,6 +106,16 @@ def test_a_campaign_records_the_seeds_mse_and_its_findings_break_the_relation(tm
     resumed = Fuzzer(found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle=recorded,
                      batch_size=40, random_state=0).resume(tmp_path / "camp")
     resumed.close()
+    # with the spec as typed (what a parallel run's workers are given), the campaign keeps its measured MSE
+    again = Fuzzer(found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle="deeptest(lam=2)",
+                   batch_size=40, random_state=0)
+    again.resume(tmp_path / "camp").close()
+    assert str(again.oracle) == recorded
+    # another lam, or another MSE given outright, is another oracle: refused
+    for other in ("deeptest(lam=3)", f"deeptest(lam=2, mse={2 * mse!r})"):
+        with pytest.raises(ParameterError, match="made with other settings"):
+            Fuzzer(found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle=other,
+                   batch_size=40, random_state=0).resume(tmp_path / "camp")
     with pytest.raises(InputError, match=r"the seeds have no labels, which the deeptest\(lam=2\) oracle needs"):
         Fuzzer(found, mutators=["gain"], oracle="deeptest(lam=2)").run(x, None, budget=40, progress=False)
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import InputError
 from .oracle import Combined, DeepTest, Execution, Not, Oracle
 
-__all__ = ["DeepTest", "calibrate", "seed_mse"]
+__all__ = ["DeepTest", "calibrate", "keep_calibration", "seed_mse"]
 
 
 def seed_mse(predictions, labels) -> float:
@@ -47,3 +47,21 @@ def calibrate(oracle: Oracle, predictions, labels, *, regression: bool) -> Oracl
     if isinstance(oracle, Not):
         return dataclasses.replace(oracle, inner=calibrate(oracle.inner, predictions, labels, regression=regression))
     return oracle
+
+
+def keep_calibration(oracle: Oracle, recorded: Oracle) -> Oracle:
+    """``recorded`` (a campaign's oracle) where it is ``oracle`` with the seeds' MSE filled in, so that a
+    campaign resumed with the spec as typed (``deeptest(lam=5)``, what a parallel run gives its workers)
+    keeps the bound it measured when it started; else ``oracle`` unchanged (and the resume sees the
+    difference)."""
+    def calibrated(mine, theirs) -> bool:
+        if type(mine) is not type(theirs):
+            return False
+        if isinstance(mine, DeepTest):
+            return mine.lam == theirs.lam and mine.mse in (None, theirs.mse)
+        if isinstance(mine, Combined):
+            return mine.op == theirs.op and calibrated(mine.left, theirs.left) and calibrated(mine.right, theirs.right)
+        if isinstance(mine, Not):
+            return calibrated(mine.inner, theirs.inner)
+        return mine == theirs
+    return recorded if calibrated(oracle, recorded) else oracle

@@ -30,7 +30,7 @@ from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .guidance import check_guide, measures_of, new_coverage
 from .mutators import MutationContext, Mutator, check_tasks, make_mutator
-from .deeptest import calibrate
+from .deeptest import calibrate, keep_calibration
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
 from .settings import CampaignSettings, Sources, ValiditySettings
@@ -203,6 +203,8 @@ class Fuzzer:
                                      f"neurons {theirs['important_neurons']}); resume it with its own "
                                      f"({Path(folder) / 'analysis'})")
             saved = campaign.settings
+            if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:   # typed without the seeds' MSE
+                self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
             ours = self.settings(saved.budget, sources=saved.sources, measure_specs=saved.measure_specs,
                                  rounding=saved.rounding, storage=saved.storage).replace(parallel=saved.parallel)
             changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
