@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_twins import Branches, Residual, TinyViT, detached_vit_taps, images, randomise, twins  # noqa: E402
+from torch_twins import (Branches, Residual, TinyViT, detached_vit_taps, images, keras_vit_twin,  # noqa: E402
+                         randomise, twins)
 
 from idcgen.errors import LayerError, ModelError  # noqa: E402
 from idcgen.framework import as_network, load_network  # noqa: E402
@@ -373,6 +374,33 @@ def test_vit_lrp0_is_gradient_x_input_of_the_detached_model(need_weights):
         expected = (taps[theirs] * grad).sum(dim=1).detach().numpy()
         got = network.relevance(ours, eps=1e-12)(x)[0]
         assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), ours
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_vit_twins_give_equal_outputs_and_relevance(need_weights):
+    """A PyTorch ViT (nn.MultiheadAttention, LayerNorm, GELU) and its Keras twin (MultiHeadAttention,
+    LayerNormalization): the same logits and the same CP-LRP relevance inside the blocks and at the input,
+    though the two implement the rules apart (a modified gradient on ATen ops; per Keras layer)."""
+    torch.manual_seed(2)
+    module = TinyViT(need_weights=need_weights, position=False).eval()
+    with torch.no_grad():
+        for name, p in module.named_parameters():   # LayerNorm gains and offsets away from 1 and 0
+            if ".ln" in name or name.startswith("norm."):
+                p.uniform_(0.5, 1.5) if name.endswith("weight") else p.normal_(0, 0.3)
+    tn, kn = as_network(module), as_network(keras_vit_twin(module))
+    x = images(16)
+    np.testing.assert_allclose(tn.forward(x)[0], kn.forward(x)[0], atol=1e-5)
+    cuts = [("embed", "embed"), ("blocks.0.ln1", "block0_ln1"), ("blocks.0.add", "block0_add1"),
+            ("blocks.0.ln2", "block0_ln2"), ("blocks.0.gelu", "block0_fc1"), ("blocks.1.add_2", "block1_add1"),
+            ("norm", "norm")]
+    for eps in (1e-7, 0.05):
+        for t, k in cuts:
+            rt, at, _ = tn.relevance(t, eps=eps)(x)
+            rk, ak, _ = kn.relevance(k, eps=eps)(x)
+            np.testing.assert_allclose(at, ak, atol=1e-4, err_msg=t)
+            assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max(), (t, k, eps)
+        rt, rk = tn.relevance(None, eps=eps).maps(x), kn.relevance(None, eps=eps).maps(x)
+        assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max(), eps
 
 
 def test_layers_feeding_only_attention_weights_are_no_subject():

@@ -138,21 +138,23 @@ class Block(nn.Module):
 
 
 class TinyViT(nn.Module):
-    """A vision transformer for 8x8 images: 4x4 patches, a learned position embedding, two blocks, mean
-    pooling over tokens. ``need_weights=True`` exports attention as bmm + softmax + bmm, else as PyTorch's
-    fused scaled_dot_product_attention."""
+    """A vision transformer for 8x8 images: 4x4 patches, a learned position embedding (unless
+    ``position=False``), two blocks, mean pooling over tokens. ``need_weights=True`` exports attention as
+    bmm + softmax + bmm, else as PyTorch's fused scaled_dot_product_attention."""
 
     input_shape = (8, 8, 3)
 
-    def __init__(self, d: int = 16, heads: int = 2, classes: int = 5, act=F.gelu, need_weights: bool = False):
+    def __init__(self, d: int = 16, heads: int = 2, classes: int = 5, act=F.gelu, need_weights: bool = False,
+                 position: bool = True):
         super().__init__()
         self.embed = nn.Conv2d(3, d, 4, 4)
-        self.pos = nn.Parameter(torch.randn(1, 4, d) * 0.1)
+        self.pos = nn.Parameter(torch.randn(1, 4, d) * 0.1) if position else None
         self.blocks = nn.Sequential(*[Block(d, heads, 2 * d, act, need_weights) for _ in range(2)])
         self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, classes)
 
     def forward(self, x):
-        x = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        x = x if self.pos is None else x + self.pos
         return self.head(self.norm(self.blocks(x)).mean(dim=1))
 
 
@@ -177,3 +179,45 @@ def detached_vit_taps(model: TinyViT, x: torch.Tensor) -> tuple[torch.Tensor, di
         taps[f"blocks.{i}.fc1"] = hidden
         t = t + block.fc2(block.act(hidden))
     return model.head(norm(model.norm, t).mean(dim=1)), taps
+
+
+def keras_vit_twin(module: TinyViT):
+    """The Keras model of a ``TinyViT`` (GELU MLPs, no position embedding) with its weights: Conv2D patches,
+    LayerNormalization, MultiHeadAttention, Dense, Add, token mean. PyTorch packs q, k, v into one
+    ``in_proj_weight`` (3d, d) and heads into columns; Keras keeps a (d, heads, head_dim) kernel per
+    projection and an output kernel (heads, head_dim, d)."""
+    import keras
+    L = keras.layers
+    d, heads = module.embed.out_channels, module.blocks[0].attn.num_heads
+    hd = d // heads
+    if module.pos is not None:
+        raise ValueError("the Keras twin has no position embedding: make the module with position=False")
+    numpy = {name: p.detach().numpy() for name, p in module.state_dict().items()}
+    inputs = keras.Input(module.input_shape)
+    x = L.Conv2D(d, 4, strides=4, name="embed")(inputs)
+    x = L.Reshape((-1, d), name="tokens")(x)
+    for i in range(len(module.blocks)):
+        y = L.LayerNormalization(epsilon=module.blocks[i].ln1.eps, name=f"block{i}_ln1")(x)
+        y = L.MultiHeadAttention(heads, hd, name=f"block{i}_attn")(y, y)
+        x = L.Add(name=f"block{i}_add1")([x, y])
+        y = L.LayerNormalization(epsilon=module.blocks[i].ln2.eps, name=f"block{i}_ln2")(x)
+        y = L.Dense(module.blocks[i].fc1.out_features, activation="gelu", name=f"block{i}_fc1")(y)
+        y = L.Dense(d, name=f"block{i}_fc2")(y)
+        x = L.Add(name=f"block{i}_add2")([x, y])
+    x = L.LayerNormalization(epsilon=module.norm.eps, name="norm")(x)
+    x = L.GlobalAveragePooling1D(name="mean")(x)
+    model = keras.Model(inputs, L.Dense(module.head.out_features, name="head")(x))
+    model.get_layer("embed").set_weights([numpy["embed.weight"].transpose(2, 3, 1, 0), numpy["embed.bias"]])
+    for name, prefix in [("norm", "norm")] + [(f"block{i}_ln{j}", f"blocks.{i}.ln{j}")
+                                              for i in range(len(module.blocks)) for j in (1, 2)]:
+        model.get_layer(name).set_weights([numpy[f"{prefix}.weight"], numpy[f"{prefix}.bias"]])
+    for name, prefix in [("head", "head")] + [(f"block{i}_fc{j}", f"blocks.{i}.fc{j}")
+                                              for i in range(len(module.blocks)) for j in (1, 2)]:
+        model.get_layer(name).set_weights([numpy[f"{prefix}.weight"].T, numpy[f"{prefix}.bias"]])
+    for i in range(len(module.blocks)):
+        w, b = numpy[f"blocks.{i}.attn.in_proj_weight"], numpy[f"blocks.{i}.attn.in_proj_bias"]
+        qkv = [(w[j * d:(j + 1) * d].T.reshape(d, heads, hd), b[j * d:(j + 1) * d].reshape(heads, hd))
+               for j in range(3)]
+        out = (numpy[f"blocks.{i}.attn.out_proj.weight"].T.reshape(heads, hd, d), numpy[f"blocks.{i}.attn.out_proj.bias"])
+        model.get_layer(f"block{i}_attn").set_weights([a for pair in qkv + [out] for a in pair])
+    return model

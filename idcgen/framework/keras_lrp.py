@@ -351,7 +351,8 @@ def _uniform_product(equation, a, b, relevance, eps):
 @register("MultiHeadAttention")
 class Attention(Rule):
     """MultiHeadAttention: "cp" holds the attention weights constant, so the layer is linear in its value
-    input and the epsilon rule sends relevance along the value path only (CP-LRP, Ali et al. 2022);
+    input and relevance goes along the value path only, by the epsilon rule at each of its linear steps
+    (output projection, weighted sum of values, value projection; CP-LRP, Ali et al. 2022);
     "attnlrp" also explains the weights: the output product A.V and the query-key product by the uniform
     rule, the softmax by ``R_s = s * (R_A - A * sum R_A)`` (AttnLRP, Achtibat et al. 2024, Prop. 3.1)."""
     label = "attention"
@@ -361,15 +362,14 @@ class Attention(Rule):
         # copies per role: in self-attention one tensor is query, key and value, and each part needs its own
         query, value, key = (tf.identity(inputs[roles[r]]) for r in ("query", "value", "key"))
         out = [tf.zeros_like(a) for a in inputs]
-        if lrp.attention == "cp":
-            def held(t):
-                _, _, v, weights = attention_parts(layer, query, t[0], key)
-                return layer._output_dense(tf.einsum(layer._combine_equation, tf.stop_gradient(weights), v))
-            out[roles["value"]] += epsilon_rule(held, [value], relevance, lrp.eps)[0]
-            return out
         q, k, v, weights = attention_parts(layer, query, value, key)
         o = tf.einsum(layer._combine_equation, weights, v)
         (r_o,) = epsilon_rule(lambda t: layer._output_dense(t[0]), [o], relevance, lrp.eps)
+        if lrp.attention == "cp":   # the epsilon rule at each linear step, as for a chain of layers
+            held = tf.stop_gradient(weights)
+            (r_v,) = epsilon_rule(lambda t: tf.einsum(layer._combine_equation, held, t[0]), [v], r_o, lrp.eps)
+            out[roles["value"]] += epsilon_rule(lambda t: layer._value_dense(t[0]), [value], r_v, lrp.eps)[0]
+            return out
         r_weights, r_v = _uniform_product(layer._combine_equation, weights, v, r_o, lrp.eps)
         scores = tf.einsum(layer._dot_product_equation, k, q)
         axes = list(layer._softmax.axis) if isinstance(layer._softmax.axis, (list, tuple)) else [layer._softmax.axis]

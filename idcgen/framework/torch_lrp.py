@@ -72,15 +72,17 @@ class _PassThrough(torch.autograd.Function):
     """Forward gives the activation's output; backward passes ``grad * out / in``: relevance unchanged."""
 
     @staticmethod
-    def forward(ctx, a, out, eps):
+    def forward(ctx, a, out):
         ctx.save_for_backward(a, out)
-        ctx.eps = eps
         return out.clone()
 
     @staticmethod
     def backward(ctx, grad):
+        # exactly out / in (no epsilon: that would shrink relevance where |in| is small, which the identity
+        # rule does not); where in = 0 the activations here give out = 0, so no relevance
         a, out = ctx.saved_tensors
-        return grad * out / _stabilise(a, ctx.eps), None, None
+        zero = a == 0
+        return grad * torch.where(zero, 0.0, out / torch.where(zero, 1.0, a)), None
 
 
 def _normalised(node, args):
@@ -273,7 +275,7 @@ class Relevance(BatchedRelevance):
         if rule == "epsilon" and node not in self._folded:
             return _EpsilonScale.apply(value, self.eps)
         if rule == "pass-through" and op_name(node) not in EXACT_ACTIVATIONS:   # (PREPROCESS is epsilon)
-            return _PassThrough.apply(args[0], value.detach(), self.eps)
+            return _PassThrough.apply(args[0], value.detach())
         if rule == "gate":
             gate = self._gates[node]
             parts = [a.detach() if i == gate else a for i, a in enumerate(args[:2])]
