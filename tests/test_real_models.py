@@ -93,8 +93,6 @@ def test_a_mutator_that_cannot_run_on_the_model_is_refused_before_the_campaign()
 
 def test_rules_and_approximations_are_stated():
     import keras
-    from typer.testing import CliRunner
-    from idcgen.cli import app
     from idcgen.framework.keras_network import KerasNetwork
     network = KerasNetwork(keras.applications.EfficientNetB0(weights=None, input_shape=(32, 32, 3), classes=10))
     notes = network.rule_notes(None)
