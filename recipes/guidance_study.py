@@ -23,8 +23,9 @@ Per run: findings (misclassified valid mutants, once per IDC combination, label 
 predicted) pairs, distinct faults (idcgen.faults: findings clustered within each pair on the model's
 penultimate-layer features; in the summary the findings of every run of the dataset are clustered together
 and a run counts the distinct faults it reached; counted a second time in the validator's penultimate layer,
-"independent faults", which do not depend on the model under test), validity (the share of findings that ``--validator``, a second
-model of another architecture trained on the same data, classifies as the seed's label), mean SSIM to the seed,
+"independent faults", which do not depend on the model under test), validity (the share of findings that
+``--validator``, a second model of another architecture trained on the same data, classifies as the seed's
+label), mean SSIM to the seed,
 and robustness after retraining with ``--retrain-size`` of the run's findings drawn at random (labelled as their
 seeds; the same number for every arm, fewer only where a run found fewer), fine-tuned as in ``guidance.py``.
 Each arm is compared with ``none`` (and ``idc`` with every other arm): Vargha-Delaney A12 and a two-sided
@@ -33,8 +34,9 @@ Mann-Whitney U, its p Holm-corrected over the comparisons of one metric.
 Writes ``<out>/runs/<arm>_r<r>.json`` and ``.npz`` (findings' features in both models, labels, predictions),
 resumable, and ``study.md``/``study.csv``. A run saved without the validator's features (made before they were
 recorded) is replayed for them: its campaign run again with the same random state, its findings checked
-against the saved labels and predictions (retraining is not repeated). A full study is long (about 1-3 hours a dataset on 2 shared cores): run it under
-``nice`` in the background; an interrupted study resumes where it stopped.
+against the saved labels and predictions (retraining is not repeated). A full study is long (about 1-3 hours
+a dataset on 2 shared cores): run it under ``nice`` in the background; an interrupted study resumes where it
+stopped.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class _PassThrough(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         # exactly out / in (no epsilon: that would shrink relevance where |in| is small, which the identity
-        # rule does not); where in = 0 the activations here give out = 0, so no relevance
+        # rule does not); where in = 0 the input's relevance, in x gradient, is 0 whatever is passed: pass 0
         a, out = ctx.saved_tensors
         zero = a == 0
         return grad * torch.where(zero, 0.0, out / torch.where(zero, 1.0, a)), None
