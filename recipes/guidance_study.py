@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from common import OUTPUTS, command_line, load_model
+from idcgen.files import atomic_npz
 from guidance import GUIDES, Study, default_mutators, write_json
 
 NOISE = "gauss,random_pixels,noise"
@@ -174,11 +175,6 @@ class GuidanceStudy(Study):
             raise SystemExit(f"error: replaying {arm} r{r} gave {n} findings, not the {saved['findings']} saved: "
                              "the campaign is not reproducible here; remove the run to make it again")
         return self.independent_features(f, n)
-
-
-def save_arrays(path: Path, arrays: dict) -> None:
-    np.savez(path.with_suffix(".tmp.npz"), **arrays)
-    path.with_suffix(".tmp.npz").replace(path.with_suffix(".npz"))
 
 
 #: the two fault extractors: the model under test's penultimate layer, and the validator's (independent of it)
@@ -364,13 +360,13 @@ def main(argv=None):
                 took = time.perf_counter()
                 arrays[(arm, r)]["validator_features"] = study.replay_features(
                     arm, r, none["calls"] if none else None, row, arrays[(arm, r)])
-                save_arrays(path, arrays[(arm, r)])
+                atomic_npz(path.with_suffix(".npz"), arrays[(arm, r)])
                 print(f"[{i}/{len(jobs)}] {arm} r{r}: done before; replayed for the independent fault features "
                       f"({time.perf_counter() - took:.0f} s)", flush=True)
         else:
             none = next((x for x in runs if x["arm"] == "none" and x["repetition"] == r), None)
             row, arrays[(arm, r)] = study.run_arm(arm, r, none["calls"] if none else None)
-            save_arrays(path, arrays[(arm, r)])
+            atomic_npz(path.with_suffix(".npz"), arrays[(arm, r)])
             write_json(path, {"settings": settings, "row": row})   # written last: the run is done when it exists
             print(f"[{i}/{len(jobs)}] {arm} r{r}: {row['calls']} calls, {row['findings']} findings "
                   f"({row['findings_per_1k_calls']:.2f}/1k calls), {row['faults_in_run']} faults in the run, "

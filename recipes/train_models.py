@@ -158,6 +158,21 @@ def flip_and_shift(x: np.ndarray, rng: np.random.Generator, shift: int = 4) -> n
     return out
 
 
+def cifar10_epoch(model, name: str, epoch: int, settings: dict, x_train, y_train, x_test, y_test, rng=None) -> dict:
+    """One epoch of a CIFAR-10 model (a fresh draw of flips and shifts when ``rng`` is given), its test
+    accuracy measured and printed; the epoch's row of the training history."""
+    with Timer() as t:
+        xs = x_train if rng is None else flip_and_shift(x_train, rng)
+        fit = model.fit(xs, y_train, batch_size=settings["batch_size"], epochs=1, shuffle=True, verbose=0)
+    accuracy = float((model.predict(x_test, batch_size=500, verbose=0).argmax(1) == y_test).mean())
+    row = {"model": name, "epoch": epoch, "train loss": round(fit.history["loss"][-1], 4),
+           "train accuracy %": round(100 * fit.history["accuracy"][-1], 2),
+           "test accuracy %": round(100 * accuracy, 2), "epoch seconds": round(t.seconds, 1)}
+    print(f"{name} epoch {epoch}/{settings['epochs']}: loss {row['train loss']}, "
+          f"train {row['train accuracy %']} %, test {accuracy:.2%} ({t.seconds:.0f} s)", flush=True)
+    return row
+
+
 def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | None = None, optimizer: str | None = None,
                   lr: float | None = None, augment: bool = True, random_state: int = 0, limit: int | None = None) -> dict:
     """Train a CIFAR-10 zoo model (settings default to CIFAR10_SETTINGS[name]), one epoch at a time so that
@@ -180,16 +195,10 @@ def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | Non
     model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     history, seconds = [], 0.0
     for epoch in range(1, settings["epochs"] + 1):
-        with Timer() as t:
-            xs = flip_and_shift(x_train, rng) if augment else x_train
-            fit = model.fit(xs, y_train, batch_size=settings["batch_size"], epochs=1, shuffle=True, verbose=0)
-        seconds += t.seconds
-        accuracy = float((model.predict(x_test, batch_size=500, verbose=0).argmax(1) == y_test).mean())
-        history.append({"model": name, "epoch": epoch, "train loss": round(fit.history["loss"][-1], 4),
-                        "train accuracy %": round(100 * fit.history["accuracy"][-1], 2),
-                        "test accuracy %": round(100 * accuracy, 2), "epoch seconds": round(t.seconds, 1)})
-        print(f"{name} epoch {epoch}/{settings['epochs']}: loss {history[-1]['train loss']}, "
-              f"train {history[-1]['train accuracy %']} %, test {accuracy:.2%} ({t.seconds:.0f} s)", flush=True)
+        history.append(cifar10_epoch(model, name, epoch, settings, x_train, y_train, x_test, y_test,
+                                     rng if augment else None))
+        seconds += history[-1]["epoch seconds"]
+        accuracy = history[-1]["test accuracy %"] / 100
     path = model_path(name, "cifar10")
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path)

@@ -18,8 +18,8 @@ import argparse
 
 import numpy as np
 
-from common import Timer, load_data, model_path
-from train_models import _write_tables, flip_and_shift
+from common import load_data, model_path
+from train_models import _write_tables, cifar10_epoch
 
 SETTINGS = {"vit_tiny": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
             "convnext_micro": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
@@ -48,16 +48,9 @@ def train(name: str, *, epochs: int | None = None, minutes: float = 20.0, limit:
     model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     history, seconds = [], 0.0
     for epoch in range(1, settings["epochs"] + 1):
-        with Timer() as t:
-            fit = model.fit(flip_and_shift(x_train, rng), y_train, batch_size=settings["batch_size"], epochs=1,
-                            shuffle=True, verbose=0)
-        seconds += t.seconds
-        accuracy = float((model.predict(x_test, batch_size=500, verbose=0).argmax(1) == y_test).mean())
-        history.append({"model": name, "epoch": epoch, "train loss": round(fit.history["loss"][-1], 4),
-                        "train accuracy %": round(100 * fit.history["accuracy"][-1], 2),
-                        "test accuracy %": round(100 * accuracy, 2), "epoch seconds": round(t.seconds, 1)})
-        print(f"{name} epoch {epoch}/{settings['epochs']}: loss {history[-1]['train loss']}, "
-              f"train {history[-1]['train accuracy %']} %, test {accuracy:.2%} ({t.seconds:.0f} s)", flush=True)
+        history.append(cifar10_epoch(model, name, epoch, settings, x_train, y_train, x_test, y_test, rng))
+        seconds += history[-1]["epoch seconds"]
+        accuracy = history[-1]["test accuracy %"] / 100
         path = model_path(name, "cifar10")   # saved after every epoch: a stopped run keeps its last epoch
         path.parent.mkdir(parents=True, exist_ok=True)
         model.save(path)

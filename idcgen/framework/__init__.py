@@ -160,9 +160,12 @@ class Network(metaclass=_Dispatching):
     def relevance_batch_size(self) -> int:
         """Inputs per relevance batch that keep its memory within bounds."""
 
-    @abc.abstractmethod
     def cached(self, key, build):
-        """``build()`` once per network and ``key``: what is traced or compiled is kept with its model."""
+        """``build()`` once per network and ``key``: what is traced or compiled is kept with its model (in the
+        ``_built`` dict every implementation makes)."""
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]
 
     def activations(self, x: np.ndarray, layer: str, neurons, *, rows=None) -> np.ndarray:
         """(len(rows), len(neurons)) activations of some neurons of ``layer``, batch by batch: memory holds one

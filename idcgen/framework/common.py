@@ -1,5 +1,5 @@
-"""Framework-free pieces the implementations share: the batching of a relevance pass and the spelling of a
-model factory. Kept apart from the package's ``__init__`` so that the implementation modules import them
+"""Framework-free pieces the implementations share: the batching of a relevance pass (and its size) and the
+spelling of a model factory. Kept apart from the package's ``__init__`` so that the implementation modules import them
 without importing the package that dispatches to them (no import cycle)."""
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ def is_factory(path) -> bool:
     """Whether ``path`` names a Python factory ``package.module:make_model`` (a PyTorch model) and no file."""
     text = str(path)
     return bool(re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text)) and not Path(text).exists()
+
+
+def relevance_batch_size(floats_per_input: int, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
+    """Inputs per relevance batch: the forward values and their gradients (about three 4-byte floats per value
+    of every tensor, ``floats_per_input`` values an input) within ``budget_bytes``, so that a ResNet's batch
+    does not take gigabytes; 16 .. largest."""
+    return int(np.clip(budget_bytes // max(12 * floats_per_input, 1), 16, largest))
 
 
 class BatchedRelevance:

@@ -19,6 +19,7 @@ import numpy as np
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
+from .common import relevance_batch_size
 from .keras_graph import neuron_activations
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -427,12 +428,6 @@ class KerasNetwork(Network):
             self._taps[layers] = run
         return self._taps[layers]
 
-    def cached(self, key, build):
-        """``build()`` once per model and ``key``: traced functions are kept with the model they trace."""
-        if key not in self._built:
-            self._built[key] = build()
-        return self._built[key]
-
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
         """Batched forward pass: (probabilities (n, classes), [neuron activations (n, neurons) per layer]);
         a name ending in ``RANGE_TAP`` gives that layer's per-input (min, max) instead (n, 2)."""
@@ -553,12 +548,9 @@ class KerasNetwork(Network):
         from .keras_lrp import Relevance
         return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or 512, attention=attention)
 
-    def relevance_batch_size(self, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
-        """Inputs per relevance batch: the forward values and their gradients (about three floats per value
-        of every tensor) within ``budget_bytes``, so that a ResNet's batch does not take gigabytes; 16 ..
-        largest."""
+    def relevance_batch_size(self) -> int:
         floats = sum(int(np.prod([d or 1 for d in shape[1:]])) for s in self.graph.steps for shape in s.output_shapes)
-        return int(np.clip(budget_bytes // max(12 * floats, 1), 16, largest))
+        return relevance_batch_size(floats)
 
     def gradients(self, kind: str, **spec):
         from .keras_gradients import gradient_function

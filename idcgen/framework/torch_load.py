@@ -79,9 +79,8 @@ def export(module, image_shape, *, origin: str = "nn.Module") -> TorchModel:
             # the batch axis stays free: code such as x.view(x.size(0), -1) runs on any batch
             program = torch.export.export(module, (sample,), dynamic_shapes=({0: torch.export.Dim.AUTO},))
     except Exception as exc:   # torch.export raises many kinds for code it cannot trace
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"torch.export could not trace the {type(module).__name__} on inputs of shape "
-                         f"{tuple(sample.shape[1:])}: {first}") from None
+                         f"{tuple(sample.shape[1:])}: {_first_line(exc)}") from None
     shape, channels_first = _image_shape(tuple(sample.shape[1:]))
     return TorchModel(program, shape, channels_first, module, origin)
 
@@ -219,10 +218,7 @@ def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False
         raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give "
                          "another name")
     model = load(old, weights=weights, image_shape=input_shape)
-    new.parent.mkdir(parents=True, exist_ok=True)
-    staged = new.with_name(new.name + ".part")
-    staged.write_bytes(program_bytes(model.program))
-    staged.replace(new)
+    save_program(model.program, new)
     return f"converted {old} ({model.origin}) -> {new} (torch.export program, input {model.image_shape})"
 
 
@@ -238,6 +234,15 @@ def program_bytes(program) -> bytes:
     buffer = io.BytesIO()
     torch.export.save(program, buffer)
     return buffer.getvalue()
+
+
+def save_program(program, path) -> Path:
+    """A torch.export program written to ``path`` (``.pt2``) whole or not at all."""
+    from ..files import atomic_write
+    data, path = program_bytes(program), Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda handle: handle.write(data))
+    return path
 
 
 def limit_threads(threads: int) -> None:

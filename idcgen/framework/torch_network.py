@@ -21,8 +21,9 @@ import torch
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
+from .common import relevance_batch_size
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
-from .torch_load import TorchModel, export, from_program, program_bytes
+from .torch_load import TorchModel, export, from_program, program_bytes, save_program
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
@@ -214,11 +215,6 @@ class TorchNetwork(Network):
             return [torch.movedim(env[layer.node], layer.channel_axis, -1).numpy() for layer in chosen]
         return run
 
-    def cached(self, key, build):
-        if key not in self._built:
-            self._built[key] = build()
-        return self._built[key]
-
     # ---- layers -------------------------------------------------------------------------------
     def layer_names(self) -> list[str]:
         return [layer.name for layer in self.graph.layers]
@@ -328,9 +324,8 @@ class TorchNetwork(Network):
             raise LayerError(f"attention rule {chosen!r}: PyTorch models take CP-LRP's rule only ('cp')")
         return rel
 
-    def relevance_batch_size(self, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
-        floats = sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
-        return int(np.clip(budget_bytes // max(12 * floats, 1), 16, largest))
+    def relevance_batch_size(self) -> int:
+        return relevance_batch_size(sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers))
 
     def gradients(self, kind: str, **spec):
         from .torch_attacks import gradient_function
@@ -426,7 +421,5 @@ class TorchNetwork(Network):
 
     def save(self, path) -> Path:
         """The user's model as a ``.pt2`` program file (what load_model reads back)."""
-        path = Path(path)
-        path.write_bytes(program_bytes(self.source.program))
-        return path
+        return save_program(self.source.program, path)
 

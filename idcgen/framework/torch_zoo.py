@@ -155,6 +155,5 @@ def accuracy(module: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 
 
 def export_program(module: nn.Module, path) -> None:
     """``module`` saved as a torch.export program (``.pt2``), the file `idcgen --model` reads."""
-    from .torch_load import export, program_bytes
-    from pathlib import Path
-    Path(path).write_bytes(program_bytes(export(module, module.input_shape).program))
+    from .torch_load import export, save_program
+    save_program(export(module, module.input_shape).program, path)
