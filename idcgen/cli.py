@@ -17,6 +17,7 @@ import typer
 import typer.core
 
 from .errors import IdcgenError
+from .options import AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelsOptions, RunnerOptions
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Coverage-guided test-input generation with Importance-Driven Coverage (IDC).")
@@ -128,10 +129,17 @@ class _Command(typer.core.TyperCommand):
 
 
 def command(func):
-    """Register ``func`` as a command and turn idcgen errors into one clear line."""
+    """Register ``func`` as a command and turn idcgen errors into one clear line.
+
+    A parameter annotated with a settings group (:mod:`idcgen.options`) becomes the group's options on the
+    command line; the command receives the group built from what was typed, each value parsed once."""
+    groups, signature = _expand_groups(func)
+
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
+            if groups:
+                kwargs = _build_groups(groups, kwargs)
             return func(*args, **kwargs)
         except IdcgenError as exc:
             _fail(in_cli_words(str(exc)))
@@ -143,7 +151,46 @@ def command(func):
         finally:   # Ray workers freed however the command ends (an error half-way too)
             while _POOLS:
                 _POOLS.pop().close()
+    wrapper.__signature__ = signature
     return app.command(cls=_Command)(wrapper)
+
+
+_CTX = "_typed_ctx"   # the click context a command with groups is given, to tell typed options from defaults
+
+
+def _expand_groups(func):
+    """({parameter: group class}, the signature typer reads): each group-typed parameter replaced by the
+    group's options."""
+    import inspect
+    import typing
+    from .options import Group
+    hints = typing.get_type_hints(func)
+    groups, params = {}, []
+    for p in inspect.signature(func).parameters.values():
+        kind = hints.get(p.name)
+        if isinstance(kind, type) and issubclass(kind, Group):
+            groups[p.name] = kind
+            for name, flag in kind.flags().items():
+                params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=flag.cli_type,
+                                                default=typer.Option(flag.cli_default, *flag.names, help=flag.help)))
+        else:
+            params.append(p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY))
+    names = [p.name for p in params]
+    clash = {n for n in names if names.count(n) > 1}
+    if clash:   # a programming error: one option in two groups of the command
+        raise TypeError(f"{func.__name__}: options {sorted(clash)} are in more than one group")
+    if groups and not any(p.annotation is typer.Context for p in params):
+        params.append(inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
+    return groups, inspect.Signature(params)
+
+
+def _build_groups(groups: dict, kwargs: dict) -> dict:
+    """The command's keywords with each group's options gathered into the group (parsed once)."""
+    ctx = kwargs.pop(_CTX, None) or next(v for v in kwargs.values() if isinstance(v, typer.Context))
+    typed = tuple(_given(ctx))
+    for param, kind in groups.items():
+        kwargs[param] = kind.from_typed({n: kwargs.pop(n) for n in kind.flags() if n in kwargs}, typed)
+    return kwargs
 
 
 def _given(ctx: typer.Context) -> dict:
@@ -458,62 +505,18 @@ def prioritize(model: Path = ModelOpt,
 
 
 @command
-def fuzz(ctx: typer.Context,
-         model: Optional[List[Path]] = typer.Option(None, "--model", help="Model under test; repeat for the disagreement oracle (first = under test)."),
-         seeds: Optional[str] = typer.Option(None, "--seeds", help="Seed inputs (folder, .npz, .npy, IDX, dataset name)."),
-         budget: Optional[int] = typer.Option(None, "--budget", help="Execs: mutants run through the model (on --resume: the new total)."),
-         train: Optional[str] = typer.Option(None, "--train", help="Analyse on these training inputs first."),
-         analysis: Optional[Path] = typer.Option(None, "--analysis", help="Reuse a saved analysis."),
-         layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer when analysing."),
-         m: Optional[int] = typer.Option(None, "--m", help="Important neurons when analysing (default 8); also picks a saved analysis."),
-         clusters: str = typer.Option("2-5", "--clusters", help="k values when analysing."),
-         cluster_method: Optional[str] = typer.Option(None, "--cluster-method", help="silhouette (default when analysing) or zero-aware; also picks a saved analysis."),
-         mutators: Optional[str] = typer.Option(None, "--mutators", help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see `idcgen mutators`)."),
-         oracle: Optional[str] = typer.Option(None, "--oracle", help="Default misclassification (deviation for a regression model). For regression: deviation(threshold=T), error(threshold=T) (needs labels), deeptest(lam=L) (DeepTest's relation, lam x the MSE measured on the labelled seeds), disagreement(threshold=T). misclassification, prediction-change, disagreement, uncertain[(P)] or confusion(A,B) (a seed of class A predicted B or the reverse), or several joined by & and | with ~ for not, e.g. 'misclassification & ~uncertain'."),
-         scheduler: str = typer.Option("prioritized", "--scheduler", help="prioritized (DeepHunter) or uniform."),
-         guide: str = typer.Option("idc", "--guide", help="Which criterion's new coverage admits a mutant to the corpus: idc, nc, kmnc, nbc, snac, tknc, lsc, dsc, or none (every valid mutant)."),
-         measure: Optional[str] = typer.Option(None, "--measure", help="Criteria measured besides IDC, e.g. 'nc,kmnc:k=10' (fitted on --train, else on the seeds)."),
-         no_round: bool = typer.Option(False, "--no-round", help="Run mutants unrounded (by default they are rounded to the seeds' uint8 levels, so every finding reproduces from its PNG)."),
-         batch_size: int = typer.Option(256, "--batch-size", help="Mutants per step."),
-         no_validity: bool = typer.Option(False, "--no-validity", help="Turn DeepHunter's validity bounds off."),
-         alpha: float = typer.Option(0.02, "--alpha", help="Validity: share of pixels that may change freely."),
-         beta: float = typer.Option(0.2, "--beta", help="Validity: largest change of any pixel otherwise (share of the range)."),
-         random_state: int = typer.Option(0, "--random-state", help="Seed of the campaign: the same seed, settings and inputs make the same campaign in one process."),
-         limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N seeds only."),
-         out: Optional[Path] = typer.Option(None, "--out", help="Campaign folder (default outputs/campaigns/<model>_<time>)."),
-         resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
-         scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
-         preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-         class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
-         crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
-         image_shape: Optional[str] = typer.Option(None, "--image-shape", help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred)."),
-         workers: Optional[int] = typer.Option(None, "--workers", help="Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Needs --analysis or --train."),
-         ray: Optional[str] = typer.Option(None, "--ray", help="With --workers: local (default: start Ray on this machine), auto or a Ray cluster address such as ray://HEAD:10001."),
-         unsafe: bool = UnsafeOpt,
-         architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
+def fuzz(models: ModelsOptions, options: CampaignOptions, wanted: AnalysisOptions, inputs: InputOptions,
+         convention: ConventionOptions, runner: RunnerOptions):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .session import new_campaign, resume_campaign
-    given = _given(ctx)
-    _need_ray(ray, workers)
-    if resume is not None:  # the campaign's own settings; any other option given is checked against them
-        options = {k: v for k, v in given.items()
-                   if k not in ("model", "architecture", "unsafe", "budget", "resume", "workers", "ray")}
-        result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe,
-                                 architectures=architecture or None, options=options, workers=workers, ray=ray,
-                                 echo=typer.echo)
+    _need_ray(runner.ray, runner.workers)
+    groups = (models, inputs, convention, wanted, options, runner)
+    if options.resume is not None:  # the campaign's own settings; any other option typed is checked against them
+        result = resume_campaign(options.resume, *groups, echo=typer.echo)
     else:
-        if ray is not None and workers is None:
+        if runner.ray is not None and runner.workers is None:
             _fail("--ray runs parallel campaigns: give their number with --workers N")
-        if not model or seeds is None or budget is None:
-            _fail("--model, --seeds and --budget are needed (or --resume DIR)")
-        result = new_campaign(models=model, seeds=seeds, budget=budget, train=train, analysis=analysis, layer=layer,
-                              m=m, clusters=given.get("clusters"), cluster_method=cluster_method, mutators=mutators,
-                              oracle=oracle, scheduler=scheduler, batch_size=batch_size, validity=not no_validity,
-                              alpha=alpha, beta=beta, random_state=random_state, limit=limit, out=out, scale=scale,
-                              value_range=value_range, preprocess=preprocess, image_shape=image_shape, resize=resize,
-                              class_names=class_names, guide=guide, measure=measure, rounding=not no_round,
-                              safe_mode=not unsafe, labels=labels, crop=crop, task=task,
-                              architectures=architecture or None, workers=workers, ray=ray, echo=typer.echo)
+        result = new_campaign(*groups, echo=typer.echo)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import time
 from pathlib import Path
 
 from .analysis import Analysis, analyze, find_analysis
 from .checks import check_int
-from .clusters import check_cluster_method, parse_cluster_range
-from .convention import infer_image_shape, parse_image_shape
-from .data import check_source, fit_to_model, load_for_model, parse_class_names
+from .convention import infer_image_shape
+from .data import check_source, fit_to_model, load_for_model
 from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .export import export_campaign
@@ -32,11 +30,11 @@ from .framework import Network, is_factory, load_model, network_with_convention
 from .report import write_report
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
-from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, parse_mutators
+from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, make_mutator
 from .fuzz.oracle import make_oracle
-from .fuzz.settings import CampaignSettings, Sources
+from .fuzz.settings import CampaignSettings, Sources, ValiditySettings
 from .fuzz.store import read_meta
-from .fuzz.validity import Validity
+from .options import AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelsOptions, RunnerOptions
 
 OUTPUTS = Path("outputs")
 
@@ -147,94 +145,110 @@ def _training_inputs(spec, network, convention, sources: Sources, echo):
 
 
 # ---- fuzz sessions ----------------------------------------------------------------------------------
-def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None, m=None, clusters=None,
-                 cluster_method=None, mutators=None, oracle=None, scheduler="prioritized", batch_size=256,
-                 validity=True, alpha=0.02, beta=0.2, random_state=0, limit=None, out=None, scale="auto",
-                 value_range=None, preprocess=None, image_shape=None, resize=None, class_names=None,
-                 guide="idc", measure=None, rounding=True, labels=None, crop=None, task=None,
-                 safe_mode=True, architectures=None, workers=None, ray=None, echo=print,
-                 progress=True) -> dict | None:
-    """A new campaign as the command line runs it: models, seeds and analysis found, the loop run (in this
-    process, or ``workers`` campaigns on Ray), then exports and report. None if interrupted."""
-    check_budget(budget)   # every option is checked before any model is loaded
-    if not validity and (alpha, beta) != (0.02, 0.2):   # the bounds would be ignored silently
-        which = "'alpha' parameter sets a validity bound" if alpha != 0.02 else "'beta' parameter sets a validity bound"
-        raise ParameterError(f"the {which}, which no_validity=True turns off: drop one of them")
-    specs = measure_specs(guide, measure)
-    if train is not None and analysis is not None:
-        raise InputError("give --train (analyse first) or --analysis (reuse), not both")
-    mutator_list = parse_mutators(mutators or DEFAULT_MUTATORS)
-    for spec in (seeds, train):   # before the framework is imported and the models loaded
-        if spec is not None:
-            check_source(spec)
-    runner = LocalRunner() if workers is None else ParallelRunner(workers, ray, safe_mode)
-    runner.check(models=models, architectures=architectures, guide=guide, specs=specs)
-    if m is not None:
-        check_int("m", m, 1)
-    wanted_m, m = m, 8 if m is None else m  # a saved analysis is looked up with the m asked for, any m if none
-    wanted_clusters, clusters = clusters, "2-5" if clusters is None else clusters
-    wanted_method, cluster_method = cluster_method, check_cluster_method(cluster_method or "silhouette")  # likewise
-    ks = parse_cluster_range(clusters)
-    image_shape = parse_image_shape(image_shape)
-    if analysis is not None:  # a saved analysis is used as it is: refuse settings it was not made with
-        check_analysis_options(Analysis.load(analysis), analysis, layer=layer, m=wanted_m, clusters=wanted_clusters,
-                               cluster_method=wanted_method)
-    recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
-    networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task)
-    check_tasks(mutator_list, networks[0].task)   # before the analysis and the campaign, not 50 failed steps in
-    oracle = oracle or default_oracle(networks[0])
-    network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
-                                                  recorded=recorded)
-    networks = [network] + [network_with_convention(n, recorded=convention)[0] for n in networks[1:]]
-    sources = Sources(model=_absolute(models[0]), other_models=tuple(_absolute(p) for p in models[1:]),
-                      architectures=tuple(str(a) if str(a) == "-" else _absolute(a) for a in architectures or []),
-                      seeds=_absolute(seeds), train=None if train is None else _absolute(train), limit=limit,
-                      scale=scale, resize=None if resize is None else str(resize),
-                      crop=None if crop is None else str(crop), labels=None if labels is None else _absolute(labels),
-                      class_names=None if class_names is None else tuple(parse_class_names(class_names)),
-                      task_given=task)
-    seeds_ds, x_seeds = load_inputs(seeds, network, convention, limit=limit, echo=echo, **sources.load_options())
+def new_campaign(models: ModelsOptions, inputs: InputOptions, convention: ConventionOptions,
+                 wanted: AnalysisOptions, options: CampaignOptions, runner: RunnerOptions, *, echo=print,
+                 progress: bool = True) -> dict | None:
+    """A new campaign as the command line runs it, from its parsed settings groups: models, seeds and analysis
+    found, one :class:`CampaignSettings` made, the loop run (in this process, or ``runner.workers`` campaigns on
+    Ray), then exports and report. ``wanted``: the analysis asked for (None fields: any saved one, or the
+    defaults when analysing). None if interrupted."""
+    specs = _check_new_campaign(models, options)   # every option is checked before any model is loaded
+    executor = LocalRunner() if runner.workers is None else ParallelRunner(runner.workers, runner.ray,
+                                                                           models.safe_mode)
+    executor.check(models=models.model, architectures=models.architectures, guide=options.guide, specs=specs)
+    saved = None if options.analysis is None else Analysis.load(options.analysis)   # read once
+    if saved is not None:   # a saved analysis is used as it is: refuse settings it was not made with
+        check_analysis_options(saved, options.analysis, wanted)
+    recorded = None if saved is None else dataclasses.replace(saved.convention, image_shape=None)
+    networks = load_networks(models.model, architectures=models.architectures, safe_mode=models.safe_mode,
+                             task=models.task)
+    mutator_specs = options.mutators or _default_mutators()
+    check_tasks([make_mutator(s) for s in mutator_specs], networks[0].task)   # before the analysis, not 50 steps in
+    network, in_convention = network_with_convention(networks[0], value_range=convention.value_range,
+                                                     preprocess=convention.preprocess, recorded=recorded)
+    networks = [network] + [network_with_convention(n, recorded=in_convention)[0] for n in networks[1:]]
+    sources = _sources(models, inputs, options)
+    seeds_ds, x_seeds = load_inputs(options.seeds, network, in_convention, limit=inputs.limit, echo=echo,
+                                    **inputs.load_options())
+    image_shape = options.image_shape
     if image_shape is None and len(network.input_shape) != 3:  # flat or channel-less: fuzzed as images
         image_shape = infer_image_shape(network.input_shape, seeds_ds.x.shape[1:])
-    analyse = dict(layer=layer, m=m, clusters=ks, cluster_method=cluster_method, random_state=random_state,
-                   progress=progress)
-    lookup = dict(layer=layer, m=wanted_m, cluster_method=wanted_method, clusters=None if wanted_clusters is None else ks)
-    found, source, notes, x_train, y_train = _campaign_analysis(runner, network, convention, sources, models[0],
-                                                                analysis, train, (seeds_ds, x_seeds), analyse, lookup,
-                                                                echo)
-    echo(f"inputs: {convention.describe()}")
+    if saved is not None:
+        found, source, notes, x_train, y_train = saved.bind(network), f"loaded from {options.analysis}", [], None, None
+    else:
+        found, source, notes, x_train, y_train = _campaign_analysis(
+            executor, network, in_convention, sources, options.train, (seeds_ds, x_seeds), wanted,
+            dict(random_state=options.random_state, progress=progress), echo)
+    echo(f"inputs: {in_convention.describe()}")
     for note in notes:
         echo(f"note: {note}")
     echo(f"analysis: layer {found.layer}, m = {found.m}, {found.total} combinations ({source})")
     criteria = fit_criteria(specs, network, x_seeds if x_train is None else x_train, echo,
                             "the training inputs" if x_train is not None else "the SEEDS (no --train given)")
-    fuzzer = Fuzzer(found, mutators=mutator_list, oracle=oracle, others=networks[1:], scheduler=scheduler,
-                    validity=Validity(alpha=alpha, beta=beta, enabled=validity), batch_size=batch_size,
-                    random_state=random_state, value_range=convention.value_range, image_shape=image_shape,
-                    guide=guide, measure=criteria, rounding=rounding)
+    settings = CampaignSettings(
+        budget=options.budget, mutators=tuple(mutator_specs), oracle=options.oracle or default_oracle(network),
+        scheduler=options.scheduler, guide=options.guide, measure_specs=tuple(specs),
+        validity=ValiditySettings(enabled=not options.no_validity, alpha=options.alpha, beta=options.beta),
+        batch_size=options.batch_size, random_state=options.random_state, rounding=not options.no_round,
+        value_range=tuple(in_convention.value_range), input_shape=tuple(image_shape or ()),
+        sources=dataclasses.replace(sources, analysis_source=source, notes=tuple(notes)))
+    fuzzer = Fuzzer.from_settings(found, settings, others=networks[1:], measure=criteria)
     echo(fuzzer.validity.describe(fuzzer.mutators))
     echo("mutators: " + ", ".join(repr(mu) for mu in fuzzer.mutators))
-    settings = fuzzer.settings(budget, sources=dataclasses.replace(sources, analysis_source=source, notes=tuple(notes)),
-                               measure_specs=specs)
-    out = Path(out) if out else OUTPUTS / "campaigns" / f"{Path(models[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
-    return runner.start(fuzzer, settings, x_seeds, seeds_ds.y, out, x_train=x_train, y_train=y_train, echo=echo,
-                        progress=progress)
+    out = options.out or OUTPUTS / "campaigns" / f"{Path(models.model[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
+    return executor.start(fuzzer, x_seeds, seeds_ds.y, Path(out), x_train=x_train, y_train=y_train, echo=echo,
+                          progress=progress)
 
 
-def _campaign_analysis(runner, network, convention, sources: Sources, model, analysis, train, seeds, analyse: dict,
-                       lookup: dict, echo):
-    """(analysis, where it came from, notes, x_train, y_train) of a new campaign: the saved ``analysis`` folder;
-    else an analysis of the training data (by ``runner``, saved); else a saved analysis of this model; else,
-    said plainly, one of the seeds themselves."""
-    if analysis is not None:
-        return Analysis.load(analysis, model=network), f"loaded from {analysis}", [], None, None
+def _default_mutators() -> tuple[str, ...]:
+    from .fuzz.mutators import parse_mutators
+    return tuple(repr(m) for m in parse_mutators(DEFAULT_MUTATORS))
+
+
+def _check_new_campaign(models: ModelsOptions, options: CampaignOptions) -> list[str]:
+    """The checks of a new campaign that need no model; returns the criterion specs measured besides IDC."""
+    if not models.model or options.seeds is None or options.budget is None:
+        raise ParameterError("--model, --seeds and --budget are needed (or --resume DIR)")
+    check_budget(options.budget)
+    if options.no_validity and (options.alpha, options.beta) != (0.02, 0.2):   # ignored silently otherwise
+        which = "'alpha' parameter" if options.alpha != 0.02 else "'beta' parameter"
+        raise ParameterError(f"the {which} sets a validity bound, which no_validity=True turns off: drop one of them")
+    specs = measure_specs(options.guide, options.measure)
+    if options.train is not None and options.analysis is not None:
+        raise InputError("give --train (analyse first) or --analysis (reuse), not both")
+    for spec in (options.seeds, options.train):   # before the framework is imported and the models loaded
+        if spec is not None:
+            check_source(spec)
+    return specs
+
+
+def _sources(models: ModelsOptions, inputs: InputOptions, options: CampaignOptions) -> Sources:
+    """Where a new campaign's inputs come from, as it records them."""
+    return Sources(model=_absolute(models.model[0]), other_models=tuple(_absolute(p) for p in models.model[1:]),
+                   architectures=tuple(str(a) if str(a) == "-" else _absolute(a) for a in models.architecture),
+                   seeds=_absolute(options.seeds), train=None if options.train is None else _absolute(options.train),
+                   limit=inputs.limit, scale=inputs.scale,
+                   resize=None if inputs.resize is None else "x".join(map(str, inputs.resize)),
+                   crop=None if inputs.crop is None else str(inputs.crop),
+                   labels=None if inputs.labels is None else _absolute(inputs.labels),
+                   class_names=inputs.class_names, task_given=models.task)
+
+
+def _campaign_analysis(runner, network, convention, sources: Sources, train, seeds, wanted: AnalysisOptions,
+                       analyse: dict, echo):
+    """(analysis, where it came from, notes, x_train, y_train) of a new campaign without --analysis: an analysis
+    of the training data ``train`` (by ``runner``, saved); else a saved analysis of this model (one made as
+    ``wanted`` asks); else, said plainly, one of the seeds themselves."""
+    analyse = dict(analyse, layer=wanted.layer, m=wanted.resolved("m"), clusters=wanted.resolved("clusters"),
+                   cluster_method=wanted.resolved("cluster_method"))
     if train is not None:
         train_ds, x_train = _training_inputs(train, network, convention, sources, echo)
         found = runner.analyze(network, x_train, train_ds.y, data_summary=train_ds.summary(), **analyse)
-        _, where = save_analysis(found, model)
+        _, where = save_analysis(found, sources.model)
         return found, f"analysed on {train} ({len(x_train)} inputs{runner.where}), {where}", [], x_train, train_ds.y
-    places = [OUTPUTS / "analyses", Path(model).parent, Path(model).parent / "analysis"]
-    found, where, searched = find_analysis(network, places, **lookup)
+    places = [OUTPUTS / "analyses", Path(sources.model).parent, Path(sources.model).parent / "analysis"]
+    found, where, searched = find_analysis(network, places, layer=wanted.layer, m=wanted.m,
+                                           cluster_method=wanted.cluster_method, clusters=wanted.clusters)
     if found is not None:
         return found, f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}", [], \
             None, None
@@ -246,39 +260,41 @@ def _campaign_analysis(runner, network, convention, sources: Sources, model, ana
     return found, "analysed on the seeds themselves", [note], None, None
 
 
-def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, architectures=None, options=None,
-                    workers=None, ray=None, echo=print, progress=True) -> dict | None:
-    """Continue a campaign with its own settings (a parallel one on as many Ray workers as it had);
-    ``options`` (by parameter name) are other settings given with the resume: refused where they differ
-    from the campaign's."""
+def resume_campaign(folder, models: ModelsOptions, inputs: InputOptions, convention: ConventionOptions,
+                    wanted: AnalysisOptions, options: CampaignOptions, runner: RunnerOptions, *, echo=print,
+                    progress: bool = True) -> dict | None:
+    """Continue a campaign with its own settings (a parallel one on as many Ray workers as it had); the other
+    options typed with the resume (the groups' ``given``) are refused where they differ from the campaign's;
+    ``options.budget`` is the new total, ``models.model`` overrides the recorded model files."""
     folder = Path(folder)
     parallel = (folder / PARALLEL_FILE).is_file()
-    if workers is not None and not parallel:
+    if runner.workers is not None and not parallel:
         read_meta(folder)   # a folder that is no campaign at all is said to be none
         raise ParameterError(f"{folder} is a campaign of one process: resume it without --workers")
     if parallel:
         record = ParallelRecord.read(folder)
-        if workers is not None and workers != record.workers:
+        if runner.workers is not None and runner.workers != record.workers:
             raise ParameterError(f"{folder} runs {record.workers} workers; resume it with --workers "
                                  f"{record.workers} or without --workers")
-        settings, runner = record.settings, ParallelRunner(record.workers, ray, safe_mode)
+        settings, executor = record.settings, ParallelRunner(record.workers, runner.ray, models.safe_mode)
         analysis_folder = folder / "worker-0" / "analysis"
     else:
-        settings, runner = CampaignSettings.from_dict(read_meta(folder)["config"]), LocalRunner()
+        settings, executor = CampaignSettings.from_dict(read_meta(folder)["config"]), LocalRunner()
         analysis_folder = folder / "analysis"
-    check_resume_options(folder, settings, options or {}, analysis_folder)
+    found = Analysis.load(analysis_folder)
+    refuse_resume_changes(folder, settings, found, (models, inputs, convention, wanted, options))
     src = settings.sources
-    paths = models or [src.model, *src.other_models]
+    paths = models.model or [src.model, *src.other_models]
     try:
-        networks = load_networks(paths, architectures=architectures or (None if models else src.architectures),
-                                 safe_mode=safe_mode, task=src.task_given)
+        networks = load_networks(paths, architectures=models.architectures or (None if models.model else
+                                                                                src.architectures),
+                                 safe_mode=models.safe_mode, task=src.task_given)
     except ModelError as exc:
-        if models:
+        if models.model:
             raise
         relative = "" if Path(src.model).is_absolute() else ", relative to the directory it was started in"
         raise ModelError(f"{exc} (the model campaign {folder} recorded{relative}); give the 'model' parameter "
                          "to override it") from None
-    found = Analysis.load(analysis_folder)
     recorded = dataclasses.replace(found.convention, image_shape=None, value_range=tuple(settings.value_range))
     networks = [network_with_convention(n, recorded=recorded)[0] for n in networks]
     try:
@@ -295,9 +311,11 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
                                                                 echo=echo, **dict(src.load_options(), labels=None))[1]
         criteria = fit_criteria(list(settings.measure_specs), networks[0], x_fit, echo,
                                 f"{src.train or src.seeds} again, as when the campaign started")
+    if options.budget is not None:
+        settings = settings.replace(budget=options.budget)
     fuzzer = Fuzzer.from_settings(found, settings, others=networks[1:], measure=criteria)
-    return runner.resume(fuzzer, settings, folder, budget, x_train=x_train, y_train=y_train, echo=echo,
-                         progress=progress)
+    return executor.resume(fuzzer, folder, options.budget, x_train=x_train, y_train=y_train, echo=echo,
+                           progress=progress)
 
 
 # ---- runners: where the loop runs -------------------------------------------------------------------
@@ -312,14 +330,13 @@ class LocalRunner:
     def analyze(self, network, x, y, **options):
         return analyze(network, x, y, **options)
 
-    def start(self, fuzzer, settings, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
-        campaign = fuzzer.start(x_seeds, y_seeds, out, budget=settings.budget, sources=settings.sources,
-                                measure_specs=settings.measure_specs)
+    def start(self, fuzzer, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
+        campaign = fuzzer.start(x_seeds, y_seeds, out)
         echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
              f"{campaign.tracker.total})")
         return self._run(fuzzer, campaign, x_train, y_train, echo, progress)
 
-    def resume(self, fuzzer, settings, folder, budget, *, x_train, y_train, echo, progress):
+    def resume(self, fuzzer, folder, budget, *, x_train, y_train, echo, progress):
         campaign = fuzzer.resume(folder)
         if budget is not None:
             try:
@@ -385,21 +402,21 @@ class ParallelRunner:
                      what="--workers") as pool:
             return pool.analyze(x, y, **options)
 
-    def start(self, fuzzer, settings, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
+    def start(self, fuzzer, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
         echo(f"campaign: {out} ({self.workers} workers on Ray, {self.ray or 'local'}; each in {out}/worker-<i>, "
              f"merged in {out}/merged)")
         echo(f"note: {PARALLEL_NOT_REPRODUCIBLE}")
-        return self._run(fuzzer, settings, x_seeds, y_seeds, out, x_train, y_train, echo)
+        return self._run(fuzzer, x_seeds, y_seeds, out, x_train, y_train, echo)
 
-    def resume(self, fuzzer, settings, folder, budget, *, x_train, y_train, echo, progress):
-        budget = settings.budget if budget is None else budget
-        echo(f"resuming {folder}: {self.workers} workers, {budget} execs in all")
-        src = settings.sources
+    def resume(self, fuzzer, folder, budget, *, x_train, y_train, echo, progress):
+        echo(f"resuming {folder}: {self.workers} workers, {fuzzer.record.budget} execs in all")
+        src = fuzzer.record.sources
         seeds, x_seeds = load_inputs(src.seeds, fuzzer.network, fuzzer.analysis.convention, limit=src.limit,
                                      echo=echo, **src.load_options())
-        return self._run(fuzzer, settings.replace(budget=budget), x_seeds, seeds.y, folder, x_train, y_train, echo)
+        return self._run(fuzzer, x_seeds, seeds.y, folder, x_train, y_train, echo)
 
-    def _run(self, fuzzer, settings, x_seeds, y_seeds, out, x_train, y_train, echo):
+    def _run(self, fuzzer, x_seeds, y_seeds, out, x_train, y_train, echo):
+        settings = fuzzer.record
         from tqdm.auto import tqdm
         from .distributed.parallel import fuzz
         with tqdm(total=settings.budget, unit="exec", desc="fuzz", dynamic_ncols=True) as bar:
@@ -442,14 +459,16 @@ def finish(campaign, x_train, y_train, oracle, notes, echo, *, grown: str = "gro
     return {"state": state, "exports": exports, "seeds_idc": seeds_idc, "report": str(report)}
 
 
-def measure_specs(guide: str, measure: str | None) -> list[str]:
-    """The criterion specs to fit and measure besides IDC: ``measure`` (comma-separated specs such as
-    'nc,kmnc:k=10'), plus the guiding criterion when it is not among them."""
+def measure_specs(guide: str, measure) -> list[str]:
+    """The criterion specs to fit and measure besides IDC: ``measure`` (parsed specs, or their comma-separated
+    text such as 'nc,kmnc:k=10'), plus the guiding criterion when it is not among them."""
     from .criteria import parse_criteria, spec_name
     from .fuzz.guidance import guide_names
     if guide not in guide_names():
         raise ParameterError(f"The 'guide' parameter must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
-    specs = [s for s in parse_criteria(measure) if spec_name(s) != "idc"] if measure else []
+    if isinstance(measure, str):
+        measure = parse_criteria(measure)
+    specs = [s for s in measure if spec_name(s) != "idc"] if measure else []
     if guide not in ("idc", "none") and guide not in (spec_name(s) for s in specs):
         specs.insert(0, guide)
     return specs
@@ -489,77 +508,95 @@ def _same_path(a, b) -> bool:
     return a is not None and b is not None and (str(a) == str(b) or Path(a).resolve() == Path(b).resolve())
 
 
-def check_analysis_options(analysis, where, *, layer=None, m=None, clusters=None, cluster_method=None) -> None:
+def check_analysis_options(analysis, where, wanted: AnalysisOptions) -> None:
     """Refuse a layer, m, cluster range or cluster method given with a saved analysis made otherwise:
     the saved analysis is used as it is, so a different value would be silently ignored."""
     saved = {"layer": analysis.layer, "m": analysis.m, "clusters": analysis.config.get("clusters"),
              "cluster_method": analysis.config.get("cluster_method", "silhouette")}
-    asked = {"layer": layer, "m": m, "clusters": None if clusters is None else list(parse_cluster_range(clusters)),
-             "cluster_method": cluster_method}
-    conflicts = [(k, saved[k], v) for k, v in asked.items() if v is not None and v != saved[k]]
+    conflicts = [(k, saved[k], _listed(getattr(wanted, k))) for k in saved
+                 if getattr(wanted, k) is not None and _listed(getattr(wanted, k)) != saved[k]]
     if conflicts:
         _refuse_changes(f"analysis={str(where)!r} was made with", conflicts,
                         "leave these out to use it, or analyse again with the 'train' parameter")
 
 
-def check_resume_options(folder: Path, settings: CampaignSettings, options: dict, analysis_folder: Path) -> None:
-    """Refuse options given with a resume that differ from the campaign's own (it keeps the settings it
-    was made with); ``options`` holds only what was given, by parameter name."""
-    from .convention import parse_preprocess, parse_value_range
-    from .data import parse_resize
-    from .fuzz.scheduler import make_scheduler, scheduler_spec
-    try:
-        made = json.loads((analysis_folder / "analysis.json").read_text()).get("config", {})
-    except (OSError, ValueError):
-        made = {}
+def _listed(value):
+    """A parsed tuple as the JSON record holds it (a list)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def resume_asked(settings: CampaignSettings, found, groups) -> list[tuple[str, object, object]]:
+    """(parameter, the campaign's value, the value typed) for every option typed with a resume, in the order
+    typed, each in the form the campaign records (the groups hold parsed values)."""
     src, validity = settings.sources, settings.validity
-    # parameter -> the campaign's value, in the form the given value is brought to
+    config = found.config
     saved = {
         "seeds": src.seeds, "train": src.train, "layer": settings.layer, "m": settings.m,
-        "clusters": made.get("clusters"), "cluster_method": made.get("cluster_method"),
+        "clusters": config.get("clusters"), "cluster_method": config.get("cluster_method"),
         "mutators": list(settings.mutators), "oracle": settings.oracle, "scheduler": settings.scheduler,
         "batch_size": settings.batch_size, "random_state": settings.random_state,
         "no_validity": not validity.enabled, "alpha": validity.alpha, "beta": validity.beta,
-        "scale": src.scale, "resize": None if src.resize is None else "x".join(map(str, parse_resize(src.resize))),
-        "value_range": list(settings.value_range), "preprocess": settings.preprocess,
-        "image_shape": list(settings.input_shape),
+        "scale": src.scale, "resize": src.resize, "value_range": list(settings.value_range),
+        "preprocess": settings.preprocess, "image_shape": list(settings.input_shape),
         "class_names": None if src.class_names is None else list(src.class_names),
         "guide": settings.guide, "measure": list(settings.measure_specs), "no_round": not settings.rounding,
         "labels": src.labels, "crop": src.crop, "task": src.task_given,
     }
-    normal = {
-        "clusters": lambda v: list(parse_cluster_range(v)),
-        "mutators": lambda v: [repr(mu) for mu in parse_mutators(v)],
-        "oracle": lambda v: str(make_oracle(v, others=[None] * len(src.other_models))),
-        "scheduler": lambda v: scheduler_spec(make_scheduler(v)),
-        "resize": lambda v: "x".join(map(str, parse_resize(v))),
-        "value_range": lambda v: list(parse_value_range(v)),
-        "preprocess": lambda v: None if parse_preprocess(v) is None else parse_preprocess(v).spec,
-        "image_shape": lambda v: list(parse_image_shape(v)),
-        "class_names": lambda v: list(parse_class_names(v)),
-        "labels": _absolute, "crop": lambda v: str(v),
-        "measure": lambda v: measure_specs(settings.guide, v),
-    }
+    values = {name: getattr(g, name) for g in groups for name in g.flags() if name in g.given}
+    typed = next((g.given for g in groups if g.given), ())
+    asked = []
+    for name in typed:
+        if name not in values:
+            continue
+        value = values[name]
+        if name == "oracle":   # canonical, as the campaign records it
+            value = str(make_oracle(value, others=[None] * len(src.other_models)))
+        elif name == "resize":
+            value = "x".join(map(str, value))
+        elif name == "preprocess":
+            value = None if value is None else value.spec
+        elif name == "labels":
+            value = _absolute(value)
+        elif name == "measure":
+            value = measure_specs(settings.guide, value)
+        elif name in ("seeds", "train", "out"):
+            value = str(value)
+        asked.append((name, saved.get(name, _NOT_RESUMABLE), _listed(value)))
+    return asked
+
+
+_NOT_RESUMABLE = object()
+
+
+def refuse_resume_changes(folder: Path, settings: CampaignSettings, found, groups) -> None:
+    """Refuse options typed with a resume that differ from the campaign's own (it keeps the settings it was
+    made with); the budget and the model files may change."""
     conflicts = []
-    for name, value in options.items():
+    for name, saved, asked in resume_asked(settings, found, groups):
+        if name in ("budget", "model", "architecture", "unsafe", "resume", "workers", "ray"):
+            continue
         if name == "out":
-            if not _same_path(value, folder):
+            if not _same_path(asked, folder):
                 raise ParameterError(f"a resumed campaign stays in its folder {folder}: drop the 'out' parameter")
             continue
         if name in ("limit", "analysis"):
-            raise ParameterError(f"a resumed campaign keeps its seeds and its analysis ({analysis_folder}): "
+            raise ParameterError(f"a resumed campaign keeps its seeds and its analysis ({found_folder(folder)}): "
                                  f"drop the '{name}' parameter")
-        if name not in saved:
+        if saved is _NOT_RESUMABLE:
             raise ParameterError(f"a resumed campaign keeps the settings it was made with: drop the '{name}' parameter")
-        try:
-            asked = normal[name](value) if name in normal else value
-        except Exception:  # noqa: BLE001 (a value the option would refuse anyway: shown as given)
-            asked = value
-        same = _same_path(saved[name], asked) if name in ("seeds", "train") else asked == saved[name]
-        if isinstance(saved[name], float) or isinstance(asked, float):
-            same = saved[name] is not None and abs(float(asked) - float(saved[name])) <= 1e-12
+        if name in ("seeds", "train"):
+            same = _same_path(saved, asked)
+        elif isinstance(saved, float) or isinstance(asked, float):
+            same = saved is not None and abs(float(asked) - float(saved)) <= 1e-12
+        else:
+            same = asked == saved
         if not same:
-            conflicts.append((name, saved[name], asked))
+            conflicts.append((name, saved, asked))
     if conflicts:
         _refuse_changes(f"campaign {folder} was made with", conflicts,
                         "a resumed campaign keeps its settings: leave these out, or start a new campaign")
+
+
+def found_folder(folder: Path) -> Path:
+    """The analysis folder of a campaign (a parallel one keeps it in its first worker)."""
+    return folder / "worker-0" / "analysis" if (folder / PARALLEL_FILE).is_file() else folder / "analysis"

@@ -105,10 +105,14 @@ class Fuzzer:
         self.measures = measures_of(analysis, measure)
         self.guide = check_guide(guide, self.measures)
         self.layers = tuple(dict.fromkeys(layer for m in self.measures for layer in m.layers))
-        self.value_range = parse_value_range(value_range) or tuple(analysis.convention.value_range)
+        # a pair is taken as parsed (the command line parsed it once); text is parsed here
+        self.value_range = (parse_value_range(value_range) if isinstance(value_range, str) else
+                            tuple(float(v) for v in value_range) if value_range is not None else
+                            tuple(analysis.convention.value_range))
         self.validity = dataclasses.replace(validity or Validity(), value_range=self.value_range)
         self.batch_size, self.random_state, self.rounding = int(batch_size), int(random_state), bool(rounding)
         self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
+        self.record: CampaignSettings | None = None  # the settings it was built from (from_settings)
 
     @staticmethod
     def _as_images(analysis: Analysis, others: Sequence, image_shape: tuple) -> tuple[Analysis, list]:
@@ -122,14 +126,18 @@ class Fuzzer:
     @classmethod
     def from_settings(cls, analysis: Analysis, settings: CampaignSettings, *, others: Sequence = (),
                       measure: Sequence = (), random_state: int | None = None) -> "Fuzzer":
-        """The fuzzer a campaign's settings describe (``random_state``: a parallel worker's own stream)."""
+        """The fuzzer a campaign's settings describe (``random_state``: a parallel worker's own stream); it
+        keeps them, made canonical, as the record :meth:`start` writes (budget, sources and all)."""
         v = settings.validity
-        return cls(analysis, mutators=list(settings.mutators), oracle=settings.oracle, others=others,
-                   scheduler=settings.scheduler, validity=Validity(alpha=v.alpha, beta=v.beta, enabled=v.enabled),
-                   guide=settings.guide, measure=measure, batch_size=settings.batch_size,
-                   random_state=settings.random_state if random_state is None else random_state,
-                   rounding=settings.rounding, value_range=settings.value_range,
-                   image_shape=settings.input_shape or None)
+        fuzzer = cls(analysis, mutators=list(settings.mutators), oracle=settings.oracle, others=others,
+                     scheduler=settings.scheduler, validity=Validity(alpha=v.alpha, beta=v.beta, enabled=v.enabled),
+                     guide=settings.guide, measure=measure, batch_size=settings.batch_size,
+                     random_state=settings.random_state if random_state is None else random_state,
+                     rounding=settings.rounding, value_range=settings.value_range,
+                     image_shape=settings.input_shape or None)
+        fuzzer.record = fuzzer.settings(settings.budget, sources=settings.sources,
+                                        measure_specs=settings.measure_specs).replace(parallel=settings.parallel)
+        return fuzzer
 
     def settings(self, budget: int, *, sources: Sources | None = None, measure_specs: Sequence[str] = (),
                  rounding: bool | None = None, storage: str = "uint8") -> CampaignSettings:
@@ -149,10 +157,16 @@ class Fuzzer:
 
     # ---- starting and resuming --------------------------------------------------------------
     def start(self, x_seeds: np.ndarray, y_seeds: np.ndarray | None, out: str | Path | None = None, *,
-              budget: int, sources: Sources | None = None, measure_specs: Sequence[str] = (),
+              budget: int | None = None, sources: Sources | None = None, measure_specs: Sequence[str] = (),
               parallel: dict | None = None) -> Campaign:
         """Run the seeds and mark what they cover: a campaign at step 0, in memory, or saved in ``out``.
-        ``sources`` (where the inputs came from), ``measure_specs`` and ``parallel`` are recorded with it."""
+        A fuzzer built :meth:`from_settings` records those settings (``budget``, if given, replaces theirs);
+        otherwise ``budget``, ``sources`` (where the inputs came from), ``measure_specs`` and ``parallel`` are
+        recorded with it."""
+        if self.record is not None:
+            budget = self.record.budget if budget is None else budget
+            sources, measure_specs = sources or self.record.sources, measure_specs or self.record.measure_specs
+            parallel = self.record.parallel if parallel is None else parallel
         check_budget(budget)
         x = fit_to_model(x_seeds, self.network.input_shape)
         if self.regression:   # labels are output values; NaN marks a seed without one
