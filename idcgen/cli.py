@@ -11,32 +11,22 @@ import json
 import re
 import shlex
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 import typer.core
 
 from .errors import IdcgenError
-from .options import AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelsOptions, RunnerOptions
+from .options import (AffinityOptions, AnalysisOptions, CampaignOptions, ConventionOptions, HardenOptions, InputOptions,
+                      InspectOptions, ModelOptions, ModelsOptions, OrderingOptions, RunnerOptions)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Coverage-guided test-input generation with Importance-Driven Coverage (IDC).")
 
 DEFAULT_OUTPUTS = Path("outputs")
 
-ModelOpt = typer.Option(..., "--model", help="Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx, or a factory package.module:make_model with --weights W.pt.")
 UnsafeOpt = typer.Option(False, "--unsafe", help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
 ArchitectureOpt = typer.Option(None, "--architecture", "--weights", help="Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a PyTorch factory --model package.module:make_model, its state_dict file (--weights W.pt).")
-ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by 255) or none.")
-ValueRangeOpt = typer.Option(None, "--value-range", help="LO,HI: range of the images the model takes (default: 0,255 if it starts with Rescaling(1/255), else 0,1).")
-PreprocessOpt = typer.Option(None, "--preprocess", help="Between image and model: imagenet-caffe, imagenet-torch, tf ([0,255] -> [-1,1]) or mean=M,std=S.")
-ResizeOpt = typer.Option(None, "--resize", help="HxW: resize the images of image folders (PIL, bilinear).")
-TaskOpt = typer.Option(None, "--task", help="regression or classification (default: detected; a head of one output unit is a regression model).")
-LabelsOpt = typer.Option(None, "--labels", help="CSV of labels for an image folder: FILE.csv (id and target columns detected) or FILE.csv:ID_COLUMN,TARGET_COLUMN; ids are the file names, with or without extension.")
-CropOpt = typer.Option(None, "--crop", help="TOP,BOTTOM,LEFT,RIGHT: pixels cut from each image of an image folder before --resize.")
-RayOpt = typer.Option(None, "--ray", help="Run on Ray workers: local (start Ray on this machine), auto (the cluster `ray start` made here) or a cluster address such as ray://HEAD:10001. Needs pip install \"idcgen[ray]\".")
-WorkersOpt = typer.Option(None, "--workers", help="Ray workers (default: one per GPU of the cluster, else one per CPU); alone it means --ray local.")
-ClassNamesOpt = typer.Option(None, "--class-names", help="Class names in label order (cat,dog or a file with one per line): labels of image class subfolders not named by integers (default: sorted names).")
 
 
 def _peak_memory_mib() -> float:
@@ -151,7 +141,8 @@ def command(func):
         finally:   # Ray workers freed however the command ends (an error half-way too)
             while _POOLS:
                 _POOLS.pop().close()
-    wrapper.__signature__ = signature
+    wrapper.__signature__ = signature   # typer reads the expanded options, not the groups
+    wrapper.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     return app.command(cls=_Command)(wrapper)
 
 
@@ -199,31 +190,40 @@ def _given(ctx: typer.Context) -> dict:
     return {k: v for k, v in ctx.params.items() if getattr(source(k), "name", None) == "COMMANDLINE"}
 
 
-def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None, task: Optional[str] = None):
+def _network(model: ModelOptions):
     from .session import load_networks
-    return load_networks([model], architectures=None if architecture is None else [architecture],
-                         safe_mode=not unsafe, task=task)[0]
+    return load_networks([model.model], architectures=model.architectures, safe_mode=model.safe_mode,
+                         task=model.task)[0]
 
 
-def _open(model: Path, unsafe: bool, architecture=None, task=None, value_range=None, preprocess=None, analysis=None):
+def _open(model: ModelOptions, convention: ConventionOptions | None = None, analysis=None):
     """(network in image space, its input convention, the bound Analysis or None): idcgen.session.open_model."""
     from .session import open_model
-    return open_model(model, safe_mode=not unsafe, architecture=architecture, task=task, value_range=value_range,
-                      preprocess=preprocess, analysis=analysis)
+    convention = convention or ConventionOptions()
+    return open_model(model.model, safe_mode=model.safe_mode, architecture=model.architecture, task=model.task,
+                      value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis)
 
 
-def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None,
-            class_names=None, err: bool = False, labels=None, crop=None):
-    """(Dataset, x) for the model; the label mapping and conversions are shown once (stderr if ``err``)."""
+def _inputs(spec: str, network, reading: InputOptions, convention=None, *, limit=None, err: bool = False,
+            labels=None):
+    """(Dataset, x) for the model, read as ``reading`` says (``limit``, ``labels``: for this input set, where
+    they differ from the options'); the label mapping and conversions are shown once (stderr if ``err``)."""
     from .session import load_inputs
-    return load_inputs(spec, network, convention, scale=scale, limit=limit, resize=resize, crop=crop, labels=labels,
-                       class_names=class_names, echo=lambda line: typer.echo(line, err=err))
+    return load_inputs(spec, network, convention, **dict(reading.load_options(), labels=labels), limit=limit,
+                       echo=lambda line: typer.echo(line, err=err))
 
 
-def _shard_pattern(spec: str, option: str, ray: Optional[str], workers: Optional[int], limit) -> bool:
+def _check_reading(*specs, reading: InputOptions, limit=None) -> None:
+    """Input paths, dataset names and loading options checked before the framework is imported and the
+    model loaded."""
+    _check_sources(*specs, scale=reading.scale, limit=limit, resize=reading.resize, crop=reading.crop,
+                   class_names=reading.class_names)
+
+
+def _shard_pattern(spec: str, option: str, runner: RunnerOptions, limit) -> bool:
     """Whether ``spec`` names shard files the Ray workers read themselves (a pattern, with --ray or --workers);
     a pattern naming none, or --limit beside one, is refused in one line before any worker starts."""
-    if (ray is None and workers is None) or not any(c in spec for c in "*?["):
+    if not runner.parallel or not any(c in spec for c in "*?["):
         return False
     from .distributed.shards import shard_files
     shard_files(spec)
@@ -232,11 +232,12 @@ def _shard_pattern(spec: str, option: str, ray: Optional[str], workers: Optional
     return True
 
 
-def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bool, as_json: bool, load: dict):
+def _idc_of_shards(found, names, pattern: str, network, runner: RunnerOptions, model: ModelOptions, as_json: bool,
+                   load: dict):
     """``coverage --inputs 'PATTERN' --ray``: IDC of shard files the Ray workers read themselves, one a shard."""
     if found is None or names != ["idc"]:
         _fail("shard files (--inputs with a pattern) are measured for IDC only: give --criteria idc, or one input set")
-    pool = _ray_pool(ray, workers, network, unsafe)
+    pool = _ray_pool(runner, network, model)
     held = pool.shards(pattern, **load)
     result = pool.tracker(found, held, progress=not as_json).result()
     n, shards = len(held), len(held.sources)
@@ -263,24 +264,24 @@ def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
     check_pool(ray, workers)
 
 
-def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool):
+def _ray_pool(runner: RunnerOptions, network, model: ModelOptions):
     """Ray workers holding ``network`` when --ray or --workers is given, else None (one process)."""
-    if ray is None and workers is None:
+    if not runner.parallel:
         return None
+    ray, workers = runner.ray, runner.workers
     from .distributed import require_ray
     from .distributed.workers import Workers
     what = "--ray" if ray is not None else "--workers"
     require_ray(what)   # before anything else: one line saying what to install
     typer.echo(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...", err=True)
-    _POOLS.append(Workers(network, ray=ray or "local", workers=workers, safe_mode=not unsafe, what=what))
+    _POOLS.append(Workers(network, ray=ray or "local", workers=workers, safe_mode=model.safe_mode, what=what))
     return _POOLS[-1]   # closed by the command's wrapper (`command`) when it ends, if not before
 
 
 @command
-def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt,
-           task: Optional[str] = TaskOpt):
+def layers(model: ModelOptions):
     """List the model's layers: name, type, output shape, neurons (units or channels)."""
-    network = _network(model, unsafe, architecture, task)
+    network = _network(model)
     rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
     for row in [("name", "type", "output shape", "neurons")] + rows:
@@ -321,48 +322,39 @@ def _task_line(network) -> str:
 
 
 @command
-def analyze(model: Path = ModelOpt,
+def analyze(model: ModelOptions,
             train: str = typer.Option(..., "--train", help="Training inputs: folder, .npz, .npy, IDX .gz, or a dataset name; with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves."),
-            layer: Optional[str] = typer.Option(None, "--layer", help="Subject layer (default: last hidden layer)."),
-            m: int = typer.Option(8, "--m", help="Number of important neurons."),
-            clusters: str = typer.Option("2-5", "--clusters", help="k values tried per neuron, e.g. 2-5 or 2,3,4."),
-            cluster_method: str = typer.Option("silhouette", "--cluster-method", help="silhouette (the paper's) or zero-aware (a ReLU's exact zeros get their own cluster; k chosen on the positive values)."),
+            wanted: AnalysisOptions = None,
             relevance_of: str = typer.Option("predicted", "--relevance-of", help="predicted or label."),
             correct_only: bool = typer.Option(False, "--correct-only", help="Use only correctly classified inputs."),
             only_class: Optional[int] = typer.Option(None, "--class", help="Use only inputs of this label."),
             random_state: int = typer.Option(0, "--random-state", help="Seed of the clustering (k-means restarts)."),
-            limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
-            scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
-            preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-            class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
-            crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
+            reading: InputOptions = None, convention: ConventionOptions = None,
             out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."),
             force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
-            ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
-            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+            runner: RunnerOptions = None):
     """Find the m most important neurons of a layer and cluster their activations."""
     from .analysis import analyze as run, check_save_target
-    from .clusters import parse_cluster_range
-    _need_ray(ray, workers)
-    ks = parse_cluster_range(clusters)
+    _need_ray(runner.ray, runner.workers)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
-    _check_sources(train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
-    network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess)
-    pool = _ray_pool(ray, workers, network, unsafe)
+    _check_reading(train, reading=reading, limit=reading.limit)
+    sharded = _shard_pattern(train, "--train", runner, reading.limit)   # shard files the workers read themselves
+    network, convention, _ = _open(model, convention)
+    pool = _ray_pool(runner, network, model)
     if sharded:
-        x = pool.shards(train, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
+        x = pool.shards(train, **reading.load_options())
         x.load()
-        y, summary, scaling = None, x.summary(), f"{len(x.sources)} shards, scale {scale}"
+        y, summary, scaling = None, x.summary(), f"{len(x.sources)} shards, scale {reading.scale}"
     else:
-        ds, x = _inputs(train, network, scale, limit, convention, resize, class_names, labels=labels, crop=crop)
+        ds, x = _inputs(train, network, reading, convention, limit=reading.limit, labels=reading.labels)
         y, summary, scaling = ds.y, ds.summary(), ds.scaling
-    analysis = run(network, x, y, layer=layer, m=m, clusters=ks, cluster_method=cluster_method, relevance_of=relevance_of,
+    analysis = run(network, x, y, layer=wanted.layer, m=wanted.resolved("m"), clusters=wanted.resolved("clusters"),
+                   cluster_method=wanted.resolved("cluster_method"), relevance_of=relevance_of,
                    correct_only=correct_only, only_class=only_class, random_state=random_state,
                    data_summary=summary, passes=None if pool is None else pool.passes)
     from .session import save_analysis
-    _, where = save_analysis(analysis, model, out, force=force)
+    _, where = save_analysis(analysis, model.model, out, force=force)
     ks_chosen = [c.k for c in analysis.clusters]
     if network.task == "regression":
         typer.echo(f"task: {_task_line(network)}" + (f"; MSE on the labels {analysis.data['mse']:.4g}"
@@ -385,33 +377,26 @@ def analyze(model: Path = ModelOpt,
 
 @command
 def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder from `idcgen analyze` (for IDC)."),
-             model: Path = ModelOpt,
-             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure; with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves (IDC only)."),
+             model: ModelOptions = None,
+             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure; with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves (IDC only; the other criteria stay in this process)."),
              criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as name(key=value), e.g. 'nc(scaling=channel-means),lsc(group=label)' (the older nc:scaling=channel-means still works)."),
              train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-             limit: Optional[int] = typer.Option(None, "--limit", help="Measure the first N inputs only."),
-             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
-             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-             class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
-             crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
-             ray: Optional[str] = typer.Option(None, "--ray", help="Measure IDC on Ray workers (the other criteria stay in this process): local, auto or a cluster address such as ray://HEAD:10001. Needs pip install \"idcgen[ray]\"."),
-             workers: Optional[int] = WorkersOpt,
-             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+             reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
     from .criteria import make_criterion, parse_criteria
-    _need_ray(ray, workers)
+    _need_ray(runner.ray, runner.workers)
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
-    _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess,
-                                       analysis if "idc" in names else None)
-    if _shard_pattern(inputs, "--inputs", ray, workers, limit):
-        return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, as_json,
-                              dict(scale=scale, resize=resize, class_names=class_names, crop=crop))
-    _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, crop=crop)
+    _check_reading(inputs, train, reading=reading, limit=reading.limit)
+    labels = reading.labels
+    network, convention, found = _open(model, convention, analysis if "idc" in names else None)
+    if _shard_pattern(inputs, "--inputs", runner, reading.limit):
+        return _idc_of_shards(found, names, inputs, network, runner, model, as_json,
+                              dict(reading.load_options(), labels=None))
+    _, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json)
     others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc(threshold=0.5)"
     x_train = y_train = None
     needing = [c.name for c in others.values() if c.needs_data]
@@ -424,11 +409,10 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         _fail(f"--train is read by criteria fitted on training data (kmnc, nbc, snac, lsc, dsc); "
               f"{', '.join(names)} do not use it: drop --train")
     if needing:
-        train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=as_json,
-                                    labels=labels, crop=crop)
+        train_ds, x_train = _inputs(train, network, reading, convention, err=as_json, labels=labels)
         y_train = train_ds.y
     from .session import measure_coverage
-    pool = _ray_pool(ray, workers, network, unsafe) if found is not None else None
+    pool = _ray_pool(runner, network, model) if found is not None else None
     results, notes, missing = measure_coverage(network, x, others, analysis=found, x_train=x_train, y_train=y_train,
                                                pool=pool)
     if not results:
@@ -455,41 +439,30 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
 
 
 @command
-def prioritize(model: Path = ModelOpt,
+def prioritize(model: ModelOptions,
                inputs: str = typer.Option(..., "--inputs", help="The inputs to order (with labels, e.g. an .npz with y or a folder with --labels, the ordering is scored by APFD)."),
-               by: str = typer.Option(..., "--by", help="gini, max-softmax, margin, entropy, lsa, dsa, mdsa, mc-dropout, <criterion>-total, <criterion>-additional (criterion: nc, kmnc, nbc, snac, tknc, lsc, dsc), idc-rarity, idc-additional or random."),
+               ordering: OrderingOptions = None,
                out: Path = typer.Option(..., "--out", help="CSV file to write: rank (1 = look first), input (index, or file name for a folder), score."),
                train: Optional[str] = typer.Option(None, "--train", help="Training inputs (lsa, dsa, mdsa, idc-*, and the coverage orderings of kmnc, nbc, snac, lsc, dsc)."),
                analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder for idc-rarity and idc-additional (default: analyse --train with --m)."),
-               layer: Optional[str] = typer.Option(None, "--layer", help="Layer of lsa, dsa and mdsa (default: the last hidden layer before the logits)."),
-               m: int = typer.Option(8, "--m", help="Important neurons when the IDC orderings analyse --train."),
-               passes: int = typer.Option(20, "--passes", help="Forward passes of mc-dropout."),
-               tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Regression: an input fails when its absolute error exceeds this (default twice the RMSE over the inputs)."),
-               random_state: int = typer.Option(0, "--random-state", help="Seed of random and mc-dropout."),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object: apfd, found_at_1, found_at_5, found_at_10, failures, inputs (null without labels)."),
-               limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
-               scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
-               preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-               class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
-               crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
-               unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+               reading: InputOptions = None, convention: ConventionOptions = None):
     """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
     from .prioritization import check_ordering, input_names, prioritize as run
-    check_ordering(by)   # an unknown ordering is refused before any model is loaded
-    _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
-    check_ordering(by, network.task)   # classification-only orderings refused for a regression model
-    ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
-                    crop=crop)
+    o = ordering
+    check_ordering(o.by)   # an unknown ordering is refused before any model is loaded
+    _check_reading(inputs, train, reading=reading, limit=reading.limit)
+    network, convention, found = _open(model, convention, analysis)
+    check_ordering(o.by, network.task)   # classification-only orderings refused for a regression model
+    ds, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json, labels=reading.labels)
     x_train = y_train = None
     if train is not None:
-        train_ds, x_train = _inputs(train, network, scale, None, convention, resize, class_names, err=True,
-                                    crop=crop)
+        train_ds, x_train = _inputs(train, network, reading, convention, err=True)
         y_train = train_ds.y
-    ranking = run(network, x, by=by, x_train=x_train, y_train=y_train, y=ds.y, analysis=found, layer=layer, m=m,
-                  passes=passes, tolerance=tolerance, random_state=random_state, progress=not as_json)
-    path = ranking.to_csv(out, input_names(inputs, limit))
+    ranking = run(network, x, by=o.by, x_train=x_train, y_train=y_train, y=ds.y, analysis=found, layer=o.layer,
+                  m=o.m, passes=o.passes, tolerance=o.tolerance, random_state=o.random_state, progress=not as_json)
+    path = ranking.to_csv(out, input_names(inputs, reading.limit))
     evaluation = ranking.evaluation
     if as_json:
         keys = ("apfd", "found_at_1", "found_at_5", "found_at_10", "failures", "inputs")
@@ -522,41 +495,39 @@ def fuzz(models: ModelsOptions, options: CampaignOptions, wanted: AnalysisOption
 
 
 @command
-def harden(model: Path = ModelOpt,
+def harden(model: ModelOptions,
            train: str = typer.Option(..., "--train", help="The model's training data."),
            campaign: Path = typer.Option(..., "--campaign", help="Campaign folder whose kept inputs retrain the model."),
            test: str = typer.Option(..., "--test", help="Test set to measure robustness on (keep it apart from the seeds)."),
-           mode: str = typer.Option("finetune", "--mode", help="finetune (from the model's weights) or scratch."),
-           epochs: int = typer.Option(3, "--epochs", help="Training epochs, the same for both retrainings."),
-           repeats: int = typer.Option(1, "--repeats", help="Repetitions (mean ± std)."),
-           random_state: int = typer.Option(0, "--random-state", help="Seed of the retraining and the random perturbations."),
+           retraining: HardenOptions = None,
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
-           pair: Optional[str] = typer.Option(None, "--pair", help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair `idcgen inspect` predicts); lower is better."),
-           scale: str = ScaleOpt, class_names: Optional[str] = ClassNamesOpt,
-           unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+           scale: str = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by 255) or none."),
+           class_names: Optional[str] = typer.Option(None, "--class-names", help="Class names in label order (cat,dog or a file with one per line): labels of image class subfolders not named by integers (default: sorted names).")):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
     from .hardening import check_pair, format_table, harden as run
     from .fuzz.store import read_meta
     read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
-    _check_sources(train, test, scale=scale, class_names=class_names)
-    network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis")
+    reading = InputOptions.from_typed({"scale": scale, "class_names": class_names})
+    r = retraining
+    _check_reading(train, test, reading=reading)
+    network, convention, _ = _open(model, analysis=campaign / "analysis")
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
               "a regression model (one output unit)")
-    classes = None if pair is None else check_pair(pair.split(","), network.n_classes)   # before any work
+    classes = None if r.pair is None else check_pair(r.pair.split(","), network.n_classes)   # before any work
     found = Campaign.load(campaign, network)
     for note in found.notes:   # damage found on reading (a read-only load repairs nothing)
         typer.echo(f"note: {note}")
     convention = dataclasses.replace(convention, value_range=found.value_range)  # the inputs as the campaign's
-    train_ds, x_train = _inputs(train, network, scale, None, convention, class_names=class_names)
-    test_ds, x_test = _inputs(test, network, scale, limit_test, convention, class_names=class_names)
+    train_ds, x_train = _inputs(train, network, reading, convention)
+    test_ds, x_test = _inputs(test, network, reading, convention, limit=limit_test)
     if train_ds.y is None or test_ds.y is None:
         _fail("--train and --test need labels")
     out = out or campaign / "harden"
-    summary = run(network, x_train, train_ds.y, found, x_test, test_ds.y, mode=mode, epochs=epochs,
-                  repeats=repeats, random_state=random_state, out=out, pair=classes)
+    summary = run(network, x_train, train_ds.y, found, x_test, test_ds.y, mode=r.mode, epochs=r.epochs,
+                  repeats=r.repeats, random_state=r.random_state, out=out, pair=classes)
     typer.echo(format_table(summary))
     typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.png) in {summary['seconds']} s")
 
@@ -606,49 +577,39 @@ def demo(out: Path = typer.Option(DEFAULT_OUTPUTS / "demo", "--out", help="Outpu
 
 
 @command
-def inspect(model: Path = ModelOpt,
+def inspect(model: ModelOptions,
             inputs: str = typer.Option(..., "--inputs", help="Inputs to inspect (with labels, e.g. an .npz with y, the precision and recall are measured); with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves."),
-            layers_: Optional[str] = typer.Option(None, "--layers", help="Comma-separated layers (default: every hidden layer a neuron criterion uses)."),
-            threshold: float = typer.Option(0.5, "--threshold", help="A neuron is active above this, after min-max scaling (DeepInspect: 0.5)."),
-            scaling: str = typer.Option("neuron", "--scaling", help="Min-max scaling per neuron over the inputs (default), per layer over the inputs, or per layer within each input ('input', as NC)."),
+            settings: InspectOptions = None,
             analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: also measure with its important neurons only."),
-            top: int = typer.Option(10, "--top", help="Pairs to print, smallest NAPVD first."),
             as_json: bool = typer.Option(False, "--json", help="Print one JSON object (summary and every pair)."),
             out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/inspect/<model>); its files are replaced."),
-            no_labels: bool = typer.Option(False, "--no-labels", help="Ignore the inputs' labels (predictions only)."),
-            limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
-            scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
-            preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-            class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
-            crop: Optional[str] = CropOpt,
-            ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
-            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+            reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
     probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
     from .deepinspect import inspect as run
     from .checks import check_int
-    check_int("top", top, 1)
-    _need_ray(ray, workers)
-    _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis)
-    sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
+    top, no_labels = check_int("top", settings.top, 1), settings.no_labels
+    _need_ray(runner.ray, runner.workers)
+    _check_reading(inputs, reading=reading, limit=reading.limit)
+    network, convention, found = _open(model, convention, analysis)
+    sharded = _shard_pattern(inputs, "--inputs", runner, reading.limit)   # shard files the workers read themselves
     if not sharded:
-        ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
-                        crop=crop)
-    names = None if layers_ is None else [n.strip() for n in layers_.split(",") if n.strip()]
-    pool = _ray_pool(ray, workers, network, unsafe)   # the forward passes on Ray workers, the counts summed here
+        ds, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json, labels=reading.labels)
+    names = None if settings.layers is None else [n.strip() for n in settings.layers.split(",") if n.strip()]
+    pool = _ray_pool(runner, network, model)   # the forward passes on Ray workers, the counts summed here
     if sharded:
-        x = pool.shards(inputs, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
+        x = pool.shards(inputs, **reading.load_options())
         x.load()
         x.y = None if no_labels else x.y
-    options = dict(layers=names, threshold=threshold, scaling=scaling, analysis=found, progress=not as_json,
+    options = dict(layers=names, threshold=settings.threshold, scaling=settings.scaling, analysis=found,
+                   progress=not as_json,
                    class_names=x.class_names if sharded else ds.class_names)   # shards: given, or the folders'
     y = None if no_labels or sharded else ds.y
     result = run(network, x, y, **options) if pool is None else pool.inspect(x, y, **options)
     if pool is not None:
         pool.close()
-    folder = out if out is not None else DEFAULT_OUTPUTS / "inspect" / model.stem
-    report = result.write_report(folder, None if sharded else x, top=top, title=f"{model.name} on {inputs}",
+    folder = out if out is not None else DEFAULT_OUTPUTS / "inspect" / model.model.stem
+    report = result.write_report(folder, None if sharded else x, top=top, title=f"{model.model.name} on {inputs}",
                                  value_range=convention.value_range)   # shards: no example images
     if as_json:
         typer.echo(json.dumps(dict(result.to_dict(), report=str(report))))
@@ -659,7 +620,7 @@ def inspect(model: Path = ModelOpt,
     typer.echo(f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of "
                f"{', '.join(result.layers)}; NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}")
     shown = result.top(top)
-    typer.echo(f"pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %):")
+    typer.echo("pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %):")
     for r in shown:
         mark = "**" if r["confusion_top"] else "*" if r["confusion_std"] else ""
         conf = r.get("type1conf")   # None: no labelled input of either class
@@ -688,49 +649,37 @@ def _fmt_rate(value) -> str:
 
 
 @command
-def affinity(model: Path = ModelOpt,
+def affinity(model: ModelOptions,
              inputs: str = typer.Option(..., "--inputs", help="Inputs to measure on (labels, where present, feed the class hypotheses; else the model's predictions do)."),
              analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: its important neurons form one unit group."),
-             units: Optional[str] = typer.Option(None, "--units", help="Unit groups: LAYER (all its neurons) or LAYER:i,j,k, several joined by ';' (default without --analysis: every neuron of the default layer)."),
-             hypotheses: Optional[Path] = typer.Option(None, "--hypotheses", help="Python file of hypotheses f(x, y) -> array (n,): its HYPOTHESES dict, else its public functions; added to the built-in ones. The file is executed: trusted code only."),
-             no_builtin: bool = typer.Option(False, "--no-builtin", help="Leave the built-in hypotheses out (use those of --hypotheses only)."),
-             masks: bool = typer.Option(False, "--masks", help="Add the built-in per-pixel hypotheses (ink, edges, left half, centre masks): each convolutional channel's activation map against each mask, by pixel Pearson and IoU (a hypotheses file may return masks (n, H, W) too)."),
-             measures: str = typer.Option("pearson,spearman,mi,linear", "--measures", help="Comma-separated: pearson, spearman, mi (mutual information), linear (a group's logistic accuracy or linear R^2, cross-validated)."),
-             tol: float = typer.Option(0.05, "--tol", help="Early stopping: a score is final once its 95 % interval is within +-TOL; 0 scores every input."),
+             settings: AffinityOptions = None,
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object (every score, the top hypotheses, timings)."),
              out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/affinity/<model>); its files are replaced."),
-             limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N inputs only."),
-             random_state: int = typer.Option(0, "--random-state", help="Seed of the order the inputs are streamed in."),
-             scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
-             preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
-             class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
-             crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
-             ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
-             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
+             reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
     from .deepbase import affinity as run, parse_measures
     from .hypotheses import builtin_hypotheses, builtin_masks, load_hypotheses
-    chosen = parse_measures(measures)    # before loading anything
-    _need_ray(ray, workers)
-    extra = load_hypotheses(hypotheses) if hypotheses is not None else []
-    if no_builtin and not extra and not masks:
+    a = settings
+    chosen = parse_measures(a.measures)    # before loading anything
+    _need_ray(runner.ray, runner.workers)
+    extra = load_hypotheses(a.hypotheses) if a.hypotheses is not None else []
+    if a.no_builtin and not extra and not a.masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
-    _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
-    ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
-                    crop=crop)
-    library = [] if no_builtin else builtin_hypotheses(
+    _check_reading(inputs, reading=reading, limit=reading.limit)
+    network, convention, found = _open(model, convention, analysis)
+    ds, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json, labels=reading.labels)
+    library = [] if a.no_builtin else builtin_hypotheses(
         task=network.task, n_classes=network.n_classes if network.task != "regression" else 0,
         channels=x.shape[-1] if x.ndim == 4 else 1)
-    library += builtin_masks() if masks else []
-    pool = _ray_pool(ray, workers, network, unsafe)   # the forward pass on Ray workers, the measures here
-    options = dict(analysis=found, units=units, hypotheses=library + extra, measures=chosen, tol=tol,
-                   random_state=random_state, progress=not as_json)
+    library += builtin_masks() if a.masks else []
+    pool = _ray_pool(runner, network, model)   # the forward pass on Ray workers, the measures here
+    options = dict(analysis=found, units=a.units, hypotheses=library + extra, measures=chosen, tol=a.tol,
+                   random_state=a.random_state, progress=not as_json)
     result = run(network, x, ds.y, **options) if pool is None else pool.affinity(x, ds.y, **options)
     if pool is not None:
         pool.close()
-    folder = out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.stem
+    folder = out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.model.stem
     report = result.save(folder)
     if as_json:
         typer.echo(json.dumps(dict(result.to_dict(), report=str(report))))

@@ -184,7 +184,7 @@ def _unsafe_option():
 class ModelOptions(Group):
     """The model under test and how its file is read."""
 
-    model: Path | None = option("--model", help=_MODEL_HELP, cli_type=Path, cli_default=...)
+    model: Path | None = option("--model", help=_MODEL_HELP, cli_type=Path, cli_default=..., default=None)
     architecture: Path | None = option("--architecture", "--weights", help=_WEIGHTS_HELP, cli_type=Optional[Path])
     task: str | None = _task_option()
     unsafe: bool = _unsafe_option()
@@ -279,7 +279,8 @@ class AnalysisOptions(Group):
 
     layer: str | None = option("--layer", help="Subject layer (default: last hidden layer).")
     m: int | None = option("--m", cli_type=Optional[int], parse=_positive("m"),
-                           help="Number of important neurons (default 8); also picks a saved analysis.")
+                           help="Number of important neurons (default 8); where a saved analysis is looked for, the "
+                                "m it must have.")
     clusters: tuple | None = option("--clusters", parse=_clusters,
                                     help="k values tried per neuron, e.g. 2-5 or 2,3,4 (default 2-5).")
     cluster_method: str | None = option("--cluster-method", parse=_cluster_method,
@@ -342,3 +343,76 @@ class CampaignOptions(Group):
     out: Path | None = option("--out", cli_type=Optional[Path],
                               help="Campaign folder (default outputs/campaigns/<model>_<time>).")
     resume: Path | None = option("--resume", cli_type=Optional[Path], help="Continue the campaign in this folder.")
+
+
+# ---- one command's own settings ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OrderingOptions(Group):
+    """``prioritize``: which ordering, and its parameters."""
+
+    by: str | None = option("--by", cli_type=str, cli_default=..., default=None, help=(
+        "gini, max-softmax, margin, entropy, lsa, dsa, mdsa, mc-dropout, <criterion>-total, <criterion>-additional "
+        "(criterion: nc, kmnc, nbc, snac, tknc, lsc, dsc), idc-rarity, idc-additional or random."))
+    layer: str | None = option("--layer", help="Layer of lsa, dsa and mdsa (default: the last hidden layer before "
+                                               "the logits).")
+    m: int = option("--m", cli_type=int, cli_default=8, help="Important neurons when the IDC orderings analyse --train.")
+    passes: int = option("--passes", cli_type=int, cli_default=20, help="Forward passes of mc-dropout.")
+    tolerance: float | None = option("--tolerance", cli_type=Optional[float], help=(
+        "Regression: an input fails when its absolute error exceeds this (default twice the RMSE over the inputs)."))
+    random_state: int = option("--random-state", cli_type=int, cli_default=0, help="Seed of random and mc-dropout.")
+
+
+@dataclass(frozen=True)
+class HardenOptions(Group):
+    """``harden``: how the model is retrained."""
+
+    mode: str = option("--mode", cli_type=str, cli_default="finetune",
+                       help="finetune (from the model's weights) or scratch.")
+    epochs: int = option("--epochs", cli_type=int, cli_default=3,
+                         help="Training epochs, the same for both retrainings.")
+    repeats: int = option("--repeats", cli_type=int, cli_default=1, help="Repetitions (mean ± std).")
+    random_state: int = option("--random-state", cli_type=int, cli_default=0,
+                               help="Seed of the retraining and the random perturbations.")
+    pair: str | None = option("--pair", help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair "
+                                             "`idcgen inspect` predicts); lower is better.")
+
+
+@dataclass(frozen=True)
+class InspectOptions(Group):
+    """``inspect`` (DeepInspect): which neurons, when one is active, what to show."""
+
+    layers: str | None = option("--layers", help="Comma-separated layers (default: every hidden layer a neuron "
+                                                 "criterion uses).")
+    threshold: float = option("--threshold", cli_type=float, cli_default=0.5,
+                              help="A neuron is active above this, after min-max scaling (DeepInspect: 0.5).")
+    scaling: str = option("--scaling", cli_type=str, cli_default="neuron", help=(
+        "Min-max scaling per neuron over the inputs (default), per layer over the inputs, or per layer within each "
+        "input ('input', as NC)."))
+    top: int = option("--top", cli_type=int, cli_default=10, help="Pairs to print, smallest NAPVD first.")
+    no_labels: bool = option("--no-labels", cli_type=bool, cli_default=False,
+                             help="Ignore the inputs' labels (predictions only).")
+
+
+@dataclass(frozen=True)
+class AffinityOptions(Group):
+    """``affinity`` (DeepBase): which units, which hypotheses, which measures."""
+
+    units: str | None = option("--units", help=(
+        "Unit groups: LAYER (all its neurons) or LAYER:i,j,k, several joined by ';' (default without --analysis: "
+        "every neuron of the default layer)."))
+    hypotheses: Path | None = option("--hypotheses", cli_type=Optional[Path], help=(
+        "Python file of hypotheses f(x, y) -> array (n,): its HYPOTHESES dict, else its public functions; added to "
+        "the built-in ones. The file is executed: trusted code only."))
+    no_builtin: bool = option("--no-builtin", cli_type=bool, cli_default=False,
+                              help="Leave the built-in hypotheses out (use those of --hypotheses only).")
+    masks: bool = option("--masks", cli_type=bool, cli_default=False, help=(
+        "Add the built-in per-pixel hypotheses (ink, edges, left half, centre masks): each convolutional channel's "
+        "activation map against each mask, by pixel Pearson and IoU (a hypotheses file may return masks (n, H, W) "
+        "too)."))
+    measures: str = option("--measures", cli_type=str, cli_default="pearson,spearman,mi,linear", help=(
+        "Comma-separated: pearson, spearman, mi (mutual information), linear (a group's logistic accuracy or linear "
+        "R^2, cross-validated)."))
+    tol: float = option("--tol", cli_type=float, cli_default=0.05, help=(
+        "Early stopping: a score is final once its 95 % interval is within +-TOL; 0 scores every input."))
+    random_state: int = option("--random-state", cli_type=int, cli_default=0,
+                               help="Seed of the order the inputs are streamed in.")
