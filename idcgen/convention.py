@@ -127,6 +127,14 @@ def parse_value_range(text) -> tuple[float, float] | None:
     return float(parts[0]), float(parts[1])
 
 
+def as_value_range(value) -> tuple[float, float] | None:
+    """A value range as a pair of floats: one already parsed (at the command line's edge) is taken as it is,
+    anything else (text, a list, ints) goes through :func:`parse_value_range`."""
+    if isinstance(value, tuple) and len(value) == 2 and all(type(v) is float for v in value):
+        return value
+    return parse_value_range(value)
+
+
 def parse_image_shape(text) -> tuple[int, int, int] | None:
     """``"28,28,1"`` (or ``28x28x1``) -> (28, 28, 1); ``"28,28"`` -> (28, 28, 1)."""
     if text is None:
@@ -215,7 +223,7 @@ def resolve(own: InputConvention, *, value_range=None, preprocess=None, image_sh
             recorded: InputConvention | None = None) -> InputConvention:
     """The convention for a model from explicit choices, else a recorded one (an analysis'), else ``own``,
     the one read from the model's layers. An explicit choice that contradicts ``recorded`` is refused."""
-    value_range = parse_value_range(value_range)
+    value_range = as_value_range(value_range)
     pre = parse_preprocess(preprocess)
     image_shape = parse_image_shape(image_shape)
     if recorded is not None:

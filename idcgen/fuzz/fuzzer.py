@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..analysis import Analysis, check_class_labels
 from ..checks import check_int
-from ..convention import check_scale, infer_image_shape, parse_image_shape, parse_value_range
+from ..convention import as_value_range, check_scale, infer_image_shape, parse_image_shape
 from ..data import check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import network_with_convention
@@ -105,10 +105,7 @@ class Fuzzer:
         self.measures = measures_of(analysis, measure)
         self.guide = check_guide(guide, self.measures)
         self.layers = tuple(dict.fromkeys(layer for m in self.measures for layer in m.layers))
-        # a pair is taken as parsed (the command line parsed it once); text is parsed here
-        self.value_range = (parse_value_range(value_range) if isinstance(value_range, str) else
-                            tuple(float(v) for v in value_range) if value_range is not None else
-                            tuple(analysis.convention.value_range))
+        self.value_range = as_value_range(value_range) or tuple(analysis.convention.value_range)
         self.validity = dataclasses.replace(validity or Validity(), value_range=self.value_range)
         self.batch_size, self.random_state, self.rounding = int(batch_size), int(random_state), bool(rounding)
         self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
