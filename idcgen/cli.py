@@ -93,10 +93,6 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-#: the Ray worker pools the running command started (`_ray_pool`), closed when it ends
-_POOLS = []
-
-
 class _Command(typer.core.TyperCommand):
     """A command refusing a single-valued option given twice (click keeps the last one silently)."""
 
@@ -138,9 +134,6 @@ def command(func):
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130)
-        finally:   # Ray workers freed however the command ends (an error half-way too)
-            while _POOLS:
-                _POOLS.pop().close()
     wrapper.__signature__ = signature   # typer reads the expanded options, not the groups
     wrapper.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     return app.command(cls=_Command)(wrapper)
@@ -190,27 +183,15 @@ def _given(ctx: typer.Context) -> dict:
     return {k: v for k, v in ctx.params.items() if getattr(source(k), "name", None) == "COMMANDLINE"}
 
 
-def _network(model: ModelOptions):
-    from .session import load_networks
-    return load_networks([model.model], architectures=model.architectures, safe_mode=model.safe_mode,
-                         task=model.task)[0]
+def _session(model: ModelOptions, convention: ConventionOptions | None = None, runner: RunnerOptions | None = None,
+             analysis=None):
+    """The command's :class:`idcgen.session.Session` (notes on stdout; Ray's start on stderr)."""
+    from .session import Session
+    return Session(model, convention, runner, analysis=analysis, echo=typer.echo, status=_stderr)
 
 
-def _open(model: ModelOptions, convention: ConventionOptions | None = None, analysis=None):
-    """(network in image space, its input convention, the bound Analysis or None): idcgen.session.open_model."""
-    from .session import open_model
-    convention = convention or ConventionOptions()
-    return open_model(model.model, safe_mode=model.safe_mode, architecture=model.architecture, task=model.task,
-                      value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis)
-
-
-def _inputs(spec: str, network, reading: InputOptions, convention=None, *, limit=None, err: bool = False,
-            labels=None):
-    """(Dataset, x) for the model, read as ``reading`` says (``limit``, ``labels``: for this input set, where
-    they differ from the options'); the label mapping and conversions are shown once (stderr if ``err``)."""
-    from .session import load_inputs
-    return load_inputs(spec, network, convention, **dict(reading.load_options(), labels=labels), limit=limit,
-                       echo=lambda line: typer.echo(line, err=err))
+def _stderr(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _check_reading(*specs, reading: InputOptions, limit=None) -> None:
@@ -232,12 +213,12 @@ def _shard_pattern(spec: str, option: str, runner: RunnerOptions, limit) -> bool
     return True
 
 
-def _idc_of_shards(found, names, pattern: str, network, runner: RunnerOptions, model: ModelOptions, as_json: bool,
-                   load: dict):
+def _idc_of_shards(session, names, pattern: str, as_json: bool, load: dict):
     """``coverage --inputs 'PATTERN' --ray``: IDC of shard files the Ray workers read themselves, one a shard."""
+    found = session.analysis
     if found is None or names != ["idc"]:
         _fail("shard files (--inputs with a pattern) are measured for IDC only: give --criteria idc, or one input set")
-    pool = _ray_pool(runner, network, model)
+    pool = session.executor
     held = pool.shards(pattern, **load)
     result = pool.tracker(found, held, progress=not as_json).result()
     n, shards = len(held), len(held.sources)
@@ -264,24 +245,12 @@ def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
     check_pool(ray, workers)
 
 
-def _ray_pool(runner: RunnerOptions, network, model: ModelOptions):
-    """Ray workers holding ``network`` when --ray or --workers is given, else None (one process)."""
-    if not runner.parallel:
-        return None
-    ray, workers = runner.ray, runner.workers
-    from .distributed import require_ray
-    from .distributed.workers import Workers
-    what = "--ray" if ray is not None else "--workers"
-    require_ray(what)   # before anything else: one line saying what to install
-    typer.echo(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...", err=True)
-    _POOLS.append(Workers(network, ray=ray or "local", workers=workers, safe_mode=model.safe_mode, what=what))
-    return _POOLS[-1]   # closed by the command's wrapper (`command`) when it ends, if not before
-
-
 @command
 def layers(model: ModelOptions):
     """List the model's layers: name, type, output shape, neurons (units or channels)."""
-    network = _network(model)
+    from .session import load_networks
+    network = load_networks([model.model], architectures=model.architectures, safe_mode=model.safe_mode,
+                            task=model.task)[0]
     rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
     for row in [("name", "type", "output shape", "neurons")] + rows:
@@ -334,26 +303,31 @@ def analyze(model: ModelOptions,
             force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
             runner: RunnerOptions = None):
     """Find the m most important neurons of a layer and cluster their activations."""
-    from .analysis import analyze as run, check_save_target
+    from .analysis import check_save_target
     _need_ray(runner.ray, runner.workers)
     if out is not None:
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     _check_reading(train, reading=reading, limit=reading.limit)
     sharded = _shard_pattern(train, "--train", runner, reading.limit)   # shard files the workers read themselves
-    network, convention, _ = _open(model, convention)
-    pool = _ray_pool(runner, network, model)
-    if sharded:
-        x = pool.shards(train, **reading.load_options())
-        x.load()
-        y, summary, scaling = None, x.summary(), f"{len(x.sources)} shards, scale {reading.scale}"
-    else:
-        ds, x = _inputs(train, network, reading, convention, limit=reading.limit, labels=reading.labels)
-        y, summary, scaling = ds.y, ds.summary(), ds.scaling
-    analysis = run(network, x, y, layer=wanted.layer, m=wanted.resolved("m"), clusters=wanted.resolved("clusters"),
-                   cluster_method=wanted.resolved("cluster_method"), relevance_of=relevance_of,
-                   correct_only=correct_only, only_class=only_class, random_state=random_state,
-                   data_summary=summary, passes=None if pool is None else pool.passes)
+    with _session(model, convention, runner) as session:
+        if sharded:
+            x = session.executor.shards(train, **reading.load_options())
+            x.load()
+            y, summary, scaling = None, x.summary(), f"{len(x.sources)} shards, scale {reading.scale}"
+        else:
+            ds, x = session.inputs(train, reading, limit=reading.limit, labels=reading.labels)
+            y, summary, scaling = ds.y, ds.summary(), ds.scaling
+        analysis = session.executor.analyze(
+            x, y, layer=wanted.layer, m=wanted.resolved("m"), clusters=wanted.resolved("clusters"),
+            cluster_method=wanted.resolved("cluster_method"), relevance_of=relevance_of, correct_only=correct_only,
+            only_class=only_class, random_state=random_state, data_summary=summary)
+        _report_analysis(session, analysis, x, model, out, force, scaling)
+
+
+def _report_analysis(session, analysis, x, model: ModelOptions, out, force: bool, scaling: str) -> None:
+    """Save a new analysis and say what it found (and the coverage of the inputs it was made on)."""
     from .session import save_analysis
+    network, convention = session.network, session.convention
     _, where = save_analysis(analysis, model.model, out, force=force)
     ks_chosen = [c.k for c in analysis.clusters]
     if network.task == "regression":
@@ -368,11 +342,8 @@ def analyze(model: ModelOptions,
             typer.echo(f"note: {note}")
     for warning in analysis.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    train_cov = analysis.coverage(x) if pool is None else pool.coverage(analysis, x)
-    typer.echo(f"training inputs reach {train_cov}")
+    typer.echo(f"training inputs reach {session.executor.coverage(analysis, x)}")
     typer.echo(f"analysis {where} ({sum(analysis.timings.values()):.1f} s, peak memory {_peak_memory_mib():,.0f} MiB)")
-    if pool is not None:
-        pool.close()   # the workers' CPUs (and the shards they hold) freed for whatever runs next in this Ray
 
 
 @command
@@ -385,18 +356,24 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
-    from .criteria import make_criterion, parse_criteria
+    from .criteria import parse_criteria
     _need_ray(runner.ray, runner.workers)
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
     _check_reading(inputs, train, reading=reading, limit=reading.limit)
-    labels = reading.labels
-    network, convention, found = _open(model, convention, analysis if "idc" in names else None)
-    if _shard_pattern(inputs, "--inputs", runner, reading.limit):
-        return _idc_of_shards(found, names, inputs, network, runner, model, as_json,
-                              dict(reading.load_options(), labels=None))
-    _, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json)
+    with _session(model, convention, runner, analysis if "idc" in names else None) as session:
+        if _shard_pattern(inputs, "--inputs", runner, reading.limit):
+            return _idc_of_shards(session, names, inputs, as_json, dict(reading.load_options(), labels=None))
+        _measure(session, inputs, names, train, as_json, reading)
+
+
+def _measure(session, inputs: str, names: list, train, as_json: bool, reading: InputOptions) -> None:
+    """``coverage`` of one input set in this process (IDC on the session's executor)."""
+    from .criteria import make_criterion
+    network, found, labels = session.network, session.analysis, reading.labels
+    echo = _stderr if as_json else typer.echo
+    _, x = session.inputs(inputs, reading, limit=reading.limit, echo=echo)
     others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc(threshold=0.5)"
     x_train = y_train = None
     needing = [c.name for c in others.values() if c.needs_data]
@@ -409,12 +386,11 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         _fail(f"--train is read by criteria fitted on training data (kmnc, nbc, snac, lsc, dsc); "
               f"{', '.join(names)} do not use it: drop --train")
     if needing:
-        train_ds, x_train = _inputs(train, network, reading, convention, err=as_json, labels=labels)
+        train_ds, x_train = session.inputs(train, reading, labels=labels, echo=echo)
         y_train = train_ds.y
     from .session import measure_coverage
-    pool = _ray_pool(runner, network, model) if found is not None else None
     results, notes, missing = measure_coverage(network, x, others, analysis=found, x_train=x_train, y_train=y_train,
-                                               pool=pool)
+                                               executor=session.executor if found is not None else None)
     if not results:
         _fail("; ".join(f"{name} could not be computed: {why}" for name, why in missing.items()))
     if as_json:
@@ -453,13 +429,15 @@ def prioritize(model: ModelOptions,
     o = ordering
     check_ordering(o.by)   # an unknown ordering is refused before any model is loaded
     _check_reading(inputs, train, reading=reading, limit=reading.limit)
-    network, convention, found = _open(model, convention, analysis)
-    check_ordering(o.by, network.task)   # classification-only orderings refused for a regression model
-    ds, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json, labels=reading.labels)
-    x_train = y_train = None
-    if train is not None:
-        train_ds, x_train = _inputs(train, network, reading, convention, err=True)
-        y_train = train_ds.y
+    with _session(model, convention, analysis=analysis) as session:
+        network, found = session.network, session.analysis
+        check_ordering(o.by, network.task)   # classification-only orderings refused for a regression model
+        ds, x = session.inputs(inputs, reading, limit=reading.limit, labels=reading.labels,
+                               echo=_stderr if as_json else None)
+        x_train = y_train = None
+        if train is not None:
+            train_ds, x_train = session.inputs(train, reading, echo=_stderr)
+            y_train = train_ds.y
     ranking = run(network, x, by=o.by, x_train=x_train, y_train=y_train, y=ds.y, analysis=found, layer=o.layer,
                   m=o.m, passes=o.passes, tolerance=o.tolerance, random_state=o.random_state, progress=not as_json)
     path = ranking.to_csv(out, input_names(inputs, reading.limit))
@@ -512,7 +490,8 @@ def harden(model: ModelOptions,
     reading = InputOptions.from_typed({"scale": scale, "class_names": class_names})
     r = retraining
     _check_reading(train, test, reading=reading)
-    network, convention, _ = _open(model, analysis=campaign / "analysis")
+    session = _session(model, analysis=campaign / "analysis")
+    network = session.network
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
               "a regression model (one output unit)")
@@ -520,9 +499,10 @@ def harden(model: ModelOptions,
     found = Campaign.load(campaign, network)
     for note in found.notes:   # damage found on reading (a read-only load repairs nothing)
         typer.echo(f"note: {note}")
-    convention = dataclasses.replace(convention, value_range=found.value_range)  # the inputs as the campaign's
-    train_ds, x_train = _inputs(train, network, reading, convention)
-    test_ds, x_test = _inputs(test, network, reading, convention, limit=limit_test)
+    # the inputs as the campaign's
+    session.convention = dataclasses.replace(session.convention, value_range=found.value_range)
+    train_ds, x_train = session.inputs(train, reading)
+    test_ds, x_test = session.inputs(test, reading, limit=limit_test)
     if train_ds.y is None or test_ds.y is None:
         _fail("--train and --test need labels")
     out = out or campaign / "harden"
@@ -586,28 +566,26 @@ def inspect(model: ModelOptions,
             reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
     probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
-    from .deepinspect import inspect as run
     from .checks import check_int
     top, no_labels = check_int("top", settings.top, 1), settings.no_labels
     _need_ray(runner.ray, runner.workers)
     _check_reading(inputs, reading=reading, limit=reading.limit)
-    network, convention, found = _open(model, convention, analysis)
     sharded = _shard_pattern(inputs, "--inputs", runner, reading.limit)   # shard files the workers read themselves
-    if not sharded:
-        ds, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json, labels=reading.labels)
     names = None if settings.layers is None else [n.strip() for n in settings.layers.split(",") if n.strip()]
-    pool = _ray_pool(runner, network, model)   # the forward passes on Ray workers, the counts summed here
-    if sharded:
-        x = pool.shards(inputs, **reading.load_options())
-        x.load()
-        x.y = None if no_labels else x.y
-    options = dict(layers=names, threshold=settings.threshold, scaling=settings.scaling, analysis=found,
-                   progress=not as_json,
-                   class_names=x.class_names if sharded else ds.class_names)   # shards: given, or the folders'
-    y = None if no_labels or sharded else ds.y
-    result = run(network, x, y, **options) if pool is None else pool.inspect(x, y, **options)
-    if pool is not None:
-        pool.close()
+    with _session(model, convention, runner, analysis) as session:
+        if sharded:   # the forward passes on Ray workers, the counts summed here
+            x = session.executor.shards(inputs, **reading.load_options())
+            x.load()
+            x.y = None if no_labels else x.y
+        else:
+            ds, x = session.inputs(inputs, reading, limit=reading.limit, labels=reading.labels,
+                                   echo=_stderr if as_json else None)
+        options = dict(layers=names, threshold=settings.threshold, scaling=settings.scaling,
+                       analysis=session.analysis, progress=not as_json,
+                       class_names=x.class_names if sharded else ds.class_names)   # shards: given, or the folders'
+        y = None if no_labels or sharded else ds.y
+        result = session.executor.inspect(x, y, **options)
+    convention = session.convention
     folder = out if out is not None else DEFAULT_OUTPUTS / "inspect" / model.model.stem
     report = result.write_report(folder, None if sharded else x, top=top, title=f"{model.model.name} on {inputs}",
                                  value_range=convention.value_range)   # shards: no example images
@@ -658,8 +636,8 @@ def affinity(model: ModelOptions,
              reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
-    from .deepbase import affinity as run, parse_measures
-    from .hypotheses import builtin_hypotheses, builtin_masks, load_hypotheses
+    from .deepbase import parse_measures
+    from .hypotheses import load_hypotheses
     a = settings
     chosen = parse_measures(a.measures)    # before loading anything
     _need_ray(runner.ray, runner.workers)
@@ -667,18 +645,27 @@ def affinity(model: ModelOptions,
     if a.no_builtin and not extra and not a.masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
     _check_reading(inputs, reading=reading, limit=reading.limit)
-    network, convention, found = _open(model, convention, analysis)
-    ds, x = _inputs(inputs, network, reading, convention, limit=reading.limit, err=as_json, labels=reading.labels)
+    with _session(model, convention, runner, analysis) as session:
+        ds, x = session.inputs(inputs, reading, limit=reading.limit, labels=reading.labels,
+                               echo=_stderr if as_json else None)
+        result = _affinity(session, x, ds.y, a, extra, chosen, as_json)
+    _affinity_report(result, model, out, chosen, as_json)
+
+
+def _affinity(session, x, y, a: AffinityOptions, extra: list, chosen, as_json: bool):
+    """DeepBase's measures of the session's model over ``x`` (the forward pass on its executor)."""
+    from .hypotheses import builtin_hypotheses, builtin_masks
+    network = session.network
     library = [] if a.no_builtin else builtin_hypotheses(
         task=network.task, n_classes=network.n_classes if network.task != "regression" else 0,
         channels=x.shape[-1] if x.ndim == 4 else 1)
     library += builtin_masks() if a.masks else []
-    pool = _ray_pool(runner, network, model)   # the forward pass on Ray workers, the measures here
-    options = dict(analysis=found, units=a.units, hypotheses=library + extra, measures=chosen, tol=a.tol,
-                   random_state=a.random_state, progress=not as_json)
-    result = run(network, x, ds.y, **options) if pool is None else pool.affinity(x, ds.y, **options)
-    if pool is not None:
-        pool.close()
+    return session.executor.affinity(x, y, analysis=session.analysis, units=a.units, hypotheses=library + extra,
+                                     measures=chosen, tol=a.tol, random_state=a.random_state, progress=not as_json)
+
+
+def _affinity_report(result, model: ModelOptions, out, chosen, as_json: bool) -> None:
+    """Save an affinity result's report and print its tables."""
     folder = out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.model.stem
     report = result.save(folder)
     if as_json:

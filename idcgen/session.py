@@ -34,7 +34,8 @@ from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, make_mutator
 from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources, ValiditySettings
 from .fuzz.store import read_meta
-from .options import AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelsOptions, RunnerOptions
+from .options import (AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelOptions, ModelsOptions,
+                      RunnerOptions)
 
 OUTPUTS = Path("outputs")
 
@@ -70,6 +71,60 @@ def open_model(model, *, safe_mode: bool = True, architecture=None, task=None, v
     return network, convention, found
 
 
+class Session:
+    """What one command works with: the model under test in its input convention (the one value range), the
+    saved analysis bound to it, the input sets it reads, and the executor its work runs on (this process, or
+    Ray workers started when first needed); closing the session frees the workers.
+
+    ``model``, ``convention`` and ``runner`` are settings groups (:mod:`idcgen.options`); ``analysis``: a saved
+    analysis folder, read once; ``echo``: where notes go; ``status``: where a line about starting workers goes.
+    """
+
+    def __init__(self, model: ModelOptions, convention: ConventionOptions | None = None,
+                 runner: RunnerOptions | None = None, *, analysis=None, echo=print, status=None):
+        convention = convention or ConventionOptions()
+        self.model, self.runner, self.echo, self.status = model, runner or RunnerOptions(), echo, status or echo
+        self.network, self.convention, self.analysis = open_model(
+            model.model, safe_mode=model.safe_mode, architecture=model.architecture, task=model.task,
+            value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis)
+        self._executor = None
+
+    @property
+    def executor(self):
+        """:class:`~idcgen.executor.LocalExecutor`, or Ray workers holding the model (started on first use)."""
+        if self._executor is None:
+            if not self.runner.parallel:
+                from .executor import LocalExecutor
+                self._executor = LocalExecutor(self.network)
+            else:
+                from .distributed import require_ray
+                from .distributed.workers import Workers
+                ray, workers = self.runner.ray, self.runner.workers
+                what = "--ray" if ray is not None else "--workers"
+                require_ray(what)   # one line saying what to install
+                self.status(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...")
+                self._executor = Workers(self.network, ray=ray or "local", workers=workers,
+                                         safe_mode=self.model.safe_mode, what=what)
+        return self._executor
+
+    def inputs(self, spec, reading: InputOptions, *, limit=None, labels=None, echo=None):
+        """(Dataset, x) of one input set for the model, read as ``reading`` says (``limit`` and ``labels`` are this
+        set's: a training set is read whole, and only some sets have labels)."""
+        return load_inputs(spec, self.network, self.convention, **dict(reading.load_options(), labels=labels),
+                           limit=limit, echo=echo or self.echo)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def load_inputs(spec, network, convention=None, *, scale="auto", limit=None, resize=None, crop=None, labels=None,
                 class_names=None, echo=print):
     """(Dataset, x) for the model, in its convention's value range; the label mapping and conversions are
@@ -96,8 +151,8 @@ def save_analysis(analysis, model, out=None, *, force: bool = False) -> tuple[Pa
                     else f"saved to {folder} ({wanted} holds another analysis)")
 
 
-def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None, y_train=None, pool=None):
-    """(results, notes, missing) of an input set: IDC (with ``analysis``; on Ray workers with ``pool``) and each
+def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None, y_train=None, executor=None):
+    """(results, notes, missing) of an input set: IDC (with ``analysis``, on ``executor`` if given) and each
     criterion of ``criteria`` (spec -> unfitted criterion), fitted on ``x_train``. A criterion that cannot be
     computed here (LSC's densities on a layer wider than the training inputs are many, DSC without two classes)
     does not take the others with it: ``missing`` says why, one line per criterion."""
@@ -105,7 +160,7 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
     from .errors import IdcgenError
     results, notes, missing = {}, {}, {}
     if analysis is not None:
-        results["idc"] = analysis.coverage(x) if pool is None else pool.coverage(analysis, x)
+        results["idc"] = analysis.coverage(x) if executor is None else executor.coverage(analysis, x)
     for spec, criterion in criteria.items():
         try:
             fitted = criterion.fit(network, x_train if x_train is not None else x[:1],
