@@ -344,91 +344,161 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
     check_int("passes", passes, 2)
     check_int("random_state", random_state, 0)
     x = fit_to_model(raw_inputs(x, network), network.input_shape)   # InputError when empty or mis-shaped
-    base = by.rsplit("-", 1)[0] if by.endswith(("-total", "-additional")) and not by.startswith("idc-") else by
+    base = _criterion_of(by)
     if x_train is None and (base in NEEDS_TRAIN or by == "idc-rarity" or (by.startswith("idc-") and analysis is None)):
         raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
-    notes: list[str] = []
-    outputs = None
-    rng = np.random.default_rng(random_state)
-    cache = {} if cache is None else cache
-
-    def kept(key, build):
-        if key not in cache:
-            cache[key] = build()
-        return cache[key]
-    if by in SOFTMAX:
-        outputs = network.forward(x)[0]
-        scores = softmax_priority(outputs, by)
-        order = rank_by(scores)
-    elif by in ("lsa", "dsa"):
-        from .criteria import make_criterion
-        criterion = kept((by, layer), lambda: make_criterion(by[:2] + "c", layer=layer).fit(network, x_train,
-                                                                                            progress=progress))
-        scores = criterion.surprise(network, x)
-        notes += list(getattr(criterion, "notes_", ()))
-        order = rank_by(scores)
-    elif by == "mdsa":
-        name = network.default_layer() if layer is None else network.layer(layer).name
-        train_probs, (train_acts,) = kept(("train activations", name), lambda: network.forward(x_train, (name,)))
-        outputs, (acts,) = network.forward(x, (name,))
-        scores = _mahalanobis(train_acts.astype(np.float64), _training_groups(network, train_probs),
-                              acts.astype(np.float64), _training_groups(network, outputs))
-        order = rank_by(scores)
-    elif by == "mc-dropout":
-        if not network.dropout_layers():
-            raise ParameterError("by='mc-dropout' needs a model with Dropout layers; this model has none: use lsa or "
-                                 "mdsa")
-        from tqdm.auto import tqdm
-        with tqdm(total=len(x), desc="mc-dropout", unit="input", disable=not progress, leave=False) as bar:
-            scores = _mc_dropout(network, x, passes, rng, bar)
-        order = rank_by(scores)
-    elif by == "random":
-        order = rng.permutation(len(x))
-        scores = np.empty(len(x))
-        scores[order] = np.arange(len(x), 0, -1, dtype=np.float64)   # the priority is the reversed position
-    elif by.startswith("idc-"):
-        from .analysis import analyze
-        if analysis is None:
-            analysis = kept(("analysis", m), lambda: analyze(network, x_train, y_train, m=m, random_state=0,
-                                                             progress=progress))
-            notes.append(f"analysis made from the {len(x_train)} training inputs: layer {analysis.layer}, "
-                         f"m = {analysis.m}, {analysis.total} combinations")
-        else:
-            analysis.bind(network)
-        ids = analysis.ids(x)
-        if by == "idc-rarity":
-            train_ids = kept(("training combinations", id(analysis)), lambda: analysis.ids(x_train))
-            values, counts = np.unique(train_ids, return_counts=True)
-            count = np.zeros(len(ids))
-            where = np.searchsorted(values, ids)
-            hit = (where < len(values)) & (values[np.minimum(where, len(values) - 1)] == ids)
-            count[hit] = counts[where[hit]]
-            scores = -np.log((count + 1.0) / (len(train_ids) + analysis.total))
-            order = rank_by(scores)
-        else:
-            order, scores = additional_order([np.array([i]) for i in ids], analysis.total)
-    else:
-        from .criteria import make_criterion
-        criterion = kept(base, lambda: make_criterion(base).fit(
-            network, x_train if x_train is not None else x[:1], y_train if x_train is not None else None,
-            progress=progress))
-        features = np.concatenate([criterion.features(network, x[s:s + 1024]) for s in range(0, len(x), 1024)])
-        items = [row[row >= 0] for row in features]
-        if by.endswith("-total"):
-            scores = np.array([np.unique(r).size for r in items], dtype=np.float64)
-            order = rank_by(scores)
-        else:
-            order, scores = additional_order(items, criterion.total_)
+    job = _Job(network, x, x_train, y_train, analysis, layer, m, passes, np.random.default_rng(random_state),
+               {} if cache is None else cache, progress)
+    scores, order = _ordering_of(by)(job, by)
     evaluation = None
     if y is not None:
         from .data import check_labels
         y = check_labels(x, y, network.task)
-        failed = failures_of(network, x, y, tolerance=tolerance, outputs=outputs if by in SOFTMAX else None)
+        failed = failures_of(network, x, y, tolerance=tolerance, outputs=job.outputs)
         evaluation = evaluate(order, failed)
     return Ranking(by=by, order=np.asarray(order, np.int64), scores=np.asarray(scores, np.float64),
-                   evaluation=evaluation, notes=tuple(notes))
+                   evaluation=evaluation, notes=tuple(job.notes))
+
+
+# ---- the orderings: one function each, registered by name (as criteria are) ----------------------------
+@dataclass
+class _Job:
+    """What an ordering works with; ``outputs``: the model's outputs on ``x`` where the ordering computed them
+    (the evaluation reuses them), ``notes``: what the ranking should say."""
+
+    network: object
+    x: np.ndarray
+    x_train: np.ndarray | None
+    y_train: np.ndarray | None
+    analysis: object
+    layer: str | None
+    m: int
+    passes: int
+    rng: np.random.Generator
+    cache: dict
+    progress: bool
+    outputs: np.ndarray | None = None
+    notes: list = field(default_factory=list)
+
+    def kept(self, key, build):
+        """``build()``, kept in the cache across calls (fitted criteria, densities, training activations)."""
+        if key not in self.cache:
+            self.cache[key] = build()
+        return self.cache[key]
+
+
+#: ordering name -> function (job, by) -> (scores, order); the coverage orderings are found by their criterion
+_REGISTRY: dict = {}
+
+
+def _registered(*names):
+    def register(function):
+        for name in names:
+            _REGISTRY[name] = function
+        return function
+    return register
+
+
+def _criterion_of(by: str) -> str:
+    """The criterion of a coverage ordering ('nc' of 'nc-total'); other orderings are their own name."""
+    return by.rsplit("-", 1)[0] if by.endswith(("-total", "-additional")) and not by.startswith("idc-") else by
+
+
+def _ordering_of(by: str):
+    return _REGISTRY.get(by) or _coverage
+
+
+@_registered(*SOFTMAX)
+def _softmax(job: _Job, by: str):
+    job.outputs = job.network.forward(job.x)[0]
+    scores = softmax_priority(job.outputs, by)
+    return scores, rank_by(scores)
+
+
+@_registered("lsa", "dsa")
+def _surprise(job: _Job, by: str):
+    from .criteria import make_criterion
+    criterion = job.kept((by, job.layer), lambda: make_criterion(by[:2] + "c", layer=job.layer).fit(
+        job.network, job.x_train, progress=job.progress))
+    scores = criterion.surprise(job.network, job.x)
+    job.notes += list(getattr(criterion, "notes_", ()))
+    return scores, rank_by(scores)
+
+
+@_registered("mdsa")
+def _mdsa(job: _Job, by: str):
+    network = job.network
+    name = network.default_layer() if job.layer is None else network.layer(job.layer).name
+    train_probs, (train_acts,) = job.kept(("train activations", name), lambda: network.forward(job.x_train, (name,)))
+    outputs, (acts,) = network.forward(job.x, (name,))
+    scores = _mahalanobis(train_acts.astype(np.float64), _training_groups(network, train_probs),
+                          acts.astype(np.float64), _training_groups(network, outputs))
+    return scores, rank_by(scores)
+
+
+@_registered("mc-dropout")
+def _dropout(job: _Job, by: str):
+    if not job.network.dropout_layers():
+        raise ParameterError("by='mc-dropout' needs a model with Dropout layers; this model has none: use lsa or mdsa")
+    from tqdm.auto import tqdm
+    with tqdm(total=len(job.x), desc="mc-dropout", unit="input", disable=not job.progress, leave=False) as bar:
+        scores = _mc_dropout(job.network, job.x, job.passes, job.rng, bar)
+    return scores, rank_by(scores)
+
+
+@_registered("random")
+def _random(job: _Job, by: str):
+    order = job.rng.permutation(len(job.x))
+    scores = np.empty(len(job.x))
+    scores[order] = np.arange(len(job.x), 0, -1, dtype=np.float64)   # the priority is the reversed position
+    return scores, order
+
+
+@_registered("idc-rarity", "idc-additional")
+def _idc(job: _Job, by: str):
+    analysis = _job_analysis(job)
+    ids = analysis.ids(job.x)
+    if by == "idc-additional":
+        order, scores = additional_order([np.array([i]) for i in ids], analysis.total)
+        return scores, order
+    train_ids = job.kept(("training combinations", id(analysis)), lambda: analysis.ids(job.x_train))
+    values, counts = np.unique(train_ids, return_counts=True)
+    count = np.zeros(len(ids))
+    where = np.searchsorted(values, ids)
+    hit = (where < len(values)) & (values[np.minimum(where, len(values) - 1)] == ids)
+    count[hit] = counts[where[hit]]
+    scores = -np.log((count + 1.0) / (len(train_ids) + analysis.total))
+    return scores, rank_by(scores)
+
+
+def _job_analysis(job: _Job):
+    """The IDC orderings' analysis: the one given (bound to the model), or one made from the training inputs."""
+    from .analysis import analyze
+    if job.analysis is not None:
+        return job.analysis.bind(job.network)
+    analysis = job.kept(("analysis", job.m), lambda: analyze(job.network, job.x_train, job.y_train, m=job.m,
+                                                             random_state=0, progress=job.progress))
+    job.notes.append(f"analysis made from the {len(job.x_train)} training inputs: layer {analysis.layer}, "
+                     f"m = {analysis.m}, {analysis.total} combinations")
+    return analysis
+
+
+def _coverage(job: _Job, by: str):
+    """``<criterion>-total`` (CTM) and ``<criterion>-additional`` (CAM) of any criterion."""
+    from .criteria import make_criterion
+    base, x, x_train = _criterion_of(by), job.x, job.x_train
+    criterion = job.kept(base, lambda: make_criterion(base).fit(
+        job.network, x_train if x_train is not None else x[:1], job.y_train if x_train is not None else None,
+        progress=job.progress))
+    features = np.concatenate([criterion.features(job.network, x[s:s + 1024]) for s in range(0, len(x), 1024)])
+    items = [row[row >= 0] for row in features]
+    if by.endswith("-total"):
+        scores = np.array([np.unique(r).size for r in items], dtype=np.float64)
+        return scores, rank_by(scores)
+    order, scores = additional_order(items, criterion.total_)
+    return scores, order
 
 
 def input_names(spec, limit: int | None = None) -> list[str] | None:
