@@ -156,29 +156,11 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
                                                   image_shape=image_shape)
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
-    top_neurons(np.zeros(width), m)  # validates m against the layer before any work
-    if relevance_of not in ("predicted", "label"):
-        raise ParameterError(f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead.")
-    if aggregate not in AGGREGATES:
-        raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
-    check_cluster_method(cluster_method)
+    _check_options(width, m, relevance_of, aggregate, cluster_method, random_state)
     sharded = getattr(x, "read_by_workers", False)   # shards Ray workers read and hold (idcgen.distributed.shards)
-    if sharded:
-        if y is not None:
-            raise ParameterError("sharded inputs carry their own labels (each shard's y); pass y=None")
-        y = x.load()
-    else:
-        x = fit_to_model(x, network.input_shape)
-    check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
-    check_int("random_state", random_state, 0)
+    x, y = _training_inputs(network, convention, x, y, sharded, selecting=relevance_of == "label" or correct_only
+                            or only_class is not None)
     regression = network.task == "regression"
-    if regression and (relevance_of == "label" or correct_only or only_class is not None):
-        raise InputError("relevance_of='label', correct_only and only_class are for classifiers; a regression "
-                         "model's relevance starts from its one output, and its inputs have no class")
-    if y is not None:
-        y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
-    elif relevance_of == "label" or correct_only or only_class is not None:
-        raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
     # of the inputs as given, before correct_only / only_class select (sharded: of the shards' own fingerprints)
     # hashed on a thread while the passes run (hashlib lets go of the GIL): 0.3 s for 60,000 MNIST images,
     # which the driver would otherwise add to a sharded pass's time
@@ -237,7 +219,56 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     if regression and y is not None:  # the model's error on the labels, in the output's units
         outputs = x.predict() if sharded else network.predict(x)
         data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
+    warnings = _diagnostics(network, convention, data, y, predictions, accuracy)
+    config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
+                  relevance_of=relevance_of,
+                  correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
+                  random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
+                  if len(network.output_shape(layer)) > 2 else "unit",
+                  input_convention=convention.to_dict())
+    return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
+                    fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
+                    versions=versions(), notes=notes + warnings, warnings=warnings, network=network)
+
+
+def _check_options(width: int, m, relevance_of, aggregate, cluster_method, random_state) -> None:
+    """The analysis' own options, each refused in one line before any pass."""
+    top_neurons(np.zeros(width), m)  # validates m against the layer before any work
+    if relevance_of not in ("predicted", "label"):
+        raise ParameterError(f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead.")
+    if aggregate not in AGGREGATES:
+        raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
+    check_cluster_method(cluster_method)
+    check_int("random_state", random_state, 0)
+
+
+def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: bool):
+    """(x, y) checked: in the model's input shape and value range, labels that fit the task; sharded inputs
+    bring their own labels. ``selecting``: an option needs the labels (relevance of the label, correct-only,
+    one class)."""
+    if sharded:
+        if y is not None:
+            raise ParameterError("sharded inputs carry their own labels (each shard's y); pass y=None")
+        y = x.load()
+    else:
+        x = fit_to_model(x, network.input_shape)
+    check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
+    regression = network.task == "regression"
+    if regression and selecting:
+        raise InputError("relevance_of='label', correct_only and only_class are for classifiers; a regression "
+                         "model's relevance starts from its one output, and its inputs have no class")
+    if y is not None:
+        y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
+    elif selecting:
+        raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
+    return x, y
+
+
+def _diagnostics(network, convention, data: dict, y, predictions, accuracy) -> list[str]:
+    """Warnings about the training inputs as the model sees them: accuracy near chance (labels mapped to other
+    classes, or inputs scaled twice), or a regression no better than the labels' mean."""
     warnings = []
+    low, high = data["observed_range"]
     n_classes = network.n_classes
     lo, hi = convention.value_range
     scaled = (f"the inputs are likely scaled twice or not at all (they span [{low:g}, {high:g}]; the model is taken "
@@ -259,12 +290,4 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         # the regression counterpart of near chance: no better than always predicting the labels' mean
         warnings.append(f"the model's MSE on the training labels, {data['mse']:.4g}, is not below their variance "
                         f"{np.var(y.astype(np.float64)):.4g} (predicting their mean would do as well): {scaled}")
-    config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
-                  relevance_of=relevance_of,
-                  correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
-                  random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
-                  if len(network.output_shape(layer)) > 2 else "unit",
-                  input_convention=convention.to_dict())
-    return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
-                    fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
-                    versions=versions(), notes=notes + warnings, warnings=warnings, network=network)
+    return warnings
