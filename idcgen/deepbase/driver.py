@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,14 +59,8 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     unit_pos = {layer: (np.array([c for c, (l, _) in enumerate(unit_list) if l == layer]),
                         np.array([i for l, i in unit_list if l == layer])) for layer in layers}
     U, K, G = len(unit_list), len(hyps), len(groups)
-    shapes = {m: ((G if m == "linear" else U), K) for m in measures}
-    scores = {m: np.full(shapes[m], np.nan) for m in measures}
-    widths = {m: np.full(shapes[m], np.inf) for m in measures}
-    used = {m: np.zeros(shapes[m], np.int64) for m in measures}
-    final = {m: np.zeros(shapes[m], bool) for m in measures}
-    due = {m: np.zeros(shapes[m], np.float64) for m in measures}   # input count at which a cell is scored next
-    baselines = np.full((G, K), np.nan)
-    binary = np.zeros(K, bool)
+    cells = _Cells.empty(measures, U, G, K, tol)
+    scores, widths, used, final = cells.scores, cells.widths, cells.used, cells.final
     order = np.random.default_rng(random_state).permutation(n)
     acts, hvals, seen, checks = [], [[] for _ in hyps], 0, []
     # per-pixel hypotheses (masks, found on the first batch) against the activation maps of spatial units
@@ -115,11 +110,10 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         a_all = np.concatenate(acts)
         h_all = {j: np.concatenate(hvals[j]) for j in active}
         with threadpool_limits(1, user_api="blas"):   # small matrices: BLAS threads only wait on each other
-            _check(measures, a_all, h_all, group_cols, scores, widths, used, final, due, baselines, binary, tol,
-                   last, random_state, timings, n)
+            _check(cells, measures, a_all, h_all, group_cols, last, random_state, timings, n)
         checks.append(seen)
         timings["measures"] += time.perf_counter() - t
-        next_check = _next_check(seen, n, measures, final, due, tol, batch_size)
+        next_check = _next_check(cells, seen, n, measures, batch_size)
     bar.close()
     notes = []
     if y is None:
@@ -143,7 +137,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
                      f"the {seen} inputs streamed; their area share stands in for them in the other measures")
     channels = {layer for layer in layers if len(network.output_shape(layer)) > 2}
     return AffinityResult(units=unit_list, groups=groups, hypotheses=hyps, measures=measures, scores=scores,
-                          half_widths=widths, n_used=used, baselines=baselines, binary=binary, n_inputs=n,
+                          half_widths=widths, n_used=used, baselines=cells.baselines, binary=cells.binary, n_inputs=n,
                           n_seen=seen, tol=tol, y_source="labels" if y is not None else "predictions",
                           seconds=time.perf_counter() - start, timings=timings, checks=checks, channels=channels,
                           notes=notes)
@@ -189,10 +183,37 @@ def _hypotheses(hypotheses, network, x) -> list[Hypothesis]:
     return out
 
 
-def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, baselines, binary, tol, last,
-           random_state, timings, n_total=None):
+@dataclass
+class _Cells:
+    """The scores of every (unit or group, hypothesis) cell per measure as the stream goes on: the score, its
+    interval's half-width, the inputs it used, whether it is final, and the input count at which it is scored
+    next; the linear measure's baselines and which hypotheses are binary."""
+
+    scores: dict
+    widths: dict
+    used: dict
+    final: dict
+    due: dict
+    baselines: np.ndarray
+    binary: np.ndarray
+    tol: float | None
+
+    @classmethod
+    def empty(cls, measures, units: int, groups: int, hypotheses: int, tol) -> "_Cells":
+        shapes = {m: ((groups if m == "linear" else units), hypotheses) for m in measures}
+        return cls(scores={m: np.full(shapes[m], np.nan) for m in measures},
+                   widths={m: np.full(shapes[m], np.inf) for m in measures},
+                   used={m: np.zeros(shapes[m], np.int64) for m in measures},
+                   final={m: np.zeros(shapes[m], bool) for m in measures},
+                   due={m: np.zeros(shapes[m], np.float64) for m in measures},
+                   baselines=np.full((groups, hypotheses), np.nan), binary=np.zeros(hypotheses, bool), tol=tol)
+
+
+def _check(cells: _Cells, measures, a, h_all, group_cols, last, random_state, timings, n_total=None):
     """Score the cells due at this check (every open one at the end) on the inputs so far; cells within tol (or
     all, at the end) become final, the others are due again where their interval predicts convergence."""
+    scores, widths, used, final, due, tol = cells.scores, cells.widths, cells.used, cells.final, cells.due, cells.tol
+    baselines, binary = cells.baselines, cells.binary
     n = len(a)
     clock = time.perf_counter()
 
@@ -250,13 +271,13 @@ def _check(measures, a, h_all, group_cols, scores, widths, used, final, due, bas
         lap("linear")
 
 
-def _next_check(seen, n, measures, final, due, tol, batch_size) -> int:
+def _next_check(cells: _Cells, seen, n, measures, batch_size) -> int:
     """The first input count at which an open score is due, between 1.25 and 2 times the inputs so far (so the
     checks' cost stays within twice that of the last one, and scores that converge early stop early even when
     another needs every input), in whole batches, the end at most."""
-    if tol is None or seen >= n:
+    if cells.tol is None or seen >= n:
         return n
-    open_due = np.concatenate([due[m][~final[m]] for m in measures])
+    open_due = np.concatenate([cells.due[m][~cells.final[m]] for m in measures])
     need = float(open_due.min()) if len(open_due) else n
     need = min(max(math.ceil(need), math.ceil(1.25 * seen)), 2 * seen)
     return int(min(n, -(-need // batch_size) * batch_size))   # whole batches: one traced shape for the model
