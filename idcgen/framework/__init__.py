@@ -249,7 +249,9 @@ _MODULES = {"keras": (".keras_network", "KerasNetwork"), "torch": (".torch_netwo
 
 def _implementation(name: str):
     from importlib import import_module
-    return import_module(_MODULES[name][0], __name__)
+    from .quiet import quiet_start
+    with quiet_start():   # the framework's start-up lines dropped, anything else written back
+        return import_module(_MODULES[name][0], __name__)
 
 
 def _framework_of(model) -> str:

@@ -1,0 +1,29 @@
+"""TensorFlow's start-up lines are dropped; anything else written to stderr during the import still shows."""
+
+import os
+import subprocess
+import sys
+
+from idcgen.framework.quiet import NOISE, quiet_start
+
+
+def test_caught_lines_that_are_not_noise_are_written_back(capfd):
+    with quiet_start():
+        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
+        os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on. You may see slightly different results\n")
+        os.write(2, b"E0000 cuda_executor.cc] failed call to cuInit: INTERNAL: CUDA error: (303)\n")
+        os.write(2, b"a real problem: libfoo.so not found\n")
+    err = capfd.readouterr().err
+    assert err == "a real problem: libfoo.so not found\n"
+
+
+def test_a_keras_model_loads_without_tensorflows_start_up_lines(tmp_path):
+    script = (f"import keras\n"   # noqa: ISC003
+              f"m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])\n"
+              f"m.save({str(tmp_path / 'm.keras')!r})\n")
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    run = subprocess.run([sys.executable, "-c", "from idcgen.framework import load_network\n"
+                          f"print(load_network({str(tmp_path / 'm.keras')!r}).input_shape)"],
+                         capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "(4,)"
+    assert not [line for line in run.stderr.splitlines() if NOISE.search(line)], run.stderr
