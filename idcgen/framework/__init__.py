@@ -283,6 +283,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     if framework == "torch":
         _require_torch()
         return _implementation("torch").load_model(path, architecture=architecture, input_shape=input_shape)
+    _require_keras()
     return _implementation(framework).load_model(path, safe_mode=safe_mode, architecture=architecture)
 
 
@@ -290,6 +291,14 @@ def _require_torch() -> None:
     import importlib.util
     if importlib.util.find_spec("torch") is None:
         raise ModelError("PyTorch models need torch: pip install \"idcgen[torch]\" (or pip install torch)")
+
+
+def _require_keras() -> None:
+    """Each framework is an extra of its own (README, "Install"): a Keras model where TensorFlow is missing is
+    said in one line, not an ImportError from deep inside."""
+    import importlib.util
+    if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
+        raise ModelError("Keras models need TensorFlow and Keras: pip install \"idcgen[keras]\"")
 
 
 def as_network(model, *, batch_size: int | None = None, task: str | None = None,
@@ -319,16 +328,17 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
         _require_torch()
         from .torch_load import convert as torch_convert
         return torch_convert(old, new, weights=architecture, input_shape=input_shape, overwrite=overwrite)
+    _require_keras()
     return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode,
                                             overwrite=overwrite)
 
 
 def limit_threads(threads: int) -> None:
     """``threads`` intra- and inter-op threads for the frameworks in this process (a Ray worker), before they run."""
-    _implementation("keras").limit_threads(threads)
     import importlib.util
-    if importlib.util.find_spec("torch") is not None:
-        _implementation("torch").limit_threads(threads)
+    for framework, module in (("keras", "tensorflow"), ("torch", "torch")):   # each an extra: either may be missing
+        if importlib.util.find_spec(module) is not None:
+            _implementation(framework).limit_threads(threads)
 
 
 def network_with_convention(model, *, value_range=None, preprocess=None, image_shape=None,
