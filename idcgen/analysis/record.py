@@ -27,7 +27,7 @@ from ..convention import InputConvention, check_scale
 from ..coverage import Combinations, CoverageResult, CoverageTracker
 from ..data import fit_to_model
 from ..errors import AnalysisMismatchError, InputError, ParameterError
-from ..framework import Network, network_with_convention
+from ..framework import ForwardNetwork, network_with_convention
 
 FORMAT_VERSION = 1
 #: What makes two saved analyses the same one (with the training data's fingerprint): see Analysis.matches_saved.
@@ -63,7 +63,7 @@ class Analysis:
     versions: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    network: Network | None = field(default=None, repr=False, compare=False)
+    network: ForwardNetwork | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.combinations = Combinations([c.centroids for c in self.clusters])
@@ -98,7 +98,7 @@ class Analysis:
         if self.network is not None and model in (self.network, self.network.model):
             return self  # already bound: hashing every weight again would cost more than the measurement
         recorded = self.convention
-        if isinstance(model, Network):
+        if isinstance(model, ForwardNetwork):
             network = model
             have = network.convention
             have = None if have is None or have.preprocess is None else have.preprocess.spec
@@ -119,7 +119,7 @@ class Analysis:
         self.network = network
         return self
 
-    def _network(self, model=None) -> Network:
+    def _network(self, model=None) -> ForwardNetwork:
         if model is not None:
             self.bind(model)
         if self.network is None:

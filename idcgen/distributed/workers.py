@@ -93,10 +93,10 @@ class RayPasses:
 
 def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
     """(Network, input convention) of a model file, Keras model or Network, as the driver measures it."""
-    from ..framework import Network, load_model, network_with_convention
+    from ..framework import ForwardNetwork, Network, load_model, network_with_convention
     if isinstance(model, (str, os.PathLike)):
         model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
-    elif not isinstance(model, Network):
+    elif not isinstance(model, ForwardNetwork):
         model = Network(model, task=task)
     return network_with_convention(model, **convention)
 

@@ -27,7 +27,7 @@ from ..errors import ModelError
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-__all__ = ["Network", "LayerInfo", "RANGE_TAP", "TASKS", "load_model", "load_network", "as_network",
+__all__ = ["Network", "ForwardNetwork", "DifferentiableNetwork", "Backend", "BACKENDS", "LayerInfo", "RANGE_TAP", "TASKS", "load_model", "load_network", "as_network",
            "network_with_convention", "convert", "limit_threads"]
 
 TASKS = ("classification", "regression")
@@ -50,14 +50,16 @@ class _Dispatching(abc.ABCMeta):
     the operating system); a subclass called by name builds itself."""
 
     def __call__(cls, *args, **kwargs):
-        if cls is Network:
+        if cls in (ForwardNetwork, DifferentiableNetwork, Network):
             return as_network(*args, **kwargs)
         return super().__call__(*args, **kwargs)
 
 
-class Network(metaclass=_Dispatching):
-    """A model under test, seen through numpy: batched forward taps on named layers, logits, relevance,
-    gradients for the gradient mutators, a training step for ``harden``, and a weights fingerprint.
+class ForwardNetwork(metaclass=_Dispatching):
+    """A model under test, seen through numpy, as far as running it forward goes: batched forward taps on
+    named layers, logits, a weights fingerprint and its input convention. What coverage, the fuzz loop's
+    forward pass with gradient-free mutators and the orderings by output need; a backend that can only run a
+    model forward (an exported program) implements this much (docs/design.md, "The framework boundary").
 
     Attributes every implementation sets: ``model`` (the framework's own model object, as run: wrapped with
     the input convention), ``inner`` (the user's model under that wrapper), ``input_shape`` (one input,
@@ -76,6 +78,9 @@ class Network(metaclass=_Dispatching):
     convention: InputConvention | None
     batch_size: int
     head_note: str | None
+
+    #: what this network can do beyond running forward (see :class:`DifferentiableNetwork`, :class:`Network`)
+    capabilities: frozenset = frozenset({"forward"})
 
     # ---- layers -------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -151,15 +156,6 @@ class Network(metaclass=_Dispatching):
     def feature_maps(self, layers: tuple[str, ...]):
         """A callable x -> the raw outputs of ``layers`` (n, h, w, channels), as numpy."""
 
-    @abc.abstractmethod
-    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
-        """The LRP-epsilon pass to ``layer`` (None: the input): an object called as ``rel(x, target)`` giving
-        per-neuron relevance, activations and logits (numpy), with ``batch`` (one batch) and ``batch_size``."""
-
-    @abc.abstractmethod
-    def relevance_batch_size(self) -> int:
-        """Inputs per relevance batch that keep its memory within bounds."""
-
     def cached(self, key, build):
         """``build()`` once per network and ``key``: what is traced or compiled is kept with its model (in the
         ``_built`` dict every implementation makes)."""
@@ -200,6 +196,41 @@ class Network(metaclass=_Dispatching):
         same random state gives the same outputs); every other layer in inference mode."""
         raise ModelError("this model has no dropout layers to sample (MC dropout)")
 
+    # ---- conventions and shipping ----------------------------------------------------------------
+    @abc.abstractmethod
+    def own_convention(self) -> InputConvention:
+        """The convention read from the model itself (a leading Rescaling of 0..255, else [0, 1])."""
+
+    @abc.abstractmethod
+    def measured_as(self, convention: InputConvention, *, wrapped: InputConvention | None) -> "ForwardNetwork":
+        """This network taking images of ``convention`` (what it does not do itself put in front of the
+        user's model), with ``convention`` as its field; ``wrapped`` is the convention it is wrapped with now."""
+
+    @abc.abstractmethod
+    def on_images(self, image_shape: tuple) -> "ForwardNetwork":
+        """This network taking images of ``image_shape`` (reshaped in front of the model)."""
+
+    @abc.abstractmethod
+    def recipe(self) -> tuple[str, bytes]:
+        """(file suffix, bytes) of the user's model as a file :func:`load_model` reads: what ships the model
+        to another process."""
+
+
+class DifferentiableNetwork(ForwardNetwork):
+    """A network whose gradients idcgen can take: relevance (the analysis), the gradient mutators and the
+    white-box attacks."""
+
+    capabilities = frozenset({"forward", "differentiable"})
+
+    @abc.abstractmethod
+    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None):
+        """The LRP-epsilon pass to ``layer`` (None: the input): an object called as ``rel(x, target)`` giving
+        per-neuron relevance, activations and logits (numpy), with ``batch`` (one batch) and ``batch_size``."""
+
+    @abc.abstractmethod
+    def relevance_batch_size(self) -> int:
+        """Inputs per relevance batch that keep its memory within bounds."""
+
     # ---- gradients (the gradient mutators) ----------------------------------------------------
     @abc.abstractmethod
     def gradients(self, kind: str, **spec):
@@ -214,54 +245,76 @@ class Network(metaclass=_Dispatching):
         ``labels``; for regression ``labels`` are directions), "cw" (untargeted) or "jsma" (towards the classes
         ``labels``); ``params`` as the attack mutators pass them (idcgen/fuzz/mutators/attacks.py)."""
 
-    # ---- training and conventions -------------------------------------------------------------
-    @abc.abstractmethod
-    def own_convention(self) -> InputConvention:
-        """The convention read from the model itself (a leading Rescaling of 0..255, else [0, 1])."""
 
-    @abc.abstractmethod
-    def measured_as(self, convention: InputConvention, *, wrapped: InputConvention | None) -> "Network":
-        """This network taking images of ``convention`` (what it does not do itself put in front of the
-        user's model), with ``convention`` as its field; ``wrapped`` is the convention it is wrapped with now."""
 
-    @abc.abstractmethod
-    def on_images(self, image_shape: tuple) -> "Network":
-        """This network taking images of ``image_shape`` (reshaped in front of the model)."""
+class Network(DifferentiableNetwork):
+    """A model under test with every capability: forward taps, relevance and gradients
+    (:class:`DifferentiableNetwork`) and a training step for ``harden``; the attributes of
+    :class:`ForwardNetwork`. The Keras and PyTorch backends implement it.
+    """
+
+    capabilities = frozenset({"forward", "differentiable", "trainable"})
 
     @abc.abstractmethod
     def retrained(self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
                   random_state: int = 0) -> "Network":
         """A copy fine-tuned ("finetune") or trained from scratch ("scratch") on (x, y), for ``harden``."""
 
-    @abc.abstractmethod
-    def recipe(self) -> tuple[str, bytes]:
-        """(file suffix, bytes) of the user's model as a file :func:`load_model` reads: what ships the model
-        to another process."""
+
+# ---- backends ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Backend:
+    """A framework idcgen runs models of: the module and Network class implementing it (imported on first use),
+    the model files it reads (by suffix), the top-level modules its model classes come from, the packages it
+    needs and the pip extra that installs them."""
+
+    name: str
+    module: str
+    network_class: str
+    suffixes: tuple[str, ...]
+    roots: tuple[str, ...]
+    requires: tuple[str, ...]
+    extra: str
+    needs: str   # what a missing requirement is said to be for
+
+    def require(self) -> None:
+        """One line naming the extra when a package this backend needs is not installed."""
+        import importlib.util
+        if any(importlib.util.find_spec(name) is None for name in self.requires):
+            raise ModelError(f"{self.needs}: pip install \"idcgen[{self.extra}]\"")
+
+    def implementation(self):
+        from importlib import import_module
+        from .quiet import quiet_start
+        with quiet_start():   # the framework's start-up lines dropped, anything else written back
+            return import_module(self.module, __name__)
+
+    def available(self) -> bool:
+        import importlib.util
+        return all(importlib.util.find_spec(name) is not None for name in self.requires)
 
 
-# ---- implementations -------------------------------------------------------------------------
-#: file suffixes each implementation reads, and the module and Network class implementing it (imported on
-#: first use)
-_BY_SUFFIX = {".keras": "keras", ".h5": "keras", ".hdf5": "keras", ".pt": "torch", ".pth": "torch", ".pt2": "torch",
-              ".onnx": "torch"}
-_MODULES = {"keras": (".keras_network", "KerasNetwork"), "torch": (".torch_network", "TorchNetwork")}
+#: the backends, by name; the first whose suffixes name a file reads it (Keras reads what no backend names,
+#: to say in its words what it cannot read)
+BACKENDS = {b.name: b for b in (
+    Backend("keras", ".keras_network", "KerasNetwork", (".keras", ".h5", ".hdf5"), ("keras", "tf_keras", "tensorflow"),
+            ("tensorflow", "keras"), "keras", "Keras models need TensorFlow and Keras"),
+    Backend("torch", ".torch_network", "TorchNetwork", (".pt", ".pth", ".pt2", ".onnx"),
+            ("torch", "idcgen.framework.torch_load"), ("torch",), "torch", "PyTorch models need torch"),
+)}
+DEFAULT_BACKEND = "keras"
 
 
 def _implementation(name: str):
-    from importlib import import_module
-    from .quiet import quiet_start
-    with quiet_start():   # the framework's start-up lines dropped, anything else written back
-        return import_module(_MODULES[name][0], __name__)
+    return BACKENDS[name].implementation()
 
 
 def _framework_of(model) -> str:
-    """The implementation for a model object, by the module its class comes from (no framework imported)."""
+    """The backend for a model object, by the module its class comes from (no framework imported)."""
     for cls in type(model).__mro__:
-        root = cls.__module__.split(".")[0]
-        if root in ("keras", "tf_keras", "tensorflow"):
-            return "keras"
-        if root == "torch" or cls.__module__ == "idcgen.framework.torch_load":
-            return "torch"
+        for backend in BACKENDS.values():
+            if any(cls.__module__ == root or cls.__module__.startswith(root + ".") for root in backend.roots):
+                return backend.name
     raise ModelError(f"idcgen cannot run a {type(model).__module__}.{type(model).__name__}: expected a Keras "
                      "model, a torch.nn.Module (or a Network)")
 
@@ -270,7 +323,8 @@ def framework_of_path(path) -> str:
     """"keras" or "torch" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
     if is_factory(path):
         return "torch"
-    return _BY_SUFFIX.get(Path(str(path)).suffix.lower(), "keras")   # the Keras loader names what it cannot read
+    suffix = Path(str(path)).suffix.lower()
+    return next((b.name for b in BACKENDS.values() if suffix in b.suffixes), DEFAULT_BACKEND)
 
 
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, input_shape=None):
@@ -280,35 +334,20 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     state_dict file as ``architecture`` (:func:`idcgen.framework.torch_load.load`; ``input_shape`` (H, W, C)
     where the file does not record it)."""
     framework = framework_of_path(path)
+    BACKENDS[framework].require()   # each framework an extra: a missing one said in one line naming it
     if framework == "torch":
-        _require_torch()
         return _implementation("torch").load_model(path, architecture=architecture, input_shape=input_shape)
-    _require_keras()
     return _implementation(framework).load_model(path, safe_mode=safe_mode, architecture=architecture)
-
-
-def _require_torch() -> None:
-    import importlib.util
-    if importlib.util.find_spec("torch") is None:
-        raise ModelError("PyTorch models need torch: pip install \"idcgen[torch]\" (or pip install torch)")
-
-
-def _require_keras() -> None:
-    """Each framework is an extra of its own (README, "Install"): a Keras model where TensorFlow is missing is
-    said in one line, not an ImportError from deep inside."""
-    import importlib.util
-    if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
-        raise ModelError("Keras models need TensorFlow and Keras: pip install \"idcgen[keras]\"")
 
 
 def as_network(model, *, batch_size: int | None = None, task: str | None = None,
                convention: InputConvention | None = None, input_shape=None) -> Network:
     """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation
     (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``)."""
-    if isinstance(model, Network):
+    if isinstance(model, ForwardNetwork):
         return model
     framework = _framework_of(model)
-    network_class = getattr(_implementation(framework), _MODULES[framework][1])
+    network_class = getattr(_implementation(framework), BACKENDS[framework].network_class)
     extra = {"input_shape": input_shape} if framework == "torch" else {}
     return network_class(model, batch_size=batch_size, task=task, convention=convention, **extra)
 
@@ -324,21 +363,20 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
     """Re-save a model file in a format idcgen reads fully (``idcgen convert``); a one-line summary. Keras:
     a Keras 2.x or weights-only file as ``.keras``/``.h5``; PyTorch: a TorchScript file (with ``input_shape``)
     or a factory as a ``.pt2`` program. An existing ``new`` is replaced only with ``overwrite=True``."""
-    if framework_of_path(old) == "torch":
-        _require_torch()
+    framework = framework_of_path(old)
+    BACKENDS[framework].require()
+    if framework == "torch":
         from .torch_load import convert as torch_convert
         return torch_convert(old, new, weights=architecture, input_shape=input_shape, overwrite=overwrite)
-    _require_keras()
     return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode,
                                             overwrite=overwrite)
 
 
 def limit_threads(threads: int) -> None:
     """``threads`` intra- and inter-op threads for the frameworks in this process (a Ray worker), before they run."""
-    import importlib.util
-    for framework, module in (("keras", "tensorflow"), ("torch", "torch")):   # each an extra: either may be missing
-        if importlib.util.find_spec(module) is not None:
-            _implementation(framework).limit_threads(threads)
+    for backend in BACKENDS.values():   # each an extra: either may be missing
+        if backend.available():
+            backend.implementation().limit_threads(threads)
 
 
 def network_with_convention(model, *, value_range=None, preprocess=None, image_shape=None,

@@ -65,6 +65,7 @@ def attack_targets(x: np.ndarray, ctx) -> np.ndarray:
 
 class _Attack(Mutator):
     kind = "attack"
+    needs = "differentiable"
     needs_model = True
     stochastic = False
     instead = "for a regression model use fgsm, bim or pgd"

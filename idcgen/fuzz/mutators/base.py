@@ -117,6 +117,9 @@ class Mutator:
     tasks: ClassVar[tuple[str, ...]] = ("classification", "regression")
     #: said when it cannot run on a model's task: what to use instead
     instead: ClassVar[str] = ""
+    #: the network capability it needs (idcgen.framework.ForwardNetwork.capabilities): "forward", or
+    #: "differentiable" for what takes gradients or relevance
+    needs: ClassVar[str] = "forward"
     parameters: ClassVar[dict[str, Param]] = {}
 
     def __init__(self, **params):
@@ -142,6 +145,13 @@ class Mutator:
     def check_model(self, network) -> None:
         """Raise a one-line error when this mutator cannot run on ``network`` at all, so a campaign refuses
         it before starting rather than failing every batch (override)."""
+
+    def check_capability(self, network) -> None:
+        """A one-line error when ``network`` lacks the capability this mutator needs (a forward-only backend
+        takes no gradients)."""
+        if self.needs not in getattr(network, "capabilities", ("forward", "differentiable")):
+            raise ParameterError(f"mutator {self.name} takes the model's gradients, which this model's backend "
+                                 "cannot give (it runs the model forward only): leave it out of the mutators")
 
     def _check_params(self) -> None:
         """Constraints between parameters (override)."""

@@ -50,6 +50,7 @@ class DeepXplore(Mutator):
     name: ClassVar[str] = "deepxplore"
     kind: ClassVar[str] = "attack"
     needs_model: ClassVar[bool] = True
+    needs: ClassVar[str] = "differentiable"
     validity: ClassVar[str] = "scene"   # a lighting change or a black box is not a small L-inf change
     #: the generator's output is a test input made from the seed, not a new scene: another pass on it
     #: searches further and stays judged against the chain's reference, so the total change is bounded

@@ -21,6 +21,7 @@ class CoverageDirected(Mutator):
 
     name: ClassVar[str] = "directed"
     kind: ClassVar[str] = "directed"
+    needs: ClassVar[str] = "differentiable"
     needs_model: ClassVar[bool] = True
     parameters: ClassVar[dict] = {"steps": Param(5, int, 1, 100), "step_size": Param(0.03, float, 0.0, 1.0, closed="right"),
                                   "eps": Param(0.15, float, 0.0, 1.0, closed="right"), "tries": Param(16, int, 1, 1000)}

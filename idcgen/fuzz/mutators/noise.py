@@ -98,6 +98,7 @@ class RelevantPixels(Mutator):
     name = "relevant_pixels"
     kind = "noise"
     needs_model = True
+    needs = "differentiable"   # the input relevance
     stochastic = True
     parameters = {"fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
                   "std": Param(0.75, float, 0.0, None, closed="neither")}
