@@ -66,7 +66,7 @@ def test_help_shows_brackets_flags_without_types_and_every_option_explained():
     analyze = invoke("analyze", "--help").output
     assert 'pip install "idcgen[ray]"' in " ".join(analyze.split())
     assert "<bool>" not in analyze and re.search(r"--random-state \S+\s+Seed", analyze)
-    assert re.search(r"--limit \S+\s+Measure the first N", invoke("coverage", "--help").output)
+    assert re.search(r"--limit \S+\s+Use the first N", invoke("coverage", "--help").output)
     assert "convert [OPTIONS] OLD NEW" in invoke("convert", "--help").output
     for name in ("analyze", "coverage", "fuzz", "harden", "prioritize", "inspect", "affinity", "convert"):
         text = invoke(name, "--help").output
