@@ -101,40 +101,23 @@ class Group:
         return name in self.given
 
 
-# ---- parsers (imported lazily: a group module that imports nothing heavy) -----------------------------
-def _value_range(text):
-    from .convention import parse_value_range
-    return parse_value_range(text)
+# ---- parsers (imported when first called: the groups import nothing heavy) ------------------------------
+def _lazy(module: str, name: str) -> Callable:
+    """The parser ``name`` of ``module`` (relative to idcgen), imported when it is first called."""
+    def parse(text):
+        from importlib import import_module
+        return getattr(import_module(module, __package__), name)(text)
+    parse.__name__ = name
+    return parse
 
 
-def _preprocess(text):
-    from .convention import parse_preprocess
-    return parse_preprocess(text)
-
-
-def _image_shape(text):
-    from .convention import parse_image_shape
-    return parse_image_shape(text)
-
-
-def _resize(text):
-    from .data import parse_resize
-    return parse_resize(text)
-
-
-def _class_names(text):
-    from .data import parse_class_names
-    return parse_class_names(text)
-
-
-def _clusters(text):
-    from .clusters import parse_cluster_range
-    return parse_cluster_range(text)
-
-
-def _cluster_method(text):
-    from .clusters import check_cluster_method
-    return check_cluster_method(text)
+_value_range = _lazy(".convention", "parse_value_range")
+_preprocess = _lazy(".convention", "parse_preprocess")
+_image_shape = _lazy(".convention", "parse_image_shape")
+_resize = _lazy(".data", "parse_resize")
+_class_names = _lazy(".data", "parse_class_names")
+_clusters = _lazy(".clusters", "parse_cluster_range")
+_cluster_method = _lazy(".clusters", "check_cluster_method")
 
 
 def _positive(name: str) -> Callable:
