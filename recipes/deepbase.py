@@ -20,7 +20,7 @@ import argparse
 
 import numpy as np
 
-from common import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model, write_table
+from kit import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model, write_table
 
 RECIPE = "deepbase"
 

@@ -21,7 +21,7 @@ import argparse
 
 import numpy as np
 
-from common import CIFAR10_CLASSES, OUTPUTS, Timer, command_line, load_data, load_model, write_table
+from kit import CIFAR10_CLASSES, OUTPUTS, Timer, command_line, load_data, load_model, write_table
 
 RECIPE = "deepinspect"
 #: The paper's CIFAR-10 figures we can state (robust CIFAR-10 models, mean - 1 std cut-off; see

@@ -5,7 +5,7 @@
                                [--random-states 0 1 ...] [--retrain-budget 8192] [--retrain-seeds 1024]
 
 The models are the three Daves of ``recipes/train_models.py --dataset udacity`` (trained on the real
-angles, blocked split: recipes/udacity_data.py); the test frames are the 1,122 frames of test blocks 2 and 7.
+angles, blocked split: recipes/kit/data.py); the test frames are the 1,122 frames of test blocks 2 and 7.
 The oracle is DeepTest's relation (idcgen.fuzz.deeptest): a transformed frame is an erroneous behaviour when
 ``(theta_t - theta_label)^2 > lambda * MSE``, with MSE the model's on the untransformed test frames.
 
@@ -36,7 +36,7 @@ import json
 
 import numpy as np
 
-from common import OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, save_json, udacity, write_table
+from kit import OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, save_json, udacity, write_table
 
 RECIPE = "deeptest"
 #: DeepTest's transforms with its parameter ranges, scaled from its 640x480 frames to fractions of the frame
@@ -62,7 +62,7 @@ def predict(network, x) -> np.ndarray:
 
 def sweep(name: str, network, x, y, lambdas, random_state: int) -> dict:
     """Counts of erroneous behaviours per transform and lambda on the test frames ``x`` (labels ``y``)."""
-    from sets import perturbed
+    from kit.sets import perturbed
     clean = predict(network, x)
     mse = float(np.mean((clean - y) ** 2))
     clean_ok = {lam: (clean - y) ** 2 <= lam * mse for lam in lambdas}
@@ -89,7 +89,7 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
     from idcgen.analysis import analyze
     from idcgen.criteria import make_criterion
     from idcgen.fuzz.fuzzer import Fuzzer
-    from sets import perturbed
+    from kit.sets import perturbed
     seeds = np.linspace(0, len(x) - 1, n_seeds).round().astype(int)       # spread over both test blocks
     xs, ys = x[seeds], y[seeds]
     with Timer() as t:
@@ -143,14 +143,14 @@ RETRAIN_ARMS = ("clean frames", "random transformed frames (DeepTest)", "IDC-kep
 
 def transformed_test(network, x, y, random_state: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every test frame transformed once by each transform: (frames, labels, transform index)."""
-    from sets import perturbed
+    from kit.sets import perturbed
     parts = [perturbed(network, x, y, spec, random_state=random_state) for spec in TRANSFORMS.values()]
     return np.concatenate(parts), np.tile(y, len(parts)), np.repeat(np.arange(len(parts)), len(x))
 
 
 def random_transformed(network, x, y, n: int, rng: np.random.Generator, random_state: int):
     """``n`` frames drawn from ``x`` (with their angles ``y``), each transformed by one transform drawn at random."""
-    from sets import perturbed
+    from kit.sets import perturbed
     picks, which = rng.integers(0, len(x), n), rng.integers(0, len(TRANSFORMS), n)
     out = np.empty((n, *x.shape[1:]), x.dtype)
     for t, spec in enumerate(TRANSFORMS.values()):
@@ -191,7 +191,7 @@ def retrain(name: str, x_train, y_train, x_test, y_test, *, budget: int, n_seeds
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.framework import Network, load_model as load
-    from common import model_path
+    from kit import model_path
     path = model_path(name, "udacity")
     network = Network(load(path))
     xt, yt, which = transformed_test(network, x_test, y_test, random_state + 1000)
@@ -240,7 +240,7 @@ def retrain_all(name: str, x_train, y_train, x_test, y_test, *, epochs: int, lr:
     at random (labelled with its original angle), against every training frame once more untransformed (the
     control: as many steps, nothing synthesised); test MSE on clean and transformed test frames."""
     from idcgen.framework import Network, load_model as load
-    from common import model_path
+    from kit import model_path
     path = model_path(name, "udacity")
     network = Network(load(path))
     xt, yt, which = transformed_test(network, x_test, y_test, random_state + 1000)

@@ -71,7 +71,7 @@ def mnist_setting(n_seeds: int, rng: np.random.Generator):
 
 
 def udacity_setting(n_seeds: int, rng: np.random.Generator):
-    from common import load_model, udacity
+    from kit import load_model, udacity
     from idcgen.framework import Network
     x_train, y_train = udacity("train")
     x_test, y_test = udacity("test")
@@ -113,7 +113,7 @@ def main(argv=None):
     print(f"analysis of {len(x_train)} training inputs in {time.perf_counter() - start:.0f} s")
     nc = make_criterion(f"nc:threshold={NC_THRESHOLD}").fit(under, x_train[:1])
     nc_seeds = nc.coverage(under, x).score
-    from common import OUTPUTS
+    from kit import OUTPUTS
     out = OUTPUTS / f"deepxplore_{args.dataset}"
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import OUTPUTS, command_line, load_data, load_model
+from kit import OUTPUTS, command_line, load_data, load_model, save_json
 
 #: natural corruptions, one drawn per input (idcgen mutator specs: the parameters are the severity)
 CORRUPTIONS = ("rotate(limit=20.0)", "shift(limit=0.1)", "scale(low=0.8, high=1.2)", "brightness(limit=0.3)",
@@ -63,12 +63,6 @@ def build_sets(network, x: np.ndarray, y: np.ndarray) -> dict:
     mixed = rng.permutation(len(x) + len(chosen))   # mixed in: no ordering may profit from where they stand
     adversarial, labels = np.concatenate([x] + parts)[mixed], np.concatenate([y, y[chosen]])[mixed]
     return {"clean": (x, y), "corrupted": (corrupted, y), "adversarial": (adversarial, labels)}
-
-
-def write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
 
 
 def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path:
@@ -151,7 +145,7 @@ def main(argv=None):
         from idcgen.prioritization import CLASSIFICATION_ONLY
         chosen = [o for o in chosen if o not in CLASSIFICATION_ONLY]
     if args.dataset == "udacity":
-        from common import udacity
+        from kit import udacity
         (x_train, y_train), (x_test, y_test) = udacity("train"), udacity("test", args.n)
     else:
         x_train, y_train = load_data("train", args.dataset)
@@ -187,7 +181,7 @@ def main(argv=None):
                              random_state=r, cache=cache)
         row = {"set": name, "ordering": ordering, "repetition": r, **ranking.evaluation.to_dict(),
                "seconds": round(time.perf_counter() - t, 2)}
-        write_json(path, {"settings": settings, "row": row})
+        save_json(path, {"settings": settings, "row": row})
         rows.append(row)
         print(f"[{i}/{len(jobs)}] {name} {ordering} r{r}: APFD {row['apfd']:.4f}, first 10 % "
               f"{row['found_at_10']:.1%} ({row['seconds']:.1f} s)", flush=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from common import DATASETS, OUTPUTS, Timer, command_line, load_model, load_data
+from kit import DATASETS, OUTPUTS, Timer, command_line, load_model, load_data
 
 
 def main(argv=None):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import OUTPUTS, command_line, load_data, load_model, write_table
+from kit import OUTPUTS, command_line, load_data, load_model, write_table
 
 SETTINGS = {"lenet5": {"dataset": "mnist", "epochs": 4, "lr": 2e-3, "augment": False},
             "resnet18": {"dataset": "cifar10", "epochs": 8, "lr": 2e-3, "augment": True}}

@@ -1,5 +1,5 @@
 """DeepTest's metamorphic oracle (idcgen.fuzz.deeptest), its transforms (idcgen.fuzz.mutators.deeptest) and
-the Udacity recipes' blocked split of the real steering angles (recipes/udacity_data.py)."""
+the Udacity recipes' blocked split of the real steering angles (recipes/kit/data.py)."""
 
 import sys
 from pathlib import Path
@@ -204,9 +204,10 @@ def test_bad_parameters_get_one_line():
 @pytest.fixture()
 def udacity_data(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "recipes"))
-    sys.modules.pop("udacity_data", None)
-    import udacity_data
-    return udacity_data
+    for name in [n for n in sys.modules if n == "kit" or n.startswith("kit.")]:
+        del sys.modules[name]
+    import kit.data
+    return kit.data
 
 
 def test_blocked_split_by_hand(udacity_data):
