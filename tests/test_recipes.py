@@ -98,7 +98,7 @@ def test_rq1_smoke(recipe, outputs, monkeypatch, trained):
     runs = read_csv(folder / "runs_embedded_mnist.csv")
     assert [r["repetition"] for r in runs] == ["0", "1"]
     for run in runs:
-        assert all(float(run[key]) >= 0 for key in rq1.QUANTITIES)
+        assert all(float(run[key]) >= 0 for key in recipe("kit.probes").QUANTITIES)
     # the important neurons and the perturbation positions are the same in both repetitions, only the noise
     # and the random neurons differ: the important-neuron distances must stay close
     imp = [float(r["important_rel"]) for r in runs]
