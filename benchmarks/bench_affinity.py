@@ -71,10 +71,10 @@ def main():
     parser.add_argument("--orders", type=int, default=3, help="other random orders checked for the differences")
     args = parser.parse_args()
 
-    from idcgen.deepbase import UnitGroup, affinity
     from idcgen.analysis import analyze
-    from idcgen.hypotheses import Hypothesis, builtin_hypotheses
+    from idcgen.deepbase import UnitGroup, affinity
     from idcgen.framework import Network
+    from idcgen.hypotheses import Hypothesis, builtin_hypotheses
 
     network = Network(load_model("lenet5", "mnist"))
     x_train, y_train = load_data("train", "mnist", limit=10_000)
@@ -90,7 +90,8 @@ def main():
 
     print(f"## Early stopping ({len(x)} inputs, 8 units of fc2, {len(hyps)} hypotheses, tol {args.tol})\n")
     print("| measures | without (s) | with (s) | speed-up | inputs streamed | largest difference per measure "
-          "(share within tol) | other orders: largest difference (scores beyond tol); speed-ups (inputs streamed) |\n|---|---:|---:|---:|---:|---|---|")
+          "(share within tol) | other orders: largest difference (scores beyond tol); speed-ups (inputs streamed) |\n"
+          "|---|---:|---:|---:|---:|---|---|")
     for measures in ("pearson,spearman,mi,linear", "pearson,spearman,linear", "pearson,spearman"):
         t_full, full = best_of(args.repeat, lambda: affinity(network, x, y, analysis=analysis, hypotheses=hyps,
                                                              measures=measures, tol=0, progress=False))

@@ -36,9 +36,9 @@ def main():
     args = parser.parse_args()
 
     from idcgen.data import fit_to_model, load_inputs
-    from idcgen.fuzz.mutators import REGISTRY, MutationContext, make_mutator
     from idcgen.framework import Network
     from idcgen.framework.keras_zoo import lenet5
+    from idcgen.fuzz.mutators import REGISTRY, MutationContext, make_mutator
 
     model = lenet5()
     weights = args.shared / "models" / "deepxplore" / "MNIST_Model3.h5"

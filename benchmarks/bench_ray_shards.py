@@ -72,6 +72,7 @@ def main():
     parser.add_argument("--shards", type=int, default=12)
     args = parser.parse_args()
     import ray
+
     import idcgen
     from idcgen.distributed import Workers
     model = common.load_model("lenet5", "mnist")

@@ -104,7 +104,8 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
 
 def bench_memory(shared: Path, model_path: Path | None, tmp: Path) -> None:
     """Peak memory of `idcgen analyze` in a fresh process, read from the line it prints."""
-    from idcgen.framework.keras_zoo import lenet5, resnet20 as build
+    from idcgen.framework.keras_zoo import lenet5
+    from idcgen.framework.keras_zoo import resnet20 as build
     lenet = lenet5()
     lenet.load_weights(shared / "models/deepxplore/MNIST_Model3.h5")
     lenet.save(tmp / "lenet5.keras")
@@ -129,8 +130,8 @@ def bench_fuzz(model, x: np.ndarray, y: np.ndarray, rounds: int = 3) -> None:
     import tensorflow as tf
 
     from idcgen.analysis import analyze
-    from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.framework import Network
+    from idcgen.fuzz.fuzzer import Fuzzer
     network = Network(model)
     analysis = analyze(network, x[:5000], y[:5000], m=8, random_state=0, progress=False)
 

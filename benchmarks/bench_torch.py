@@ -68,11 +68,12 @@ def main():
     args = parser.parse_args()
 
     import torch
-    from kit import cifar10, load_data
-    from record import record
+
     from idcgen.analysis import analyze
     from idcgen.framework import as_network, load_network
     from idcgen.framework.torch_zoo import ResNet18, from_keras
+    from kit import cifar10, load_data
+    from record import record
 
     x, y = cifar10("train", args.n)
     if args.model.is_file():
@@ -117,6 +118,7 @@ def main():
 
     # 3. Keras and PyTorch twins, the same work
     import keras
+
     from idcgen.framework.keras_zoo import lenet5
     k_model = lenet5(random_state=0)
     twin = from_keras(k_model)

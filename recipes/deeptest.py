@@ -25,14 +25,15 @@ The oracle is DeepTest's relation (idcgen.fuzz.deeptest): a transformed frame is
   after. ``retrain-all``: every training frame once more, transformed or clean. Writes
   ``outputs/deeptest/retrain.{md,csv}`` and ``retrain_all.{md,csv}``.
 
-``guided`` and the retraining parts run once per ``--random-states`` value. Each part's result per model is kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done
-(delete the file to redo it).
+``guided`` and the retraining parts run once per ``--random-states`` value. Each part's result per model is
+kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done (delete the file to redo it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 
 import numpy as np
 
@@ -102,8 +103,8 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
         with Timer() as t:
             fuzzer = Fuzzer(analysis, mutators=mutators, oracle=f"deeptest(lam={GUIDE_LAMBDA})", guide=guide,
                             measure=[nc], batch_size=min(256, n_seeds), random_state=random_state)
-            c = fuzzer.run(xs, ys, budget=budget, out=OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}_b{budget}_s{n_seeds}_rs{random_state}",
-                           progress=False)
+            out = OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}_b{budget}_s{n_seeds}_rs{random_state}"
+            c = fuzzer.run(xs, ys, budget=budget, out=out, progress=False)
         findings = c.findings()
         rows.append({"model": name, "random state": random_state,
                      "search": f"combined transforms, guided by {guide}" if guide != "none" else
@@ -164,6 +165,7 @@ def fine_tune(path, x_train, y_train, x_extra, y_extra, *, epochs: int, lr: floa
     """The model at ``path`` trained ``epochs`` more epochs on the training frames plus ``x_extra`` (labelled
     ``y_extra``), half of each epoch's frames flipped with the angle negated, as train_models.py trains."""
     import keras
+
     from idcgen.framework import load_model as load
     keras.utils.set_random_seed(random_state)
     rng = np.random.default_rng(random_state)
@@ -189,8 +191,9 @@ def retrain(name: str, x_train, y_train, x_test, y_test, *, budget: int, n_seeds
     nothing synthesised). The transformed test frames are every test frame under every transform, drawn with
     another random state than the synthesised training frames."""
     from idcgen.analysis import analyze
+    from idcgen.framework import Network
+    from idcgen.framework import load_model as load
     from idcgen.fuzz.fuzzer import Fuzzer
-    from idcgen.framework import Network, load_model as load
     from kit import model_path
     path = model_path(name, "udacity")
     network = Network(load(path))
@@ -239,7 +242,8 @@ def retrain_all(name: str, x_train, y_train, x_test, y_test, *, epochs: int, lr:
     """DeepTest's retraining at full size: every training frame once more, transformed by one transform drawn
     at random (labelled with its original angle), against every training frame once more untransformed (the
     control: as many steps, nothing synthesised); test MSE on clean and transformed test frames."""
-    from idcgen.framework import Network, load_model as load
+    from idcgen.framework import Network
+    from idcgen.framework import load_model as load
     from kit import model_path
     path = model_path(name, "udacity")
     network = Network(load(path))
@@ -306,24 +310,24 @@ def main(argv=None):
     for name in args.models:
         network = Network(load_model(name, "udacity"))
         if "sweep" in args.parts:
-            sweeps.append(_once("sweep", name, lambda: sweep(name, network, x_test, y_test, lambdas,
-                                                             args.random_state)))
+            sweeps.append(_once("sweep", name, partial(sweep, name, network, x_test, y_test, lambdas,
+                                                       args.random_state)))
         if "guided" in args.parts and name in args.guided_models:
             for state in states:
-                guides.append(_once("guided", f"{name}_b{args.budget}_s{args.seeds}_rs{state}", lambda: guided(
-                    name, network, x_train, y_train, x_test, y_test, budget=args.budget, n_seeds=args.seeds,
+                guides.append(_once("guided", f"{name}_b{args.budget}_s{args.seeds}_rs{state}", partial(
+                    guided, name, network, x_train, y_train, x_test, y_test, budget=args.budget, n_seeds=args.seeds,
                     random_state=state)))
         if "retrain" in args.parts and name in args.guided_models:
             for state in states:
                 key = f"{name}_b{args.retrain_budget}_s{args.retrain_seeds}_e{args.retrain_epochs}_rs{state}"
-                retrains.append(_once("retrain", key, lambda: retrain(
-                    name, x_train, y_train, x_test, y_test, budget=args.retrain_budget, n_seeds=args.retrain_seeds,
-                    epochs=args.retrain_epochs, lr=args.retrain_lr, random_state=state)))
+                retrains.append(_once("retrain", key, partial(
+                    retrain, name, x_train, y_train, x_test, y_test, budget=args.retrain_budget,
+                    n_seeds=args.retrain_seeds, epochs=args.retrain_epochs, lr=args.retrain_lr, random_state=state)))
         if "retrain-all" in args.parts and name in args.guided_models:
             for state in states:
-                retrains_all.append(_once("retrain_all", f"{name}_e{args.retrain_epochs}_rs{state}", lambda: retrain_all(
-                    name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs, lr=args.retrain_lr,
-                    random_state=state)))
+                retrains_all.append(_once("retrain_all", f"{name}_e{args.retrain_epochs}_rs{state}", partial(
+                    retrain_all, name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs,
+                    lr=args.retrain_lr, random_state=state)))
     folder = OUTPUTS / RECIPE
     if sweeps:
         write_sweep_tables(folder, sweeps)

@@ -11,9 +11,9 @@ fitted once on a fixed subset of the training data and measured in every run, wh
 
 Per run: findings per 1,000 execs (the misclassification oracle; a finding is kept once per IDC
 combination, true label and prediction), distinct faults (idcgen.faults: the findings clustered within each
-(true, predicted) pair on the model's penultimate-layer features, each cluster once), the share of findings that reproduce from their 8-bit image
-(written as PNG, read back, run again: still the same wrong prediction), unique (true, predicted) pairs,
-seeds with a finding, mean SSIM of findings to their root seeds, every criterion's coverage of the grown
+(true, predicted) pair on the model's penultimate-layer features, each cluster once), the share of findings
+that reproduce from their 8-bit image (written as PNG, read back, run again: still the same wrong
+prediction), unique (true, predicted) pairs, seeds with a finding, mean SSIM of findings to their root seeds, every criterion's coverage of the grown
 corpus, and robustness after retraining with the kept mutants as ``idcgen harden`` does (its retraining
 and perturbed test sets are reused): the model fine-tuned 1 epoch on the same training subset plus the
 run's kept mutants (labelled as their root seed), then its accuracy on a fixed held-out test set, clean,
@@ -36,7 +36,6 @@ import numpy as np
 from kit import DATASETS, OUTPUTS, cell, command_line, save_json
 from kit.stats import mann_whitney
 from kit.study import GUIDES, Study, default_mutators
-
 
 
 def summarise(runs: list[dict], references: dict, settings: dict, command: str, out: Path) -> Path:

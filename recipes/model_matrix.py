@@ -176,6 +176,7 @@ class Subject:
 
 def subjects() -> dict[str, Subject]:
     import keras
+
     from idcgen.framework import keras_zoo as zoo
     s = [Subject("lenet5", "LeNet-5 (MNIST)", "mnist", zoo.lenet5, epochs=2, trained="lenet5",
                  sizes=Sizes(train=5000, fit=60000)),
@@ -297,9 +298,11 @@ def run_subprocess(argv: list[str], log: Path) -> Outcome:
 def run_inprocess(argv: list[str], log: Path) -> Outcome:
     """Through typer's CliRunner in this interpreter: the CLI's code without a start-up per command."""
     import traceback
-    from typer.testing import CliRunner
-    from idcgen.cli import app
+
     import keras
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
     keras.backend.clear_session()  # each command loads its own model; drop the previous command's graphs
     start = time.perf_counter()
     result = CliRunner().invoke(app, argv)
@@ -431,8 +434,9 @@ def startup_seconds() -> float:
 
 def machine() -> str:
     import platform
-    import tensorflow as tf
+
     import keras
+    import tensorflow as tf
     cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
                 if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
     return (f"{os.cpu_count()} CPU cores ({cpu}), shared with other jobs, no GPU; Python {platform.python_version()}, "

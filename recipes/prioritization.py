@@ -15,7 +15,8 @@ first ``--n`` test inputs, put in one fixed random order (seed 0):
 
 A failure is a misclassified input; for the steering model an input whose absolute error exceeds twice the
 model's RMSE on the set (DeepTest's relation with lambda = 4), and only the orderings that need no class
-probabilities run (surprise adequacy, coverage, IDC, MC-dropout, random). Ties keep the set's own order (random for every set here). Every ordering of ``idcgen.prioritization.orderings()`` ranks each set
+probabilities run (surprise adequacy, coverage, IDC, MC-dropout, random). Ties keep the set's own order
+(random for every set here). Every ordering of ``idcgen.prioritization.orderings()`` ranks each set
 (surprise adequacy, the coverage criteria and IDC fitted once on a fixed ``--fit-train`` subset of the
 training data; IDC with m = 8; MC-dropout with 10 passes, only for models with dropout); ``random`` is run
 ``--repeats`` times (random states 0..R-1) and its mean and standard deviation give the spread a random
@@ -79,7 +80,8 @@ def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path
         scale = 100.0 if percent else 1.0
         if len(v) == 1:
             return f"{scale * v[0]:.{1 if percent else digits}f}"
-        return f"{scale * np.nanmean(v):.{1 if percent else digits}f} ± {scale * np.nanstd(v, ddof=1):.{1 if percent else digits}f}"
+        places = 1 if percent else digits
+        return f"{scale * np.nanmean(v):.{places}f} ± {scale * np.nanstd(v, ddof=1):.{places}f}"
 
     table = []
     for o in orderings:

@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from kit import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, load_data, write_table
+from kit import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, load_model, write_table
 from kit.probes import distances, summary_row
 
 RECIPE = "rq1_important_vs_random"

@@ -20,8 +20,19 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from kit import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, load_model, mean_std,
-                    models_for, write_table)
+from kit import (
+    CIFAR10_MODELS,
+    DATASETS,
+    MODELS,
+    OUTPUTS,
+    Timer,
+    command_line,
+    load_data,
+    load_model,
+    mean_std,
+    models_for,
+    write_table,
+)
 from kit.sets import PERTURBATIONS, perturbed
 
 SETS = ("U_O", "U_O+S", "U_O+DI")

@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from kit import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, load_data, write_table
+from kit import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, load_model, mean_std, write_table
 from kit.sets import PERTURBATIONS, perturbed
 
 RECIPE = "rq5_layers"

@@ -26,12 +26,32 @@ import argparse
 
 import numpy as np
 
-from kit import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, UDACITY_CROP, UDACITY_MODELS, UDACITY_RESIZE, Timer,
-                 command_line, load_data, model_path, udacity, write_table)
+from kit import (
+    CIFAR10_MODELS,
+    DATASETS,
+    MODELS,
+    OUTPUTS,
+    UDACITY_CROP,
+    UDACITY_MODELS,
+    UDACITY_RESIZE,
+    Timer,
+    command_line,
+    load_data,
+    model_path,
+    udacity,
+    write_table,
+)
 from kit.stats import steering_scores
 from kit.tables import write_training_tables
-from kit.training import (augment, build, classifier_score, describe_classifier, flips_and_shifts, keras_epoch,
-                          train_epochs)
+from kit.training import (
+    augment,
+    build,
+    classifier_score,
+    describe_classifier,
+    flips_and_shifts,
+    keras_epoch,
+    train_epochs,
+)
 
 #: Chosen from one measured epoch of each on 2 CPU cores (94 s and 216 s at batch 128, uncontended); with
 #: three other jobs on the cores they took 1,971 s and 2,499 s (docs/results.md, CIFAR-10).
@@ -60,7 +80,8 @@ def train_one(name: str, *, dataset: str = "mnist", epochs: int | None = None, r
     if dataset == "cifar10":
         return train_cifar10(name, epochs=epochs, random_state=random_state, **cifar)
     from idcgen.framework import Network
-    from idcgen.framework.keras_zoo import MODELS as ZOO, train
+    from idcgen.framework.keras_zoo import MODELS as ZOO
+    from idcgen.framework.keras_zoo import train
     epochs = epochs or 10
     x_train, y_train = load_data("train", dataset)
     x_test, y_test = load_data("test", dataset)
@@ -140,6 +161,7 @@ def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | Non
     """Train a CIFAR-10 zoo model (settings default to CIFAR10_SETTINGS[name]), one epoch at a time so that
     each epoch sees a fresh draw of flips and shifts; the test accuracy is logged after every epoch."""
     import keras
+
     from idcgen.framework.keras_zoo import MODELS as ZOO
     settings = dict(CIFAR10_SETTINGS[name])
     settings.update({k: v for k, v in dict(epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr).items()
@@ -180,7 +202,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=float, default=None,
                         help="default 10 (MNIST), CIFAR10_SETTINGS (cifar10), UDACITY_SETTINGS (udacity, where a "
                              "fraction of an epoch is allowed)")
-    cifar = parser.add_argument_group("cifar10 and udacity (defaults: CIFAR10_SETTINGS, UDACITY_SETTINGS; --optimizer/--no-augment cifar10 only)")
+    cifar = parser.add_argument_group("cifar10 and udacity (defaults: CIFAR10_SETTINGS, UDACITY_SETTINGS; "
+                                      "--optimizer/--no-augment cifar10 only)")
     cifar.add_argument("--optimizer", choices=("adam", "rmsprop"), default=None)
     cifar.add_argument("--lr", type=float, default=None)
     cifar.add_argument("--batch-size", type=int, default=None)
@@ -209,9 +232,10 @@ def main(argv=None):
     for name in models:  # tables written after each model, keeping the rows of models trained by other runs
         rows.append(train_cifar10(name, epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer,
                                   lr=args.lr, augment=not args.no_augment, limit=args.limit))
-        write_training_tables(OUTPUTS / "train_models", "cifar10", "accuracy_cifar10", dict(rows[-1]), name, title="CIFAR-10 models",
-                      notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the test images JPEG "
-                      "round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
+        write_training_tables(OUTPUTS / "train_models", "cifar10", "accuracy_cifar10", dict(rows[-1]), name,
+                              title="CIFAR-10 models",
+                              notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the test images JPEG "
+                              "round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
     return rows
 
 
@@ -223,10 +247,11 @@ def main_udacity(parser, args) -> list[dict]:
     rows = []
     for name in models:
         row = train_udacity(name, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, limit=args.limit)
-        rows.append(write_training_tables(OUTPUTS / "train_models", "udacity", "mse_udacity", row, name, title="Udacity steering models",
-                                  notes=PAPER_UDACITY + " The frames are 160x120 JPEG copies of the 640x480 "
-                                  "originals, from ../shared/data/udacity; split by time, never at random.",
-                                  model_column=True))
+        rows.append(write_training_tables(OUTPUTS / "train_models", "udacity", "mse_udacity", row, name,
+                                          title="Udacity steering models",
+                                          notes=PAPER_UDACITY + " The frames are 160x120 JPEG copies of the 640x480 "
+                                          "originals, from ../shared/data/udacity; split by time, never at random.",
+                                          model_column=True))
     return rows
 
 

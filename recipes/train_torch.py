@@ -25,6 +25,7 @@ SETTINGS = {"lenet5": {"dataset": "mnist", "epochs": 4, "lr": 2e-3, "augment": F
 def train_one(name: str, *, epochs: int | None, width: int, minutes: float | None, limit: int | None,
               twin: bool = False) -> dict:
     import torch
+
     from idcgen.framework.torch_load import save_torchscript
     from idcgen.framework.torch_zoo import MODELS, accuracy, export_program, from_keras, train
     settings = SETTINGS[name]

@@ -8,8 +8,8 @@ learning-rate schedule spans them) but stops after the first epoch that ends pas
 training. AdamW (lr 1e-3 cosine-decayed, weight decay 0.05, as ViTs and ConvNeXts are trained), batch 128,
 random flips and shifts of up to 4 pixels, CIFAR-10 from ../shared/data/cifar10 (idcgen's named dataset cifar10).
 EfficientNet-B0 and MobileNetV3-Small (keras.applications, weights=None) take 0..255 images through their
-own Rescaling and are fed them (not by default). Writes ``outputs/models/<name>.keras`` and ``outputs/train_models/accuracy_transformers.{md,csv}`` and
-``history_transformers.{md,csv}``.
+own Rescaling and are fed them (not by default). Writes ``outputs/models/<name>.keras`` and
+``outputs/train_models/accuracy_transformers.{md,csv}`` and ``history_transformers.{md,csv}``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ SETTINGS = {"vit_tiny": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_dec
 def train(name: str, *, epochs: int | None = None, minutes: float = 20.0, limit: int | None = None,
           random_state: int = 0) -> dict:
     import keras
+
     from idcgen.framework.keras_zoo import TRANSFORMER_MODELS
     settings = dict(SETTINGS[name], **({"epochs": epochs} if epochs else {}))
     x_train, y_train = load_data("train", "cifar10", limit=limit)

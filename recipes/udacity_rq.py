@@ -28,8 +28,7 @@ import argparse
 
 import numpy as np
 
-from kit import (OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, mean_std, udacity,
-                    write_table)
+from kit import OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, mean_std, udacity, write_table
 from kit.probes import distances, summary_row
 from kit.sets import PERTURBATIONS, perturbed
 from kit.stats import label_check
@@ -69,7 +68,8 @@ def rq3_rows(name, analysis, x_train, y_train, x_test, y_test, n_attack, criteri
             copies = perturbed(network, x_test[:n_attack], y_test[:n_attack], PERTURBATIONS[s],
                                random_state=random_state, batch=100)
         change = np.abs(network.predict(copies).astype(np.float64) - before)
-        moved[s] = f"median |output change| {np.median(change):.3g} rad, {100 * (change > 0.2).mean():.0f} % > 0.2 rad, {t.seconds:.0f} s"
+        moved[s] = (f"median |output change| {np.median(change):.3g} rad, {100 * (change > 0.2).mean():.0f} % > 0.2 rad, "
+                    f"{t.seconds:.0f} s")
         sets[s] = np.concatenate([x_test, copies])
     rows = [{"model": name, "criterion": f"IDC m={analysis.m}",
              **{s: round(100 * analysis.coverage(x).score, 2) for s, x in sets.items()}}]

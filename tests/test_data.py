@@ -11,8 +11,7 @@ import pytest
 from PIL import Image
 
 from idcgen import data
-from idcgen.data import named
-from idcgen.data import Dataset, check_labels, embedded_mnist, fit_to_model, load_inputs
+from idcgen.data import Dataset, check_labels, embedded_mnist, fit_to_model, load_inputs, named
 from idcgen.errors import InputError, ParameterError
 
 

@@ -73,6 +73,7 @@ def test_refuses_classifiers_unlabelled_seeds_and_bad_parameters_in_one_line():
 
 def steering_setup(n=40):
     import keras
+
     from idcgen.analysis import analyze
     from idcgen.framework import Network
     keras.utils.set_random_seed(0)
@@ -88,6 +89,7 @@ def steering_setup(n=40):
 
 def test_a_campaign_records_the_seeds_mse_and_its_findings_break_the_relation(tmp_path):
     import json
+
     from idcgen.export import export_campaign
     from idcgen.fuzz.fuzzer import Fuzzer
     network, x, y, found = steering_setup()

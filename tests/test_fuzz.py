@@ -175,9 +175,10 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, s
 
 def test_disagreement_oracle_and_its_export(setup, tmp_path):
     import keras
+
     from idcgen.export import export_campaign
-    from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.framework import Network
+    from idcgen.fuzz.fuzzer import Fuzzer
     analysis, model, _, x, y = setup
     other = keras.models.clone_model(model)                         # a second model: weights perturbed
     rng = np.random.default_rng(0)
@@ -322,6 +323,7 @@ def test_a_failed_write_survives_an_interrupted_wait(setup, tmp_path):
 
 def test_started_campaign_is_on_disk_when_start_returns(setup, tmp_path, monkeypatch):
     import time
+
     from idcgen.fuzz import store as store_module
     from idcgen.fuzz.campaign import Campaign
     write = store_module.atomic_npz
@@ -386,8 +388,8 @@ def test_bad_input(setup, tmp_path):
 
 
 def test_directed_mutator_moves_towards_uncovered_combinations(setup, tmp_path):
-    from idcgen.fuzz.mutators.directed import CoverageDirected
     from idcgen.fuzz.fuzzer import FuzzContext
+    from idcgen.fuzz.mutators.directed import CoverageDirected
     analysis, model, _, x, y = setup
     tracker = analysis.tracker(x)
     ids = analysis.ids(x)
@@ -453,9 +455,10 @@ def test_loop_equals_the_one_before_the_redesign(digits):
     were recorded with the old loop on this setup; a machine whose float results differ (the seeds'
     own combinations already differ) cannot compare, and the test says so."""
     import hashlib
+
     from idcgen.analysis import analyze
-    from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.framework.keras_zoo import lenet1
+    from idcgen.fuzz.fuzzer import Fuzzer
     x_train, y_train, x_test, y_test = digits
     analysis = analyze(lenet1(random_state=0), x_train[:500], y_train[:500], layer="block2_conv1", m=8, progress=False)
     seeds = np.arange(0, len(x_test), 25)[:40]

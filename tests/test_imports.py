@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening"}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
-NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters", "idcgen.coverage",
+NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters",
+              "idcgen.coverage",
               "idcgen.importance", "idcgen.data", "idcgen.data.dataset", "idcgen.data.readers", "idcgen.data.named",
               "idcgen.data.fitting", "idcgen.data.loading", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",

@@ -8,9 +8,19 @@ import numpy as np
 import pytest
 
 import idcgen
+from idcgen.deepinspect import (
+    aucec,
+    avg_bias,
+    avg_confusion_difference,
+    confusion_matrix,
+    cutoffs,
+    napvd,
+    precision_recall,
+    spearman,
+    top_count,
+    type1_confusion,
+)
 from idcgen.errors import InputError, LayerError, ParameterError
-from idcgen.deepinspect import (aucec, avg_bias, avg_confusion_difference, confusion_matrix, cutoffs, napvd, precision_recall,
-                            spearman, top_count, type1_confusion)
 
 
 def hand_model(dead: bool = False):

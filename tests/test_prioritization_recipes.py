@@ -4,7 +4,7 @@ statistics (A12, Holm) checked by hand."""
 import numpy as np
 import pytest
 
-from test_recipes import outputs, read_csv, recipe, run_recipe, trained   # noqa: F401  (fixtures shared with test_recipes)
+from test_recipes import outputs, read_csv, recipe, run_recipe, trained  # noqa: F401  (fixtures shared with test_recipes)
 
 
 def test_a12_and_holm_by_hand(recipe):

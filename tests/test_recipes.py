@@ -142,10 +142,10 @@ def test_bad_sizes_are_refused_before_any_work(recipe, name, argv, capsys):
 
 def test_a_missing_model_stops_the_recipe_with_the_command_that_makes_it(recipe, outputs, monkeypatch):
     rq5 = recipe("rq5_layers")
-    with pytest.raises(SystemExit, match=r"lenet4_fashion_mnist.keras not found: train it first with "
-                                         r"`python recipes/train_models.py --dataset fashion-mnist --models lenet4`"):
-        run_recipe(rq5, ["--dataset", "fashion-mnist", "--models", "lenet4", "--inputs", "10"], monkeypatch)
-    assert not (outputs / "models" / "lenet4_fashion_mnist.keras").exists()   # nothing was trained
+    with pytest.raises(SystemExit, match=r"lenet4_embedded_mnist.keras not found: train it first with "
+                                         r"`python recipes/train_models.py --dataset embedded-mnist --models lenet4`"):
+        run_recipe(rq5, ["--dataset", "embedded-mnist", "--models", "lenet4", "--inputs", "10"], monkeypatch)
+    assert not (outputs / "models" / "lenet4_embedded_mnist.keras").exists()   # nothing was trained
     models = recipe("kit.models")
     assert models.training_command("dave2") == "python recipes/train_models.py --dataset udacity --models dave2"
     assert models.training_command("vit_tiny", "cifar10") == "python recipes/train_transformers.py --models vit_tiny"

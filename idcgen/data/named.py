@@ -143,7 +143,8 @@ def _cifar10_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray]:
         pattern = "*train*.zip" if split == "train" else "*test*.npz"
         files = [f for f in sorted(root.glob(pattern)) if split == "train" or _has_xy(f)]
         if len(files) != 1:
-            raise InputError(f"cifar10:{split}: expected one {pattern} in {root}" + (" with arrays x and y" if split == "test" else "") + f", found {len(files)}")
+            wanted = f"one {pattern}" + (" with arrays x and y" if split == "test" else "")
+            raise InputError(f"cifar10:{split}: expected {wanted} in {root}, found {len(files)}")
         x, y = _cifar10_zip(files[0]) if split == "train" else _cifar10_npz(files[0])
         order = np.random.default_rng(0).permutation(len(x))
         x, y = x[order], y[order]

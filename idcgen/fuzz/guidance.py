@@ -17,7 +17,6 @@ import numpy as np
 from ..errors import ParameterError
 
 
-
 def guide_names() -> tuple[str, ...]:
     """Every guidance name: IDC, each registered criterion (idcgen.criteria.CRITERIA), and "none"."""
     from ..criteria import CRITERIA

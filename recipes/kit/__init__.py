@@ -15,15 +15,27 @@ stops and names that command (``kit.models.load_model``).
 - ``kit.sets``, ``kit.probes``, ``kit.study``: the paper's input sets, RQ1's probe, the guidance study
 """
 
+from idcgen.data.named import CIFAR10_CLASSES
+
 from . import paths  # noqa: F401  (first: it puts this checkout of idcgen on sys.path)
 from .data import cifar10, load_data, udacity
 from .models import load_model, model_path, models_for
-from .paths import (CIFAR10, CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, ROOT, SHARED, UDACITY, UDACITY_CROP,
-                    UDACITY_MODELS, UDACITY_RESIZE)
-from idcgen.data.named import CIFAR10_CLASSES
-
+from .paths import (
+                    CIFAR10,
+                    CIFAR10_MODELS,
+                    DATASETS,
+                    MODELS,
+                    OUTPUTS,
+                    ROOT,
+                    SHARED,
+                    UDACITY,
+                    UDACITY_CROP,
+                    UDACITY_MODELS,
+                    UDACITY_RESIZE,
+)
 from .tables import Timer, cell, command_line, mean_std, save_json, write_table
 
-__all__ = ["CIFAR10_CLASSES", "cifar10", "load_data", "udacity", "load_model", "model_path", "models_for", "CIFAR10", "CIFAR10_MODELS",
+__all__ = ["CIFAR10_CLASSES", "cifar10", "load_data", "udacity", "load_model", "model_path", "models_for", "CIFAR10",
+           "CIFAR10_MODELS",
            "DATASETS", "MODELS", "OUTPUTS", "ROOT", "SHARED", "UDACITY", "UDACITY_CROP", "UDACITY_MODELS",
            "UDACITY_RESIZE", "Timer", "cell", "command_line", "mean_std", "save_json", "write_table"]

@@ -40,10 +40,10 @@ class Study:
     def __init__(self, args):
         from idcgen.analysis import analyze
         from idcgen.criteria import make_criterion
-        from idcgen.fuzz.mutators import MutationContext, make_mutator
-        from idcgen.hardening import EVALUATIONS, on_images
         from idcgen.framework import Network
         from idcgen.framework import load_model as load_file
+        from idcgen.fuzz.mutators import MutationContext, make_mutator
+        from idcgen.hardening import EVALUATIONS, on_images
 
         self.args = args
         self.model = load_file(args.model_file) if args.model_file else load_model(args.model, args.dataset)
@@ -84,9 +84,9 @@ class Study:
 
     def robustness(self, model) -> dict:
         """Accuracy (%) on the held-out test sets; FGSM attacks this model (white-box)."""
+        from idcgen.framework import Network
         from idcgen.fuzz.mutators import MutationContext, make_mutator
         from idcgen.hardening import on_images
-        from idcgen.framework import Network
         images = on_images(Network(model), self.image_shape)
         out = {}
         for name, spec in self.specs.items():

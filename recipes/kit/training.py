@@ -124,6 +124,7 @@ def build(name: str, input_shape, settings: dict, random_state: int = 0):
     predictions are 0 rad, near the drive's mean), Adam with an exponential moving average of the weights
     (``ema``, default 0.99, about one epoch), MSE loss or Huber's with ``huber`` as its delta."""
     import keras
+
     from idcgen.framework.keras_zoo import DRIVING_MODELS
     keras.utils.set_random_seed(random_state)
     model = DRIVING_MODELS[name](tuple(input_shape), random_state=random_state)
