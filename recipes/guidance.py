@@ -9,16 +9,16 @@ budget of execs with the same mutators (``--mutators``, by default idcgen's chea
 criterion and the random state (repetition r uses random_state r for every guide). Every criterion is
 fitted once on a fixed subset of the training data and measured in every run, whatever guides it.
 
-Per run: findings per 1,000 execs (the misclassification oracle; a finding is kept once per IDC
-combination, true label and prediction), distinct faults (idcgen.faults: the findings clustered within each
-(true, predicted) pair on the model's penultimate-layer features, each cluster once), the share of findings
-that reproduce from their 8-bit image (written as PNG, read back, run again: still the same wrong
-prediction), unique (true, predicted) pairs, seeds with a finding, mean SSIM of findings to their root seeds, every criterion's coverage of the grown
-corpus, and robustness after retraining with the kept mutants as ``idcgen harden`` does (its retraining
-and perturbed test sets are reused): the model fine-tuned 1 epoch on the same training subset plus the
-run's kept mutants (labelled as their root seed), then its accuracy on a fixed held-out test set, clean,
-noisy, rotated, shifted and under FGSM. Each guide is compared with ``none`` by a two-sided
-Mann-Whitney U test over the repetitions.
+Per run: findings per 1,000 execs (the misclassification oracle; a finding is kept once per IDC combination,
+true label and prediction), distinct faults (idcgen.faults: the findings clustered within each (true,
+predicted) pair on the model's penultimate-layer features, each cluster once), the share of findings that
+reproduce from their 8-bit image (written as PNG, read back, run again: still the same wrong prediction),
+unique (true, predicted) pairs, seeds with a finding, mean SSIM of findings to their root seeds, every
+criterion's coverage of the grown corpus, and robustness after retraining with the kept mutants as ``idcgen
+harden`` does (its retraining and perturbed test sets are reused): the model fine-tuned 1 epoch on the same
+training subset plus the run's kept mutants (labelled as their root seed), then its accuracy on a fixed
+held-out test set, clean, noisy, rotated, shifted and under FGSM. Each guide is compared with ``none`` by a
+two-sided Mann-Whitney U test over the repetitions.
 
 Writes ``<out>/runs/<guide>_r<r>.json`` (one per run: an interrupted study resumes where it stopped),
 ``runs.csv``/``runs.json`` (every run), ``guidance.csv`` and ``guidance.md`` (means, spreads and tests).

@@ -41,7 +41,7 @@ def recipe(outputs, monkeypatch):
 
     def load(name):
         module = importlib.import_module(name)
-        assert sys.modules["kit"].OUTPUTS == outputs   # kit.paths reads IDCGEN_OUTPUTS at import
+        assert importlib.import_module("kit").OUTPUTS == outputs   # kit.paths reads IDCGEN_OUTPUTS at import
         return module
 
     yield load
