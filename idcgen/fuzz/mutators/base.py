@@ -33,7 +33,7 @@ class Param:
     A float parameter also accepts an int; only a bool parameter accepts a bool.
     """
 
-    default: int | float | bool
+    default: int | float | bool | str
     type: type = float
     low: float | None = None
     high: float | None = None
