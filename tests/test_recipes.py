@@ -401,7 +401,7 @@ def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
     x, y = data.udacity("test", limit=5)
     assert x.shape == (5, 66, 200, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
     assert np.allclose(y, [float(rows[i]["steering_angle"]) for i in held[:5]])
-    from idcgen.data import load_inputs   # the kit registers the frames as an idcgen dataset
+    from idcgen.data import load_inputs  # the kit registers the frames as an idcgen dataset
     named = load_inputs("udacity:test", limit=5, task="regression")
     np.testing.assert_array_equal(named.x, x)
     np.testing.assert_array_equal(named.y, y)

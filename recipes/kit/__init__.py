@@ -21,17 +21,17 @@ from . import paths  # noqa: F401  (first: it puts this checkout of idcgen on sy
 from .data import cifar10, load_data, udacity
 from .models import load_model, model_path, models_for
 from .paths import (
-                    CIFAR10,
-                    CIFAR10_MODELS,
-                    DATASETS,
-                    MODELS,
-                    OUTPUTS,
-                    ROOT,
-                    SHARED,
-                    UDACITY,
-                    UDACITY_CROP,
-                    UDACITY_MODELS,
-                    UDACITY_RESIZE,
+    CIFAR10,
+    CIFAR10_MODELS,
+    DATASETS,
+    MODELS,
+    OUTPUTS,
+    ROOT,
+    SHARED,
+    UDACITY,
+    UDACITY_CROP,
+    UDACITY_MODELS,
+    UDACITY_RESIZE,
 )
 from .tables import Timer, cell, command_line, mean_std, save_json, write_table
 
