@@ -1,4 +1,5 @@
-"""The module graph of idcgen: no import cycle, no back-edge into a higher layer, the framework behind one
+"""The module graph of idcgen: no import cycle (nor anywhere in the repository: recipes, benchmarks, tests; and no
+recipe script imports another), no back-edge into a higher layer, the framework behind one
 boundary (only idcgen/framework's implementation modules import Keras or TensorFlow), and modules that need
 only numpy import without TensorFlow (a notebook or a Ray worker that only reads campaigns should not pay for
 it)."""
