@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -167,15 +168,14 @@ def fine_tune(path, x_train, y_train, x_extra, y_extra, *, epochs: int, lr: floa
     import keras
 
     from idcgen.framework import load_model as load
+    from kit.training import augment, keras_epoch, train_epochs
     keras.utils.set_random_seed(random_state)
     rng = np.random.default_rng(random_state)
     model = load(path)
     model.compile(optimizer=keras.optimizers.Adam(lr, use_ema=True, ema_momentum=0.99), loss="mse")
     x, y = np.concatenate([x_train, x_extra]), np.concatenate([y_train, y_extra])
-    for _ in range(epochs):
-        flip = rng.random(len(x)) < 0.5
-        model.fit(np.where(flip[:, None, None, None], x[:, :, ::-1], x), np.where(flip, -y, y), batch_size=32,
-                  epochs=1, shuffle=True, verbose=0)
+    flips = keras_epoch(model, x, y, 32, lambda xs, ys, r: augment(xs, ys, r, {}), rng)   # flips only
+    train_epochs(f"{Path(path).stem} fine-tuned", epochs, flips, dict)
     return model
 
 

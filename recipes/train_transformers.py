@@ -53,7 +53,7 @@ def train(name: str, *, epochs: int | None = None, minutes: float = 20.0, limit:
     one_epoch = keras_epoch(model, x_train, y_train, settings["batch_size"], flips_and_shifts, rng)
     history = train_epochs(name, settings["epochs"], one_epoch, classifier_score(model, one_epoch, x_test, y_test),
                            describe_classifier, stop=lambda seconds: seconds > 60 * minutes,
-                           after_epoch=lambda: model.save(path))   # a stopped run keeps its last epoch
+                           after_epoch=lambda row: model.save(path))   # a stopped run keeps its last epoch
     seconds, epoch = sum(h["epoch seconds"] for h in history), len(history)
     accuracy = history[-1]["test accuracy %"] / 100
     print(f"{name} on cifar10: test accuracy {accuracy:.2%} after {epoch} epochs ({seconds:.0f} s) -> {path}")

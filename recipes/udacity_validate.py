@@ -24,7 +24,7 @@ import numpy as np
 from kit import OUTPUTS, UDACITY_MODELS, Timer, udacity
 from kit.data import BLOCKS, GAP, TEST_BLOCKS, blocked_split, read_angles
 from kit.stats import calibration, steering_scores
-from kit.training import augment, build, keras_epoch
+from kit.training import augment, build, keras_epoch, train_epochs
 
 VALIDATION_BLOCK = 4
 
@@ -52,25 +52,22 @@ def run(name: str, settings: dict, *, epochs: int, random_state: int = 0, tag: s
     model = build(name, x_train.shape[1:], settings, random_state)
     val_base = float(np.mean((y_val - y_fit.mean()) ** 2))
     test_base = float(np.mean((y_test - y_fit.mean()) ** 2))
-    one_epoch = frames_epoch(model, x_fit, y_fit, rng, settings)
-    rows = []
-    for epoch in range(1, epochs + 1):
-        with Timer() as t:
-            loss = one_epoch()
+    path = OUTPUTS / "udacity_validate" / "log.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def score() -> dict:
         p_val = model.predict(x_val, batch_size=256, verbose=0)[:, 0]
         p_test = model.predict(x_test, batch_size=256, verbose=0)[:, 0]
         a, b = calibration(p_val, y_val)
-        row = {"model": name, "tag": tag, "block": block, "epoch": epoch, **settings, "train loss": round(loss, 4),
-               **steering_scores(p_val, y_val, val_base, "val"), "val a": round(a, 3), "val b": round(b, 4),
-               **steering_scores(p_test, y_test, test_base, "test"),
-               **steering_scores(a * p_test + b, y_test, test_base, "test calibrated"), "seconds": round(t.seconds, 1)}
-        rows.append(row)
-        print(row, flush=True)
-        path = OUTPUTS / "udacity_validate" / "log.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        return {"tag": tag, "block": block, **settings, **steering_scores(p_val, y_val, val_base, "val"),
+                "val a": round(a, 3), "val b": round(b, 4), **steering_scores(p_test, y_test, test_base, "test"),
+                **steering_scores(a * p_test + b, y_test, test_base, "test calibrated")}
+
+    def log(row: dict) -> None:   # each epoch's row as it ends: a stopped run keeps its epochs
         with open(path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
-    return rows
+
+    return train_epochs(name, epochs, frames_epoch(model, x_fit, y_fit, rng, settings), score, after_epoch=log)
 
 
 def frames_epoch(model, x, y, rng, settings: dict):
@@ -99,12 +96,13 @@ def train_fold(name: str, x, y, fit_idx, held_idx, settings: dict, *, epochs: in
     """Held-out predictions (epochs, len(held_idx)) of a model trained on ``fit_idx`` as train_models.py does."""
     rng = np.random.default_rng(random_state)
     model = build(name, x.shape[1:], settings, random_state)
-    x_fit, y_fit, out = x[fit_idx], y[fit_idx], []
-    one_epoch = frames_epoch(model, x_fit, y_fit, rng, settings)
-    for epoch in range(epochs):
-        one_epoch()
+    out = []
+
+    def score() -> dict:
         out.append(model.predict(x[held_idx], batch_size=256, verbose=0)[:, 0])
-        print(f"  epoch {epoch + 1}: held-out MSE {np.mean((out[-1] - y[held_idx]) ** 2):.4f}", flush=True)
+        return {"held-out MSE": round(float(np.mean((out[-1] - y[held_idx]) ** 2)), 4)}
+
+    train_epochs(f"{name} fold", epochs, frames_epoch(model, x[fit_idx], y[fit_idx], rng, settings), score)
     return np.array(out)
 
 

@@ -510,3 +510,20 @@ def test_deepbase_smoke(recipe, outputs, monkeypatch, trained):
     assert read_csv(folder / "top.csv")[0]["neuron"] == rows["top"][0]["neuron"]
     assert "python recipes/deepbase.py --dataset embedded-mnist" in (folder / "timing.md").read_text()
     assert (folder / "early" / "report.html").is_file() and (folder / "analysis").is_dir()
+
+
+def test_the_one_epoch_loop_takes_fractions_stops_and_reports(recipe, capsys):
+    training = recipe("kit.training")
+    fractions, after = [], []
+
+    def one_epoch(fraction):
+        fractions.append(fraction)
+        return 1.0 / len(fractions)
+
+    history = training.train_epochs("m", 2.5, one_epoch, lambda: {"test": len(fractions)}, after_epoch=after.append)
+    assert fractions == [1.0, 1.0, 0.5] and [h["epoch"] for h in history] == [1, 2, 2.5]
+    assert [h["train loss"] for h in history] == [1.0, 0.5, 0.3333] and [h["test"] for h in history] == [1, 2, 3]
+    assert after == history and "m epoch 2.5/2.5" in capsys.readouterr().out
+    fractions.clear()
+    stopped = training.train_epochs("m", 5, one_epoch, dict, stop=lambda seconds: len(fractions) == 2)
+    assert len(stopped) == 2 and fractions == [1.0, 1.0]   # stops after the epoch that passes the limit

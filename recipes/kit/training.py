@@ -14,10 +14,11 @@ from .tables import Timer
 
 def train_epochs(name: str, epochs: float, one_epoch: Callable[[float], float], score: Callable[[], dict],
                  describe: Callable[[dict], str] = str, *, stop: Callable[[float], bool] = lambda seconds: False,
-                 after_epoch: Callable[[], None] = lambda: None) -> list[dict]:
+                 after_epoch: Callable[[dict], None] = lambda row: None) -> list[dict]:
     """Train for ``epochs`` (a fraction ends the last epoch early): per epoch ``one_epoch(fraction)`` (the
-    training loss), then ``score()`` on the test data, timed and printed; stop early after the first epoch
-    for which ``stop(seconds so far)`` holds. Returns the history, one row per epoch."""
+    training loss), then ``score()`` on the test data, timed and printed, then ``after_epoch(row)`` (save the
+    model, log the row); stop early after the first epoch for which ``stop(seconds so far)`` holds. Returns the
+    history, one row per epoch."""
     history, seconds = [], 0.0
     total = int(epochs) if epochs == int(epochs) else epochs
     for epoch in range(1, math.ceil(total) + 1):
@@ -29,7 +30,7 @@ def train_epochs(name: str, epochs: float, one_epoch: Callable[[float], float], 
                "train loss": round(loss, 4), **score(), "epoch seconds": round(t.seconds, 1)}
         history.append(row)
         print(f"{name} epoch {row['epoch']}/{total}: {describe(row)} ({t.seconds:.0f} s)", flush=True)
-        after_epoch()
+        after_epoch(row)
         if stop(seconds):
             break
     return history
