@@ -15,9 +15,16 @@ stops and names that command (``kit.models.load_model``).
 - ``kit.sets``, ``kit.probes``, ``kit.study``: the paper's input sets, RQ1's probe, the guidance study
 """
 
+import sys
+from pathlib import Path
+
+# First: `python recipes/NAME.py` from a checkout imports this checkout's idcgen, installed or not.
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
 from idcgen.data.named import CIFAR10_CLASSES
 
-from . import paths  # noqa: F401  (first: it puts this checkout of idcgen on sys.path)
 from .data import cifar10, load_data, udacity
 from .models import load_model, model_path, models_for
 from .paths import (

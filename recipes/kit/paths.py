@@ -4,12 +4,9 @@ workspace's data beside the repository, and the names of the recipe models and d
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:   # `python recipes/NAME.py` from a checkout imports this idcgen, installed or not
-    sys.path.insert(0, str(ROOT))
 OUTPUTS = Path(os.environ.get("IDCGEN_OUTPUTS", ROOT / "outputs"))  # tests point it at a temporary folder
 SHARED = ROOT.parent / "shared"
 # The development workspace's full MNIST and CIFAR-10 as idcgen's named datasets, unless set already.
