@@ -3,7 +3,7 @@
     python benchmarks/bench_affinity.py [--inputs 10000] [--tol 0.05] [--repeat 2]
 
 On LeNet-5 (outputs/models/lenet5_mnist.keras, made by recipes/train_models.py) and the 10,000 MNIST test
-inputs ($IDCGEN_MNIST, or ../shared/data/mnist through recipes/common.py):
+inputs ($IDCGEN_MNIST, or ../shared/data/mnist through recipes/kit/paths.py):
 
 1. early stopping: 8 units (the m = 8 important neurons of fc2, analysed on 10,000 training inputs) x 20
    hypotheses (the 17 built-in ones for MNIST and 3 more below), with ``--tol`` against every score on
@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from common import OUTPUTS, load_data, load_model  # noqa: E402
+from kit import OUTPUTS, load_data, load_model  # noqa: E402  (the recipes' kit: models and data)
+from record import record  # noqa: E402
 
 
 def ink_top(x, y):
@@ -70,10 +71,10 @@ def main():
     parser.add_argument("--orders", type=int, default=3, help="other random orders checked for the differences")
     args = parser.parse_args()
 
-    from idcgen.deepbase import UnitGroup, affinity
     from idcgen.analysis import analyze
-    from idcgen.hypotheses import Hypothesis, builtin_hypotheses
+    from idcgen.deepbase import UnitGroup, affinity
     from idcgen.framework import Network
+    from idcgen.hypotheses import Hypothesis, builtin_hypotheses
 
     network = Network(load_model("lenet5", "mnist"))
     x_train, y_train = load_data("train", "mnist", limit=10_000)
@@ -89,7 +90,8 @@ def main():
 
     print(f"## Early stopping ({len(x)} inputs, 8 units of fc2, {len(hyps)} hypotheses, tol {args.tol})\n")
     print("| measures | without (s) | with (s) | speed-up | inputs streamed | largest difference per measure "
-          "(share within tol) | other orders: largest difference (scores beyond tol); speed-ups (inputs streamed) |\n|---|---:|---:|---:|---:|---|---|")
+          "(share within tol) | other orders: largest difference (scores beyond tol); speed-ups (inputs streamed) |\n"
+          "|---|---:|---:|---:|---:|---|---|")
     for measures in ("pearson,spearman,mi,linear", "pearson,spearman,linear", "pearson,spearman"):
         t_full, full = best_of(args.repeat, lambda: affinity(network, x, y, analysis=analysis, hypotheses=hyps,
                                                              measures=measures, tol=0, progress=False))
@@ -123,6 +125,8 @@ def main():
         said = ", ".join(f"{m} {v['max']:.3f} ({v['within_tol']:.0%})" for m, v in diffs.items())
         said_others = ", ".join(f"{m} {v['max']:.3f} ({v['beyond_tol']} of {v['scores']})" for m, v in others.items())
         said_others += "; speed-ups " + ", ".join(f"{o['speedup']:.1f}x ({o['inputs_streamed']})" for o in order_times)
+        record("affinity without early stopping", t_full, unit="s", measures=measures, inputs=len(x))
+        record("affinity with early stopping", t_early, unit="s", measures=measures, inputs_streamed=early.n_seen)
         print(f"| {measures} | {t_full:.2f} | {t_early:.2f} | {t_full / t_early:.1f}x | {early.n_seen} "
               f"(checks at {', '.join(map(str, early.checks))}) | {said} | {said_others} |", flush=True)
 
@@ -138,6 +142,8 @@ def main():
         results["shared_pass"][measures] = {"seconds_shared": t_shared, "seconds_per_group": t_apart,
                                             "timings_shared": shared.timings}
         print(f"| {measures} | {t_shared:.2f} | {t_apart:.2f} | {t_apart / t_shared:.1f}x |")
+        record("affinity, one call for 3 groups", t_shared, unit="s", measures=measures)
+        record("affinity, one call per group", t_apart, unit="s", measures=measures)
     results["load_average_end"] = os.getloadavg()
     print(f"\nload average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     folder = OUTPUTS / "bench_affinity"

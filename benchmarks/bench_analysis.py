@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lenet5_mnist import lenet5_mnist, raw_forward  # noqa: E402
+from record import record  # noqa: E402
 
 
 def timed(fn, *args, repeat=1, **kw):
@@ -73,6 +74,8 @@ def main():
     t_floor, _ = timed(floor_pass, x_train, repeat=3)
     t_forward, _ = timed(forward_pass, x_test, repeat=3)
     print(f"floor: forward+backward over 60,000 inputs {t_floor:.2f} s; forward over 10,000 inputs {t_forward:.3f} s")
+    record("floor: forward+backward over the training inputs", t_floor, unit="s", inputs=len(x_train))
+    record("forward over the test inputs", t_forward, unit="s", inputs=len(x_test))
 
     rows = []
     for m in args.m:
@@ -85,6 +88,11 @@ def main():
               f"clusters {analysis.timings['clusters']:.2f} s) = {t_analysis / t_floor:.2f}x the floor; "
               f"clusters per neuron {[c.k for c in analysis.clusters]}; "
               f"IDC of the test set {cov} in {t_cov:.3f} s = {t_cov / t_forward:.2f}x a forward pass")
+        record("analysis", t_analysis, unit="s", m=m, relevance=analysis.timings["relevance"],
+               clusters=analysis.timings["clusters"])
+        record("analysis / floor", t_analysis / t_floor, unit="x", m=m)
+        record("IDC of the test set", t_cov, unit="s", m=m, idc=float(cov.score))
+        record("IDC of the test set / forward", t_cov / t_forward, unit="x", m=m)
 
     rng = np.random.default_rng(0)
     values = np.concatenate([rng.normal(mu, 1.0, 20_000 // 3 + 1) for mu in (0, 4, 9)])[:20_000]
@@ -95,6 +103,9 @@ def main():
           f"{t_sk / t_ours:.0f}x faster, |difference| {abs(ours - theirs):.1e}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory (max RSS of this process, TensorFlow included): {peak:.0f} MiB")
+    record("silhouette_1d at 20,000 points", t_ours, unit="s")
+    record("sklearn silhouette_score at 20,000 points", t_sk, unit="s")
+    record("peak memory (max RSS)", peak, unit="MiB")
 
 
 if __name__ == "__main__":

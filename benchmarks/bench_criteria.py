@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lenet5_mnist import lenet5_mnist, raw_forward  # noqa: E402
+from record import record  # noqa: E402
 
 
 def main():
@@ -70,6 +71,10 @@ def main():
         tracemalloc.stop()
         rows.append((name, criterion, result, t_fit, t_cov, peak))
         print(f"{name}: {result}; fit {t_fit:.2f} s, coverage {t_cov:.2f} s", flush=True)
+        record("fit", t_fit, unit="s", criterion=name)
+        record("coverage of the test set", t_cov, unit="s", criterion=name, score=float(result.score))
+        record("(fit + coverage) / 10 T", (t_fit + t_cov) / (10 * t_forward), unit="x", criterion=name)
+        record("peak numpy memory", peak, unit="MiB", criterion=name)
 
     print("\n| criterion | parameters | coverage of the test set | fit (s) | coverage (s) | (fit + coverage) / 10 T "
           "| peak numpy memory (MiB) |")
@@ -79,6 +84,8 @@ def main():
         print(f"| {name.upper()} | {params} | {100 * result.score:.2f} % ({result.covered} of {result.total}) "
               f"| {t_fit:.2f} | {t_cov:.2f} | {(t_fit + t_cov) / (10 * t_forward):.2f} | {peak:.0f} |")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    record("T: forward over the training inputs", t_forward, unit="s")
+    record("max RSS", rss, unit="MiB")
     print(f"\nT = {t_forward:.2f} s. Max RSS of the process (TensorFlow and MNIST included): {rss:.0f} MiB")
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lenet5_mnist import lenet5_mnist, raw_forward  # noqa: E402
+from record import record  # noqa: E402
 
 CHEAP = "gauss,random_pixels,brightness,contrast,noise,rotate,shift"
 NOISE = "gauss,random_pixels"
@@ -100,6 +100,11 @@ def main():
                   f"forward {np.median(rounds[:, 1]):,.0f} inputs/s; ratio per round "
                   f"{', '.join(f'{r:.2f}' for r in ratio)}: median {np.median(ratio):.2f}x; the loop's own CPU "
                   f"per mutant {np.median(rounds[:, 2]):.0f} us")
+            setting = {"batch": batch_size, "mutators": label, "rounds": args.rounds, "m": max(args.m)}
+            record("loop throughput", float(np.median(rounds[:, 0])), unit="execs/s", **setting)
+            record("raw forward throughput", float(np.median(rounds[:, 1])), unit="inputs/s", **setting)
+            record("loop / raw forward", float(np.median(ratio)), unit="x", per_round=ratio.tolist(), **setting)
+            record("loop's own CPU per mutant", float(np.median(rounds[:, 2])), unit="us", **setting)
 
     # 2. budget-N campaigns with the default mutators
     for m in args.m:
@@ -114,6 +119,10 @@ def main():
             print(f"\nm={m}: budget {args.budget} from {args.seeds} seeds in {wall:.1f} s; IDC seeds {seeds_cov} -> "
                   f"grown set {campaign.tracker.result()} ({len(campaign.corpus)} inputs); "
                   f"{campaign.n_findings} findings; full test set (10,000) reaches {analyses[m].coverage(x_test)}")
+            setting = {"m": m, "budget": args.budget, "seeds": args.seeds, "batch": args.batch_size}
+            record("campaign wall time", wall, unit="s", **setting)
+            record("campaign findings", campaign.n_findings, **setting)
+            record("IDC of the grown set", float(campaign.tracker.result().score), **setting)
             print("| mutator | execs | valid | kept | findings | seconds | IDC gain per 1,000 execs | errors |")
             print("|---|---|---|---|---|---|---|---|")
             for r in mutator_table(campaign):

@@ -16,6 +16,7 @@ JPEG round-tripped CIFAR-10 test images.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lenet5_mnist import lenet5_mnist  # noqa: E402
+from record import record  # noqa: E402
 
 
 def best(fn, repeats: int) -> float:
@@ -55,6 +57,10 @@ def measure(name: str, network, x, y, repeats: int) -> None:
     print(f"  inspect, one pass (kept {len(x) * neurons * 4 / 2**20:.1f} MiB): {one:.3f} s = {one / f:.2f}x F, "
           f"{one / f_all:.2f}x F_all")
     print(f"  inspect, two passes: {two:.3f} s = {two / f:.2f}x F; scaling='input': {per_input:.3f} s = {per_input / f:.2f}x F")
+    for figure, value in (("F: forward + the inspected layers' activations", f), ("F_all: forward + every layer's", f_all),
+                          ("inspect, one pass", one), ("inspect, two passes", two), ("inspect, scaling='input'", per_input)):
+        record(figure, value, unit="s", model=name, inputs=len(x), repeats=repeats)
+    record("inspect, one pass / F", one / f, unit="x", model=name)
     c = result.metrics["all"]["confusion"]
     print(f"  (precision {c['std']['precision']}, recall {c['std']['recall']}, Spearman {c['spearman']:.3f})")
 
@@ -69,9 +75,9 @@ def main():
     measure("LeNet-5 (DeepXplore weights), MNIST test", network, x_test, test.y, args.repeats)
     if args.cifar:
         import idcgen
-        sys.path.insert(0, str(ROOT / "recipes"))
-        from common import cifar10
-        x, y = cifar10("test")
+        os.environ.setdefault("IDCGEN_CIFAR10", str(args.shared / "data" / "cifar10"))
+        test = idcgen.load_inputs("cifar10:test")
+        x, y = test.x, test.y
         model = idcgen.load_model(ROOT / "outputs/models/cifar10_cnn.keras")
         measure("CIFAR-10 CNN, CIFAR-10 test", idcgen.Network(model), x, y, args.repeats)
 

@@ -21,6 +21,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import record  # noqa: E402
+
 SMALL_BATCH = {"jsma": 10}
 SHORT_WARMUP = {"cw", "jsma"}
 
@@ -34,9 +36,9 @@ def main():
     args = parser.parse_args()
 
     from idcgen.data import fit_to_model, load_inputs
-    from idcgen.fuzz.mutators import REGISTRY, MutationContext, make_mutator
     from idcgen.framework import Network
     from idcgen.framework.keras_zoo import lenet5
+    from idcgen.fuzz.mutators import REGISTRY, MutationContext, make_mutator
 
     model = lenet5()
     weights = args.shared / "models" / "deepxplore" / "MNIST_Model3.h5"
@@ -64,6 +66,9 @@ def main():
         seconds = time.perf_counter() - start
         diff = (out - x).reshape(n, -1)
         changed = np.mean(net.predict(out) != pred)
+        record("seconds per 100 images", seconds * 100 / n, unit="s", mutator=repr(mutator), kind=mutator.kind,
+               batch=n, changed=float(changed), linf=float(np.abs(diff).max(axis=1).mean()),
+               l2=float(np.linalg.norm(diff, axis=1).mean()))
         print(f"{mutator!r:<58} {mutator.kind:<9} {n:>5} {seconds * 100 / n:>10.3f} {changed:>8.0%} "
               f"{np.abs(diff).max(axis=1).mean():>6.3f} {np.linalg.norm(diff, axis=1).mean():>6.3f}", flush=True)
 

@@ -16,8 +16,8 @@ Measures in one run, and prints a Markdown table with the ratios:
   workers (each worker traces its forward pass before a start barrier; the median ratio is the figure);
 - the machine's ceiling: the CIFAR-10 CNN's forward pass in one and in two plain processes (no Ray).
 The load average (1 min) is printed beside each figure: on a shared machine the scaling shows the others' load.
-Models: outputs/models/lenet5.keras and cifar10_cnn.keras (recipes/train_models.py trains them if absent);
-data: MNIST via $IDCGEN_MNIST (set by recipes/common.py in the workspace), CIFAR-10 from ../shared/data/cifar10.
+Models: outputs/models/lenet5.keras and cifar10_cnn.keras (made by recipes/train_models.py);
+data: MNIST via $IDCGEN_MNIST (set by recipes/kit/paths.py in the workspace), CIFAR-10 from ../shared/data/cifar10.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import common  # noqa: E402  (recipes/common.py: models and data of the recipes)
+import kit as common  # noqa: E402  (recipes/kit: models and data of the recipes)
+from record import record  # noqa: E402
 
 RTOL = 1e-5
 MUTATORS = "gauss,brightness,contrast,rotate,shift"
@@ -202,9 +203,15 @@ def main():
     for r in rows:
         print(f"| {r['subject']} | {r['inputs']} | {r['run']} | {r['start']:.1f} | {r['analysis']:.1f}, "
               f"{r['again']:.1f} | {r['coverage']:.1f}, {r['coverage_again']:.1f} | {r['same']} | {r['load']:.1f} |")
+        setting = {"subject": r["subject"], "inputs": r["inputs"], "run": r["run"], "same_result": r["same"]}
+        record("pool start", r["start"], unit="s", **setting)
+        record("analysis, median after the first", r["again"], unit="s", first=r["analysis"], **setting)
+        record("coverage, median after the first", r["coverage_again"], unit="s", first=r["coverage"], **setting)
     print("\nscaling, 2 workers against 1, medians after the first runs (the workers' functions traced; ideal 2.00x):")
     for name, w in ratios.items():
         print(f"- {name}: analysis {w[1][0] / w[2][0]:.2f}x, coverage {w[1][1] / w[2][1]:.2f}x")
+        record("analysis, 2 workers against 1", w[1][0] / w[2][0], unit="x", subject=name)
+        record("coverage, 2 workers against 1", w[1][1] / w[2][1], unit="x", subject=name)
     if not args.skip_cifar:
         ratios_fz = [rate(r[2]) / rate(r[1]) for r in fz]
         for i, r in enumerate(fz):
@@ -214,6 +221,9 @@ def main():
                   f"{r[1]['idc']:.1%} (1 worker) vs {r[2]['idc']:.1%} (2 workers) at {args.fuzz_budget} execs in all")
         print(f"- cifar10_cnn fuzz, median of {len(fz)} rounds: {float(np.median(ratios_fz)):.2f}x")
         print(f"- the machine's ceiling (two plain processes running the forward pass against one): {ceiling:.2f}x")
+        record("fuzz, 2 workers against 1", float(np.median(ratios_fz)), unit="x", subject="cifar10_cnn",
+               per_round=list(map(float, ratios_fz)), budget=args.fuzz_budget)
+        record("ceiling: 2 plain processes against 1", ceiling, unit="x")
     print(f"load average at the end {os.getloadavg()}")
     ray.shutdown()
 

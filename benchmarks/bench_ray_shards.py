@@ -12,7 +12,7 @@ Each pass runs twice; the figures are of the second (the first includes each wor
 result is checked against the single-process one (same important neurons and k, centroids within 1e-5).
 The load average (1 min) is printed beside each figure: the machine's 2 cores are shared.
 Model: outputs/models/lenet5.keras (recipes/train_models.py trains it if absent); data: MNIST via
-$IDCGEN_MNIST (set by recipes/common.py in the workspace).
+$IDCGEN_MNIST (set by recipes/kit/paths.py in the workspace).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import common  # noqa: E402  (recipes/common.py: models and data of the recipes)
+import kit as common  # noqa: E402  (recipes/kit: models and data of the recipes)
+from record import record  # noqa: E402
 
 RTOL = 1e-5
 
@@ -71,6 +72,7 @@ def main():
     parser.add_argument("--shards", type=int, default=12)
     args = parser.parse_args()
     import ray
+
     import idcgen
     from idcgen.distributed import Workers
     model = common.load_model("lenet5", "mnist")
@@ -102,10 +104,12 @@ def main():
     print("\n| run | pool start (s) | analysis (s) | same result | load (1 min) |\n|---|---|---|---|---|")
     for run, t_start, t, ok, l in rows:
         print(f"| {run} | {t_start} | {t:.1f} | {ok} | {l:.1f} |")
+        record("analysis", t, unit="s", run=run, pool_start=t_start, same_result=ok, inputs=len(x), shards=args.shards)
     by = {r[0]: r[2] for r in rows}
     for what in ("in memory", "shard files"):
         one, two = by[f"Ray, 1 worker(s) x 1 thread, {what}"], by[f"Ray, 2 worker(s) x 1 thread, {what}"]
         print(f"2 workers against 1, {what}: {one / two:.2f}x")
+        record("2 workers against 1", one / two, unit="x", data=what)
 
 
 if __name__ == "__main__":

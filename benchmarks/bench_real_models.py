@@ -32,14 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "recipes"))
 
+from record import record  # noqa: E402
+
 CHEAP = "gauss,random_pixels,brightness,contrast,noise,rotate,shift"
 
 
 def cifar10_train() -> tuple[np.ndarray, np.ndarray]:
-    """The 50,000 CIFAR-10 training images, float32 in [0, 1], and labels, via the recipes' loader (which
-    also leaves them as uint8 in outputs/data/cifar10/train_uint8.npz)."""
-    import common
-    return common.cifar10("train")
+    """The 50,000 CIFAR-10 training images, float32 in [0, 1], and labels (idcgen's named dataset cifar10,
+    found through the recipes' kit)."""
+    import kit
+    return kit.cifar10("train")
 
 
 def resnet20(path: Path | None):
@@ -83,6 +85,8 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
     floor = min(floors.values())   # the floor is the best the plain pass does, at either batch size
     shown = ", ".join(f"{t:.1f} s at batch {b}" for b, t in floors.items())
     print(f"forward+backward floor over {len(x):,} CIFAR-10 training images: {shown}")
+    for b, t in floors.items():
+        record("forward+backward floor", t, unit="s", model=model.name, batch=b, inputs=len(x))
     for layer in layers:  # the relevance pass goes back from the logits to the subject layer only
         start = time.perf_counter()
         analysis = analyze(network, x, y, layer=layer, m=8, random_state=0, progress=False)
@@ -90,6 +94,9 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in analysis.timings.items())
         print(f"analysis, {model.name} layer {analysis.layer}, m=8, relevance batch {batch}: {whole:.1f} s ({parts}); "
               f"ratio to the floor {whole / floor:.2f}x")
+        record("analysis", whole, unit="s", model=model.name, layer=analysis.layer, m=8, batch=batch,
+               **{k: float(v) for k, v in analysis.timings.items()})
+        record("analysis / floor", whole / floor, unit="x", model=model.name, layer=analysis.layer)
         if trained:
             print(f"  important neurons {analysis.neurons.tolist()}, clusters {[c.k for c in analysis.clusters]}, "
                   f"training accuracy {analysis.data['accuracy']:.1%}")
@@ -97,17 +104,16 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
 
 def bench_memory(shared: Path, model_path: Path | None, tmp: Path) -> None:
     """Peak memory of `idcgen analyze` in a fresh process, read from the line it prints."""
-    from idcgen.framework.keras_zoo import lenet5, resnet20 as build
+    from idcgen.framework.keras_zoo import lenet5
+    from idcgen.framework.keras_zoo import resnet20 as build
     lenet = lenet5()
     lenet.load_weights(shared / "models/deepxplore/MNIST_Model3.h5")
     lenet.save(tmp / "lenet5.keras")
     if model_path is None or not model_path.exists():
         build().save(tmp / "resnet20.keras")
         model_path = tmp / "resnet20.keras"
-    import common
-    cifar = common.OUTPUTS / "data/cifar10/train_uint8.npz"
-    if not cifar.exists():
-        cifar10_train()
+    import kit  # noqa: F401  (sets IDCGEN_CIFAR10, which the analyze process below inherits)
+    cifar = "cifar10:train"
     runs = [("MNIST, 60,000, LeNet-5 fc2", tmp / "lenet5.keras", f"{shared / 'data/mnist/mnist.npz'}:train"),
             ("CIFAR-10, 50,000, ResNet-20", model_path, str(cifar))]
     for label, model, data in runs:
@@ -116,14 +122,16 @@ def bench_memory(shared: Path, model_path: Path | None, tmp: Path) -> None:
                              capture_output=True, text=True)
         line = [ln for ln in out.stdout.splitlines() if "peak memory" in ln]
         print(f"peak memory, {label}: {line[0].split('peak memory')[1].strip(' )') if line else out.stderr[-300:]}")
+        if line:
+            record("peak memory of idcgen analyze", line[0].split("peak memory")[1].strip(" )"), run=label)
 
 
 def bench_fuzz(model, x: np.ndarray, y: np.ndarray, rounds: int = 3) -> None:
     import tensorflow as tf
 
     from idcgen.analysis import analyze
-    from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.framework import Network
+    from idcgen.fuzz.fuzzer import Fuzzer
     network = Network(model)
     analysis = analyze(network, x[:5000], y[:5000], m=8, random_state=0, progress=False)
 
@@ -151,6 +159,9 @@ def bench_fuzz(model, x: np.ndarray, y: np.ndarray, rounds: int = 3) -> None:
     print(f"fuzz on ResNet-20, noise and transforms ({CHEAP}), batch 256: loop {np.median(loops):,.0f} execs/s, "
           f"raw forward {np.median(raws):,.0f} inputs/s; ratio per round {', '.join(f'{r:.2f}' for r in ratios)}: "
           f"median {np.median(ratios):.2f}x")
+    record("fuzz loop throughput", float(np.median(loops)), unit="execs/s", model="resnet20", batch=256)
+    record("raw forward throughput", float(np.median(raws)), unit="inputs/s", model="resnet20", batch=256)
+    record("loop / raw forward", float(np.median(ratios)), unit="x", model="resnet20", per_round=list(map(float, ratios)))
 
 
 def main():

@@ -9,6 +9,7 @@ import numpy as np
 from sklearn.metrics import silhouette_score
 
 from idcgen.clusters import cluster_neuron, kmeans_1d, silhouette_1d
+from record import record
 
 
 def mixture(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -38,11 +39,15 @@ def main() -> None:
     print(f"  silhouette_1d (best of 5): {ours_s * 1e3:10.2f} ms   score {ours:.15f}")
     print(f"  sklearn silhouette_score : {sk_s * 1e3:10.2f} ms   score {sk:.15f}")
     print(f"  speed-up {sk_s / ours_s:,.0f}x   |difference| {abs(ours - sk):.2e}")
+    record("silhouette_1d (best of 5)", ours_s, unit="s", n=x.size, k=3)
+    record("sklearn silhouette_score", sk_s, unit="s", n=x.size, k=3)
+    record("silhouette |difference| to sklearn", abs(ours - sk), n=x.size, k=3)
 
     big = mixture(rng, 60_000)
     seconds, result = best_of(1, lambda: cluster_neuron(big, neuron=0, ks=(2, 3, 4, 5), rng=rng))
     scores = ", ".join(f"k={k}: {s:.4f}" for k, s in result.scores.items())
     print(f"cluster_neuron, n = {big.size:,}, ks 2-5: {seconds:.3f} s; chose k = {result.k} ({scores})")
+    record("cluster_neuron", seconds, unit="s", n=big.size, ks="2-5", chose=result.k)
 
 
 if __name__ == "__main__":

@@ -68,10 +68,12 @@ def main():
     args = parser.parse_args()
 
     import torch
-    from common import cifar10, load_data
+
     from idcgen.analysis import analyze
     from idcgen.framework import as_network, load_network
     from idcgen.framework.torch_zoo import ResNet18, from_keras
+    from kit import cifar10, load_data
+    from record import record
 
     x, y = cifar10("train", args.n)
     if args.model.is_file():
@@ -97,6 +99,9 @@ def main():
     floor = (before + after) / 2
     print(f"analysis at layer3 ({analysis.layer}): {seconds:.1f} s; forward+backward floor {floor:.1f} s "
           f"(before {before:.1f} s, after {after:.1f} s); ratio {seconds / floor:.2f}x (goal <= 1.5x)")
+    record("analysis", seconds, unit="s", model=what, layer="layer3", inputs=len(x))
+    record("forward+backward floor", floor, unit="s", model=what, before=before, after=after)
+    record("analysis / floor", seconds / floor, unit="x", model=what)
 
     # 2. fuzz execs/s vs raw forward at batch 256
     x_test, y_test = cifar10("test", 256)
@@ -108,9 +113,12 @@ def main():
     loop, raw = fuzz_rates(network, analysis, x_test[:100], y_test[:100], forward, images, args.execs)
     print(f"fuzz at batch 256 ({CHEAP}): loop {loop:,.0f} execs/s, raw forward {raw:,.0f} inputs/s; ratio "
           f"{loop / raw:.2f}x (goal >= 0.8x)")
+    record("fuzz loop throughput", loop, unit="execs/s", model=what, batch=256)
+    record("loop / raw forward", loop / raw, unit="x", model=what, batch=256, raw=raw)
 
     # 3. Keras and PyTorch twins, the same work
     import keras
+
     from idcgen.framework.keras_zoo import lenet5
     k_model = lenet5(random_state=0)
     twin = from_keras(k_model)
@@ -138,6 +146,8 @@ def main():
         rows.append((label, seconds, [int(n) for n in a.neurons], loop, raw))
         print(f"LeNet-5 {label}: analysis of {len(xm):,} digits {seconds:.2f} s, important neurons "
               f"{rows[-1][2]}; fuzz {loop:,.0f} execs/s (raw forward {raw:,.0f}/s, {loop / raw:.2f}x)")
+        record("twin analysis", seconds, unit="s", model=f"LeNet-5 {label}", inputs=len(xm))
+        record("twin fuzz loop throughput", loop, unit="execs/s", model=f"LeNet-5 {label}", raw=raw)
     print(f"twins: the same important neurons: {rows[0][2] == rows[1][2]}; PyTorch/Keras analysis time "
           f"{rows[1][1] / rows[0][1]:.2f}x, fuzz rate {rows[1][3] / rows[0][3]:.2f}x")
     del keras

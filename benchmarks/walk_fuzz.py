@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=512)
     args = parser.parse_args()
     import torch
+
     import idcgen
     from idcgen.cli import main as cli
     from idcgen.fuzz.campaign import Campaign

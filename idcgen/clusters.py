@@ -339,6 +339,7 @@ def kmeans_1d(
             best, best_inertia = centroids, inertia
 
     # Final centroids: the means of the best partition, in the original coordinates (pairwise sums).
+    assert best is not None   # n_init >= 1 restarts ran, the first always taken
     bounds = _partition(xc, best)
     centroids = np.array([xs[lo:hi].mean() for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo])
     centroids = np.unique(centroids)  # sorted; guards against two means collapsing after rounding
@@ -511,7 +512,8 @@ def _zero_aware(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.
     zeros = int(np.count_nonzero(x == 0))
     if negative:
         found = _by_silhouette(x, neuron, ks, rng)
-        why = f"zero-aware: {negative} negative values (not a ReLU's output), clustered by silhouette on all values"
+        why: str | None = (f"zero-aware: {negative} negative values (not a ReLU's output), clustered by silhouette "
+                           "on all values")
         return dataclasses.replace(found, note="; ".join(filter(None, [why, found.note])))
     if zeros == n or zeros < min_zero_share * n:
         found = _by_silhouette(x, neuron, ks, rng)
@@ -566,6 +568,7 @@ def _by_silhouette(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.rand
     if best_k is None:
         notes.append("k-means found fewer than 2 clusters for every k tried: one cluster")
         return NeuronClusters(neuron, np.array([x.mean()]), None, {}, "; ".join(notes))
+    assert best_centroids is not None   # set with best_k
     return NeuronClusters(neuron, best_centroids, scores[best_k], scores, "; ".join(notes) or None)
 
 

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from .analysis import analyze
-from .data import fit_to_model, load_inputs
 from .checks import check_int
+from .data import fit_to_model, load_inputs
 from .errors import InputError
 from .framework import Network
 
@@ -34,7 +34,7 @@ def run_demo(out: Path, *, epochs: int = 8, m: int = 8, budget: int = 3000, forc
 
     from .framework.quiet import quiet_start
     with quiet_start():   # TensorFlow's start-up lines dropped
-        from .framework.keras_zoo import lenet5, train   # the demo's subject is a Keras model
+        from .framework.keras_zoo import lenet5, train  # the demo's subject is a Keras model
     model = lenet5()
     train(model, x_train, train_ds.y, epochs=epochs, optimizer="adam", verbose=2 if progress else 0)
     network = Network(model)
@@ -67,8 +67,8 @@ def _fuzz(analysis, x_seeds, y_seeds, x_train, y_train, folder: Path, budget: in
 
     from .export import export_campaign
     from .fuzz.fuzzer import Fuzzer
-    from .fuzz.settings import Sources
     from .fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+    from .fuzz.settings import Sources
     from .report import write_report
 
     if folder.exists():

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ParameterError
 from .files import atomic_npz, atomic_text, jsonl, remove_temporaries
 from .fuzz.campaign import Campaign
 from .fuzz.oracle import Execution, make_oracle
 from .fuzz.store import json_value
-from .errors import ParameterError
 from .imageio import quantise, to_png, to_uint8
 
 

@@ -22,9 +22,9 @@ from tqdm.auto import tqdm
 from .checks import check_int
 from .errors import InputError, ParameterError
 from .files import atomic_text
+from .framework import Network, as_network
 from .fuzz.campaign import Campaign
 from .fuzz.mutators import MutationContext, make_mutator
-from .framework import Network, as_network
 from .plots import pyplot
 
 #: Perturbed test sets: name -> mutator spec (the paper's settings on [0, 1] inputs; amounts are fractions

@@ -209,7 +209,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
               "before its turn (mutators take turns in a shuffled order). valid = inside the validity bounds; "
               "findings = unique " + ("(combination, root seed)" if campaign.corpus.regression else
                                       "(combination, label, prediction)") + " misbehaviours.", "",
-              "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs | per second | errors |",
+              "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs "
+              "| per second | errors |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
@@ -274,7 +275,8 @@ def _findings_section(campaign: Campaign, folder: Path) -> list[str]:
         return []
     regression = campaign.corpus.regression
     head = ("| mutator | findings | execs | per 1,000 execs | median output change | largest | median L-inf | median SSIM |"
-            if regression else "| mutator | findings | execs | per 1,000 execs | (true, predicted) pairs | median L-inf | median SSIM |")
+            if regression else
+            "| mutator | findings | execs | per 1,000 execs | (true, predicted) pairs | median L-inf | median SSIM |")
     out = ["", "## Findings by mutator", "",
            "A finding is credited to the last mutator of its chain"
            + (" (output change: |mutant's output - its root seed's|)." if regression else "."), "",

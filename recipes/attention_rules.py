@@ -22,7 +22,7 @@ import argparse
 
 import numpy as np
 
-from common import OUTPUTS, Timer, command_line, load_data, model_path, write_table
+from kit import OUTPUTS, Timer, command_line, load_data, model_path, write_table
 
 KS = (1, 2, 4, 8)
 

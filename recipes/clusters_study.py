@@ -4,7 +4,7 @@
                                      [--m 6 8 10 12] [--repetitions 3] [--limit N] [--model-file NAME=PATH]
 
 For each model, over its first ``--train-limit`` training inputs (default 10,000; CIFAR-10 in the fixed
-mixed order of recipes/common.py): the m = max(--m) important neurons of the subject layer (LeNet-5:
+mixed order of idcgen's cifar10 dataset): the m = max(--m) important neurons of the subject layer (LeNet-5:
 fc2, the paper's CIFAR-10 net: fc1_relu = dense 512 + ReLU, ResNet-20: avg_pool), and per neuron
 the share of exact zeros, the skewness of the positive values, the silhouette per k = 2..5 and the k
 chosen, by the paper's method and by ``zero-aware`` (:mod:`idcgen.clusters`). Then RQ2-style rows
@@ -23,12 +23,11 @@ are skipped (this recipe never trains). Writes ``outputs/clusters_study/``.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
-from common import OUTPUTS, SHARED, Timer, command_line, load_data, mean_std, model_path, save_json, write_table
-from sets import PERTURBATIONS, perturbed
+from kit import OUTPUTS, SHARED, Timer, command_line, load_data, mean_std, model_path, save_json, write_table
+from kit.sets import PERTURBATIONS, perturbed
 
 SETS = ("U_O", "U_O+S", "U_O+DI")
 METHODS = ("silhouette", "zero-aware")

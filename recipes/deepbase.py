@@ -20,7 +20,7 @@ import argparse
 
 import numpy as np
 
-from common import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model, write_table
+from kit import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model, write_table
 
 RECIPE = "deepbase"
 
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                         help="convolutional layers whose channels are scored against the masks ('' for none)")
     args = parser.parse_args(argv)
 
-    from idcgen.deepbase import affinity
     from idcgen.analysis import analyze
+    from idcgen.deepbase import affinity
     from idcgen.framework import Network
     network = Network(load_model("lenet5", args.dataset))
     x_train, y_train = load_data("train", args.dataset, limit=args.train_limit)

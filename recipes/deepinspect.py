@@ -21,7 +21,7 @@ import argparse
 
 import numpy as np
 
-from common import CIFAR10_CLASSES, OUTPUTS, Timer, command_line, load_data, load_model, write_table
+from kit import CIFAR10_CLASSES, OUTPUTS, Timer, command_line, load_data, load_model, write_table
 
 RECIPE = "deepinspect"
 #: The paper's CIFAR-10 figures we can state (robust CIFAR-10 models, mean - 1 std cut-off; see
@@ -31,7 +31,7 @@ PAPER_CIFAR10 = {"precision_std": "0.40-0.63", "recall_std": "0.6-1.0", "spearma
 
 def view_rows(result, analysis, m: int, draws: int, rng) -> dict[str, dict]:
     """metrics per neuron set: all, important, the analysis layer, m random neurons of that layer (mean)."""
-    from idcgen.deepinspect import evaluate, type1_confusion, confusion_matrix
+    from idcgen.deepinspect import confusion_matrix, evaluate, type1_confusion
     conf = type1_confusion(confusion_matrix(result.labels, result.predictions, result.n_classes))
     offset = sum(result.widths[:result.layers.index(analysis.layer)])
     width = result.widths[result.layers.index(analysis.layer)]
@@ -97,18 +97,21 @@ def main(argv=None):
                          "layer": f"layer {analysis.layer} ({vm['neurons']})",
                          "random": f"random {args.m} of {analysis.layer} (mean of {args.random_draws})"}[view]
                 rows[what].append({
-                    "dataset": dataset, "model": name, "inputs": len(x_test), "accuracy_%": round(100 * accuracy, 2), "neurons": label,
+                    "dataset": dataset, "model": name, "inputs": len(x_test), "accuracy_%": round(100 * accuracy, 2),
+                    "neurons": label,
                     "actual_pairs": e["actual"], "predicted_std": e["std"]["predicted"],
                     "precision_std": _r(e["std"]["precision"]), "recall_std": _r(e["std"]["recall"]),
                     "predicted_top1%": e["top"]["predicted"], "precision_top1%": _r(e["top"]["precision"]),
                     "recall_top1%": _r(e["top"]["recall"]), "spearman": _r(e["spearman"]),
                     "aucec": _r(e["aucec"]), "aucec_gain": _r(e["gain"])})
-    notes = (f"Inputs: the test set (CIFAR-10's JPEG round-tripped), labels only for the ground truth. Threshold {args.threshold} "
-             f"on activations min-max scaled per {args.scaling} ('input': each layer within each input); 45 class pairs, so the top 1 % is one pair; n/a = undefined (no pair predicted). "
+    notes = (f"Inputs: the test set (CIFAR-10's JPEG round-tripped), labels only for the ground truth. Threshold "
+             f"{args.threshold} on activations min-max scaled per {args.scaling} ('input': each layer within each "
+             "input); 45 class pairs, so the top 1 % is one pair; n/a = undefined (no pair predicted). "
              f"Analysis: m = {args.m} on the first {args.train} training inputs, random_state {args.random_state}. "
              f"Paper (robust CIFAR-10 models, mean - 1 std): precision {PAPER_CIFAR10['precision_std']}, recall "
              f"{PAPER_CIFAR10['recall_std']}, Spearman {PAPER_CIFAR10['spearman']}.")
-    write_table(folder, f"confusion{suffix}", rows["confusion"], title="DeepInspect: predicted confusion pairs against type-1 confusion",
+    write_table(folder, f"confusion{suffix}", rows["confusion"],
+                title="DeepInspect: predicted confusion pairs against type-1 confusion",
                 notes=notes, command=command_line())
     write_table(folder, f"bias{suffix}", rows["bias"], title="DeepInspect: predicted bias pairs against avg_cd",
                 notes=notes, command=command_line())

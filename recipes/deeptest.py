@@ -5,7 +5,7 @@
                                [--random-states 0 1 ...] [--retrain-budget 8192] [--retrain-seeds 1024]
 
 The models are the three Daves of ``recipes/train_models.py --dataset udacity`` (trained on the real
-angles, blocked split: recipes/udacity_data.py); the test frames are the 1,122 frames of test blocks 2 and 7.
+angles, blocked split: recipes/kit/data.py); the test frames are the 1,122 frames of test blocks 2 and 7.
 The oracle is DeepTest's relation (idcgen.fuzz.deeptest): a transformed frame is an erroneous behaviour when
 ``(theta_t - theta_label)^2 > lambda * MSE``, with MSE the model's on the untransformed test frames.
 
@@ -25,18 +25,20 @@ The oracle is DeepTest's relation (idcgen.fuzz.deeptest): a transformed frame is
   after. ``retrain-all``: every training frame once more, transformed or clean. Writes
   ``outputs/deeptest/retrain.{md,csv}`` and ``retrain_all.{md,csv}``.
 
-``guided`` and the retraining parts run once per ``--random-states`` value. Each part's result per model is kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done
-(delete the file to redo it).
+``guided`` and the retraining parts run once per ``--random-states`` value. Each part's result per model is
+kept in ``outputs/deeptest/<part>_<model>.json``: a run skips what is done (delete the file to redo it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 
-from common import OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, save_json, udacity, write_table
+from kit import OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, save_json, udacity, write_table
 
 RECIPE = "deeptest"
 #: DeepTest's transforms with its parameter ranges, scaled from its 640x480 frames to fractions of the frame
@@ -62,7 +64,7 @@ def predict(network, x) -> np.ndarray:
 
 def sweep(name: str, network, x, y, lambdas, random_state: int) -> dict:
     """Counts of erroneous behaviours per transform and lambda on the test frames ``x`` (labels ``y``)."""
-    from sets import perturbed
+    from kit.sets import perturbed
     clean = predict(network, x)
     mse = float(np.mean((clean - y) ** 2))
     clean_ok = {lam: (clean - y) ** 2 <= lam * mse for lam in lambdas}
@@ -89,7 +91,7 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
     from idcgen.analysis import analyze
     from idcgen.criteria import make_criterion
     from idcgen.fuzz.fuzzer import Fuzzer
-    from sets import perturbed
+    from kit.sets import perturbed
     seeds = np.linspace(0, len(x) - 1, n_seeds).round().astype(int)       # spread over both test blocks
     xs, ys = x[seeds], y[seeds]
     with Timer() as t:
@@ -102,8 +104,8 @@ def guided(name: str, network, x_train, y_train, x, y, *, budget: int, n_seeds: 
         with Timer() as t:
             fuzzer = Fuzzer(analysis, mutators=mutators, oracle=f"deeptest(lam={GUIDE_LAMBDA})", guide=guide,
                             measure=[nc], batch_size=min(256, n_seeds), random_state=random_state)
-            c = fuzzer.run(xs, ys, budget=budget, out=OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}_b{budget}_s{n_seeds}_rs{random_state}",
-                           progress=False)
+            out = OUTPUTS / RECIPE / "campaigns" / f"{name}_{guide}_b{budget}_s{n_seeds}_rs{random_state}"
+            c = fuzzer.run(xs, ys, budget=budget, out=out, progress=False)
         findings = c.findings()
         rows.append({"model": name, "random state": random_state,
                      "search": f"combined transforms, guided by {guide}" if guide != "none" else
@@ -143,14 +145,14 @@ RETRAIN_ARMS = ("clean frames", "random transformed frames (DeepTest)", "IDC-kep
 
 def transformed_test(network, x, y, random_state: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every test frame transformed once by each transform: (frames, labels, transform index)."""
-    from sets import perturbed
+    from kit.sets import perturbed
     parts = [perturbed(network, x, y, spec, random_state=random_state) for spec in TRANSFORMS.values()]
     return np.concatenate(parts), np.tile(y, len(parts)), np.repeat(np.arange(len(parts)), len(x))
 
 
 def random_transformed(network, x, y, n: int, rng: np.random.Generator, random_state: int):
     """``n`` frames drawn from ``x`` (with their angles ``y``), each transformed by one transform drawn at random."""
-    from sets import perturbed
+    from kit.sets import perturbed
     picks, which = rng.integers(0, len(x), n), rng.integers(0, len(TRANSFORMS), n)
     out = np.empty((n, *x.shape[1:]), x.dtype)
     for t, spec in enumerate(TRANSFORMS.values()):
@@ -164,16 +166,16 @@ def fine_tune(path, x_train, y_train, x_extra, y_extra, *, epochs: int, lr: floa
     """The model at ``path`` trained ``epochs`` more epochs on the training frames plus ``x_extra`` (labelled
     ``y_extra``), half of each epoch's frames flipped with the angle negated, as train_models.py trains."""
     import keras
+
     from idcgen.framework import load_model as load
+    from kit.training import augment, keras_epoch, train_epochs
     keras.utils.set_random_seed(random_state)
     rng = np.random.default_rng(random_state)
     model = load(path)
     model.compile(optimizer=keras.optimizers.Adam(lr, use_ema=True, ema_momentum=0.99), loss="mse")
     x, y = np.concatenate([x_train, x_extra]), np.concatenate([y_train, y_extra])
-    for _ in range(epochs):
-        flip = rng.random(len(x)) < 0.5
-        model.fit(np.where(flip[:, None, None, None], x[:, :, ::-1], x), np.where(flip, -y, y), batch_size=32,
-                  epochs=1, shuffle=True, verbose=0)
+    flips = keras_epoch(model, x, y, 32, lambda xs, ys, r: augment(xs, ys, r, {}), rng)   # flips only
+    train_epochs(f"{Path(path).stem} fine-tuned", epochs, flips, dict)
     return model
 
 
@@ -189,9 +191,10 @@ def retrain(name: str, x_train, y_train, x_test, y_test, *, budget: int, n_seeds
     nothing synthesised). The transformed test frames are every test frame under every transform, drawn with
     another random state than the synthesised training frames."""
     from idcgen.analysis import analyze
+    from idcgen.framework import Network
+    from idcgen.framework import load_model as load
     from idcgen.fuzz.fuzzer import Fuzzer
-    from idcgen.framework import Network, load_model as load
-    from common import model_path
+    from kit import model_path
     path = model_path(name, "udacity")
     network = Network(load(path))
     xt, yt, which = transformed_test(network, x_test, y_test, random_state + 1000)
@@ -239,8 +242,9 @@ def retrain_all(name: str, x_train, y_train, x_test, y_test, *, epochs: int, lr:
     """DeepTest's retraining at full size: every training frame once more, transformed by one transform drawn
     at random (labelled with its original angle), against every training frame once more untransformed (the
     control: as many steps, nothing synthesised); test MSE on clean and transformed test frames."""
-    from idcgen.framework import Network, load_model as load
-    from common import model_path
+    from idcgen.framework import Network
+    from idcgen.framework import load_model as load
+    from kit import model_path
     path = model_path(name, "udacity")
     network = Network(load(path))
     xt, yt, which = transformed_test(network, x_test, y_test, random_state + 1000)
@@ -306,24 +310,24 @@ def main(argv=None):
     for name in args.models:
         network = Network(load_model(name, "udacity"))
         if "sweep" in args.parts:
-            sweeps.append(_once("sweep", name, lambda: sweep(name, network, x_test, y_test, lambdas,
-                                                             args.random_state)))
+            sweeps.append(_once("sweep", name, partial(sweep, name, network, x_test, y_test, lambdas,
+                                                       args.random_state)))
         if "guided" in args.parts and name in args.guided_models:
             for state in states:
-                guides.append(_once("guided", f"{name}_b{args.budget}_s{args.seeds}_rs{state}", lambda: guided(
-                    name, network, x_train, y_train, x_test, y_test, budget=args.budget, n_seeds=args.seeds,
+                guides.append(_once("guided", f"{name}_b{args.budget}_s{args.seeds}_rs{state}", partial(
+                    guided, name, network, x_train, y_train, x_test, y_test, budget=args.budget, n_seeds=args.seeds,
                     random_state=state)))
         if "retrain" in args.parts and name in args.guided_models:
             for state in states:
                 key = f"{name}_b{args.retrain_budget}_s{args.retrain_seeds}_e{args.retrain_epochs}_rs{state}"
-                retrains.append(_once("retrain", key, lambda: retrain(
-                    name, x_train, y_train, x_test, y_test, budget=args.retrain_budget, n_seeds=args.retrain_seeds,
-                    epochs=args.retrain_epochs, lr=args.retrain_lr, random_state=state)))
+                retrains.append(_once("retrain", key, partial(
+                    retrain, name, x_train, y_train, x_test, y_test, budget=args.retrain_budget,
+                    n_seeds=args.retrain_seeds, epochs=args.retrain_epochs, lr=args.retrain_lr, random_state=state)))
         if "retrain-all" in args.parts and name in args.guided_models:
             for state in states:
-                retrains_all.append(_once("retrain_all", f"{name}_e{args.retrain_epochs}_rs{state}", lambda: retrain_all(
-                    name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs, lr=args.retrain_lr,
-                    random_state=state)))
+                retrains_all.append(_once("retrain_all", f"{name}_e{args.retrain_epochs}_rs{state}", partial(
+                    retrain_all, name, x_train, y_train, x_test, y_test, epochs=args.retrain_epochs,
+                    lr=args.retrain_lr, random_state=state)))
     folder = OUTPUTS / RECIPE
     if sweeps:
         write_sweep_tables(folder, sweeps)

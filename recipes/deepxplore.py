@@ -71,8 +71,8 @@ def mnist_setting(n_seeds: int, rng: np.random.Generator):
 
 
 def udacity_setting(n_seeds: int, rng: np.random.Generator):
-    from common import load_model, udacity
     from idcgen.framework import Network
+    from kit import load_model, udacity
     x_train, y_train = udacity("train")
     x_test, y_test = udacity("test")
     nets = [Network(load_model(name, "udacity")) for name in ("dave2", "dave2_norminit", "dave2_dropout")]
@@ -101,7 +101,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from idcgen.analysis import analyze
     from idcgen.criteria import make_criterion
-    from idcgen.fuzz.fuzzer import Fuzzer, FuzzContext
+    from idcgen.fuzz.fuzzer import FuzzContext, Fuzzer
     from idcgen.fuzz.mutators import make_mutator
     rng = np.random.default_rng(args.random_state)
     setting = mnist_setting if args.dataset == "mnist" else udacity_setting
@@ -113,7 +113,7 @@ def main(argv=None):
     print(f"analysis of {len(x_train)} training inputs in {time.perf_counter() - start:.0f} s")
     nc = make_criterion(f"nc:threshold={NC_THRESHOLD}").fit(under, x_train[:1])
     nc_seeds = nc.coverage(under, x).score
-    from common import OUTPUTS
+    from kit import OUTPUTS
     out = OUTPUTS / f"deepxplore_{args.dataset}"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -133,7 +133,8 @@ def main(argv=None):
         row = {"dataset": args.dataset, "spec": repr(mutator), "seeds": len(x),
                "generator_differences": int(found.sum()), "generator_seconds": round(seconds, 2),
                "generator_differences_per_s": round(found.sum() / seconds, 1),
-               "nc_seeds": round(nc_seeds, 4), "nc_seeds_and_mutants": round(nc.coverage(under, np.concatenate([x, mutants])).score, 4),
+               "nc_seeds": round(nc_seeds, 4),
+               "nc_seeds_and_mutants": round(nc.coverage(under, np.concatenate([x, mutants])).score, 4),
                "execs": campaign.execs, "flagged": int(campaign.flagged), "findings": campaign.n_findings,
                "fuzz_seconds": round(fuzz_seconds, 1), "flagged_per_s": round(campaign.flagged / fuzz_seconds, 1),
                "findings_per_s": round(campaign.n_findings / fuzz_seconds, 2), "idc": round(campaign.tracker.score, 4),

@@ -49,9 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
-from common import OUTPUTS, command_line, load_model
 from idcgen.files import atomic_npz
-from guidance import GUIDES, Study, default_mutators, write_json
+from kit import OUTPUTS, command_line, load_model, save_json
+from kit.stats import a12, holm, mann_whitney
+from kit.study import GUIDES, Study, default_mutators
 
 NOISE = "gauss,random_pixels,noise"
 PGD = "pgd(eps=0.15, eps_iter=0.02, nb_iter=10)"
@@ -71,34 +72,6 @@ def call_cost(spec: str) -> int:
 
 def run_calls(campaign) -> int:
     return int(campaign.seed_execs + sum(s.execs * call_cost(name) for name, s in campaign.mutator_stats.items()))
-
-
-def a12(a, b) -> float:
-    """Vargha-Delaney A12: the probability that a run of ``a`` beats one of ``b`` (ties count half)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    greater = (a[:, None] > b[None, :]).sum()
-    equal = (a[:, None] == b[None, :]).sum()
-    return float((greater + 0.5 * equal) / (len(a) * len(b)))
-
-
-def holm(p: dict) -> dict:
-    """Holm's step-down adjustment of a family of p values (NaN left out)."""
-    keys = sorted((k for k in p if not np.isnan(p[k])), key=lambda k: p[k])
-    out, running = dict.fromkeys(p, float("nan")), 0.0
-    for i, k in enumerate(keys):
-        running = max(running, min(1.0, (len(keys) - i) * p[k]))
-        out[k] = running
-    return out
-
-
-def mann_whitney(a, b) -> float:
-    from scipy.stats import mannwhitneyu
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if len(a) < 2 or len(b) < 2:
-        return float("nan")
-    if np.ptp(np.concatenate([a, b])) == 0:
-        return 1.0
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
 class GuidanceStudy(Study):
@@ -339,7 +312,7 @@ def main(argv=None):
         none = np.zeros((0,) + study.image_shape, np.float32), np.zeros(0, np.int64)
         references = {"original": [study.robustness(study.model)],
                       "fine-tuned, no findings": [study.robustness(study.retrain(*none, r)) for r in range(3)]}
-        write_json(reference_file, {"settings": settings, "references": references})
+        save_json(reference_file, {"settings": settings, "references": references})
     arms = [a for a in ARMS if a in args.arms]
     baselines_last = [a for a in arms if a in GUIDES] + [a for a in arms if a not in GUIDES]
     jobs = [(a, r) for r in range(args.repeats) for a in baselines_last]
@@ -367,7 +340,7 @@ def main(argv=None):
             none = next((x for x in runs if x["arm"] == "none" and x["repetition"] == r), None)
             row, arrays[(arm, r)] = study.run_arm(arm, r, none["calls"] if none else None)
             atomic_npz(path.with_suffix(".npz"), arrays[(arm, r)])
-            write_json(path, {"settings": settings, "row": row})   # written last: the run is done when it exists
+            save_json(path, {"settings": settings, "row": row})   # written last: the run is done when it exists
             print(f"[{i}/{len(jobs)}] {arm} r{r}: {row['calls']} calls, {row['findings']} findings "
                   f"({row['findings_per_1k_calls']:.2f}/1k calls), {row['faults_in_run']} faults in the run, "
                   f"{row['pairs']} pairs, validity {row['validity_%']:.1f} %, SSIM {row['mean_ssim']:.3f} "

@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from common import CIFAR10, OUTPUTS, ROOT, SHARED, Timer, command_line, write_table
+from kit import CIFAR10, OUTPUTS, ROOT, SHARED, Timer, command_line, write_table
 
 HERE = OUTPUTS / "model_matrix"
 COMMANDS = ("layers", "analyze", "coverage", "fuzz", "harden")
@@ -69,19 +69,11 @@ def mnist_uint8():
 
 
 def cifar10_uint8():
-    """CIFAR-10 uint8 (n, 32, 32, 3), each split in recipes.common's fixed mixed order: the JPEG training
-    images (extracted by recipes/common.py) and the JPEG round-tripped test images of ../shared."""
-    from common import cifar10
-    cache = OUTPUTS / "data" / "cifar10" / "train_uint8.npz"
-    if not cache.exists():  # decoded from the zip once (writes the cache)
-        x, y = cifar10("train")
-        del x
-    parts = []
-    for source in (cache, CIFAR10 / "yoongikim_cifar10_test_jpeg_decoded.npz"):
-        with np.load(source) as d:   # common.cifar10's order, kept as uint8 (no 600 MB float copy)
-            order = np.random.default_rng(0).permutation(len(d["x"]))
-            parts += [d["x"][order], d["y"].astype(np.int64)[order]]
-    return (*parts, "CIFAR-10")
+    """CIFAR-10 uint8 (n, 32, 32, 3) in the fixed mixed order of idcgen's named dataset ``cifar10`` (JPEG
+    training images, JPEG round-tripped test images), kept as uint8 (no 600 MB float copy)."""
+    from idcgen.data import DATASETS
+    (x_train, y_train, _), (x_test, y_test, _) = DATASETS["cifar10"]("train"), DATASETS["cifar10"]("test")
+    return x_train, y_train, x_test, y_test, "CIFAR-10"
 
 
 def upsample(x: np.ndarray, size: int) -> np.ndarray:
@@ -184,6 +176,7 @@ class Subject:
 
 def subjects() -> dict[str, Subject]:
     import keras
+
     from idcgen.framework import keras_zoo as zoo
     s = [Subject("lenet5", "LeNet-5 (MNIST)", "mnist", zoo.lenet5, epochs=2, trained="lenet5",
                  sizes=Sizes(train=5000, fit=60000)),
@@ -305,9 +298,11 @@ def run_subprocess(argv: list[str], log: Path) -> Outcome:
 def run_inprocess(argv: list[str], log: Path) -> Outcome:
     """Through typer's CliRunner in this interpreter: the CLI's code without a start-up per command."""
     import traceback
-    from typer.testing import CliRunner
-    from idcgen.cli import app
+
     import keras
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
     keras.backend.clear_session()  # each command loads its own model; drop the previous command's graphs
     start = time.perf_counter()
     result = CliRunner().invoke(app, argv)
@@ -439,8 +434,9 @@ def startup_seconds() -> float:
 
 def machine() -> str:
     import platform
-    import tensorflow as tf
+
     import keras
+    import tensorflow as tf
     cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
                 if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
     return (f"{os.cpu_count()} CPU cores ({cpu}), shared with other jobs, no GPU; Python {platform.python_version()}, "

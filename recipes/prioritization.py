@@ -15,7 +15,8 @@ first ``--n`` test inputs, put in one fixed random order (seed 0):
 
 A failure is a misclassified input; for the steering model an input whose absolute error exceeds twice the
 model's RMSE on the set (DeepTest's relation with lambda = 4), and only the orderings that need no class
-probabilities run (surprise adequacy, coverage, IDC, MC-dropout, random). Ties keep the set's own order (random for every set here). Every ordering of ``idcgen.prioritization.orderings()`` ranks each set
+probabilities run (surprise adequacy, coverage, IDC, MC-dropout, random). Ties keep the set's own order
+(random for every set here). Every ordering of ``idcgen.prioritization.orderings()`` ranks each set
 (surprise adequacy, the coverage criteria and IDC fitted once on a fixed ``--fit-train`` subset of the
 training data; IDC with m = 8; MC-dropout with 10 passes, only for models with dropout); ``random`` is run
 ``--repeats`` times (random states 0..R-1) and its mean and standard deviation give the spread a random
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import OUTPUTS, command_line, load_data, load_model
+from kit import OUTPUTS, command_line, load_data, load_model, save_json
 
 #: natural corruptions, one drawn per input (idcgen mutator specs: the parameters are the severity)
 CORRUPTIONS = ("rotate(limit=20.0)", "shift(limit=0.1)", "scale(low=0.8, high=1.2)", "brightness(limit=0.3)",
@@ -65,12 +66,6 @@ def build_sets(network, x: np.ndarray, y: np.ndarray) -> dict:
     return {"clean": (x, y), "corrupted": (corrupted, y), "adversarial": (adversarial, labels)}
 
 
-def write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
-
-
 def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path:
     import csv
     sets = [s for s in SETS if any(r["set"] == s for r in rows)]
@@ -85,7 +80,8 @@ def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path
         scale = 100.0 if percent else 1.0
         if len(v) == 1:
             return f"{scale * v[0]:.{1 if percent else digits}f}"
-        return f"{scale * np.nanmean(v):.{1 if percent else digits}f} ± {scale * np.nanstd(v, ddof=1):.{1 if percent else digits}f}"
+        places = 1 if percent else digits
+        return f"{scale * np.nanmean(v):.{places}f} ± {scale * np.nanstd(v, ddof=1):.{places}f}"
 
     table = []
     for o in orderings:
@@ -151,7 +147,7 @@ def main(argv=None):
         from idcgen.prioritization import CLASSIFICATION_ONLY
         chosen = [o for o in chosen if o not in CLASSIFICATION_ONLY]
     if args.dataset == "udacity":
-        from common import udacity
+        from kit import udacity
         (x_train, y_train), (x_test, y_test) = udacity("train"), udacity("test", args.n)
     else:
         x_train, y_train = load_data("train", args.dataset)
@@ -187,7 +183,7 @@ def main(argv=None):
                              random_state=r, cache=cache)
         row = {"set": name, "ordering": ordering, "repetition": r, **ranking.evaluation.to_dict(),
                "seconds": round(time.perf_counter() - t, 2)}
-        write_json(path, {"settings": settings, "row": row})
+        save_json(path, {"settings": settings, "row": row})
         rows.append(row)
         print(f"[{i}/{len(jobs)}] {name} {ordering} r{r}: APFD {row['apfd']:.4f}, first 10 % "
               f"{row['found_at_10']:.1%} ({row['seconds']:.1f} s)", flush=True)

@@ -21,59 +21,14 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, load_data, write_table
-from sets import PERTURBATIONS
+from kit import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, load_model, write_table
+from kit.probes import distances, summary_row
 
 RECIPE = "rq1_important_vs_random"
 #: Paper, Table 2 (MNIST, m = 6): mean L2 distance of the important vs random neurons.
 PAPER = {"lenet4": (4.79, 1.09), "lenet5": (4.18, 0.93)}
-#: The four measurements: (which pixels were perturbed, which neurons were measured).
-QUANTITIES = {"important_rel": ("relevant", "important"), "random_rel": ("relevant", "random"),
-              "important_rand": ("random", "important"), "random_rand": ("random", "random")}
-
-
 def suffix(dataset: str) -> str:
     return "" if dataset == "mnist" else "_" + dataset.replace("-", "_")
-
-
-def l2_per_input(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(n, k), (n, k) -> (n,) Euclidean distance between the rows."""
-    return np.linalg.norm(a.astype(np.float64) - b.astype(np.float64), axis=1)
-
-
-def random_neurons(width: int, important: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
-    """m neuron indices drawn uniformly without replacement from the layer, excluding ``important``."""
-    others = np.setdiff1d(np.arange(width), important)
-    return rng.choice(others, size=m, replace=False)
-
-
-def distances(network, layer: str, important: np.ndarray, x: np.ndarray, y: np.ndarray, *, repetitions: int,
-              rng: np.random.Generator, specs: dict | None = None) -> list[dict[str, np.ndarray]]:
-    """Per repetition, the per-input L2 distances (n,) of each of the four QUANTITIES, and of the first
-    two with every neuron's activation divided by its standard deviation over ``x`` (``*_scaled``).
-    ``specs``: the U_O+DI and U_O+S mutator specs (default PERTURBATIONS, 2 % of the pixels)."""
-    from idcgen.fuzz.mutators import MutationContext, make_mutator
-    specs = specs or PERTURBATIONS
-    mutators = {"relevant": make_mutator(specs["U_O+DI"]), "random": make_mutator(specs["U_O+S"])}
-    ctx = MutationContext(network=network, labels=y)
-    _, (original,) = network.forward(x, (layer,))
-    width = original.shape[1]
-    scale = original.std(axis=0)
-    scale[scale == 0] = 1.0  # a constant neuron does not move: its distance is 0 whatever the scale
-    runs = []
-    for _ in range(repetitions):
-        perturbed = {}
-        for pixels, mutator in mutators.items():
-            _, (perturbed[pixels],) = network.forward(mutator.mutate(x, rng, ctx), (layer,))
-        neurons = {"important": important, "random": random_neurons(width, important, len(important), rng)}
-        run = {name: l2_per_input(original[:, neurons[which]], perturbed[pixels][:, neurons[which]])
-               for name, (pixels, which) in QUANTITIES.items()}
-        for which in ("important", "random"):  # each neuron in units of its own spread over the inputs
-            cols = neurons[which]
-            run[f"{which}_rel_scaled"] = l2_per_input(original[:, cols] / scale[cols],
-                                                      perturbed["relevant"][:, cols] / scale[cols])
-        runs.append(run)
-    return runs
 
 
 def run_model(name: str, args, x_train, y_train, x_test, y_test, rng) -> tuple[list[dict], list[dict], dict]:
@@ -104,19 +59,6 @@ def run_model(name: str, args, x_train, y_train, x_test, y_test, rng) -> tuple[l
     _, (acts,) = network.forward(x_test, (layer,))
     facts = {"dead": int((acts.max(axis=0) <= 0).sum()), "width": width}
     return [summary_row(name, layer, args.m, runs)] + per_class, rows, facts
-
-
-def summary_row(name: str, layer: str, m: int, runs: list[dict], extra: dict | None = None) -> dict:
-    means = {key: [run[key].mean() for run in runs] for key in QUANTITIES}
-    return {"model": name, **(extra or {}), "layer": layer, "m": m,
-            "L2 important (relevant pixels)": mean_std(means["important_rel"]),
-            "L2 random neurons (relevant pixels)": mean_std(means["random_rel"]),
-            "L2 important (random pixels)": mean_std(means["important_rand"]),
-            "ratio": round(float(np.mean(means["important_rel"]) / np.mean(means["random_rel"])), 2),
-            "L2 random neurons (random pixels)": mean_std(means["random_rand"]),
-            "ratio (std-scaled)": round(float(np.mean([run["important_rel_scaled"].mean() for run in runs])
-                                              / np.mean([run["random_rel_scaled"].mean() for run in runs])), 2),
-            "inputs": len(runs[0]["important_rel"])}
 
 
 def notes(rows: list[dict], runs: list[dict], facts: dict, args) -> str:

@@ -9,7 +9,7 @@ with the same noise on the 2 % most relevant pixels. The paper's ordering: IDC(U
 IDC(U_O+DI) for every model and m, and IDC falls as m grows. 2 % of the pixel positions is 15 of 784
 on MNIST, 20 of 1,024 on CIFAR-10 (all three channels of a position get noise). The analysis uses the
 whole training set, or its first ``--train-limit`` inputs (CIFAR-10 default: 10,000 of the 50,000, in
-the fixed mixed order of recipes/common.py). Writes ``outputs/rq2_idc_by_m/`` (``idc.md`` on MNIST,
+the fixed mixed order of idcgen's cifar10 dataset). Writes ``outputs/rq2_idc_by_m/`` (``idc.md`` on MNIST,
 ``idc_<dataset>.md`` otherwise).
 """
 
@@ -20,9 +20,20 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from common import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, load_model, mean_std,
-                    models_for, write_table)
-from sets import PERTURBATIONS, perturbed
+from kit import (
+    CIFAR10_MODELS,
+    DATASETS,
+    MODELS,
+    OUTPUTS,
+    Timer,
+    command_line,
+    load_data,
+    load_model,
+    mean_std,
+    models_for,
+    write_table,
+)
+from kit.sets import PERTURBATIONS, perturbed
 
 SETS = ("U_O", "U_O+S", "U_O+DI")
 #: the paper's Table 3 values we can vouch for: (model, m) -> U_O, U_O+S, U_O+DI (%)

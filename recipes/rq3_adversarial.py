@@ -22,8 +22,8 @@ import argparse
 
 import numpy as np
 
-from common import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model, models_for, write_table
-from sets import PERTURBATIONS, perturbed
+from kit import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model, models_for, write_table
+from kit.sets import PERTURBATIONS, perturbed
 
 SETS = ("U_O", "U_O+noise", "U_O+FGSM", "U_O+BIM", "U_O+JSMA", "U_O+CW")
 PAPER_LENET5_M6 = {"U_O": 47.0, "U_O+noise": 48.1, "U_O+FGSM": 51.6, "U_O+BIM": 51.6, "U_O+JSMA": 49.8,

@@ -18,8 +18,8 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from common import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_model, mean_std, load_data, write_table
-from sets import PERTURBATIONS, perturbed
+from kit import DATASETS, MODELS, OUTPUTS, Timer, command_line, load_data, load_model, mean_std, write_table
+from kit.sets import PERTURBATIONS, perturbed
 
 RECIPE = "rq5_layers"
 #: The hidden layers of the zoo's LeNets studied by default, shallow to deep (those the model has).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from common import DATASETS, OUTPUTS, Timer, command_line, load_model, load_data
+from kit import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model
 
 
 def main(argv=None):
@@ -32,11 +32,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from idcgen.analysis import analyze
-    from idcgen.fuzz.fuzzer import Fuzzer
-    from idcgen.fuzz.settings import Sources
-    from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
-    from idcgen.hardening import format_table, harden
     from idcgen.framework import Network
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+    from idcgen.fuzz.settings import Sources
+    from idcgen.hardening import format_table, harden
 
     out = OUTPUTS / "rq6_harden"
     model = load_model(args.model, args.dataset)

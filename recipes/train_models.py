@@ -13,7 +13,7 @@ Writes ``outputs/models/<name>.keras`` and ``outputs/train_models/accuracy[_<dat
 (CIFAR-10 also ``history_cifar10.csv``, accuracy per epoch).
 Udacity: Dave-2 (idcgen.framework.keras_zoo.dave2) on the real steering angles of the 5,614 frames, split by time into blocks:
 tested on blocks 2 and 7 of 10 (1,122 frames), trained on the rest but 20 frames on each side of a test
-block (4,412; recipes/udacity_data.py); Huber loss, Adam lr 1e-4 with weight averaging, batch 32, flips,
+block (4,412; recipes/kit/data.py); Huber loss, Adam lr 1e-4 with weight averaging, batch 32, flips,
 random gain and bias, sideways shifts with an angle correction, 4.43 epochs, dave2's output calibrated
 (UDACITY_SETTINGS, chosen by blocked cross-validation inside the training blocks: recipes/udacity_validate.py
 --cv; about 2 minutes per model on 2 shared cores); writes ``mse_udacity.{md,csv}`` with test MSE, RMSE and
@@ -26,8 +26,32 @@ import argparse
 
 import numpy as np
 
-from common import (CIFAR10_MODELS, DATASETS, MODELS, OUTPUTS, UDACITY_CROP, UDACITY_MODELS, UDACITY_RESIZE, Timer,
-                    command_line, load_data, model_path, udacity, write_table)
+from kit import (
+    CIFAR10_MODELS,
+    DATASETS,
+    MODELS,
+    OUTPUTS,
+    UDACITY_CROP,
+    UDACITY_MODELS,
+    UDACITY_RESIZE,
+    Timer,
+    command_line,
+    load_data,
+    model_path,
+    udacity,
+    write_table,
+)
+from kit.stats import steering_scores
+from kit.tables import write_training_tables
+from kit.training import (
+    augment,
+    build,
+    classifier_score,
+    describe_classifier,
+    flips_and_shifts,
+    keras_epoch,
+    train_epochs,
+)
 
 #: Chosen from one measured epoch of each on 2 CPU cores (94 s and 216 s at batch 128, uncontended); with
 #: three other jobs on the cores they took 1,971 s and 2,499 s (docs/results.md, CIFAR-10).
@@ -56,7 +80,8 @@ def train_one(name: str, *, dataset: str = "mnist", epochs: int | None = None, r
     if dataset == "cifar10":
         return train_cifar10(name, epochs=epochs, random_state=random_state, **cifar)
     from idcgen.framework import Network
-    from idcgen.framework.keras_zoo import MODELS as ZOO, train
+    from idcgen.framework.keras_zoo import MODELS as ZOO
+    from idcgen.framework.keras_zoo import train
     epochs = epochs or 10
     x_train, y_train = load_data("train", dataset)
     x_test, y_test = load_data("test", dataset)
@@ -76,14 +101,13 @@ def train_one(name: str, *, dataset: str = "mnist", epochs: int | None = None, r
 def train_udacity(name: str, *, epochs: float | None = None, batch_size: int | None = None, lr: float | None = None,
                   limit: int | None = None, random_state: int = 0) -> dict:
     """Train a steering model of the zoo on the training blocks of the Udacity drive (real angles, blocked
-    split: recipes/udacity_data.py) and test it on blocks 2 and 7: MSE, RMSE and the correlation with the
-    true angle per epoch, beside the MSE of always predicting the training mean.
+    split: kit.data) and test it on blocks 2 and 7: MSE, RMSE and the correlation with the true angle per
+    epoch, beside the MSE of always predicting the training mean.
 
-    Training is recipes/udacity_validate.py's (``build``, ``fit_epoch``: flips, gain and bias, zero-started
-    output layer, weights averaged over the steps) with UDACITY_SETTINGS; a fractional ``epochs`` ends with
-    a random part of an epoch, so that the model takes as many steps as the cross-validated fold models."""
-    import math
-    from udacity_validate import build, fit_epoch
+    Training is kit.training's (``build``, ``augment``: flips, gain and bias, zero-started output layer,
+    weights averaged over the steps), as recipes/udacity_validate.py validates it, with UDACITY_SETTINGS; a
+    fractional ``epochs`` ends with a random part of an epoch, so that the model takes as many steps as the
+    cross-validated fold models."""
     settings = dict(UDACITY_SETTINGS[name])
     settings.update({k: v for k, v in dict(epochs=epochs, batch_size=batch_size, lr=lr).items() if v is not None})
     x_train, y_train = udacity("train", limit)
@@ -94,32 +118,31 @@ def train_udacity(name: str, *, epochs: float | None = None, batch_size: int | N
     baseline = float(np.mean((y_test - y_train.mean()) ** 2))
     total = settings["epochs"]
     total = int(total) if total == int(total) else total
-    history, seconds = [], 0.0
-    for epoch in range(1, math.ceil(total) + 1):
-        fraction = min(1.0, total - (epoch - 1))
-        with Timer() as t:
-            loss = fit_epoch(model, x_train, y_train, rng, settings, fraction)
-        seconds += t.seconds
-        found = steering_scores(model.predict(x_test, batch_size=256, verbose=0)[:, 0], y_test, baseline)
-        history.append({"epoch": epoch if fraction == 1 else round(epoch - 1 + fraction, 2),
-                        "train loss": round(loss, 4), **found, "epoch seconds": round(t.seconds, 1)})
-        print(f"{name} epoch {history[-1]['epoch']}/{total}: train loss {history[-1]['train loss']}, test MSE "
-              f"{found['test MSE']} ({found['x training mean']} x the training mean's), correlation "
-              f"{found['correlation']} ({t.seconds:.0f} s)", flush=True)
+
+    def score() -> dict:
+        return steering_scores(model.predict(x_test, batch_size=256, verbose=0)[:, 0], y_test, baseline)
+
+    history = train_epochs(name, total, keras_epoch(model, x_train, y_train, settings["batch_size"],
+                                                    lambda x, y, r: augment(x, y, r, settings), rng), score,
+                           lambda row: f"train loss {row['train loss']}, test MSE {row['test MSE']} "
+                                       f"({row['test x mean']} x the training mean's), correlation {row['test corr']}")
+    found = {k: v for k, v in history[-1].items() if k.startswith("test ")}
+    seconds = sum(h["epoch seconds"] for h in history)
     if settings.get("calibration"):   # the line fitted on held-out predictions, folded into the output layer
         a, b = settings["calibration"]
         kernel, bias = head.get_weights()
         head.set_weights([kernel * a, bias * a + b])
-        found = steering_scores(model.predict(x_test, batch_size=256, verbose=0)[:, 0], y_test, baseline)
-        history.append({"epoch": f"{total} calibrated", "train loss": "", **found, "epoch seconds": 0.0})
+        found = score()
+        history.append({"model": name, "epoch": f"{total} calibrated", "train loss": "", **found, "epoch seconds": 0.0})
         print(f"{name} calibrated (angle = {a} x output + {b}): test MSE {found['test MSE']} "
-              f"({found['x training mean']} x the training mean's), prediction std {found['prediction std']}", flush=True)
+              f"({found['test x mean']} x the training mean's), prediction std {found['test std']}", flush=True)
+    history = [{k: v for k, v in h.items() if k != "model"} for h in history]
     path = model_path(name, "udacity")
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path)
-    print(f"{name} on udacity: test MSE {found['test MSE']} = {found['x training mean']} x the training mean's "
+    print(f"{name} on udacity: test MSE {found['test MSE']} = {found['test x mean']} x the training mean's "
           f"{baseline:.4f}, RMSE {found['test RMSE']} (training mean: {baseline ** 0.5:.3f}), correlation "
-          f"{found['correlation']}, after {total} epochs ({seconds:.0f} s) -> {path}")
+          f"{found['test corr']}, after {total} epochs ({seconds:.0f} s) -> {path}")
     augmentation = ["flips"] + (["gain and bias"] if settings.get("photometric") else []) + (
         [f"shifts <= {settings['shift']} px, {settings['shift_angle']:g} rad/px"] if settings.get("shift") else [])
     return {"model": name, "dataset": "udacity", "epochs": total, "params": model.count_params(),
@@ -133,51 +156,12 @@ def train_udacity(name: str, *, epochs: float | None = None, batch_size: int | N
             "history": history}
 
 
-def steering_scores(predicted: np.ndarray, y: np.ndarray, baseline: float) -> dict:
-    """Test MSE, RMSE, MSE as a multiple of the training mean's, correlation with the true angle, and the
-    spread (std) of the predictions."""
-    predicted = np.asarray(predicted, np.float64)
-    mse = float(np.mean((predicted - y) ** 2))
-    return {"test MSE": round(mse, 4), "test RMSE": round(mse ** 0.5, 4), "x training mean": round(mse / baseline, 3),
-            "correlation": round(float(np.corrcoef(predicted, y)[0, 1]), 3), "prediction std": round(float(predicted.std()), 3)}
-
-
-def flip_and_shift(x: np.ndarray, rng: np.random.Generator, shift: int = 4) -> np.ndarray:
-    """A copy of the images (n, h, w, c), each flipped left-right with probability 1/2 and moved by a random
-    whole number of pixels in [-shift, shift] along each axis, the uncovered border filled with zeros."""
-    n, h, w = x.shape[:3]
-    out = np.zeros_like(x)
-    flipped = np.where((rng.random(n) < 0.5)[:, None, None, None], x[:, :, ::-1], x)
-    dy, dx = rng.integers(-shift, shift + 1, size=(2, n))
-    for sy in range(-shift, shift + 1):       # one slice assignment per offset instead of one per image
-        for sx in range(-shift, shift + 1):
-            idx = np.flatnonzero((dy == sy) & (dx == sx))
-            if idx.size:
-                out[idx, max(sy, 0):h + min(sy, 0), max(sx, 0):w + min(sx, 0)] = \
-                    flipped[idx, max(-sy, 0):h + min(-sy, 0), max(-sx, 0):w + min(-sx, 0)]
-    return out
-
-
-def cifar10_epoch(model, name: str, epoch: int, settings: dict, x_train, y_train, x_test, y_test, rng=None) -> dict:
-    """One epoch of a CIFAR-10 model (a fresh draw of flips and shifts when ``rng`` is given), its test
-    accuracy measured and printed; the epoch's row of the training history."""
-    with Timer() as t:
-        xs = x_train if rng is None else flip_and_shift(x_train, rng)
-        fit = model.fit(xs, y_train, batch_size=settings["batch_size"], epochs=1, shuffle=True, verbose=0)
-    accuracy = float((model.predict(x_test, batch_size=500, verbose=0).argmax(1) == y_test).mean())
-    row = {"model": name, "epoch": epoch, "train loss": round(fit.history["loss"][-1], 4),
-           "train accuracy %": round(100 * fit.history["accuracy"][-1], 2),
-           "test accuracy %": round(100 * accuracy, 2), "epoch seconds": round(t.seconds, 1)}
-    print(f"{name} epoch {epoch}/{settings['epochs']}: loss {row['train loss']}, "
-          f"train {row['train accuracy %']} %, test {accuracy:.2%} ({t.seconds:.0f} s)", flush=True)
-    return row
-
-
 def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | None = None, optimizer: str | None = None,
                   lr: float | None = None, augment: bool = True, random_state: int = 0, limit: int | None = None) -> dict:
     """Train a CIFAR-10 zoo model (settings default to CIFAR10_SETTINGS[name]), one epoch at a time so that
     each epoch sees a fresh draw of flips and shifts; the test accuracy is logged after every epoch."""
     import keras
+
     from idcgen.framework.keras_zoo import MODELS as ZOO
     settings = dict(CIFAR10_SETTINGS[name])
     settings.update({k: v for k, v in dict(epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr).items()
@@ -193,12 +177,11 @@ def train_cifar10(name: str, *, epochs: int | None = None, batch_size: int | Non
     else:  # the paper's: RMSprop with a constant rate
         opt = keras.optimizers.RMSprop(settings["lr"])
     model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    history, seconds = [], 0.0
-    for epoch in range(1, settings["epochs"] + 1):
-        history.append(cifar10_epoch(model, name, epoch, settings, x_train, y_train, x_test, y_test,
-                                     rng if augment else None))
-        seconds += history[-1]["epoch seconds"]
-        accuracy = history[-1]["test accuracy %"] / 100
+    one_epoch = keras_epoch(model, x_train, y_train, settings["batch_size"], flips_and_shifts if augment else None, rng)
+    history = train_epochs(name, settings["epochs"], one_epoch, classifier_score(model, one_epoch, x_test, y_test),
+                           describe_classifier)
+    seconds = sum(h["epoch seconds"] for h in history)
+    accuracy = history[-1]["test accuracy %"] / 100
     path = model_path(name, "cifar10")
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path)
@@ -219,7 +202,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=float, default=None,
                         help="default 10 (MNIST), CIFAR10_SETTINGS (cifar10), UDACITY_SETTINGS (udacity, where a "
                              "fraction of an epoch is allowed)")
-    cifar = parser.add_argument_group("cifar10 and udacity (defaults: CIFAR10_SETTINGS, UDACITY_SETTINGS; --optimizer/--no-augment cifar10 only)")
+    cifar = parser.add_argument_group("cifar10 and udacity (defaults: CIFAR10_SETTINGS, UDACITY_SETTINGS; "
+                                      "--optimizer/--no-augment cifar10 only)")
     cifar.add_argument("--optimizer", choices=("adam", "rmsprop"), default=None)
     cifar.add_argument("--lr", type=float, default=None)
     cifar.add_argument("--batch-size", type=int, default=None)
@@ -248,9 +232,10 @@ def main(argv=None):
     for name in models:  # tables written after each model, keeping the rows of models trained by other runs
         rows.append(train_cifar10(name, epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer,
                                   lr=args.lr, augment=not args.no_augment, limit=args.limit))
-        _write_tables("cifar10", "accuracy_cifar10", dict(rows[-1]), name, title="CIFAR-10 models",
-                      notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the test images JPEG "
-                      "round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
+        write_training_tables(OUTPUTS / "train_models", "cifar10", "accuracy_cifar10", dict(rows[-1]), name,
+                              title="CIFAR-10 models",
+                              notes=PAPER_CIFAR10 + " Ours: training images are JPEG files and the test images JPEG "
+                              "round-tripped (mean error about 6/255), from ../shared/data/cifar10.")
     return rows
 
 
@@ -262,34 +247,12 @@ def main_udacity(parser, args) -> list[dict]:
     rows = []
     for name in models:
         row = train_udacity(name, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, limit=args.limit)
-        rows.append(_write_tables("udacity", "mse_udacity", row, name, title="Udacity steering models",
-                                  notes=PAPER_UDACITY + " The frames are 160x120 JPEG copies of the 640x480 "
-                                  "originals, from ../shared/data/udacity; split by time, never at random.",
-                                  model_column=True))
+        rows.append(write_training_tables(OUTPUTS / "train_models", "udacity", "mse_udacity", row, name,
+                                          title="Udacity steering models",
+                                          notes=PAPER_UDACITY + " The frames are 160x120 JPEG copies of the 640x480 "
+                                          "originals, from ../shared/data/udacity; split by time, never at random.",
+                                          model_column=True))
     return rows
-
-
-def _write_tables(dataset: str, summary: str, row: dict, name: str, *, title: str, notes: str,
-                  model_column: bool = False) -> dict:
-    """Write a trained model's per-epoch history (``history_<dataset>``) and its summary row (``summary``),
-    keeping the rows of models trained by other runs; returns the row with the command, without history."""
-    row = dict(row, command=command_line())
-    history = [dict(h, **({"model": name} if model_column else {}), command=row["command"]) for h in row.pop("history")]
-    write_table(OUTPUTS / "train_models", f"history_{dataset}", _merge(f"history_{dataset}", history, name),
-                title=f"{title}, per epoch")
-    write_table(OUTPUTS / "train_models", summary, _merge(summary, [row], name), title=title, notes=notes)
-    return row
-
-
-def _merge(table: str, rows: list[dict], model: str) -> list[dict]:
-    """The rows of `table`.csv for other models than `model` (earlier runs), then `rows`."""
-    import csv
-    path = OUTPUTS / "train_models" / f"{table}.csv"
-    if not path.exists():
-        return rows
-    with open(path, newline="") as handle:
-        kept = [r for r in csv.DictReader(handle) if r["model"] != model and list(r) == list(rows[0])]
-    return kept + rows
 
 
 if __name__ == "__main__":

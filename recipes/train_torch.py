@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import OUTPUTS, command_line, load_data, load_model, write_table
+from kit import OUTPUTS, command_line, load_data, load_model, write_table
 
 SETTINGS = {"lenet5": {"dataset": "mnist", "epochs": 4, "lr": 2e-3, "augment": False},
             "resnet18": {"dataset": "cifar10", "epochs": 8, "lr": 2e-3, "augment": True}}
@@ -25,6 +25,7 @@ SETTINGS = {"lenet5": {"dataset": "mnist", "epochs": 4, "lr": 2e-3, "augment": F
 def train_one(name: str, *, epochs: int | None, width: int, minutes: float | None, limit: int | None,
               twin: bool = False) -> dict:
     import torch
+
     from idcgen.framework.torch_load import save_torchscript
     from idcgen.framework.torch_zoo import MODELS, accuracy, export_program, from_keras, train
     settings = SETTINGS[name]

@@ -6,10 +6,10 @@
 CPU time is scarce, so training is bounded by time: each model trains for ``--epochs`` epochs (the cosine
 learning-rate schedule spans them) but stops after the first epoch that ends past ``--minutes`` of
 training. AdamW (lr 1e-3 cosine-decayed, weight decay 0.05, as ViTs and ConvNeXts are trained), batch 128,
-random flips and shifts of up to 4 pixels, CIFAR-10 from ../shared/data/cifar10 (recipes/common.py).
+random flips and shifts of up to 4 pixels, CIFAR-10 from ../shared/data/cifar10 (idcgen's named dataset cifar10).
 EfficientNet-B0 and MobileNetV3-Small (keras.applications, weights=None) take 0..255 images through their
-own Rescaling and are fed them (not by default). Writes ``outputs/models/<name>.keras`` and ``outputs/train_models/accuracy_transformers.{md,csv}`` and
-``history_transformers.{md,csv}``.
+own Rescaling and are fed them (not by default). Writes ``outputs/models/<name>.keras`` and
+``outputs/train_models/accuracy_transformers.{md,csv}`` and ``history_transformers.{md,csv}``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import argparse
 
 import numpy as np
 
-from common import load_data, model_path
-from train_models import _write_tables, cifar10_epoch
+from kit import OUTPUTS, load_data, model_path
+from kit.tables import write_training_tables
+from kit.training import classifier_score, describe_classifier, flips_and_shifts, keras_epoch, train_epochs
 
 SETTINGS = {"vit_tiny": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
             "convnext_micro": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05},
@@ -31,6 +32,7 @@ SETTINGS = {"vit_tiny": {"epochs": 8, "batch_size": 128, "lr": 1e-3, "weight_dec
 def train(name: str, *, epochs: int | None = None, minutes: float = 20.0, limit: int | None = None,
           random_state: int = 0) -> dict:
     import keras
+
     from idcgen.framework.keras_zoo import TRANSFORMER_MODELS
     settings = dict(SETTINGS[name], **({"epochs": epochs} if epochs else {}))
     x_train, y_train = load_data("train", "cifar10", limit=limit)
@@ -46,16 +48,14 @@ def train(name: str, *, epochs: int | None = None, minutes: float = 20.0, limit:
     opt = keras.optimizers.AdamW(keras.optimizers.schedules.CosineDecay(settings["lr"], steps),
                                  weight_decay=settings["weight_decay"])
     model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    history, seconds = [], 0.0
-    for epoch in range(1, settings["epochs"] + 1):
-        history.append(cifar10_epoch(model, name, epoch, settings, x_train, y_train, x_test, y_test, rng))
-        seconds += history[-1]["epoch seconds"]
-        accuracy = history[-1]["test accuracy %"] / 100
-        path = model_path(name, "cifar10")   # saved after every epoch: a stopped run keeps its last epoch
-        path.parent.mkdir(parents=True, exist_ok=True)
-        model.save(path)
-        if seconds > 60 * minutes:
-            break
+    path = model_path(name, "cifar10")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    one_epoch = keras_epoch(model, x_train, y_train, settings["batch_size"], flips_and_shifts, rng)
+    history = train_epochs(name, settings["epochs"], one_epoch, classifier_score(model, one_epoch, x_test, y_test),
+                           describe_classifier, stop=lambda seconds: seconds > 60 * minutes,
+                           after_epoch=lambda row: model.save(path))   # a stopped run keeps its last epoch
+    seconds, epoch = sum(h["epoch seconds"] for h in history), len(history)
+    accuracy = history[-1]["test accuracy %"] / 100
     print(f"{name} on cifar10: test accuracy {accuracy:.2%} after {epoch} epochs ({seconds:.0f} s) -> {path}")
     return {"model": name, "dataset": "cifar10", "epochs": f"{epoch} of {settings['epochs']}",
             "params": model.count_params(),
@@ -74,7 +74,7 @@ def main(argv=None):
     rows = []
     for name in args.models:
         row = train(name, epochs=args.epochs, minutes=args.minutes, limit=args.limit)
-        rows.append(_write_tables("transformers", "accuracy_transformers", row, name,
+        rows.append(write_training_tables(OUTPUTS / "train_models", "transformers", "accuracy_transformers", row, name,
                                   title="CIFAR-10 transformers and modern CNNs",
                                   notes="Training bounded by time on 2 shared CPU cores (--minutes); training "
                                   "images are JPEG files, test images JPEG round-tripped (../shared/data/cifar10)."))

@@ -6,7 +6,7 @@
 The paper's Dave-2 setting: subject layer the 50-unit dense layer (``fc3`` in idcgen.framework.keras_zoo.dave2), m = 8,
 relevance-targeted noise on 200 pixels (1.5 % of a 66x200 frame; N(0, 0.75) as on MNIST). The analysis
 runs on the training blocks of the drive, the sets are built from the test blocks (the blocked split of
-recipes/udacity_data.py):
+recipes/kit/data.py):
 
 - RQ1 (Table 2): L2 distance of the important vs m random neurons of the layer when the 200 most relevant
   pixels get noise (and the control: 200 random pixels), on ``--rq1-inputs`` test frames.
@@ -28,28 +28,13 @@ import argparse
 
 import numpy as np
 
-from common import (OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, mean_std, udacity,
-                    write_table)
-from rq1_important_vs_random import distances, summary_row
-from sets import PERTURBATIONS, perturbed
+from kit import OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, mean_std, udacity, write_table
+from kit.probes import distances, summary_row
+from kit.sets import PERTURBATIONS, perturbed
+from kit.stats import label_check
 
 RECIPE = "udacity_rq"
 ATTACKS = ("U_O+noise", "U_O+FGSM", "U_O+BIM")
-
-
-def label_check(y: np.ndarray) -> dict:
-    """How much the angles of neighbouring frames agree (lag-1 autocorrelation), and the excess kurtosis
-    (-1.2 for a uniform distribution, 0 for a normal one): real steering angles at 20 frames per second have
-    an autocorrelation near 1."""
-    y = np.asarray(y, np.float64)
-    lag1 = float(np.corrcoef(y[1:], y[:-1])[0, 1])
-    kurtosis = float(((y - y.mean()) ** 4).mean() / y.var() ** 2 - 3)
-    verdict = ("the angles of neighbouring frames are unrelated: these labels look like random values, not a "
-               "recorded drive; a model cannot learn them and any test MSE is at best the labels' variance"
-               if abs(lag1) < 0.3 else "neighbouring frames' angles agree, as a recorded drive's do")
-    return {"lag1_autocorrelation": round(lag1, 3), "excess_kurtosis": round(kurtosis, 2),
-            "min": round(float(y.min()), 3), "max": round(float(y.max()), 3), "std": round(float(y.std()), 4),
-            "verdict": verdict}
 
 
 def pixel_specs(pixels: int, shape) -> dict:
@@ -83,7 +68,8 @@ def rq3_rows(name, analysis, x_train, y_train, x_test, y_test, n_attack, criteri
             copies = perturbed(network, x_test[:n_attack], y_test[:n_attack], PERTURBATIONS[s],
                                random_state=random_state, batch=100)
         change = np.abs(network.predict(copies).astype(np.float64) - before)
-        moved[s] = f"median |output change| {np.median(change):.3g} rad, {100 * (change > 0.2).mean():.0f} % > 0.2 rad, {t.seconds:.0f} s"
+        moved[s] = (f"median |output change| {np.median(change):.3g} rad, {100 * (change > 0.2).mean():.0f} % > 0.2 rad, "
+                    f"{t.seconds:.0f} s")
         sets[s] = np.concatenate([x_test, copies])
     rows = [{"model": name, "criterion": f"IDC m={analysis.m}",
              **{s: round(100 * analysis.coverage(x).score, 2) for s, x in sets.items()}}]
@@ -147,7 +133,7 @@ def main(argv=None):
     write_table(folder, "rq2", rq2, command=command_line(), title=f"RQ2 on Udacity: IDC on U_O, U_O+S, U_O+DI "
                 f"({args.pixels} pixels)", notes=common + f" Mean ± std over {args.repetitions} draws.")
     write_table(folder, "rq3", rq3, command=command_line(), title="RQ3 on Udacity: coverage (%) of U_O plus noise "
-                f"and adversarial frames", notes=common + f" The attacked sets add copies of the first "
+                "and adversarial frames", notes=common + f" The attacked sets add copies of the first "
                 f"{min(args.attack_inputs, len(x_test))} test frames.")
     for rows in (rq1, rq2, rq3):
         for row in rows:

@@ -21,8 +21,10 @@ import json
 
 import numpy as np
 
-from common import OUTPUTS, UDACITY_MODELS, Timer, udacity
-from udacity_data import BLOCKS, GAP, TEST_BLOCKS, blocked_split, read_angles
+from kit import OUTPUTS, UDACITY_MODELS, Timer, udacity
+from kit.data import BLOCKS, GAP, TEST_BLOCKS, blocked_split, read_angles
+from kit.stats import calibration, steering_scores
+from kit.training import augment, build, keras_epoch, train_epochs
 
 VALIDATION_BLOCK = 4
 
@@ -39,80 +41,6 @@ def validation_split(n_drive: int, train_positions: np.ndarray, block: int = VAL
     return np.flatnonzero(~near), np.flatnonzero(validation)
 
 
-def calibration(predicted: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(a, b) of the least-squares line ``y ~ a * predicted + b``."""
-    predicted, y = np.asarray(predicted, np.float64), np.asarray(y, np.float64)
-    a = float(np.cov(predicted, y, bias=True)[0, 1] / predicted.var())
-    return a, float(y.mean() - a * predicted.mean())
-
-
-def photometric(x: np.ndarray, rng: np.random.Generator, gain: float = 0.2, bias: float = 0.1) -> np.ndarray:
-    """Each frame times a gain from [1 - gain, 1 + gain] plus a bias from [-bias, bias], clipped to [0, 1]."""
-    n = len(x)
-    g = rng.uniform(1 - gain, 1 + gain, n).astype(np.float32)[:, None, None, None]
-    b = rng.uniform(-bias, bias, n).astype(np.float32)[:, None, None, None]
-    return np.clip(x * g + b, 0.0, 1.0)
-
-
-def scores(predicted, y, baseline: float, prefix: str) -> dict:
-    predicted = np.asarray(predicted, np.float64)
-    mse = float(np.mean((predicted - y) ** 2))
-    return {f"{prefix} MSE": round(mse, 4), f"{prefix} x mean": round(mse / baseline, 3),
-            f"{prefix} corr": round(float(np.corrcoef(predicted, y)[0, 1]), 3),
-            f"{prefix} std": round(float(predicted.std()), 3)}
-
-
-def shift(x: np.ndarray, y: np.ndarray, rng: np.random.Generator, limit: int, per_px: float):
-    """Each frame moved sideways by a whole number of pixels from [-limit, limit], the edge column repeated
-    into the uncovered side, and its angle corrected by ``-per_px`` per pixel: scenery moved right looks as
-    if the car had drifted left, so it should steer right (negative angles)."""
-    n, w = len(x), x.shape[2]
-    dx = rng.integers(-limit, limit + 1, n)
-    out = np.empty_like(x)
-    for d in np.unique(dx):   # one gather per offset instead of one per frame
-        idx = np.flatnonzero(dx == d)
-        out[idx] = x[idx][:, :, np.clip(np.arange(w) - d, 0, w - 1)]
-    return out, y - per_px * dx
-
-
-def augment(x: np.ndarray, y: np.ndarray, rng: np.random.Generator, settings: dict):
-    """One epoch's copy of the frames: half flipped left-right with the angle negated, then (``settings``)
-    a random gain and bias (``photometric``) and sideways shifts (``shift`` pixels, ``shift_angle`` rad each)."""
-    flip = rng.random(len(x)) < 0.5
-    xs, ys = np.where(flip[:, None, None, None], x[:, :, ::-1], x), np.where(flip, -y, y)
-    if settings.get("photometric"):
-        xs = photometric(xs, rng)
-    if settings.get("shift"):
-        xs, ys = shift(xs, ys, rng, settings["shift"], settings.get("shift_angle", 0.0))
-    return xs, ys
-
-
-def build(name: str, input_shape, settings: dict, random_state: int = 0):
-    """A zoo steering model, compiled as the recipes train it: the output layer starts at zero (the first
-    predictions are 0 rad, near the drive's mean), Adam with an exponential moving average of the weights
-    (``ema``, default 0.99, about one epoch), MSE loss or Huber's with ``huber`` as its delta."""
-    import keras
-    from idcgen.framework.keras_zoo import DRIVING_MODELS
-    keras.utils.set_random_seed(random_state)
-    model = DRIVING_MODELS[name](tuple(input_shape), random_state=random_state)
-    head = model.get_layer("steering")
-    head.set_weights([np.zeros_like(w) for w in head.get_weights()])
-    ema = settings.get("ema", 0.99)
-    loss = keras.losses.Huber(settings["huber"]) if settings.get("huber") else "mse"
-    model.compile(optimizer=keras.optimizers.Adam(settings["lr"], use_ema=ema > 0, ema_momentum=ema or 0.99), loss=loss)
-    return model
-
-
-def fit_epoch(model, x, y, rng, settings: dict, fraction: float = 1.0) -> float:
-    """One epoch (or a random ``fraction`` of one) of augmented frames; returns the training loss."""
-    if fraction < 1.0:
-        keep = rng.permutation(len(x))[:max(1, round(fraction * len(x)))]
-        x, y = x[keep], y[keep]
-    xs, ys = augment(x, y, rng, settings)
-    fit = model.fit(xs, ys, batch_size=settings.get("batch_size", 32), epochs=1, shuffle=True, verbose=0)
-    return float(fit.history["loss"][-1])
-
-
 def run(name: str, settings: dict, *, epochs: int, random_state: int = 0, tag: str = "",
         block: int = VALIDATION_BLOCK) -> list[dict]:
     x_train, y_train = udacity("train")
@@ -124,24 +52,27 @@ def run(name: str, settings: dict, *, epochs: int, random_state: int = 0, tag: s
     model = build(name, x_train.shape[1:], settings, random_state)
     val_base = float(np.mean((y_val - y_fit.mean()) ** 2))
     test_base = float(np.mean((y_test - y_fit.mean()) ** 2))
-    rows = []
-    for epoch in range(1, epochs + 1):
-        with Timer() as t:
-            loss = fit_epoch(model, x_fit, y_fit, rng, settings)
+    path = OUTPUTS / "udacity_validate" / "log.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def score() -> dict:
         p_val = model.predict(x_val, batch_size=256, verbose=0)[:, 0]
         p_test = model.predict(x_test, batch_size=256, verbose=0)[:, 0]
         a, b = calibration(p_val, y_val)
-        row = {"model": name, "tag": tag, "block": block, "epoch": epoch, **settings, "train loss": round(loss, 4),
-               **scores(p_val, y_val, val_base, "val"), "val a": round(a, 3), "val b": round(b, 4),
-               **scores(p_test, y_test, test_base, "test"),
-               **scores(a * p_test + b, y_test, test_base, "test calibrated"), "seconds": round(t.seconds, 1)}
-        rows.append(row)
-        print(row, flush=True)
-        path = OUTPUTS / "udacity_validate" / "log.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        return {"tag": tag, "block": block, **settings, **steering_scores(p_val, y_val, val_base, "val"),
+                "val a": round(a, 3), "val b": round(b, 4), **steering_scores(p_test, y_test, test_base, "test"),
+                **steering_scores(a * p_test + b, y_test, test_base, "test calibrated")}
+
+    def log(row: dict) -> None:   # each epoch's row as it ends: a stopped run keeps its epochs
         with open(path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
-    return rows
+
+    return train_epochs(name, epochs, frames_epoch(model, x_fit, y_fit, rng, settings), score, after_epoch=log)
+
+
+def frames_epoch(model, x, y, rng, settings: dict):
+    """One epoch of augmented frames (kit.training.augment with ``settings``) at a time, as train_models.py trains."""
+    return keras_epoch(model, x, y, settings.get("batch_size", 32), lambda xs, ys, r: augment(xs, ys, r, settings), rng)
 
 
 #: blocked cross-validation: the 8 training blocks in 4 folds of 2 (one curvy and one straighter each)
@@ -165,11 +96,13 @@ def train_fold(name: str, x, y, fit_idx, held_idx, settings: dict, *, epochs: in
     """Held-out predictions (epochs, len(held_idx)) of a model trained on ``fit_idx`` as train_models.py does."""
     rng = np.random.default_rng(random_state)
     model = build(name, x.shape[1:], settings, random_state)
-    x_fit, y_fit, out = x[fit_idx], y[fit_idx], []
-    for epoch in range(epochs):
-        fit_epoch(model, x_fit, y_fit, rng, settings)
+    out = []
+
+    def score() -> dict:
         out.append(model.predict(x[held_idx], batch_size=256, verbose=0)[:, 0])
-        print(f"  epoch {epoch + 1}: held-out MSE {np.mean((out[-1] - y[held_idx]) ** 2):.4f}", flush=True)
+        return {"held-out MSE": round(float(np.mean((out[-1] - y[held_idx]) ** 2)), 4)}
+
+    train_epochs(f"{name} fold", epochs, frames_epoch(model, x[fit_idx], y[fit_idx], rng, settings), score)
     return np.array(out)
 
 
@@ -208,7 +141,7 @@ def cross_validate(name: str, settings: dict, *, epochs: int, tag: str) -> list[
         for k in range(len(FOLDS)):
             ak, bk = calibration(p[f_all != k], y_all[f_all != k])
             cal[f_all == k] = ak * p[f_all == k] + bk
-        rows.append({"model": name, "tag": tag, **settings, "epoch": e + 1, **scores(p, y_all, baseline, "held-out"),
+        rows.append({"model": name, "tag": tag, **settings, "epoch": e + 1, **steering_scores(p, y_all, baseline, "held-out"),
                      "a": round(a, 3), "b": round(b, 4),
                      "held-out calibrated x mean": round(float(np.mean((cal - y_all) ** 2)) / baseline, 3),
                      "per fold x mean": [round(float(np.mean((p[f_all == k] - y_all[f_all == k]) ** 2) /

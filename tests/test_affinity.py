@@ -10,11 +10,19 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from idcgen.deepbase import (affinity, linear_fit, mi_half_width, mutual_information, parse_measures, parse_units,
-                             pearson, spearman)
+from idcgen import hypotheses as H
+from idcgen.deepbase import (
+    affinity,
+    linear_fit,
+    mi_half_width,
+    mutual_information,
+    parse_measures,
+    parse_units,
+    pearson,
+    spearman,
+)
 from idcgen.errors import InputError, LayerError, ParameterError
 from idcgen.hypotheses import Hypothesis, builtin_hypotheses, evaluate, load_hypotheses
-from idcgen import hypotheses as H
 
 N = 2000
 
@@ -103,6 +111,7 @@ def test_linear_model_equals_scikit_learn_on_the_same_folds():
     from sklearn.model_selection import cross_val_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+
     from idcgen.deepbase.statistics import _folds
     rng = np.random.default_rng(4)
     a = np.maximum(rng.normal(size=(600, 6)), 0) * [3, 1, 1, 2, 1, 1]
@@ -512,11 +521,12 @@ def test_builtin_masks_by_hand():
     assert [h.name for h in builtin_masks()] == ["ink_mask", "edges_mask", "left_mask", "centre_mask"]
     for shape in ((3, 2), (3, 4, 1)):                    # neither a number nor a 4 x 4 mask per input
         with pytest.raises(InputError, match=r"expected \(3,\): one number per input, or \(3, 4, 4\): a mask"):
-            evaluate(Hypothesis("bad", lambda x, y: np.zeros(shape)), x, None, masks=True)
+            evaluate(Hypothesis("bad", lambda x, y: np.zeros(shape)), x, None, masks=True)  # noqa: B023 (run at once)
 
 
 def test_command_with_masks(tmp_path):
     import keras
+
     from idcgen.cli import app
     keras.utils.set_random_seed(0)
     inputs = keras.Input((28, 28, 1))

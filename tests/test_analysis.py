@@ -2,8 +2,8 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import small_cnn
+
 from idcgen.errors import AnalysisMismatchError, InputError, LayerError, ParameterError
 
 
@@ -131,6 +131,7 @@ def test_save_refuses_to_replace_other_folders(analysed, tmp_path):
 
 def test_save_never_replaces_another_analysis_silently(analysed, tmp_path):
     import dataclasses
+
     from idcgen.analysis import Analysis
     other = dataclasses.replace(analysed, neurons=analysed.neurons[::-1].copy())  # another result, same model
     analysed.save(tmp_path / "a")
@@ -172,6 +173,7 @@ def test_saved_folder_follows_the_umask(analysed, tmp_path):
 
 def test_constant_neuron_is_reported_not_dropped():
     import keras
+
     from idcgen.analysis import analyze
     inputs = keras.Input((4,))
     h = keras.layers.Dense(3, activation="relu", name="h")(inputs)
@@ -194,8 +196,8 @@ def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, mo
     # the whole (inputs x neurons) relevance and activation matrices give.
     import idcgen.analysis.passes as analysis_module
     from idcgen.clusters import cluster_neuron
-    from idcgen.importance import importance, top_neurons
     from idcgen.framework import Network
+    from idcgen.importance import importance, top_neurons
     from idcgen.relevance import Relevance
     model, _ = trained_lenet
     x, y = digits[0][:700], digits[1][:700]

@@ -191,7 +191,8 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
     ("pass overwrite=True to replace it", "pass --force to replace it"),
     # a mutator's own parameters and layers' names are not options: left as they are
     ("The 'limit' parameter of rotate must be a float", "The 'limit' parameter of rotate must be a float"),
-    ("bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'", "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'"),
+    ("bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'",
+     "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'"),
     ("split='test' was asked for", "split='test' was asked for"),
 ])
 def test_errors_name_flags(message, expected):

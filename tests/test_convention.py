@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from idcgen.cli import app
 from idcgen.convention import InputConvention, infer_image_shape, parse_image_shape, parse_preprocess, parse_value_range
-from idcgen.framework.keras_convention import from_model, prepare
 from idcgen.errors import InputError, ParameterError
+from idcgen.framework.keras_convention import from_model, prepare
 
 runner = CliRunner()
 TORCH_MEAN, TORCH_STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
@@ -145,6 +145,7 @@ def test_preprocess_conflicts_are_refused(rescaling_model):
 ])
 def test_preprocess_wrapper_equals_the_arithmetic_by_hand(spec, by_hand):
     import keras
+
     from idcgen.framework import Network
     keras.utils.set_random_seed(1)
     L = keras.layers

@@ -3,14 +3,25 @@
 
 import numpy as np
 import pytest
+from conftest import small_cnn
 from scipy.stats import gaussian_kde
 
-from conftest import small_cnn
 from idcgen.coverage import CoverageResult
-from idcgen.criteria import (CRITERIA, CriterionTracker, DistanceSurpriseCoverage, KMultisectionCoverage,
-                             LikelihoodSurpriseCoverage, NeuronBoundaryCoverage, NeuronCoverage,
-                             StrongNeuronActivationCoverage, TopKNeuronCoverage, default_neuron_layers,
-                             make_criterion, parse_criteria, parse_spec)
+from idcgen.criteria import (
+    CRITERIA,
+    CriterionTracker,
+    DistanceSurpriseCoverage,
+    KMultisectionCoverage,
+    LikelihoodSurpriseCoverage,
+    NeuronBoundaryCoverage,
+    NeuronCoverage,
+    StrongNeuronActivationCoverage,
+    TopKNeuronCoverage,
+    default_neuron_layers,
+    make_criterion,
+    parse_criteria,
+    parse_spec,
+)
 from idcgen.errors import InputError, LayerError, ParameterError
 
 # ------------------------------------------------------------------ tiny models with hand-set weights
@@ -61,6 +72,7 @@ def fitted(cls, net, **params):
 
 def test_default_neuron_layers_take_the_relu_output_of_weighted_layers(hand_net):
     import keras
+
     from idcgen.framework import Network
     assert default_neuron_layers(hand_net) == ["h"]
     assert default_neuron_layers(Network(small_cnn())) == ["conv1", "conv2", "fc"]
@@ -101,6 +113,7 @@ def _conv_net():
     """Input 2x2x1 -> 1x1 conv "conv" (channel 0 = x, channel 1 = x / 2 + 1) -> Flatten -> Dense(3, relu) "fc"
     (x[0, 0], x[1, 1], 0) -> Dense(2) logits -> softmax."""
     import keras
+
     from idcgen.framework import Network
     L = keras.layers
     inputs = keras.Input((2, 2, 1))
@@ -231,6 +244,7 @@ def test_neuron_criteria_need_no_data_or_one_pass(hand_net):
 
 def test_fit_is_batched(hand_net):
     import keras
+
     from idcgen.framework import Network
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 2)).astype(np.float32) * 3
@@ -412,7 +426,9 @@ def test_lsa_groups_training_inputs_by_prediction(sa_net):
 def test_surprise_coverage_cli_equals_api(trained_lenet, digits, tmp_path):
     """The CLI (which has labels) and the API (with or without them) group by prediction alike."""
     import json
+
     from typer.testing import CliRunner
+
     from idcgen.cli import app
     from idcgen.data import fit_to_model, load_inputs
     model, path = trained_lenet
@@ -452,6 +468,7 @@ def test_surprise_buckets_and_bounds(sa_net):
 @pytest.fixture(scope="module")
 def cnn_data():
     import keras
+
     from idcgen.framework import Network
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -605,8 +622,8 @@ def test_parameter_errors(name, params, message, hand_net):
 def test_usage_errors(hand_net, sa_net):
     for name in CRITERIA:
         criterion = make_criterion(name)
-        for use in (lambda: criterion.coverage(hand_net, X_TEST), criterion.tracker,
-                    lambda: criterion.features(hand_net, X_TEST)):
+        for use in (lambda: criterion.coverage(hand_net, X_TEST), criterion.tracker,  # noqa: B023 (run at once)
+                    lambda: criterion.features(hand_net, X_TEST)):  # noqa: B023
             message = f"this {type(criterion).__name__} is not fitted yet: call fit first"
             with pytest.raises(ParameterError, match=message):
                 use()

@@ -11,8 +11,7 @@ import pytest
 from PIL import Image
 
 from idcgen import data
-from idcgen.data import named
-from idcgen.data import Dataset, check_labels, embedded_mnist, fit_to_model, load_inputs
+from idcgen.data import Dataset, check_labels, embedded_mnist, fit_to_model, load_inputs, named
 from idcgen.errors import InputError, ParameterError
 
 
@@ -377,7 +376,8 @@ def test_mnist_local_copy(monkeypatch):
 
 
 def test_missing_path_or_name():
-    known = r"\(known datasets: embedded-mnist, mnist, fashion-mnist\)"
+    # the built-in datasets first (a recipe's kit, imported by other tests in this process, adds its own after)
+    known = r"\(known datasets: embedded-mnist, mnist, fashion-mnist, cifar10[,)]"
     with pytest.raises(InputError, match=r"no such file, folder or dataset: nope\.npz " + known):
         load_inputs("nope.npz")
 
@@ -539,7 +539,8 @@ def test_a_registered_dataset_is_loaded_by_name(digits):
         return (x[:4], y[:4], "tiny:train") if split == "train" else (x[4:], y[4:], f"tiny:{split}")
     try:
         assert load_inputs("TINY:train").source == "tiny:train" and len(load_inputs("tiny-digits")) == 2
-        with pytest.raises(InputError, match="known datasets: embedded-mnist, mnist, fashion-mnist, tiny-digits"):
+        known = r"known datasets: embedded-mnist, mnist, fashion-mnist, cifar10, (.+, )?tiny-digits"
+        with pytest.raises(InputError, match=known):
             load_inputs("no-such-set")
     finally:   # registered for this test only
         del named.DATASETS["tiny-digits"], named.ALIASES["tiny"]
@@ -559,3 +560,56 @@ def test_a_registered_reader_reads_its_files(monkeypatch, tmp_path, digits):
     with pytest.raises(InputError, match="has no train/test split"):   # a reader without splits refuses one
         load_inputs(tmp_path / "d.raw", split="train")
     assert not data.is_image_folder(tmp_path / "d.raw") and data.is_image_folder(tmp_path)
+
+
+def test_cifar10_reads_the_python_batches_and_the_jpeg_layout(tmp_path, monkeypatch):
+    import io
+    import pickle
+    import zipfile
+
+    from PIL import Image
+
+    from idcgen.data.named import CIFAR10_CLASSES
+    rng = np.random.default_rng(0)
+    # the official python version: 5 training batches and a test batch of (n, 3072) rows, channels first
+    batches = tmp_path / "batches"
+    batches.mkdir()
+    images = rng.integers(0, 256, (12, 32, 32, 3), dtype=np.uint8)
+    for i, name in enumerate([f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]):
+        part = images[2 * i:2 * i + 2]
+        rows = part.transpose(0, 3, 1, 2).reshape(2, -1)
+        (batches / name).write_bytes(pickle.dumps({b"data": rows, b"labels": [i, 9 - i]}))
+    monkeypatch.setenv("IDCGEN_CIFAR10", str(batches))
+    train, test = load_inputs("cifar10:train", scale="none"), load_inputs("cifar10:test", scale="none")
+    assert train.x.shape == (10, 32, 32, 3) and test.x.shape == (2, 32, 32, 3)
+    np.testing.assert_array_equal(train.x, images[:10])
+    np.testing.assert_array_equal(test.x, images[10:])
+    assert train.y.tolist() == [0, 9, 1, 8, 2, 7, 3, 6, 4, 5] and test.y.tolist() == [5, 4]
+    assert load_inputs("cifar-10:all", scale="none").x.shape == (12, 32, 32, 3)
+
+    # the JPEG layout: a zip of train/<class>/*.jpg and an .npz of the test images, each put in one fixed order
+    jpeg = tmp_path / "jpeg"
+    jpeg.mkdir()
+    flat = np.full((20, 32, 32, 3), 0, np.uint8)
+    for i in range(20):
+        flat[i] = 10 * i   # one flat grey level per image: JPEG keeps it exactly
+    with zipfile.ZipFile(jpeg / "cifar10_train_jpg.zip", "w") as archive:
+        for i in range(20):
+            buffer = io.BytesIO()
+            Image.fromarray(flat[i]).save(buffer, format="JPEG", quality=95)
+            archive.writestr(f"train/{CIFAR10_CLASSES[i % 10]}/{i:04d}.jpg", buffer.getvalue())
+    np.savez(jpeg / "cifar10_test.npz", x=flat[:6], y=np.arange(6))
+    np.savez(jpeg / "other_test_first100.npz", x_test=flat[:1], y_test=np.arange(1))   # not the test split
+    monkeypatch.setenv("IDCGEN_CIFAR10", str(jpeg))
+    train = load_inputs("cifar10:train", scale="none")
+    grey = train.x[:, 0, 0, 0].astype(int)
+    assert sorted(np.rint(grey / 10).astype(int).tolist()) == list(range(20))     # every image, once
+    assert grey.tolist() != sorted(grey.tolist())                                 # in a mixed order
+    assert (train.y == np.rint(grey / 10).astype(int) % 10).all()                 # labels: the class folders
+    assert train.y.tolist() == load_inputs("cifar10:train", scale="none").y.tolist()   # the same order each time
+    test = load_inputs("cifar10:test", scale="none")
+    assert sorted(test.y.tolist()) == list(range(6)) and (test.x[:, 0, 0, 0] == 10 * test.y).all()
+
+    monkeypatch.setenv("IDCGEN_CIFAR10", str(tmp_path / "nowhere"))
+    with pytest.raises(InputError, match="IDCGEN_CIFAR10 points to .*nowhere, which is not a folder"):
+        load_inputs("cifar10:test")

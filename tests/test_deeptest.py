@@ -1,5 +1,5 @@
 """DeepTest's metamorphic oracle (idcgen.fuzz.deeptest), its transforms (idcgen.fuzz.mutators.deeptest) and
-the Udacity recipes' blocked split of the real steering angles (recipes/udacity_data.py)."""
+the Udacity recipes' blocked split of the real steering angles (recipes/kit/data.py)."""
 
 import sys
 from pathlib import Path
@@ -73,6 +73,7 @@ def test_refuses_classifiers_unlabelled_seeds_and_bad_parameters_in_one_line():
 
 def steering_setup(n=40):
     import keras
+
     from idcgen.analysis import analyze
     from idcgen.framework import Network
     keras.utils.set_random_seed(0)
@@ -88,6 +89,7 @@ def steering_setup(n=40):
 
 def test_a_campaign_records_the_seeds_mse_and_its_findings_break_the_relation(tmp_path):
     import json
+
     from idcgen.export import export_campaign
     from idcgen.fuzz.fuzzer import Fuzzer
     network, x, y, found = steering_setup()
@@ -204,9 +206,10 @@ def test_bad_parameters_get_one_line():
 @pytest.fixture()
 def udacity_data(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "recipes"))
-    sys.modules.pop("udacity_data", None)
-    import udacity_data
-    return udacity_data
+    for name in [n for n in sys.modules if n == "kit" or n.startswith("kit.")]:
+        del sys.modules[name]
+    import kit.data
+    return kit.data
 
 
 def test_blocked_split_by_hand(udacity_data):

@@ -225,6 +225,7 @@ UDACITY = __import__("pathlib").Path(__file__).resolve().parents[1] / ".." / "sh
 @pytest.mark.skipif(not UDACITY.exists(), reason="the Udacity frames (../shared) are not here")
 def test_on_udacity_frames_the_scene_rule_keeps_what_deephunter_drops():
     import zipfile
+
     import cv2
     with zipfile.ZipFile(UDACITY) as z:
         names = sorted(n for n in z.namelist() if n.endswith((".jpg", ".png")))[::350][:16]
@@ -239,6 +240,7 @@ def test_on_udacity_frames_the_scene_rule_keeps_what_deephunter_drops():
 
 def test_mutators_command_says_which_rule():
     from typer.testing import CliRunner
+
     from idcgen.cli import app
     result = CliRunner().invoke(app, ["mutators"])
     assert result.exit_code == 0

@@ -99,6 +99,7 @@ def test_the_input_convention_is_a_field_of_the_network(trained_lenet):
 
 def test_an_lrp_rule_is_one_registered_class(monkeypatch):
     import keras
+
     from idcgen.framework import keras_lrp
     from idcgen.framework.keras_lrp import Epsilon, PassThrough, Rule, register, rule_of
     assert isinstance(rule_of(keras.layers.Dense(2)), Epsilon)

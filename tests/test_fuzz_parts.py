@@ -12,8 +12,10 @@ from idcgen.fuzz.validity import Validity
 
 def test_validity_bounds_by_hand():
     ref = np.zeros((1, 10, 10, 1), np.float32)                 # 100 pixels: L0 bound 0.02 * 100 = 2
-    one_big = ref.copy(); one_big[0, 0, 0] = 1.0                # L0 = 1 < 2: valid whatever L-inf
-    two_big = ref.copy(); two_big[0, 0, :2] = 1.0               # L0 = 2, L-inf 1 > 0.2: invalid
+    one_big = ref.copy()
+    one_big[0, 0, 0] = 1.0                                      # L0 = 1 < 2: valid whatever L-inf
+    two_big = ref.copy()
+    two_big[0, 0, :2] = 1.0                                     # L0 = 2, L-inf 1 > 0.2: invalid
     all_small = ref + 0.2                                       # L-inf = 0.2 <= 0.2: valid
     all_bigger = ref + 0.21                                     # invalid
     rounding = ref + 0.001                                      # below half a uint8 step: no change

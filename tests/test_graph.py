@@ -244,6 +244,7 @@ def test_refuses_layers_it_cannot_explain():
 def test_chain_model_equals_layer_by_layer_epsilon_rule():
     # On a chain (LeNet-5) the graph walk must give what the plain layer-by-layer epsilon rule gives.
     import tensorflow as tf
+
     from idcgen.framework.keras_graph import without_activation
     from idcgen.framework.keras_zoo import lenet5
     model = lenet5()

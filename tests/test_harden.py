@@ -20,8 +20,8 @@ def campaign(trained_lenet, digits, tmp_path_factory):
 
 
 def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
-    from idcgen.hardening import campaign_augmentations
     from idcgen.framework import Network
+    from idcgen.hardening import campaign_augmentations
     guided, control = campaign_augmentations(campaign, Network(trained_lenet[0]))
     kept = campaign.corpus.parent >= 0
     assert len(guided.y) == len(control.y) == kept.sum() > 0
@@ -48,8 +48,8 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
 
 
 def test_harden_refuses_bad_input(campaign, digits):
-    from idcgen.hardening import harden, retrain
     from idcgen.framework.keras_zoo import lenet1
+    from idcgen.hardening import harden, retrain
     x_train, y_train, x_test, y_test = digits
     with pytest.raises(InputError, match="another model"):
         harden(lenet1(), x_train[:10], y_train[:10], campaign, x_test[:10], y_test[:10], progress=False)
@@ -62,11 +62,12 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     in 0..255. The original model's row must equal the same perturbations of the [0, 1] test set measured
     on the bare LeNet-1 (amounts are fractions of the range; FGSM/BIM signs are unchanged by the scale)."""
     import keras
+
     from idcgen.analysis import analyze
+    from idcgen.framework import Network
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import MutationContext, make_mutator
     from idcgen.hardening import EVALUATIONS, harden, robustness
-    from idcgen.framework import Network
     lenet, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
     wrapped = keras.Sequential([keras.Input((28, 28)), keras.layers.Rescaling(1 / 255),

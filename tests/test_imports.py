@@ -1,4 +1,5 @@
-"""The module graph of idcgen: no import cycle, no back-edge into a higher layer, the framework behind one
+"""The module graph of idcgen: no import cycle (nor anywhere in the repository: recipes, benchmarks, tests; and no
+recipe script imports another), no back-edge into a higher layer, the framework behind one
 boundary (only idcgen/framework's implementation modules import Keras or TensorFlow), and modules that need
 only numpy import without TensorFlow (a notebook or a Ray worker that only reads campaigns should not pay for
 it)."""
@@ -14,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening"}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
-NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters", "idcgen.coverage",
+NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters",
+              "idcgen.coverage",
               "idcgen.importance", "idcgen.data", "idcgen.data.dataset", "idcgen.data.readers", "idcgen.data.named",
               "idcgen.data.fitting", "idcgen.data.loading", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
               "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
@@ -119,6 +121,84 @@ def test_no_import_cycle():
     edges = graph()
     assert "idcgen.fuzz.mutators.base" in edges["idcgen.fuzz.mutators.attacks"]   # the parser sees relative imports
     assert cycles(edges) == []
+
+
+#: the folders whose files import one another by top-level name (each is on sys.path when its files run)
+SCRIPT_ROOTS = ("recipes", "benchmarks", "tests")
+
+
+def repository_graph() -> dict:
+    """The import graph of every Python file in the repository: idcgen's modules by their dotted names, and
+    the files of each script folder (SCRIPT_ROOTS: ``recipes/rq1.py`` is ``recipes:rq1``, ``recipes/kit/data.py``
+    ``recipes:kit.data``) by the names they import each other by; an import resolves within its own folder
+    first, then in idcgen."""
+    repo = PACKAGE.parent
+    edges = {name: {t for t in targets} for name, targets in graph().items()}
+    package_modules = set(edges)
+    for root in SCRIPT_ROOTS:
+        files = sorted(p for p in (repo / root).rglob("*.py") if "venv" not in p.parts)
+        names = {p: ".".join(p.relative_to(repo / root).with_suffix("").parts).removesuffix(".__init__") for p in files}
+        local = set(names.values())
+        for path, name in names.items():
+            found = set()
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    targets = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    stem = node.module or ""
+                    if node.level:
+                        base = package.split(".")[:len(package.split(".")) - node.level + 1] if package else []
+                        stem = ".".join([*base, *([node.module] if node.module else [])])
+                    targets = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+                else:
+                    continue
+                for target in targets:
+                    for known, prefix in ((local, f"{root}:"), (package_modules, "")):
+                        t = target
+                        while t and t not in known:
+                            t = t.rpartition(".")[0]
+                        if t:
+                            if prefix + t != f"{root}:{name}" and not name.startswith(t + "."):
+                                found.add(prefix + t)
+                            break
+            edges[f"{root}:{name}"] = found
+    return edges
+
+
+def test_no_import_cycle_anywhere_in_the_repository():
+    edges = repository_graph()
+    assert "recipes:kit.paths" in edges["recipes:kit.models"]   # relative imports inside the recipes' kit
+    assert "recipes:kit" in edges["recipes:rq1_important_vs_random"] and "idcgen.data" in edges["recipes:kit.data"]
+    assert "tests:test_recipes" in edges["tests:test_prioritization_recipes"]   # script folders see each other's files
+    assert cycles(edges) == []
+
+
+def test_no_recipe_script_imports_another():
+    # a recipe is a script: what two recipes share lives in recipes/kit, which imports no script
+    scripts = {f"recipes:{p.stem}" for p in (PACKAGE.parent / "recipes").glob("*.py")}
+    assert "recipes:rq1_important_vs_random" in scripts and "recipes:kit" not in scripts
+    edges = repository_graph()
+    found = {(source, target) for source, targets in edges.items() if source.startswith("recipes:")
+             for target in targets if target in scripts}
+    assert found == set()
+
+
+def test_the_repository_graph_sees_an_import_between_scripts(tmp_path, monkeypatch):
+    # the checks above are only as good as the graph: a script importing another, and a cycle, are found
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "idcgen")
+    (tmp_path / "idcgen").mkdir()
+    (tmp_path / "idcgen" / "__init__.py").write_text("")
+    for root in SCRIPT_ROOTS:
+        (tmp_path / root).mkdir()
+    (tmp_path / "recipes" / "kit").mkdir()
+    (tmp_path / "recipes" / "kit" / "__init__.py").write_text("from .data import load\n")
+    (tmp_path / "recipes" / "kit" / "data.py").write_text("import idcgen\ndef load():\n    from rq1 import x\n")
+    (tmp_path / "recipes" / "rq1.py").write_text("from kit import load\nx = 1\n")
+    (tmp_path / "recipes" / "rq2.py").write_text("import rq1\n")
+    edges = repository_graph()
+    assert edges["recipes:rq2"] == {"recipes:rq1"} and edges["recipes:kit.data"] == {"idcgen", "recipes:rq1"}
+    assert cycles(edges) == [["recipes:kit", "recipes:kit.data", "recipes:rq1"]]
 
 
 def test_no_back_edge_into_the_command_layer():

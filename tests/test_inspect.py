@@ -8,9 +8,19 @@ import numpy as np
 import pytest
 
 import idcgen
+from idcgen.deepinspect import (
+    aucec,
+    avg_bias,
+    avg_confusion_difference,
+    confusion_matrix,
+    cutoffs,
+    napvd,
+    precision_recall,
+    spearman,
+    top_count,
+    type1_confusion,
+)
 from idcgen.errors import InputError, LayerError, ParameterError
-from idcgen.deepinspect import (aucec, avg_bias, avg_confusion_difference, confusion_matrix, cutoffs, napvd, precision_recall,
-                            spearman, top_count, type1_confusion)
 
 
 def hand_model(dead: bool = False):
@@ -331,15 +341,14 @@ def test_deepinspect_recipe_smoke(tmp_path, monkeypatch, digits):
     model.save(tmp_path / "models" / "lenet5_embedded_mnist.keras")
     monkeypatch.setenv("IDCGEN_OUTPUTS", str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "recipes"))
-    for name in ("common", "train_models", "deepinspect"):
-        sys.modules.pop(name, None)
+    forget = lambda: [sys.modules.pop(n) for n in list(sys.modules) if n in ("kit", "deepinspect") or n.startswith("kit.")]
+    forget()
     try:
         module = importlib.import_module("deepinspect")
         monkeypatch.setattr(sys, "argv", [module.__file__])
         rows = module.main(["--runs", "embedded-mnist:lenet5", "--test", "500", "--train", "500", "--random-draws", "2"])
     finally:
-        for name in ("common", "train_models", "deepinspect"):
-            sys.modules.pop(name, None)
+        forget()
     views = [r["neurons"].split(" ")[0] for r in rows["confusion"]]
     assert views == ["all", "important", "layer", "random"] and len(rows["bias"]) == 4
     assert all(r["inputs"] == 500 for r in rows["confusion"])

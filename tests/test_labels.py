@@ -4,7 +4,6 @@ a trained LeNet through the library and the CLI (docs/design.md: inputs)."""
 import json
 
 import numpy as np
-import pytest
 from PIL import Image
 from typer.testing import CliRunner
 

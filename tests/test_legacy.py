@@ -9,9 +9,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import small_cnn
 from typer.testing import CliRunner
 
-from conftest import small_cnn
 from idcgen.cli import app
 from idcgen.errors import ModelError
 from idcgen.framework import load_model

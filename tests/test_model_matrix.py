@@ -15,11 +15,15 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 def matrix(tmp_path, monkeypatch):
     monkeypatch.setenv("IDCGEN_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.syspath_prepend(str(RECIPES))
-    for name in ("common", "model_matrix"):
-        sys.modules.pop(name, None)
+    forget()
     yield importlib.import_module("model_matrix")
-    for name in ("common", "model_matrix"):  # the next importer reads its own environment
-        sys.modules.pop(name, None)
+    forget()   # the next importer reads its own environment
+
+
+def forget():
+    for name in list(sys.modules):
+        if name in ("kit", "model_matrix") or name.startswith("kit."):
+            del sys.modules[name]
 
 
 def residual_cnn():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-
 from conftest import hand_dense, small_cnn
+
 from idcgen.errors import LayerError, ModelError
 
 SHARED = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared"
@@ -84,6 +84,7 @@ def test_fingerprint_changes_with_weights():
 
 def test_forward_taps_channels_as_spatial_mean():
     import keras
+
     from idcgen.framework import Network
     model = small_cnn()
     net = Network(model, batch_size=4)
@@ -96,6 +97,7 @@ def test_forward_taps_channels_as_spatial_mean():
 
 def test_zoo_models_are_seeded_without_touching_the_global_generator():
     import numpy as np
+
     from idcgen.framework.keras_zoo import lenet5
     np.random.seed(7)
     expected = np.random.rand()
@@ -112,6 +114,7 @@ def test_zoo_models_are_seeded_without_touching_the_global_generator():
 def test_output_that_is_not_a_head_is_refused():
     # a model cut after its Flatten would be taken as 196 "classes"; a Dense(1) regression head stays usable
     import keras
+
     from idcgen.framework import Network
     inputs = keras.Input((28, 28, 1))
     x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)

@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 
 from idcgen.errors import InputError, ParameterError
-from idcgen.fuzz.mutators import (DEFAULT_MUTATORS, REGISTRY, MutationContext, describe_mutators, make_mutator,
-                                  parse_mutators)
+from idcgen.fuzz.mutators import (
+    DEFAULT_MUTATORS,
+    REGISTRY,
+    MutationContext,
+    describe_mutators,
+    make_mutator,
+    parse_mutators,
+)
 from idcgen.fuzz.mutators.noise import pixel_count
 
 #: Small settings for the slow attacks; every other mutator runs with its defaults.
@@ -137,6 +143,7 @@ def test_relevant_pixels_hits_the_most_relevant(channels, nets):
 @pytest.mark.parametrize("n, k", [(144, 2), (144, 30), (8, 3), (6, 5)])   # sparse (redraws), dense (partition)
 def test_distinct_positions_are_uniform_subsets(n, k):
     from itertools import combinations
+
     from idcgen.fuzz.mutators.noise import distinct_positions
     draws = 30_000 if n > 10 else 1_000 * math.comb(n, k)
     positions = distinct_positions(np.random.default_rng(0), draws, n, k)
@@ -196,6 +203,7 @@ AFFINE_CASES = [dict(rotate=17.0), dict(rotate=-25.0, scale=0.85), dict(shear=12
 def test_warp_affine_matches_albumentations(case, shape):
     import albumentations as A
     import cv2
+
     from idcgen.fuzz.mutators.geometry import affine_matrices, warp_affine
     rotate, scale, shear = case.get("rotate", 0.0), case.get("scale", 1.0), case.get("shear", 0.0)
     tx, ty = case.get("translate", (0, 0))
@@ -226,6 +234,7 @@ def test_affine_mutators_draw_as_documented(name, nets):
     """rotate/scale/shear draw one uniform value per image from their range, in batch order."""
     import albumentations as A
     import cv2
+
     from idcgen.fuzz.mutators.geometry import affine_matrices, warp_affine
     x, mutator = batch(5), make_mutator(name)
     out = mutator.mutate(x, np.random.default_rng(3), context(nets[1], 5))

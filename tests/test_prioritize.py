@@ -11,11 +11,18 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-import idcgen
 from idcgen.cli import app
 from idcgen.errors import InputError, ParameterError
-from idcgen.prioritization import (additional_order, apfd, evaluate, found_at, orderings, prioritize, rank_by,
-                                   softmax_priority)
+from idcgen.prioritization import (
+    additional_order,
+    apfd,
+    evaluate,
+    found_at,
+    orderings,
+    prioritize,
+    rank_by,
+    softmax_priority,
+)
 
 runner = CliRunner()
 

@@ -200,6 +200,7 @@ class TestOnTwoWorkers:
         # two folder trees (class subfolders of PNGs named by words) as two shards, class 0 missing from the
         # second: every shard labels d<k> as k (the union of the shards' folders), in the shards' file order
         from PIL import Image
+
         import idcgen
         model, _ = trained_lenet
         pick = np.random.default_rng(0).permutation(len(digits[3]))[:160]   # the test set is sorted by class
@@ -258,7 +259,9 @@ def test_python_entries_on_one_worker(trained_lenet, digits):
 def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
     # `idcgen analyze --train 'PATTERN' --workers 2`, in this process (its Ray), equals the in-memory analysis
     import json
+
     from typer.testing import CliRunner
+
     import idcgen
     from idcgen.cli import app
     model, path = trained_lenet
@@ -305,7 +308,9 @@ def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
 def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
     # --workers maps the forward passes on Ray workers: the same JSON as in one process (timings aside)
     import json
+
     from typer.testing import CliRunner
+
     from idcgen.cli import app
     _, path = trained_lenet
     np.savez(tmp_path / "test.npz", x=digits[2][:600], y=digits[3][:600])
@@ -322,7 +327,7 @@ def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
                                     "--workers", "1", "--out", str(tmp_path / "inspect" / "shards")])
     assert done.exit_code == 0, done.output
     runs["inspect", "shards"] = json.loads(done.stdout.strip().splitlines()[-1])
-    from PIL import Image   # folder shards with word-named classes (d0..d9, d0 missing from one): named pairs
+    from PIL import Image  # folder shards with word-named classes (d0..d9, d0 missing from one): named pairs
     for n, i in enumerate(np.random.default_rng(0).permutation(len(digits[3]))[:200]):   # sorted by class
         if n >= 100 and digits[3][i] == 0:
             continue
@@ -399,8 +404,8 @@ def first_run(fuzz_setup, tmp_path_factory):
 
 
 def test_two_workers_share_what_they_cover(first_run):
-    from idcgen.fuzz.campaign import Campaign
     from idcgen.distributed.parallel import worker_seed
+    from idcgen.fuzz.campaign import Campaign
     out, first = first_run
     assert [w["execs"] for w in first["workers"]] == [800, 800] and first["execs"] == 1600
     parts = [Campaign.load(out / f"worker-{i}") for i in range(2)]
@@ -426,6 +431,7 @@ def test_two_workers_share_what_they_cover(first_run):
 def test_resume_and_a_killed_worker_restarted_from_its_last_commit(first_run, fuzz_setup):
     import json
     import signal
+
     import idcgen.distributed as dist
     from idcgen.fuzz.campaign import Campaign
     path, analysis, x, y = fuzz_setup
@@ -457,9 +463,11 @@ def test_parallel_steering_campaign_loads_its_training_frames_as_one_process_doe
     # fuzz --workers 2 --train FRAMES: the frames get --crop, --resize and --labels as the seeds do (they were
     # once loaded without them, so the analysis saw uncropped frames without their angles)
     import json
-    from typer.testing import CliRunner
-    from idcgen.cli import app
+
     from test_regression import frames, steering_model
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
     monkeypatch.chdir(tmp_path)
     ids = frames(tmp_path / "frames", n=24, size=(14, 12))
     csv = tmp_path / "steer.csv"

@@ -33,6 +33,7 @@ def test_conv_classifier_is_the_logits_not_a_hidden_layer():
 
 def test_mobilenetv3small_logits():
     import keras
+
     from idcgen.framework.keras_network import KerasNetwork
     model = keras.applications.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=10,
                                                 include_preprocessing=False)
@@ -52,6 +53,7 @@ def test_mobilenetv3small_logits():
 
 def test_a_dead_layer_is_refused_not_fully_covered():
     import keras
+
     from idcgen.analysis import analyze
     from idcgen.errors import LayerError
     L = keras.layers
@@ -93,6 +95,7 @@ def test_a_mutator_that_cannot_run_on_the_model_is_refused_before_the_campaign()
 
 def test_rules_and_approximations_are_stated():
     import keras
+
     from idcgen.framework.keras_network import KerasNetwork
     network = KerasNetwork(keras.applications.EfficientNetB0(weights=None, input_shape=(32, 32, 3), classes=10))
     notes = network.rule_notes(None)
@@ -105,6 +108,7 @@ def test_rules_and_approximations_are_stated():
 
 def test_layers_names_the_usable_subject_layers(tmp_path):
     from typer.testing import CliRunner
+
     from idcgen.analysis import analyze
     from idcgen.cli import app
     model = unexplained_cnn()
@@ -184,6 +188,7 @@ def lambda_model(function):
 
 def test_a_python_lambda_using_tf_runs_after_loading(tmp_path):
     import tensorflow as tf
+
     from idcgen.framework.keras_legacy import model_from_architecture
     from idcgen.framework.keras_network import load_model
     # DeepXplore's Dave_orig head, written where tf is a module global
@@ -200,6 +205,7 @@ def test_a_python_lambda_using_tf_runs_after_loading(tmp_path):
 
 def test_a_lambda_calling_a_missing_function_is_named():
     import json
+
     from idcgen.errors import ModelError
     from idcgen.framework.keras_legacy import model_from_architecture
 

@@ -22,26 +22,42 @@ def outputs(tmp_path_factory):
     return tmp_path_factory.mktemp("outputs")
 
 
+SCRIPTS = {p.stem for p in RECIPES.glob("*.py")}
+
+
+def forget_recipes():
+    """Drop the recipe scripts and their kit from sys.modules: the next import reads its own environment."""
+    for name in list(sys.modules):
+        if name in SCRIPTS or name == "kit" or name.startswith("kit."):
+            del sys.modules[name]
+
+
 @pytest.fixture
 def recipe(outputs, monkeypatch):
     """Import a recipe module with IDCGEN_OUTPUTS pointing at the temporary folder; forget it afterwards."""
     monkeypatch.setenv("IDCGEN_OUTPUTS", str(outputs))
     monkeypatch.syspath_prepend(str(RECIPES))
-    names = ["common", "train_models"]
+    forget_recipes()
 
     def load(name):
-        names.append(name)
-        for module in ("common", "train_models", name):  # common reads IDCGEN_OUTPUTS at import
-            if module in sys.modules:
-                importlib.reload(sys.modules[module])
-            else:
-                importlib.import_module(module)
-        assert sys.modules["common"].OUTPUTS == outputs
-        return sys.modules[name]
+        module = importlib.import_module(name)
+        assert importlib.import_module("kit").OUTPUTS == outputs   # kit.paths reads IDCGEN_OUTPUTS at import
+        return module
 
     yield load
-    for name in names:  # the next importer reads its own environment
-        sys.modules.pop(name, None)
+    forget_recipes()
+
+
+@pytest.fixture
+def trained(recipe, outputs):
+    """``trained(name, ...)``: the recipe models on the embedded digits, trained once per module by
+    recipes/train_models.py with its settings (no recipe trains a model it does not find)."""
+    def train(*names, dataset="embedded-mnist"):
+        train_models = recipe("train_models")
+        for name in names:
+            if not train_models.model_path(name, dataset).exists():
+                train_models.train_one(name, dataset=dataset)
+    return train
 
 
 def read_csv(path):
@@ -60,7 +76,8 @@ def run_recipe(module, argv, monkeypatch):
     return module.main(argv)
 
 
-def test_rq1_smoke(recipe, outputs, monkeypatch):
+def test_rq1_smoke(recipe, outputs, monkeypatch, trained):
+    trained("lenet5")
     rq1 = recipe("rq1_important_vs_random")
     run_recipe(rq1, ["--dataset", "embedded-mnist", "--models", "lenet5", "--inputs", "200", "--repetitions", "2"], monkeypatch)
     folder = outputs / "rq1_important_vs_random"
@@ -81,14 +98,15 @@ def test_rq1_smoke(recipe, outputs, monkeypatch):
     runs = read_csv(folder / "runs_embedded_mnist.csv")
     assert [r["repetition"] for r in runs] == ["0", "1"]
     for run in runs:
-        assert all(float(run[key]) >= 0 for key in rq1.QUANTITIES)
+        assert all(float(run[key]) >= 0 for key in recipe("kit.probes").QUANTITIES)
     # the important neurons and the perturbation positions are the same in both repetitions, only the noise
     # and the random neurons differ: the important-neuron distances must stay close
     imp = [float(r["important_rel"]) for r in runs]
     assert abs(imp[0] - imp[1]) < 0.5 * max(imp)
 
 
-def test_rq5_smoke(recipe, outputs, monkeypatch):
+def test_rq5_smoke(recipe, outputs, monkeypatch, trained):
+    trained("lenet5")
     rq5 = recipe("rq5_layers")
     run_recipe(rq5, ["--dataset", "embedded-mnist", "--inputs", "200", "--repetitions", "1"], monkeypatch)
     folder = outputs / "rq5_layers"
@@ -122,6 +140,17 @@ def test_bad_sizes_are_refused_before_any_work(recipe, name, argv, capsys):
     assert "must be positive" in capsys.readouterr().err
 
 
+def test_a_missing_model_stops_the_recipe_with_the_command_that_makes_it(recipe, outputs, monkeypatch):
+    rq5 = recipe("rq5_layers")
+    with pytest.raises(SystemExit, match=r"lenet4_embedded_mnist.keras not found: train it first with "
+                                         r"`python recipes/train_models.py --dataset embedded-mnist --models lenet4`"):
+        run_recipe(rq5, ["--dataset", "embedded-mnist", "--models", "lenet4", "--inputs", "10"], monkeypatch)
+    assert not (outputs / "models" / "lenet4_embedded_mnist.keras").exists()   # nothing was trained
+    models = recipe("kit.models")
+    assert models.training_command("dave2") == "python recipes/train_models.py --dataset udacity --models dave2"
+    assert models.training_command("vit_tiny", "cifar10") == "python recipes/train_transformers.py --models vit_tiny"
+
+
 def test_train_models_smoke(recipe, outputs, monkeypatch):
     module = recipe("train_models")
     run_recipe(module, ["--dataset", "embedded-mnist", "--models", "lenet1", "--epochs", "1"], monkeypatch)
@@ -130,7 +159,8 @@ def test_train_models_smoke(recipe, outputs, monkeypatch):
     assert (outputs / "models" / "lenet1_embedded_mnist.keras").exists()
 
 
-def test_rq2_smoke(recipe, outputs, monkeypatch):
+def test_rq2_smoke(recipe, outputs, monkeypatch, trained):
+    trained("lenet5")
     module = recipe("rq2_idc_by_m")
     run_recipe(module, ["--dataset", "embedded-mnist", "--models", "lenet5", "--m", "2", "4", "--repetitions", "1",
                         "--limit", "200", "--criteria", "nc,kmnc"], monkeypatch)
@@ -143,7 +173,8 @@ def test_rq2_smoke(recipe, outputs, monkeypatch):
     assert [r["criterion"] for r in crit] == ["nc", "kmnc"]
 
 
-def test_rq3_smoke(recipe, outputs, monkeypatch):
+def test_rq3_smoke(recipe, outputs, monkeypatch, trained):
+    trained("lenet5")
     module = recipe("rq3_adversarial")
     run_recipe(module, ["--dataset", "embedded-mnist", "--m", "3", "--attack-inputs", "20", "--sets", "U_O+noise",
                         "U_O+FGSM", "--criteria", "nc"], monkeypatch)
@@ -153,7 +184,8 @@ def test_rq3_smoke(recipe, outputs, monkeypatch):
     assert any(r["criterion"] == "NC" for r in rows) and any(r["criterion"] == "attack success" for r in rows)
 
 
-def test_rq6_smoke(recipe, outputs, monkeypatch):
+def test_rq6_smoke(recipe, outputs, monkeypatch, trained):
+    trained("lenet5")
     module = recipe("rq6_harden")
     run_recipe(module, ["--dataset", "embedded-mnist", "--seeds", "40", "--budget", "256", "--m", "4", "--epochs", "1",
                         "--repeats", "1", "--limit-train", "600"], monkeypatch)
@@ -177,7 +209,7 @@ def test_guidance_smoke(recipe, outputs, monkeypatch, trained_lenet, capsys):
                                  "reproduce_%"]
     criteria = ["idc", "nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc"]
     assert [k for k in runs[0] if k.startswith("cov_")] == [f"cov_{c}" for c in criteria]
-    assert [k for k in runs[0] if k.startswith("acc ")] == [f"acc {n}" for n in module.ROBUSTNESS]
+    assert [k for k in runs[0] if k.startswith("acc ")] == [f"acc {n}" for n in recipe("kit.study").ROBUSTNESS]
     for r in runs:
         assert int(r["execs"]) == 300 and float(r["reproduce_%"]) == 100.0   # rounding: every finding reproduces
         assert float(r["findings_per_1k"]) == pytest.approx(1000 * int(r["findings"]) / 300)
@@ -202,7 +234,7 @@ def test_guidance_smoke(recipe, outputs, monkeypatch, trained_lenet, capsys):
 
 def test_guidance_seeds_balance_the_classes(recipe):
     import numpy as np
-    module = recipe("guidance")
+    module = recipe("kit.study")
     y = np.array([0] * 10 + [1] * 3 + [2] * 6)
     picked = module.stratified(y, 8, np.random.default_rng(0))
     assert len(set(picked.tolist())) == 8
@@ -262,9 +294,9 @@ def test_resnet20_is_the_standard_cifar_resnet():
 
 def test_flip_and_shift_moves_each_image_whole(recipe):
     import numpy as np
-    train_models = recipe("train_models")
+    training = recipe("kit.training")
     x = np.random.default_rng(1).random((64, 6, 7, 2), dtype=np.float32) + 1  # no zeros of its own
-    out = train_models.flip_and_shift(x, np.random.default_rng(2), shift=2)
+    out = training.flip_and_shift(x, np.random.default_rng(2), shift=2)
     seen = set()
     for image, moved in zip(x, out):
         matches = []
@@ -285,8 +317,8 @@ def test_flip_and_shift_moves_each_image_whole(recipe):
 @needs_cifar10
 def test_cifar10_test_split_labels_and_order(recipe):
     import numpy as np
-    common = recipe("common")
-    x, y = common.cifar10("test")
+    kit = recipe("kit")
+    x, y = kit.cifar10("test")
     assert x.shape == (10000, 32, 32, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
     assert np.bincount(y).tolist() == [1000] * 10
     assert len(set(y[:100].tolist())) == 10  # the class-grouped file is put in a mixed order
@@ -307,9 +339,8 @@ def test_cifar10_recipes_smoke(recipe, outputs, monkeypatch):
     train_models = recipe("train_models")
     run_recipe(train_models, ["--dataset", "cifar10", "--models", "cifar10_cnn", "--epochs", "1", "--limit", "512"],
                monkeypatch)
-    x, y = sys.modules["common"].cifar10("train", limit=1000)  # the same first images, decoded again
+    x, y = sys.modules["kit"].cifar10("train", limit=1000)  # the same first images
     assert x.shape == (1000, 32, 32, 3) and len(np.unique(y)) == 10 and 0 <= x.min() and x.max() <= 1
-    assert not (outputs / "data" / "cifar10" / "train_uint8.npz").exists()  # only the whole set is cached
     (row,) = read_csv(outputs / "train_models" / "accuracy_cifar10.csv")
     assert (row["model"], row["params"], row["train images"]) == ("cifar10_cnn", "1250858", "512")
     assert row["optimizer"] == "adam lr 0.001 cosine-decayed" and 0 <= float(row["test accuracy %"]) <= 100
@@ -341,14 +372,14 @@ def test_models_must_fit_the_dataset(recipe, name, capsys):
 
 
 def test_cifar10_tables_keep_the_other_models_rows(recipe, outputs):
-    train_models = recipe("train_models")
+    tables = recipe("kit.tables")
     folder = outputs / "train_models"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "merge_check.csv").write_text("model,accuracy\ncifar10_cnn,70.0\nresnet20,80.0\n")
-    rows = train_models._merge("merge_check", [{"model": "resnet20", "accuracy": 85.0}], "resnet20")
+    rows = tables.merged(folder / "merge_check.csv", [{"model": "resnet20", "accuracy": 85.0}], "resnet20")
     assert rows == [{"model": "cifar10_cnn", "accuracy": "70.0"}, {"model": "resnet20", "accuracy": 85.0}]
     # a table of another layout (older columns) is not mixed in
-    rows = train_models._merge("merge_check", [{"model": "resnet20", "top-1": 85.0}], "resnet20")
+    rows = tables.merged(folder / "merge_check.csv", [{"model": "resnet20", "top-1": 85.0}], "resnet20")
     assert rows == [{"model": "resnet20", "top-1": 85.0}]
 
 
@@ -358,8 +389,8 @@ UDACITY = Path(__file__).resolve().parents[2] / "shared" / "data" / "udacity"
 @pytest.mark.skipif(not (UDACITY / "udacity_test_center_160x120.zip").exists(), reason="needs ../shared/data/udacity")
 def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
     module = recipe("train_models")
-    common, data = sys.modules["common"], recipe("udacity_data")
-    train, test = common.udacity_folder("train"), common.udacity_folder("test")
+    data = recipe("kit.data")
+    train, test = data.udacity_folder("train"), data.udacity_folder("test")
     with open(UDACITY / "CH2_final_evaluation.csv", newline="") as handle:
         rows = sorted(csv.DictReader(handle), key=lambda r: int(r["frame_id"]))   # time order (ids are timestamps)
     ids = [r["frame_id"] for r in rows]
@@ -367,9 +398,13 @@ def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
     assert len(held) == 1122 and len(fit) == 4412 and len(ids) == 5614
     assert sorted(p.stem for p in train.iterdir()) == [ids[i] for i in fit]
     assert sorted(p.stem for p in test.iterdir()) == [ids[i] for i in held]
-    x, y = common.udacity("test", limit=5)
+    x, y = data.udacity("test", limit=5)
     assert x.shape == (5, 66, 200, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
     assert np.allclose(y, [float(rows[i]["steering_angle"]) for i in held[:5]])
+    from idcgen.data import load_inputs  # the kit registers the frames as an idcgen dataset
+    named = load_inputs("udacity:test", limit=5, task="regression")
+    np.testing.assert_array_equal(named.x, x)
+    np.testing.assert_array_equal(named.y, y)
     run_recipe(module, ["--dataset", "udacity", "--epochs", "1", "--limit", "32"], monkeypatch)
     row = read_csv(outputs / "train_models" / "mse_udacity.csv")[0]
     assert row["model"] == "dave2" and float(row["test MSE"]) >= 0 and row["train frames"] == "32"
@@ -379,7 +414,8 @@ def test_udacity_split_by_time_and_dave2_smoke(recipe, outputs, monkeypatch):
 
 
 def test_udacity_validation_folds_calibration_and_photometric(recipe):
-    validate, data = recipe("udacity_validate"), recipe("udacity_data")
+    validate, data, stats = recipe("udacity_validate"), recipe("kit.data"), recipe("kit.stats")
+    training = recipe("kit.training")
     fit, test = data.blocked_split(100, gap=2)       # blocks of 10; test blocks 2 and 7, 2 frames left out each side
     assert test.tolist() == list(range(10, 20)) + list(range(60, 70))
     assert fit.tolist() == list(range(0, 8)) + list(range(22, 58)) + list(range(72, 100))
@@ -388,33 +424,33 @@ def test_udacity_validation_folds_calibration_and_photometric(recipe):
     assert fit[fold_fit].tolist() == list(range(22, 48)) + list(range(72, 100))   # 48, 49 are within 2 of block 6
     with pytest.raises(ValueError, match="test block"):
         validate.fold_split(100, fit, (2, 6))
-    assert validate.calibration([0, 1, 2, 3], [1, 3, 5, 7]) == pytest.approx((2.0, 1.0))
+    assert stats.calibration([0, 1, 2, 3], [1, 3, 5, 7]) == pytest.approx((2.0, 1.0))
     # cov = mean(p*y) - mean(p) mean(y) = 0.5 - 1.5 * 0.5 = -0.25; var(p) = 1.25: a = -0.2, b = 0.5 + 0.2 * 1.5
-    assert validate.calibration([0, 1, 2, 3], [1, 0, 1, 0]) == pytest.approx((-0.2, 0.8))
+    assert stats.calibration([0, 1, 2, 3], [1, 0, 1, 0]) == pytest.approx((-0.2, 0.8))
     x = np.array([[[[0.0, 0.5, 1.0]]]], np.float32)
     rng = np.random.default_rng(0)
-    assert np.array_equal(validate.photometric(x, rng, gain=0.0, bias=0.0), x)
-    out = validate.photometric(np.repeat(x, 50, 0), rng)
+    assert np.array_equal(training.photometric(x, rng, gain=0.0, bias=0.0), x)
+    out = training.photometric(np.repeat(x, 50, 0), rng)
     assert out.min() >= 0 and out.max() <= 1 and out.dtype == np.float32
     assert np.all(np.abs(out[:, ..., 1] - 0.5) <= 0.5 * 0.2 + 0.1 + 1e-6)   # gain in [0.8, 1.2], bias in [-0.1, 0.1]
 
 
 def test_udacity_shift_moves_frames_and_corrects_the_angle(recipe):
-    validate = recipe("udacity_validate")
+    training = recipe("kit.training")
     x = np.tile(np.arange(6, dtype=np.float32)[None, None, :, None], (40, 2, 1, 1))   # column index as value
     y = np.zeros(40)
-    out, ys = validate.shift(x, y, np.random.default_rng(0), limit=2, per_px=0.1)
+    out, ys = training.shift(x, y, np.random.default_rng(0), limit=2, per_px=0.1)
     dx = np.rint(-ys / 0.1).astype(int)        # scenery moved right by dx px -> steer right by 0.1 rad per px
     assert set(dx) <= {-2, -1, 0, 1, 2} and len(set(dx)) > 1
     for frame, d in zip(out, dx):
         assert frame[0, :, 0].tolist() == np.clip(np.arange(6) - d, 0, 5).tolist()   # edge column repeated
-    xs, ys = validate.augment(x, y + 0.3, np.random.default_rng(0), {})      # flips only
+    xs, ys = training.augment(x, y + 0.3, np.random.default_rng(0), {})      # flips only
     flipped = xs[:, 0, 0, 0] == 5
     assert np.allclose(ys[flipped], -0.3) and np.allclose(ys[~flipped], 0.3) and 0 < flipped.sum() < 40
 
 
 def test_udacity_label_check_tells_a_drive_from_noise(recipe):
-    check = recipe("udacity_rq").label_check
+    check = recipe("kit.stats").label_check
     drive = 0.3 * np.sin(np.linspace(0, 12, 2000))                 # a smooth steering trace
     noise = np.random.default_rng(0).uniform(-0.4, 0.4, 2000)       # what final_example.csv holds
     assert check(drive)["lag1_autocorrelation"] > 0.99 and "agree" in check(drive)["verdict"]
@@ -450,7 +486,8 @@ def test_deepxplore_recipe_smoke(recipe, outputs, monkeypatch):
     assert (outputs / "deepxplore_mnist" / "results.jsonl").exists()
 
 
-def test_deepbase_smoke(recipe, outputs, monkeypatch):
+def test_deepbase_smoke(recipe, outputs, monkeypatch, trained):
+    trained("lenet5")
     module = recipe("deepbase")
     rows = run_recipe(module, ["--dataset", "embedded-mnist", "--m", "3", "--train-limit", "500", "--inputs", "1000",
                                "--tol", "0.2"], monkeypatch)
@@ -473,3 +510,20 @@ def test_deepbase_smoke(recipe, outputs, monkeypatch):
     assert read_csv(folder / "top.csv")[0]["neuron"] == rows["top"][0]["neuron"]
     assert "python recipes/deepbase.py --dataset embedded-mnist" in (folder / "timing.md").read_text()
     assert (folder / "early" / "report.html").is_file() and (folder / "analysis").is_dir()
+
+
+def test_the_one_epoch_loop_takes_fractions_stops_and_reports(recipe, capsys):
+    training = recipe("kit.training")
+    fractions, after = [], []
+
+    def one_epoch(fraction):
+        fractions.append(fraction)
+        return 1.0 / len(fractions)
+
+    history = training.train_epochs("m", 2.5, one_epoch, lambda: {"test": len(fractions)}, after_epoch=after.append)
+    assert fractions == [1.0, 1.0, 0.5] and [h["epoch"] for h in history] == [1, 2, 2.5]
+    assert [h["train loss"] for h in history] == [1.0, 0.5, 0.3333] and [h["test"] for h in history] == [1, 2, 3]
+    assert after == history and "m epoch 2.5/2.5" in capsys.readouterr().out
+    fractions.clear()
+    stopped = training.train_epochs("m", 5, one_epoch, dict, stop=lambda seconds: len(fractions) == 2)
+    assert len(stopped) == 2 and fractions == [1.0, 1.0]   # stops after the epoch that passes the limit

@@ -4,18 +4,18 @@ pre-activation, float labels, labels from a CSV beside an image folder, and the 
 
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-import keras
 from idcgen.analysis import analyze
 from idcgen.cli import app
 from idcgen.data import check_labels, load_inputs
 from idcgen.errors import IdcgenError, InputError, ModelError, ParameterError
-from idcgen.fuzz.oracle import Execution, make_oracle, needs_labels
 from idcgen.framework import Network
+from idcgen.fuzz.oracle import Execution, make_oracle, needs_labels
 from idcgen.relevance import Relevance
 
 runner = CliRunner()
@@ -287,8 +287,8 @@ def test_fuzz_command_on_steering_frames(tmp_path):
     report = (tmp_path / "camp" / "report.md").read_text()
     assert "unique (combination, root seed) pairs" in report
     # the findings per mutator add up to the campaign's, and each finding is drawn beside its seed
-    from idcgen.fuzz.campaign import Campaign
     from idcgen.framework import load_model
+    from idcgen.fuzz.campaign import Campaign
     from idcgen.report import findings_by_mutator
     result = runner.invoke(app, common + ["--oracle", "deviation(threshold=0.01)", "--out", str(tmp_path / "small")])
     assert result.exit_code == 0, result.output

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from conftest import hand_dense, small_cnn
 
 
@@ -61,8 +60,8 @@ def test_conservation_with_zero_biases(layer):
 
 
 def test_lrp0_equals_activation_times_gradient_on_relu_net():
-    import tensorflow as tf
     import keras
+    import tensorflow as tf
     model = small_cnn()
     x = np.random.default_rng(1).random((16, 12, 12, 1), dtype=np.float32)
     r, _, _ = relevance_of(model, "conv2", x, eps=1e-12)
@@ -107,6 +106,7 @@ def test_batched_equals_one_by_one():
 
 def test_unsupported_layer_refused():
     import keras
+
     from idcgen.errors import LayerError
     from idcgen.framework import Network
     from idcgen.relevance import Relevance

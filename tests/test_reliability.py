@@ -154,6 +154,7 @@ def test_an_unknown_layer_class_is_named(trained_lenet, tmp_path):
 def test_a_label_file_with_another_delimiter_is_read(delimiter, tmp_path):
     """A ';'-delimited CSV got advice (name the columns) that could not work."""
     from pathlib import Path
+
     from idcgen.labelfile import read_labels
     (tmp_path / "labels.csv").write_text(delimiter.join(["frame_id", "steering_angle"]) + "\n"
                                          + "".join(f"{i}{delimiter}{i / 10}\n" for i in range(3)))
@@ -165,6 +166,7 @@ def test_a_label_file_with_another_delimiter_is_read(delimiter, tmp_path):
 def test_a_full_disk_during_fuzz_names_the_campaign_and_how_to_resume(trained_lenet, npz, tmp_path, monkeypatch):
     """A full disk printed only "[Errno 28] No space left on device"."""
     import errno
+
     from idcgen.fuzz import store
     _, path = trained_lenet
     write, calls = store.atomic_npz, []
@@ -187,6 +189,7 @@ def test_a_full_disk_during_fuzz_names_the_campaign_and_how_to_resume(trained_le
 def test_images_converted_between_grayscale_and_rgb_are_said_both_ways(tmp_path):
     """Already said both ways on main when checked (issue 25 reported grayscale -> RGB silent): held here."""
     from PIL import Image
+
     from idcgen.data import load_for_model
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8), "L").save(tmp_path / "g.png")

@@ -1,6 +1,7 @@
 """Typed campaign settings (idcgen.fuzz.settings): the record campaign.json holds, what files of earlier
 versions ran with, and the field a resume names when it differs."""
 
+import dataclasses
 import json
 
 import pytest
@@ -46,5 +47,10 @@ def test_differences_name_each_field_and_the_budget_may_change():
 
 
 def test_settings_are_frozen():
-    with pytest.raises(Exception):
-        settings().budget = 3
+    # the assignment itself is refused (any other error, such as a typo'd attribute, would not be this one)
+    s = settings()
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'budget'"):
+        s.budget = 3
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'alpha'"):
+        s.validity.alpha = 0.5
+    assert s.budget == 1000 and s.validity.alpha == 0.02

@@ -10,11 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_twins import (Branches, Residual, TinyViT, detached_vit_taps, images, keras_vit_twin,  # noqa: E402
-                         randomise, twins)
-
 from idcgen.errors import LayerError, ModelError  # noqa: E402
 from idcgen.framework import as_network, load_network  # noqa: E402
+from torch_twins import Branches, Residual, TinyViT, detached_vit_taps, images, keras_vit_twin, randomise, twins  # noqa: E402
 
 #: (torch layer, Keras layer) pairs cut at the same place, per twin
 CUTS = {"residual": [("relu", "stem_relu"), ("bn1", "bn1"), ("add", "add"), ("mean", "gap")],

@@ -19,6 +19,7 @@ def test_layernorm_rule_by_hand():
     # y_0 = -2 / sigma, so R = [1 * 2/3, 2 * -1/3, 6 * -1/3] / -2 = [-1/3, 1/3, 1]: it sums to 1 (conserved).
     import keras
     import tensorflow as tf
+
     from idcgen.framework.keras_lrp import epsilon_rule, held_normalisation
     layer = keras.layers.LayerNormalization(center=False, epsilon=0.0)
     x = tf.constant([[1.0, 2.0, 6.0]])
@@ -31,6 +32,7 @@ def test_layernorm_offset_absorbs_relevance_as_a_bias():
     # beta = [1, 1, 1]: z_0 = -2/sigma + 1; R_i = x_i (delta_i0 - 1/3) / sigma / z_0 (a bias takes the rest)
     import keras
     import tensorflow as tf
+
     from idcgen.framework.keras_lrp import epsilon_rule, held_normalisation
     layer = keras.layers.LayerNormalization(epsilon=0.0, beta_initializer="ones")
     x = tf.constant([[1.0, 2.0, 6.0]])
@@ -56,6 +58,7 @@ def test_held_normalisation_has_the_layers_value_and_a_constant_scale(make):
     # Jacobian applied to x itself gives y - offset (Euler); the layer itself is scale-invariant (J x ~ 0).
     import keras
     import tensorflow as tf
+
     from idcgen.framework.keras_lrp import held_normalisation
     layer = make(keras.layers)
     x = tf.constant(10 * np.random.default_rng(0).normal(size=(2, 3, 4)), tf.float32)   # var >> epsilon
@@ -93,6 +96,7 @@ def _attention_by_hand(x):
 @pytest.mark.parametrize("attention", ["cp", "attnlrp"])
 def test_attention_rules_by_hand(attention):
     import tensorflow as tf
+
     from idcgen.framework import Network
     from idcgen.framework.keras_lrp import Attention
     model, _ = _one_head_attention()
@@ -118,7 +122,7 @@ def test_attention_value_and_query_roles_are_kept_apart():
     # cross-attention: the query input gets no relevance under CP, the value input all of it
     import keras
     import tensorflow as tf
-    from idcgen.framework import Network
+
     from idcgen.framework.keras_lrp import Attention, attention_roles
     q_in, v_in = keras.Input((3, 4)), keras.Input((5, 4))
     layer = keras.layers.MultiHeadAttention(2, 3, name="cross")
@@ -140,6 +144,7 @@ def test_attention_value_and_query_roles_are_kept_apart():
 
 def test_masked_attention_is_refused():
     import keras
+
     from idcgen.errors import LayerError
     from idcgen.framework import Network
     inputs = keras.Input((4, 3))
@@ -153,8 +158,9 @@ def test_layer_scale_and_smooth_activations():
     # keras.applications' LayerScale (x * gamma) passes relevance unchanged; GELU/SiLU take the identity rule
     import keras
     import tensorflow as tf
-    from idcgen.framework.keras_lrp import Epsilon, PassThrough, epsilon_rule, rule_label, rule_of
     from keras.src.applications.convnext import LayerScale
+
+    from idcgen.framework.keras_lrp import Epsilon, PassThrough, epsilon_rule, rule_label, rule_of
     scale = LayerScale(0.5, 2)
     x = tf.constant([[1.0, 2.0]])
     scale(x)
@@ -162,7 +168,8 @@ def test_layer_scale_and_smooth_activations():
     (r,) = epsilon_rule(lambda a: scale(a[0]), [x], tf.constant([[0.3, 0.7]]), 1e-9)
     np.testing.assert_allclose(r.numpy(), [[0.3, 0.7]], rtol=1e-5)
     for kind in ("gelu", "silu", "hard_silu", "mish", "sigmoid"):
-        layer = keras.layers.Activation(kind, name=f"act_{kind}")   # named: unnamed layers shift Keras' name counters other tests read
+        # named: unnamed layers shift Keras' name counters other tests read
+        layer = keras.layers.Activation(kind, name=f"act_{kind}")
         assert isinstance(rule_of(layer), PassThrough)
         assert rule_label(layer) == f"pass-through ({kind} passed through unchanged)"
     assert rule_label(keras.layers.Dense(3, activation="gelu")) == "epsilon (gelu passed through unchanged)"
@@ -170,6 +177,7 @@ def test_layer_scale_and_smooth_activations():
 
 def test_gelu_relevance_passes_unchanged_and_notes_cite_the_rule():
     import keras
+
     from idcgen.framework import Network
     keras.utils.set_random_seed(0)
     inputs = keras.Input((3,))
@@ -195,6 +203,7 @@ def test_gelu_relevance_passes_unchanged_and_notes_cite_the_rule():
 ], ids=["layernorm", "rms_scaling", "groupnorm", "rmsnorm", "unitnorm"])
 def test_normalisation_layers_conserve_relevance_in_a_bias_free_cnn(make):
     import keras
+
     from idcgen.framework import Network
     L = keras.layers
     keras.utils.set_random_seed(1)
@@ -212,6 +221,7 @@ def test_normalisation_layers_conserve_relevance_in_a_bias_free_cnn(make):
 def test_attention_over_image_axes_conserves_relevance_under_cp():
     # MultiHeadAttention over (height, width) of a feature map: the layer's own equations, any attention axes
     import keras
+
     from idcgen.framework import Network
     L = keras.layers
     keras.utils.set_random_seed(2)
@@ -333,6 +343,7 @@ def _detached_forward(model, x, tap=None, value=None):
 def test_lrp0_equals_gradient_times_input_of_the_detached_vit(layer):
     import keras
     import tensorflow as tf
+
     from idcgen.framework import Network
     model = tiny_vit(bias=True)
     x = tf.constant(np.random.default_rng(3).random((5, 8, 8, 3)), tf.float32)
@@ -354,6 +365,7 @@ def softmax(z):
 
 def test_a_token_neuron_is_a_dim_averaged_and_summed_over_tokens():
     import keras
+
     from idcgen.framework import Network
     net = Network(tiny_vit(bias=True, depth=1))
     x = np.random.default_rng(7).random((3, 8, 8, 3), dtype=np.float32)
@@ -409,6 +421,7 @@ def test_normalization_in_0_255_units_means_0_255_images(nested):
 
 def test_convnext_tiny_expects_0_255_and_is_explained_inside_its_blocks():
     import keras
+
     from idcgen.framework import Network
     from idcgen.framework.keras_convention import from_model
     model = keras.applications.ConvNeXtTiny(weights=None, input_shape=(32, 32, 3), classes=10,
@@ -423,6 +436,7 @@ def test_convnext_tiny_expects_0_255_and_is_explained_inside_its_blocks():
 def test_keras_ops_activations_and_token_mean_in_a_functional_graph():
     # ops.gelu / ops.transpose / ops.mean recorded as op steps: pass-through, routing, epsilon; conserving
     import keras
+
     from idcgen.framework import Network
     inputs = keras.Input((4, 3))
     h = keras.layers.Dense(5, use_bias=False, name="h")(inputs)
@@ -438,6 +452,7 @@ def test_keras_ops_activations_and_token_mean_in_a_functional_graph():
 
 def test_layers_cli_says_0_255_for_imagenet_statistics(tmp_path):
     from typer.testing import CliRunner
+
     from idcgen.cli import app
     imagenet = ([123.675, 116.28, 103.53], [58.395 ** 2, 57.12 ** 2, 57.375 ** 2])
     _normalised_model(*imagenet).save(tmp_path / "m.keras")

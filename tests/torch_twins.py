@@ -81,7 +81,7 @@ def randomise(module: nn.Module, seed: int = 0) -> nn.Module:
     """Random weights, and batch-norm statistics far from the identity, so that every rule matters."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in module.named_parameters():
+        for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.5 if p.dim() > 1 else 0.1))
         for m in module.modules():
             if isinstance(m, nn.BatchNorm2d):

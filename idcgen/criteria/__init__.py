@@ -19,8 +19,13 @@ from idcgen.errors import ParameterError
 from idcgen.spec import parse, split_specs
 
 from .base import Criterion, CriterionResult, CriterionTracker, default_neuron_layers
-from .neurons import (KMultisectionCoverage, NeuronBoundaryCoverage, NeuronCoverage,
-                      StrongNeuronActivationCoverage, TopKNeuronCoverage)
+from .neurons import (
+    KMultisectionCoverage,
+    NeuronBoundaryCoverage,
+    NeuronCoverage,
+    StrongNeuronActivationCoverage,
+    TopKNeuronCoverage,
+)
 from .surprise import DistanceSurpriseCoverage, LikelihoodSurpriseCoverage
 
 __all__ = ["CRITERIA", "Criterion", "CriterionResult", "CriterionTracker", "DistanceSurpriseCoverage",

@@ -18,9 +18,9 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from idcgen.checks import check_int
 from idcgen.coverage import CoverageResult, CoverageTracker
 from idcgen.data import Dataset, check_labels, fit_to_model
-from idcgen.checks import check_int
 from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers"]

@@ -11,8 +11,18 @@ import numpy as np
 from idcgen.errors import InputError, ParameterError
 
 from .dataset import Dataset
-from .fitting import (SCALES, check_labels, check_option, check_raw, check_value_range, fit_to_model, parse_class_names,
-                      parse_crop, parse_resize, scale_inputs)
+from .fitting import (
+    SCALES,
+    check_labels,
+    check_option,
+    check_raw,
+    check_value_range,
+    fit_to_model,
+    parse_class_names,
+    parse_crop,
+    parse_resize,
+    scale_inputs,
+)
 from .named import DATASETS, find_dataset
 from .readers import SPLITS, ReadOptions, is_image_folder, read_path
 

@@ -1,10 +1,13 @@
-"""Named datasets: ``embedded-mnist``, ``mnist``, ``fashion-mnist``, each registered by name with the
-loader of its splits. A new dataset is one `register_dataset` (docs/design.md, "How to add a data source")."""
+"""Named datasets: ``embedded-mnist``, ``mnist``, ``fashion-mnist``, ``cifar10``, each registered by name with
+the loader of its splits. A new dataset is one `register_dataset` (docs/design.md, "How to add a data source")."""
 
 from __future__ import annotations
 
 import functools
+import io
 import os
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -95,6 +98,82 @@ def _fashion_mnist(split: str):
                          "install it with: apt-get install dataset-fashion-mnist")
     x, y, _ = split_parts(lambda s: load_idx_folder(FASHION_MNIST_DIR, s), split)
     return x, y, f"fashion-mnist:{split} from {FASHION_MNIST_DIR}"
+
+
+#: CIFAR-10's classes in label order (the order of the official ``batches.meta``)
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+@register_dataset("cifar10", aliases=("cifar-10",))
+def _cifar10(split: str):
+    found = _find_cifar10()
+    x, y, _ = split_parts(lambda s: (*_cifar10_split(str(found), s), ""), split)
+    return x, y, f"cifar10:{split} from {found}"
+
+
+def _find_cifar10() -> Path:
+    env = os.environ.get("IDCGEN_CIFAR10")
+    if env:
+        if not Path(env).expanduser().is_dir():
+            raise InputError(f"IDCGEN_CIFAR10 points to {env}, which is not a folder")
+        return Path(env).expanduser().resolve()
+    place = Path("~/.keras/datasets/cifar-10-batches-py").expanduser()
+    if place.is_dir():
+        return place.resolve()
+    raise InputError(f"cifar10 not found; searched IDCGEN_CIFAR10 (unset), {place}. Set IDCGEN_CIFAR10 to a folder "
+                     "holding CIFAR-10's python batches (data_batch_1..5, test_batch), or a zip of "
+                     "train/<class>/*.jpg and an .npz of the test images (x, y)")
+
+
+@functools.lru_cache(maxsize=2)
+def _cifar10_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 (n, 32, 32, 3) images and int64 labels of one split, read-only (cached: decoding the 50,000 JPEG
+    training images takes seconds). The JPEG layout is stored grouped by class, so it is put in one fixed
+    random order (seed 0): the first N inputs mix the classes."""
+    root = Path(folder)
+    if (root / "test_batch").is_file():   # the official python version
+        names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+        parts = []
+        for name in names:
+            with open(root / name, "rb") as handle:
+                parts.append(pickle.load(handle, encoding="bytes"))
+        x = np.concatenate([p[b"data"] for p in parts]).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        y = np.concatenate([p[b"labels"] for p in parts])
+    else:
+        pattern = "*train*.zip" if split == "train" else "*test*.npz"
+        files = [f for f in sorted(root.glob(pattern)) if split == "train" or _has_xy(f)]
+        if len(files) != 1:
+            wanted = f"one {pattern}" + (" with arrays x and y" if split == "test" else "")
+            raise InputError(f"cifar10:{split}: expected {wanted} in {root}, found {len(files)}")
+        x, y = _cifar10_zip(files[0]) if split == "train" else _cifar10_npz(files[0])
+        order = np.random.default_rng(0).permutation(len(x))
+        x, y = x[order], y[order]
+    x, y = np.ascontiguousarray(x, dtype=np.uint8), np.asarray(y, dtype=np.int64)
+    x.flags.writeable = y.flags.writeable = False
+    return x, y
+
+
+def _has_xy(path: Path) -> bool:
+    with np.load(path) as data:
+        return {"x", "y"} <= set(data.files)
+
+
+def _cifar10_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(path) as data:
+        return data["x"], data["y"]
+
+
+def _cifar10_zip(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Images ``train/<class>/NAME.jpg`` in name order; labels the class folders' index in CIFAR10_CLASSES."""
+    from PIL import Image
+    with zipfile.ZipFile(path) as archive:
+        names = sorted(n for n in archive.namelist() if n.lower().endswith((".jpg", ".jpeg", ".png")))
+        classes = [n.split("/")[-2] for n in names]
+        unknown = sorted(set(classes) - set(CIFAR10_CLASSES))
+        if unknown:
+            raise InputError(f"{path}: class folders {unknown} are not CIFAR-10's {', '.join(CIFAR10_CLASSES)}")
+        x = np.stack([np.asarray(Image.open(io.BytesIO(archive.read(n))).convert("RGB")) for n in names])
+    return x, np.array([CIFAR10_CLASSES.index(c) for c in classes])
 
 
 def _find_mnist() -> Path:

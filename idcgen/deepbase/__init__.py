@@ -31,8 +31,20 @@ DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):
 
 from .driver import affinity
 from .report import AffinityResult, write_report
-from .statistics import (IOU_TOP, MASK_MEASURES, MEASURES, TITLES, UNIT_MEASURES, is_binary, linear_fit, mask_scores,
-                         mi_half_width, mutual_information, pearson, spearman)
+from .statistics import (
+    IOU_TOP,
+    MASK_MEASURES,
+    MEASURES,
+    TITLES,
+    UNIT_MEASURES,
+    is_binary,
+    linear_fit,
+    mask_scores,
+    mi_half_width,
+    mutual_information,
+    pearson,
+    spearman,
+)
 from .units import UnitGroup, parse_measures, parse_units
 
 __all__ = ["affinity", "AffinityResult", "UnitGroup", "parse_units", "parse_measures", "MEASURES",

@@ -13,8 +13,18 @@ from ..checks import check_int, check_real
 from ..errors import InputError, ParameterError
 from ..hypotheses import Hypothesis, builtin_hypotheses, describe_function, evaluate, resize_mask
 from .report import AffinityResult
-from .statistics import (MASK_MEASURES, MEASURES, TITLES, is_binary, linear_fit, mask_scores, mi_half_width,
-                         mutual_information, pearson, spearman)
+from .statistics import (
+    MASK_MEASURES,
+    MEASURES,
+    TITLES,
+    is_binary,
+    linear_fit,
+    mask_scores,
+    mi_half_width,
+    mutual_information,
+    pearson,
+    spearman,
+)
 from .units import UnitGroup, parse_measures, parse_units
 
 
@@ -34,8 +44,9 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     """
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
-    from ..framework import as_network
+
     from ..data import fit_to_model
+    from ..framework import as_network
     start = time.perf_counter()
     network = as_network(model) if analysis is None else analysis._network(model)
     measures = parse_measures(measures)

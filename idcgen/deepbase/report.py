@@ -212,7 +212,7 @@ def write_report(result: AffinityResult, folder) -> Path:
     lines = ["# Affinity of hidden units with hypotheses (DeepBase)", "",
              f"- inputs: {result.n_seen} of {result.n_inputs} streamed in a random order; hypotheses got the "
              f"{result.y_source} as y",
-             f"- early stopping: " + (f"a score is final once its 95 % interval is within +-{result.tol}; checks at "
+             "- early stopping: " + (f"a score is final once its 95 % interval is within +-{result.tol}; checks at "
                                       f"{', '.join(map(str, result.checks))} inputs" if result.tol else "off (every "
                                       "score on all inputs)"),
              f"- time: {result.seconds:.1f} s (forward {result.timings.get('forward', 0):.1f} s, hypotheses "

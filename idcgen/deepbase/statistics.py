@@ -303,9 +303,10 @@ def mi_half_width(score, half_width, previous, n_previous, n: int, n_total: int,
 
 
 def mask_scores(spatial, maps, masks, scores, used, n):
-    """Per spatial unit and mask (into ``scores`` and ``used``): Pearson over every pixel of every input between the unit's activation map
-    and the mask resized to the map (area averages), and NetDissect's IoU of the unit's region (its top
-    IOU_TOP of values over all pixels and inputs) with the mask (resized, above one half)."""
+    """Per spatial unit and mask (into ``scores`` and ``used``): Pearson over every pixel of every input
+    between the unit's activation map and the mask resized to the map (area averages), and NetDissect's IoU
+    of the unit's region (its top IOU_TOP of values over all pixels and inputs) with the mask (resized, above
+    one half)."""
     for layer, (cols, _) in spatial.items():
         stack = np.concatenate(maps[layer])                              # (n, h, w, units of the layer) float32
         found = []

@@ -16,9 +16,24 @@ called, so importing this package does not load TensorFlow).
 
 from .driver import MEMORY_BUDGET, ClassCounts, activation_limits, count_pass, first_pass, inspect
 from .report import InspectResult
-from .statistics import (SCALINGS, TOP_SHARE, aucec, avg_bias, avg_confusion_difference, class_pairs, confusion_matrix,
-                         cutoffs, evaluate, ground_truth, napv_from_counts, napvd, precision_recall, spearman,
-                         top_count, type1_confusion)
+from .statistics import (
+    SCALINGS,
+    TOP_SHARE,
+    aucec,
+    avg_bias,
+    avg_confusion_difference,
+    class_pairs,
+    confusion_matrix,
+    cutoffs,
+    evaluate,
+    ground_truth,
+    napv_from_counts,
+    napvd,
+    precision_recall,
+    spearman,
+    top_count,
+    type1_confusion,
+)
 
 __all__ = ["inspect", "InspectResult", "napv_from_counts", "napvd", "cutoffs", "avg_bias", "type1_confusion",
            "avg_confusion_difference", "ground_truth", "precision_recall", "aucec", "spearman", "SCALINGS"]

@@ -11,7 +11,7 @@ import numpy as np
 from ..checks import check_choice, check_int, check_real
 from ..errors import InputError, ParameterError
 from .report import InspectResult
-from .statistics import (SCALINGS, confusion_matrix, evaluate, napv_from_counts, type1_confusion)
+from .statistics import SCALINGS, confusion_matrix, evaluate, napv_from_counts, type1_confusion
 
 #: Bytes of (inputs x neurons) float32 activations kept in memory for a one-pass run; above it, two passes.
 MEMORY_BUDGET = 256 * 2**20
@@ -244,7 +244,8 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
     return InspectResult(
         layers=names, widths=kept_widths, threshold=threshold, scaling=scaling, n_inputs=len(x), n_classes=k,
         napv=rho_all[:sum(kept_widths)], per_class=state.per_class, columns=columns, metrics=metrics,
-        predictions=predictions, runner_up=runner_up, runner_up_probability=np.concatenate(state.second), labels=y, notes=notes, passes=passes,
+        predictions=predictions, runner_up=runner_up, runner_up_probability=np.concatenate(state.second), labels=y,
+        notes=notes, passes=passes,
         seconds=time.perf_counter() - started, class_names=class_names,
         important=None if important is None else {"layer": important[0], "neurons": important[1].tolist()},
         napv_important=None if important is None else rho_all[rows])

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import require_ray
 from ..errors import IdcgenError, ParameterError
+from . import require_ray
 
 #: what ``ray=`` / ``--ray`` take besides an address
 LOCAL = "local"
@@ -146,6 +146,7 @@ def cluster_on(pool, acts: np.ndarray, neurons, ks, method: str, random_state: i
     analysis of 60,000 inputs, which two workers could not then speed up beyond 1.4x.) A neuron goes to the
     first worker free, as neurons differ in cost (the k-means runs until they settle)."""
     from tqdm.auto import tqdm
+
     from ..analysis.passes import neuron_streams
     streams = neuron_streams(random_state, len(neurons))
     waiting, running, found = list(range(len(neurons)))[::-1], {}, [None] * len(neurons)

@@ -36,6 +36,7 @@ def inspect_counting(pool):
 
     def counting(network, x, taps, widths, state, *, threshold, scaling, batch, memory_budget, progress):
         from tqdm.auto import tqdm
+
         from ..deepinspect import activation_limits
         parts = spans(pool, x, batch)
         # the budget is a worker's: its shards' activations are kept while their sum fits (shard i on actor

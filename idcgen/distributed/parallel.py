@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .cluster import LOCAL, ModelRecipe, connect, fetch, hold_threads
 from ..errors import InputError, ParameterError
+from .cluster import LOCAL, ModelRecipe, connect, fetch, hold_threads
 
 #: the pseudo-mutator whose steps add entries imported from the other workers
 SYNC = "sync"

@@ -232,8 +232,7 @@ class ShardPasses:
 
     def totals(self, target, *, labels, keep_activations, progress):
         from ..relevance import sum_totals
-        from .cluster import fetch
-        from .cluster import gather
+        from .cluster import fetch, gather
         inputs, ray = self.inputs, self.inputs.pool.ray
         bounds = inputs.offsets
         fetch(ray, [a.forget.remote() for a in inputs.pool.actors])

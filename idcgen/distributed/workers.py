@@ -183,6 +183,7 @@ class Workers:
         """The coverage tracker of ``x`` (ids mapped on the workers, merged here): an array, or shards the
         workers read themselves (as for :meth:`analyze`)."""
         from tqdm.auto import tqdm
+
         from ..coverage import CoverageTracker
         from ..data import fit_to_model
         analysis.bind(self.network)
@@ -207,6 +208,7 @@ class Workers:
 
     def _held_tracker(self, analysis, inputs, progress: bool):
         from tqdm.auto import tqdm
+
         from ..coverage import CoverageTracker
         inputs.load()
         light = self.ray.put(dataclasses.replace(analysis, network=None))

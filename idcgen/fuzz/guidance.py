@@ -17,7 +17,6 @@ import numpy as np
 from ..errors import ParameterError
 
 
-
 def guide_names() -> tuple[str, ...]:
     """Every guidance name: IDC, each registered criterion (idcgen.criteria.CRITERIA), and "none"."""
     from ..criteria import CRITERIA
@@ -58,7 +57,7 @@ class CriterionMeasure:
 
 def measures_of(analysis, criteria: Sequence = ()) -> list:
     """IDC first, then one measure per fitted criterion (each name once)."""
-    measures = [IDCMeasure(analysis)]
+    measures: list[IDCMeasure | CriterionMeasure] = [IDCMeasure(analysis)]
     for criterion in criteria:
         measure = criterion if isinstance(criterion, (IDCMeasure, CriterionMeasure)) else CriterionMeasure(criterion)
         if measure.name in (m.name for m in measures):

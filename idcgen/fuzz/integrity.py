@@ -201,7 +201,7 @@ def _missing(folder: Path, kind: str, noun: str, first: int, end: int, after: st
 
 def _lenient_rows(path: Path) -> list[dict]:
     """The rows of a log that still parse (only used to name what is missing)."""
-    rows = []
+    rows: list[dict] = []
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:

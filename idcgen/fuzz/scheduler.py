@@ -68,7 +68,8 @@ def make_scheduler(spec):
 
 def scheduler_spec(scheduler) -> str:
     """The spec that makes ``scheduler`` again: its name, with the parameters that differ from the defaults."""
+    name: str = scheduler.name
     if not dataclasses.is_dataclass(scheduler):
-        return scheduler.name
+        return name
     changed = {f.name: getattr(scheduler, f.name) for f in fields(scheduler) if getattr(scheduler, f.name) != f.default}
-    return format_spec(scheduler.name, changed)
+    return format_spec(name, changed)

@@ -128,7 +128,7 @@ class CampaignSettings:
                    batch_size=int(data.get("batch_size", 256)), random_state=int(data.get("random_state", 0)),
                    rounding=bool(data.get("rounding", False)),   # before rounding existed mutants ran unrounded
                    storage=data.get("storage", "float32"),
-                   value_range=tuple(float(x) for x in data.get("value_range", (0.0, 1.0))),
+                   value_range=_range(data.get("value_range", (0.0, 1.0))),
                    input_shape=tuple(data.get("input_shape") or ()),
                    input_convention=dict(data.get("input_convention") or {}),
                    layer=data.get("layer"), m=data.get("m"), task=data.get("task", "classification"),
@@ -152,3 +152,9 @@ class CampaignSettings:
 
     def replace(self, **changes) -> "CampaignSettings":
         return dataclasses.replace(self, **changes)
+
+
+def _range(values) -> tuple[float, float]:
+    """A recorded (low, high) value range, as floats."""
+    low, high = values
+    return float(low), float(high)

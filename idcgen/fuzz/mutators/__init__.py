@@ -16,7 +16,7 @@ from ...errors import ParameterError
 from ...spec import parse, split_specs
 from .attacks import BIM, CW, FGSM, JSMA, PGD
 from .base import MutationContext, Mutator, Param, check_tasks, parameter_names
-from .deeptest import BilateralBlur, Bias, DeepTestBlur, Gain, MedianBlur
+from .deeptest import Bias, BilateralBlur, DeepTestBlur, Gain, MedianBlur
 from .deepxplore import DeepXplore
 from .directed import CoverageDirected
 from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare

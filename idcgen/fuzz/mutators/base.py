@@ -33,7 +33,7 @@ class Param:
     A float parameter also accepts an int; only a bool parameter accepts a bool.
     """
 
-    default: int | float | bool
+    default: int | float | bool | str
     type: type = float
     low: float | None = None
     high: float | None = None
@@ -222,5 +222,6 @@ def check_tasks(mutators, task: str) -> None:
     """Refuse, before a campaign starts, a mutator that cannot run on a model of ``task``."""
     for mutator in mutators:
         if task not in mutator.tasks:
+            instead = f"; {mutator.instead}" if mutator.instead else ""
             raise ParameterError(f"{mutator.name} cannot run on a {task} model (it works on "
-                                 f"{' and '.join(mutator.tasks)} models only)" + (f"; {mutator.instead}" if mutator.instead else ""))
+                                 f"{' and '.join(mutator.tasks)} models only){instead}")

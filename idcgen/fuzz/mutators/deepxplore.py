@@ -187,7 +187,7 @@ class DeepXplore(Mutator):
                 out = np.where(move & region, out + step * g, out)
             else:
                 ph, pw = min(self.patch, h), min(self.patch, w)
-                for i in np.flatnonzero(active):
+                for i in np.flatnonzero(active).tolist():
                     for _p in range(self.patches):
                         top, left = int(rng.integers(0, h - ph + 1)), int(rng.integers(0, w - pw + 1))
                         if g[i, top:top + ph, left:left + pw].mean() < 0:

@@ -8,7 +8,6 @@ from typing import ClassVar
 import numpy as np
 
 from ...errors import InputError
-
 from .base import MutationContext, Mutator, Param, bad_parameter
 from .geometry import affine_matrices, per_image, warp_affine
 from .noise import standard_normal

@@ -117,7 +117,8 @@ class RelevantPixels(Mutator):
         from ...relevance import input_relevance
         b, h, w, _ = x.shape
         score = np.abs(input_relevance(network, x).sum(axis=-1)).reshape(b, h * w)
-        return np.argsort(-score, axis=1, kind="stable")[:, :pixel_count(self.fraction, h, w)]
+        # the type ignore: numpy 2.4's stubs refuse a (slice, slice) index whose stop is an int (numpy accepts it)
+        return np.argsort(-score, axis=1, kind="stable")[:, :pixel_count(self.fraction, h, w)]  # type: ignore[index]
 
     def _mutate(self, x, rng, ctx):
         lo, hi = ctx.value_range

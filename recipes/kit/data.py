@@ -1,6 +1,8 @@
-"""The Udacity frames of the recipes: real steering angles and a split blocked by time.
+"""The recipes' data: idcgen's named datasets (MNIST-like and CIFAR-10, idcgen/data/named.py) as float32
+channels-last arrays, and the Udacity frames with real steering angles, split by time, registered here as
+the named dataset ``udacity`` so that any idcgen call in a recipe's process can read ``udacity:test``.
 
-The 5,614 frames are one drive (Udacity challenge 2, HMB_3, 20 frames per second). Their real recorded
+The Udacity frames are one drive (Udacity challenge 2, HMB_3, 20 frames per second). Their real recorded
 angles (radians, positive = left) are in ``CH2_final_evaluation.csv``; ``final_example.csv`` beside it holds
 placeholder values (Udacity's README calls it a template with false steering values) and is refused.
 
@@ -22,11 +24,28 @@ from pathlib import Path
 
 import numpy as np
 
-from common import OUTPUTS, UDACITY, UDACITY_CROP, UDACITY_RESIZE
+from idcgen.data import register_dataset
+from idcgen.errors import InputError
+
+from .paths import OUTPUTS, UDACITY, UDACITY_CROP, UDACITY_RESIZE
+from .stats import label_check
 
 LABELS = UDACITY / "CH2_final_evaluation.csv"
 BLOCKS, TEST_BLOCKS, GAP = 10, (2, 7), 20
 FOLDER = OUTPUTS / "data" / "udacity" / "blocked"
+
+
+def load_data(split: str, dataset: str = "mnist", limit: int | None = None):
+    """(x, y) of the named dataset's "train" or "test" split, float32 in [0, 1], channels-last (MNIST-like
+    images get one channel); the first ``limit`` inputs only if given."""
+    from idcgen.data import fit_to_model, load_inputs
+    ds = load_inputs(f"{dataset}:{split}", limit=limit)
+    return (ds.x if ds.x.ndim == 4 else fit_to_model(ds, ds.x.shape[1:] + (1,))), ds.y
+
+
+def cifar10(split: str, limit: int | None = None):
+    """(x, y) of CIFAR-10's ``split`` (idcgen's ``cifar10`` dataset, in its fixed mixed order)."""
+    return load_data(split, "cifar10", limit)
 
 
 def blocked_split(n: int, *, blocks: int = BLOCKS, test_blocks=TEST_BLOCKS, gap: int = GAP):
@@ -53,9 +72,8 @@ def read_angles(path: Path = LABELS) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_labels(path: Path = LABELS) -> dict:
-    """The labels' check (recipes/udacity_rq.py, ``label_check``); stops the recipe when they look like noise,
-    as the placeholder angles of ``final_example.csv`` do (lag-1 autocorrelation 0.02)."""
-    from udacity_rq import label_check
+    """The labels' check (``kit.stats.label_check``); stops the recipe when they look like noise, as the
+    placeholder angles of ``final_example.csv`` do (lag-1 autocorrelation 0.02)."""
     found = label_check(read_angles(path)[1])
     if abs(found["lag1_autocorrelation"]) < 0.3:
         raise SystemExit(f"{path.name}: {found['verdict']} (lag-1 autocorrelation {found['lag1_autocorrelation']}); "
@@ -102,3 +120,11 @@ def udacity(split: str, limit: int | None = None):
     ds = load_inputs(udacity_folder(split), labels=str(LABELS), crop=UDACITY_CROP, resize=UDACITY_RESIZE,
                      task="regression", limit=limit)
     return ds.x, ds.y
+
+
+@register_dataset("udacity")
+def _udacity(split: str):
+    if split == "all":
+        raise InputError("udacity has a train and a test split only (the blocked split of one drive)")
+    x, y = udacity(split)
+    return x, y, f"udacity:{split} (blocked split of {LABELS.name})"
