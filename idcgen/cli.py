@@ -35,6 +35,9 @@ LabelsOpt = typer.Option(None, "--labels", help="CSV of labels for an image fold
 CropOpt = typer.Option(None, "--crop", help="TOP,BOTTOM,LEFT,RIGHT: pixels cut from each image of an image folder before --resize.")
 RayOpt = typer.Option(None, "--ray", help="Run on Ray workers: local (start Ray on this machine), auto (the cluster `ray start` made here) or a cluster address such as ray://HEAD:10001. Needs pip install \"idcgen[ray]\".")
 WorkersOpt = typer.Option(None, "--workers", help="Ray workers (default: one per GPU of the cluster, else one per CPU); alone it means --ray local.")
+DeviceOpt = typer.Option(None, "--device", help="Where the model runs: auto (the GPU when the framework sees one; default, or IDCGEN_DEVICE), cpu, cuda or cuda:N. cpu also hides the GPU from TensorFlow.")
+PrecisionOpt = typer.Option(None, "--precision", help="fp32 (default), bf16 or fp16 for the forward passes (PyTorch models; an analysis and its relevance always run in fp32).")
+GpusPerWorkerOpt = typer.Option(None, "--gpus-per-worker", help="With --workers: each Ray worker's share of a GPU (0.5: two workers a GPU; default: the cluster's GPUs spread over the workers); a worker runs its model on its own GPU.")
 ClassNamesOpt = typer.Option(None, "--class-names", help="Class names in label order (cat,dog or a file with one per line): labels of image class subfolders not named by integers (default: sorted names).")
 
 
@@ -71,7 +74,7 @@ FLAGS = {
     "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train", "value_range": "--value-range",
     "tol": "--tol", "measures": "--measures", "units": "--units", "hypotheses": "--hypotheses",
     "workers": "--workers", "by": "--by", "passes": "--passes", "tolerance": "--tolerance",
-    "x_train": "--train",
+    "x_train": "--train", "device": "--device", "precision": "--precision", "gpus_per_worker": "--gpus-per-worker",
 }
 # "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
 _PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? parameters?\b(?! of )")
@@ -152,17 +155,30 @@ def _given(ctx: typer.Context) -> dict:
     return {k: v for k, v in ctx.params.items() if getattr(source(k), "name", None) == "COMMANDLINE"}
 
 
-def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None, task: Optional[str] = None):
+def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None, task: Optional[str] = None,
+             device: Optional[str] = None):
     from .session import load_networks
-    return load_networks([model], architectures=None if architecture is None else [architecture],
-                         safe_mode=not unsafe, task=task)[0]
+    return _said(load_networks([model], architectures=None if architecture is None else [architecture],
+                               safe_mode=not unsafe, task=task, device=device)[0])
 
 
-def _open(model: Path, unsafe: bool, architecture=None, task=None, value_range=None, preprocess=None, analysis=None):
+def _open(model: Path, unsafe: bool, architecture=None, task=None, value_range=None, preprocess=None, analysis=None,
+          device=None, precision=None):
     """(network in image space, its input convention, the bound Analysis or None): idcgen.session.open_model."""
     from .session import open_model
-    return open_model(model, safe_mode=not unsafe, architecture=architecture, task=task, value_range=value_range,
-                      preprocess=preprocess, analysis=analysis)
+    opened = open_model(model, safe_mode=not unsafe, architecture=architecture, task=task, value_range=value_range,
+                        preprocess=preprocess, analysis=analysis, device=device, precision=precision)
+    _said(opened[0])
+    return opened
+
+
+def _said(network):
+    """The device a model runs on, said once on stderr where it is not the CPU in fp32."""
+    from .framework.device import device_line
+    line = device_line(network.device_info())
+    if line is not None:
+        typer.echo(line, err=True)
+    return network
 
 
 def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None,
@@ -185,11 +201,12 @@ def _shard_pattern(spec: str, option: str, ray: Optional[str], workers: Optional
     return True
 
 
-def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bool, as_json: bool, load: dict):
+def _idc_of_shards(found, names, pattern: str, network, ray, workers, unsafe: bool, as_json: bool, load: dict,
+                   gpus_per_worker=None):
     """``coverage --inputs 'PATTERN' --ray``: IDC of shard files the Ray workers read themselves, one a shard."""
     if found is None or names != ["idc"]:
         _fail("shard files (--inputs with a pattern) are measured for IDC only: give --criteria idc, or one input set")
-    pool = _ray_pool(ray, workers, network, unsafe)
+    pool = _ray_pool(ray, workers, network, unsafe, gpus_per_worker)
     held = pool.shards(pattern, **load)
     result = pool.tracker(found, held, progress=not as_json).result()
     n, shards = len(held), len(held.sources)
@@ -216,7 +233,7 @@ def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
     check_pool(ray, workers)
 
 
-def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool):
+def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool, gpus_per_worker=None):
     """Ray workers holding ``network`` when --ray or --workers is given, else None (one process)."""
     if ray is None and workers is None:
         return None
@@ -225,15 +242,16 @@ def _ray_pool(ray: Optional[str], workers: Optional[int], network, unsafe: bool)
     what = "--ray" if ray is not None else "--workers"
     require_ray(what)   # before anything else: one line saying what to install
     typer.echo(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...", err=True)
-    _POOLS.append(Workers(network, ray=ray or "local", workers=workers, safe_mode=not unsafe, what=what))
+    _POOLS.append(Workers(network, ray=ray or "local", workers=workers, safe_mode=not unsafe, what=what,
+                          gpus_per_worker=gpus_per_worker))
     return _POOLS[-1]   # closed by the command's wrapper (`command`) when it ends, if not before
 
 
 @command
 def layers(model: Path = ModelOpt, unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt,
-           task: Optional[str] = TaskOpt):
+           task: Optional[str] = TaskOpt, device: Optional[str] = DeviceOpt):
     """List the model's layers: name, type, output shape, neurons (units or channels)."""
-    network = _network(model, unsafe, architecture, task)
+    network = _network(model, unsafe, architecture, task, device)
     rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
     for row in [("name", "type", "output shape", "neurons")] + rows:
@@ -292,6 +310,7 @@ def analyze(model: Path = ModelOpt,
             out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."),
             force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
             ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
+            gpus_per_worker: Optional[float] = GpusPerWorkerOpt, device: Optional[str] = DeviceOpt,
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Find the m most important neurons of a layer and cluster their activations."""
     from .analysis import analyze as run, check_save_target
@@ -302,8 +321,8 @@ def analyze(model: Path = ModelOpt,
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     _check_sources(train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
-    network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess)
-    pool = _ray_pool(ray, workers, network, unsafe)
+    network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess, device=device)
+    pool = _ray_pool(ray, workers, network, unsafe, gpus_per_worker)
     if sharded:
         x = pool.shards(train, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
         x.load()
@@ -349,7 +368,8 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
              class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
              crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
              ray: Optional[str] = typer.Option(None, "--ray", help="Measure IDC on Ray workers (the other criteria stay in this process): local, auto or a cluster address such as ray://HEAD:10001. Needs pip install \"idcgen[ray]\"."),
-             workers: Optional[int] = WorkersOpt,
+             workers: Optional[int] = WorkersOpt, gpus_per_worker: Optional[float] = GpusPerWorkerOpt,
+             device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
     reaches) and, on request, the other criteria."""
@@ -360,10 +380,10 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
     _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess,
-                                       analysis if "idc" in names else None)
+                                       analysis if "idc" in names else None, device=device, precision=precision)
     if _shard_pattern(inputs, "--inputs", ray, workers, limit):
         return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, as_json,
-                              dict(scale=scale, resize=resize, class_names=class_names, crop=crop))
+                              dict(scale=scale, resize=resize, class_names=class_names, crop=crop), gpus_per_worker)
     _, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, crop=crop)
     others = {n: make_criterion(n) for n in names if n != "idc"}  # keyed by spec: "nc", "nc(threshold=0.5)"
     x_train = y_train = None
@@ -381,7 +401,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
                                     labels=labels, crop=crop)
         y_train = train_ds.y
     from .session import measure_coverage
-    pool = _ray_pool(ray, workers, network, unsafe) if found is not None else None
+    pool = _ray_pool(ray, workers, network, unsafe, gpus_per_worker) if found is not None else None
     results, notes, missing = measure_coverage(network, x, others, analysis=found, x_train=x_train, y_train=y_train,
                                                pool=pool)
     if not results:
@@ -424,14 +444,15 @@ def prioritize(model: Path = ModelOpt,
                scale: str = ScaleOpt, value_range: Optional[str] = ValueRangeOpt,
                preprocess: Optional[str] = PreprocessOpt, resize: Optional[str] = ResizeOpt,
                class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
-               crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
+               crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt, device: Optional[str] = DeviceOpt,
                unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
     from .prioritization import check_ordering, input_names, prioritize as run
     check_ordering(by)   # an unknown ordering is refused before any model is loaded
     _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
+    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis,
+                                       device=device)
     check_ordering(by, network.task)   # classification-only orderings refused for a regression model
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)
@@ -489,6 +510,8 @@ def fuzz(ctx: typer.Context,
          image_shape: Optional[str] = typer.Option(None, "--image-shape", help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred)."),
          workers: Optional[int] = typer.Option(None, "--workers", help="Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Needs --analysis or --train."),
          ray: Optional[str] = typer.Option(None, "--ray", help="With --workers: local (default: start Ray on this machine), auto or a Ray cluster address such as ray://HEAD:10001."),
+         gpus_per_worker: Optional[float] = GpusPerWorkerOpt, device: Optional[str] = DeviceOpt,
+         precision: Optional[str] = PrecisionOpt,
          unsafe: bool = UnsafeOpt,
          architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
@@ -497,10 +520,11 @@ def fuzz(ctx: typer.Context,
     _need_ray(ray, workers)
     if resume is not None:  # the campaign's own settings; any other option given is checked against them
         options = {k: v for k, v in given.items()
-                   if k not in ("model", "architecture", "unsafe", "budget", "resume", "workers", "ray")}
+                   if k not in ("model", "architecture", "unsafe", "budget", "resume", "workers", "ray", "device",
+                                "precision", "gpus_per_worker")}   # where it runs is no setting of the campaign
         result = resume_campaign(resume, models=model or None, budget=budget, safe_mode=not unsafe,
                                  architectures=architecture or None, options=options, workers=workers, ray=ray,
-                                 echo=typer.echo)
+                                 echo=typer.echo, device=device, precision=precision, gpus_per_worker=gpus_per_worker)
     else:
         if ray is not None and workers is None:
             _fail("--ray runs parallel campaigns: give their number with --workers N")
@@ -513,7 +537,8 @@ def fuzz(ctx: typer.Context,
                               value_range=value_range, preprocess=preprocess, image_shape=image_shape, resize=resize,
                               class_names=class_names, guide=guide, measure=measure, rounding=not no_round,
                               safe_mode=not unsafe, labels=labels, crop=crop, task=task,
-                              architectures=architecture or None, workers=workers, ray=ray, echo=typer.echo)
+                              architectures=architecture or None, workers=workers, ray=ray, echo=typer.echo,
+                              device=device, precision=precision, gpus_per_worker=gpus_per_worker)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
 
@@ -530,7 +555,7 @@ def harden(model: Path = ModelOpt,
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
            pair: Optional[str] = typer.Option(None, "--pair", help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair `idcgen inspect` predicts); lower is better."),
-           scale: str = ScaleOpt, class_names: Optional[str] = ClassNamesOpt,
+           scale: str = ScaleOpt, class_names: Optional[str] = ClassNamesOpt, device: Optional[str] = DeviceOpt,
            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
@@ -538,7 +563,7 @@ def harden(model: Path = ModelOpt,
     from .fuzz.store import read_meta
     read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
     _check_sources(train, test, scale=scale, class_names=class_names)
-    network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis")
+    network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis", device=device)
     if network.task == "regression":
         _fail("harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
               "a regression model (one output unit)")
@@ -619,6 +644,7 @@ def inspect(model: Path = ModelOpt,
             class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
             crop: Optional[str] = CropOpt,
             ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
+            gpus_per_worker: Optional[float] = GpusPerWorkerOpt, device: Optional[str] = DeviceOpt,
             unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
     probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
@@ -627,13 +653,14 @@ def inspect(model: Path = ModelOpt,
     check_int("top", top, 1)
     _need_ray(ray, workers)
     _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis)
+    network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis,
+                                       device=device)
     sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
     if not sharded:
         ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                         crop=crop)
     names = None if layers_ is None else [n.strip() for n in layers_.split(",") if n.strip()]
-    pool = _ray_pool(ray, workers, network, unsafe)   # the forward passes on Ray workers, the counts summed here
+    pool = _ray_pool(ray, workers, network, unsafe, gpus_per_worker)   # the forward passes on Ray workers, the counts summed here
     if sharded:
         x = pool.shards(inputs, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
         x.load()
@@ -703,6 +730,7 @@ def affinity(model: Path = ModelOpt,
              class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
              crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
              ray: Optional[str] = RayOpt, workers: Optional[int] = WorkersOpt,
+             gpus_per_worker: Optional[float] = GpusPerWorkerOpt, device: Optional[str] = DeviceOpt,
              unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
@@ -714,14 +742,15 @@ def affinity(model: Path = ModelOpt,
     if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
     _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
+    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis,
+                                       device=device)
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)
     library = [] if no_builtin else builtin_hypotheses(
         task=network.task, n_classes=network.n_classes if network.task != "regression" else 0,
         channels=x.shape[-1] if x.ndim == 4 else 1)
     library += builtin_masks() if masks else []
-    pool = _ray_pool(ray, workers, network, unsafe)   # the forward pass on Ray workers, the measures here
+    pool = _ray_pool(ray, workers, network, unsafe, gpus_per_worker)   # the forward pass on Ray workers, the measures here
     options = dict(analysis=found, units=units, hypotheses=library + extra, measures=chosen, tol=tol,
                    random_state=random_state, progress=not as_json)
     result = run(network, x, ds.y, **options) if pool is None else pool.affinity(x, ds.y, **options)

@@ -42,9 +42,11 @@ OUTPUTS = Path("outputs")
 
 
 # ---- models and inputs, for every command ---------------------------------------------------------
-def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None) -> list:
+def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None, device=None,
+                  precision=None) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
-    in order, one per model, ``-`` for a model file that holds its own architecture."""
+    in order, one per model, ``-`` for a model file that holds its own architecture. ``device`` and
+    ``precision``: :mod:`idcgen.framework.device` (a GPU asked for and not seen is said before any load)."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
     if architectures and len(architectures) != len(models):
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
@@ -52,19 +54,22 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
     for path in [*models, *(a for a in architectures if a is not None)]:   # all, before the framework loads one
         if not Path(path).exists() and not is_factory(path):   # a PyTorch factory names code, not a file
             raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
+    from .framework import framework_of_path, resolve_device
+    device = resolve_device(framework_of_path(models[0]), device, precision)
     pairs = zip(models, architectures or [None] * len(models))
-    return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task) for p, a in pairs]
+    return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task, device=device, precision=precision)
+            for p, a in pairs]
 
 
 def open_model(model, *, safe_mode: bool = True, architecture=None, task=None, value_range=None, preprocess=None,
-               analysis=None):
+               analysis=None, device=None, precision=None):
     """(Network measured in image space, its input convention, the Analysis or None) for a command: the
     model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
     ``value_range``/``preprocess`` that contradicts it is refused) and the analysis bound to the model."""
     found = None if analysis is None else Analysis.load(analysis)
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
     network = load_networks([model], architectures=None if architecture is None else [architecture],
-                            safe_mode=safe_mode, task=task)[0]
+                            safe_mode=safe_mode, task=task, device=device, precision=precision)[0]
     network, convention = network_with_convention(network, value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
     if found is not None:
@@ -153,7 +158,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
                  value_range=None, preprocess=None, image_shape=None, resize=None, class_names=None,
                  guide="idc", measure=None, rounding=True, labels=None, crop=None, task=None,
                  safe_mode=True, architectures=None, workers=None, ray=None, echo=print,
-                 progress=True) -> dict | None:
+                 progress=True, device=None, precision=None, gpus_per_worker=None) -> dict | None:
     """A new campaign as the command line runs it: models, seeds and analysis found, the loop run (in this
     process, or ``workers`` campaigns on Ray), then exports and report. None if interrupted."""
     check_budget(budget)   # every option is checked before any model is loaded
@@ -167,7 +172,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     for spec in (seeds, train):   # before the framework is imported and the models loaded
         if spec is not None:
             check_source(spec)
-    runner = LocalRunner() if workers is None else ParallelRunner(workers, ray, safe_mode)
+    runner = LocalRunner() if workers is None else ParallelRunner(workers, ray, safe_mode, gpus_per_worker)
     runner.check(models=models, architectures=architectures, guide=guide, specs=specs)
     if m is not None:
         check_int("m", m, 1)
@@ -180,7 +185,11 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         check_analysis_options(Analysis.load(analysis), analysis, layer=layer, m=wanted_m, clusters=wanted_clusters,
                                cluster_method=wanted_method)
     recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
-    networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task)
+    networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task, device=device,
+                             precision=precision)
+    from .framework.device import device_line
+    if device_line(networks[0].device_info()):   # said once, where it is not the CPU in fp32
+        echo(device_line(networks[0].device_info()))
     check_tasks(mutator_list, networks[0].task)   # before the analysis and the campaign, not 50 failed steps in
     oracle = oracle or default_oracle(networks[0])
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
@@ -247,7 +256,8 @@ def _campaign_analysis(runner, network, convention, sources: Sources, model, ana
 
 
 def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, architectures=None, options=None,
-                    workers=None, ray=None, echo=print, progress=True) -> dict | None:
+                    workers=None, ray=None, echo=print, progress=True, device=None, precision=None,
+                    gpus_per_worker=None) -> dict | None:
     """Continue a campaign with its own settings (a parallel one on as many Ray workers as it had);
     ``options`` (by parameter name) are other settings given with the resume: refused where they differ
     from the campaign's."""
@@ -261,7 +271,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
         if workers is not None and workers != record.workers:
             raise ParameterError(f"{folder} runs {record.workers} workers; resume it with --workers "
                                  f"{record.workers} or without --workers")
-        settings, runner = record.settings, ParallelRunner(record.workers, ray, safe_mode)
+        settings, runner = record.settings, ParallelRunner(record.workers, ray, safe_mode, gpus_per_worker)
         analysis_folder = folder / "worker-0" / "analysis"
     else:
         settings, runner = CampaignSettings.from_dict(read_meta(folder)["config"]), LocalRunner()
@@ -271,7 +281,7 @@ def resume_campaign(folder, *, models=None, budget=None, safe_mode=True, archite
     paths = models or [src.model, *src.other_models]
     try:
         networks = load_networks(paths, architectures=architectures or (None if models else src.architectures),
-                                 safe_mode=safe_mode, task=src.task_given)
+                                 safe_mode=safe_mode, task=src.task_given, device=device, precision=precision)
     except ModelError as exc:
         if models:
             raise
@@ -365,11 +375,11 @@ PARALLEL_NOT_REPRODUCIBLE = ("parallel campaigns are not reproducible: the worke
 class ParallelRunner:
     """``workers`` campaigns on Ray that share what they cover (:mod:`idcgen.distributed.parallel`)."""
 
-    def __init__(self, workers: int, ray: str | None, safe_mode: bool):
+    def __init__(self, workers: int, ray: str | None, safe_mode: bool, gpus_per_worker=None):
         from .distributed import require_ray
         self.workers = check_int("workers", workers, 1)
         require_ray("--ray" if ray is not None else "--workers")
-        self.ray, self.safe_mode = ray, safe_mode
+        self.ray, self.safe_mode, self.gpus_per_worker = ray, safe_mode, gpus_per_worker
         self.where = f" on {self.workers} Ray workers"
 
     def check(self, *, models, architectures, guide, specs) -> None:
@@ -382,7 +392,7 @@ class ParallelRunner:
     def analyze(self, network, x, y, *, progress=True, **options):
         from .distributed.workers import Workers
         with Workers(network, ray=self.ray or "local", workers=self.workers, safe_mode=self.safe_mode,
-                     what="--workers") as pool:
+                     what="--workers", gpus_per_worker=self.gpus_per_worker) as pool:
             return pool.analyze(x, y, **options)
 
     def start(self, fuzzer, settings, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
@@ -411,7 +421,7 @@ class ParallelRunner:
             try:
                 result = fuzz(fuzzer.network, fuzzer.analysis, x_seeds, y_seeds, budget=settings.budget, out=out,
                               workers=self.workers, ray=self.ray, settings=settings, safe_mode=self.safe_mode,
-                              on_progress=progress, echo=echo)
+                              on_progress=progress, echo=echo, gpus_per_worker=self.gpus_per_worker)
             except KeyboardInterrupt:
                 return None
         merged = Campaign.load(Path(out) / "merged", fuzzer.network)

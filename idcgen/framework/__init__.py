@@ -28,7 +28,7 @@ from ..errors import ModelError
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __all__ = ["Network", "LayerInfo", "RANGE_TAP", "TASKS", "load_model", "load_network", "as_network",
-           "network_with_convention", "convert", "limit_threads"]
+           "network_with_convention", "convert", "limit_threads", "resolve_device"]
 
 TASKS = ("classification", "regression")
 
@@ -187,6 +187,11 @@ class Network(metaclass=_Dispatching):
         """The layers that drop units in training (MC dropout samples them at test time)."""
         return []
 
+    def device_info(self) -> dict:
+        """The device the model runs on and the precision of its forward passes, as analysis.json and
+        campaign.json record them: information only, never part of a fingerprint or a comparison."""
+        return dict(getattr(self, "_device_info", None) or {"device": "cpu"}, precision="fp32")
+
     def preprocessing(self) -> list[str]:
         """The preprocessing layers at the start of the user's model, described (``idcgen layers``)."""
         return []
@@ -291,21 +296,44 @@ def _require_torch() -> None:
 
 
 def as_network(model, *, batch_size: int | None = None, task: str | None = None,
-               convention: InputConvention | None = None, input_shape=None) -> Network:
+               convention: InputConvention | None = None, input_shape=None, device=None,
+               precision=None) -> Network:
     """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation
-    (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``)."""
+    (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``).
+    ``device`` (``auto|cpu|cuda|cuda:N``, default ``IDCGEN_DEVICE`` or auto) and ``precision`` (``fp32``,
+    or ``bf16``/``fp16`` for forward passes; PyTorch models only): see :mod:`idcgen.framework.device`."""
     if isinstance(model, Network):
         return model
     framework = _framework_of(model)
     network_class = getattr(_implementation(framework), _MODULES[framework][1])
-    extra = {"input_shape": input_shape} if framework == "torch" else {}
-    return network_class(model, batch_size=batch_size, task=task, convention=convention, **extra)
+    if framework == "torch":
+        return network_class(model, batch_size=batch_size, task=task, convention=convention, input_shape=input_shape,
+                             device=device, precision=precision)
+    where = resolve_device("keras", device, precision)
+    network = network_class(model, batch_size=batch_size, task=task, convention=convention)
+    network._device_info = {"device": where}
+    return network
+
+
+def resolve_device(framework: str, device=None, precision=None):
+    """The device a model of ``framework`` ("torch", "keras") runs on, settled before any model is loaded:
+    a ``torch.device``, or "cpu"/"cuda:N" for Keras (``cpu`` hides the GPU from TensorFlow). A GPU asked for
+    and not seen, or a precision other than fp32 for a Keras model, is one line."""
+    from .device import check_precision, keras_device, torch_device
+    precision = check_precision(precision)
+    if framework == "torch":
+        _require_torch()
+        return torch_device(device)
+    if precision != "fp32":
+        raise ModelError(f"precision={precision!r} is for PyTorch models; Keras models run in fp32")
+    return keras_device(device)
 
 
 def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, task: str | None = None,
-                 batch_size: int | None = None, input_shape=None) -> Network:
+                 batch_size: int | None = None, input_shape=None, device=None, precision=None) -> Network:
+    device = resolve_device(framework_of_path(path), device, precision)   # before the model is loaded
     return as_network(load_model(path, safe_mode=safe_mode, architecture=architecture, input_shape=input_shape),
-                      task=task, batch_size=batch_size)
+                      task=task, batch_size=batch_size, device=device, precision=precision)
 
 
 def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False,
@@ -322,9 +350,11 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
 
 
 def limit_threads(threads: int) -> None:
-    """``threads`` intra- and inter-op threads for the frameworks in this process (a Ray worker), before they run."""
-    _implementation("keras").limit_threads(threads)
+    """``threads`` intra- and inter-op threads for the frameworks installed in this process (a Ray worker),
+    before they run."""
     import importlib.util
+    if importlib.util.find_spec("tensorflow") is not None:   # a PyTorch-only machine has none
+        _implementation("keras").limit_threads(threads)
     if importlib.util.find_spec("torch") is not None:
         _implementation("torch").limit_threads(threads)
 

@@ -8,6 +8,7 @@ a process that never runs a model imports neither.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -200,6 +201,31 @@ class Batches:
         say_once(f"{self.what} batches of {tried} inputs ran out of memory on {self.device}: halved to {self.size}")
 
 
+def device_line(info: dict) -> str | None:
+    """"device: cuda:0 (NVIDIA H200), bf16" for a network's device_info(); None for the CPU in fp32 (said
+    nowhere: today's output stays as it was)."""
+    precision = info.get("precision", "fp32")
+    if info.get("device", "cpu") == "cpu" and precision == "fp32":
+        return None
+    name = f" ({info['name']})" if info.get("name") else ""
+    return f"device: {info.get('device', 'cpu')}{name}, {precision}"
+
+
+@contextlib.contextmanager
+def full_precision(network):
+    """``network`` (anything with a ``precision``) in fp32 within the block: an analysis' relevance and the
+    activations it clusters are fp32 whatever the forward-only work around it uses."""
+    saved = getattr(network, "precision", None)
+    if saved is None or saved == "fp32":
+        yield network
+        return
+    network.precision = "fp32"
+    try:
+        yield network
+    finally:
+        network.precision = saved
+
+
 def memory_batch_size(floats_per_input: int, free_bytes: int, *, largest: int = 8192, smallest: int = 16) -> int:
     """Inputs per batch on a device with ``free_bytes`` free: ``MEMORY_SHARE`` of it over about three 4-byte
     floats per value held (``floats_per_input`` values an input), within smallest .. largest."""
@@ -209,4 +235,4 @@ def memory_batch_size(floats_per_input: int, free_bytes: int, *, largest: int = 
 
 __all__ = ["DEVICE_ENV", "PRECISIONS", "DeviceSetting", "parse_device", "requested_device", "check_precision",
            "torch_device", "keras_device", "describe_torch_device", "free_memory", "is_out_of_memory", "Batches",
-           "memory_batch_size", "say_once"]
+           "memory_batch_size", "say_once", "full_precision", "device_line"]
