@@ -49,6 +49,8 @@ def batch_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activatio
         yield (r.sum(axis=0), np.abs(r).sum(axis=0), len(r), pred, a[used] if keep_activations else None)
         if progress is not None:
             progress.update(len(pred))
+    if batches is not None:
+        batches.settle()
 
 
 def sum_totals(batches, keep_activations=False):

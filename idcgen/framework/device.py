@@ -172,6 +172,7 @@ class Batches:
 
     def __init__(self, size: int, *, what: str, device: str, explicit: bool = False):
         self.size, self.what, self.device, self.explicit = int(size), what, str(device), explicit
+        self._halved_from = None   # the size that first ran out of memory, until said
 
     def run(self, n: int, step, *, release=None) -> None:
         """``step(start, stop)`` over ``n`` inputs, ``size`` at a time; a batch out of memory is run again at
@@ -185,6 +186,14 @@ class Batches:
                 self.failed(exc, stop - start, release=release)
                 continue
             start = stop
+        self.settle()
+
+    def settle(self) -> None:
+        """Say once what the halving came to (after a pass: one note, however many halvings it took)."""
+        if self._halved_from is not None:
+            say_once(f"{self.what} batches of {self._halved_from} inputs ran out of memory on {self.device}: "
+                     f"halved to {self.size}")
+            self._halved_from = None
 
     def failed(self, exc: BaseException, tried: int, *, release=None) -> None:
         """After a batch of ``tried`` inputs raised ``exc``: re-raised unless out of memory; halved and said
@@ -197,8 +206,8 @@ class Batches:
             fix = f"give batch_size={tried // 2}" if self.explicit and tried > 1 else "free the device's memory"
             raise DeviceError(f"out of memory on {self.device} at a {self.what} batch of {tried} input(s): "
                               f"{fix}, or run on another device (device='cpu')") from None
+        self._halved_from = self._halved_from or tried
         self.size = max(1, tried // 2)
-        say_once(f"{self.what} batches of {tried} inputs ran out of memory on {self.device}: halved to {self.size}")
 
 
 def device_line(info: dict) -> str | None:
