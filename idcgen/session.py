@@ -55,7 +55,7 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
         if not Path(path).exists() and not is_factory(path):   # a PyTorch factory names code, not a file
             raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
     from .framework import framework_of_path, resolve_device
-    device = resolve_device(framework_of_path(models[0]), device, precision)
+    resolve_device(framework_of_path(models[0]), device, precision)   # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
     return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task, device=device, precision=precision)
             for p, a in pairs]
@@ -109,7 +109,7 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
     computed here (LSC's densities on a layer wider than the training inputs are many, DSC without two classes)
     does not take the others with it: ``missing`` says why, one line per criterion."""
     import numpy as np
-    from .errors import IdcgenError
+    from .errors import DeviceError, IdcgenError
     results, notes, missing = {}, {}, {}
     if analysis is not None:
         results["idc"] = analysis.coverage(x) if pool is None else pool.coverage(analysis, x)
@@ -118,6 +118,8 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
             fitted = criterion.fit(network, x_train if x_train is not None else x[:1],
                                    y_train if x_train is not None else None)
             results[spec] = fitted.coverage(network, x)
+        except DeviceError:   # the device, not the criterion: every other criterion would meet it too
+            raise
         except (IdcgenError, ValueError, np.linalg.LinAlgError) as exc:
             missing[spec] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             continue

@@ -200,7 +200,7 @@ def test_an_explicit_batch_size_is_kept_and_its_out_of_memory_is_one_line(networ
         net.forward(images)
     line = str(caught.value)
     assert line == ("out of memory on cpu at a forward batch of 32 input(s): give batch_size=16, or run on another "
-                    "device (device='cpu')"), line
+                    "device: device='cpu'"), line
     with pytest.raises(DeviceError, match="relevance batch of 40 input"):
         net.relevance("conv2", batch_size=40)(images)
     sizes = Batches(1, what="forward", device="cuda:0")
@@ -208,6 +208,25 @@ def test_an_explicit_batch_size_is_kept_and_its_out_of_memory_is_one_line(networ
         sizes.failed(torch.OutOfMemoryError("CUDA out of memory"), 1)
     with pytest.raises(ValueError, match="not memory"):   # any other error passes through as it is
         sizes.failed(ValueError("not memory"), 8)
+
+
+def test_cli_out_of_memory_at_one_input_is_one_line(tmp_path, monkeypatch):
+    """Every batch out of memory (torch's own exception, raised by the graph's executor): halved down to one
+    input, then one line naming the size and what to try; no traceback."""
+    from idcgen.framework.torch_graph import TorchGraph
+    from idcgen.framework.torch_zoo import LeNet5, export_program
+    export_program(LeNet5(), tmp_path / "lenet5.pt2")
+    np.savez(tmp_path / "x.npz", x=np.zeros((8, 28, 28, 1), np.uint8))
+
+    def out_of_memory(self, x, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(TorchGraph, "run", out_of_memory)
+    done = CliRunner().invoke(app, ["coverage", "--model", str(tmp_path / "lenet5.pt2"), "--inputs",
+                                    str(tmp_path / "x.npz"), "--criteria", "nc", "--device", "cpu"])
+    assert done.exit_code == 1 and "Traceback" not in done.output, done.output
+    assert done.output.strip().splitlines()[-1] == (
+        "error: out of memory on cpu at a forward batch of 1 input(s): free the device's memory, or run on "
+        "another device: --device cpu"), done.output
 
 
 # ---- precision ------------------------------------------------------------------------------------

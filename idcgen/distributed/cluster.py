@@ -111,7 +111,7 @@ class ModelRecipe:
         from ..framework import network_with_convention
         network, convention = network_with_convention(network)
         suffix, data = network.recipe()
-        device = "cpu" if network.device_info().get("device") == "cpu" else "auto"
+        device = "cpu" if getattr(network, "device_asked", "auto") == "cpu" else "auto"
         return cls(model_bytes=data, suffix=suffix, convention=convention.to_dict(), task=network.task,
                    fingerprint=network.fingerprint(), safe_mode=safe_mode, device=device)
 

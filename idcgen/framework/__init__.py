@@ -309,9 +309,11 @@ def as_network(model, *, batch_size: int | None = None, task: str | None = None,
     if framework == "torch":
         return network_class(model, batch_size=batch_size, task=task, convention=convention, input_shape=input_shape,
                              device=device, precision=precision)
+    from .device import requested_device
     where = resolve_device("keras", device, precision)
     network = network_class(model, batch_size=batch_size, task=task, convention=convention)
     network._device_info = {"device": where}
+    network.device_asked = requested_device(device).kind
     return network
 
 
@@ -331,7 +333,7 @@ def resolve_device(framework: str, device=None, precision=None):
 
 def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, task: str | None = None,
                  batch_size: int | None = None, input_shape=None, device=None, precision=None) -> Network:
-    device = resolve_device(framework_of_path(path), device, precision)   # before the model is loaded
+    resolve_device(framework_of_path(path), device, precision)   # a GPU asked for and not seen: before the load
     return as_network(load_model(path, safe_mode=safe_mode, architecture=architecture, input_shape=input_shape),
                       task=task, batch_size=batch_size, device=device, precision=precision)
 

@@ -205,7 +205,7 @@ class Batches:
         if self.explicit or tried <= 1:
             fix = f"give batch_size={tried // 2}" if self.explicit and tried > 1 else "free the device's memory"
             raise DeviceError(f"out of memory on {self.device} at a {self.what} batch of {tried} input(s): "
-                              f"{fix}, or run on another device (device='cpu')") from None
+                              f"{fix}, or run on another device: device='cpu'") from None
         self._halved_from = self._halved_from or tried
         self.size = max(1, tried // 2)
 

@@ -22,7 +22,8 @@ from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import relevance_batch_size
-from .device import Batches, check_precision, describe_torch_device, free_memory, memory_batch_size, torch_device
+from .device import (Batches, check_precision, describe_torch_device, free_memory, memory_batch_size,
+                     requested_device, torch_device)
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
 from .torch_load import TorchModel, export, from_program, program_bytes, save_program
 from .torch_load import load as _load
@@ -83,6 +84,8 @@ class TorchNetwork(Network):
         self.convention = convention
         self._task_given = task
         self.device = torch_device(device)   # before anything is placed: a missing GPU is one line
+        # what was asked ("cpu", "auto", "cuda"): a Ray worker runs where its driver was asked to
+        self.device_asked = device.type if isinstance(device, torch.device) else requested_device(device).kind
         self.precision = check_precision(precision)
         self.graph = TorchGraph(self._placed(model.program))
         if not self.graph.layers:
@@ -450,8 +453,10 @@ class TorchNetwork(Network):
                              f"{self.input_shape}")
         if wrapped is not None and wrapped == convention:
             return self
-        return TorchNetwork(self.source, task=self._task_given, convention=convention, device=self.device,
-                            precision=self.precision)
+        placed = TorchNetwork(self.source, task=self._task_given, convention=convention, device=self.device,
+                              precision=self.precision)
+        placed.device_asked = self.device_asked
+        return placed
 
     def on_images(self, image_shape: tuple) -> "TorchNetwork":
         if tuple(self.input_shape) == tuple(image_shape):
@@ -498,8 +503,10 @@ class TorchNetwork(Network):
         if self.device.type != "cpu":   # the source program stays on the CPU (what recipe ships)
             from torch.export.passes import move_to_device_pass
             model.program = move_to_device_pass(model.program, "cpu")
-        return TorchNetwork(model, task=self._task_given, convention=self.convention, device=self.device,
-                            precision=self.precision)
+        trained = TorchNetwork(model, task=self._task_given, convention=self.convention, device=self.device,
+                               precision=self.precision)
+        trained.device_asked = self.device_asked
+        return trained
 
     def recipe(self) -> tuple[str, bytes]:
         return ".pt2", program_bytes(self.source.program)
