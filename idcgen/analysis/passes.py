@@ -20,7 +20,6 @@ from ..convention import check_scale
 from ..data import check_labels, fit_to_model
 from ..errors import InputError, LayerError, ParameterError
 from ..framework import Network, network_with_convention
-from ..framework.device import full_precision
 from ..importance import AGGREGATES, top_neurons
 from ..relevance import Relevance, batch_size_for, relevance_totals
 from .record import Analysis, data_fingerprint, versions
@@ -125,6 +124,7 @@ def _in_fp32(func):
     precision the network's forward-only work uses (docs/design.md, "Devices")."""
     @functools.wraps(func)
     def run(model, *args, **kwargs):
+        from ..framework.device import full_precision
         with full_precision(model):
             return func(model, *args, **kwargs)
     return run

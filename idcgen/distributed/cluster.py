@@ -129,12 +129,14 @@ class ModelRecipe:
     def build(self):
         """The Network, as the driver has it (refused if the weights came out otherwise)."""
         from ..convention import InputConvention
-        from ..framework import Network, load_model, network_with_convention
+        from ..framework import Network, framework_of_path, load_model, network_with_convention, resolve_device
+        device = self.worker_device()
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"model{self.suffix}"
             path.write_bytes(self.model_bytes)
+            resolve_device(framework_of_path(path), device)   # before the load: TensorFlow's GPU hidden in time
             model = load_model(path, safe_mode=self.safe_mode)
-        network, _ = network_with_convention(Network(model, task=self.task, device=self.worker_device()),
+        network, _ = network_with_convention(Network(model, task=self.task, device=device),
                                              recorded=InputConvention.from_dict(self.convention))
         if network.fingerprint() != self.fingerprint:
             raise IdcgenError("a Ray worker rebuilt the model with other weights than the driver's (fingerprint "
