@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -190,8 +191,8 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task, device=device,
                              precision=precision)
     from .framework.device import device_line
-    if device_line(networks[0].device_info()):   # said once, where it is not the CPU in fp32
-        echo(device_line(networks[0].device_info()))
+    if device_line(networks[0].device_info()):   # said once on stderr (as the other commands), not the CPU in fp32
+        print(device_line(networks[0].device_info()), file=sys.stderr)
     check_tasks(mutator_list, networks[0].task)   # before the analysis and the campaign, not 50 failed steps in
     oracle = oracle or default_oracle(networks[0])
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,

@@ -265,6 +265,27 @@ def test_the_device_is_recorded_and_never_compared(network, images, tmp_path):
     assert loaded.device["device"] == "cuda:0" and loaded.fingerprint == network.fingerprint()
 
 
+def test_a_bf16_campaign_records_its_device_and_keeps_its_analysis_fp32(tmp_path, monkeypatch):
+    """fuzz --precision bf16: the fuzz loop's forward in bf16 (campaign.json says so), the analysis it makes
+    first in fp32 (analysis.json says so); a resume on another device is no change of settings."""
+    from idcgen.framework.torch_zoo import LeNet5, export_program
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    export_program(LeNet5(), tmp_path / "lenet5.pt2")
+    runner = CliRunner()
+    args = ["fuzz", "--model", str(tmp_path / "lenet5.pt2"), "--seeds", "embedded-mnist:test", "--limit", "20",
+            "--train", "embedded-mnist:train", "--budget", "64", "--batch-size", "32", "--mutators", "gauss,contrast",
+            "--out", str(tmp_path / "c")]
+    done = runner.invoke(app, args + ["--device", "cpu", "--precision", "bf16"])
+    assert done.exit_code == 0, done.output
+    meta = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    assert meta["device"]["device"] == "cpu" and meta["device"]["precision"] == "bf16"
+    analysis = json.loads((tmp_path / "c" / "analysis" / "analysis.json").read_text())
+    assert analysis["device"]["precision"] == "fp32"
+    done = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "c"), "--budget", "96", "--device", "auto"])
+    assert done.exit_code == 0, done.output
+
+
 # ---- Ray ----------------------------------------------------------------------------------------------
 def test_gpus_per_worker_is_checked():
     from idcgen.distributed.cluster import check_gpus_per_worker
