@@ -36,7 +36,7 @@ _NAMES = {
     "affinity": "deepbase", "AffinityResult": "deepbase",
     "prioritize": "prioritization", "Ranking": "prioritization", "apfd": "prioritization",
     "IdcgenError": "errors", "ModelError": "errors", "LayerError": "errors", "InputError": "errors",
-    "ParameterError": "errors", "AnalysisMismatchError": "errors",
+    "ParameterError": "errors", "AnalysisMismatchError": "errors", "DeviceError": "errors",
 }
 
 __all__ = sorted(_NAMES) + ["__version__"]

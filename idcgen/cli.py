@@ -62,7 +62,7 @@ FLAGS = {
     "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train", "value_range": "--value-range",
     "tol": "--tol", "measures": "--measures", "units": "--units", "hypotheses": "--hypotheses",
     "workers": "--workers", "by": "--by", "passes": "--passes", "tolerance": "--tolerance",
-    "x_train": "--train",
+    "x_train": "--train", "device": "--device", "precision": "--precision", "gpus_per_worker": "--gpus-per-worker",
 }
 # "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
 _PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? parameters?\b(?! of )")
@@ -250,7 +250,7 @@ def layers(model: ModelOptions):
     """List the model's layers: name, type, output shape, neurons (units or channels)."""
     from .session import load_networks
     network = load_networks([model.model], architectures=model.architectures, safe_mode=model.safe_mode,
-                            task=model.task)[0]
+                            task=model.task, device=model.device, precision=model.precision)[0]
     rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]
     for row in [("name", "type", "output shape", "neurons")] + rows:

@@ -27,3 +27,7 @@ class ParameterError(IdcgenError):
 
 class AnalysisMismatchError(IdcgenError):
     """An analysis or campaign was made for a different model (weights fingerprint differs)."""
+
+
+class DeviceError(IdcgenError):
+    """The device asked for is not there, or a batch did not fit in its memory."""

@@ -158,6 +158,16 @@ def _task_option():
                                               "unit is a regression model).")
 
 
+def _device_option():
+    return option("--device", help="Where the model runs: auto (the GPU when the framework sees one; default, or "
+                                   "IDCGEN_DEVICE), cpu, cuda or cuda:N. cpu also hides the GPU from TensorFlow.")
+
+
+def _precision_option():
+    return option("--precision", help="fp32 (default), bf16 or fp16 for the forward passes (PyTorch models; an "
+                                      "analysis and its relevance always run in fp32).")
+
+
 def _unsafe_option():
     return option("--unsafe", cli_type=bool, cli_default=False,
                   help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
@@ -171,6 +181,8 @@ class ModelOptions(Group):
     architecture: Path | None = option("--architecture", "--weights", help=_WEIGHTS_HELP, cli_type=Optional[Path])
     task: str | None = _task_option()
     unsafe: bool = _unsafe_option()
+    device: str | None = _device_option()
+    precision: str | None = _precision_option()
 
     @property
     def safe_mode(self) -> bool:
@@ -192,6 +204,8 @@ class ModelsOptions(Group):
                                       "state_dict); with several --model, one each in order (- for none).")
     task: str | None = _task_option()
     unsafe: bool = _unsafe_option()
+    device: str | None = _device_option()
+    precision: str | None = _precision_option()
 
     @property
     def safe_mode(self) -> bool:
@@ -249,6 +263,9 @@ class RunnerOptions(Group):
     workers: int | None = option("--workers", cli_type=Optional[int],
                                  help="Ray workers (default: one per GPU of the cluster, else one per CPU); alone it "
                                       "means --ray local.")
+    gpus_per_worker: float | None = option("--gpus-per-worker", cli_type=Optional[float], help=(
+        "With --workers: each Ray worker's share of a GPU (0.5: two workers a GPU; default: the cluster's GPUs "
+        "spread over the workers); a worker runs its model on its own GPU."))
 
     @property
     def parallel(self) -> bool:

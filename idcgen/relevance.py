@@ -28,17 +28,29 @@ def batch_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activatio
 
     The map step of an analysis: a Ray worker runs it on its shard, and :func:`sum_totals` reduces the
     batches of all shards in input order, so the sums are added as in one process (docs/design.md,
-    "Scale-out on Ray")."""
-    for start in range(0, len(x), rel.batch_size):
-        stop = start + rel.batch_size
-        r, a, z = rel.batch(x[start:stop], None if target is None else target[start:stop],
-                            activations=keep_activations)
+    "Scale-out on Ray"). A batch out of the device's memory is run again halved (rel.batcher())."""
+    batches = rel.batcher() if hasattr(rel, "batcher") else None
+    start = 0
+    while start < len(x):
+        stop = min(start + rel.batch_size, len(x))
+        try:
+            r, a, z = rel.batch(x[start:stop], None if target is None else target[start:stop],
+                                activations=keep_activations)
+        except Exception as exc:
+            if batches is None:
+                raise
+            batches.failed(exc, stop - start, release=getattr(rel, "release", None))
+            rel.batch_size = batches.size
+            continue
         r, pred = r.astype(np.float64), z.argmax(axis=1)
         used = slice(None) if labels is None else pred == labels[start:stop]
         r = r[used]
+        start = stop
         yield (r.sum(axis=0), np.abs(r).sum(axis=0), len(r), pred, a[used] if keep_activations else None)
         if progress is not None:
             progress.update(len(pred))
+    if batches is not None:
+        batches.settle()
 
 
 def sum_totals(batches, keep_activations=False):

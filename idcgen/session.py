@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import sys
 import time
 from pathlib import Path
 
@@ -41,9 +42,11 @@ OUTPUTS = Path("outputs")
 
 
 # ---- models and inputs, for every command ---------------------------------------------------------
-def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None) -> list:
+def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None, device=None,
+                  precision=None) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
-    in order, one per model, ``-`` for a model file that holds its own architecture."""
+    in order, one per model, ``-`` for a model file that holds its own architecture. ``device`` and
+    ``precision``: :mod:`idcgen.framework.device` (a GPU asked for and not seen is said before any load)."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
     if architectures and len(architectures) != len(models):
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
@@ -51,19 +54,22 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
     for path in [*models, *(a for a in architectures if a is not None)]:   # all, before the framework loads one
         if not Path(path).exists() and not is_factory(path):   # a PyTorch factory names code, not a file
             raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
+    from .framework import framework_of_path, resolve_device
+    resolve_device(framework_of_path(models[0]), device, precision)   # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
-    return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task) for p, a in pairs]
+    return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task, device=device, precision=precision)
+            for p, a in pairs]
 
 
 def open_model(model, *, safe_mode: bool = True, architecture=None, task=None, value_range=None, preprocess=None,
-               analysis=None):
+               analysis=None, device=None, precision=None):
     """(Network measured in image space, its input convention, the Analysis or None) for a command: the
     model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
     ``value_range``/``preprocess`` that contradicts it is refused) and the analysis bound to the model."""
     found = None if analysis is None else Analysis.load(analysis)
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
     network = load_networks([model], architectures=None if architecture is None else [architecture],
-                            safe_mode=safe_mode, task=task)[0]
+                            safe_mode=safe_mode, task=task, device=device, precision=precision)[0]
     network, convention = network_with_convention(network, value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
     if found is not None:
@@ -86,7 +92,12 @@ class Session:
         self.model, self.runner, self.echo, self.status = model, runner or RunnerOptions(), echo, status or echo
         self.network, self.convention, self.analysis = open_model(
             model.model, safe_mode=model.safe_mode, architecture=model.architecture, task=model.task,
-            value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis)
+            value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis,
+            device=model.device, precision=model.precision)
+        from .framework.device import device_line
+        line = device_line(self.network.device_info())   # said once, where it is not the CPU in fp32
+        if line is not None:
+            self.status(line)
         self._executor = None
 
     @property
@@ -104,7 +115,8 @@ class Session:
                 require_ray(what)   # one line saying what to install
                 self.status(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...")
                 self._executor = Workers(self.network, ray=ray or "local", workers=workers,
-                                         safe_mode=self.model.safe_mode, what=what)
+                                         safe_mode=self.model.safe_mode, what=what,
+                                         gpus_per_worker=self.runner.gpus_per_worker)
         return self._executor
 
     def inputs(self, spec, reading: InputOptions, *, limit=None, labels=None, echo=None):
@@ -157,7 +169,7 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
     computed here (LSC's densities on a layer wider than the training inputs are many, DSC without two classes)
     does not take the others with it: ``missing`` says why, one line per criterion."""
     import numpy as np
-    from .errors import IdcgenError
+    from .errors import DeviceError, IdcgenError
     results, notes, missing = {}, {}, {}
     if analysis is not None:
         results["idc"] = analysis.coverage(x) if executor is None else executor.coverage(analysis, x)
@@ -166,6 +178,8 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
             fitted = criterion.fit(network, x_train if x_train is not None else x[:1],
                                    y_train if x_train is not None else None)
             results[spec] = fitted.coverage(network, x)
+        except DeviceError:   # the device, not the criterion: every other criterion would meet it too
+            raise
         except (IdcgenError, ValueError, np.linalg.LinAlgError) as exc:
             missing[spec] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             continue
@@ -209,14 +223,15 @@ def new_campaign(models: ModelsOptions, inputs: InputOptions, convention: Conven
     defaults when analysing). None if interrupted."""
     specs = _check_new_campaign(models, options)   # every option is checked before any model is loaded
     executor = LocalRunner() if runner.workers is None else ParallelRunner(runner.workers, runner.ray,
-                                                                           models.safe_mode)
+                                                                           models.safe_mode, runner.gpus_per_worker)
     executor.check(models=models.model, architectures=models.architectures, guide=options.guide, specs=specs)
     saved = None if options.analysis is None else Analysis.load(options.analysis)   # read once
     if saved is not None:   # a saved analysis is used as it is: refuse settings it was not made with
         check_analysis_options(saved, options.analysis, wanted)
     recorded = None if saved is None else dataclasses.replace(saved.convention, image_shape=None)
     networks = load_networks(models.model, architectures=models.architectures, safe_mode=models.safe_mode,
-                             task=models.task)
+                             task=models.task, device=models.device, precision=models.precision)
+    _say_device(networks[0])
     mutator_specs = options.mutators or _default_mutators()
     check_tasks([make_mutator(s) for s in mutator_specs], networks[0].task)   # before the analysis, not 50 steps in
     network, in_convention = network_with_convention(networks[0], value_range=convention.value_range,
@@ -253,6 +268,14 @@ def new_campaign(models: ModelsOptions, inputs: InputOptions, convention: Conven
     out = options.out or OUTPUTS / "campaigns" / f"{Path(models.model[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     return executor.start(fuzzer, x_seeds, seeds_ds.y, Path(out), x_train=x_train, y_train=y_train, echo=echo,
                           progress=progress)
+
+
+def _say_device(network) -> None:
+    """The device the model runs on, said once on stderr where it is not the CPU in fp32."""
+    from .framework.device import device_line
+    line = device_line(network.device_info())
+    if line is not None:
+        print(line, file=sys.stderr)
 
 
 def _default_mutators() -> tuple[str, ...]:
@@ -331,7 +354,8 @@ def resume_campaign(folder, models: ModelsOptions, inputs: InputOptions, convent
         if runner.workers is not None and runner.workers != record.workers:
             raise ParameterError(f"{folder} runs {record.workers} workers; resume it with --workers "
                                  f"{record.workers} or without --workers")
-        settings, executor = record.settings, ParallelRunner(record.workers, runner.ray, models.safe_mode)
+        settings, executor = record.settings, ParallelRunner(record.workers, runner.ray, models.safe_mode,
+                                                                 runner.gpus_per_worker)
         analysis_folder = folder / "worker-0" / "analysis"
     else:
         settings, executor = CampaignSettings.from_dict(read_meta(folder)["config"]), LocalRunner()
@@ -343,7 +367,8 @@ def resume_campaign(folder, models: ModelsOptions, inputs: InputOptions, convent
     try:
         networks = load_networks(paths, architectures=models.architectures or (None if models.model else
                                                                                 src.architectures),
-                                 safe_mode=models.safe_mode, task=src.task_given)
+                                 safe_mode=models.safe_mode, task=src.task_given, device=models.device,
+                                 precision=models.precision)
     except ModelError as exc:
         if models.model:
             raise
@@ -437,11 +462,11 @@ PARALLEL_NOT_REPRODUCIBLE = ("parallel campaigns are not reproducible: the worke
 class ParallelRunner:
     """``workers`` campaigns on Ray that share what they cover (:mod:`idcgen.distributed.parallel`)."""
 
-    def __init__(self, workers: int, ray: str | None, safe_mode: bool):
+    def __init__(self, workers: int, ray: str | None, safe_mode: bool, gpus_per_worker=None):
         from .distributed import require_ray
         self.workers = check_int("workers", workers, 1)
         require_ray("--ray" if ray is not None else "--workers")
-        self.ray, self.safe_mode = ray, safe_mode
+        self.ray, self.safe_mode, self.gpus_per_worker = ray, safe_mode, gpus_per_worker
         self.where = f" on {self.workers} Ray workers"
 
     def check(self, *, models, architectures, guide, specs) -> None:
@@ -454,7 +479,7 @@ class ParallelRunner:
     def analyze(self, network, x, y, *, progress=True, **options):
         from .distributed.workers import Workers
         with Workers(network, ray=self.ray or "local", workers=self.workers, safe_mode=self.safe_mode,
-                     what="--workers") as pool:
+                     what="--workers", gpus_per_worker=self.gpus_per_worker) as pool:
             return pool.analyze(x, y, **options)
 
     def start(self, fuzzer, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
@@ -483,7 +508,7 @@ class ParallelRunner:
             try:
                 result = fuzz(fuzzer.network, fuzzer.analysis, x_seeds, y_seeds, budget=settings.budget, out=out,
                               workers=self.workers, ray=self.ray, settings=settings, safe_mode=self.safe_mode,
-                              on_progress=progress, echo=echo)
+                              on_progress=progress, echo=echo, gpus_per_worker=self.gpus_per_worker)
             except KeyboardInterrupt:
                 return None
         merged = Campaign.load(Path(out) / "merged", fuzzer.network)
@@ -628,7 +653,8 @@ def refuse_resume_changes(folder: Path, settings: CampaignSettings, found, group
     made with); the budget and the model files may change."""
     conflicts = []
     for name, saved, asked in resume_asked(settings, found, groups):
-        if name in ("budget", "model", "architecture", "unsafe", "resume", "workers", "ray"):
+        if name in ("budget", "model", "architecture", "unsafe", "resume", "workers", "ray", "device", "precision",
+                    "gpus_per_worker"):   # where it runs is not what it does
             continue
         if name == "out":
             if not _same_path(asked, folder):

@@ -6,6 +6,7 @@ Ray workers (``idcgen.distributed``).
 
 from __future__ import annotations
 
+import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
@@ -118,6 +119,18 @@ def neuron_streams(random_state: int, m: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence(int(random_state)).spawn(int(m))
 
 
+def _in_fp32(func):
+    """An analysis runs in fp32 (relevance must conserve; its clusters are fp32 activations) whatever
+    precision the network's forward-only work uses (docs/design.md, "Devices")."""
+    @functools.wraps(func)
+    def run(model, *args, **kwargs):
+        from ..framework.device import full_precision
+        with full_precision(model):
+            return func(model, *args, **kwargs)
+    return run
+
+
+@_in_fp32
 def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
             clusters: Sequence[int] = (2, 3, 4, 5), cluster_method: str = "silhouette",
             relevance_of: str = "predicted", correct_only: bool = False,
@@ -228,7 +241,8 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
                   input_convention=convention.to_dict())
     return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
                     fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
-                    versions=versions(), notes=notes + warnings, warnings=warnings, network=network)
+                    versions=versions(), notes=notes + warnings, warnings=warnings, network=network,
+                    device=network.device_info())
 
 
 def _check_options(width: int, m, relevance_of, aggregate, cluster_method, random_state) -> None:

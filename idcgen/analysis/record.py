@@ -64,6 +64,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     network: ForwardNetwork | None = field(default=None, repr=False, compare=False)
+    device: dict = field(default_factory=dict, compare=False)   # where it was made: information only
 
     def __post_init__(self):
         self.combinations = Combinations([c.centroids for c in self.clusters])
@@ -169,6 +170,7 @@ class Analysis:
             "data": self.data,
             "timings_seconds": self.timings,
             "versions": self.versions,
+            "device": self.device,
             "notes": self.notes,
             "warnings": self.warnings,
         }
@@ -261,7 +263,7 @@ class Analysis:
             analysis = cls(layer=meta["layer"], neurons=neurons, importance=imp, clusters=clusters,
                            fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
                            timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"],
-                           warnings=meta.get("warnings", []))
+                           warnings=meta.get("warnings", []), device=meta.get("device", {}))
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:  # truncated or empty npz
             raise InputError(f"analysis folder {folder} is incomplete or corrupt: {exc}") from None
         return analysis.bind(model) if model is not None else analysis

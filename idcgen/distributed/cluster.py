@@ -58,15 +58,28 @@ def fetch(ray, refs):
         raise
 
 
-def cluster_workers(ray, workers: int | None) -> tuple[int, float]:
-    """(workers, GPUs per worker): by default one worker per GPU of the cluster, else one per CPU."""
+def cluster_workers(ray, workers: int | None, gpus_per_worker: float | None = None) -> tuple[int, float]:
+    """(workers, GPUs per worker): by default one worker per GPU of the cluster, else one per CPU; each
+    worker's share of a GPU is ``gpus_per_worker`` when given (0.5: two workers a GPU), else the cluster's
+    GPUs spread over the workers."""
     resources = ray.cluster_resources()
     gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
     if workers is None:
         workers = gpus or max(cpus, 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ParameterError(f"The 'workers' parameter must be an int in the range [1, inf). Got {workers!r} instead.")
+    if gpus_per_worker is not None:
+        return workers, check_gpus_per_worker(gpus_per_worker)
     return workers, (min(1.0, gpus / workers) if gpus else 0.0)
+
+
+def check_gpus_per_worker(gpus_per_worker) -> float:
+    """A worker's share of GPUs: 0 (none), a fraction (workers share a GPU) or a whole number of GPUs."""
+    share = float(gpus_per_worker)
+    if not share >= 0 or (share > 1 and share != int(share)):
+        raise ParameterError(f"The 'gpus_per_worker' parameter must be 0, a fraction of one GPU or a whole number "
+                             f"of GPUs. Got {gpus_per_worker!r} instead.")
+    return share
 
 
 def hold_threads(threads: int | None) -> None:
@@ -90,6 +103,7 @@ class ModelRecipe:
     task: str
     fingerprint: str
     safe_mode: bool = True
+    device: str = "auto"   # the driver's setting: cpu keeps the workers on their CPUs too
 
     @classmethod
     def of(cls, network, *, safe_mode: bool = True) -> "ModelRecipe":
@@ -97,18 +111,32 @@ class ModelRecipe:
         from ..framework import network_with_convention
         network, convention = network_with_convention(network)
         suffix, data = network.recipe()
+        device = "cpu" if getattr(network, "device_asked", "auto") == "cpu" else "auto"
         return cls(model_bytes=data, suffix=suffix, convention=convention.to_dict(), task=network.task,
-                   fingerprint=network.fingerprint(), safe_mode=safe_mode)
+                   fingerprint=network.fingerprint(), safe_mode=safe_mode, device=device)
+
+    def worker_device(self) -> str:
+        """Where a worker runs the model: its own GPU when Ray gave it a share of one (Ray makes that GPU the
+        only one the worker sees), else its CPU."""
+        if self.device == "cpu":
+            return "cpu"
+        try:
+            import ray
+            return "cuda" if ray.get_gpu_ids() else "cpu"
+        except Exception:   # not in a Ray worker (a recipe built in the driver): the driver's own choice
+            return self.device
 
     def build(self):
         """The Network, as the driver has it (refused if the weights came out otherwise)."""
         from ..convention import InputConvention
-        from ..framework import Network, load_model, network_with_convention
+        from ..framework import Network, framework_of_path, load_model, network_with_convention, resolve_device
+        device = self.worker_device()
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"model{self.suffix}"
             path.write_bytes(self.model_bytes)
+            resolve_device(framework_of_path(path), device)   # before the load: TensorFlow's GPU hidden in time
             model = load_model(path, safe_mode=self.safe_mode)
-        network, _ = network_with_convention(Network(model, task=self.task),
+        network, _ = network_with_convention(Network(model, task=self.task, device=device),
                                              recorded=InputConvention.from_dict(self.convention))
         if network.fingerprint() != self.fingerprint:
             raise IdcgenError("a Ray worker rebuilt the model with other weights than the driver's (fingerprint "

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, ParameterError
-from .cluster import LOCAL, ModelRecipe, connect, fetch, hold_threads
+from .cluster import LOCAL, ModelRecipe, check_gpus_per_worker, connect, fetch, hold_threads
 
 #: the pseudo-mutator whose steps add entries imported from the other workers
 SYNC = "sync"
@@ -211,7 +211,8 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
          threads: int = 1, sync_every: int = 4, mutators=None, oracle: str = "misclassification",
          scheduler: str = "prioritized", batch_size: int = 256, validity: dict | None = None,
          random_state: int = 0, value_range=None, image_shape=None, rounding: bool = True,
-         settings=None, safe_mode: bool = True, on_progress=None, echo=None) -> dict:
+         settings=None, safe_mode: bool = True, on_progress=None, echo=None,
+         gpus_per_worker: float | None = None) -> dict:
     """Run ``workers`` campaigns on Ray into ``out/worker-<i>`` and write the merged view ``out/merged``.
 
     ``model``: a model file, Keras model or Network (with the analysis' input convention); ``analysis``:
@@ -264,7 +265,8 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     recipe = pool_ray.put(ModelRecipe.of(network, safe_mode=safe_mode))
     light = pool_ray.put(dataclasses.replace(analysis, network=None))
     coordinator = pool_ray.remote(Coordinator).options(num_cpus=0).remote(analysis.total)
-    actor = pool_ray.remote(FuzzWorker).options(num_cpus=threads)
+    gpus = 0.0 if gpus_per_worker is None else check_gpus_per_worker(gpus_per_worker)   # each its own GPU share
+    actor = pool_ray.remote(FuzzWorker).options(num_cpus=threads, num_gpus=gpus)
     x_ref = pool_ray.put(None if seeds is None else np.asarray(seeds))
     y_ref = pool_ray.put(None if labels is None else np.asarray(labels))
     shares = split_budget(int(budget), workers)

@@ -113,17 +113,19 @@ class Workers:
     threads : TensorFlow intra-op threads (and CPUs reserved) per worker, default 1
     value_range, preprocess, image_shape, recorded : the input convention, as for :func:`idcgen.analyze`
     task, safe_mode : as for :class:`idcgen.Network` and :func:`idcgen.load_model`
+    gpus_per_worker : each actor's share of a GPU (default: the cluster's GPUs spread over the workers); a
+        worker with a share runs its model on its own GPU
     """
 
     def __init__(self, model, *, ray: str | None = LOCAL, workers: int | None = None, threads: int = 1,
                  value_range=None, preprocess=None, image_shape=None, recorded=None, task: str | None = None,
-                 safe_mode: bool = True, what: str = "idcgen.distributed"):
+                 safe_mode: bool = True, what: str = "idcgen.distributed", gpus_per_worker: float | None = None):
         from ..checks import check_int
         self.ray, self._started = connect(ray, what=what)
         check_int("threads", threads, 1)
         self.network, self.convention = network_of(model, task=task, safe_mode=safe_mode, value_range=value_range,
                                                    preprocess=preprocess, image_shape=image_shape, recorded=recorded)
-        count, gpus = cluster_workers(self.ray, workers)
+        count, gpus = cluster_workers(self.ray, workers, gpus_per_worker)
         recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=safe_mode))
         actor = self.ray.remote(AnalysisWorker).options(num_cpus=threads, num_gpus=gpus)
         self.actors = [actor.remote(recipe, threads) for _ in range(count)]

@@ -27,8 +27,9 @@ from ..errors import ModelError
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-__all__ = ["Network", "ForwardNetwork", "DifferentiableNetwork", "Backend", "BACKENDS", "LayerInfo", "RANGE_TAP", "TASKS", "load_model", "load_network", "as_network",
-           "network_with_convention", "convert", "limit_threads"]
+__all__ = ["Network", "ForwardNetwork", "DifferentiableNetwork", "Backend", "BACKENDS", "LayerInfo", "RANGE_TAP",
+           "TASKS", "load_model", "load_network", "as_network", "network_with_convention", "convert", "limit_threads",
+           "resolve_device"]
 
 TASKS = ("classification", "regression")
 
@@ -182,6 +183,11 @@ class ForwardNetwork(metaclass=_Dispatching):
     def dropout_layers(self) -> list[str]:
         """The layers that drop units in training (MC dropout samples them at test time)."""
         return []
+
+    def device_info(self) -> dict:
+        """The device the model runs on and the precision of its forward passes, as analysis.json and
+        campaign.json record them: information only, never part of a fingerprint or a comparison."""
+        return dict(getattr(self, "_device_info", None) or {"device": "cpu"}, precision="fp32")
 
     def preprocessing(self) -> list[str]:
         """The preprocessing layers at the start of the user's model, described (``idcgen layers``)."""
@@ -341,21 +347,46 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
 
 
 def as_network(model, *, batch_size: int | None = None, task: str | None = None,
-               convention: InputConvention | None = None, input_shape=None) -> Network:
+               convention: InputConvention | None = None, input_shape=None, device=None,
+               precision=None) -> Network:
     """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation
-    (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``)."""
+    (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``).
+    ``device`` (``auto|cpu|cuda|cuda:N``, default ``IDCGEN_DEVICE`` or auto) and ``precision`` (``fp32``,
+    or ``bf16``/``fp16`` for forward passes; PyTorch models only): see :mod:`idcgen.framework.device`."""
     if isinstance(model, ForwardNetwork):
         return model
     framework = _framework_of(model)
     network_class = getattr(_implementation(framework), BACKENDS[framework].network_class)
-    extra = {"input_shape": input_shape} if framework == "torch" else {}
-    return network_class(model, batch_size=batch_size, task=task, convention=convention, **extra)
+    if framework == "torch":
+        return network_class(model, batch_size=batch_size, task=task, convention=convention, input_shape=input_shape,
+                             device=device, precision=precision)
+    from .device import requested_device
+    where = resolve_device("keras", device, precision)
+    network = network_class(model, batch_size=batch_size, task=task, convention=convention)
+    network._device_info = {"device": where}
+    network.device_asked = requested_device(device).kind
+    return network
+
+
+def resolve_device(framework: str, device=None, precision=None):
+    """The device a model of ``framework`` ("torch", "keras") runs on, settled before any model is loaded:
+    a ``torch.device``, or "cpu"/"cuda:N" for Keras (``cpu`` hides the GPU from TensorFlow). A GPU asked for
+    and not seen, or a precision other than fp32 for a Keras model, is one line."""
+    from .device import check_precision, keras_device, torch_device
+    precision = check_precision(precision)
+    BACKENDS[framework].require()
+    if framework == "torch":
+        return torch_device(device)
+    if precision != "fp32":
+        raise ModelError(f"precision={precision!r} is for PyTorch models; Keras models run in fp32")
+    return keras_device(device)
 
 
 def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, task: str | None = None,
-                 batch_size: int | None = None, input_shape=None) -> Network:
+                 batch_size: int | None = None, input_shape=None, device=None, precision=None) -> Network:
+    resolve_device(framework_of_path(path), device, precision)   # a GPU asked for and not seen: before the load
     return as_network(load_model(path, safe_mode=safe_mode, architecture=architecture, input_shape=input_shape),
-                      task=task, batch_size=batch_size)
+                      task=task, batch_size=batch_size, device=device, precision=precision)
 
 
 def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False,

@@ -23,33 +23,58 @@ def relevance_batch_size(floats_per_input: int, budget_bytes: int = 256 * 2**20,
     return int(np.clip(budget_bytes // max(12 * floats_per_input, 1), 16, largest))
 
 
+def _numpy(value) -> np.ndarray:
+    """A framework tensor as numpy on the host (a torch tensor may sit on a GPU)."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return value.numpy()
+
+
 class BatchedRelevance:
-    """What every implementation's relevance pass shares: ``raw(x, target)`` (framework tensors with
-    ``.numpy()``) and ``batch(x, target)`` (numpy, one batch) come from the implementation; this runs them
-    over any number of inputs, ``batch_size`` at a time."""
+    """What every implementation's relevance pass shares: ``raw(x, target)`` (framework tensors) and
+    ``batch(x, target)`` (numpy, one batch) come from the implementation; this runs them over any number of
+    inputs, ``batch_size`` at a time, halving a batch that runs out of the device's memory (``batches``, a
+    :class:`idcgen.framework.device.Batches`, where the implementation sets one; ``release()`` frees a
+    failed batch's memory)."""
 
     batch_size: int
+
+    def batcher(self):
+        """The Batches this pass runs with (halved sizes are kept for the next pass where it is shared)."""
+        from .device import Batches
+        batches = getattr(self, "batches", None)
+        if batches is None:
+            batches = self.batches = Batches(self.batch_size, what="relevance", device="its device")
+        batches.size = self.batch_size if batches.explicit else batches.size
+        return batches
+
+    def _run(self, n: int, step) -> None:
+        batches = self.batcher()
+        batches.run(n, step, release=getattr(self, "release", None))
+        self.batch_size = batches.size
 
     def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
         """Unaggregated relevance (the subject layer's shape, or the input's in image layout), batched."""
         if len(x) == 0:
             return np.zeros_like(x)
-        return np.concatenate([self.raw(x[i:i + self.batch_size],
-                                        None if target is None else target[i:i + self.batch_size])[0].numpy()
-                               for i in range(0, len(x), self.batch_size)])
+        parts = []
+        self._run(len(x), lambda start, stop: parts.append(_numpy(self.raw(
+            x[start:stop], None if target is None else target[start:stop])[0])))
+        return np.concatenate(parts)
 
     def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
         """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched: a
         convolutional neuron (channel) sums its relevance and averages its activation over positions."""
         rel, act, logits = [], [], []
-        for start in range(0, len(x), self.batch_size):
-            stop = start + self.batch_size
+
+        def step(start, stop):
             r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])
             rel.append(r)
             act.append(a)
             logits.append(z)
             if progress is not None:
-                progress.update(min(self.batch_size, len(x) - start))
+                progress.update(stop - start)
+        self._run(len(x), step)
         return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
 
 

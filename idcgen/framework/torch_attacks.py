@@ -1,6 +1,7 @@
 """Gradients and white-box attacks on a PyTorch network, numpy in and out: the gradient mutators' objectives
 (as idcgen/framework/keras_gradients.py), cleverhans' PyTorch FGSM/BIM/PGD steps and C&W-L2, and ART's JSMA
-(as idcgen/framework/keras_attacks.py; the parameters as the attack mutators pass them)."""
+(as idcgen/framework/keras_attacks.py; the parameters as the attack mutators pass them). Every tensor is
+made on the network's device by ``network.to_device`` and comes back by ``network.to_host``, once per batch."""
 
 from __future__ import annotations
 
@@ -14,19 +15,19 @@ from ..errors import ParameterError
 from .torch_graph import neuron_values
 
 
-def _tensor(*arrays):
-    return [torch.as_tensor(np.asarray(a, np.float32)) for a in arrays]
+def _tensors(network, *arrays):
+    return [network.to_device(a) for a in arrays]
 
 
 def logit_sum(network):
     """(x, weights) -> (gradient of sum(weights * logits) w.r.t. x, logits)."""
     def run(x, weights):
-        x, weights = _tensor(x, weights)
+        x, weights = _tensors(network, x, weights)
         with torch.enable_grad():
             x.requires_grad_(True)
             z = network.logits(x)
             (g,) = torch.autograd.grad((weights * z).sum(), x)
-        return g.numpy(), z.detach().numpy()
+        return network.to_host(g), network.to_host(z)
     return run
 
 
@@ -35,28 +36,28 @@ def neuron_sum(network, *, layers: tuple[str, ...]):
     chosen = [network.step(name) for name in layers]
 
     def run(x, mask):
-        x, mask = _tensor(x, mask)
+        x, mask = _tensors(network, x, mask)
         with torch.enable_grad():
             x.requires_grad_(True)
             env = network.run(x, keep=tuple(layer.node for layer in chosen))
             acts = torch.cat([neuron_values(env[layer.node], layer.channel_axis) for layer in chosen], dim=1)
             (g,) = torch.autograd.grad((mask * acts).sum(), x)
-        return g.numpy(), acts.detach().numpy()
+        return network.to_host(g), network.to_host(acts)
     return run
 
 
 def centroid_pull(network, *, layer: str, neurons):
     """(x, target, scale) -> gradient w.r.t. x of sum(((activations of ``neurons`` - target) / scale)^2)."""
-    chosen, index = network.step(layer), torch.as_tensor([int(n) for n in neurons])
+    chosen, index = network.step(layer), network.to_device([int(n) for n in neurons], np.int64)
 
     def run(x, target, scale):
-        x, target, scale = _tensor(x, target, scale)
+        x, target, scale = _tensors(network, x, target, scale)
         with torch.enable_grad():
             x.requires_grad_(True)
             env = network.run(x, keep=(chosen.node,), until=chosen.node)
             acts = neuron_values(env[chosen.node], chosen.channel_axis)[:, index]
             (g,) = torch.autograd.grad((((acts - target) / scale) ** 2).sum(), x)
-        return g.numpy()
+        return network.to_host(g)
     return run
 
 
@@ -97,23 +98,23 @@ def _fgsm_step(network, x, y, eps, lo, hi):
 
 
 def _labels(network, y):
-    return torch.as_tensor(np.asarray(y, np.float32 if network.task == "regression" else np.int64))
+    return network.to_device(y, np.float32 if network.task == "regression" else np.int64)
 
 
 def fgsm(network, x, y, *, eps, clip):
-    return _fgsm_step(network, *_tensor(x), _labels(network, y), eps, *clip).detach().numpy()
+    return network.to_host(_fgsm_step(network, *_tensors(network, x), _labels(network, y), eps, *clip))
 
 
 def pgd(network, x, y, *, start, eps, eps_iter, nb_iter, clip):
     """cleverhans' PGD steps (an FGSM step, then projection onto the ball and the value range) from ``start``."""
     from cleverhans.torch.utils import clip_eta
     lo, hi = clip
-    x_t, adv = _tensor(x, start)
+    x_t, adv = _tensors(network, x, start)
     y = _labels(network, y)
     for _ in range(nb_iter):
         adv = _fgsm_step(network, adv, y, eps_iter, lo, hi).detach()
         adv = torch.clamp(x_t + clip_eta(adv - x_t, np.inf, eps), lo, hi)
-    return adv.numpy()
+    return network.to_host(adv)
 
 
 def bim(network, x, y, *, eps, eps_iter, nb_iter, clip):
@@ -131,12 +132,12 @@ def cw(network, x, labels, *, chunk, clip, lr, binary_search_steps, max_iteratio
     for start in range(0, len(x), chunk):
         part = slice(start, start + chunk)
         with torch.enable_grad():
-            adv = carlini_wagner_l2(model, *_tensor(x[part]), network.n_classes,
-                                    y=torch.as_tensor(np.asarray(labels[part], np.int64)), targeted=False, lr=lr,
+            adv = carlini_wagner_l2(model, *_tensors(network, x[part]), network.n_classes,
+                                    y=network.to_device(labels[part], np.int64), targeted=False, lr=lr,
                                     confidence=confidence, clip_min=clip[0], clip_max=clip[1],
                                     initial_const=initial_const, binary_search_steps=binary_search_steps,
                                     max_iterations=max_iterations)
-        out[part] = adv.detach().numpy()
+        out[part] = network.to_host(adv)
     return out
 
 
@@ -152,7 +153,8 @@ def jsma(network, x, targets, *, theta, gamma, clip):
     def build():
         return PyTorchClassifier(LogitsModule(network), loss=torch.nn.CrossEntropyLoss(),
                                  input_shape=tuple(network.input_shape), nb_classes=network.n_classes,
-                                 clip_values=clip, channels_first=False)
+                                 clip_values=clip, channels_first=False,
+                                 device_type="gpu" if network.device.type == "cuda" else "cpu")
     classifier = network.cached(("art", clip), build)
     attack = SaliencyMapMethod(classifier, theta=theta, gamma=gamma, batch_size=len(x), verbose=False)
     return attack.generate(np.asarray(x, np.float32), y=np.eye(network.n_classes, dtype=np.float32)[targets])

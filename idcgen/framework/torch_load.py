@@ -60,8 +60,9 @@ def _model_shape(image_shape: tuple) -> tuple:
     return image_shape
 
 
-def export(module, image_shape, *, origin: str = "nn.Module") -> TorchModel:
-    """``module`` (in inference mode) as an exported program taking inputs of ``image_shape`` (H, W, C)."""
+def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> TorchModel:
+    """``module`` (in inference mode) as an exported program taking inputs of ``image_shape`` (H, W, C);
+    traced on ``device`` (where the module's weights are; default the CPU)."""
     if image_shape is None:
         image_shape = getattr(module, "input_shape", None)
     if image_shape is None:
@@ -72,7 +73,7 @@ def export(module, image_shape, *, origin: str = "nn.Module") -> TorchModel:
         module = module.eval()
     except NotImplementedError:   # a torch.export program's module, already in inference mode
         pass
-    sample = torch.zeros((2, *_model_shape(image_shape)))
+    sample = torch.zeros((2, *_model_shape(image_shape)), device=device)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

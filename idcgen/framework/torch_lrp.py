@@ -296,14 +296,14 @@ class Relevance(BatchedRelevance):
         if len(t) != len(x):
             raise InputError(f"got {len(t)} targets for {len(x)} inputs")
         with torch.enable_grad():
-            image = torch.as_tensor(np.asarray(x, np.float32)).requires_grad_(self.subject is None)
+            image = network.to_device(x).requires_grad_(self.subject is None)
             env = network.run(image, keep=() if self.subject is None else (self.subject.node,), after=self._after)
             logits = network.logits_of(env)
             subject = image if self.subject is None else env[self.subject.node]
             if network.task == "regression":
                 total = logits.sum()
             else:
-                cls = torch.as_tensor(t)
+                cls = network.to_device(t, np.int64)
                 cls = torch.where(cls >= 0, cls, logits.argmax(dim=1))
                 total = logits.gather(1, cls[:, None]).sum()
             (grad,) = torch.autograd.grad(total, subject)
@@ -313,5 +313,6 @@ class Relevance(BatchedRelevance):
         """One batch as numpy: per-neuron relevance (n, neurons), activations (n, neurons) or None, logits."""
         r, a, z = self.raw(x, target)
         axis = -1 if self.subject is None else self.subject.channel_axis
-        acts = neuron_values(a, axis).numpy() if activations else None
-        return neuron_values(r, axis, reduce="sum").numpy(), acts, z.numpy()
+        host = self.network.to_host   # back to the host once per batch
+        acts = host(neuron_values(a, axis)) if activations else None
+        return host(neuron_values(r, axis, reduce="sum")), acts, host(z)

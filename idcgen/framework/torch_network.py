@@ -22,6 +22,8 @@ from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import relevance_batch_size
+from .device import (Batches, check_precision, describe_torch_device, free_memory, memory_batch_size,
+                     requested_device, torch_device)
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
 from .torch_load import TorchModel, export, from_program, program_bytes, save_program
 from .torch_load import load as _load
@@ -33,6 +35,7 @@ _SKIP_BEFORE_LOGITS = ("dropout", "feature_dropout", "alpha_dropout", "native_dr
 _DROPOUT = ("dropout", "feature_dropout", "native_dropout")
 _FOLLOWERS = ("batch_norm", "_native_batch_norm_legit_no_training", "layer_norm", "group_norm") + _DROPOUT
 _ACTIVATIONS = tuple(sorted(PASS_THROUGH - set(_DROPOUT) - {"alpha_dropout"}))
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def load_model(path, *, safe_mode: bool = True, architecture=None, input_shape=None) -> TorchModel:
@@ -67,7 +70,7 @@ class TorchNetwork(Network):
     """A PyTorch classifier or regression model, exported, with logits exposed and taps on named layers."""
 
     def __init__(self, model, *, batch_size: int | None = None, task: str | None = None,
-                 convention: InputConvention | None = None, input_shape=None):
+                 convention: InputConvention | None = None, input_shape=None, device=None, precision=None):
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         if isinstance(model, torch.nn.Module):
@@ -76,18 +79,76 @@ class TorchNetwork(Network):
             model = from_program(model, "torch.export program")
         if not isinstance(model, TorchModel):
             raise ModelError(f"expected a torch.nn.Module or torch.export program, got {type(model).__name__}")
-        self.source = model
+        self.source = model   # kept on the CPU: what ships the model to another process (recipe)
         self.model = self.inner = model
         self.convention = convention
         self._task_given = task
-        self.graph = TorchGraph(model.program)
+        self.device = torch_device(device)   # before anything is placed: a missing GPU is one line
+        # what was asked ("cpu", "auto", "cuda"): a Ray worker runs where its driver was asked to
+        self.device_asked = device.type if isinstance(device, torch.device) else requested_device(device).kind
+        self.precision = check_precision(precision)
+        self.graph = TorchGraph(self._placed(model.program))
         if not self.graph.layers:
             raise ModelError("the model has no layers")
         self.input_shape = tuple(model.image_shape)
         self._built: dict = {}
         self._preprocess = self._preprocess_of(convention)
         self._find_head(task)
-        self.batch_size = batch_size or self._forward_batch_size()
+        where = str(self.device)
+        self._forward_batches = Batches(batch_size or self._forward_batch_size(), what="forward", device=where,
+                                        explicit=batch_size is not None)
+        self._relevance_batches = Batches(self._memory_relevance_batch_size(), what="relevance", device=where)
+
+    def _placed(self, program):
+        """The program with its weights, constants and device arguments on the network's device (a copy:
+        the CPU program stays what ``recipe`` ships)."""
+        if self.device.type == "cpu":
+            return program
+        from torch.export.passes import move_to_device_pass
+        return move_to_device_pass(torch.export.load(io.BytesIO(program_bytes(program))), self.device)
+
+    @property
+    def batch_size(self) -> int:
+        """Inputs per forward batch: sized from the device's free memory (the CPU: a fixed budget), halved
+        when one runs out of memory."""
+        return self._forward_batches.size
+
+    @batch_size.setter
+    def batch_size(self, size: int) -> None:
+        self._forward_batches.size = int(size)
+
+    def device_info(self) -> dict:
+        """The device and precision, as analysis.json and campaign.json record them (information only)."""
+        return dict(describe_torch_device(self.device), precision=self.precision)
+
+    # ---- tensors across the boundary: host -> device once per batch, back once per batch -----------
+    def to_device(self, x, dtype=np.float32) -> torch.Tensor:
+        """A numpy batch as a tensor on the network's device: one copy, from pinned memory and not waited
+        for on a GPU."""
+        tensor = torch.from_numpy(np.ascontiguousarray(x, dtype=dtype))
+        if self.device.type == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor.to(self.device)
+
+    @staticmethod
+    def to_host(tensor: torch.Tensor) -> np.ndarray:
+        """A result tensor as numpy on the host (a float32 copy of bf16/fp16 values)."""
+        tensor = tensor.detach()
+        if tensor.is_floating_point() and tensor.dtype != torch.float32 and tensor.dtype != torch.float64:
+            tensor = tensor.float()
+        return tensor.cpu().numpy()
+
+    def _release(self) -> None:
+        """Give a failed batch's memory back to the device (before it is run again, halved)."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _autocast(self):
+        """bf16/fp16 for forward-only work (coverage, the fuzz loop's forward); fp32 does nothing."""
+        import contextlib
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=_AUTOCAST[self.precision])
 
     # ---- the head -----------------------------------------------------------------------------
     def _find_head(self, task: str | None) -> None:
@@ -139,8 +200,18 @@ class TorchNetwork(Network):
         return layer
 
     def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
+        """The CPU: a fixed budget; a GPU: its free memory over a few live values of the widest layer (the
+        executor frees each value after its last reader)."""
         largest = max(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
+        free = free_memory(self.device)
+        if free is not None:
+            return memory_batch_size(4 * largest, free, smallest=32)
         return int(np.clip(budget_bytes // (12 * largest), 32, 1024))
+
+    def _memory_relevance_batch_size(self) -> int:
+        values = sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
+        free = free_memory(self.device)
+        return relevance_batch_size(values) if free is None else memory_batch_size(values, free, largest=4096)
 
     # ---- running ------------------------------------------------------------------------------
     def _preprocess_of(self, convention):
@@ -150,7 +221,7 @@ class TorchNetwork(Network):
             return None
         pre.check_channels(self.input_shape[-1])
         mean, std = np.asarray(pre.mean, np.float32), np.asarray(pre.std, np.float32)
-        return torch.as_tensor(1.0 / std), torch.as_tensor(-mean / std), bool(pre.bgr)
+        return self.to_device(1.0 / std), self.to_device(-mean / std), bool(pre.bgr)
 
     def _prepare(self, x: torch.Tensor, after=None) -> torch.Tensor:
         """Images (n, H, W, C) -> what the user's model takes: preprocessing, then channels first."""
@@ -177,26 +248,30 @@ class TorchNetwork(Network):
         """Differentiable logits of image tensor ``x``."""
         return self.logits_of(self.run(x, until=self.logits_layer_.node))
 
-    def _tensor(self, x) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(x, np.float32))
-
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
         targets = [self._tap_target(name) for name in layers]
         keep = tuple(layer.node for layer, _ in targets)
         outs, acts = [], [[] for _ in layers]
-        with torch.inference_mode():
-            for start in range(0, len(x), self.batch_size):
-                env = self.run(self._tensor(x[start:start + self.batch_size]), keep=keep)
-                outs.append(self.graph.output_value(env).numpy())
-                for store, (layer, span) in zip(acts, targets):
+
+        def step(start, stop):
+            with torch.inference_mode(), self._autocast():
+                env = self.run(self.to_device(x[start:stop]), keep=keep)
+                values = [self.graph.output_value(env)]
+                for layer, span in targets:
                     value = env[layer.node]
                     if span:
                         flat = value.reshape(len(value), -1)
-                        store.append(torch.stack([flat.min(dim=1).values, flat.max(dim=1).values], dim=1).numpy())
+                        values.append(torch.stack([flat.min(dim=1).values, flat.max(dim=1).values], dim=1))
                     else:
-                        store.append(neuron_values(value, layer.channel_axis).numpy())
-                if progress is not None:
-                    progress.update(min(self.batch_size, len(x) - start))
+                        values.append(neuron_values(value, layer.channel_axis))
+                del env
+            host = [self.to_host(v) for v in values]   # appended only once the whole batch is done
+            outs.append(host[0])
+            for store, value in zip(acts, host[1:]):
+                store.append(value)
+            if progress is not None:
+                progress.update(stop - start)
+        self._forward_batches.run(len(x), step, release=self._release)
         out = np.concatenate(outs) if outs else np.zeros((0, self.n_classes), np.float32)
         return out, [np.concatenate(a) if a else np.zeros((0, 2 if span else layer.neurons), np.float32)
                      for a, (layer, span) in zip(acts, targets)]
@@ -210,9 +285,9 @@ class TorchNetwork(Network):
         chosen = [self.graph.layer(self.check_layer(name)) for name in layers]
 
         def run(x):
-            with torch.inference_mode():
-                env = self.run(self._tensor(x), keep=tuple(layer.node for layer in chosen))
-            return [torch.movedim(env[layer.node], layer.channel_axis, -1).numpy() for layer in chosen]
+            with torch.inference_mode(), self._autocast():
+                env = self.run(self.to_device(x), keep=tuple(layer.node for layer in chosen))
+            return [self.to_host(torch.movedim(env[layer.node], layer.channel_axis, -1)) for layer in chosen]
         return run
 
     # ---- layers -------------------------------------------------------------------------------
@@ -318,14 +393,19 @@ class TorchNetwork(Network):
                   attention: str | None = None):
         """`torch_lrp.Relevance`. Attention takes CP-LRP's rule (its weights held constant); AttnLRP's rule,
         an option on Keras models (``attention="attnlrp"``, IDCGEN_ATTENTION_RULE), is not implemented here."""
-        rel = Relevance(self, layer=layer, eps=eps, batch_size=batch_size or self.relevance_batch_size())
+        sized = self._relevance_batches
+        explicit = batch_size is not None and batch_size != sized.size   # passes.py asks with the sized one
+        rel = Relevance(self, layer=layer, eps=eps, batch_size=batch_size if explicit else sized.size)
+        rel.batches = Batches(batch_size, what="relevance", device=str(self.device), explicit=True) if explicit \
+            else sized   # halved here, halved for the next pass too
+        rel.release = self._release
         chosen = attention or os.environ.get("IDCGEN_ATTENTION_RULE") or "cp"
         if chosen != "cp" and any(rule_of(step, self.graph) == "attention" for step in rel.steps):
             raise LayerError(f"attention rule {chosen!r}: PyTorch models take CP-LRP's rule only ('cp')")
         return rel
 
     def relevance_batch_size(self) -> int:
-        return relevance_batch_size(sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers))
+        return self._relevance_batches.size
 
     def gradients(self, kind: str, **spec):
         from .torch_attacks import gradient_function
@@ -352,15 +432,16 @@ class TorchNetwork(Network):
                 return value
             rate = float(args[1]) if len(args) > 1 else 0.5
             shape = value.shape if op_name(node) != "feature_dropout" else (*value.shape[:2], *[1] * (value.dim() - 2))
-            keep = torch.as_tensor((rng.random(shape) >= rate).astype(np.float32) / max(1.0 - rate, 1e-12))
+            keep = self.to_device((rng.random(shape) >= rate).astype(np.float32) / max(1.0 - rate, 1e-12))
             return args[0] * keep
 
         runs = []
         with torch.inference_mode():
+            images = self.to_device(x)   # once for every pass
             for _ in range(passes):
-                env = self.run(self._tensor(x), after=after)
-                runs.append(self.graph.output_value(env).numpy().astype(np.float64))
-        return np.stack(runs)
+                env = self.run(images, after=after)
+                runs.append(self.graph.output_value(env))
+        return np.stack([self.to_host(run) for run in runs]).astype(np.float64)
 
     # ---- conventions, training, shipping -------------------------------------------------------
     def own_convention(self) -> InputConvention:
@@ -372,7 +453,10 @@ class TorchNetwork(Network):
                              f"{self.input_shape}")
         if wrapped is not None and wrapped == convention:
             return self
-        return TorchNetwork(self.source, task=self._task_given, convention=convention)
+        placed = TorchNetwork(self.source, task=self._task_given, convention=convention, device=self.device,
+                              precision=self.precision)
+        placed.device_asked = self.device_asked
+        return placed
 
     def on_images(self, image_shape: tuple) -> "TorchNetwork":
         if tuple(self.input_shape) == tuple(image_shape):
@@ -392,29 +476,37 @@ class TorchNetwork(Network):
             for sub in module.modules():
                 if hasattr(sub, "reset_parameters"):
                     sub.reset_parameters()
-            optimizer = torch.optim.Adadelta(module.parameters(), lr=1.0, rho=0.95)
+            optimizer = torch.optim.Adadelta(module.to(self.device).parameters(), lr=1.0, rho=0.95)
         else:
-            module = (copy.deepcopy(self.source.module) if self.source.module is not None   # a fresh copy of a program:
-                      else torch.export.load(io.BytesIO(program_bytes(self.source.program))).module())   # re-read
-            optimizer = torch.optim.Adam(_trainable(module), lr=1e-4)
+            if self.source.module is not None:
+                module = copy.deepcopy(self.source.module).to(self.device)
+            else:   # a fresh copy of a program (re-read), with its device arguments on the device too
+                program = torch.export.load(io.BytesIO(program_bytes(self.source.program)))
+                module = self._placed(program).module() if self.device.type != "cpu" else program.module()
+            optimizer = torch.optim.Adam(_trainable(module), lr=1e-4)   # once placed: it holds the tensors
         if self.source.module is not None:   # a program's module stays in the mode it was exported in
             module.train()
-        images = self._tensor(x)
-        labels = torch.as_tensor(np.asarray(y, np.int64))
-        generator = torch.Generator().manual_seed(random_state)
+        images, labels = np.asarray(x, np.float32), np.asarray(y, np.int64)
+        generator = torch.Generator().manual_seed(random_state)   # on the CPU: the same order on every device
         for _ in range(epochs):
-            order = torch.randperm(len(images), generator=generator)
+            order = torch.randperm(len(images), generator=generator).numpy()
             for start in range(0, len(images), batch_size):
                 idx = order[start:start + batch_size]
-                batch = self._prepare(images[idx])
-                loss = torch.nn.functional.cross_entropy(module(batch), labels[idx])
+                batch = self._prepare(self.to_device(images[idx]))
+                loss = torch.nn.functional.cross_entropy(module(batch), self.to_device(labels[idx], np.int64))
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
         for buffer in module.buffers():
             buffer.requires_grad_(False)
-        model = export(module, self.input_shape, origin=f"{self.source.origin}, retrained")
-        return TorchNetwork(model, task=self._task_given, convention=self.convention)
+        model = export(module, self.input_shape, origin=f"{self.source.origin}, retrained", device=self.device)
+        if self.device.type != "cpu":   # the source program stays on the CPU (what recipe ships)
+            from torch.export.passes import move_to_device_pass
+            model.program = move_to_device_pass(model.program, "cpu")
+        trained = TorchNetwork(model, task=self._task_given, convention=self.convention, device=self.device,
+                               precision=self.precision)
+        trained.device_asked = self.device_asked
+        return trained
 
     def recipe(self) -> tuple[str, bytes]:
         return ".pt2", program_bytes(self.source.program)

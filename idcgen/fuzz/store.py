@@ -300,7 +300,9 @@ class CampaignStore:
         from ..analysis import versions
         if self._versions is None:
             self._versions = versions()
+        network = getattr(campaign, "network", None) or campaign.analysis.network
         meta = {"format_version": FORMAT_VERSION, "config": campaign.settings.to_dict(), "versions": self._versions,
+                "device": {} if network is None else network.device_info(),   # information only, never compared
                 "model_fingerprint": campaign.analysis.fingerprint, "state": campaign.state()}
         atomic_text(self.folder / "campaign.json", json.dumps(meta, indent=2) + "\n")
         self._json_written = time.monotonic()

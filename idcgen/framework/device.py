@@ -1,0 +1,247 @@
+"""Where a model runs: the device setting (``auto|cpu|cuda|cuda:N``, ``IDCGEN_DEVICE``), the precision of
+forward-only work (``fp32|bf16|fp16``), batch sizes sized from the device's free memory, and the halving of a
+batch that ran out of memory (docs/design.md, "Devices").
+
+Framework-free at import: torch or TensorFlow is imported only when a device is resolved for its models, so
+a process that never runs a model imports neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass
+
+from ..errors import DeviceError, ParameterError
+
+DEVICE_ENV = "IDCGEN_DEVICE"
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: share of the device's free memory a batch may take (the rest: the allocator's slack, other processes)
+MEMORY_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class DeviceSetting:
+    """A device as asked for: ``kind`` "auto", "cpu" or "cuda", ``index`` for ``cuda:N``, and where it came
+    from (``source``: "device" for the option, ``IDCGEN_DEVICE`` for the environment, "default")."""
+
+    kind: str
+    index: int | None = None
+    source: str = "default"
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+    def given_as(self) -> str:
+        """How the user wrote it, in the words of a message: ``device='cuda'`` or ``IDCGEN_DEVICE=cuda``."""
+        return f"{DEVICE_ENV}={self}" if self.source == DEVICE_ENV else f"device={str(self)!r}"
+
+
+def parse_device(text, *, source: str = "device") -> DeviceSetting:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (case and spaces ignored); anything else is one line."""
+    if isinstance(text, DeviceSetting):
+        return text
+    word = str(text).strip().lower()
+    name = f"{DEVICE_ENV}={text}" if source == DEVICE_ENV else f"device={str(text)!r}"
+    if word in ("auto", "cpu", "cuda"):
+        return DeviceSetting(word, None, source)
+    kind, _, index = word.partition(":")
+    if kind == "cuda" and index.isdigit():
+        return DeviceSetting("cuda", int(index), source)
+    raise ParameterError(f"{name}: expected auto, cpu, cuda or cuda:N (N the GPU's index)")
+
+
+def requested_device(device=None) -> DeviceSetting:
+    """The device asked for: ``device`` when given (the option wins), else ``IDCGEN_DEVICE``, else auto."""
+    if device is not None:
+        return parse_device(device)
+    env = os.environ.get(DEVICE_ENV, "").strip()
+    return parse_device(env, source=DEVICE_ENV) if env else DeviceSetting("auto")
+
+
+def check_precision(precision) -> str:
+    """``fp32`` (default), ``bf16`` or ``fp16``."""
+    word = "fp32" if precision is None else str(precision).strip().lower()
+    if word not in PRECISIONS:
+        raise ParameterError(f"precision={precision!r}: expected one of {', '.join(PRECISIONS)}")
+    return word
+
+
+# ---- PyTorch ------------------------------------------------------------------------------------
+def _torch_cuda_seen(torch) -> str:
+    """What torch sees, for a message: its version and why no GPU is there."""
+    build = getattr(torch.version, "cuda", None)
+    why = ("a CPU-only build of torch" if build is None
+           else f"built for CUDA {build}, torch.cuda.device_count() is {torch.cuda.device_count()}")
+    return f"torch {torch.__version__} ({why})"
+
+
+def torch_device(device=None):
+    """The ``torch.device`` a PyTorch model runs on: auto is the current CUDA GPU when torch sees one, else
+    the CPU; ``cuda``/``cuda:N`` where torch sees no such GPU is a DeviceError naming what it sees."""
+    import torch
+    if isinstance(device, torch.device):   # placed by the caller (a Ray worker's own GPU, a test's meta device)
+        return device
+    setting = requested_device(device)
+    if setting.kind == "cpu":
+        return torch.device("cpu")
+    available = torch.cuda.is_available()
+    if setting.kind == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if available else torch.device("cpu")
+    if not available:
+        raise DeviceError(f"{setting.given_as()}: no CUDA GPU is visible to {_torch_cuda_seen(torch)}; "
+                          "give cpu or auto")
+    count = torch.cuda.device_count()
+    index = torch.cuda.current_device() if setting.index is None else setting.index
+    if index >= count:
+        raise DeviceError(f"{setting.given_as()}: torch {torch.__version__} sees {count} CUDA GPU(s) "
+                          f"(cuda:0{f' .. cuda:{count - 1}' if count > 1 else ''})")
+    return torch.device("cuda", index)
+
+
+def describe_torch_device(device) -> dict:
+    """What analysis.json and campaign.json record of a device (information only, never compared)."""
+    import torch
+    info = {"device": str(device), "framework": f"torch {torch.__version__}"}
+    if device.type == "cuda":
+        info["name"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def free_memory(device) -> int | None:
+    """Free bytes on a CUDA device (torch.cuda.mem_get_info), None elsewhere (the CPU keeps its constants)."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+# ---- Keras (TensorFlow) ------------------------------------------------------------------------
+def keras_device(device=None) -> str:
+    """The device Keras models run on, settled before TensorFlow initialises its devices: ``cpu`` hides
+    every GPU from TensorFlow (the only case idcgen hides one); auto is TensorFlow's own choice (its GPU
+    when a GPU build sees one); ``cuda`` where TensorFlow sees no GPU is a DeviceError."""
+    setting = requested_device(device)
+    import tensorflow as tf
+    if setting.kind == "cpu":
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError:   # TensorFlow already initialised its devices in this process
+            if tf.config.get_visible_devices("GPU"):
+                raise DeviceError(f"{setting.given_as()}: TensorFlow already runs on its GPU in this process; "
+                                  f"set {DEVICE_ENV}=cpu before it starts") from None
+        return "cpu"
+    gpus = tf.config.list_physical_devices("GPU")
+    if setting.kind == "auto":
+        return "cuda:0" if gpus else "cpu"
+    index = setting.index or 0
+    if not gpus:
+        raise DeviceError(f"{setting.given_as()}: no GPU is visible to TensorFlow {tf.__version__} "
+                          f"({'a build without CUDA' if not tf.test.is_built_with_cuda() else 'built with CUDA'}); "
+                          "give cpu or auto (a GPU needs TensorFlow's CUDA build: pip install \"idcgen[gpu]\")")
+    if index >= len(gpus):
+        raise DeviceError(f"{setting.given_as()}: TensorFlow sees {len(gpus)} GPU(s)")
+    if setting.index is not None:
+        tf.config.set_visible_devices(gpus[index], "GPU")
+    return f"cuda:{index}"
+
+
+# ---- batches that fit ---------------------------------------------------------------------------
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A framework's out-of-memory error (torch.OutOfMemoryError, TensorFlow's ResourceExhaustedError),
+    told by its type's name so that neither framework is imported here."""
+    return any(cls.__name__ in ("OutOfMemoryError", "ResourceExhaustedError") for cls in type(exc).__mro__)
+
+
+_SAID: set = set()
+
+
+def say_once(line: str) -> None:
+    """A note on stderr, once per process (a halved batch is said once, not once per batch)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(f"note: {line}", file=sys.stderr)
+
+
+class Batches:
+    """Inputs per batch for one kind of work on one device (``what``: "forward", "relevance"), halved when
+    a batch runs out of memory, and said once; an ``explicit`` size is kept and its out-of-memory is one
+    line naming the size and what to try."""
+
+    def __init__(self, size: int, *, what: str, device: str, explicit: bool = False):
+        self.size, self.what, self.device, self.explicit = int(size), what, str(device), explicit
+        self._halved_from = None   # the size that first ran out of memory, until said
+
+    def run(self, n: int, step, *, release=None) -> None:
+        """``step(start, stop)`` over ``n`` inputs, ``size`` at a time; a batch out of memory is run again at
+        half the size (``release()`` first: give the failed batch's memory back)."""
+        start = 0
+        while start < n:
+            stop = min(start + self.size, n)
+            try:
+                step(start, stop)
+            except Exception as exc:
+                self.failed(exc, stop - start, release=release)
+                continue
+            start = stop
+        self.settle()
+
+    def settle(self) -> None:
+        """Say once what the halving came to (after a pass: one note, however many halvings it took)."""
+        if self._halved_from is not None:
+            say_once(f"{self.what} batches of {self._halved_from} inputs ran out of memory on {self.device}: "
+                     f"halved to {self.size}")
+            self._halved_from = None
+
+    def failed(self, exc: BaseException, tried: int, *, release=None) -> None:
+        """After a batch of ``tried`` inputs raised ``exc``: re-raised unless out of memory; halved and said
+        once, or one line where it cannot be halved (an explicit size, or one input)."""
+        if not is_out_of_memory(exc):
+            raise exc
+        if release is not None:
+            release()
+        if self.explicit or tried <= 1:
+            fix = f"give batch_size={tried // 2}" if self.explicit and tried > 1 else "free the device's memory"
+            raise DeviceError(f"out of memory on {self.device} at a {self.what} batch of {tried} input(s): "
+                              f"{fix}, or run on another device: device='cpu'") from None
+        self._halved_from = self._halved_from or tried
+        self.size = max(1, tried // 2)
+
+
+def device_line(info: dict) -> str | None:
+    """"device: cuda:0 (NVIDIA H200), bf16" for a network's device_info(); None for the CPU in fp32 (said
+    nowhere: today's output stays as it was)."""
+    precision = info.get("precision", "fp32")
+    if info.get("device", "cpu") == "cpu" and precision == "fp32":
+        return None
+    name = f" ({info['name']})" if info.get("name") else ""
+    return f"device: {info.get('device', 'cpu')}{name}, {precision}"
+
+
+@contextlib.contextmanager
+def full_precision(network):
+    """``network`` (anything with a ``precision``) in fp32 within the block: an analysis' relevance and the
+    activations it clusters are fp32 whatever the forward-only work around it uses."""
+    saved = getattr(network, "precision", None)
+    if saved is None or saved == "fp32":
+        yield network
+        return
+    network.precision = "fp32"
+    try:
+        yield network
+    finally:
+        network.precision = saved
+
+
+def memory_batch_size(floats_per_input: int, free_bytes: int, *, largest: int = 8192, smallest: int = 16) -> int:
+    """Inputs per batch on a device with ``free_bytes`` free: ``MEMORY_SHARE`` of it over about three 4-byte
+    floats per value held (``floats_per_input`` values an input), within smallest .. largest."""
+    fit = int(free_bytes * MEMORY_SHARE) // max(12 * int(floats_per_input), 1)
+    return max(smallest, min(largest, fit))
+
+
+__all__ = ["DEVICE_ENV", "PRECISIONS", "DeviceSetting", "parse_device", "requested_device", "check_precision",
+           "torch_device", "keras_device", "describe_torch_device", "free_memory", "is_out_of_memory", "Batches",
+           "memory_batch_size", "say_once", "full_precision", "device_line"]

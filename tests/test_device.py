@@ -1,0 +1,399 @@
+"""The device setting (docs/design.md, "Devices"): parsing and resolving ``auto|cpu|cuda|cuda:N``, a GPU asked
+for where none is seen (one line, before any model is loaded), every tensor of a PyTorch network on the device
+its settings name, batches halved on a real out-of-memory exception, bf16 forward passes, the device recorded as
+information only, and the PyTorch path importing without TensorFlow. Tests marked ``gpu`` run where torch sees
+a CUDA GPU and skip elsewhere."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from typer.testing import CliRunner  # noqa: E402
+
+from idcgen.cli import app  # noqa: E402
+from idcgen.errors import DeviceError, ParameterError  # noqa: E402
+from idcgen.framework import Network  # noqa: E402
+from idcgen.framework.device import (Batches, check_precision, parse_device, requested_device,  # noqa: E402
+                                     torch_device)
+from idcgen.framework.torch_network import TorchNetwork  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from torch_twins import Residual  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(not CUDA, reason="torch sees no CUDA GPU here")
+no_gpu = pytest.mark.skipif(CUDA, reason="a CUDA GPU is visible: the no-GPU message cannot be met")
+
+
+@pytest.fixture(scope="module")
+def network():
+    torch.manual_seed(0)
+    return Network(Residual(), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.random.default_rng(0).random((70, 8, 8, 3), dtype=np.float32)
+
+
+def every_tensor(net):
+    """The tensors a network runs with: the graph's weights and constants, the preprocessing."""
+    found = [v for v in net.graph.attrs.values() if isinstance(v, torch.Tensor)]
+    found += list(net.graph.module.parameters()) + list(net.graph.module.buffers())
+    return found + [t for t in (net._preprocess or ()) if isinstance(t, torch.Tensor)]
+
+
+# ---- the setting --------------------------------------------------------------------------------
+def test_parse_and_precedence(monkeypatch):
+    assert str(parse_device("CUDA:1")) == "cuda:1" and str(parse_device(" auto ")) == "auto"
+    for bad in ("gpu", "cuda:x", "cuda:-1", "tpu:0", ""):
+        with pytest.raises(ParameterError, match="expected auto, cpu, cuda or cuda:N"):
+            parse_device(bad)
+    monkeypatch.delenv("IDCGEN_DEVICE", raising=False)
+    assert requested_device().kind == "auto"
+    monkeypatch.setenv("IDCGEN_DEVICE", "cpu")
+    assert requested_device().kind == "cpu" and requested_device().source == "IDCGEN_DEVICE"
+    assert requested_device("cuda:0").kind == "cuda"   # the option wins over the environment
+    monkeypatch.setenv("IDCGEN_DEVICE", "gpu")
+    with pytest.raises(ParameterError, match="IDCGEN_DEVICE=gpu"):
+        requested_device()
+    assert check_precision(None) == "fp32" and check_precision("BF16") == "bf16"
+    with pytest.raises(ParameterError, match="fp32, bf16, fp16"):
+        check_precision("int8")
+
+
+def test_auto_and_cpu_resolve_to_what_torch_sees(monkeypatch):
+    monkeypatch.delenv("IDCGEN_DEVICE", raising=False)
+    assert torch_device("cpu") == torch.device("cpu")
+    assert torch_device("auto").type == ("cuda" if CUDA else "cpu")
+
+
+@no_gpu
+def test_cuda_without_a_gpu_names_what_torch_sees(monkeypatch):
+    monkeypatch.delenv("IDCGEN_DEVICE", raising=False)
+    with pytest.raises(DeviceError, match=r"device='cuda': no CUDA GPU is visible to torch 2\.\S+ \("):
+        torch_device("cuda")
+    monkeypatch.setenv("IDCGEN_DEVICE", "cuda:1")
+    with pytest.raises(DeviceError, match="IDCGEN_DEVICE=cuda:1: no CUDA GPU"):
+        torch_device(None)
+
+
+@no_gpu
+def test_cuda_without_a_gpu_is_said_before_any_model_is_loaded(tmp_path, monkeypatch):
+    """A factory that records its calls: the device is refused before it is ever called."""
+    (tmp_path / "probe_factory.py").write_text(textwrap.dedent("""
+        CALLS = []
+
+        def make():
+            CALLS.append(1)
+            raise RuntimeError("the model was loaded")
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import probe_factory
+    from idcgen.session import load_networks
+    with pytest.raises(DeviceError, match="no CUDA GPU"):
+        load_networks(["probe_factory:make"], device="cuda")
+    assert probe_factory.CALLS == []
+
+
+@no_gpu
+def test_cli_device_cuda_without_a_gpu_is_one_line(tmp_path, monkeypatch):
+    from idcgen.framework.torch_zoo import LeNet5, export_program
+    monkeypatch.delenv("IDCGEN_DEVICE", raising=False)
+    export_program(LeNet5(), tmp_path / "lenet5.pt2")
+    runner = CliRunner()
+    done = runner.invoke(app, ["layers", "--model", str(tmp_path / "lenet5.pt2"), "--device", "cuda"])
+    assert done.exit_code == 1
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --device cuda: no CUDA GPU is visible to torch "), lines
+    assert "Traceback" not in done.output
+    done = runner.invoke(app, ["layers", "--model", str(tmp_path / "lenet5.pt2")], env={"IDCGEN_DEVICE": "cuda"})
+    assert done.exit_code == 1 and done.output.startswith("error: IDCGEN_DEVICE=cuda: no CUDA GPU"), done.output
+    done = runner.invoke(app, ["layers", "--model", str(tmp_path / "lenet5.pt2"), "--device", "cpu"])
+    assert done.exit_code == 0 and "device:" not in done.output, done.output   # the CPU is not announced
+
+
+# ---- tensors on the device -----------------------------------------------------------------------
+def test_every_tensor_sits_on_the_device_the_settings_name(network, images):
+    """On the CPU as given, and on torch's meta device (no data: a tensor left behind on the CPU would show)."""
+    for where in (torch.device("cpu"), torch.device("meta")):
+        net = TorchNetwork(network.source, device=where)
+        assert net.device == where
+        assert {t.device.type for t in every_tensor(net)} == {where.type}
+        assert net.to_device(images[:3]).device.type == where.type
+        assert net.to_device([1, 2], np.int64).dtype == torch.int64
+        r, a, z = net.relevance("conv2").raw(images[:4], np.array([0, 1, 2, 3]))
+        assert {r.device.type, a.device.type, z.device.type} == {where.type}
+        r, a, z = net.relevance(None).raw(images[:4])
+        assert r.device.type == where.type
+    # the CPU program stays what ships the model to another process
+    assert {t.device.type for t in network.source.program.state_dict.values()} == {"cpu"}
+
+
+def test_placement_keeps_the_cpu_results(network, images):
+    """The same network placed explicitly on the CPU (the code path a GPU takes) gives the same numbers."""
+    again = TorchNetwork(network.source, device="cpu")
+    out, (acts,) = network.forward(images, ("conv2",))
+    out2, (acts2,) = again.forward(images, ("conv2",))
+    np.testing.assert_array_equal(out, out2)
+    np.testing.assert_array_equal(acts, acts2)
+    grad, logits = again.gradients("logit-sum")(images[:5], np.eye(10, dtype=np.float32)[:5])
+    assert grad.shape == images[:5].shape and isinstance(grad, np.ndarray)
+    adv = again.attack("fgsm", images[:5], out.argmax(1)[:5], eps=0.05, clip=(0.0, 1.0))
+    assert adv.shape == images[:5].shape and np.abs(adv - images[:5]).max() <= 0.05 + 1e-6
+
+
+# ---- out of memory --------------------------------------------------------------------------------
+def out_of_memory_above(net, limit: int):
+    """``net``'s graph raising torch's real out-of-memory exception on batches above ``limit`` inputs."""
+    run = net.graph.run
+
+    def limited(x, **kwargs):
+        if len(x) > limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate a batch of {len(x)}")
+        return run(x, **kwargs)
+    net.graph.run = limited
+    return net
+
+
+def test_out_of_memory_halves_says_so_once_and_gives_the_same_result(network, images, capsys):
+    out, (acts,) = network.forward(images, ("conv2",))
+    rel_full = network.relevance("conv2")(images)
+    net = out_of_memory_above(TorchNetwork(network.source, device="cpu"), 20)
+    assert net.batch_size > 20 and net.relevance_batch_size() > 20
+    out2, (acts2,) = net.forward(images, ("conv2",))
+    np.testing.assert_allclose(out2, out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(acts2, acts, rtol=1e-5, atol=1e-6)
+    assert net.batch_size <= 20
+    net.forward(images)   # the halved size is kept: nothing more to say
+    err = capsys.readouterr().err
+    assert err.count("forward batches of") == 1 and "ran out of memory on cpu: halved to" in err, err
+    rel = net.relevance("conv2")(images)
+    for got, want in zip(rel, rel_full):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert net.relevance_batch_size() <= 20
+    assert capsys.readouterr().err.count("relevance batches of") == 1
+
+
+def test_an_analysis_halves_too_and_finds_the_same_neurons(network, images):
+    from idcgen.analysis import analyze
+    want = analyze(network, images, m=3, clusters=[2, 3], progress=False)
+    net = out_of_memory_above(TorchNetwork(network.source, device="cpu"), 16)
+    got = analyze(net, images, m=3, clusters=[2, 3], progress=False)
+    assert got.neurons.tolist() == want.neurons.tolist()
+    for a, b in zip(got.clusters, want.clusters):
+        assert a.k == b.k
+        np.testing.assert_allclose(a.centroids, b.centroids, atol=1e-5)
+
+
+def test_an_explicit_batch_size_is_kept_and_its_out_of_memory_is_one_line(network, images):
+    net = out_of_memory_above(TorchNetwork(network.source, device="cpu", batch_size=32), 20)
+    with pytest.raises(DeviceError) as caught:
+        net.forward(images)
+    line = str(caught.value)
+    assert line == ("out of memory on cpu at a forward batch of 32 input(s): give batch_size=16, or run on another "
+                    "device: device='cpu'"), line
+    with pytest.raises(DeviceError, match="relevance batch of 40 input"):
+        net.relevance("conv2", batch_size=40)(images)
+    sizes = Batches(1, what="forward", device="cuda:0")
+    with pytest.raises(DeviceError, match="batch of 1 input.*free the device's memory"):
+        sizes.failed(torch.OutOfMemoryError("CUDA out of memory"), 1)
+    with pytest.raises(ValueError, match="not memory"):   # any other error passes through as it is
+        sizes.failed(ValueError("not memory"), 8)
+
+
+def test_cli_out_of_memory_at_one_input_is_one_line(tmp_path, monkeypatch):
+    """Every batch out of memory (torch's own exception, raised by the graph's executor): halved down to one
+    input, then one line naming the size and what to try; no traceback."""
+    from idcgen.framework.torch_graph import TorchGraph
+    from idcgen.framework.torch_zoo import LeNet5, export_program
+    export_program(LeNet5(), tmp_path / "lenet5.pt2")
+    np.savez(tmp_path / "x.npz", x=np.zeros((8, 28, 28, 1), np.uint8))
+
+    def out_of_memory(self, x, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(TorchGraph, "run", out_of_memory)
+    done = CliRunner().invoke(app, ["coverage", "--model", str(tmp_path / "lenet5.pt2"), "--inputs",
+                                    str(tmp_path / "x.npz"), "--criteria", "nc", "--device", "cpu"])
+    assert done.exit_code == 1 and "Traceback" not in done.output, done.output
+    assert done.output.strip().splitlines()[-1] == (
+        "error: out of memory on cpu at a forward batch of 1 input(s): free the device's memory, or run on "
+        "another device: --device cpu"), done.output
+
+
+# ---- precision ------------------------------------------------------------------------------------
+def test_bf16_forward_agrees_and_analyses_stay_fp32(network, images):
+    from idcgen.analysis import analyze
+    half = TorchNetwork(network.source, device="cpu", precision="bf16")
+    out, (acts,) = network.forward(images, ("conv2",))
+    out16, (acts16,) = half.forward(images, ("conv2",))
+    assert out16.dtype == np.float32
+    assert np.abs(out16 - out).max() < 0.05 and (out16.argmax(1) == out.argmax(1)).mean() >= 0.95
+    assert np.abs(acts16 - acts).max() < 0.05
+    # relevance conserves in fp32: the analysis of the bf16 network is the fp32 one's
+    want = analyze(network, images, m=3, clusters=[2], progress=False)
+    got = analyze(half, images, m=3, clusters=[2], progress=False)
+    assert got.neurons.tolist() == want.neurons.tolist()
+    np.testing.assert_allclose([c.centroids for c in got.clusters], [c.centroids for c in want.clusters], atol=1e-6)
+    assert half.precision == "bf16" and got.device["precision"] == "fp32"
+
+
+# ---- recorded as information ----------------------------------------------------------------------
+def test_the_device_is_recorded_and_never_compared(network, images, tmp_path):
+    from idcgen.analysis import Analysis, analyze
+    made = analyze(network, images, m=3, clusters=[2], progress=False)
+    assert made.device["device"] == "cpu" and made.device["framework"].startswith("torch ")
+    folder = made.save(tmp_path / "an")
+    assert json.loads((folder / "analysis.json").read_text())["device"]["device"] == "cpu"
+    fingerprint = made.fingerprint
+    # the same analysis made on a GPU: the same fingerprint, the same saved analysis, usable here
+    elsewhere = Analysis(layer=made.layer, neurons=made.neurons, importance=made.importance, clusters=made.clusters,
+                         fingerprint=fingerprint, config=made.config, data=made.data, timings=made.timings,
+                         versions=made.versions, notes=made.notes, warnings=made.warnings,
+                         device={"device": "cuda:0", "name": "NVIDIA H200", "precision": "fp32"})
+    assert elsewhere.matches_saved(folder)
+    saved = elsewhere.save(tmp_path / "gpu")
+    loaded = Analysis.load(saved, model=network)
+    assert loaded.device["device"] == "cuda:0" and loaded.fingerprint == network.fingerprint()
+
+
+def test_a_bf16_campaign_records_its_device_and_keeps_its_analysis_fp32(tmp_path, monkeypatch):
+    """fuzz --precision bf16: the fuzz loop's forward in bf16 (campaign.json says so), the analysis it makes
+    first in fp32 (analysis.json says so); a resume on another device is no change of settings."""
+    from idcgen.framework.torch_zoo import LeNet5, export_program
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    export_program(LeNet5(), tmp_path / "lenet5.pt2")
+    runner = CliRunner()
+    args = ["fuzz", "--model", str(tmp_path / "lenet5.pt2"), "--seeds", "embedded-mnist:test", "--limit", "20",
+            "--train", "embedded-mnist:train", "--budget", "64", "--batch-size", "32", "--mutators", "gauss,contrast",
+            "--out", str(tmp_path / "c")]
+    done = runner.invoke(app, args + ["--device", "cpu", "--precision", "bf16"])
+    assert done.exit_code == 0, done.output
+    meta = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    assert meta["device"]["device"] == "cpu" and meta["device"]["precision"] == "bf16"
+    analysis = json.loads((tmp_path / "c" / "analysis" / "analysis.json").read_text())
+    assert analysis["device"]["precision"] == "fp32"
+    done = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "c"), "--budget", "96", "--device", "auto"])
+    assert done.exit_code == 0, done.output
+
+
+# ---- Ray ----------------------------------------------------------------------------------------------
+def test_gpus_per_worker_is_checked():
+    from idcgen.distributed.cluster import check_gpus_per_worker
+    assert check_gpus_per_worker(0.5) == 0.5 and check_gpus_per_worker(2) == 2.0
+    for bad in (-1, 1.5, float("nan")):
+        with pytest.raises(ParameterError, match="gpus_per_worker"):
+            check_gpus_per_worker(bad)
+
+
+def test_a_worker_recipe_keeps_the_driver_on_the_cpu(network):
+    from idcgen.distributed.cluster import ModelRecipe
+    recipe = ModelRecipe.of(network)
+    assert recipe.device == "cpu" and recipe.worker_device() == "cpu"
+    assert recipe.build().device == torch.device("cpu")
+
+
+# ---- where the frameworks are not installed --------------------------------------------------------
+BLOCKED = ("tensorflow", "keras", "tf_keras", "albumentations", "cleverhans", "art")
+BLOCKER = f"""
+import importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):
+    '''A machine without these packages: importing one fails as a missing package does, and is recorded.'''
+    tried = []
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {BLOCKED!r}:
+            self.tried.append(name)
+            raise ModuleNotFoundError(f"No module named {{name!r}}")
+        return None
+sys.meta_path.insert(0, Absent())
+for name in {BLOCKED!r}:   # importlib.util.find_spec (torch asks it) answers None, as for a package not installed
+    sys.modules[name] = None
+"""
+
+
+def test_the_pytorch_path_runs_without_tensorflow_and_albumentations(tmp_path):
+    """The GPU machine has torch and numpy, no TensorFlow, albumentations, cleverhans or ART: idcgen's PyTorch
+    path (import, load, analyse, coverage, a fuzz campaign with numpy mutators) must not need them."""
+    script = BLOCKER + textwrap.dedent(f"""
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        import numpy as np, torch
+        import idcgen, idcgen.cli, idcgen.session
+        from idcgen.framework import Network
+        from idcgen.analysis import analyze
+        from idcgen.fuzz.fuzzer import Fuzzer
+        from torch_twins import Residual
+        torch.manual_seed(0)
+        net = Network(Residual(), device="cpu")
+        x = np.random.default_rng(0).random((40, 8, 8, 3), dtype=np.float32)
+        found = analyze(net, x, m=2, clusters=[2], progress=False)
+        print("coverage", found.coverage(x).score > 0)
+        from idcgen.fuzz.mutators import parse_mutators
+        fuzzer = Fuzzer(found, mutators=parse_mutators("gauss,contrast,brightness"), batch_size=16, random_state=0,
+                        oracle="prediction-change")
+        campaign = fuzzer.run(x[:10], budget=48, progress=False)
+        print("fuzzed", campaign.execs)
+        print("tried", sorted(set(t.split('.')[0] for t in Absent.tried)))
+        print("loaded", sorted(n for n in {BLOCKED!r} if sys.modules.get(n) is not None))
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), IDCGEN_DEVICE="cpu")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "coverage True" in done.stdout and "fuzzed 48" in done.stdout, done.stdout
+    assert "loaded []" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_keras_device_cpu_hides_the_gpu_from_tensorflow():
+    """--device cpu hides every GPU before TensorFlow initialises its devices; cuda where TensorFlow sees none
+    is one line (a fresh process: TensorFlow's devices are settled once per process)."""
+    script = textwrap.dedent("""
+        from idcgen.framework.device import keras_device
+        from idcgen.errors import DeviceError
+        import tensorflow as tf
+        print("cpu", keras_device("cpu"), tf.config.get_visible_devices("GPU"))
+        if not tf.config.list_physical_devices("GPU"):
+            try:
+                keras_device("cuda")
+            except DeviceError as exc:
+                print("refused", exc)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cpu cpu []" in done.stdout, done.stdout
+    if "refused" in done.stdout:
+        assert "device='cuda': no GPU is visible to TensorFlow" in done.stdout
+
+
+# ---- on a GPU -------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_network_places_everything_on_cuda(network, images):
+    net = TorchNetwork(network.source, device="cuda")
+    assert {t.device.type for t in every_tensor(net)} == {"cuda"}
+    out, (acts,) = net.forward(images, ("conv2",))
+    want, (want_acts,) = network.forward(images, ("conv2",))
+    np.testing.assert_allclose(out, want, atol=1e-4)
+    np.testing.assert_allclose(acts, want_acts, atol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_analysis_equals_the_cpu_one(network, images):
+    from idcgen.analysis import analyze
+    on_gpu = analyze(TorchNetwork(network.source, device="cuda"), images, m=3, clusters=[2, 3], progress=False)
+    on_cpu = analyze(network, images, m=3, clusters=[2, 3], progress=False)
+    assert on_gpu.neurons.tolist() == on_cpu.neurons.tolist()
+    for a, b in zip(on_gpu.clusters, on_cpu.clusters):
+        assert a.k == b.k
+        np.testing.assert_allclose(a.centroids, b.centroids, atol=1e-3)
+    assert on_gpu.device["device"].startswith("cuda") and on_gpu.fingerprint == on_cpu.fingerprint
