@@ -20,8 +20,7 @@ from typer.testing import CliRunner  # noqa: E402
 from idcgen.cli import app  # noqa: E402
 from idcgen.errors import DeviceError, ParameterError  # noqa: E402
 from idcgen.framework import Network  # noqa: E402
-from idcgen.framework.device import (Batches, check_precision, parse_device, requested_device,  # noqa: E402
-                                     torch_device)
+from idcgen.framework.device import Batches, check_precision, parse_device, requested_device, torch_device  # noqa: E402
 from idcgen.framework.torch_network import TorchNetwork  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -98,6 +97,7 @@ def test_cuda_without_a_gpu_is_said_before_any_model_is_loaded(tmp_path, monkeyp
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     import probe_factory
+
     from idcgen.session import load_networks
     with pytest.raises(DeviceError, match="no CUDA GPU"):
         load_networks(["probe_factory:make"], device="cuda")
