@@ -17,8 +17,19 @@ import typer
 import typer.core
 
 from .errors import IdcgenError
-from .options import (AffinityOptions, AnalysisOptions, CampaignOptions, ConventionOptions, HardenOptions, InputOptions,
-                      InspectOptions, ModelOptions, ModelsOptions, OrderingOptions, RunnerOptions)
+from .options import (
+    AffinityOptions,
+    AnalysisOptions,
+    CampaignOptions,
+    ConventionOptions,
+    HardenOptions,
+    InputOptions,
+    InspectOptions,
+    ModelOptions,
+    ModelsOptions,
+    OrderingOptions,
+    RunnerOptions,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Coverage-guided test-input generation with Importance-Driven Coverage (IDC).")
@@ -26,7 +37,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 DEFAULT_OUTPUTS = Path("outputs")
 
 UnsafeOpt = typer.Option(False, "--unsafe", help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
-ArchitectureOpt = typer.Option(None, "--architecture", "--weights", help="Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a PyTorch factory --model package.module:make_model, its state_dict file (--weights W.pt).")
+ArchitectureOpt = typer.Option(None, "--architecture", "--weights", help="Keras JSON architecture (as model.to_json() "
+                                                                         "writes) for a weights-only .h5 model file; "
+                                                                         "for a PyTorch factory --model "
+                                                                         "package.module:make_model, its state_dict "
+                                                                         "file (--weights W.pt).")
 
 
 def _peak_memory_mib() -> float:
@@ -133,7 +148,7 @@ def command(func):
             _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
     wrapper.__signature__ = signature   # typer reads the expanded options, not the groups
     wrapper.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     return app.command(cls=_Command)(wrapper)
@@ -147,6 +162,7 @@ def _expand_groups(func):
     group's options."""
     import inspect
     import typing
+
     from .options import Group
     hints = typing.get_type_hints(func)
     groups, params = {}, []
@@ -292,14 +308,19 @@ def _task_line(network) -> str:
 
 @command
 def analyze(model: ModelOptions,
-            train: str = typer.Option(..., "--train", help="Training inputs: folder, .npz, .npy, IDX .gz, or a dataset name; with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves."),
+            train: str = typer.Option(..., "--train", help="Training inputs: folder, .npz, .npy, IDX .gz, or a dataset "
+                                                           "name; with --ray or --workers a pattern such as "
+                                                           "'shards/*.npz' names shard files (or folders) the workers "
+                                                           "read themselves."),
             wanted: AnalysisOptions = None,
             relevance_of: str = typer.Option("predicted", "--relevance-of", help="predicted or label."),
             correct_only: bool = typer.Option(False, "--correct-only", help="Use only correctly classified inputs."),
             only_class: Optional[int] = typer.Option(None, "--class", help="Use only inputs of this label."),
             random_state: int = typer.Option(0, "--random-state", help="Seed of the clustering (k-means restarts)."),
             reading: InputOptions = None, convention: ConventionOptions = None,
-            out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."),
+            out: Optional[Path] = typer.Option(None, "--out", help="Analysis folder (default "
+                                                                   "outputs/analyses/<model>_<layer>_m<m>_<data "
+                                                                   "fingerprint>)."),
             force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
             runner: RunnerOptions = None):
     """Find the m most important neurons of a layer and cluster their activations."""
@@ -347,11 +368,20 @@ def _report_analysis(session, analysis, x, model: ModelOptions, out, force: bool
 
 
 @command
-def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder from `idcgen analyze` (for IDC)."),
+def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder from `idcgen analyze` "
+                                                                              "(for IDC)."),
              model: ModelOptions = None,
-             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure; with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves (IDC only; the other criteria stay in this process)."),
-             criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as name(key=value), e.g. 'nc(scaling=channel-means),lsc(group=label)' (the older nc:scaling=channel-means still works)."),
-             train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
+             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure; with --ray or --workers a pattern "
+                                                              "such as 'shards/*.npz' names shard files (or folders) "
+                                                              "the workers read themselves (IDC only; the other "
+                                                              "criteria stay in this process)."),
+             criteria: str = typer.Option("idc", "--criteria", help="Comma-separated: "
+                                                                    "idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as "
+                                                                    "name(key=value), e.g. "
+                                                                    "'nc(scaling=channel-means),lsc(group=label)' (the "
+                                                                    "older nc:scaling=channel-means still works)."),
+             train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, "
+                                                                       "lsc, dsc)."),
              as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
              reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """Measure the coverage of an input set: IDC (the share of important-neuron cluster combinations it
@@ -416,16 +446,26 @@ def _measure(session, inputs: str, names: list, train, as_json: bool, reading: I
 
 @command
 def prioritize(model: ModelOptions,
-               inputs: str = typer.Option(..., "--inputs", help="The inputs to order (with labels, e.g. an .npz with y or a folder with --labels, the ordering is scored by APFD)."),
+               inputs: str = typer.Option(..., "--inputs", help="The inputs to order (with labels, e.g. an .npz with y "
+                                                                "or a folder with --labels, the ordering is scored by "
+                                                                "APFD)."),
                ordering: OrderingOptions = None,
-               out: Path = typer.Option(..., "--out", help="CSV file to write: rank (1 = look first), input (index, or file name for a folder), score."),
-               train: Optional[str] = typer.Option(None, "--train", help="Training inputs (lsa, dsa, mdsa, idc-*, and the coverage orderings of kmnc, nbc, snac, lsc, dsc)."),
-               analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder for idc-rarity and idc-additional (default: analyse --train with --m)."),
-               as_json: bool = typer.Option(False, "--json", help="Print one JSON object: apfd, found_at_1, found_at_5, found_at_10, failures, inputs (null without labels)."),
+               out: Path = typer.Option(..., "--out", help="CSV file to write: rank (1 = look first), input (index, or "
+                                                           "file name for a folder), score."),
+               train: Optional[str] = typer.Option(None, "--train", help="Training inputs (lsa, dsa, mdsa, idc-*, and "
+                                                                         "the coverage orderings of kmnc, nbc, snac, "
+                                                                         "lsc, dsc)."),
+               analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder for idc-rarity and "
+                                                                                "idc-additional (default: analyse "
+                                                                                "--train with --m)."),
+               as_json: bool = typer.Option(False, "--json", help="Print one JSON object: apfd, found_at_1, "
+                                                                  "found_at_5, found_at_10, failures, inputs (null "
+                                                                  "without labels)."),
                reading: InputOptions = None, convention: ConventionOptions = None):
     """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
-    from .prioritization import check_ordering, input_names, prioritize as run
+    from .prioritization import check_ordering, input_names
+    from .prioritization import prioritize as run
     o = ordering
     check_ordering(o.by)   # an unknown ordering is refused before any model is loaded
     _check_reading(inputs, train, reading=reading, limit=reading.limit)
@@ -476,16 +516,22 @@ def fuzz(models: ModelsOptions, options: CampaignOptions, wanted: AnalysisOption
 def harden(model: ModelOptions,
            train: str = typer.Option(..., "--train", help="The model's training data."),
            campaign: Path = typer.Option(..., "--campaign", help="Campaign folder whose kept inputs retrain the model."),
-           test: str = typer.Option(..., "--test", help="Test set to measure robustness on (keep it apart from the seeds)."),
+           test: str = typer.Option(..., "--test", help="Test set to measure robustness on (keep it apart from the "
+                                                        "seeds)."),
            retraining: HardenOptions = None,
            limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Use the first N test inputs."),
            out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <campaign>/harden)."),
-           scale: str = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by 255) or none."),
-           class_names: Optional[str] = typer.Option(None, "--class-names", help="Class names in label order (cat,dog or a file with one per line): labels of image class subfolders not named by integers (default: sorted names).")):
+           scale: str = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto the model's value range, "
+                                                             "floats kept), 255 (divide by 255) or none."),
+           class_names: Optional[str] = typer.Option(None, "--class-names", help="Class names in label order (cat,dog "
+                                                                                 "or a file with one per line): labels "
+                                                                                 "of image class subfolders not named "
+                                                                                 "by integers (default: sorted names).")):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
-    from .hardening import check_pair, format_table, harden as run
     from .fuzz.store import read_meta
+    from .hardening import check_pair, format_table
+    from .hardening import harden as run
     read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
     reading = InputOptions.from_typed({"scale": scale, "class_names": class_names})
     r = retraining
@@ -513,10 +559,16 @@ def harden(model: ModelOptions,
 
 
 @command
-def convert(old: Path = typer.Argument(..., metavar="OLD", help="Model file to read: a Keras 2.x .h5, or a weights-only .h5 with --architecture; a PyTorch TorchScript .pt (with --input-shape), or a factory package.module:make_model with --weights."),
-            new: Path = typer.Argument(..., metavar="NEW", help="File to write: .keras or .h5 (the format follows the suffix); .pt2 for a PyTorch model."),
+def convert(old: Path = typer.Argument(..., metavar="OLD", help="Model file to read: a Keras 2.x .h5, or a "
+                                                                "weights-only .h5 with --architecture; a PyTorch "
+                                                                "TorchScript .pt (with --input-shape), or a factory "
+                                                                "package.module:make_model with --weights."),
+            new: Path = typer.Argument(..., metavar="NEW", help="File to write: .keras or .h5 (the format follows the "
+                                                                "suffix); .pt2 for a PyTorch model."),
             architecture: Optional[Path] = ArchitectureOpt, unsafe: bool = UnsafeOpt,
-            input_shape: Optional[str] = typer.Option(None, "--input-shape", help="H,W,C of the images a TorchScript model takes (TorchScript files do not record it)."),
+            input_shape: Optional[str] = typer.Option(None, "--input-shape", help="H,W,C of the images a TorchScript "
+                                                                                  "model takes (TorchScript files do "
+                                                                                  "not record it)."),
             force: bool = typer.Option(False, "--force", help="Replace NEW if it exists.")):
     """Re-save a model file as one idcgen reads fully: an old or weights-only Keras file as one Keras 3 reads
     (Keras 2.1-era files need tf-keras); a PyTorch TorchScript file or factory as a .pt2 program."""
@@ -558,11 +610,16 @@ def demo(out: Path = typer.Option(DEFAULT_OUTPUTS / "demo", "--out", help="Outpu
 
 @command
 def inspect(model: ModelOptions,
-            inputs: str = typer.Option(..., "--inputs", help="Inputs to inspect (with labels, e.g. an .npz with y, the precision and recall are measured); with --ray or --workers a pattern such as 'shards/*.npz' names shard files (or folders) the workers read themselves."),
+            inputs: str = typer.Option(..., "--inputs", help="Inputs to inspect (with labels, e.g. an .npz with y, the "
+                                                             "precision and recall are measured); with --ray or "
+                                                             "--workers a pattern such as 'shards/*.npz' names shard "
+                                                             "files (or folders) the workers read themselves."),
             settings: InspectOptions = None,
-            analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: also measure with its important neurons only."),
+            analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: also measure with its "
+                                                                             "important neurons only."),
             as_json: bool = typer.Option(False, "--json", help="Print one JSON object (summary and every pair)."),
-            out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/inspect/<model>); its files are replaced."),
+            out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/inspect/<model>); "
+                                                                   "its files are replaced."),
             reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """DeepInspect: the class pairs the model confuses or treats with bias, from per-class neuron activation
     probabilities (NAPVD); with labels, their precision, recall and Spearman against the confusion matrix."""
@@ -628,11 +685,15 @@ def _fmt_rate(value) -> str:
 
 @command
 def affinity(model: ModelOptions,
-             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure on (labels, where present, feed the class hypotheses; else the model's predictions do)."),
-             analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: its important neurons form one unit group."),
+             inputs: str = typer.Option(..., "--inputs", help="Inputs to measure on (labels, where present, feed the "
+                                                              "class hypotheses; else the model's predictions do)."),
+             analysis: Optional[Path] = typer.Option(None, "--analysis", help="Analysis folder: its important neurons "
+                                                                              "form one unit group."),
              settings: AffinityOptions = None,
-             as_json: bool = typer.Option(False, "--json", help="Print one JSON object (every score, the top hypotheses, timings)."),
-             out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/affinity/<model>); its files are replaced."),
+             as_json: bool = typer.Option(False, "--json", help="Print one JSON object (every score, the top "
+                                                                "hypotheses, timings)."),
+             out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default outputs/affinity/<model>); "
+                                                                    "its files are replaced."),
              reading: InputOptions = None, convention: ConventionOptions = None, runner: RunnerOptions = None):
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""

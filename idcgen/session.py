@@ -24,19 +24,26 @@ from .analysis import Analysis, analyze, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source, fit_to_model, load_for_model
-from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
+from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .export import export_campaign
 from .framework import Network, is_factory, load_model, network_with_convention
-from .report import write_report
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
 from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, make_mutator
 from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources, ValiditySettings
 from .fuzz.store import read_meta
-from .options import (AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelOptions, ModelsOptions,
-                      RunnerOptions)
+from .options import (
+    AnalysisOptions,
+    CampaignOptions,
+    ConventionOptions,
+    InputOptions,
+    ModelOptions,
+    ModelsOptions,
+    RunnerOptions,
+)
+from .report import write_report
 
 OUTPUTS = Path("outputs")
 
@@ -169,6 +176,7 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
     computed here (LSC's densities on a layer wider than the training inputs are many, DSC without two classes)
     does not take the others with it: ``missing`` says why, one line per criterion."""
     import numpy as np
+
     from .errors import DeviceError, IdcgenError
     results, notes, missing = {}, {}, {}
     if analysis is not None:
@@ -498,6 +506,7 @@ class ParallelRunner:
     def _run(self, fuzzer, x_seeds, y_seeds, out, x_train, y_train, echo):
         settings = fuzzer.record
         from tqdm.auto import tqdm
+
         from .distributed.parallel import fuzz
         with tqdm(total=settings.budget, unit="exec", desc="fuzz", dynamic_ncols=True) as bar:
             def progress(status):

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from ..convention import InputConvention, resolve
-from .common import is_factory
 from ..errors import ModelError
+from .common import is_factory
 
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -291,6 +291,7 @@ class Backend:
 
     def implementation(self):
         from importlib import import_module
+
         from .quiet import quiet_start
         with quiet_start():   # the framework's start-up lines dropped, anything else written back
             return import_module(self.module, __name__)

@@ -248,7 +248,7 @@ def lambda_names():
     """While loading: a Python lambda's code is restored with the module names it most often uses (tf, np,
     math, keras, ops) as its globals. Keras 3 restores it with those of its own utility module, so
     ``lambda x: tf.atan(x) * 2`` (DeepXplore's Dave_orig head) fails with NameError: 'tf'."""
-    from keras.src.utils import python_utils   # pinned keras; its Lambda layer calls python_utils.func_load
+    from keras.src.utils import python_utils  # pinned keras; its Lambda layer calls python_utils.func_load
     original = python_utils.func_load
 
     def func_load(code, defaults=None, closure=None, globs=None):

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 import keras
+import numpy as np
 import tensorflow as tf
 
 from ..errors import InputError, LayerError

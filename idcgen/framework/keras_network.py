@@ -39,6 +39,7 @@ def check_container(path: Path) -> None:
     """A .keras file is a zip archive, an .h5 an HDF5 file: one that is not is empty, cut short or no model
     file at all, said so (Keras says "File not found" or "file signature not found" of a file that exists)."""
     import zipfile
+
     import h5py
     kind = {".keras": ("a zip archive", zipfile.is_zipfile), ".h5": ("an HDF5 file", h5py.is_hdf5),
             ".hdf5": ("an HDF5 file", h5py.is_hdf5)}.get(path.suffix.lower())
@@ -125,7 +126,7 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
             diff = float(np.max(np.abs(before - after)))
             if not np.allclose(before, after, atol=1e-5, rtol=1e-4):
                 raise ModelError(f"converting {old} changed its outputs (largest difference {diff:.3g} on a random "
-                                 "batch); the file was not written")
+                                 "batch); the file was not written") from None
             import tf_keras
             how = f"Keras {legacy_version} file read with tf-keras {tf_keras.__version__}"
             check = f"; outputs equal on a random batch (largest difference {diff:.1g})"

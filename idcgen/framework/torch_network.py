@@ -22,8 +22,15 @@ from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import relevance_batch_size
-from .device import (Batches, check_precision, describe_torch_device, free_memory, memory_batch_size,
-                     requested_device, torch_device)
+from .device import (
+    Batches,
+    check_precision,
+    describe_torch_device,
+    free_memory,
+    memory_batch_size,
+    requested_device,
+    torch_device,
+)
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
 from .torch_load import TorchModel, export, from_program, program_bytes, save_program
 from .torch_load import load as _load

@@ -28,9 +28,9 @@ from ..framework import network_with_convention
 from ..imageio import quantise
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
+from .deeptest import calibrate, keep_calibration
 from .guidance import check_guide, measures_of, new_coverage
 from .mutators import MutationContext, Mutator, check_tasks, make_mutator
-from .deeptest import calibrate, keep_calibration
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
 from .settings import CampaignSettings, Sources, ValiditySettings
