@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 DEFAULT_OUTPUTS = Path("outputs")
 
-ModelOpt = typer.Option(..., "--model", help="Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx, or a factory package.module:make_model with --weights W.pt.")
+ModelOpt = typer.Option(..., "--model", help="Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx (needs onnx2torch, installed by hand), or a factory package.module:make_model with --weights W.pt.")
 UnsafeOpt = typer.Option(False, "--unsafe", help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
 ArchitectureOpt = typer.Option(None, "--architecture", "--weights", help="Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a PyTorch factory --model package.module:make_model, its state_dict file (--weights W.pt).")
 ScaleOpt = typer.Option("auto", "--scale", help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by 255) or none.")
@@ -63,7 +63,7 @@ FLAGS = {
     "labels": "--labels", "task": "--task",
     "class_names": "--class-names", "cluster_method": "--cluster-method", "correct_only": "--correct-only",
     "criteria": "--criteria", "epochs": "--epochs", "force": "--force", "guide": "--guide",
-    "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit", "m": "--m", "measure": "--measure",
+    "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit", "limit_test": "--limit-test", "m": "--m", "measure": "--measure",
     "mode": "--mode", "model": "--model", "mutators": "--mutators", "no_round": "--no-round",
     "no_validity": "--no-validity", "only_class": "--class", "oracle": "--oracle", "out": "--out",
     "overwrite": "--force", "pair": "--pair", "preprocess": "--preprocess", "random_state": "--random-state",
@@ -98,8 +98,16 @@ def in_cli_words(message: str) -> str:
 
 
 def _fail(message: str) -> None:
+    _close_progress_bars()   # else the error lands on the line of a bar the error interrupted
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
+
+
+def _close_progress_bars() -> None:
+    import sys
+    tqdm = getattr(sys.modules.get("tqdm.std"), "tqdm", None)   # none open unless tqdm was imported
+    for bar in list(getattr(tqdm, "_instances", ()) or ()):
+        bar.close()
 
 
 #: the Ray worker pools the running command started (`_ray_pool`), closed when it ends
@@ -110,16 +118,20 @@ class _Command(typer.core.TyperCommand):
     """A command refusing a single-valued option given twice (click keeps the last one silently)."""
 
     def parse_args(self, ctx, args):
-        single = {name for p in self.params if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False)
+        # each name of a single-valued option -> the option (--architecture and --weights are one option)
+        single = {name: p for p in self.params if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False)
                   for name in p.opts if name.startswith("--")}
-        seen = set()
+        seen = {}
         for arg in args:
             if arg == "--":
                 break
             name = arg.split("=", 1)[0]
-            if name in single and name in seen:
-                _fail(f"{name} given twice (only one is used): give it once")
-            seen.add(name)
+            if name in single and single[name] in seen:
+                first = seen[single[name]]
+                _fail(f"{name} given twice (only one is used): give it once" if first == name else
+                      f"{first} and {name} are two names of one option (only one value is used): give one")
+            if name in single:
+                seen[single[name]] = name
         return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx):
@@ -428,8 +440,9 @@ def prioritize(model: Path = ModelOpt,
                unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
-    from .prioritization import check_ordering, input_names, prioritize as run
+    from .prioritization import check_ordering, check_ranking_target, input_names, prioritize as run
     check_ordering(by)   # an unknown ordering is refused before any model is loaded
+    check_ranking_target(out)   # a model file, a folder: refused before, not overwritten after
     _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
     check_ordering(by, network.task)   # classification-only orderings refused for a regression model
@@ -487,10 +500,10 @@ def fuzz(ctx: typer.Context,
          class_names: Optional[str] = ClassNamesOpt, labels: Optional[str] = LabelsOpt,
          crop: Optional[str] = CropOpt, task: Optional[str] = TaskOpt,
          image_shape: Optional[str] = typer.Option(None, "--image-shape", help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred)."),
-         workers: Optional[int] = typer.Option(None, "--workers", help="Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Needs --analysis or --train."),
+         workers: Optional[int] = typer.Option(None, "--workers", help="Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Without --analysis or --train the analysis is found or made first, as for one campaign."),
          ray: Optional[str] = typer.Option(None, "--ray", help="With --workers: local (default: start Ray on this machine), auto or a Ray cluster address such as ray://HEAD:10001."),
          unsafe: bool = UnsafeOpt,
-         architecture: Optional[List[Path]] = typer.Option(None, "--architecture", help="Keras JSON architecture for a weights-only .h5 --model; with several --model, one each in order (- for none).")):
+         architecture: Optional[List[Path]] = typer.Option(None, "--architecture", "--weights", help="Keras JSON architecture for a weights-only .h5 --model, or a PyTorch factory's state_dict (--weights W.pt); with several --model, one each in order (- for none).")):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .session import new_campaign, resume_campaign
     given = _given(ctx)
@@ -534,8 +547,11 @@ def harden(model: Path = ModelOpt,
            unsafe: bool = UnsafeOpt, architecture: Optional[Path] = ArchitectureOpt):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
     from .fuzz.campaign import Campaign
+    from .checks import check_int
     from .hardening import check_pair, format_table, harden as run
     from .fuzz.store import read_meta
+    if limit_test is not None:
+        check_int("limit_test", limit_test, 1)   # before the model loads, named as the option it is
     read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
     _check_sources(train, test, scale=scale, class_names=class_names)
     network, convention, _ = _open(model, unsafe, architecture, analysis=campaign / "analysis")

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..convention import InputConvention, resolve
 from .common import is_factory
-from ..errors import ModelError
+from ..errors import ModelError, ParameterError
 
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -317,6 +317,9 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
         _require_torch()
         from .torch_load import convert as torch_convert
         return torch_convert(old, new, weights=architecture, input_shape=input_shape, overwrite=overwrite)
+    if input_shape is not None:   # a Keras file records its input shape: a given one would be ignored
+        raise ParameterError(f"an input shape (--input-shape) is for PyTorch TorchScript files, which do not record "
+                             f"theirs; {old} is a Keras model, which does: drop --input-shape")
     return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode,
                                             overwrite=overwrite)
 
