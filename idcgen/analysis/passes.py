@@ -213,7 +213,7 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         names = (data_summary or {}).get("class_names")
         mapping = "" if not names else (
             " (here the labels come from class folders: " + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
-            + (", ..." if len(names) > 4 else "") + "; give class_names in the model's class order if that differs)")
+            + (", ..." if len(names) > 4 else "") + "; give the names in the model's class order, --class-names, if that differs)")
         raise InputError(f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
                          f"number the classes as the model does{mapping}")
     scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
