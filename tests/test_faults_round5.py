@@ -302,3 +302,32 @@ def test_D13b_correct_only_on_word_named_class_folders_mentions_the_label_mappin
     line = error_line(invoke("analyze", "--model", files / "res.keras", "--train", tmp_path / "imgs",
                              "--correct-only", "--out", tmp_path / "an"))
     assert "--correct-only keeps none" in line and "0 = 'apple', 1 = 'banana'" in line and "--class-names" in line
+
+
+# ---- under load --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cpu_max, expected", [("max 100000", 2), ("150000 100000", 2), ("50000 100000", 1)])
+def test_usable_cpus_reads_the_affinity_and_the_cgroup_quota(tmp_path, monkeypatch, cpu_max, expected):
+    """torch counted the machine's cores, not those a container's quota or an affinity mask gives idcgen."""
+    import os
+    from idcgen.framework.common import usable_cpus
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    (tmp_path / "cpu.max").write_text(cpu_max + "\n")
+    assert usable_cpus(tmp_path) == expected
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")   # cgroup v1: one CPU
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cpus(tmp_path) == 1
+
+
+def test_a_loaded_torch_model_uses_the_cpus_idcgen_may_use(files):
+    """Under an affinity mask of one CPU, torch's threads follow it (and a lower count set before stays)."""
+    import subprocess
+    code = ("import os, torch; torch.set_num_threads(4); os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]});"
+            "import idcgen; idcgen.Network(idcgen.load_model(%r)); print(torch.get_num_threads(), "
+            "os.environ.get('OMP_WAIT_POLICY'))" % str(files / "res.pt2"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(__import__("os").environ, PYTHONPATH=str(Path(__file__).parents[1])))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "None"]   # torch imported first: the wait policy is the caller's

@@ -16,11 +16,17 @@ import importlib
 import io
 import json
 import logging
+import os
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+# OpenMP threads that wait for work sleep instead of spinning: a spinning thread takes a core from whatever
+# else runs, and when the machine is shared every parallel operation waits for a descheduled thread
+# (benchmarks/bench_load.py). Read by the OpenMP runtime when torch loads it: only if torch is not yet imported.
+if "torch" not in sys.modules:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 # torch.export logs each input dimension it specialises (every one, for a fixed image shape): not news here
@@ -356,6 +362,18 @@ def save_program(program, path) -> Path:
     return path
 
 
+def fit_threads() -> int:
+    """torch's intra-op threads cut to the CPUs this process may use (idcgen.framework.common.usable_cpus):
+    torch counts the machine's cores, which a container's quota or an affinity mask may not give it, and
+    more threads than cores make every parallel operation wait for one that is descheduled. Never raised:
+    a count set already (limit_threads in a Ray worker, OMP_NUM_THREADS, the caller) stays when lower."""
+    from .common import usable_cpus
+    threads = min(torch.get_num_threads(), usable_cpus())
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads
+
+
 def limit_threads(threads: int) -> None:
     torch.set_num_threads(int(threads))
     try:
@@ -365,4 +383,4 @@ def limit_threads(threads: int) -> None:
 
 
 __all__ = ["TorchModel", "load", "export", "from_program", "convert", "save_torchscript", "program_bytes",
-           "limit_threads"]
+           "limit_threads", "fit_threads"]

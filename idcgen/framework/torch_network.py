@@ -23,7 +23,7 @@ from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import relevance_batch_size
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
-from .torch_load import TorchModel, export, from_program, program_bytes, save_program
+from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
@@ -76,6 +76,7 @@ class TorchNetwork(Network):
             model = from_program(model, "torch.export program")
         if not isinstance(model, TorchModel):
             raise ModelError(f"expected a torch.nn.Module or torch.export program, got {type(model).__name__}")
+        fit_threads()   # before the first parallel operation (docs/design.md, "PyTorch")
         self.source = model
         self.model = self.inner = model
         self.convention = convention
