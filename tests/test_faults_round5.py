@@ -331,3 +331,19 @@ def test_a_loaded_torch_model_uses_the_cpus_idcgen_may_use(files):
                           env=dict(__import__("os").environ, PYTHONPATH=str(Path(__file__).parents[1])))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "None"]   # torch imported first: the wait policy is the caller's
+
+
+# ---- the README and --help say what the code does ----------------------------------------------------------
+
+def test_help_texts_say_what_the_code_does():
+    """README: `--weights` on every command reading a model (fuzz had none, X17); `.onnx` listed by --model
+    while the README said "not yet"; fuzz --help said --workers needs --analysis or --train."""
+    for name in ("layers", "analyze", "coverage", "prioritize", "fuzz", "harden", "inspect", "affinity", "convert"):
+        assert "--weights" in invoke(name, "--help").output, name
+    text = " ".join(invoke("layers", "--help").output.split())
+    assert ".onnx (needs onnx2torch, installed by hand)" in text
+    fuzz = " ".join(invoke("fuzz", "--help").output.split())
+    assert "Needs --analysis or --train" not in fuzz and "the analysis is found or made first" in fuzz
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert "Not yet: ONNX" not in readme and "installed by hand (`pip install onnx2torch`" in readme
+    assert "`--weights` is another name of `--architecture`" in readme and "PYTHONPATH=/path/to/folder" in readme
