@@ -296,6 +296,8 @@ class TorchNetwork(Network):
             where = ("is the logits or after them" if layer in self.graph.descendants(self.classifier_)
                      else "does not lead to the logits")
             raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
+        if layer not in relevant_ancestors(self.logits_layer_, self.graph):
+            return layer.name   # off relevance's path (attention scores): the relevance pass says so, better
         return self._check_rows(layer.name)
 
     def subject_layers(self) -> list[str]:
