@@ -1,9 +1,9 @@
 """PyTorch under CPU contention (issue 35): the fuzz campaign of the PyTorch and Keras twins
 (tests/torch_twins.py: the same residual network and weights in both) alone and beside a CPU hog of
 ``--hogs`` busy processes, each campaign in a fresh process. PyTorch runs twice: with idcgen's thread
-settings (intra-op threads cut to the usable CPUs, OpenMP waiting passively; idcgen/framework/torch_load.py)
-and with torch's own defaults (torch imported before idcgen, so its OpenMP runtime starts with the default
-wait policy, and its thread count kept).
+settings (intra-op threads cut to the usable CPUs, OpenMP waiting passively; idcgen/framework/torch_load.py),
+with torch's own defaults (torch imported before idcgen, so its OpenMP runtime starts with the default
+wait policy, and its thread count kept), and with idcgen's settings and one intra-op thread.
 
     python benchmarks/bench_load.py [--budget 6000] [--hogs 2]
 
@@ -50,12 +50,16 @@ def child(folder: Path, name: str, settings: str, budget: int) -> None:
     """One campaign in this fresh process: {"seconds", "execs", "threads"} on stdout."""
     policy = None   # the wait policy OpenMP starts with
     if settings == "torch-defaults":
-        os.environ.pop("OMP_WAIT_POLICY", None)
+        os.environ.pop("OMP_WAIT_POLICY", None)   # (the parent passes none either)
         import torch   # noqa: F401  (before idcgen: OpenMP starts with torch's defaults)
         import idcgen.framework.torch_load as torch_load
         torch_load.fit_threads = lambda: torch.get_num_threads()
         import idcgen.framework.torch_network as torch_network
         torch_network.fit_threads = torch_load.fit_threads
+    if settings == "one-thread":   # idcgen's settings with one intra-op thread (fit_threads never raises it)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as idcgen sets it, torch being imported first
+        import torch
+        torch.set_num_threads(1)
     import numpy as np
     import idcgen
     from idcgen.fuzz.fuzzer import Fuzzer
@@ -106,11 +110,11 @@ def main() -> None:
         child(Path(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=int, default=6000, help="execs per campaign")
+    parser.add_argument("--budget", type=int, default=4096, help="execs per campaign")
     parser.add_argument("--hogs", type=int, default=2, help="busy processes beside the loaded runs")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is given up")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds before a run is given up")
     args = parser.parse_args()
-    runs = [("twin.pt2", "idcgen"), ("twin.pt2", "torch-defaults"), ("twin.keras", "keras")]
+    runs = [("twin.pt2", "idcgen"), ("twin.pt2", "torch-defaults"), ("twin.pt2", "one-thread"), ("twin.keras", "keras")]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -127,7 +131,7 @@ def main() -> None:
             finally:
                 stop_hog(hogs)
     print()
-    for settings in ("idcgen", "torch-defaults", "keras"):
+    for settings in ("idcgen", "torch-defaults", "one-thread", "keras"):
         alone, hog = results[(settings, "alone")]["seconds"], results[(settings, "hog")]["seconds"]
         ratio = f"{hog / alone:.2f}x" if alone and hog else "n/a"
         print(f"{settings:>15}: alone {alone or float('nan'):.2f} s, beside {args.hogs} busy processes "
