@@ -347,3 +347,27 @@ def test_help_texts_say_what_the_code_does():
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     assert "Not yet: ONNX" not in readme and "installed by hand (`pip install onnx2torch`" in readme
     assert "`--weights` is another name of `--architecture`" in readme and "PYTHONPATH=/path/to/folder" in readme
+
+
+@pytest.mark.parametrize("loadavg, expected", [("0.30 0.5 0.4 1/300 99", 2), ("5.24 7.5 8.2 2/500 99", 1),
+                                               ("0.10 0.1 0.1 3/300 99", 1), ("1.2 1 1 2/300 99", 1)])
+def test_free_cpus_leaves_out_what_other_processes_keep_busy(tmp_path, monkeypatch, loadavg, expected):
+    """On a 2-core machine shared with others, two torch threads ran a small campaign 30x slower than one
+    (BENCHMARKS.md): the load average, and the tasks running now (a job just started), count."""
+    import os
+    from idcgen.framework.common import free_cpus
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    (tmp_path / "loadavg").write_text(loadavg + "\n")
+    assert free_cpus(tmp_path / "loadavg") == expected
+    assert free_cpus(tmp_path / "missing") == 2
+
+
+def test_importing_idcgen_before_torch_makes_openmp_wait_passively(files):
+    import subprocess
+    code = ("import idcgen.framework, os, torch; import idcgen; idcgen.Network(idcgen.load_model(%r)); "
+            "print(os.environ.get('OMP_WAIT_POLICY'))" % str(files / "res.pt2"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(env, PYTHONPATH=str(Path(__file__).parents[1])))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["PASSIVE"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,13 @@ import numpy as np
 from ..convention import InputConvention, resolve
 from .common import is_factory
 from ..errors import ModelError, ParameterError
+
+# OpenMP threads waiting for work sleep instead of spinning: a spinning thread takes a core from whatever else
+# runs, and on a shared machine every parallel operation then waits for a descheduled one (BENCHMARKS.md,
+# "PyTorch under load"). The OpenMP runtime reads it once, when torch loads it; this package is imported
+# before any torch_* module, so only a caller who imported torch first keeps the runtime's default.
+if "torch" not in sys.modules:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -43,6 +43,19 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     return max(1, cpus)
 
 
+def free_cpus(loadavg: Path = Path("/proc/loadavg")) -> int:
+    """The machine's CPUs less those other processes keep busy: the larger of the 1-minute load average and
+    the tasks running now (which sees a job that has just started), less this process. The machine's count
+    (os.cpu_count), as the load is the machine's; at least 1. Where /proc/loadavg is missing, every CPU."""
+    cpus = os.cpu_count() or 1
+    try:
+        fields = loadavg.read_text().split()
+        busy = max(float(fields[0]), float(fields[3].split("/")[0]))
+    except (OSError, ValueError, IndexError):
+        return cpus
+    return int(min(cpus, max(1, math.floor(cpus - (busy - 1)))))
+
+
 def relevance_batch_size(floats_per_input: int, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:
     """Inputs per relevance batch: the forward values and their gradients (about three 4-byte floats per value
     of every tensor, ``floats_per_input`` values an input) within ``budget_bytes``, so that a ResNet's batch

@@ -16,18 +16,12 @@ import importlib
 import io
 import json
 import logging
-import os
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-# OpenMP threads that wait for work sleep instead of spinning: a spinning thread takes a core from whatever
-# else runs, and when the machine is shared every parallel operation waits for a descheduled thread
-# (benchmarks/bench_load.py). Read by the OpenMP runtime when torch loads it: only if torch is not yet imported.
-if "torch" not in sys.modules:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import torch  # noqa: E402
+import torch  # noqa: E402   (OMP_WAIT_POLICY is set before, by the package: idcgen/framework/__init__.py)
 
 # torch.export logs each input dimension it specialises (every one, for a fixed image shape): not news here
 logging.getLogger("torch._export").setLevel(logging.ERROR)
@@ -363,12 +357,14 @@ def save_program(program, path) -> Path:
 
 
 def fit_threads() -> int:
-    """torch's intra-op threads cut to the CPUs this process may use (idcgen.framework.common.usable_cpus):
-    torch counts the machine's cores, which a container's quota or an affinity mask may not give it, and
-    more threads than cores make every parallel operation wait for one that is descheduled. Never raised:
-    a count set already (limit_threads in a Ray worker, OMP_NUM_THREADS, the caller) stays when lower."""
-    from .common import usable_cpus
-    threads = min(torch.get_num_threads(), usable_cpus())
+    """torch's intra-op threads cut to the CPUs this process may use and finds free when the model loads
+    (idcgen.framework.common: usable_cpus, free_cpus): torch counts the machine's cores, which a container's
+    quota, an affinity mask or other processes may not leave it, and more threads than free cores make every
+    parallel operation wait for one that is descheduled (on a shared 2-core machine a small model's campaign
+    ran 30x slower on two threads than on one, BENCHMARKS.md). Never raised: a count set already
+    (limit_threads in a Ray worker, OMP_NUM_THREADS, the caller) stays when lower."""
+    from .common import free_cpus, usable_cpus
+    threads = min(torch.get_num_threads(), usable_cpus(), free_cpus())
     if threads != torch.get_num_threads():
         torch.set_num_threads(threads)
     return threads
