@@ -69,7 +69,8 @@ FLAGS = {
     "labels": "--labels", "task": "--task",
     "class_names": "--class-names", "cluster_method": "--cluster-method", "correct_only": "--correct-only",
     "criteria": "--criteria", "epochs": "--epochs", "force": "--force", "guide": "--guide",
-    "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit", "m": "--m", "measure": "--measure",
+    "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit",
+    "limit_test": "--limit-test", "m": "--m", "measure": "--measure",
     "mode": "--mode", "model": "--model", "mutators": "--mutators", "no_round": "--no-round",
     "no_validity": "--no-validity", "only_class": "--class", "oracle": "--oracle", "out": "--out",
     "overwrite": "--force", "pair": "--pair", "preprocess": "--preprocess", "random_state": "--random-state",
@@ -103,7 +104,16 @@ def in_cli_words(message: str) -> str:
     return _ASSIGNMENT.sub(assignment, _PARAMETER_WORDS.sub(words, message))
 
 
+def _close_progress_bars() -> None:
+    """Close the progress bars still open, so that an error gets a line of its own (not the bar's)."""
+    import sys
+    tqdm = getattr(sys.modules.get("tqdm.std"), "tqdm", None)   # none open unless tqdm was imported
+    for bar in list(getattr(tqdm, "_instances", ()) or ()):
+        bar.close()
+
+
 def _fail(message: str) -> None:
+    _close_progress_bars()   # else the error lands on the line of a bar the error interrupted
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
 
@@ -112,16 +122,20 @@ class _Command(typer.core.TyperCommand):
     """A command refusing a single-valued option given twice (click keeps the last one silently)."""
 
     def parse_args(self, ctx, args):
-        single = {name for p in self.params if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False)
+        # each name of a single-valued option -> the option (--architecture and --weights are one option)
+        single = {name: p for p in self.params if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False)
                   for name in p.opts if name.startswith("--")}
-        seen = set()
+        seen = {}
         for arg in args:
             if arg == "--":
                 break
             name = arg.split("=", 1)[0]
-            if name in single and name in seen:
-                _fail(f"{name} given twice (only one is used): give it once")
-            seen.add(name)
+            if name in single and single[name] in seen:
+                first = seen[single[name]]
+                _fail(f"{name} given twice (only one is used): give it once" if first == name else
+                      f"{first} and {name} are two names of one option (only one value is used): give one")
+            if name in single:
+                seen[single[name]] = name
         return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx):
@@ -464,10 +478,11 @@ def prioritize(model: ModelOptions,
                reading: InputOptions = None, convention: ConventionOptions = None):
     """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
-    from .prioritization import check_ordering, input_names
+    from .prioritization import check_ordering, check_ranking_target, input_names
     from .prioritization import prioritize as run
     o = ordering
     check_ordering(o.by)   # an unknown ordering is refused before any model is loaded
+    check_ranking_target(out)   # a model file, a folder: refused before, not overwritten after
     _check_reading(inputs, train, reading=reading, limit=reading.limit)
     with _session(model, convention, analysis=analysis) as session:
         network, found = session.network, session.analysis
@@ -528,10 +543,13 @@ def harden(model: ModelOptions,
                                                                                  "of image class subfolders not named "
                                                                                  "by integers (default: sorted names).")):
     """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
+    from .checks import check_int
     from .fuzz.campaign import Campaign
     from .fuzz.store import read_meta
     from .hardening import check_pair, format_table
     from .hardening import harden as run
+    if limit_test is not None:
+        check_int("limit_test", limit_test, 1)   # before the model loads, named as the option it is
     read_meta(campaign)   # a missing folder or an analysis: "not a campaign folder", before the model loads
     reading = InputOptions.from_typed({"scale": scale, "class_names": class_names})
     r = retraining

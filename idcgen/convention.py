@@ -147,6 +147,9 @@ def parse_image_shape(text) -> tuple[int, int, int] | None:
         dims.append(1)
     if len(dims) != 3 or min(dims) < 1:
         raise ParameterError(f"image shape must be H,W,C (e.g. 28,28,1). Got {text!r} instead.")
+    if dims[2] not in (1, 3):   # mutated, drawn and saved as images: grey or RGB
+        raise ParameterError(f"the image shape (--image-shape H,W,C) has C = 1 (grey) or 3 (RGB) channels: the inputs "
+                             f"are mutated and saved as images. Got {text!r} instead ({dims[2]} channels)")
     return tuple(dims)
 
 

@@ -147,8 +147,8 @@ def _str(value):
 
 
 # ---- the groups -------------------------------------------------------------------------------------
-_MODEL_HELP = ("Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx, or a factory "
-               "package.module:make_model with --weights W.pt.")
+_MODEL_HELP = ("Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx (needs onnx2torch, "
+               "installed by hand), or a factory package.module:make_model with --weights W.pt.")
 _WEIGHTS_HELP = ("Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a "
                  "PyTorch factory --model package.module:make_model, its state_dict file (--weights W.pt).")
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import csv
 import heapq
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -245,16 +246,16 @@ class Ranking:
 
     def to_csv(self, path: str | os.PathLike, names: Sequence[str] | None = None) -> Path:
         """Write the ranking as CSV with columns rank, input, score (see :meth:`rows`)."""
-        path = Path(path)
+        path = check_ranking_target(path)
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=["rank", "input", "score"])
-            writer.writeheader()
-            for row in self.rows(names):
-                writer.writerow(dict(row, score=repr(row["score"])))
-        tmp.replace(path)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=["rank", "input", "score"])
+        writer.writeheader()
+        for row in self.rows(names):
+            writer.writerow(dict(row, score=repr(row["score"])))
+        from .files import atomic_text
+        atomic_text(path, text.getvalue())   # whole or not at all, and no temporary file left behind
         return path
 
 
@@ -352,11 +353,15 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
     job = _Job(network, x, x_train, y_train, analysis, layer, m, passes, np.random.default_rng(random_state),
                {} if cache is None else cache, progress)
     scores, order = _ordering_of(by)(job, by)
+    # the model's outputs on x, checked finite (a NaN model would rank and score nothing): once, where the ordering
+    # did not compute them
+    outputs = job.outputs if job.outputs is not None else network.forward(x)[0]
+    check_finite_outputs(outputs)
     evaluation = None
     if y is not None:
         from .data import check_labels
         y = check_labels(x, y, network.task)
-        failed = failures_of(network, x, y, tolerance=tolerance, outputs=job.outputs)
+        failed = failures_of(network, x, y, tolerance=tolerance, outputs=outputs)
         evaluation = evaluate(order, failed)
     return Ranking(by=by, order=np.asarray(order, np.int64), scores=np.asarray(scores, np.float64),
                    evaluation=evaluation, notes=tuple(job.notes))
@@ -499,6 +504,35 @@ def _coverage(job: _Job, by: str):
         return scores, rank_by(scores)
     order, scores = additional_order(items, criterion.total_)
     return scores, order
+
+
+def check_finite_outputs(outputs: np.ndarray) -> None:
+    """A model giving NaN or infinite outputs has no ordering to offer: every score computed from them (and
+    the failures) would be meaningless, so refuse rather than rank."""
+    bad = ~np.isfinite(np.asarray(outputs, np.float64).reshape(len(outputs), -1)).all(axis=1)
+    if bad.any():
+        raise InputError(f"the model's outputs are NaN or infinite for {int(bad.sum())} of {len(bad)} inputs (the "
+                         f"first: input {int(np.flatnonzero(bad)[0])}): no ordering can be scored on them; check the "
+                         "model's weights and the inputs' scale (--scale, --value-range, --preprocess)")
+
+
+def check_ranking_target(path: str | os.PathLike) -> Path:
+    """Refuse an ``--out`` whose replacement would lose something: a folder, or an existing file that is not a
+    ranking written before (its first line ``rank,input,score``), such as a model file given by mistake."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder; the ranking is one CSV file: give a file name such as "
+                         f"{path / 'ranking.csv'}")
+    if path.exists():
+        try:
+            with open(path, "rb") as handle:
+                first = handle.readline(64)
+        except OSError:
+            first = b""
+        if first.rstrip(b"\r\n") != b"rank,input,score":
+            raise InputError(f"{path} exists and is not a ranking CSV (its first line is not rank,input,score): "
+                             "refusing to replace it; give another --out")
+    return path
 
 
 def input_names(spec, limit: int | None = None) -> list[str] | None:

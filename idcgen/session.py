@@ -27,7 +27,7 @@ from .data import check_source, fit_to_model, load_for_model
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
 from .export import export_campaign
-from .framework import Network, is_factory, load_model, network_with_convention
+from .framework import Network, framework_of_path, is_factory, load_model, network_with_convention
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
 from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, make_mutator
@@ -60,12 +60,21 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
                          "(- for a model file that holds its architecture)")
     for path in [*models, *(a for a in architectures if a is not None)]:   # all, before the framework loads one
         if not Path(path).exists() and not is_factory(path):   # a PyTorch factory names code, not a file
-            raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
-    from .framework import framework_of_path, resolve_device
+            raise ModelError(f"{_role(path, models, architectures)} file not found: {path}")
+    from .framework import resolve_device
     resolve_device(framework_of_path(models[0]), device, precision)   # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
     return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task, device=device, precision=precision)
             for p, a in pairs]
+
+
+def _role(path, models, architectures) -> str:
+    """"model", or what the --architecture/--weights file beside a model is: a PyTorch factory's state_dict
+    ("weights") or a Keras JSON architecture."""
+    if path in models:
+        return "model"
+    model = next((m for m, a in zip(models, architectures) if a == path), None)
+    return "weights" if model is not None and framework_of_path(model) == "torch" else "architecture"
 
 
 def open_model(model, *, safe_mode: bool = True, architecture=None, task=None, value_range=None, preprocess=None,

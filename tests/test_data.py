@@ -330,7 +330,8 @@ def test_named_split_after_colon_wins():
 
 def test_fashion_mnist():
     if not named.FASHION_MNIST_DIR.is_dir():
-        pytest.skip("dataset-fashion-mnist not installed")
+        pytest.skip(f"Debian's dataset-fashion-mnist is not installed ({named.FASHION_MNIST_DIR} is missing): "
+                    "apt-get install dataset-fashion-mnist")
     ds = load_inputs("fashion-mnist:test", limit=10)
     assert ds.x.shape == (10, 28, 28) and ds.y.shape == (10,)
 
@@ -371,7 +372,8 @@ def test_mnist_local_copy(monkeypatch):
     try:
         ds = load_inputs("mnist", limit=3)
     except InputError:
-        pytest.skip("no local MNIST copy")
+        pytest.skip("no local copy of MNIST: set IDCGEN_MNIST to a folder holding it (the development "
+                    "workspace has ../shared/data/mnist); idcgen downloads nothing")
     assert ds.x.shape == (3, 28, 28) and ds.y.shape == (3,)
 
 

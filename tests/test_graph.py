@@ -217,8 +217,6 @@ def test_conservation_on_mobilenetv2():
 
 def test_conservation_on_resnet20():
     from idcgen.framework import keras_zoo as zoo
-    if not hasattr(zoo, "resnet20"):
-        pytest.skip("zoo.resnet20 not available")
     model = zoo.resnet20()
     x = np.random.default_rng(4).random((4, 32, 32, 3), dtype=np.float32)
     net = _zero_bias_bn_calibrated(model, x)

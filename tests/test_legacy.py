@@ -80,7 +80,8 @@ def test_weights_only_message_names_layers_shapes_and_the_fix(weights_and_json):
     assert result.output.startswith("error: ") and result.output.count("\n") == 1 and "holds weights only" in result.output
 
 
-@pytest.mark.skipif(not DEEPXPLORE.exists(), reason="needs ../shared")
+@pytest.mark.skipif(not DEEPXPLORE.exists(), reason="needs DeepXplore's MNIST_Model3.h5 in ../shared/models/deepxplore "
+                    "(the development workspace's third-party models; not shipped)")
 def test_weights_only_message_on_deepxplore_file():
     with pytest.raises(ModelError) as err:
         load_model(DEEPXPLORE)
@@ -137,7 +138,9 @@ def test_cli_architecture_and_convert_to_a_full_model(weights_and_json, tmp_path
     assert result.exit_code == 1 and "must end with .keras or .h5" in result.output
 
 
-@pytest.mark.skipif(not (DEEPXPLORE.exists() and MNIST.exists()), reason="needs ../shared")
+@pytest.mark.skipif(not (DEEPXPLORE.exists() and MNIST.exists()),
+                    reason="needs DeepXplore's MNIST_Model3.h5 and ../shared/data/mnist/mnist.npz (the development "
+                    "workspace's third-party files; not shipped)")
 def test_deepxplore_model3_with_lenet5_architecture_matches_its_stated_accuracy(tmp_path):
     from idcgen.framework.keras_zoo import lenet5
     (tmp_path / "lenet5.json").write_text(lenet5().to_json())
@@ -146,7 +149,9 @@ def test_deepxplore_model3_with_lenet5_architecture_matches_its_stated_accuracy(
     assert abs(_correct(model, x, y) - 9881) <= 2  # 98.81 % stated; a float tie may flip an input or two
 
 
-@pytest.mark.skipif(not (MNIST2.exists() and MNIST.exists()), reason="needs ../shared")
+@pytest.mark.skipif(not (MNIST2.exists() and MNIST.exists()),
+                    reason="needs DeepConcolic's mnist2.h5 and ../shared/data/mnist/mnist.npz (the development "
+                    "workspace's third-party files; not shipped)")
 @pytest.mark.skipif(not _has_tf_keras(), reason="needs tf-keras (pip install --no-deps tf-keras==2.21.0)")
 @pytest.mark.parametrize("suffix", [".keras", ".h5"])
 def test_convert_keras_2_1_file_with_tf_keras(tmp_path, suffix):

@@ -18,7 +18,9 @@ def test_load_keras_and_h5_round_trip(tmp_path):
         assert loaded.fingerprint() == Network(model).fingerprint()
 
 
-@pytest.mark.skipif(not (SHARED / "models/deepconcolic/mnist_tiny.h5").exists(), reason="needs ../shared")
+@pytest.mark.skipif(not (SHARED / "models/deepconcolic/mnist_tiny.h5").exists(),
+                    reason="needs DeepConcolic's mnist_tiny.h5 in ../shared/models/deepconcolic (the development "
+                           "workspace's third-party models; not shipped)")
 def test_load_keras2_h5_with_separate_softmax():
     from idcgen.framework import Network, load_model
     net = Network(load_model(SHARED / "models/deepconcolic/mnist_tiny.h5"))

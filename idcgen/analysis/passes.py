@@ -205,12 +205,23 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
             keep_activations=one_pass, progress=bar)
     timings["relevance"] = time.perf_counter() - start
     if n_used == 0:
-        raise InputError("no input is classified correctly; cannot use correct_only")
+        names = (data_summary or {}).get("class_names")
+        mapping = "" if not names else (
+            " (here the labels come from class folders: " + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
+            + (", ..." if len(names) > 4 else "")
+            + "; give the names in the model's class order, --class-names, if that differs)")
+        raise InputError(f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
+                         f"number the classes as the model does{mapping}")
     scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
     neurons = top_neurons(scores, m)
     start = time.perf_counter()
     acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
     timings["activations"] = time.perf_counter() - start
+    broken = ~np.isfinite(acts).all(axis=1) if len(acts) else np.zeros(0, bool)
+    if broken.any():   # said as the model's fault, before clustering would call it a value error
+        raise InputError(f"the model gives NaN or infinite values at layer {layer!r} for {int(broken.sum())} of "
+                         f"{len(acts)} training inputs: its activations cannot be clustered; check the model's "
+                         "weights and the inputs' scale (--scale, --value-range, --preprocess)")
     if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
         # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
         raise LayerError(f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {len(neurons)} "

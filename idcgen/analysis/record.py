@@ -207,8 +207,10 @@ class Analysis:
         tmp.mkdir()
         old = folder.with_name(f".{folder.name}.old")
         try:
-            (tmp / "analysis.json").write_text(json.dumps(dict(self.summary(), digest=self.digest()), indent=2) + "\n")
-            np.savez(tmp / "arrays.npz", neurons=self.neurons, importance=self.importance)
+            digest = self.digest()
+            (tmp / "analysis.json").write_text(json.dumps(dict(self.summary(), digest=digest), indent=2) + "\n")
+            # the digest twice: a record whose digest line was deleted is told from one saved before digests
+            np.savez(tmp / "arrays.npz", neurons=self.neurons, importance=self.importance, digest=np.array(digest))
             if folder.exists():  # swap: the old analysis stays whole until the new one is in place
                 shutil.rmtree(old, ignore_errors=True)
                 os.replace(folder, old)
@@ -246,8 +248,13 @@ class Analysis:
             raise InputError(f"not an analysis folder (no analysis.json): {folder}")
         try:
             meta = json.loads(meta_path.read_text())
+            version = meta.get("format_version") if isinstance(meta, dict) else None
+            if isinstance(version, int) and version > FORMAT_VERSION:
+                raise InputError(f"analysis {folder} was saved by a newer idcgen (format version {version}; this "
+                                 f"one reads {FORMAT_VERSION}): upgrade idcgen, or run `idcgen analyze` again")
             with np.load(folder / "arrays.npz") as arrays:
                 neurons, imp = arrays["neurons"], arrays["importance"]
+                kept = str(arrays["digest"]) if "digest" in arrays.files else None
             clusters = [NeuronClusters(neuron=c["neuron"], centroids=np.asarray(c["centroids"], np.float64),
                                        silhouette=c["silhouette"],
                                        scores={int(k): v for k, v in c["silhouette_per_k"].items()},
@@ -257,6 +264,9 @@ class Analysis:
             if len(clusters) != len(neurons):
                 raise ValueError(f"{len(neurons)} important neurons but {len(clusters)} cluster sets")
             recorded = meta.pop("digest", None)   # analyses saved before digests were recorded have none
+            if recorded is None and kept is not None:
+                raise InputError(f"analysis {folder} was edited or damaged since it was saved (the digest line of its "
+                                 "analysis.json is gone): run `idcgen analyze` again, or restore the folder")
             if recorded is not None and content_digest(meta, neurons, imp) != recorded:
                 raise InputError(f"analysis {folder} was edited or damaged since it was saved (its digest no "
                                  "longer matches): run `idcgen analyze` again, or restore the folder")

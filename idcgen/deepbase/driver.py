@@ -50,7 +50,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     start = time.perf_counter()
     network = as_network(model) if analysis is None else analysis._network(model)
     measures = parse_measures(measures)
-    tol = None if tol in (None, 0) else check_real("tol", tol, 0.0, None, closed="neither")
+    tol = None if tol in (None, 0) else check_real("tol", tol, 0.0, None, closed="left")   # 0: every input scored
     batch_size = check_int("batch_size", batch_size, 1)
     first_check = check_int("first_check", first_check, 10)
     x = fit_to_model(x, network.input_shape)

@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import abc
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..convention import InputConvention, resolve
-from ..errors import ModelError
+from ..errors import ModelError, ParameterError
 from .common import is_factory
+
+# OpenMP threads waiting for work sleep instead of spinning: a spinning thread takes a core from whatever else
+# runs, and on a shared machine every parallel operation then waits for a descheduled one (BENCHMARKS.md,
+# "PyTorch under load"). The OpenMP runtime reads it once, when torch loads it; this package is imported
+# before any torch_* module, so only a caller who imported torch first keeps the runtime's default.
+if "torch" not in sys.modules:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -400,6 +408,9 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
     if framework == "torch":
         from .torch_load import convert as torch_convert
         return torch_convert(old, new, weights=architecture, input_shape=input_shape, overwrite=overwrite)
+    if input_shape is not None:   # a Keras file records its input shape: a given one would be ignored
+        raise ParameterError(f"an input shape (--input-shape) is for PyTorch TorchScript files, which do not record "
+                             f"theirs; {old} is a Keras model, which does: drop --input-shape")
     return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode,
                                             overwrite=overwrite)
 

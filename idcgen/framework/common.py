@@ -4,6 +4,8 @@ without importing the package that dispatches to them (no import cycle)."""
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from pathlib import Path
 
@@ -14,6 +16,44 @@ def is_factory(path) -> bool:
     """Whether ``path`` names a Python factory ``package.module:make_model`` (a PyTorch model) and no file."""
     text = str(path)
     return bool(re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text)) and not Path(text).exists()
+
+
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The CPUs this process may keep busy: its affinity mask (``taskset``, a scheduler's allotment), capped by
+    the cgroup's CPU quota (a container's ``--cpus``: cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us``), which
+    the affinity mask does not show."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not on Linux
+        cpus = os.cpu_count() or 1
+    quota = None
+    try:
+        text = (cgroup / "cpu.max").read_text().split()
+        if text and text[0] != "max":
+            quota = int(text[0]) / int(text[1])
+    except (OSError, ValueError, IndexError):
+        try:
+            q = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
+            if q > 0:
+                quota = q / int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            pass
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, cpus)
+
+
+def free_cpus(loadavg: Path = Path("/proc/loadavg")) -> int:
+    """The machine's CPUs less those other processes keep busy: the larger of the 1-minute load average and
+    the tasks running now (which sees a job that has just started), less this process. The machine's count
+    (os.cpu_count), as the load is the machine's; at least 1. Where /proc/loadavg is missing, every CPU."""
+    cpus = os.cpu_count() or 1
+    try:
+        fields = loadavg.read_text().split()
+        busy = max(float(fields[0]), float(fields[3].split("/")[0]))
+    except (OSError, ValueError, IndexError):
+        return cpus
+    return int(min(cpus, max(1, math.floor(cpus - (busy - 1)))))
 
 
 def relevance_batch_size(floats_per_input: int, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:

@@ -11,15 +11,17 @@ images, as idcgen's images are); a TorchScript file without it is refused with t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import json
 import logging
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch  # noqa: E402
+import torch  # noqa: E402   (OMP_WAIT_POLICY is set before, by the package: idcgen/framework/__init__.py)
 
 # torch.export logs each input dimension it specialises (every one, for a fixed image shape): not news here
 logging.getLogger("torch._export").setLevel(logging.ERROR)
@@ -112,8 +114,16 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
         script = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
     except Exception as exc:
         raise ModelError(f"could not read {path} as a TorchScript file: {_first_line(exc)}") from None
+    given = image_shape is not None
     image_shape = _torchscript_shape(extra, path, image_shape)
     sample = torch.zeros((2, *_model_shape(image_shape)))
+    try:   # run once as it is: a shape it does not take is said in real sizes, not the converter's symbols
+        with torch.inference_mode():
+            script.eval()(sample)
+    except Exception as exc:
+        where = "the input shape given (--input-shape H,W,C)" if given else f"the input shape recorded in {path}"
+        raise ModelError(f"the TorchScript model {path} does not run on images of {tuple(image_shape)}, "
+                         f"{where}: {_script_error(exc)}") from None
     try:
         from torch._export.converter import TS2EPConverter
         with warnings.catch_warnings():
@@ -126,37 +136,131 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
     return model
 
 
+@contextlib.contextmanager
+def _quiet(logger: str):
+    """``logger`` silenced: torch.export logs a whole traceback before raising what idcgen says in one line."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _script_error(exc) -> str:
+    """The TorchScript interpreter's error: its last line says what failed (the first, that something did)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
 def _first_line(exc) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _import_factory_module(module_name: str, spec: str):
+    """The factory's module, from Python's import path, else (as ``python -m`` and ``python -c`` would find it)
+    from the current folder: the ``idcgen`` script does not put that folder on the path."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.split(".")[0]
+        here = Path.cwd()
+        if exc.name == top and ((here / f"{top}.py").is_file() or (here / top / "__init__.py").is_file()):
+            sys.path.insert(0, str(here))
+            try:
+                return importlib.import_module(module_name)
+            except Exception as inner:   # the module's own code failed: said below as any import error
+                exc = inner
+        raise ModelError(f"cannot import {module_name!r} for the model factory {spec}: {_first_line(exc)}; "
+                         "the module is looked up on Python's import path and in the current folder: run "
+                         "idcgen from the folder holding it, put that folder on PYTHONPATH "
+                         f"(PYTHONPATH=/path/to/folder idcgen ...), or pip install its package") from None
+    except Exception as exc:   # the module's code raised on import
+        raise ModelError(f"importing {module_name!r} for the model factory {spec} failed: "
+                         f"{type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _call_factory(factory, spec: str):
+    """``factory()``: one that needs arguments, or raises, said in one line (idcgen calls it with none)."""
+    import inspect
+    try:
+        needed = [p.name for p in inspect.signature(factory).parameters.values()
+                  if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    except (TypeError, ValueError):   # no signature to read (a builtin): call it and see
+        needed = []
+    if needed:
+        raise ModelError(f"the model factory {spec} needs arguments ({', '.join(needed)}); idcgen calls it with "
+                         "none: give defaults to its arguments, or write a function of no arguments that builds "
+                         "the model (def make_model(): return Net(...)) and name that")
+    try:
+        return factory()
+    except Exception as exc:
+        raise ModelError(f"the model factory {spec} raised {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _state_dict(weights: Path, spec: str) -> dict:
+    if not weights.is_file():
+        raise ModelError(f"weights file not found: {weights}" if not weights.is_dir() else
+                         f"weights path is a folder, expected a state_dict file (torch.save(model.state_dict(), "
+                         f"PATH)): {weights}")
+    import zipfile
+    if zipfile.is_zipfile(weights):
+        with zipfile.ZipFile(weights) as archive:
+            if any(n.endswith("/constants.pkl") or "/code/" in n for n in archive.namelist()):
+                raise ModelError(f"{weights} is a TorchScript model, not a state_dict: give it alone as --model "
+                                 f"{weights} (it holds its code), or save the weights with torch.save(model."
+                                 "state_dict(), PATH) for the factory")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ModelError(f"could not read {weights} as a PyTorch state_dict (torch.save(model.state_dict(), PATH)): "
+                         f"{_first_line(exc)}") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise ModelError(f"{weights} holds a {type(state).__name__}, not a state_dict (a dict of tensors by name)")
+    return state
+
+
+def _misfit(model, state: dict) -> str:
+    """What keeps ``state`` from fitting ``model``: missing and unexpected names, and other shapes, in one line
+    (torch's message puts them on lines after its first)."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [f"{k} {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model" for k in own
+              if k in state and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(own[k].shape)]
+
+    def some(names):
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    parts = ([f"{len(missing)} missing ({some(missing)})"] if missing else []) + \
+        ([f"{len(unexpected)} unexpected ({some(unexpected)})"] if unexpected else []) + \
+        ([f"{len(shapes)} of another shape ({some(shapes)})"] if shapes else [])
+    return "; ".join(parts)
 
 
 def load_factory(spec: str, weights=None, image_shape=None) -> TorchModel:
     """``package.module:make_model`` called with no arguments, with the state_dict in ``weights`` loaded."""
     module_name, attr = str(spec).split(":")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise ModelError(f"cannot import {module_name!r} for the model factory {spec}: {_first_line(exc)}") from None
+        factory = getattr(_import_factory_module(module_name, spec), attr)
     except AttributeError:
         raise ModelError(f"module {module_name!r} has no {attr!r} (the model factory {spec})") from None
-    model = factory()
+    model = _call_factory(factory, spec)
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"the factory {spec} returned a {type(model).__name__}, not a torch.nn.Module")
     if weights is not None:
         weights = Path(weights)
-        if not weights.is_file():
-            raise ModelError(f"weights file not found: {weights}")
-        try:
-            state = torch.load(weights, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise ModelError(f"could not read {weights} as a PyTorch state_dict: {_first_line(exc)}") from None
-        if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-            state = state["state_dict"]
+        state = _state_dict(weights, spec)
         try:
             model.load_state_dict(state)
-        except Exception as exc:   # names and shapes that do not fit, said in torch's words
-            raise ModelError(f"the weights in {weights} do not fit the model of {spec}: {_first_line(exc)}") from None
+        except Exception as exc:   # names and shapes that do not fit: torch says them on lines after its first
+            why = _misfit(model, state) or _first_line(exc)
+            raise ModelError(f"the weights in {weights} do not fit the model of {spec}: {why}") from None
     return export(model, image_shape, origin=f"{spec}" + (f" with {weights}" if weights is not None else ""))
 
 
@@ -164,7 +268,9 @@ def load_onnx(path: Path, image_shape=None) -> TorchModel:
     try:
         from onnx2torch import convert
     except ImportError:
-        raise ModelError("reading .onnx files needs onnx2torch: pip install \"idcgen[onnx]\"") from None
+        raise ModelError(f"{path}: reading .onnx files needs onnx2torch, which no idcgen extra installs (it "
+                         "requires torchvision): pip install onnx2torch torchvision, or export the model from "
+                         "PyTorch as a .pt2 program (torch.export) and give that") from None
     try:
         module = convert(str(path))
     except Exception as exc:
@@ -189,8 +295,13 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
         raise ModelError(f"model path is a folder, expected a model file: {path}")
     suffix = path.suffix.lower()
     if suffix == ".pt2":
+        import zipfile
+        if not zipfile.is_zipfile(path):   # empty, cut short or not a program: said before torch logs a traceback
+            raise ModelError(f"{path} is not a torch.export program (.pt2), or is damaged: such a program is a zip "
+                             "archive and this file is not one (empty, cut short, or another kind of file)")
         try:
-            program = torch.export.load(str(path))
+            with _quiet("torch.export"):
+                program = torch.export.load(str(path))
         except Exception as exc:
             raise ModelError(f"could not read {path} as a torch.export program (.pt2): {_first_line(exc)}") from None
         return from_program(program, f"torch.export program {path}")
@@ -246,6 +357,20 @@ def save_program(program, path) -> Path:
     return path
 
 
+def fit_threads() -> int:
+    """torch's intra-op threads cut to the CPUs this process may use and finds free when the model loads
+    (idcgen.framework.common: usable_cpus, free_cpus): torch counts the machine's cores, which a container's
+    quota, an affinity mask or other processes may not leave it, and more threads than free cores make every
+    parallel operation wait for one that is descheduled (on a shared 2-core machine a small model's campaign
+    ran 30x slower on two threads than on one, BENCHMARKS.md). Never raised: a count set already
+    (limit_threads in a Ray worker, OMP_NUM_THREADS, the caller) stays when lower."""
+    from .common import free_cpus, usable_cpus
+    threads = min(torch.get_num_threads(), usable_cpus(), free_cpus())
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads
+
+
 def limit_threads(threads: int) -> None:
     torch.set_num_threads(int(threads))
     try:
@@ -255,4 +380,4 @@ def limit_threads(threads: int) -> None:
 
 
 __all__ = ["TorchModel", "load", "export", "from_program", "convert", "save_torchscript", "program_bytes",
-           "limit_threads"]
+           "limit_threads", "fit_threads"]

@@ -32,7 +32,7 @@ from .device import (
     torch_device,
 )
 from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
-from .torch_load import TorchModel, export, from_program, program_bytes, save_program
+from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
@@ -86,6 +86,7 @@ class TorchNetwork(Network):
             model = from_program(model, "torch.export program")
         if not isinstance(model, TorchModel):
             raise ModelError(f"expected a torch.nn.Module or torch.export program, got {type(model).__name__}")
+        fit_threads()   # before the first parallel operation (docs/design.md, "PyTorch")
         self.source = model   # kept on the CPU: what ships the model to another process (recipe)
         self.model = self.inner = model
         self.convention = convention
@@ -285,8 +286,42 @@ class TorchNetwork(Network):
 
     def _tap_target(self, name: str):
         if name.endswith(RANGE_TAP) and not self.graph.has(name):
-            return self.graph.layer(self.check_layer(name[:-len(RANGE_TAP)])), True
-        return self.graph.layer(self.check_layer(name)), False
+            return self.graph.layer(self._check_rows(self.check_layer(name[:-len(RANGE_TAP)]))), True
+        return self.graph.layer(self._check_rows(self.check_layer(name))), False
+
+    #: a probe batch size that a layer's first axis matches only when it is the batch's (a prime: not a
+    #: product of the batch with tokens or heads)
+    _PROBE = 7
+
+    def _batch_first(self) -> frozenset:
+        """The layers whose first axis is the batch's, by one run on a probe batch. Inside some modules the
+        rows are not inputs: nn.MultiheadAttention (batch_first=True) runs on (tokens, batch, d) and
+        (tokens x batch, d) tensors, so one input would count as several (docs/design.md, "PyTorch")."""
+        def build():
+            sizes = {}
+
+            def after(node, args, value):
+                if isinstance(value, torch.Tensor):
+                    sizes[node] = int(value.shape[0]) if value.dim() else None
+                return value
+            try:
+                with torch.inference_mode():
+                    self.run(torch.zeros((self._PROBE, *self.input_shape)), after=after)
+            except Exception:   # a program that runs one batch size only: its layers' rows cannot be told apart
+                return frozenset(layer.name for layer in self.graph.layers)
+            return frozenset(layer.name for layer in self.graph.layers if sizes.get(layer.node) == self._PROBE)
+        return self.cached("batch-first layers", build)
+
+    def _check_rows(self, name: str) -> str:
+        if name not in self._batch_first():
+            shape = self.graph.layer(name).node.meta.get("val")
+            shape = tuple(shape.shape) if isinstance(shape, torch.Tensor) else "?"
+            raise LayerError(f"layer {name!r} has no row per input: its first axis is not the batch's (traced shape "
+                             f"{shape} for a batch of the program's example; inside nn.MultiheadAttention the tensors "
+                             "are (tokens, batch, ...) or (tokens x batch, ...)), so its neurons cannot be measured "
+                             "per input; choose a layer outside it, such as the block's output (see `idcgen layers`, "
+                             "'subject layers')")
+        return name
 
     def feature_maps(self, layers: tuple[str, ...]):
         chosen = [self.graph.layer(self.check_layer(name)) for name in layers]
@@ -343,7 +378,9 @@ class TorchNetwork(Network):
             where = ("is the logits or after them" if layer in self.graph.descendants(self.classifier_)
                      else "does not lead to the logits")
             raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
-        return layer.name
+        if layer not in relevant_ancestors(self.logits_layer_, self.graph):
+            return layer.name   # off relevance's path (attention scores): the relevance pass says so, better
+        return self._check_rows(layer.name)
 
     def subject_layers(self) -> list[str]:
         graph, blocked = self.graph, set()
@@ -352,7 +389,9 @@ class TorchNetwork(Network):
             if layer in on_path and layer not in blocked and rule_of(layer, graph) is None:
                 for below in layer.inputs:
                     blocked |= graph.ancestors(below)
-        return [s.name for s in graph.layers if s in self._hidden and s in on_path and s not in blocked]
+        rows = self._batch_first()
+        return [s.name for s in graph.layers if s in self._hidden and s in on_path and s not in blocked
+                and s.name in rows]
 
     def rule_label(self, name: str) -> str:
         return rule_label(self.step(name), self.graph)
@@ -377,6 +416,8 @@ class TorchNetwork(Network):
                     pick = nxt
                 cur = nxt
             chosen.append(pick.name)
+        rows = self._batch_first()
+        chosen = [name for name in chosen if name in rows]   # not what has no row per input (attention inside)
         if not chosen:
             raise LayerError("the model has no hidden layer with weights before its logits; pass layers=[...] "
                              f"from: {', '.join(self.layer_names())}")
