@@ -21,6 +21,7 @@ from .options import (
     AffinityOptions,
     AnalysisOptions,
     CampaignOptions,
+    CampaignRunnerOptions,
     ConventionOptions,
     HardenOptions,
     InputOptions,
@@ -512,7 +513,7 @@ def prioritize(model: ModelOptions,
 
 @command
 def fuzz(models: ModelsOptions, options: CampaignOptions, wanted: AnalysisOptions, inputs: InputOptions,
-         convention: ConventionOptions, runner: RunnerOptions):
+         convention: ConventionOptions, runner: CampaignRunnerOptions):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
     from .session import new_campaign, resume_campaign
     _need_ray(runner.ray, runner.workers)

@@ -273,6 +273,18 @@ class RunnerOptions(Group):
 
 
 @dataclass(frozen=True)
+class CampaignRunnerOptions(RunnerOptions):
+    """Where a fuzz campaign runs: this process, or parallel campaigns on Ray workers (their help says so)."""
+
+    ray: str | None = option("--ray", help="With --workers: local (default: start Ray on this machine), auto or a "
+                             "Ray cluster address such as ray://HEAD:10001.")
+    workers: int | None = option("--workers", cli_type=Optional[int], help=(
+        "Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new "
+        "combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Without --analysis "
+        "or --train the analysis is found or made first, as for one campaign."))
+
+
+@dataclass(frozen=True)
 class AnalysisOptions(Group):
     """Which analysis: made with these settings, or a saved one that was (None: any, or the default when
     analysing)."""
