@@ -38,6 +38,8 @@ from torch.nn import functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import record  # noqa: E402  (benchmarks/record.py: one JSON line per figure, results/bench_gpu.jsonl)
 
 #: numpy mutators (idcgen/fuzz/mutators): no albumentations needed on the GPU machine
 MUTATORS = "gauss,random_pixels,brightness,contrast"
@@ -190,6 +192,9 @@ class Out:
     def __call__(self, **line):
         text = json.dumps(dict(line, **self.base))
         print(text, flush=True)
+        figure = {k: v for k, v in line.items() if k not in ("figure", "value", "unit")}
+        record(str(line.get("figure", line.get("what", "measurement"))), line.get("value"),
+               unit=str(line.get("unit", "")), **figure, **self.base)
         if self.path is not None:
             with self.path.open("a") as handle:
                 handle.write(text + "\n")

@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import record  # noqa: E402  (benchmarks/record.py: one JSON line per figure, results/bench_load.jsonl)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: the campaign every measurement runs (in memory: the loop, not the disk)
@@ -131,6 +134,8 @@ def main() -> None:
                                budget=args.budget, cpus=os.cpu_count(), loadavg=os.getloadavg()[0])
                     results[(settings, load)] = row
                     print(json.dumps(row), flush=True)
+                    record("campaign seconds", row.get("seconds"), unit="s", **{k: v for k, v in row.items()
+                                                                             if k != "seconds"})
             finally:
                 stop_hog(hogs)
     print()

@@ -1,17 +1,17 @@
 """The walk into the core: which idcgen functions (and files) run before the first kept mutant of a campaign.
 
-    python benchmarks/walk_fuzz.py [--budget 512]
+    python benchmarks/bench_walk.py [--budget 512]
 
 Runs ``idcgen fuzz --model m.pt2 --seeds DIR --budget N`` in this process on a small PyTorch CNN (exported with
 torch.export, random weights, 200 random seed images) under ``sys.setprofile`` and counts the distinct idcgen
 functions and files called until the first step that keeps a mutant, and how many of them before the loop's
-first step. Prints one line and one JSON line.
+first step, and the calls of the option parsers and of ``Analysis.load`` over the whole run. Prints one line
+and records it (benchmarks/record.py: benchmarks/results/bench_walk.jsonl).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +19,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from record import record  # noqa: E402
 
 
 def small_cnn():
@@ -72,12 +75,12 @@ def main() -> None:
             if state["counting"]:
                 seen.add((code.co_filename, code.co_qualname))
                 files.add(code.co_filename)
-        record = Campaign.record
+        campaign_record = Campaign.record
 
         def counted(self, step, seconds):
             if state["loop"] is None:
                 state["loop"] = len(seen)   # functions before the loop's first step was recorded
-            record(self, step, seconds)
+            campaign_record(self, step, seconds)
             if step.error is None and step.keep.any():
                 state["counting"] = False
         Campaign.record = counted
@@ -90,13 +93,12 @@ def main() -> None:
             pass
         finally:
             sys.setprofile(None)
-            Campaign.record = record
-    figure = {"figure": "walk to the first kept mutant", "functions": len(seen), "files": len(files),
-              "functions_before_loop": state["loop"], "calls": dict(sorted(parses.items()))}
+            Campaign.record = campaign_record
     print(f"{len(seen)} idcgen functions in {len(files)} files before the first kept mutant "
           f"({state['loop']} before the loop's first step); calls: "
           + ", ".join(f"{k} {v}" for k, v in sorted(parses.items())))
-    print(json.dumps(figure))
+    record("idcgen functions before the first kept mutant", len(seen), unit="functions", files=len(files),
+           functions_before_loop=state["loop"], calls=dict(sorted(parses.items())), budget=args.budget)
 
 
 if __name__ == "__main__":
