@@ -20,6 +20,7 @@ ConvNeXt block's channels-last section keeps its channels.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -38,6 +39,25 @@ PREPROCESS = "preprocess"
 #: operations that only carry values: no tensor of their own worth a layer name
 _PLUMBING = {"getitem", "_assert_tensor_metadata", "sym_size", "sym_numel", "_guards_fn", "detach_", "lift_fresh_copy",
              "alias"}
+
+
+def mutates(node) -> bool:
+    """Whether fx node ``node`` is an in-place ATen operation (``relu_``, ``add_`` from ``out += identity``,
+    ``mul_``, ``clamp_``, ...): it writes into a tensor another node may still read."""
+    schema = getattr(getattr(node, "target", None), "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
+
+
+def functional(program):
+    """``program`` with its in-place operations replaced by their out-of-place forms (functionalisation,
+    nothing decomposed), so each gets the rule of its out-of-place form (``relu_`` -> ``relu``) and a tap
+    sees the value before a later in-place write (docs/design.md, "PyTorch"); ``program`` itself when it
+    has none (its node names unchanged)."""
+    if not any(mutates(n) for n in program.graph_module.graph.nodes):
+        return program
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # torch's own pytree deprecation inside run_decompositions
+        return program.run_decompositions({})
 
 
 def op_name(node) -> str:
@@ -84,6 +104,19 @@ def _stack_paths(node) -> list[tuple[str, str]]:
     return [(path, key) for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items() if path]
 
 
+def _op_numbered(graph) -> dict:
+    """fx node -> its operation numbered in execution order (relu, relu_1, ...), as torch.export names them."""
+    counts: dict[str, int] = {}
+    names = {}
+    for node in graph.nodes:
+        if node.op == "call_function":
+            op = op_name(node)
+            k = counts.get(op, 0)
+            counts[op] = k + 1
+            names[node] = op if k == 0 else f"{op}_{k}"
+    return names
+
+
 def _shape(node) -> tuple | None:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
@@ -96,8 +129,15 @@ class TorchGraph:
 
     def __init__(self, program):
         self.program = program
-        self.module = program.module()   # exported in inference mode (it refuses .eval())
+        run = functional(program)
+        self.module = run.module()   # exported in inference mode (it refuses .eval())
         graph = self.module.graph
+        # functionalisation numbers its nodes by its own count (add_65): named again as export names them
+        self._node_names = _op_numbered(graph) if run is not program else {}
+        for node in list(graph.nodes):   # an in-place write into the input, made a copy back into it: the
+            if node.op == "call_function" and op_name(node) == "copy_" and node.args[0].op == "placeholder":
+                node.replace_all_uses_with(node.args[1])   # value stays; the caller's images stay untouched
+                graph.erase_node(node)
         self.fx_nodes = [n for n in graph.nodes if not (n.op == "call_module" and "guards" in str(n.target))]
         inputs = [n for n in self.fx_nodes if n.op == "placeholder"]
         if len(inputs) != 1:
@@ -147,9 +187,9 @@ class TorchGraph:
             if path and counts[path] == 1 and last_of[path] is node:
                 name = path
             elif path:
-                name = f"{path}.{node.name}"
+                name = f"{path}.{self._node_names.get(node, node.name)}"
             else:
-                name = node.name
+                name = self._node_names.get(node, node.name)
             while name in taken:
                 name += "_"
             taken.add(name)

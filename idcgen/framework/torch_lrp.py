@@ -46,7 +46,8 @@ NORMALISATION = {"layer_norm", "rms_norm"}
 ATTENTION = {"scaled_dot_product_attention"}
 _WEIGHTS = {"softmax", "_softmax"}
 PASS_THROUGH = EXACT_ACTIVATIONS | {"relu6", "hardtanh", "elu", "selu", "celu", "gelu", "silu", "hardswish", "mish",
-                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel"}
+                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel", "clamp", "clamp_min",
+                                    "clamp_max"}
 
 
 def _stabilise(z, eps):
@@ -138,12 +139,26 @@ def _attention_weights(arg, graph) -> bool:
     return False
 
 
+def gate_of(layer: Layer) -> int:
+    """Which argument of a product of two activations is the gate: the one broadcast over the other
+    (fewer values, as a squeeze-excitation scale), else one a sigmoid-like activation made."""
+    args = layer.node.args[:2]
+    sizes = [int(np.prod(a.meta["val"].shape[1:])) for a in args]
+    if sizes[0] != sizes[1]:
+        return int(np.argmin(sizes))
+    gates = [op_name(a) in ("sigmoid", "hardsigmoid", "softmax") for a in args]
+    return 1 if gates[1] or not gates[0] else 0
+
+
 def relevance_inputs(layer: Layer, graph) -> list:
     """The input layers relevance flows to from ``layer``: none from attention weights (a softmax inside
-    the model), only the value from attention, only the values from a product of weights and values."""
+    the model), only the value from attention, only the values from a product of weights and values, only
+    the signal from a gated product (the gate gets none)."""
     op = layer.op
     if op in _WEIGHTS:
         return []
+    if rule_of(layer, graph) == "gate":
+        return [graph.by_node[a] for a in _sources([layer.node.args[1 - gate_of(layer)]], graph)]
     if op in ATTENTION:
         return [graph.by_node[a] for a in _sources([layer.node.args[2]], graph)]
     if op in ("matmul", "bmm") and any(_attention_weights(a, graph) for a in layer.node.args[:2]):
@@ -232,8 +247,9 @@ class Relevance(BatchedRelevance):
         self.subject = None if layer is None else graph.layer(network.check_subject_layer(layer))
         reached = relevant_ancestors(network.logits_layer_, graph)
         if self.subject is not None and self.subject not in reached:
-            raise LayerError(f"relevance does not reach layer {self.subject.name!r}: it feeds only attention weights, "
-                             "which the attention rule holds constant (choose a layer on the value path)")
+            raise LayerError(f"relevance does not reach layer {self.subject.name!r}: it feeds only attention weights "
+                             "or gates, which the attention and gate rules hold constant (choose a layer on the "
+                             "value or signal path: see `idcgen layers`)")
         needed = graph.descendants(self.subject) & reached
         self.steps = [s for s in graph.layers if s in needed and s is not self.subject]
         for step in self.steps:
@@ -245,7 +261,7 @@ class Relevance(BatchedRelevance):
         self._rules = {s.node: rule_of(s, graph) for s in self.steps}
         self._rules[PREPROCESS] = "epsilon"   # the convention's (x - mean) / std, as a Keras Rescaling
         self._folded = self._batchnorm_folds()
-        self._gates = {s.node: self._gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
+        self._gates = {s.node: gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
 
     def _batchnorm_folds(self) -> set:
         """Nodes of convolution/linear layers folded into the batch norm reading them (no scaling of their own)."""
@@ -257,16 +273,6 @@ class Relevance(BatchedRelevance):
             if producer.op in _WEIGHTED and producer in self.steps and len(graph.consumers(producer)) == 1:
                 folded.add(producer.node)
         return folded
-
-    def _gate_of(self, step: Layer) -> int:
-        """Which argument of a product of two activations is the gate: the one broadcast over the other
-        (fewer values, as a squeeze-excitation scale), else one a sigmoid-like activation made."""
-        args = step.node.args[:2]
-        sizes = [int(np.prod(a.meta["val"].shape[1:])) for a in args]
-        if sizes[0] != sizes[1]:
-            return int(np.argmin(sizes))
-        gates = [op_name(a) in ("sigmoid", "hardsigmoid", "softmax") for a in args]
-        return 1 if gates[1] or not gates[0] else 0
 
     def _after(self, node, args, value):
         rule = self._rules.get(node)
