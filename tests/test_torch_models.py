@@ -1,6 +1,8 @@
 """PyTorch models as people write them (torchvision, timm, Hugging Face style, in plain PyTorch): in-place
 operations take the rules of their out-of-place forms, every hidden layer of a ResNet-18 is a subject layer
-and its relevance is the activation x gradient reference (docs/design.md, "PyTorch")."""
+and its relevance is the activation x gradient reference; the neuron axis is followed through permutes,
+reshapes and hand-written normalisations; windowed layers are mapped back to their images; only floating-point
+values are layers (docs/design.md, "PyTorch")."""
 
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_styles import IN_PLACE, InPlace, ResNet18  # noqa: E402
+from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Windows  # noqa: E402
 from torch_twins import images, randomise  # noqa: E402
 
 from idcgen.framework import as_network  # noqa: E402
@@ -82,3 +84,90 @@ def test_a_torchvision_style_resnet18_has_every_hidden_layer_a_subject_layer_wit
         assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), path
         for g, e in zip(got, expected):   # the same most relevant neurons
             assert set(np.argsort(g)[-4:]) == set(np.argsort(e)[-4:])
+
+
+def _copy(src, dst):
+    """``src``'s weights into ``dst`` where names and shapes agree (the two ConvNeXt norms' included)."""
+    theirs = dst.state_dict()
+    dst.load_state_dict({k: v for k, v in src.state_dict().items() if k in theirs and theirs[k].shape == v.shape},
+                        strict=False)
+    return dst.eval()
+
+
+def test_channels_last_sections_and_hand_written_norms_keep_their_channels():
+    """timm's LayerNorm2d (permute, layer norm, permute back) and Hugging Face's channels-first LayerNorm
+    written by hand (mean and variance over axis 1): 16 channels at every layer of the stem and block (the
+    statistics over channels: 1), taps equal to the module's channel means, every layer on the value path a
+    subject layer, and the two give the same relevance (the hand-written norm's std held constant as the
+    built-in norm's)."""
+    timm = randomise(ConvNeXt("timm"), 5)
+    with torch.no_grad():
+        timm.stem_norm.weight.uniform_(0.5, 1.5)
+    hf = _copy(timm, ConvNeXt("hf"))
+    hf.stem_norm.weight.data, hf.stem_norm.bias.data = timm.stem_norm.weight.data, timm.stem_norm.bias.data
+    a, b = as_network(timm), as_network(hf)
+    assert {i.neurons for i in a.layers_info()} == {16, 32, 5}
+    assert {i.neurons for i in b.layers_info()} == {1, 16, 32, 5}
+    assert [i.neurons for i in b.layers_info() if i.neurons == 1] == [1] * 4   # mean, var, + eps, sqrt
+    assert a.subject_layers() == [n for n in a.layer_names() if a.is_hidden(n)]
+    assert not {"stem_norm.sqrt", "stem_norm.add", "stem_norm.pow_1"} & set(b.subject_layers())
+    x = np.random.default_rng(1).random((4, 16, 16, 3), dtype=np.float32)
+    np.testing.assert_allclose(a.forward(x)[0], b.forward(x)[0], atol=1e-5)
+    with torch.no_grad():
+        stem = timm.stem_norm(timm.stem(torch.as_tensor(x).permute(0, 3, 1, 2)))
+    for network in (a, b):
+        np.testing.assert_allclose(network.forward(x, ("stem_norm",))[1][0], stem.mean((2, 3)).numpy(), atol=1e-5)
+    for layer in ("stem", "dwconv", "norm", "pwconv1", None):
+        ra = a.relevance(layer, eps=1e-9)(x)[0] if layer else a.relevance(None, eps=1e-9).maps(x)
+        rb = b.relevance(layer, eps=1e-9)(x)[0] if layer else b.relevance(None, eps=1e-9).maps(x)
+        assert np.abs(ra - rb).max() <= 1e-4 * np.abs(ra).max(), layer
+
+
+def test_windowed_layers_are_mapped_back_to_their_images():
+    """A Swin-style stage: layers whose first axis is batch x windows have per-image neurons (the windows one
+    more position axis), equal to the module's values regrouped by hand and the same run alone or in a
+    batch; relevance through torch.roll and the windows is conserved at every cut without biases."""
+    torch.manual_seed(3)
+    module = Windows().eval()
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+    network = as_network(module)
+    assert network.step("fc1").windows == 4 and network.neuron_count("fc1") == 12
+    assert network.step("roll").windows == 1 and network.subject_layers() == [
+        n for n in network.layer_names() if network.is_hidden(n)]
+    x = np.random.default_rng(2).random((3, 8, 8, 3), dtype=np.float32)
+    taps = {}
+    handle = module.fc1.register_forward_hook(lambda _, __, out: taps.setdefault("fc1", out.detach()))
+    with torch.no_grad():
+        module(torch.as_tensor(x).permute(0, 3, 1, 2))
+    handle.remove()
+    expected = taps["fc1"].reshape(3, 4 * 16, 12).mean(1).numpy()
+    _, (got,) = network.forward(x, ("fc1",))
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(network.forward(x[1:2], ("fc1",))[1][0], expected[1:2], atol=1e-6)
+    _, (span,) = network.forward(x, ("fc1@range",))
+    assert span.shape == (3, 2)
+    logit = network.forward(x)[0].max(axis=1)
+    for layer in ("roll", "reshape", "add", "roll_1", None):   # every cut of the graph
+        rel = network.relevance(layer, eps=1e-9)
+        total = rel.maps(x).reshape(len(x), -1).sum(axis=1) if layer is None else rel(x)[0].sum(axis=1)
+        np.testing.assert_allclose(total, logit, rtol=1e-3, atol=1e-6, err_msg=str(layer))
+
+
+def test_only_floating_point_values_are_layers():
+    """A boolean mask and int64 indices inside the forward pass are no layers: every layer taps, every
+    criterion runs, relevance passes the mask-as-product (the mask is the gate) and the gather (routing)."""
+    from idcgen.criteria import CRITERIA, make_criterion
+    network = as_network(randomise(Masked(), 6))
+    assert not {"gt", "argmax"} & set(network.layer_names())
+    assert all(network.graph.layer(n).node.meta["val"].is_floating_point() for n in network.layer_names())
+    x, y = images(40, seed=4), np.arange(40) % 3
+    network.forward(x, tuple(network.layer_names()))
+    for name in CRITERIA:
+        params = {"group": "label"} if name in ("lsc", "dsc") else {}
+        result = make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5))
+        assert result.total > 0, name
+    assert network.subject_layers()[0] == "conv"
+    assert network.relevance("conv")(x)[0].shape == (40, 4)

@@ -97,3 +97,95 @@ class InPlace(nn.Module):
         self.skip = self.conv(x)
         x = self.op(self, self.bn(self.skip))
         return self.fc(F.relu(self.conv2(x)).mean((2, 3)))
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """timm's LayerNorm2d: channels last, F.layer_norm, channels first again."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps).permute(0, 3, 1, 2)
+
+
+class ChannelsFirstNorm(nn.Module):
+    """Hugging Face ConvNeXt's LayerNorm(data_format="channels_first"), written by hand over axis 1."""
+
+    def __init__(self, channels: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(channels)), nn.Parameter(torch.zeros(channels))
+        self.eps = eps
+
+    def forward(self, x):
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        x = (x - u) / torch.sqrt(s + self.eps)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
+class ConvNeXt(nn.Module):
+    """A ConvNeXt stem and block as timm (``norm="timm"``) or Hugging Face (``norm="hf"``) write them: a
+    channels-first norm after the stem; depthwise conv -> channels last (permute) -> LayerNorm -> MLP ->
+    layer scale -> channels first -> residual."""
+
+    input_shape = (16, 16, 3)
+
+    def __init__(self, norm: str = "timm", dim: int = 16, classes: int = 5):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dim, 2, 2)
+        self.stem_norm = LayerNorm2d(dim, eps=1e-6) if norm == "timm" else ChannelsFirstNorm(dim)
+        self.dwconv = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1, self.act, self.pwconv2 = nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 0.5))
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.stem_norm(self.stem(x))
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.gamma * self.pwconv2(self.act(self.pwconv1(self.norm(y))))
+        x = x + y.permute(0, 3, 1, 2)
+        return self.head(x.mean((2, 3)))
+
+
+class Windows(nn.Module):
+    """A Swin-style stage: channels-last patches, a cyclic shift (torch.roll), window partition (batch x
+    windows first), a per-window token MLP and attention-free mixing, windows merged back, shift undone."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self, dim: int = 6, window: int = 4, classes: int = 4):
+        super().__init__()
+        self.window = window
+        self.embed = nn.Linear(3, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):   # (n, 3, 8, 8)
+        x = self.embed(x.permute(0, 2, 3, 1))   # (n, 8, 8, dim)
+        n, h, w, c = x.shape
+        k = self.window
+        shifted = torch.roll(x, shifts=(-2, -2), dims=(1, 2))
+        win = shifted.view(n, h // k, k, w // k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, k * k, c)
+        win = win + self.fc2(F.relu(self.fc1(win)))   # (n * windows, tokens, dim)
+        back = win.view(n, h // k, w // k, k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(n, h, w, c)
+        x = torch.roll(back, shifts=(2, 2), dims=(1, 2))
+        return self.head(x.mean((1, 2)))
+
+
+class Masked(nn.Module):
+    """Hugging Face style bookkeeping inside the forward pass: a boolean mask and int64 indices (no layers)."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.conv(x)
+        mask = h > 0                            # bool
+        top = h.flatten(2).argmax(-1)           # int64 (n, 4)
+        h = h * mask                            # a where written as a product
+        picked = h.flatten(2).gather(2, top[..., None])[..., 0]
+        return self.fc(picked + h.mean((2, 3)))

@@ -14,12 +14,20 @@ by the operation (``flatten``). Each module's path is also an alias of its last 
 layers are named by operation.
 
 **Neurons.** A channel of a channels-first output (convolutions: (n, C, H, W), (n, C, L)) or a unit of the
-last axis (dense outputs, token sequences (n, tokens, dims)); the axis is followed through permutes, so a
-ConvNeXt block's channels-last section keeps its channels.
+last axis (dense outputs, token sequences (n, tokens, dims)); the axis is followed through permutes and
+transposes (the last axis included), so a ConvNeXt block's channels-last section and timm's LayerNorm2d
+(permute, layer norm, permute back) keep their channels. Only floating-point values are layers (a boolean
+attention mask or int64 indices are not). A layer whose first axis is batch x windows (Swin's window
+attention) is mapped back to its images, the windows one more position axis (``Layer.per_image``).
+
+**In-place operations** (``nn.ReLU(inplace=True)``, ``out += identity``, ``mul_``, ``clamp_``) are replaced
+by their out-of-place forms before anything else (``functional``): they get those forms' rules, and a tap on
+a value sees it before a later in-place write.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -34,6 +42,8 @@ CHANNELS_FIRST = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "
                   "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
                   "adaptive_max_pool1d", "adaptive_max_pool2d", "upsample_nearest2d", "upsample_bilinear2d",
                   "group_norm", "instance_norm", "pixel_shuffle"}
+#: reductions over given axes: the neuron axis moves down by the axes removed before it
+_REDUCTIONS = {"mean", "sum", "amax", "amin", "var", "std", "prod", "logsumexp", "norm", "max", "min", "argmax"}
 #: the key ``run``'s ``after`` gets for the input convention's affine preprocessing in front of the model
 PREPROCESS = "preprocess"
 #: operations that only carry values: no tensor of their own worth a layer name
@@ -81,6 +91,7 @@ class Layer:
     channel_axis: int
     inputs: list = field(default_factory=list)   # the Layers whose outputs it reads
     weighted: bool = False                       # reads a weight (or a tensor computed from weights only)
+    windows: int = 1                             # its first axis is batch x windows (Swin); 0: not a multiple
 
     @property
     def kind(self) -> str:
@@ -89,6 +100,28 @@ class Layer:
     @property
     def neurons(self) -> int:
         return int(self.shape[self.channel_axis - 1]) if self.shape else 1
+
+    @property
+    def size(self) -> int:
+        """Values per image (all its windows')."""
+        return int(math.prod(self.shape)) * max(self.windows, 1)
+
+    def per_image(self, value: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(value with its windows an axis after the batch, the neuron axis in it): a windowed layer's
+        (n * windows, ...) output as (n, windows, ...), windows taken as one more position axis; Swin and
+        its kin partition batch-major (each image's windows together), which this reshape undoes."""
+        if self.windows == 1:
+            return value, self.channel_axis
+        if self.windows == 0:
+            raise LayerError(f"layer {self.name!r} ({self.op}) mixes images along its first axis (not batch x windows "
+                             "of each image): it has no per-image neurons; choose another layer (see `idcgen layers`)")
+        return value.reshape(len(value) // self.windows, self.windows, *value.shape[1:]), self.channel_axis + 1
+
+    def neurons_of(self, value: torch.Tensor, *, reduce: str = "mean") -> torch.Tensor:
+        """(n, neurons): this layer's output ``value`` per neuron, averaged (activations) or summed (relevance)
+        over every other axis (windows included)."""
+        value, axis = self.per_image(value)
+        return neuron_values(value, axis, reduce=reduce)
 
 
 def _module_path(node) -> tuple[str, str]:
@@ -171,8 +204,10 @@ class TorchGraph:
         return node
 
     def _name_layers(self) -> None:
+        # only floating-point values are layers: a boolean attention mask, int64 indices carry no activations
         ops = [n for n in self.fx_nodes if n.op == "call_function" and n not in self.constant
-               and _shape(n) is not None and (op_name(n) not in _PLUMBING or self.source(n) is not n)]
+               and _shape(n) is not None and n.meta["val"].is_floating_point()
+               and (op_name(n) not in _PLUMBING or self.source(n) is not n)]
         counts: dict[str, int] = {}
         last_of: dict[str, object] = {}   # module path -> its last operation (its output)
         calls: dict[str, set] = {}
@@ -206,11 +241,27 @@ class TorchGraph:
                 shape = _shape(node)
                 ax = axis[node] if axis[node] > 0 else len(shape) + 1 + axis[node]
                 layer = Layer(names[node], node, op_name(source), shape, max(1, min(ax, len(shape))),
-                              weighted=any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes))
+                              weighted=any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes),
+                              windows=self._windows(node))
                 layer.inputs = [self.by_node[a] for a in self._tensor_inputs(source) if a in self.by_node]
                 self.layers.append(layer)
                 self.by_node[node] = layer
         self._by_name = {layer.name: layer for layer in self.layers}
+
+    def _windows(self, node) -> int:
+        """How many values ``node``'s first axis holds per image: 1 (the batch axis), the windows per image
+        (Swin's batch x windows), or 0 (not a whole multiple of the batch)."""
+        if node.meta["val"].dim() == 0:
+            return 0
+        batch, first = self.input_node.meta["val"].shape[0], node.meta["val"].shape[0]
+        if str(first) == str(batch):
+            return 1
+        ratio = first / batch   # a symbolic batch (s0 * 64 / s0) or a fixed one (128 / 2)
+        try:
+            ratio = float(ratio)
+        except TypeError:
+            return 0
+        return int(ratio) if ratio >= 1 and ratio == int(ratio) else 0
 
     def _tensor_inputs(self, node) -> list:
         """The producing nodes of ``node``'s tensor arguments, skipping plumbing (getitem) to its source."""
@@ -236,6 +287,8 @@ class TorchGraph:
         source = next((a for a in node.all_input_nodes if a in axis and a not in self.constant), None)
         inherited = axis.get(source, -1)
         src_shape = _shape(source) if source is not None else None
+        if inherited < 0 and src_shape:   # "the last axis" as a number, so a permute can move it
+            inherited = len(src_shape) + 1 + inherited
         if op == "permute" and inherited > 0:
             dims = list(node.args[1])
             dims = [d % (len(src_shape) + 1) for d in dims]
@@ -243,8 +296,21 @@ class TorchGraph:
         if op in ("transpose", "swapaxes") and inherited > 0:
             a, b = (int(d) % (len(src_shape) + 1) for d in node.args[1:3])
             return b if inherited == a else a if inherited == b else inherited
+        if op in _REDUCTIONS and src_shape is not None and len(src_shape) != ndim and len(node.args) > 1 \
+                and isinstance(node.args[1], (int, list, tuple)):
+            dims = {int(d) % (len(src_shape) + 1) for d in ([node.args[1]] if isinstance(node.args[1], int)
+                                                            else node.args[1])}
+            return -1 if inherited in dims else inherited - sum(d < inherited for d in dims)
         if src_shape is not None and len(src_shape) != ndim:
-            return -1   # a reshape or a reduction: a flat vector's units, or tokens' last axis
+            # a reshape or a reduction that keeps the neuron axis and all before it (flatten(2) of a
+            # convolution's positions), or it and all after it (a window partition of channels-last
+            # patches); else a flat vector's units, or tokens' last axis
+            if tuple(src_shape[:inherited]) == tuple(shape[:inherited]):
+                return inherited
+            tail = len(src_shape) - inherited + 1
+            if len(shape) >= tail and tuple(src_shape[-tail:]) == tuple(shape[-tail:]):
+                return len(shape) + 1 - tail
+            return -1
         return inherited
 
     def _last_uses(self) -> dict:

@@ -12,7 +12,11 @@ For every rule idcgen uses, the relevance of a tensor ``t`` on the path to the l
 - **pass-through** (elementwise activations, dropout at inference): ``R_in = R_out``, i.e. the gradient
   times ``out / in``; for ReLU and leaky ReLU that is the plain gradient;
 - **gate** (the product of two activations): the signal takes all of the relevance, the gate none: the gate
-  is detached.
+  is detached; likewise the divisor of a quotient of two (a normalisation written by hand, ``(x - u) / std``:
+  its normalising factor held constant, as CP-LRP's layer norm rule).
+
+In-place operations (``relu_``, ``out += identity``) take the rules of their out-of-place forms: the graph is
+functionalised first (torch_graph.functional).
 
 Batch norm right after a convolution or linear layer whose only reader it is (and which is not the subject
 layer) is folded into it, as on the Keras side: one scaling at the batch norm's output, none at the
@@ -37,7 +41,8 @@ EPSILON = _WEIGHTED | {"batch_norm", "_native_batch_norm_legit_no_training", "ma
 ROUTING = {"view", "reshape", "_unsafe_view", "flatten", "permute", "transpose", "t", "contiguous", "clone", "squeeze",
            "unsqueeze", "cat", "concat", "pad", "constant_pad_nd", "slice", "select", "narrow", "split", "chunk",
            "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "pixel_shuffle", "getitem", "expand",
-           "split_with_sizes", "unflatten", "alias", "_to_copy", "to", "type_as"}
+           "split_with_sizes", "unflatten", "alias", "_to_copy", "to", "type_as", "roll",
+           "gather", "index_select", "index", "take_along_dim"}
 #: elementwise: relevance passes unchanged; the plain gradient already does so for these
 EXACT_ACTIVATIONS = {"relu", "leaky_relu", "dropout", "feature_dropout", "alpha_dropout", "native_dropout"}
 #: normalisations explained through their linear part, the normalising factor held constant (CP-LRP)
@@ -143,6 +148,11 @@ def gate_of(layer: Layer) -> int:
     """Which argument of a product of two activations is the gate: the one broadcast over the other
     (fewer values, as a squeeze-excitation scale), else one a sigmoid-like activation made."""
     args = layer.node.args[:2]
+    if layer.op == "div":
+        return 1
+    floats = [a.meta["val"].is_floating_point() for a in args]
+    if floats[0] != floats[1]:   # a boolean mask (a where written as a product)
+        return floats.index(False)
     sizes = [int(np.prod(a.meta["val"].shape[1:])) for a in args]
     if sizes[0] != sizes[1]:
         return int(np.argmin(sizes))
@@ -202,7 +212,7 @@ def rule_of(layer: Layer, graph) -> str | None:
         constant = [_is_constant(a, graph) for a in layer.node.args[:2]]
         if any(constant):
             return "epsilon"            # a scale by a constant or a learned vector (layer scale)
-        return "gate" if op == "mul" else None
+        return "gate"   # a product: the gate held constant; a quotient: its divisor (a hand-written norm's std)
     if op in EPSILON:
         return "epsilon"
     if op in ROUTING:
@@ -218,6 +228,8 @@ def rule_label(layer: Layer, graph) -> str:
         return "none"
     if rule == "pass-through" and layer.op not in EXACT_ACTIVATIONS:
         return f"pass-through ({layer.op} passed through unchanged)"
+    if rule == "gate" and layer.op == "div":
+        return "gate (the divisor held constant, as a normalising factor: all relevance to the dividend)"
     if rule == "gate":
         return "gate (all relevance to the signal, none to the gate)"
     if rule == "normalisation":
@@ -318,6 +330,8 @@ class Relevance(BatchedRelevance):
     def batch(self, x: np.ndarray, target: np.ndarray | None = None, *, activations: bool = True):
         """One batch as numpy: per-neuron relevance (n, neurons), activations (n, neurons) or None, logits."""
         r, a, z = self.raw(x, target)
-        axis = -1 if self.subject is None else self.subject.channel_axis
-        acts = neuron_values(a, axis).numpy() if activations else None
-        return neuron_values(r, axis, reduce="sum").numpy(), acts, z.numpy()
+        if self.subject is None:
+            acts = neuron_values(a, -1).numpy() if activations else None
+            return neuron_values(r, -1, reduce="sum").numpy(), acts, z.numpy()
+        acts = self.subject.neurons_of(a).numpy() if activations else None
+        return self.subject.neurons_of(r, reduce="sum").numpy(), acts, z.numpy()

@@ -22,7 +22,7 @@ from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import relevance_batch_size
-from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
+from .torch_graph import PREPROCESS, TorchGraph, op_name
 from .torch_load import TorchModel, export, from_program, program_bytes, save_program
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
@@ -139,7 +139,7 @@ class TorchNetwork(Network):
         return layer
 
     def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
-        largest = max(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
+        largest = max(layer.size for layer in self.graph.layers)
         return int(np.clip(budget_bytes // (12 * largest), 32, 1024))
 
     # ---- running ------------------------------------------------------------------------------
@@ -191,10 +191,10 @@ class TorchNetwork(Network):
                 for store, (layer, span) in zip(acts, targets):
                     value = env[layer.node]
                     if span:
-                        flat = value.reshape(len(value), -1)
+                        flat = layer.per_image(value)[0].reshape(len(value) // max(layer.windows, 1), -1)
                         store.append(torch.stack([flat.min(dim=1).values, flat.max(dim=1).values], dim=1).numpy())
                     else:
-                        store.append(neuron_values(value, layer.channel_axis).numpy())
+                        store.append(layer.neurons_of(value).numpy())
                 if progress is not None:
                     progress.update(min(self.batch_size, len(x) - start))
         out = np.concatenate(outs) if outs else np.zeros((0, self.n_classes), np.float32)
@@ -208,6 +208,10 @@ class TorchNetwork(Network):
 
     def feature_maps(self, layers: tuple[str, ...]):
         chosen = [self.graph.layer(self.check_layer(name)) for name in layers]
+        for layer in chosen:
+            if layer.windows != 1:
+                raise LayerError(f"layer {layer.name!r} is computed per window (its first axis is batch x windows): "
+                                 "it has no per-image feature map; choose a layer after the windows are merged back")
 
         def run(x):
             with torch.inference_mode():
@@ -325,7 +329,7 @@ class TorchNetwork(Network):
         return rel
 
     def relevance_batch_size(self) -> int:
-        return relevance_batch_size(sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers))
+        return relevance_batch_size(sum(layer.size for layer in self.graph.layers))
 
     def gradients(self, kind: str, **spec):
         from .torch_attacks import gradient_function
