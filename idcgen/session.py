@@ -32,7 +32,7 @@ from .framework import Network, is_factory, load_model, network_with_convention
 from .report import write_report
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
-from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, parse_mutators
+from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, default_mutators, parse_mutators
 from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources
 from .fuzz.store import read_meta
@@ -186,6 +186,10 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
     networks = [network] + [network_with_convention(n, recorded=convention)[0] for n in networks[1:]]
+    if mutators is None:   # the default set less what cannot run on this model, each said once
+        mutator_list, dropped = default_mutators(network)
+        for note in dropped:
+            echo(f"note: {note}")
     sources = Sources(model=_absolute(models[0]), other_models=tuple(_absolute(p) for p in models[1:]),
                       architectures=tuple(str(a) if str(a) == "-" else _absolute(a) for a in architectures or []),
                       seeds=_absolute(seeds), train=None if train is None else _absolute(train), limit=limit,

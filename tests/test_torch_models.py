@@ -4,6 +4,7 @@ and its relevance is the activation x gradient reference; the neuron axis is fol
 reshapes and hand-written normalisations; windowed layers are mapped back to their images; only floating-point
 values are layers (docs/design.md, "PyTorch")."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Windows  # noqa: E402
+from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, Windows  # noqa: E402
 from torch_twins import images, randomise  # noqa: E402
 
 from idcgen.framework import as_network  # noqa: E402
@@ -171,3 +172,31 @@ def test_only_floating_point_values_are_layers():
         assert result.total > 0, name
     assert network.subject_layers()[0] == "conv"
     assert network.relevance("conv")(x)[0].shape == (40, 4)
+
+
+def test_the_default_mutators_leave_out_what_cannot_run_on_the_model_with_a_note(tmp_path):
+    """relevant_pixels needs relevance at the input; behind an operation without a rule the default set
+    leaves it out with one note naming it and why, and `fuzz` runs on with the others."""
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+    from idcgen.fuzz.mutators import DEFAULT_MUTATORS, default_mutators
+    from idcgen.framework.torch_load import save_program
+    network = as_network(randomise(Squared(), 7))
+    kept, notes = default_mutators(network)
+    assert [m.name for m in kept] == [n for n in DEFAULT_MUTATORS.split(",") if n != "relevant_pixels"]
+    assert len(notes) == 1 and re.match(r"default mutator relevant_pixels left out: cannot propagate relevance to the "
+                                        r"input through layer 'pow\w*' \(pow\): idcgen's LRP has no rule", notes[0])
+    assert len(default_mutators(as_network(randomise(ResNet18(), 1)))[0]) == len(DEFAULT_MUTATORS.split(","))
+    save_program(network.source.program, tmp_path / "squared.pt2")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "train.npz", x=rng.integers(0, 256, (60, 8, 8, 3), dtype=np.uint8), y=np.arange(60) % 3)
+    np.savez(tmp_path / "seeds.npz", x=rng.integers(0, 256, (12, 8, 8, 3), dtype=np.uint8), y=np.arange(12) % 3)
+    done = CliRunner().invoke(app, [str(a) for a in (
+        "fuzz", "--model", tmp_path / "squared.pt2", "--seeds", tmp_path / "seeds.npz", "--train",
+        tmp_path / "train.npz", "--layer", "relu", "--m", 2, "--budget", 48, "--batch-size", 16,
+        "--out", tmp_path / "fz")])
+    assert done.exit_code == 0, done.output
+    assert done.output.count("note: default mutator relevant_pixels left out") == 1
+    used = next(line for line in done.output.splitlines() if line.startswith("mutators: "))
+    assert "relevant_pixels" not in used and "random_pixels" in used

@@ -189,3 +189,18 @@ class Masked(nn.Module):
         h = h * mask                            # a where written as a product
         picked = h.flatten(2).gather(2, top[..., None])[..., 0]
         return self.fc(picked + h.mean((2, 3)))
+
+
+class Squared(nn.Module):
+    """An operation idcgen's LRP has no rule for (a square) between the pixels and the first hidden layer."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.conv2(self.conv(x).pow(2))).mean((2, 3)))

@@ -141,7 +141,15 @@ class Mutator:
 
     def check_model(self, network) -> None:
         """Raise a one-line error when this mutator cannot run on ``network`` at all, so a campaign refuses
-        it before starting rather than failing every batch (override)."""
+        it before starting rather than failing every batch."""
+        reason = self.cannot_run(network)
+        if reason is not None:
+            raise ParameterError(f"mutator {self.name} cannot run on this model: {reason}; leave it out of the "
+                                 "mutators" + (f" ({self.instead})" if self.instead else ""))
+
+    def cannot_run(self, network) -> str | None:
+        """Why this mutator cannot run on ``network`` at all, or None (override)."""
+        return None
 
     def _check_params(self) -> None:
         """Constraints between parameters (override)."""
