@@ -200,3 +200,45 @@ def test_the_default_mutators_leave_out_what_cannot_run_on_the_model_with_a_note
     assert done.output.count("note: default mutator relevant_pixels left out") == 1
     used = next(line for line in done.output.splitlines() if line.startswith("mutators: "))
     assert "relevant_pixels" not in used and "random_pixels" in used
+
+
+class _FcRelu(torch.nn.Module):
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.fc_relu = torch.nn.ReLU()
+        self.block = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.ReLU(inplace=True))
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.fc_relu(self.conv(x))
+        return self.fc(torch.relu(self.block(x) + x).mean((2, 3)))
+
+
+@pytest.mark.parametrize("model", ["resnet18", "fc_relu"])
+def test_a_traced_torchscript_file_names_its_layers_by_module_path(tmp_path, model):
+    """torch.jit.save of a traced module (no shape recorded): its layers are the module's own, named by
+    the module paths the file keeps (``fc_relu``, ``layer1.0.conv1``), with the same values and relevance."""
+    from idcgen.framework import load_network
+    module = randomise(ResNet18(), 2) if model == "resnet18" else randomise(_FcRelu(), 2)
+    shape = module.input_shape
+    torch.jit.trace(module, torch.zeros(1, shape[2], *shape[:2])).save(str(tmp_path / "traced.pt"))
+    ours, theirs = load_network(tmp_path / "traced.pt", input_shape=shape), as_network(module)
+    assert ours.layer_names() == theirs.layer_names()
+    assert ("fc_relu" if model == "fc_relu" else "layer1.0.conv1") in ours.layer_names()
+    x = np.random.default_rng(3).random((3, *shape), dtype=np.float32)
+    np.testing.assert_allclose(ours.forward(x)[0], theirs.forward(x)[0], atol=1e-5)
+    layer = "fc_relu" if model == "fc_relu" else "layer2"
+    np.testing.assert_allclose(ours.relevance(layer)(x)[0], theirs.relevance(layer)(x)[0], atol=1e-5)
+
+
+def test_a_scripted_torchscript_file_keeps_names_by_operation(tmp_path):
+    """A scripted module's graphs hold branches and function calls the converter resolves, which cannot be
+    lined up for certain: its layers are named by operation, never by a module path that could be wrong."""
+    from idcgen.framework import load_network
+    module = randomise(_FcRelu(), 2)
+    torch.jit.script(module).save(str(tmp_path / "scripted.pt"))
+    network = load_network(tmp_path / "scripted.pt", input_shape=(8, 8, 3))
+    assert network.layer_names() == ["conv2d", "relu", "conv2d_1", "relu_1", "add", "relu_2", "mean", "linear"]

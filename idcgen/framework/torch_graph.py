@@ -10,8 +10,8 @@ ATen operations, each with the stack of ``nn.Module`` calls it was made in (docs
 it is the only operation of that module and its output; otherwise by the path and the operation (``layer1.0.add``,
 ``layer1.0.relu.relu_2`` for the second call of a shared ReLU); an operation of the model's own ``forward``
 by the operation (``flatten``). Each module's path is also an alias of its last operation (its output), so
-``--layer layer4`` names a torchvision ResNet's fourth stage. TorchScript files carry no module stack: their
-layers are named by operation.
+``--layer layer4`` names a torchvision ResNet's fourth stage. TorchScript files carry no module stack, but keep
+the module hierarchy: idcgen/framework/torch_jit.py recovers each operation's module path from it.
 
 **Neurons.** A channel of a channels-first output (convolutions: (n, C, H, W), (n, C, L)) or a unit of the
 last axis (dense outputs, token sequences (n, tokens, dims)); the axis is followed through permutes and

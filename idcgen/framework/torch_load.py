@@ -113,6 +113,8 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
         raise ModelError(f"could not read {path} as a TorchScript file: {_first_line(exc)}") from None
     image_shape = _torchscript_shape(extra, path, image_shape)
     sample = torch.zeros((2, *_model_shape(image_shape)))
+    from .torch_jit import module_ops, name_by_modules
+    ops = module_ops(script)   # before the converter inlines the module's graphs
     try:
         from torch._export.converter import TS2EPConverter
         with warnings.catch_warnings():
@@ -121,6 +123,7 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
     except Exception as exc:
         raise ModelError(f"could not convert the TorchScript model {path} to a torch.export program: "
                          f"{_first_line(exc)}") from None
+    name_by_modules(program, ops)   # layers named by the module paths the file keeps
     model = from_program(program, f"TorchScript file {path}")
     return model
 
