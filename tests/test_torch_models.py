@@ -242,3 +242,45 @@ def test_a_scripted_torchscript_file_keeps_names_by_operation(tmp_path):
     torch.jit.script(module).save(str(tmp_path / "scripted.pt"))
     network = load_network(tmp_path / "scripted.pt", input_shape=(8, 8, 3))
     assert network.layer_names() == ["conv2d", "relu", "conv2d_1", "relu_1", "add", "relu_2", "mean", "linear"]
+
+
+@pytest.mark.parametrize("returns", ["model_output", "dict", "tuple"])
+def test_convert_writes_a_program_returning_the_logits_and_reads_it_back(tmp_path, monkeypatch, returns):
+    """A classifier whose forward returns a Hugging Face style ModelOutput (an OrderedDict registered with
+    torch's pytree, which a .pt2 reader without that class cannot rebuild), a dict or a tuple: `convert`
+    writes a program returning the logits tensor alone."""
+    (tmp_path / "structured.py").write_text(f"""
+import collections, sys
+import torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from torch_twins import Residual, randomise
+
+class Output(collections.OrderedDict):
+    pass
+
+torch.utils._pytree.register_pytree_node(
+    Output, lambda o: (list(o.values()), list(o.keys())), lambda v, k: Output(zip(k, v)),
+    serialized_type_name="structured.Output")
+
+class Structured(Residual):
+    def forward(self, x):
+        logits = super().forward(x)
+        if {returns!r} == "model_output":
+            return Output(logits=logits, pooled=x.mean((2, 3)))
+        if {returns!r} == "dict":
+            return {{"pooled": x.mean((2, 3)), "logits": logits}}
+        return logits, x.mean((2, 3))
+
+def make():
+    return randomise(Structured(), 3)
+""")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from idcgen.framework import convert, load_network
+    from torch_twins import Residual
+    line = convert("structured:make", tmp_path / "m.pt2")
+    assert "its logits" in line and line.startswith("converted structured:make")
+    assert torch.export.load(str(tmp_path / "m.pt2")).call_spec.out_spec.is_leaf()
+    x = images(4)
+    reference = randomise(Residual(), 3)
+    np.testing.assert_allclose(load_network(tmp_path / "m.pt2").forward(x)[0], as_network(reference).forward(x)[0],
+                               atol=1e-5)

@@ -212,7 +212,9 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
 
 
 def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False) -> str:
-    """A PyTorch model file (or factory) re-saved as a ``.pt2`` program, which records its input shape."""
+    """A PyTorch model file (or factory) re-saved as a ``.pt2`` program, which records its input shape; a
+    forward returning a ModelOutput, a dict or a tuple is saved returning its logits tensor, and the file is
+    read back before this says it is done."""
     new = Path(new)
     if new.suffix != ".pt2":
         raise ModelError(f"a PyTorch model is converted to a torch.export program: the new file must end with .pt2, "
@@ -220,9 +222,45 @@ def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False
     if new.exists() and not overwrite:
         raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give "
                          "another name")
-    model = load(old, weights=weights, image_shape=input_shape)
+    model = _logits_only(load(old, weights=weights, image_shape=input_shape))
     save_program(model.program, new)
+    try:   # a program returning a Python class (a ModelOutput) is written, but cannot be read back elsewhere
+        from .torch_graph import TorchGraph
+        TorchGraph(load(new).program)
+    except Exception as exc:
+        new.unlink(missing_ok=True)
+        raise ModelError(f"the program written to {new} cannot be read back ({_first_line(exc)}): nothing kept") from None
     return f"converted {old} ({model.origin}) -> {new} (torch.export program, input {model.image_shape})"
+
+
+class _Logits(torch.nn.Module):
+    """A classifier whose forward returns a ModelOutput, a dict or a tuple, made to return its logits: the
+    ``logits`` entry or attribute, else the first tensor."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        out = self.model(x)
+        if isinstance(out, torch.Tensor):
+            return out
+        if isinstance(out, dict) and "logits" in out:   # Hugging Face's ModelOutput is a dict too
+            return out["logits"]
+        if getattr(out, "logits", None) is not None:
+            return out.logits
+        values = out.values() if isinstance(out, dict) else out
+        return next(v for v in values if isinstance(v, torch.Tensor))
+
+
+def _logits_only(model: TorchModel) -> TorchModel:
+    """``model`` exported again returning its logits tensor where its forward returns a structure."""
+    spec = model.program.call_spec.out_spec
+    if spec is None or spec.is_leaf() or (spec.num_children == 1 and spec.children_specs[0].is_leaf()
+                                          and spec.type in (tuple, list)):
+        return model
+    module = model.module if model.module is not None else model.program.module()
+    return export(_Logits(module), model.image_shape, origin=f"{model.origin}, its logits")
 
 
 def save_torchscript(module, path, *, input_shape) -> None:
