@@ -151,7 +151,7 @@ def test_windowed_layers_are_mapped_back_to_their_images():
     _, (span,) = network.forward(x, ("fc1@range",))
     assert span.shape == (3, 2)
     logit = network.forward(x)[0].max(axis=1)
-    for layer in ("roll", "reshape", "add", "roll_1", None):   # every cut of the graph
+    for layer in ("permute", "roll", "reshape", "add", "roll_1", None):   # every cut of the graph
         rel = network.relevance(layer, eps=1e-9)
         total = rel.maps(x).reshape(len(x), -1).sum(axis=1) if layer is None else rel(x)[0].sum(axis=1)
         np.testing.assert_allclose(total, logit, rtol=1e-3, atol=1e-6, err_msg=str(layer))
@@ -284,3 +284,16 @@ def make():
     reference = randomise(Residual(), 3)
     np.testing.assert_allclose(load_network(tmp_path / "m.pt2").forward(x)[0], as_network(reference).forward(x)[0],
                                atol=1e-5)
+
+
+def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_by_name():
+    """nn.MultiheadAttention works on (tokens, batch, dims) inside: those layers have no per-image neurons;
+    they are no subject layers, and tapping one says why in one line."""
+    from torch_twins import TinyViT
+
+    from idcgen.errors import LayerError
+    network = as_network(TinyViT().eval())
+    inner = [layer.name for layer in network.graph.layers if layer.windows == 0]
+    assert inner and not set(inner) & set(network.subject_layers())
+    with pytest.raises(LayerError, match=f"layer '{inner[0]}' .* does not keep the images on its first axis"):
+        network.forward(images(2), (inner[0],))

@@ -204,3 +204,75 @@ class Squared(nn.Module):
 
     def forward(self, x):
         return self.fc(F.relu(self.conv2(self.conv(x).pow(2))).mean((2, 3)))
+
+
+class InvertedResidual(nn.Module):
+    """torchvision's MobileNetV2 block: 1x1 expand, depthwise 3x3, ReLU6(inplace=True), 1x1 project, + x."""
+
+    def __init__(self, dim: int, expand: int = 4):
+        super().__init__()
+        hidden = dim * expand
+        self.conv = nn.Sequential(
+            nn.Conv2d(dim, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True),
+            nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
+            nn.ReLU6(inplace=True), nn.Conv2d(hidden, dim, 1, bias=False), nn.BatchNorm2d(dim))
+
+    def forward(self, x):
+        return x + self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    """A MobileNetV2 in torchvision's style (stem, two inverted residuals, head, in-place dropout)."""
+
+    input_shape = (16, 16, 3)
+
+    def __init__(self, classes: int = 10, dim: int = 8):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Sequential(nn.Conv2d(3, dim, 3, 2, 1, bias=False), nn.BatchNorm2d(dim), nn.ReLU6(inplace=True)),
+            InvertedResidual(dim), InvertedResidual(dim))
+        self.classifier = nn.Sequential(nn.Dropout(0.2, inplace=True), nn.Linear(dim, classes))
+
+    def forward(self, x):
+        x = F.adaptive_avg_pool2d(self.features(x), (1, 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+class MBConv(nn.Module):
+    """timm's EfficientNet block: SiLU(inplace=True), squeeze-excitation with ``x * gate`` (mul_ in timm's
+    SqueezeExcite: x.mul_ is not used, but ``x * self.gate(x_se)``), skip ``x += shortcut``."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.conv_pw, self.bn1 = nn.Conv2d(dim, 4 * dim, 1, bias=False), nn.BatchNorm2d(4 * dim)
+        self.conv_dw, self.bn2 = nn.Conv2d(4 * dim, 4 * dim, 3, padding=1, groups=4 * dim, bias=False), nn.BatchNorm2d(4 * dim)
+        self.se_reduce, self.se_expand = nn.Conv2d(4 * dim, dim, 1), nn.Conv2d(dim, 4 * dim, 1)
+        self.conv_pwl, self.bn3 = nn.Conv2d(4 * dim, dim, 1, bias=False), nn.BatchNorm2d(dim)
+
+    def forward(self, x):
+        shortcut = x
+        x = F.silu(self.bn1(self.conv_pw(x)), inplace=True)
+        x = F.silu(self.bn2(self.conv_dw(x)), inplace=True)
+        se = F.silu(self.se_reduce(x.mean((2, 3), keepdim=True)), inplace=True)
+        x = x * torch.sigmoid(self.se_expand(se))
+        x = self.bn3(self.conv_pwl(x))
+        x += shortcut
+        return x
+
+
+class EfficientNet(nn.Module):
+    """An EfficientNet in timm's style: stem (SiLU in place), two MBConv blocks, head, global pool, classifier."""
+
+    input_shape = (16, 16, 3)
+
+    def __init__(self, classes: int = 10, dim: int = 8):
+        super().__init__()
+        self.conv_stem, self.bn1 = nn.Conv2d(3, dim, 3, 2, 1, bias=False), nn.BatchNorm2d(dim)
+        self.blocks = nn.Sequential(MBConv(dim), MBConv(dim))
+        self.conv_head, self.bn2 = nn.Conv2d(dim, 4 * dim, 1, bias=False), nn.BatchNorm2d(4 * dim)
+        self.classifier = nn.Linear(4 * dim, classes)
+
+    def forward(self, x):
+        x = F.silu(self.bn1(self.conv_stem(x)), inplace=True)
+        x = F.silu(self.bn2(self.conv_head(self.blocks(x))), inplace=True)
+        return self.classifier(F.dropout(x.mean((2, 3)), 0.2, self.training, inplace=True))

@@ -113,8 +113,9 @@ class Layer:
         if self.windows == 1:
             return value, self.channel_axis
         if self.windows == 0:
-            raise LayerError(f"layer {self.name!r} ({self.op}) mixes images along its first axis (not batch x windows "
-                             "of each image): it has no per-image neurons; choose another layer (see `idcgen layers`)")
+            raise LayerError(f"layer {self.name!r} ({self.op}) does not keep the images on its first axis (neither the "
+                             "batch nor batch x windows): it has no per-image neurons; choose another layer (see "
+                             "`idcgen layers`)")
         return value.reshape(len(value) // self.windows, self.windows, *value.shape[1:]), self.channel_axis + 1
 
     def neurons_of(self, value: torch.Tensor, *, reduce: str = "mean") -> torch.Tensor:

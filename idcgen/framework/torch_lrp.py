@@ -314,7 +314,8 @@ class Relevance(BatchedRelevance):
         if len(t) != len(x):
             raise InputError(f"got {len(t)} targets for {len(x)} inputs")
         with torch.enable_grad():
-            image = torch.as_tensor(np.asarray(x, np.float32)).requires_grad_(self.subject is None)
+            image = torch.as_tensor(np.asarray(x, np.float32)).requires_grad_(True)   # a subject reading
+            # only the input (a permute of it) has no weight upstream to give it a gradient otherwise
             env = network.run(image, keep=() if self.subject is None else (self.subject.node,), after=self._after)
             logits = network.logits_of(env)
             subject = image if self.subject is None else env[self.subject.node]

@@ -274,7 +274,8 @@ class TorchNetwork(Network):
             if layer in on_path and layer not in blocked and rule_of(layer, graph) is None:
                 for below in layer.inputs:
                     blocked |= graph.ancestors(below)
-        return [s.name for s in graph.layers if s in self._hidden and s in on_path and s not in blocked]
+        return [s.name for s in graph.layers if s in self._hidden and s in on_path and s not in blocked
+                and s.windows != 0]   # a layer without the images on its first axis has no per-image neurons
 
     def rule_label(self, name: str) -> str:
         return rule_label(self.step(name), self.graph)
