@@ -180,8 +180,8 @@ def test_the_default_mutators_leave_out_what_cannot_run_on_the_model_with_a_note
     from typer.testing import CliRunner
 
     from idcgen.cli import app
-    from idcgen.fuzz.mutators import DEFAULT_MUTATORS, default_mutators
     from idcgen.framework.torch_load import save_program
+    from idcgen.fuzz.mutators import DEFAULT_MUTATORS, default_mutators
     network = as_network(randomise(Squared(), 7))
     kept, notes = default_mutators(network)
     assert [m.name for m in kept] == [n for n in DEFAULT_MUTATORS.split(",") if n != "relevant_pixels"]
@@ -275,8 +275,9 @@ def make():
     return randomise(Structured(), 3)
 """)
     monkeypatch.syspath_prepend(str(tmp_path))
-    from idcgen.framework import convert, load_network
     from torch_twins import Residual
+
+    from idcgen.framework import convert, load_network
     line = convert("structured:make", tmp_path / "m.pt2")
     assert "its logits" in line and line.startswith("converted structured:make")
     assert torch.export.load(str(tmp_path / "m.pt2")).call_spec.out_spec.is_leaf()

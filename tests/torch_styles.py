@@ -239,13 +239,13 @@ class MobileNetV2(nn.Module):
 
 
 class MBConv(nn.Module):
-    """timm's EfficientNet block: SiLU(inplace=True), squeeze-excitation with ``x * gate`` (mul_ in timm's
-    SqueezeExcite: x.mul_ is not used, but ``x * self.gate(x_se)``), skip ``x += shortcut``."""
+    """timm's EfficientNet block: SiLU in place, squeeze-excitation ``x * sigmoid(...)``, ``x += shortcut``."""
 
     def __init__(self, dim: int):
         super().__init__()
         self.conv_pw, self.bn1 = nn.Conv2d(dim, 4 * dim, 1, bias=False), nn.BatchNorm2d(4 * dim)
-        self.conv_dw, self.bn2 = nn.Conv2d(4 * dim, 4 * dim, 3, padding=1, groups=4 * dim, bias=False), nn.BatchNorm2d(4 * dim)
+        self.conv_dw = nn.Conv2d(4 * dim, 4 * dim, 3, padding=1, groups=4 * dim, bias=False)
+        self.bn2 = nn.BatchNorm2d(4 * dim)
         self.se_reduce, self.se_expand = nn.Conv2d(4 * dim, dim, 1), nn.Conv2d(dim, 4 * dim, 1)
         self.conv_pwl, self.bn3 = nn.Conv2d(4 * dim, dim, 1, bias=False), nn.BatchNorm2d(dim)
 

@@ -241,9 +241,9 @@ class TorchGraph:
             if node in names:
                 shape = _shape(node)
                 ax = axis[node] if axis[node] > 0 else len(shape) + 1 + axis[node]
+                weighted = any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes)
                 layer = Layer(names[node], node, op_name(source), shape, max(1, min(ax, len(shape))),
-                              weighted=any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes),
-                              windows=self._windows(node))
+                              weighted=weighted, windows=self._windows(node))
                 layer.inputs = [self.by_node[a] for a in self._tensor_inputs(source) if a in self.by_node]
                 self.layers.append(layer)
                 self.by_node[node] = layer

@@ -229,7 +229,8 @@ def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False
         TorchGraph(load(new).program)
     except Exception as exc:
         new.unlink(missing_ok=True)
-        raise ModelError(f"the program written to {new} cannot be read back ({_first_line(exc)}): nothing kept") from None
+        raise ModelError(f"the program written to {new} cannot be read back ({_first_line(exc)}): "
+                         "nothing kept") from None
     return f"converted {old} ({model.origin}) -> {new} (torch.export program, input {model.image_shape})"
 
 

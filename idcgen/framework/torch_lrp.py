@@ -51,8 +51,8 @@ NORMALISATION = {"layer_norm", "rms_norm"}
 ATTENTION = {"scaled_dot_product_attention"}
 _WEIGHTS = {"softmax", "_softmax"}
 PASS_THROUGH = EXACT_ACTIVATIONS | {"relu6", "hardtanh", "elu", "selu", "celu", "gelu", "silu", "hardswish", "mish",
-                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel", "clamp", "clamp_min",
-                                    "clamp_max"}
+                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel", "clamp",
+                                    "clamp_min", "clamp_max"}
 
 
 def _stabilise(z, eps):

@@ -23,8 +23,8 @@ from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare
 from .image import Blur, Brightness, Contrast, Elastic, Noise, Rotate, Scale, Shear, Shift
 from .noise import Gauss, RandomPixels, RelevantPixels
 
-__all__ = ["DEFAULT_MUTATORS", "REGISTRY", "default_mutators", "MutationContext", "Mutator", "Param", "check_tasks", "describe_mutators",
-           "make_mutator", "parse_mutators", "split_specs"]
+__all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param", "check_tasks", "default_mutators",
+           "describe_mutators", "make_mutator", "parse_mutators", "split_specs"]
 
 #: Every mutator by its spec name, in listing order.
 REGISTRY: dict[str, type[Mutator]] = {cls.name: cls for cls in (
