@@ -158,11 +158,12 @@ def _network(model: Path, unsafe: bool, architecture: Optional[Path] = None, tas
                          safe_mode=not unsafe, task=task)[0]
 
 
-def _open(model: Path, unsafe: bool, architecture=None, task=None, value_range=None, preprocess=None, analysis=None):
+def _open(model: Path, unsafe: bool, architecture=None, task=None, value_range=None, preprocess=None, analysis=None,
+          images=None):
     """(network in image space, its input convention, the bound Analysis or None): idcgen.session.open_model."""
     from .session import open_model
     return open_model(model, safe_mode=not unsafe, architecture=architecture, task=task, value_range=value_range,
-                      preprocess=preprocess, analysis=analysis)
+                      preprocess=preprocess, analysis=analysis, images=images)
 
 
 def _inputs(spec: str, network, scale: str, limit: Optional[int] = None, convention=None, resize=None,
@@ -302,7 +303,7 @@ def analyze(model: Path = ModelOpt,
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     _check_sources(train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     sharded = _shard_pattern(train, "--train", ray, workers, limit)   # shard files the workers read themselves
-    network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess)
+    network, convention, _ = _open(model, unsafe, architecture, task, value_range, preprocess, images=train)
     pool = _ray_pool(ray, workers, network, unsafe)
     if sharded:
         x = pool.shards(train, scale=scale, resize=resize, class_names=class_names, crop=crop, labels=labels)
@@ -360,7 +361,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
     _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
     network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess,
-                                       analysis if "idc" in names else None)
+                                       analysis if "idc" in names else None, images=inputs)
     if _shard_pattern(inputs, "--inputs", ray, workers, limit):
         return _idc_of_shards(found, names, inputs, network, ray, workers, unsafe, as_json,
                               dict(scale=scale, resize=resize, class_names=class_names, crop=crop))
@@ -431,7 +432,8 @@ def prioritize(model: Path = ModelOpt,
     from .prioritization import check_ordering, input_names, prioritize as run
     check_ordering(by)   # an unknown ordering is refused before any model is loaded
     _check_sources(inputs, train, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
+    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis,
+                                       images=inputs)
     check_ordering(by, network.task)   # classification-only orderings refused for a regression model
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)
@@ -627,7 +629,8 @@ def inspect(model: Path = ModelOpt,
     check_int("top", top, 1)
     _need_ray(ray, workers)
     _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis)
+    network, convention, found = _open(model, unsafe, architecture, None, value_range, preprocess, analysis,
+                                       images=inputs)
     sharded = _shard_pattern(inputs, "--inputs", ray, workers, limit)   # shard files the workers read themselves
     if not sharded:
         ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
@@ -714,7 +717,8 @@ def affinity(model: Path = ModelOpt,
     if no_builtin and not extra and not masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
     _check_sources(inputs, scale=scale, limit=limit, resize=resize, crop=crop, class_names=class_names)
-    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis)
+    network, convention, found = _open(model, unsafe, architecture, task, value_range, preprocess, analysis,
+                                       images=inputs)
     ds, x = _inputs(inputs, network, scale, limit, convention, resize, class_names, err=as_json, labels=labels,
                     crop=crop)
     library = [] if no_builtin else builtin_hypotheses(

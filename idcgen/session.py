@@ -25,7 +25,8 @@ from .checks import check_int
 from .clusters import check_cluster_method, parse_cluster_range
 from .convention import infer_image_shape, parse_image_shape
 from .data import check_source, fit_to_model, load_for_model, parse_class_names
-from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
+from .data import load_inputs as load_inputs_of
+from .errors import AnalysisMismatchError, InputError, InputShapeError, ModelError, ParameterError
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .export import export_campaign
 from .framework import Network, is_factory, load_model, network_with_convention
@@ -42,9 +43,10 @@ OUTPUTS = Path("outputs")
 
 
 # ---- models and inputs, for every command ---------------------------------------------------------
-def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None) -> list:
+def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None, images=None) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
-    in order, one per model, ``-`` for a model file that holds its own architecture."""
+    in order, one per model, ``-`` for a model file that holds its own architecture; a file that records no
+    input shape (a TorchScript file) takes the shape of the inputs ``images`` (a source spec) where given."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
     if architectures and len(architectures) != len(models):
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
@@ -53,18 +55,29 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
         if not Path(path).exists() and not is_factory(path):   # a PyTorch factory names code, not a file
             raise ModelError(f"{'architecture' if path not in models else 'model'} file not found: {path}")
     pairs = zip(models, architectures or [None] * len(models))
-    return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task) for p, a in pairs]
+    return [Network(_load_model(p, a, safe_mode, images), task=task) for p, a in pairs]
+
+
+def _load_model(path, architecture, safe_mode: bool, images):
+    try:
+        return load_model(path, safe_mode=safe_mode, architecture=architecture)
+    except InputShapeError:
+        if images is None:
+            raise
+        shape = load_inputs_of(images, limit=1).x.shape[1:]   # the images the command is given
+        return load_model(path, safe_mode=safe_mode, architecture=architecture,
+                          input_shape=tuple(shape) if len(shape) == 3 else (*shape, 1))
 
 
 def open_model(model, *, safe_mode: bool = True, architecture=None, task=None, value_range=None, preprocess=None,
-               analysis=None):
+               analysis=None, images=None):
     """(Network measured in image space, its input convention, the Analysis or None) for a command: the
     model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
     ``value_range``/``preprocess`` that contradicts it is refused) and the analysis bound to the model."""
     found = None if analysis is None else Analysis.load(analysis)
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
     network = load_networks([model], architectures=None if architecture is None else [architecture],
-                            safe_mode=safe_mode, task=task)[0]
+                            safe_mode=safe_mode, task=task, images=images)[0]
     network, convention = network_with_convention(network, value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
     if found is not None:
@@ -180,7 +193,7 @@ def new_campaign(*, models, seeds, budget, train=None, analysis=None, layer=None
         check_analysis_options(Analysis.load(analysis), analysis, layer=layer, m=wanted_m, clusters=wanted_clusters,
                                cluster_method=wanted_method)
     recorded = None if analysis is None else dataclasses.replace(Analysis.load(analysis).convention, image_shape=None)
-    networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task)
+    networks = load_networks(models, architectures=architectures, safe_mode=safe_mode, task=task, images=seeds)
     check_tasks(mutator_list, networks[0].task)   # before the analysis and the campaign, not 50 failed steps in
     oracle = oracle or default_oracle(networks[0])
     network, convention = network_with_convention(networks[0], value_range=value_range, preprocess=preprocess,

@@ -298,3 +298,24 @@ def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_
     assert inner and not set(inner) & set(network.subject_layers())
     with pytest.raises(LayerError, match=f"layer '{inner[0]}' .* does not keep the images on its first axis"):
         network.forward(images(2), (inner[0],))
+
+
+def test_analyze_a_torch_jit_save_file_takes_the_input_shape_from_the_training_inputs(tmp_path):
+    """`idcgen analyze --model traced.pt --train x.npz --layer <module path>` on a file torch.jit.save wrote
+    (no input shape recorded): the shape comes from the training inputs; `layers`, given no inputs, still
+    says how to record it."""
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+    module = randomise(ResNet18(), 5)
+    torch.jit.trace(module, torch.zeros(1, 3, 32, 32)).save(str(tmp_path / "traced.pt"))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "x.npz", x=rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8), y=np.arange(40) % 10)
+    runner = CliRunner()
+    done = runner.invoke(app, [str(a) for a in ("analyze", "--model", tmp_path / "traced.pt", "--train",
+                                                tmp_path / "x.npz", "--layer", "layer2", "--m", 2, "--out",
+                                                tmp_path / "an")])
+    assert done.exit_code == 0, done.output
+    assert "layer layer2.1.relu.relu_8: important neurons" in done.output
+    done = runner.invoke(app, ["layers", "--model", str(tmp_path / "traced.pt")])
+    assert done.exit_code == 1 and "does not record the shape of its input" in done.output

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 # torch.export logs each input dimension it specialises (every one, for a fixed image shape): not news here
 logging.getLogger("torch._export").setLevel(logging.ERROR)
 
-from ..errors import ModelError  # noqa: E402
+from ..errors import InputShapeError, ModelError  # noqa: E402
 from .common import is_factory  # noqa: E402
 
 _EXTRA = "idcgen.json"
@@ -100,7 +100,7 @@ def _torchscript_shape(extra: dict, path: Path, image_shape) -> tuple:
         return tuple(image_shape)
     if extra.get(_EXTRA):
         return tuple(json.loads(extra[_EXTRA])["input_shape"])
-    raise ModelError(f"{path} is a TorchScript file, which does not record the shape of its input: convert it once "
+    raise InputShapeError(f"{path} is a TorchScript file, which does not record the shape of its input: convert it once "
                      f"with `idcgen convert {path} {path.with_suffix('.pt2')} --input-shape H,W,C` (a torch.export "
                      "program records it), or save it with idcgen.framework.torch_load.save_torchscript")
 
