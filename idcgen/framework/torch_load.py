@@ -5,7 +5,8 @@ through onnx2torch (an optional extra), and ``nn.Module`` objects. Each becomes 
 
 A model's input shape is read from the program (``.pt2``), from the ``idcgen.json`` entry idcgen writes into
 the TorchScript files it saves, from an ``input_shape`` attribute of the module, or given (``(H, W, C)`` for
-images, as idcgen's images are); a TorchScript file without it is refused with the way to add it
+images, as idcgen's images are); a TorchScript file without it raises InputShapeError, which a command given
+images answers by loading it at their shape (idcgen/session.py), and which otherwise says the way to add it
 (``idcgen convert m.pt m.pt2 --input-shape H,W,C``).
 """
 
