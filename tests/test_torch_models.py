@@ -295,9 +295,15 @@ def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_
     from idcgen.errors import LayerError
     network = as_network(TinyViT().eval())
     inner = [layer.name for layer in network.graph.layers if layer.windows == 0]
-    assert inner and not set(inner) & set(network.subject_layers())
+    assert "blocks.0.attn.linear" in inner   # the input projection, on (tokens, batch, dims)
+    assert not set(inner) & (set(network.subject_layers()) | set(network.neuron_layers()))
     with pytest.raises(LayerError, match=f"layer '{inner[0]}' .* does not keep the images on its first axis"):
         network.forward(images(2), (inner[0],))
+    from idcgen.criteria import CRITERIA, make_criterion
+    x, y = images(40, seed=4), np.arange(40) % 10
+    for name in CRITERIA:   # every criterion on its default layers
+        params = {"group": "label"} if name in ("lsc", "dsc") else {}
+        assert make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5)).total > 0
 
 
 def test_analyze_a_torch_jit_save_file_takes_the_input_shape_from_the_training_inputs(tmp_path):

@@ -257,7 +257,9 @@ class TorchGraph:
         batch, first = self.input_node.meta["val"].shape[0], node.meta["val"].shape[0]
         if str(first) == str(batch):
             return 1
-        ratio = first / batch   # a symbolic batch (s0 * 64 / s0) or a fixed one (128 / 2)
+        if str(batch).isdigit():   # a batch fixed at export (nn.MultiheadAttention's fast path fixes it): 4 rows
+            return 0                 # for 2 images may be 2 windows each or (tokens, batch, dims): no guess
+        ratio = first / batch   # s0 * 64 / s0: the windows of each image; 197 / s0 (tokens first): none
         try:
             ratio = float(ratio)
         except TypeError:

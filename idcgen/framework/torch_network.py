@@ -289,7 +289,8 @@ class TorchNetwork(Network):
     def neuron_layers(self) -> list[str]:
         graph, chosen = self.graph, []
         for layer in graph.layers:
-            if layer not in self._hidden or not _has_weights(layer) or layer.op in _FOLLOWERS + _ACTIVATIONS:
+            if layer not in self._hidden or not _has_weights(layer) or layer.op in _FOLLOWERS + _ACTIVATIONS \
+                    or layer.windows == 0:   # no per-image neurons (nn.MultiheadAttention's (tokens, batch, dims))
                 continue
             pick, cur = layer, layer
             while len(graph.consumers(cur)) == 1:
