@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, Windows  # noqa: E402
 from torch_twins import images, randomise  # noqa: E402
 
+from idcgen.errors import LayerError  # noqa: E402
 from idcgen.framework import as_network  # noqa: E402
 
 
@@ -171,6 +172,8 @@ def test_only_floating_point_values_are_layers():
         result = make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5))
         assert result.total > 0, name
     assert network.subject_layers()[0] == "conv"
+    with pytest.raises(LayerError, match="^cannot propagate relevance through layer 'pow"):   # one space
+        as_network(randomise(Squared(), 1)).relevance("conv")
     assert network.relevance("conv")(x)[0].shape == (40, 4)
 
 
@@ -292,7 +295,6 @@ def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_
     they are no subject layers, and tapping one says why in one line."""
     from torch_twins import TinyViT
 
-    from idcgen.errors import LayerError
     network = as_network(TinyViT().eval())
     inner = [layer.name for layer in network.graph.layers if layer.windows == 0]
     assert "blocks.0.attn.linear" in inner   # the input projection, on (tokens, batch, dims)

@@ -266,8 +266,8 @@ class Relevance(BatchedRelevance):
         self.steps = [s for s in graph.layers if s in needed and s is not self.subject]
         for step in self.steps:
             if rule_of(step, graph) is None:
-                where = "to the input" if layer is None else ""
-                raise LayerError(f"cannot propagate relevance {where} through layer {step.name!r} ({step.op}): "
+                where = " to the input" if layer is None else ""
+                raise LayerError(f"cannot propagate relevance{where} through layer {step.name!r} ({step.op}): "
                                  f"idcgen's LRP has no rule for {step.op}"
                                  + ("" if layer is None else "; choose a subject layer after it (see `idcgen layers`)"))
         self._rules = {s.node: rule_of(s, graph) for s in self.steps}
