@@ -215,10 +215,11 @@ def _given(ctx: typer.Context) -> dict:
 
 
 def _session(model: ModelOptions, convention: ConventionOptions | None = None, runner: RunnerOptions | None = None,
-             analysis=None):
-    """The command's :class:`idcgen.session.Session` (notes on stdout; Ray's start on stderr)."""
+             analysis=None, images=None):
+    """The command's :class:`idcgen.session.Session` (notes on stdout; Ray's start and the device on stderr);
+    ``images``: the input set whose shape a model file that records none (TorchScript) takes."""
     from .session import Session
-    return Session(model, convention, runner, analysis=analysis, echo=typer.echo, status=_stderr)
+    return Session(model, convention, runner, analysis=analysis, images=images, echo=typer.echo, status=_stderr)
 
 
 def _stderr(line: str) -> None:
@@ -345,7 +346,7 @@ def analyze(model: ModelOptions,
         check_save_target(out, overwrite=force)  # before the analysis, not after minutes of work
     _check_reading(train, reading=reading, limit=reading.limit)
     sharded = _shard_pattern(train, "--train", runner, reading.limit)   # shard files the workers read themselves
-    with _session(model, convention, runner) as session:
+    with _session(model, convention, runner, images=None if sharded else train) as session:
         if sharded:
             x = session.executor.shards(train, **reading.load_options())
             x.load()
@@ -407,7 +408,7 @@ def coverage(analysis: Optional[Path] = typer.Option(None, "--analysis", help="A
     if "idc" in names and analysis is None:
         _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
     _check_reading(inputs, train, reading=reading, limit=reading.limit)
-    with _session(model, convention, runner, analysis if "idc" in names else None) as session:
+    with _session(model, convention, runner, analysis if "idc" in names else None, images=inputs) as session:
         if _shard_pattern(inputs, "--inputs", runner, reading.limit):
             return _idc_of_shards(session, names, inputs, as_json, dict(reading.load_options(), labels=None))
         _measure(session, inputs, names, train, as_json, reading)
@@ -485,7 +486,7 @@ def prioritize(model: ModelOptions,
     check_ordering(o.by)   # an unknown ordering is refused before any model is loaded
     check_ranking_target(out)   # a model file, a folder: refused before, not overwritten after
     _check_reading(inputs, train, reading=reading, limit=reading.limit)
-    with _session(model, convention, analysis=analysis) as session:
+    with _session(model, convention, analysis=analysis, images=inputs) as session:
         network, found = session.network, session.analysis
         check_ordering(o.by, network.task)   # classification-only orderings refused for a regression model
         ds, x = session.inputs(inputs, reading, limit=reading.limit, labels=reading.labels,
@@ -648,7 +649,7 @@ def inspect(model: ModelOptions,
     _check_reading(inputs, reading=reading, limit=reading.limit)
     sharded = _shard_pattern(inputs, "--inputs", runner, reading.limit)   # shard files the workers read themselves
     names = None if settings.layers is None else [n.strip() for n in settings.layers.split(",") if n.strip()]
-    with _session(model, convention, runner, analysis) as session:
+    with _session(model, convention, runner, analysis, images=None if sharded else inputs) as session:
         if sharded:   # the forward passes on Ray workers, the counts summed here
             x = session.executor.shards(inputs, **reading.load_options())
             x.load()
@@ -725,7 +726,7 @@ def affinity(model: ModelOptions,
     if a.no_builtin and not extra and not a.masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
     _check_reading(inputs, reading=reading, limit=reading.limit)
-    with _session(model, convention, runner, analysis) as session:
+    with _session(model, convention, runner, analysis, images=inputs) as session:
         ds, x = session.inputs(inputs, reading, limit=reading.limit, labels=reading.labels,
                                echo=_stderr if as_json else None)
         result = _affinity(session, x, ds.y, a, extra, chosen, as_json)

@@ -13,6 +13,11 @@ class ModelError(IdcgenError):
     """A model file is missing, unreadable, or has no usable logits."""
 
 
+class InputShapeError(ModelError):
+    """A model file that does not record its input shape (a TorchScript file), given none: a command that
+    is given images loads it again at their shape."""
+
+
 class LayerError(IdcgenError):
     """A layer name is unknown, or a layer cannot serve as the subject layer."""
 

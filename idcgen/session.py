@@ -24,13 +24,14 @@ from .analysis import Analysis, analyze, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source, fit_to_model, load_for_model
+from .data import load_inputs as load_inputs_of
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
-from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
+from .errors import AnalysisMismatchError, InputError, InputShapeError, ModelError, ParameterError
 from .export import export_campaign
 from .framework import Network, framework_of_path, is_factory, load_model, network_with_convention
 from .fuzz.campaign import Campaign, check_budget
 from .fuzz.fuzzer import Fuzzer
-from .fuzz.mutators import DEFAULT_MUTATORS, check_tasks, make_mutator
+from .fuzz.mutators import check_tasks, default_mutators, make_mutator
 from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources, ValiditySettings
 from .fuzz.store import read_meta
@@ -50,10 +51,12 @@ OUTPUTS = Path("outputs")
 
 # ---- models and inputs, for every command ---------------------------------------------------------
 def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None, device=None,
-                  precision=None) -> list:
+                  precision=None, images=None) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
     in order, one per model, ``-`` for a model file that holds its own architecture. ``device`` and
-    ``precision``: :mod:`idcgen.framework.device` (a GPU asked for and not seen is said before any load)."""
+    ``precision``: :mod:`idcgen.framework.device` (a GPU asked for and not seen is said before any load); a
+    file that records no input shape (a TorchScript file) takes the shape of the inputs ``images`` (a source
+    spec) where given."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
     if architectures and len(architectures) != len(models):
         raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
@@ -64,8 +67,19 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
     from .framework import resolve_device
     resolve_device(framework_of_path(models[0]), device, precision)   # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
-    return [Network(load_model(p, safe_mode=safe_mode, architecture=a), task=task, device=device, precision=precision)
+    return [Network(_load_model(p, a, safe_mode, images), task=task, device=device, precision=precision)
             for p, a in pairs]
+
+
+def _load_model(path, architecture, safe_mode: bool, images):
+    try:
+        return load_model(path, safe_mode=safe_mode, architecture=architecture)
+    except InputShapeError:
+        if images is None:
+            raise
+        shape = load_inputs_of(images, limit=1).x.shape[1:]   # the images the command is given
+        return load_model(path, safe_mode=safe_mode, architecture=architecture,
+                          input_shape=tuple(shape) if len(shape) == 3 else (*shape, 1))
 
 
 def _role(path, models, architectures) -> str:
@@ -78,14 +92,14 @@ def _role(path, models, architectures) -> str:
 
 
 def open_model(model, *, safe_mode: bool = True, architecture=None, task=None, value_range=None, preprocess=None,
-               analysis=None, device=None, precision=None):
+               analysis=None, device=None, precision=None, images=None):
     """(Network measured in image space, its input convention, the Analysis or None) for a command: the
     model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
     ``value_range``/``preprocess`` that contradicts it is refused) and the analysis bound to the model."""
     found = None if analysis is None else Analysis.load(analysis)
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
     network = load_networks([model], architectures=None if architecture is None else [architecture],
-                            safe_mode=safe_mode, task=task, device=device, precision=precision)[0]
+                            safe_mode=safe_mode, task=task, device=device, precision=precision, images=images)[0]
     network, convention = network_with_convention(network, value_range=value_range, preprocess=preprocess,
                                                   recorded=recorded)
     if found is not None:
@@ -99,17 +113,18 @@ class Session:
     Ray workers started when first needed); closing the session frees the workers.
 
     ``model``, ``convention`` and ``runner`` are settings groups (:mod:`idcgen.options`); ``analysis``: a saved
-    analysis folder, read once; ``echo``: where notes go; ``status``: where a line about starting workers goes.
+    analysis folder, read once; ``images``: an input set the command reads (a model file that records no input
+    shape takes theirs); ``echo``: where notes go; ``status``: where a line about starting workers goes.
     """
 
     def __init__(self, model: ModelOptions, convention: ConventionOptions | None = None,
-                 runner: RunnerOptions | None = None, *, analysis=None, echo=print, status=None):
+                 runner: RunnerOptions | None = None, *, analysis=None, images=None, echo=print, status=None):
         convention = convention or ConventionOptions()
         self.model, self.runner, self.echo, self.status = model, runner or RunnerOptions(), echo, status or echo
         self.network, self.convention, self.analysis = open_model(
             model.model, safe_mode=model.safe_mode, architecture=model.architecture, task=model.task,
             value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis,
-            device=model.device, precision=model.precision)
+            device=model.device, precision=model.precision, images=images)
         from .framework.device import device_line
         line = device_line(self.network.device_info())   # said once, where it is not the CPU in fp32
         if line is not None:
@@ -247,9 +262,15 @@ def new_campaign(models: ModelsOptions, inputs: InputOptions, convention: Conven
         check_analysis_options(saved, options.analysis, wanted)
     recorded = None if saved is None else dataclasses.replace(saved.convention, image_shape=None)
     networks = load_networks(models.model, architectures=models.architectures, safe_mode=models.safe_mode,
-                             task=models.task, device=models.device, precision=models.precision)
+                             task=models.task, device=models.device, precision=models.precision, images=options.seeds)
     _say_device(networks[0])
-    mutator_specs = options.mutators or _default_mutators()
+    if options.mutators is None:   # the default set less what cannot run on this model, each said once
+        kept, dropped = default_mutators(networks[0])
+        mutator_specs = tuple(repr(m) for m in kept)
+        for note in dropped:
+            echo(f"note: {note}")
+    else:
+        mutator_specs = options.mutators
     check_tasks([make_mutator(s) for s in mutator_specs], networks[0].task)   # before the analysis, not 50 steps in
     network, in_convention = network_with_convention(networks[0], value_range=convention.value_range,
                                                      preprocess=convention.preprocess, recorded=recorded)
@@ -293,11 +314,6 @@ def _say_device(network) -> None:
     line = device_line(network.device_info())
     if line is not None:
         print(line, file=sys.stderr)
-
-
-def _default_mutators() -> tuple[str, ...]:
-    from .fuzz.mutators import parse_mutators
-    return tuple(repr(m) for m in parse_mutators(DEFAULT_MUTATORS))
 
 
 def _check_new_campaign(models: ModelsOptions, options: CampaignOptions) -> list[str]:

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from ..errors import ParameterError
-from .torch_graph import neuron_values
 
 
 def _tensors(network, *arrays):
@@ -40,7 +39,7 @@ def neuron_sum(network, *, layers: tuple[str, ...]):
         with torch.enable_grad():
             x.requires_grad_(True)
             env = network.run(x, keep=tuple(layer.node for layer in chosen))
-            acts = torch.cat([neuron_values(env[layer.node], layer.channel_axis) for layer in chosen], dim=1)
+            acts = torch.cat([layer.neurons_of(env[layer.node]) for layer in chosen], dim=1)
             (g,) = torch.autograd.grad((mask * acts).sum(), x)
         return network.to_host(g), network.to_host(acts)
     return run
@@ -55,7 +54,7 @@ def centroid_pull(network, *, layer: str, neurons):
         with torch.enable_grad():
             x.requires_grad_(True)
             env = network.run(x, keep=(chosen.node,), until=chosen.node)
-            acts = neuron_values(env[chosen.node], chosen.channel_axis)[:, index]
+            acts = chosen.neurons_of(env[chosen.node])[:, index]
             (g,) = torch.autograd.grad((((acts - target) / scale) ** 2).sum(), x)
         return network.to_host(g)
     return run

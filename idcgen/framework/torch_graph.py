@@ -10,16 +10,25 @@ ATen operations, each with the stack of ``nn.Module`` calls it was made in (docs
 it is the only operation of that module and its output; otherwise by the path and the operation (``layer1.0.add``,
 ``layer1.0.relu.relu_2`` for the second call of a shared ReLU); an operation of the model's own ``forward``
 by the operation (``flatten``). Each module's path is also an alias of its last operation (its output), so
-``--layer layer4`` names a torchvision ResNet's fourth stage. TorchScript files carry no module stack: their
-layers are named by operation.
+``--layer layer4`` names a torchvision ResNet's fourth stage. TorchScript files carry no module stack, but keep
+the module hierarchy: idcgen/framework/torch_jit.py recovers each operation's module path from it.
 
 **Neurons.** A channel of a channels-first output (convolutions: (n, C, H, W), (n, C, L)) or a unit of the
-last axis (dense outputs, token sequences (n, tokens, dims)); the axis is followed through permutes, so a
-ConvNeXt block's channels-last section keeps its channels.
+last axis (dense outputs, token sequences (n, tokens, dims)); the axis is followed through permutes and
+transposes (the last axis included), so a ConvNeXt block's channels-last section and timm's LayerNorm2d
+(permute, layer norm, permute back) keep their channels. Only floating-point values are layers (a boolean
+attention mask or int64 indices are not). A layer whose first axis is batch x windows (Swin's window
+attention) is mapped back to its images, the windows one more position axis (``Layer.per_image``).
+
+**In-place operations** (``nn.ReLU(inplace=True)``, ``out += identity``, ``mul_``, ``clamp_``) are replaced
+by their out-of-place forms before anything else (``functional``): they get those forms' rules, and a tap on
+a value sees it before a later in-place write.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -33,11 +42,32 @@ CHANNELS_FIRST = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "
                   "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
                   "adaptive_max_pool1d", "adaptive_max_pool2d", "upsample_nearest2d", "upsample_bilinear2d",
                   "group_norm", "instance_norm", "pixel_shuffle"}
+#: reductions over given axes: the neuron axis moves down by the axes removed before it
+_REDUCTIONS = {"mean", "sum", "amax", "amin", "var", "std", "prod", "logsumexp", "norm", "max", "min", "argmax"}
 #: the key ``run``'s ``after`` gets for the input convention's affine preprocessing in front of the model
 PREPROCESS = "preprocess"
 #: operations that only carry values: no tensor of their own worth a layer name
 _PLUMBING = {"getitem", "_assert_tensor_metadata", "sym_size", "sym_numel", "_guards_fn", "detach_", "lift_fresh_copy",
              "alias"}
+
+
+def mutates(node) -> bool:
+    """Whether fx node ``node`` is an in-place ATen operation (``relu_``, ``add_`` from ``out += identity``,
+    ``mul_``, ``clamp_``, ...): it writes into a tensor another node may still read."""
+    schema = getattr(getattr(node, "target", None), "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
+
+
+def functional(program):
+    """``program`` with its in-place operations replaced by their out-of-place forms (functionalisation,
+    nothing decomposed), so each gets the rule of its out-of-place form (``relu_`` -> ``relu``) and a tap
+    sees the value before a later in-place write (docs/design.md, "PyTorch"); ``program`` itself when it
+    has none (its node names unchanged)."""
+    if not any(mutates(n) for n in program.graph_module.graph.nodes):
+        return program
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # torch's own pytree deprecation inside run_decompositions
+        return program.run_decompositions({})
 
 
 def op_name(node) -> str:
@@ -61,6 +91,7 @@ class Layer:
     channel_axis: int
     inputs: list = field(default_factory=list)   # the Layers whose outputs it reads
     weighted: bool = False                       # reads a weight (or a tensor computed from weights only)
+    windows: int = 1                             # its first axis is batch x windows (Swin); 0: not a multiple
 
     @property
     def kind(self) -> str:
@@ -69,6 +100,29 @@ class Layer:
     @property
     def neurons(self) -> int:
         return int(self.shape[self.channel_axis - 1]) if self.shape else 1
+
+    @property
+    def size(self) -> int:
+        """Values per image (all its windows')."""
+        return int(math.prod(self.shape)) * max(self.windows, 1)
+
+    def per_image(self, value: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(value with its windows an axis after the batch, the neuron axis in it): a windowed layer's
+        (n * windows, ...) output as (n, windows, ...), windows taken as one more position axis; Swin and
+        its kin partition batch-major (each image's windows together), which this reshape undoes."""
+        if self.windows == 1:
+            return value, self.channel_axis
+        if self.windows == 0:
+            raise LayerError(f"layer {self.name!r} ({self.op}) does not keep the images on its first axis (neither the "
+                             "batch nor batch x windows): it has no per-image neurons; choose another layer (see "
+                             "`idcgen layers`)")
+        return value.reshape(len(value) // self.windows, self.windows, *value.shape[1:]), self.channel_axis + 1
+
+    def neurons_of(self, value: torch.Tensor, *, reduce: str = "mean") -> torch.Tensor:
+        """(n, neurons): this layer's output ``value`` per neuron, averaged (activations) or summed (relevance)
+        over every other axis (windows included)."""
+        value, axis = self.per_image(value)
+        return neuron_values(value, axis, reduce=reduce)
 
 
 def _module_path(node) -> tuple[str, str]:
@@ -84,6 +138,19 @@ def _stack_paths(node) -> list[tuple[str, str]]:
     return [(path, key) for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items() if path]
 
 
+def _op_numbered(graph) -> dict:
+    """fx node -> its operation numbered in execution order (relu, relu_1, ...), as torch.export names them."""
+    counts: dict[str, int] = {}
+    names = {}
+    for node in graph.nodes:
+        if node.op == "call_function":
+            op = op_name(node)
+            k = counts.get(op, 0)
+            counts[op] = k + 1
+            names[node] = op if k == 0 else f"{op}_{k}"
+    return names
+
+
 def _shape(node) -> tuple | None:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
@@ -96,8 +163,15 @@ class TorchGraph:
 
     def __init__(self, program):
         self.program = program
-        self.module = program.module()   # exported in inference mode (it refuses .eval())
+        run = functional(program)
+        self.module = run.module()   # exported in inference mode (it refuses .eval())
         graph = self.module.graph
+        # functionalisation numbers its nodes by its own count (add_65): named again as export names them
+        self._node_names = _op_numbered(graph) if run is not program else {}
+        for node in list(graph.nodes):   # an in-place write into the input, made a copy back into it: the
+            if node.op == "call_function" and op_name(node) == "copy_" and node.args[0].op == "placeholder":
+                node.replace_all_uses_with(node.args[1])   # value stays; the caller's images stay untouched
+                graph.erase_node(node)
         self.fx_nodes = [n for n in graph.nodes if not (n.op == "call_module" and "guards" in str(n.target))]
         inputs = [n for n in self.fx_nodes if n.op == "placeholder"]
         if len(inputs) != 1:
@@ -131,8 +205,10 @@ class TorchGraph:
         return node
 
     def _name_layers(self) -> None:
+        # only floating-point values are layers: a boolean attention mask, int64 indices carry no activations
         ops = [n for n in self.fx_nodes if n.op == "call_function" and n not in self.constant
-               and _shape(n) is not None and (op_name(n) not in _PLUMBING or self.source(n) is not n)]
+               and _shape(n) is not None and n.meta["val"].is_floating_point()
+               and (op_name(n) not in _PLUMBING or self.source(n) is not n)]
         counts: dict[str, int] = {}
         last_of: dict[str, object] = {}   # module path -> its last operation (its output)
         calls: dict[str, set] = {}
@@ -147,9 +223,9 @@ class TorchGraph:
             if path and counts[path] == 1 and last_of[path] is node:
                 name = path
             elif path:
-                name = f"{path}.{node.name}"
+                name = f"{path}.{self._node_names.get(node, node.name)}"
             else:
-                name = node.name
+                name = self._node_names.get(node, node.name)
             while name in taken:
                 name += "_"
             taken.add(name)
@@ -165,12 +241,30 @@ class TorchGraph:
             if node in names:
                 shape = _shape(node)
                 ax = axis[node] if axis[node] > 0 else len(shape) + 1 + axis[node]
+                weighted = any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes)
                 layer = Layer(names[node], node, op_name(source), shape, max(1, min(ax, len(shape))),
-                              weighted=any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes))
+                              weighted=weighted, windows=self._windows(node))
                 layer.inputs = [self.by_node[a] for a in self._tensor_inputs(source) if a in self.by_node]
                 self.layers.append(layer)
                 self.by_node[node] = layer
         self._by_name = {layer.name: layer for layer in self.layers}
+
+    def _windows(self, node) -> int:
+        """How many values ``node``'s first axis holds per image: 1 (the batch axis), the windows per image
+        (Swin's batch x windows), or 0 (not a whole multiple of the batch)."""
+        if node.meta["val"].dim() == 0:
+            return 0
+        batch, first = self.input_node.meta["val"].shape[0], node.meta["val"].shape[0]
+        if str(first) == str(batch):
+            return 1
+        if str(batch).isdigit():   # a batch fixed at export (nn.MultiheadAttention's fast path fixes it): 4 rows
+            return 0                 # for 2 images may be 2 windows each or (tokens, batch, dims): no guess
+        ratio = first / batch   # s0 * 64 / s0: the windows of each image; 197 / s0 (tokens first): none
+        try:
+            ratio = float(ratio)
+        except TypeError:
+            return 0
+        return int(ratio) if ratio >= 1 and ratio == int(ratio) else 0
 
     def _tensor_inputs(self, node) -> list:
         """The producing nodes of ``node``'s tensor arguments, skipping plumbing (getitem) to its source."""
@@ -196,6 +290,8 @@ class TorchGraph:
         source = next((a for a in node.all_input_nodes if a in axis and a not in self.constant), None)
         inherited = axis.get(source, -1)
         src_shape = _shape(source) if source is not None else None
+        if inherited < 0 and src_shape:   # "the last axis" as a number, so a permute can move it
+            inherited = len(src_shape) + 1 + inherited
         if op == "permute" and inherited > 0:
             dims = list(node.args[1])
             dims = [d % (len(src_shape) + 1) for d in dims]
@@ -203,8 +299,21 @@ class TorchGraph:
         if op in ("transpose", "swapaxes") and inherited > 0:
             a, b = (int(d) % (len(src_shape) + 1) for d in node.args[1:3])
             return b if inherited == a else a if inherited == b else inherited
+        if op in _REDUCTIONS and src_shape is not None and len(src_shape) != ndim and len(node.args) > 1 \
+                and isinstance(node.args[1], (int, list, tuple)):
+            dims = {int(d) % (len(src_shape) + 1) for d in ([node.args[1]] if isinstance(node.args[1], int)
+                                                            else node.args[1])}
+            return -1 if inherited in dims else inherited - sum(d < inherited for d in dims)
         if src_shape is not None and len(src_shape) != ndim:
-            return -1   # a reshape or a reduction: a flat vector's units, or tokens' last axis
+            # a reshape or a reduction that keeps the neuron axis and all before it (flatten(2) of a
+            # convolution's positions), or it and all after it (a window partition of channels-last
+            # patches); else a flat vector's units, or tokens' last axis
+            if tuple(src_shape[:inherited]) == tuple(shape[:inherited]):
+                return inherited
+            tail = len(src_shape) - inherited + 1
+            if len(shape) >= tail and tuple(src_shape[-tail:]) == tuple(shape[-tail:]):
+                return len(shape) + 1 - tail
+            return -1
         return inherited
 
     def _last_uses(self) -> dict:

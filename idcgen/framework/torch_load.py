@@ -5,7 +5,8 @@ through onnx2torch (an optional extra), and ``nn.Module`` objects. Each becomes 
 
 A model's input shape is read from the program (``.pt2``), from the ``idcgen.json`` entry idcgen writes into
 the TorchScript files it saves, from an ``input_shape`` attribute of the module, or given (``(H, W, C)`` for
-images, as idcgen's images are); a TorchScript file without it is refused with the way to add it
+images, as idcgen's images are); a TorchScript file without it raises InputShapeError, which a command given
+images answers by loading it at their shape (idcgen/session.py), and which otherwise says the way to add it
 (``idcgen convert m.pt m.pt2 --input-shape H,W,C``).
 """
 
@@ -26,7 +27,7 @@ import torch  # noqa: E402   (OMP_WAIT_POLICY is set before, by the package: idc
 # torch.export logs each input dimension it specialises (every one, for a fixed image shape): not news here
 logging.getLogger("torch._export").setLevel(logging.ERROR)
 
-from ..errors import ModelError  # noqa: E402
+from ..errors import InputShapeError, ModelError  # noqa: E402
 from .common import is_factory  # noqa: E402
 
 _EXTRA = "idcgen.json"
@@ -103,7 +104,7 @@ def _torchscript_shape(extra: dict, path: Path, image_shape) -> tuple:
         return tuple(image_shape)
     if extra.get(_EXTRA):
         return tuple(json.loads(extra[_EXTRA])["input_shape"])
-    raise ModelError(f"{path} is a TorchScript file, which does not record the shape of its input: convert it once "
+    raise InputShapeError(f"{path} is a TorchScript file, which does not record the shape of its input: convert it once "
                      f"with `idcgen convert {path} {path.with_suffix('.pt2')} --input-shape H,W,C` (a torch.export "
                      "program records it), or save it with idcgen.framework.torch_load.save_torchscript")
 
@@ -124,6 +125,8 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
         where = "the input shape given (--input-shape H,W,C)" if given else f"the input shape recorded in {path}"
         raise ModelError(f"the TorchScript model {path} does not run on images of {tuple(image_shape)}, "
                          f"{where}: {_script_error(exc)}") from None
+    from .torch_jit import module_ops, name_by_modules
+    ops = module_ops(script)   # before the converter inlines the module's graphs
     try:
         from torch._export.converter import TS2EPConverter
         with warnings.catch_warnings():
@@ -132,6 +135,7 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
     except Exception as exc:
         raise ModelError(f"could not convert the TorchScript model {path} to a torch.export program: "
                          f"{_first_line(exc)}") from None
+    name_by_modules(program, ops)   # layers named by the module paths the file keeps
     model = from_program(program, f"TorchScript file {path}")
     return model
 
@@ -321,7 +325,9 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
 
 
 def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False) -> str:
-    """A PyTorch model file (or factory) re-saved as a ``.pt2`` program, which records its input shape."""
+    """A PyTorch model file (or factory) re-saved as a ``.pt2`` program, which records its input shape; a
+    forward returning a ModelOutput, a dict or a tuple is saved returning its logits tensor, and the file is
+    read back before this says it is done."""
     new = Path(new)
     if new.suffix != ".pt2":
         raise ModelError(f"a PyTorch model is converted to a torch.export program: the new file must end with .pt2, "
@@ -329,9 +335,46 @@ def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False
     if new.exists() and not overwrite:
         raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give "
                          "another name")
-    model = load(old, weights=weights, image_shape=input_shape)
+    model = _logits_only(load(old, weights=weights, image_shape=input_shape))
     save_program(model.program, new)
+    try:   # a program returning a Python class (a ModelOutput) is written, but cannot be read back elsewhere
+        from .torch_graph import TorchGraph
+        TorchGraph(load(new).program)
+    except Exception as exc:
+        new.unlink(missing_ok=True)
+        raise ModelError(f"the program written to {new} cannot be read back ({_first_line(exc)}): "
+                         "nothing kept") from None
     return f"converted {old} ({model.origin}) -> {new} (torch.export program, input {model.image_shape})"
+
+
+class _Logits(torch.nn.Module):
+    """A classifier whose forward returns a ModelOutput, a dict or a tuple, made to return its logits: the
+    ``logits`` entry or attribute, else the first tensor."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        out = self.model(x)
+        if isinstance(out, torch.Tensor):
+            return out
+        if isinstance(out, dict) and "logits" in out:   # Hugging Face's ModelOutput is a dict too
+            return out["logits"]
+        if getattr(out, "logits", None) is not None:
+            return out.logits
+        values = out.values() if isinstance(out, dict) else out
+        return next(v for v in values if isinstance(v, torch.Tensor))
+
+
+def _logits_only(model: TorchModel) -> TorchModel:
+    """``model`` exported again returning its logits tensor where its forward returns a structure."""
+    spec = model.program.call_spec.out_spec
+    if spec is None or spec.is_leaf() or (spec.num_children == 1 and spec.children_specs[0].is_leaf()
+                                          and spec.type in (tuple, list)):
+        return model
+    module = model.module if model.module is not None else model.program.module()
+    return export(_Logits(module), model.image_shape, origin=f"{model.origin}, its logits")
 
 
 def save_torchscript(module, path, *, input_shape) -> None:

@@ -12,7 +12,11 @@ For every rule idcgen uses, the relevance of a tensor ``t`` on the path to the l
 - **pass-through** (elementwise activations, dropout at inference): ``R_in = R_out``, i.e. the gradient
   times ``out / in``; for ReLU and leaky ReLU that is the plain gradient;
 - **gate** (the product of two activations): the signal takes all of the relevance, the gate none: the gate
-  is detached.
+  is detached; likewise the divisor of a quotient of two (a normalisation written by hand, ``(x - u) / std``:
+  its normalising factor held constant, as CP-LRP's layer norm rule).
+
+In-place operations (``relu_``, ``out += identity``) take the rules of their out-of-place forms: the graph is
+functionalised first (torch_graph.functional).
 
 Batch norm right after a convolution or linear layer whose only reader it is (and which is not the subject
 layer) is folded into it, as on the Keras side: one scaling at the batch norm's output, none at the
@@ -37,7 +41,8 @@ EPSILON = _WEIGHTED | {"batch_norm", "_native_batch_norm_legit_no_training", "ma
 ROUTING = {"view", "reshape", "_unsafe_view", "flatten", "permute", "transpose", "t", "contiguous", "clone", "squeeze",
            "unsqueeze", "cat", "concat", "pad", "constant_pad_nd", "slice", "select", "narrow", "split", "chunk",
            "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "pixel_shuffle", "getitem", "expand",
-           "split_with_sizes", "unflatten", "alias", "_to_copy", "to", "type_as"}
+           "split_with_sizes", "unflatten", "alias", "_to_copy", "to", "type_as", "roll",
+           "gather", "index_select", "index", "take_along_dim"}
 #: elementwise: relevance passes unchanged; the plain gradient already does so for these
 EXACT_ACTIVATIONS = {"relu", "leaky_relu", "dropout", "feature_dropout", "alpha_dropout", "native_dropout"}
 #: normalisations explained through their linear part, the normalising factor held constant (CP-LRP)
@@ -46,7 +51,8 @@ NORMALISATION = {"layer_norm", "rms_norm"}
 ATTENTION = {"scaled_dot_product_attention"}
 _WEIGHTS = {"softmax", "_softmax"}
 PASS_THROUGH = EXACT_ACTIVATIONS | {"relu6", "hardtanh", "elu", "selu", "celu", "gelu", "silu", "hardswish", "mish",
-                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel"}
+                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel", "clamp",
+                                    "clamp_min", "clamp_max"}
 
 
 def _stabilise(z, eps):
@@ -138,12 +144,31 @@ def _attention_weights(arg, graph) -> bool:
     return False
 
 
+def gate_of(layer: Layer) -> int:
+    """Which argument of a product of two activations is the gate: the one broadcast over the other
+    (fewer values, as a squeeze-excitation scale), else one a sigmoid-like activation made."""
+    args = layer.node.args[:2]
+    if layer.op == "div":
+        return 1
+    floats = [a.meta["val"].is_floating_point() for a in args]
+    if floats[0] != floats[1]:   # a boolean mask (a where written as a product)
+        return floats.index(False)
+    sizes = [int(np.prod(a.meta["val"].shape[1:])) for a in args]
+    if sizes[0] != sizes[1]:
+        return int(np.argmin(sizes))
+    gates = [op_name(a) in ("sigmoid", "hardsigmoid", "softmax") for a in args]
+    return 1 if gates[1] or not gates[0] else 0
+
+
 def relevance_inputs(layer: Layer, graph) -> list:
     """The input layers relevance flows to from ``layer``: none from attention weights (a softmax inside
-    the model), only the value from attention, only the values from a product of weights and values."""
+    the model), only the value from attention, only the values from a product of weights and values, only
+    the signal from a gated product (the gate gets none)."""
     op = layer.op
     if op in _WEIGHTS:
         return []
+    if rule_of(layer, graph) == "gate":
+        return [graph.by_node[a] for a in _sources([layer.node.args[1 - gate_of(layer)]], graph)]
     if op in ATTENTION:
         return [graph.by_node[a] for a in _sources([layer.node.args[2]], graph)]
     if op in ("matmul", "bmm") and any(_attention_weights(a, graph) for a in layer.node.args[:2]):
@@ -187,7 +212,7 @@ def rule_of(layer: Layer, graph) -> str | None:
         constant = [_is_constant(a, graph) for a in layer.node.args[:2]]
         if any(constant):
             return "epsilon"            # a scale by a constant or a learned vector (layer scale)
-        return "gate" if op == "mul" else None
+        return "gate"   # a product: the gate held constant; a quotient: its divisor (a hand-written norm's std)
     if op in EPSILON:
         return "epsilon"
     if op in ROUTING:
@@ -203,6 +228,8 @@ def rule_label(layer: Layer, graph) -> str:
         return "none"
     if rule == "pass-through" and layer.op not in EXACT_ACTIVATIONS:
         return f"pass-through ({layer.op} passed through unchanged)"
+    if rule == "gate" and layer.op == "div":
+        return "gate (the divisor held constant, as a normalising factor: all relevance to the dividend)"
     if rule == "gate":
         return "gate (all relevance to the signal, none to the gate)"
     if rule == "normalisation":
@@ -232,20 +259,21 @@ class Relevance(BatchedRelevance):
         self.subject = None if layer is None else graph.layer(network.check_subject_layer(layer))
         reached = relevant_ancestors(network.logits_layer_, graph)
         if self.subject is not None and self.subject not in reached:
-            raise LayerError(f"relevance does not reach layer {self.subject.name!r}: it feeds only attention weights, "
-                             "which the attention rule holds constant (choose a layer on the value path)")
+            raise LayerError(f"relevance does not reach layer {self.subject.name!r}: it feeds only attention weights "
+                             "or gates, which the attention and gate rules hold constant (choose a layer on the "
+                             "value or signal path: see `idcgen layers`)")
         needed = graph.descendants(self.subject) & reached
         self.steps = [s for s in graph.layers if s in needed and s is not self.subject]
         for step in self.steps:
             if rule_of(step, graph) is None:
-                where = "to the input" if layer is None else ""
-                raise LayerError(f"cannot propagate relevance {where} through layer {step.name!r} ({step.op}): "
+                where = " to the input" if layer is None else ""
+                raise LayerError(f"cannot propagate relevance{where} through layer {step.name!r} ({step.op}): "
                                  f"idcgen's LRP has no rule for {step.op}"
                                  + ("" if layer is None else "; choose a subject layer after it (see `idcgen layers`)"))
         self._rules = {s.node: rule_of(s, graph) for s in self.steps}
         self._rules[PREPROCESS] = "epsilon"   # the convention's (x - mean) / std, as a Keras Rescaling
         self._folded = self._batchnorm_folds()
-        self._gates = {s.node: self._gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
+        self._gates = {s.node: gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
 
     def _batchnorm_folds(self) -> set:
         """Nodes of convolution/linear layers folded into the batch norm reading them (no scaling of their own)."""
@@ -257,16 +285,6 @@ class Relevance(BatchedRelevance):
             if producer.op in _WEIGHTED and producer in self.steps and len(graph.consumers(producer)) == 1:
                 folded.add(producer.node)
         return folded
-
-    def _gate_of(self, step: Layer) -> int:
-        """Which argument of a product of two activations is the gate: the one broadcast over the other
-        (fewer values, as a squeeze-excitation scale), else one a sigmoid-like activation made."""
-        args = step.node.args[:2]
-        sizes = [int(np.prod(a.meta["val"].shape[1:])) for a in args]
-        if sizes[0] != sizes[1]:
-            return int(np.argmin(sizes))
-        gates = [op_name(a) in ("sigmoid", "hardsigmoid", "softmax") for a in args]
-        return 1 if gates[1] or not gates[0] else 0
 
     def _after(self, node, args, value):
         rule = self._rules.get(node)
@@ -296,7 +314,9 @@ class Relevance(BatchedRelevance):
         if len(t) != len(x):
             raise InputError(f"got {len(t)} targets for {len(x)} inputs")
         with torch.enable_grad():
-            image = network.to_device(x).requires_grad_(self.subject is None)
+            # requires grad even at a subject layer: one reading only the input (a permute of it) has no weight
+            # upstream to give it a gradient otherwise
+            image = network.to_device(x).requires_grad_(True)
             env = network.run(image, keep=() if self.subject is None else (self.subject.node,), after=self._after)
             logits = network.logits_of(env)
             subject = image if self.subject is None else env[self.subject.node]
@@ -312,7 +332,9 @@ class Relevance(BatchedRelevance):
     def batch(self, x: np.ndarray, target: np.ndarray | None = None, *, activations: bool = True):
         """One batch as numpy: per-neuron relevance (n, neurons), activations (n, neurons) or None, logits."""
         r, a, z = self.raw(x, target)
-        axis = -1 if self.subject is None else self.subject.channel_axis
         host = self.network.to_host   # back to the host once per batch
-        acts = host(neuron_values(a, axis)) if activations else None
-        return host(neuron_values(r, axis, reduce="sum")), acts, host(z)
+        if self.subject is None:
+            acts = host(neuron_values(a, -1)) if activations else None
+            return host(neuron_values(r, -1, reduce="sum")), acts, host(z)
+        acts = host(self.subject.neurons_of(a)) if activations else None
+        return host(self.subject.neurons_of(r, reduce="sum")), acts, host(z)

@@ -31,7 +31,7 @@ from .device import (
     requested_device,
     torch_device,
 )
-from .torch_graph import PREPROCESS, TorchGraph, neuron_values, op_name
+from .torch_graph import PREPROCESS, TorchGraph, op_name
 from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
@@ -210,14 +210,14 @@ class TorchNetwork(Network):
     def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
         """The CPU: a fixed budget; a GPU: its free memory over a few live values of the widest layer (the
         executor frees each value after its last reader)."""
-        largest = max(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
+        largest = max(layer.size for layer in self.graph.layers)   # a windowed layer: all its windows
         free = free_memory(self.device)
         if free is not None:
             return memory_batch_size(4 * largest, free, smallest=32)
         return int(np.clip(budget_bytes // (12 * largest), 32, 1024))
 
     def _memory_relevance_batch_size(self) -> int:
-        values = sum(int(np.prod(layer.shape)) if layer.shape else 1 for layer in self.graph.layers)
+        values = sum(layer.size for layer in self.graph.layers)
         free = free_memory(self.device)
         return relevance_batch_size(values) if free is None else memory_batch_size(values, free, largest=4096)
 
@@ -268,10 +268,10 @@ class TorchNetwork(Network):
                 for layer, span in targets:
                     value = env[layer.node]
                     if span:
-                        flat = value.reshape(len(value), -1)
+                        flat = layer.per_image(value)[0].reshape(len(value) // max(layer.windows, 1), -1)
                         values.append(torch.stack([flat.min(dim=1).values, flat.max(dim=1).values], dim=1))
                     else:
-                        values.append(neuron_values(value, layer.channel_axis))
+                        values.append(layer.neurons_of(value))
                 del env
             host = [self.to_host(v) for v in values]   # appended only once the whole batch is done
             outs.append(host[0])
@@ -309,7 +309,9 @@ class TorchNetwork(Network):
                     self.run(torch.zeros((self._PROBE, *self.input_shape)), after=after)
             except Exception:   # a program that runs one batch size only: its layers' rows cannot be told apart
                 return frozenset(layer.name for layer in self.graph.layers)
-            return frozenset(layer.name for layer in self.graph.layers if sizes.get(layer.node) == self._PROBE)
+            # a windowed layer (Swin) holds its windows on the first axis, batch-major: probe x windows rows
+            return frozenset(layer.name for layer in self.graph.layers
+                             if sizes.get(layer.node) == self._PROBE * max(layer.windows, 1))
         return self.cached("batch-first layers", build)
 
     def _check_rows(self, name: str) -> str:
@@ -325,6 +327,10 @@ class TorchNetwork(Network):
 
     def feature_maps(self, layers: tuple[str, ...]):
         chosen = [self.graph.layer(self.check_layer(name)) for name in layers]
+        for layer in chosen:
+            if layer.windows != 1:
+                raise LayerError(f"layer {layer.name!r} is computed per window (its first axis is batch x windows): "
+                                 "it has no per-image feature map; choose a layer after the windows are merged back")
 
         def run(x):
             with torch.inference_mode(), self._autocast():
@@ -390,8 +396,9 @@ class TorchNetwork(Network):
                 for below in layer.inputs:
                     blocked |= graph.ancestors(below)
         rows = self._batch_first()
+        # a layer without the images on its first axis (windows 0) has no per-image neurons
         return [s.name for s in graph.layers if s in self._hidden and s in on_path and s not in blocked
-                and s.name in rows]
+                and s.windows != 0 and s.name in rows]
 
     def rule_label(self, name: str) -> str:
         return rule_label(self.step(name), self.graph)
@@ -405,7 +412,8 @@ class TorchNetwork(Network):
     def neuron_layers(self) -> list[str]:
         graph, chosen = self.graph, []
         for layer in graph.layers:
-            if layer not in self._hidden or not _has_weights(layer) or layer.op in _FOLLOWERS + _ACTIVATIONS:
+            if layer not in self._hidden or not _has_weights(layer) or layer.op in _FOLLOWERS + _ACTIVATIONS \
+                    or layer.windows == 0:   # no per-image neurons (nn.MultiheadAttention's (tokens, batch, dims))
                 continue
             pick, cur = layer, layer
             while len(graph.consumers(cur)) == 1:

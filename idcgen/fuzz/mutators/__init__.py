@@ -23,8 +23,8 @@ from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare
 from .image import Blur, Brightness, Contrast, Elastic, Noise, Rotate, Scale, Shear, Shift
 from .noise import Gauss, RandomPixels, RelevantPixels
 
-__all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param", "check_tasks", "describe_mutators",
-           "make_mutator", "parse_mutators", "split_specs"]
+__all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param", "check_tasks", "default_mutators",
+           "describe_mutators", "make_mutator", "parse_mutators", "split_specs"]
 
 #: Every mutator by its spec name, in listing order.
 REGISTRY: dict[str, type[Mutator]] = {cls.name: cls for cls in (
@@ -63,6 +63,22 @@ def parse_mutators(text: str) -> list[Mutator]:
         raise ParameterError(f"empty mutator spec in {text!r}; expected a comma-separated list such as "
                              f"'gauss(std=0.05),rotate'")
     return [make_mutator(spec) for spec in specs]
+
+
+def default_mutators(network) -> tuple[list[Mutator], list[str]]:
+    """The fuzz default (DEFAULT_MUTATORS) for ``network``: the mutators that can run on it, and one note for
+    each left out saying why (``relevant_pixels`` where relevance cannot reach the input, a class-margin
+    attack on a regression model); mutators the user lists are refused instead (Fuzzer, check_tasks)."""
+    kept, notes = [], []
+    for mutator in parse_mutators(DEFAULT_MUTATORS):
+        reason = (mutator.capability_gap(network) or mutator.cannot_run(network) if network.task in mutator.tasks else
+                  f"it works on {' and '.join(mutator.tasks)} models only, and this one is a {network.task} model")
+        if reason is None:
+            kept.append(mutator)
+        else:
+            notes.append(f"default mutator {mutator.name} left out: {reason}"
+                         + (f" ({mutator.instead})" if mutator.instead else ""))
+    return kept, notes
 
 
 def describe_mutators() -> list[tuple[str, str, dict]]:

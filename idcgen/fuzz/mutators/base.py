@@ -144,12 +144,27 @@ class Mutator:
 
     def check_model(self, network) -> None:
         """Raise a one-line error when this mutator cannot run on ``network`` at all, so a campaign refuses
-        it before starting rather than failing every batch (override)."""
+        it before starting rather than failing every batch."""
+        reason = self.cannot_run(network)
+        if reason is not None:
+            raise ParameterError(f"mutator {self.name} cannot run on this model: {reason}; leave it out of the "
+                                 "mutators" + (f" ({self.instead})" if self.instead else ""))
+
+    def cannot_run(self, network) -> str | None:
+        """Why this mutator cannot run on ``network`` at all, or None (override)."""
+        return None
+
+    def capability_gap(self, network) -> str | None:
+        """Why ``network`` cannot run this mutator by what its backend can do (a forward-only backend takes no
+        gradients), or None."""
+        if self.needs not in getattr(network, "capabilities", ("forward", "differentiable")):
+            return "it takes the model's gradients, which this model's backend cannot give (it runs the model forward only)"
+        return None
 
     def check_capability(self, network) -> None:
-        """A one-line error when ``network`` lacks the capability this mutator needs (a forward-only backend
-        takes no gradients)."""
-        if self.needs not in getattr(network, "capabilities", ("forward", "differentiable")):
+        """A one-line error when ``network`` lacks the capability this mutator needs."""
+        gap = self.capability_gap(network)
+        if gap is not None:
             raise ParameterError(f"mutator {self.name} takes the model's gradients, which this model's backend "
                                  "cannot give (it runs the model forward only): leave it out of the mutators")
 

@@ -103,14 +103,16 @@ class RelevantPixels(Mutator):
     parameters = {"fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
                   "std": Param(0.75, float, 0.0, None, closed="neither")}
 
-    def check_model(self, network) -> None:
-        from ...errors import LayerError, ParameterError
+    instead = "random_pixels perturbs as many pixels without relevance"
+
+    def cannot_run(self, network) -> str | None:
+        from ...errors import LayerError
         from ...relevance import input_relevance_pass
         try:
             input_relevance_pass(network)
         except LayerError as error:   # a layer without an LRP rule between the pixels and the logits
-            raise ParameterError(f"mutator {self.name} cannot run on this model: {error}; leave it out of "
-                                 "the mutators (random_pixels perturbs as many pixels without relevance)") from None
+            return str(error)
+        return None
 
     def positions(self, x: np.ndarray, network: Network) -> np.ndarray:
         """(b, k) flat indices of the most relevant pixel positions, most relevant first."""

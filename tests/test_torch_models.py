@@ -1,0 +1,328 @@
+"""PyTorch models as people write them (torchvision, timm, Hugging Face style, in plain PyTorch): in-place
+operations take the rules of their out-of-place forms, every hidden layer of a ResNet-18 is a subject layer
+and its relevance is the activation x gradient reference; the neuron axis is followed through permutes,
+reshapes and hand-written normalisations; windowed layers are mapped back to their images; only floating-point
+values are layers (docs/design.md, "PyTorch")."""
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, Windows  # noqa: E402
+
+from idcgen.errors import LayerError  # noqa: E402
+from idcgen.framework import as_network  # noqa: E402
+from torch_twins import images, randomise  # noqa: E402
+
+
+@pytest.mark.parametrize("kind", sorted(IN_PLACE))
+def test_an_in_place_operation_takes_the_rule_of_its_out_of_place_form(kind):
+    """The same weights written with the in-place operation and without: the same layers, taps (each the
+    value before a later in-place write), every hidden layer a subject layer, the same relevance. (An
+    in-place dropout at inference is no operation at all once functionalised: no layer.)"""
+    torch.manual_seed(0)
+    ours = randomise(InPlace(kind, in_place=True), 3)
+    theirs = InPlace(kind, in_place=False)
+    theirs.load_state_dict(ours.state_dict())
+    a, b = as_network(ours), as_network(theirs.eval())
+    names = a.layer_names()
+    hidden = [n for n in names if a.is_hidden(n)]
+    dropped = ["dropout"] if kind == "dropout_" else []
+    assert names == [n for n in b.layer_names() if n not in dropped]
+    subject = a.subject_layers()
+    assert subject == [n for n in b.subject_layers() if n not in dropped]
+    # every hidden layer, but a squeeze-excitation's gate branch (the gate rule gives it no relevance)
+    assert subject == [n for n in hidden if kind != "mul_ gate" or n not in ("mean", "sigmoid")]
+    x = images(6)
+    out_a, taps_a = a.forward(x, tuple(names))
+    out_b, taps_b = b.forward(x, tuple(names))
+    np.testing.assert_allclose(out_a, out_b, atol=1e-6)
+    for name, ta, tb in zip(names, taps_a, taps_b):
+        np.testing.assert_allclose(ta, tb, atol=1e-6, err_msg=name)
+    for layer in subject[:3] + [None]:
+        ra = a.relevance(layer)(x)[0] if layer else a.relevance(None).maps(x)
+        rb = b.relevance(layer)(x)[0] if layer else b.relevance(None).maps(x)
+        np.testing.assert_allclose(ra, rb, atol=1e-6 * max(1.0, np.abs(rb).max()), err_msg=str(layer))
+
+
+def _activation_x_gradient(module, x, path):
+    """(n, channels) activation x gradient of the top logit at the output of module ``path``, summed over
+    positions: LRP-0's relevance on a ReLU network, computed on the plain module by autograd."""
+    taps = {}
+
+    def tap(_, __, out):
+        taps["a"] = out.clone()   # a clone: the block's output is read by in-place code later
+        return taps["a"]
+
+    handle = module.get_submodule(path).register_forward_hook(tap)
+    try:
+        logits = module(torch.as_tensor(x).permute(0, 3, 1, 2))
+    finally:
+        handle.remove()
+    top = logits.gather(1, logits.argmax(1)[:, None]).sum()
+    (grad,) = torch.autograd.grad(top, taps["a"])
+    return (taps["a"] * grad).sum(dim=(2, 3)).detach().numpy()
+
+
+def test_a_torchvision_style_resnet18_has_every_hidden_layer_a_subject_layer_with_exact_relevance():
+    module = randomise(ResNet18(), 4)
+    network = as_network(module)
+    names = network.layer_names()
+    hidden = [n for n in names if network.is_hidden(n)]
+    assert len(hidden) == len(names) - 1 == 68 and network.subject_layers() == hidden
+    assert network.check_layer("layer2.1") == "layer2.1.relu.relu_8" and "layer1.0.add" in names
+    assert network.neuron_count("layer3") == 32 and network.default_layer() == "avgpool"
+    x = np.random.default_rng(0).random((4, 32, 32, 3), dtype=np.float32)
+    for path in ("layer1.1", "layer2.0", "layer3.1.bn1", "layer4.0.downsample"):
+        layer = network.check_layer(path)
+        expected = _activation_x_gradient(module, x, path)
+        got = network.relevance(layer, eps=1e-12)(x)[0]
+        assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), path
+        for g, e in zip(got, expected):   # the same most relevant neurons
+            assert set(np.argsort(g)[-4:]) == set(np.argsort(e)[-4:])
+
+
+def _copy(src, dst):
+    """``src``'s weights into ``dst`` where names and shapes agree (the two ConvNeXt norms' included)."""
+    theirs = dst.state_dict()
+    dst.load_state_dict({k: v for k, v in src.state_dict().items() if k in theirs and theirs[k].shape == v.shape},
+                        strict=False)
+    return dst.eval()
+
+
+def test_channels_last_sections_and_hand_written_norms_keep_their_channels():
+    """timm's LayerNorm2d (permute, layer norm, permute back) and Hugging Face's channels-first LayerNorm
+    written by hand (mean and variance over axis 1): 16 channels at every layer of the stem and block (the
+    statistics over channels: 1), taps equal to the module's channel means, every layer on the value path a
+    subject layer, and the two give the same relevance (the hand-written norm's std held constant as the
+    built-in norm's)."""
+    timm = randomise(ConvNeXt("timm"), 5)
+    with torch.no_grad():
+        timm.stem_norm.weight.uniform_(0.5, 1.5)
+    hf = _copy(timm, ConvNeXt("hf"))
+    hf.stem_norm.weight.data, hf.stem_norm.bias.data = timm.stem_norm.weight.data, timm.stem_norm.bias.data
+    a, b = as_network(timm), as_network(hf)
+    assert {i.neurons for i in a.layers_info()} == {16, 32, 5}
+    assert {i.neurons for i in b.layers_info()} == {1, 16, 32, 5}
+    assert [i.neurons for i in b.layers_info() if i.neurons == 1] == [1] * 4   # mean, var, + eps, sqrt
+    assert a.subject_layers() == [n for n in a.layer_names() if a.is_hidden(n)]
+    assert not {"stem_norm.sqrt", "stem_norm.add", "stem_norm.pow_1"} & set(b.subject_layers())
+    x = np.random.default_rng(1).random((4, 16, 16, 3), dtype=np.float32)
+    np.testing.assert_allclose(a.forward(x)[0], b.forward(x)[0], atol=1e-5)
+    with torch.no_grad():
+        stem = timm.stem_norm(timm.stem(torch.as_tensor(x).permute(0, 3, 1, 2)))
+    for network in (a, b):
+        np.testing.assert_allclose(network.forward(x, ("stem_norm",))[1][0], stem.mean((2, 3)).numpy(), atol=1e-5)
+    for layer in ("stem", "dwconv", "norm", "pwconv1", None):
+        ra = a.relevance(layer, eps=1e-9)(x)[0] if layer else a.relevance(None, eps=1e-9).maps(x)
+        rb = b.relevance(layer, eps=1e-9)(x)[0] if layer else b.relevance(None, eps=1e-9).maps(x)
+        assert np.abs(ra - rb).max() <= 1e-4 * np.abs(ra).max(), layer
+
+
+def test_windowed_layers_are_mapped_back_to_their_images():
+    """A Swin-style stage: layers whose first axis is batch x windows have per-image neurons (the windows one
+    more position axis), equal to the module's values regrouped by hand and the same run alone or in a
+    batch; relevance through torch.roll and the windows is conserved at every cut without biases."""
+    torch.manual_seed(3)
+    module = Windows().eval()
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+    network = as_network(module)
+    assert network.step("fc1").windows == 4 and network.neuron_count("fc1") == 12
+    assert network.step("roll").windows == 1 and network.subject_layers() == [
+        n for n in network.layer_names() if network.is_hidden(n)]
+    x = np.random.default_rng(2).random((3, 8, 8, 3), dtype=np.float32)
+    taps = {}
+    handle = module.fc1.register_forward_hook(lambda _, __, out: taps.setdefault("fc1", out.detach()))
+    with torch.no_grad():
+        module(torch.as_tensor(x).permute(0, 3, 1, 2))
+    handle.remove()
+    expected = taps["fc1"].reshape(3, 4 * 16, 12).mean(1).numpy()
+    _, (got,) = network.forward(x, ("fc1",))
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(network.forward(x[1:2], ("fc1",))[1][0], expected[1:2], atol=1e-6)
+    _, (span,) = network.forward(x, ("fc1@range",))
+    assert span.shape == (3, 2)
+    logit = network.forward(x)[0].max(axis=1)
+    for layer in ("permute", "roll", "reshape", "add", "roll_1", None):   # every cut of the graph
+        rel = network.relevance(layer, eps=1e-9)
+        total = rel.maps(x).reshape(len(x), -1).sum(axis=1) if layer is None else rel(x)[0].sum(axis=1)
+        np.testing.assert_allclose(total, logit, rtol=1e-3, atol=1e-6, err_msg=str(layer))
+
+
+def test_only_floating_point_values_are_layers():
+    """A boolean mask and int64 indices inside the forward pass are no layers: every layer taps, every
+    criterion runs, relevance passes the mask-as-product (the mask is the gate) and the gather (routing)."""
+    from idcgen.criteria import CRITERIA, make_criterion
+    network = as_network(randomise(Masked(), 6))
+    assert not {"gt", "argmax"} & set(network.layer_names())
+    assert all(network.graph.layer(n).node.meta["val"].is_floating_point() for n in network.layer_names())
+    x, y = images(40, seed=4), np.arange(40) % 3
+    network.forward(x, tuple(network.layer_names()))
+    for name in CRITERIA:
+        params = {"group": "label"} if name in ("lsc", "dsc") else {}
+        result = make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5))
+        assert result.total > 0, name
+    assert network.subject_layers()[0] == "conv"
+    with pytest.raises(LayerError, match="^cannot propagate relevance through layer 'pow"):   # one space
+        as_network(randomise(Squared(), 1)).relevance("conv")
+    assert network.relevance("conv")(x)[0].shape == (40, 4)
+
+
+def test_the_default_mutators_leave_out_what_cannot_run_on_the_model_with_a_note(tmp_path):
+    """relevant_pixels needs relevance at the input; behind an operation without a rule the default set
+    leaves it out with one note naming it and why, and `fuzz` runs on with the others."""
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+    from idcgen.framework.torch_load import save_program
+    from idcgen.fuzz.mutators import DEFAULT_MUTATORS, default_mutators
+    network = as_network(randomise(Squared(), 7))
+    kept, notes = default_mutators(network)
+    assert [m.name for m in kept] == [n for n in DEFAULT_MUTATORS.split(",") if n != "relevant_pixels"]
+    assert len(notes) == 1 and re.match(r"default mutator relevant_pixels left out: cannot propagate relevance to the "
+                                        r"input through layer 'pow\w*' \(pow\): idcgen's LRP has no rule", notes[0])
+    assert len(default_mutators(as_network(randomise(ResNet18(), 1)))[0]) == len(DEFAULT_MUTATORS.split(","))
+    save_program(network.source.program, tmp_path / "squared.pt2")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "train.npz", x=rng.integers(0, 256, (60, 8, 8, 3), dtype=np.uint8), y=np.arange(60) % 3)
+    np.savez(tmp_path / "seeds.npz", x=rng.integers(0, 256, (12, 8, 8, 3), dtype=np.uint8), y=np.arange(12) % 3)
+    done = CliRunner().invoke(app, [str(a) for a in (
+        "fuzz", "--model", tmp_path / "squared.pt2", "--seeds", tmp_path / "seeds.npz", "--train",
+        tmp_path / "train.npz", "--layer", "relu", "--m", 2, "--budget", 48, "--batch-size", 16,
+        "--out", tmp_path / "fz")])
+    assert done.exit_code == 0, done.output
+    assert done.output.count("note: default mutator relevant_pixels left out") == 1
+    used = next(line for line in done.output.splitlines() if line.startswith("mutators: "))
+    assert "relevant_pixels" not in used and "random_pixels" in used
+
+
+class _FcRelu(torch.nn.Module):
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.fc_relu = torch.nn.ReLU()
+        self.block = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.ReLU(inplace=True))
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.fc_relu(self.conv(x))
+        return self.fc(torch.relu(self.block(x) + x).mean((2, 3)))
+
+
+@pytest.mark.parametrize("model", ["resnet18", "fc_relu"])
+def test_a_traced_torchscript_file_names_its_layers_by_module_path(tmp_path, model):
+    """torch.jit.save of a traced module (no shape recorded): its layers are the module's own, named by
+    the module paths the file keeps (``fc_relu``, ``layer1.0.conv1``), with the same values and relevance."""
+    from idcgen.framework import load_network
+    module = randomise(ResNet18(), 2) if model == "resnet18" else randomise(_FcRelu(), 2)
+    shape = module.input_shape
+    torch.jit.trace(module, torch.zeros(1, shape[2], *shape[:2])).save(str(tmp_path / "traced.pt"))
+    ours, theirs = load_network(tmp_path / "traced.pt", input_shape=shape), as_network(module)
+    assert ours.layer_names() == theirs.layer_names()
+    assert ("fc_relu" if model == "fc_relu" else "layer1.0.conv1") in ours.layer_names()
+    x = np.random.default_rng(3).random((3, *shape), dtype=np.float32)
+    np.testing.assert_allclose(ours.forward(x)[0], theirs.forward(x)[0], atol=1e-5)
+    layer = "fc_relu" if model == "fc_relu" else "layer2"
+    np.testing.assert_allclose(ours.relevance(layer)(x)[0], theirs.relevance(layer)(x)[0], atol=1e-5)
+
+
+def test_a_scripted_torchscript_file_keeps_names_by_operation(tmp_path):
+    """A scripted module's graphs hold branches and function calls the converter resolves, which cannot be
+    lined up for certain: its layers are named by operation, never by a module path that could be wrong."""
+    from idcgen.framework import load_network
+    module = randomise(_FcRelu(), 2)
+    torch.jit.script(module).save(str(tmp_path / "scripted.pt"))
+    network = load_network(tmp_path / "scripted.pt", input_shape=(8, 8, 3))
+    assert network.layer_names() == ["conv2d", "relu", "conv2d_1", "relu_1", "add", "relu_2", "mean", "linear"]
+
+
+@pytest.mark.parametrize("returns", ["model_output", "dict", "tuple"])
+def test_convert_writes_a_program_returning_the_logits_and_reads_it_back(tmp_path, monkeypatch, returns):
+    """A classifier whose forward returns a Hugging Face style ModelOutput (an OrderedDict registered with
+    torch's pytree, which a .pt2 reader without that class cannot rebuild), a dict or a tuple: `convert`
+    writes a program returning the logits tensor alone."""
+    (tmp_path / "structured.py").write_text(f"""
+import collections, sys
+import torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from torch_twins import Residual, randomise
+
+class Output(collections.OrderedDict):
+    pass
+
+torch.utils._pytree.register_pytree_node(
+    Output, lambda o: (list(o.values()), list(o.keys())), lambda v, k: Output(zip(k, v)),
+    serialized_type_name="structured.Output")
+
+class Structured(Residual):
+    def forward(self, x):
+        logits = super().forward(x)
+        if {returns!r} == "model_output":
+            return Output(logits=logits, pooled=x.mean((2, 3)))
+        if {returns!r} == "dict":
+            return {{"pooled": x.mean((2, 3)), "logits": logits}}
+        return logits, x.mean((2, 3))
+
+def make():
+    return randomise(Structured(), 3)
+""")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from idcgen.framework import convert, load_network
+    from torch_twins import Residual
+    line = convert("structured:make", tmp_path / "m.pt2")
+    assert "its logits" in line and line.startswith("converted structured:make")
+    assert torch.export.load(str(tmp_path / "m.pt2")).call_spec.out_spec.is_leaf()
+    x = images(4)
+    reference = randomise(Residual(), 3)
+    np.testing.assert_allclose(load_network(tmp_path / "m.pt2").forward(x)[0], as_network(reference).forward(x)[0],
+                               atol=1e-5)
+
+
+def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_by_name():
+    """nn.MultiheadAttention works on (tokens, batch, dims) inside: those layers have no per-image neurons;
+    they are no subject layers, and tapping one says why in one line."""
+    from torch_twins import TinyViT
+
+    network = as_network(TinyViT().eval())
+    inner = [layer.name for layer in network.graph.layers if layer.windows == 0]
+    assert "blocks.0.attn.linear" in inner   # the input projection, on (tokens, batch, dims)
+    assert not set(inner) & (set(network.subject_layers()) | set(network.neuron_layers()))
+    with pytest.raises(LayerError, match=f"layer '{inner[0]}' .* does not keep the images on its first axis"):
+        network.forward(images(2), (inner[0],))
+    from idcgen.criteria import CRITERIA, make_criterion
+    x, y = images(40, seed=4), np.arange(40) % 10
+    for name in CRITERIA:   # every criterion on its default layers
+        params = {"group": "label"} if name in ("lsc", "dsc") else {}
+        assert make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5)).total > 0
+
+
+def test_analyze_a_torch_jit_save_file_takes_the_input_shape_from_the_training_inputs(tmp_path):
+    """`idcgen analyze --model traced.pt --train x.npz --layer <module path>` on a file torch.jit.save wrote
+    (no input shape recorded): the shape comes from the training inputs; `layers`, given no inputs, still
+    says how to record it."""
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+    module = randomise(ResNet18(), 5)
+    torch.jit.trace(module, torch.zeros(1, 3, 32, 32)).save(str(tmp_path / "traced.pt"))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "x.npz", x=rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8), y=np.arange(40) % 10)
+    runner = CliRunner()
+    done = runner.invoke(app, [str(a) for a in ("analyze", "--model", tmp_path / "traced.pt", "--train",
+                                                tmp_path / "x.npz", "--layer", "layer2", "--m", 2, "--out",
+                                                tmp_path / "an")])
+    assert done.exit_code == 0, done.output
+    assert "layer layer2.1.relu.relu_8: important neurons" in done.output
+    done = runner.invoke(app, ["layers", "--model", str(tmp_path / "traced.pt")])
+    assert done.exit_code == 1 and "does not record the shape of its input" in done.output
