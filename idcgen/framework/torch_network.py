@@ -318,7 +318,8 @@ class TorchNetwork(Network):
         if name not in self._batch_first():
             shape = self.graph.layer(name).node.meta.get("val")
             shape = tuple(shape.shape) if isinstance(shape, torch.Tensor) else "?"
-            raise LayerError(f"layer {name!r} has no row per input: its first axis is not the batch's (traced shape "
+            raise LayerError(f"layer {name!r} has no row per input: it does not keep the images on its first axis "
+                             f"(traced shape "
                              f"{shape} for a batch of the program's example; inside nn.MultiheadAttention the tensors "
                              "are (tokens, batch, ...) or (tokens x batch, ...)), so its neurons cannot be measured "
                              "per input; choose a layer outside it, such as the block's output (see `idcgen layers`, "
