@@ -97,7 +97,7 @@ def main() -> None:
     print(f"{len(seen)} idcgen functions in {len(files)} files before the first kept mutant "
           f"({state['loop']} before the loop's first step); calls: "
           + ", ".join(f"{k} {v}" for k, v in sorted(parses.items())))
-    record("idcgen functions before the first kept mutant", len(seen), unit="functions", files=len(files),
+    record("idcgen functions before the first kept mutant", len(seen), unit="functions", bench="bench_walk", files=len(files),
            functions_before_loop=state["loop"], calls=dict(sorted(parses.items())), budget=args.budget)
 
 
