@@ -59,6 +59,7 @@ def flag_of(group: type, name: str) -> Flag | None:
 def _parsed(name: str, flag: Flag, value):
     """``flag.parse(value)``, its refusal naming the option (once: a message that names it, or the parameter
     ``name`` that the command line spells as the flag, is kept)."""
+    assert flag.parse is not None
     try:
         return flag.parse(value)
     except (IdcgenError, ValueError) as exc:
