@@ -124,7 +124,9 @@ def keras_device(device=None) -> str:
     every GPU from TensorFlow (the only case idcgen hides one); auto is TensorFlow's own choice (its GPU
     when a GPU build sees one); ``cuda`` where TensorFlow sees no GPU is a DeviceError."""
     setting = requested_device(device)
-    import tensorflow as tf
+    from .quiet import quiet_start
+    with quiet_start():   # TensorFlow's start-up lines dropped (it may start here, before the model loads)
+        import tensorflow as tf
     if setting.kind == "cpu":
         try:
             tf.config.set_visible_devices([], "GPU")
