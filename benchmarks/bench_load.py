@@ -134,8 +134,8 @@ def main() -> None:
                                budget=args.budget, cpus=os.cpu_count(), loadavg=os.getloadavg()[0])
                     results[(settings, load)] = row
                     print(json.dumps(row), flush=True)
-                    record("campaign seconds", row.get("seconds"), unit="s", **{k: v for k, v in row.items()
-                                                                             if k != "seconds"})
+                    record("campaign seconds", row.get("seconds"), unit="s", bench="bench_load", **{k: v for k, v in row.items()
+                                                                             if k not in ("seconds", "bench")})
             finally:
                 stop_hog(hogs)
     print()
