@@ -48,14 +48,6 @@ def option(*names: str, help: str, cli_type: Any = Optional[str], cli_default: A
     return field(default=default, metadata={"flag": flag})
 
 
-def flag_of(group: type, name: str) -> Flag | None:
-    """The flag of field ``name`` of ``group`` (None: not an option)."""
-    for f in fields(group):
-        if f.name == name:
-            return f.metadata.get("flag")
-    return None
-
-
 def _parsed(name: str, flag: Flag, value):
     """``flag.parse(value)``, its refusal naming the option (once: a message that names it, or the parameter
     ``name`` that the command line spells as the flag, is kept)."""
