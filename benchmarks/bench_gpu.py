@@ -39,49 +39,14 @@ from torch.nn import functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idcgen.framework.torch_zoo import ResNet18  # noqa: E402  (torch and numpy only, as this script needs)
 from record import record  # noqa: E402  (benchmarks/record.py: one JSON line per figure, results/bench_gpu.jsonl)
 
 #: numpy mutators (idcgen/fuzz/mutators): no albumentations needed on the GPU machine
 MUTATORS = "gauss,random_pixels,brightness,contrast"
 
 
-# ---- the models, in plain PyTorch -----------------------------------------------------------------
-class Basic(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))) + self.shortcut(x))
-
-
-class ResNet18(nn.Module):
-    """The CIFAR ResNet-18 (3x3 stem, no max pooling), widths ``width`` x (1, 2, 4, 8)."""
-
-    def __init__(self, width=64, size=32, classes=10):
-        super().__init__()
-        self.input_shape = (size, size, 3)
-        self.conv1 = nn.Conv2d(3, width, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        cin, stages = width, []
-        for i, stride in enumerate((1, 2, 2, 2)):
-            stages.append(nn.Sequential(Basic(cin, width * 2 ** i, stride), Basic(width * 2 ** i, width * 2 ** i, 1)))
-            cin = width * 2 ** i
-        self.layer1, self.layer2, self.layer3, self.layer4 = stages
-        self.fc = nn.Linear(cin, classes)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-
-
+# ---- the models, in plain PyTorch (the CIFAR ResNet-18 is idcgen's, torch_zoo.ResNet18) --------------------
 class Bottleneck(nn.Module):
     def __init__(self, cin, mid, stride):
         super().__init__()
