@@ -125,10 +125,7 @@ class Session:
             model.model, safe_mode=model.safe_mode, architecture=model.architecture, task=model.task,
             value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis,
             device=model.device, precision=model.precision, images=images)
-        from .framework.device import device_line
-        line = device_line(self.network.device_info())   # said once, where it is not the CPU in fp32
-        if line is not None:
-            self.status(line)
+        _say_device(self.network, self.status)
         self._executor = None
 
     @property
@@ -308,12 +305,12 @@ def new_campaign(models: ModelsOptions, inputs: InputOptions, convention: Conven
                           progress=progress)
 
 
-def _say_device(network) -> None:
-    """The device the model runs on, said once on stderr where it is not the CPU in fp32."""
+def _say_device(network, say=None) -> None:
+    """The device the model runs on, said once (by ``say``, default stderr) where it is not the CPU in fp32."""
     from .framework.device import device_line
     line = device_line(network.device_info())
     if line is not None:
-        print(line, file=sys.stderr)
+        (say or (lambda text: print(text, file=sys.stderr)))(line)
 
 
 def _check_new_campaign(models: ModelsOptions, options: CampaignOptions) -> list[str]:
