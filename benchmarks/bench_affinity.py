@@ -80,67 +80,122 @@ def main():
     x_train, y_train = load_data("train", "mnist", limit=10_000)
     x, y = load_data("test", "mnist", limit=args.inputs)
     analysis = analyze(network, x_train, y_train, layer="fc2", m=8, random_state=0, progress=False)
-    hyps = builtin_hypotheses(n_classes=10, channels=1) + [Hypothesis(f.__name__, f, f.__doc__.rstrip("."))
-                                                           for f in (ink_top, ink_left, height)]
+    hyps = builtin_hypotheses(n_classes=10, channels=1) + [
+        Hypothesis(f.__name__, f, f.__doc__.rstrip(".")) for f in (ink_top, ink_left, height)
+    ]
     assert len(hyps) == 20
     affinity(network, x[:512], y[:512], analysis=analysis, hypotheses=hyps, progress=False)  # trace the model
-    results = {"inputs": len(x), "units": 8, "hypotheses": len(hyps), "tol": args.tol, "early_stopping": [],
-               "shared_pass": {}, "load_average_start": os.getloadavg()}
+    results = {
+        "inputs": len(x),
+        "units": 8,
+        "hypotheses": len(hyps),
+        "tol": args.tol,
+        "early_stopping": [],
+        "shared_pass": {},
+        "load_average_start": os.getloadavg(),
+    }
     print(f"load average at the start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}\n")
 
     print(f"## Early stopping ({len(x)} inputs, 8 units of fc2, {len(hyps)} hypotheses, tol {args.tol})\n")
-    print("| measures | without (s) | with (s) | speed-up | inputs streamed | largest difference per measure "
-          "(share within tol) | other orders: largest difference (scores beyond tol); speed-ups (inputs streamed) |\n"
-          "|---|---:|---:|---:|---:|---|---|")
+    print(
+        "| measures | without (s) | with (s) | speed-up | inputs streamed | largest difference per measure "
+        "(share within tol) | other orders: largest difference (scores beyond tol); speed-ups (inputs streamed) |\n"
+        "|---|---:|---:|---:|---:|---|---|"
+    )
     for measures in ("pearson,spearman,mi,linear", "pearson,spearman,linear", "pearson,spearman"):
-        t_full, full = best_of(args.repeat, lambda: affinity(network, x, y, analysis=analysis, hypotheses=hyps,
-                                                             measures=measures, tol=0, progress=False))
-        t_early, early = best_of(args.repeat, lambda: affinity(network, x, y, analysis=analysis, hypotheses=hyps,
-                                                               measures=measures, tol=args.tol, progress=False))
+        t_full, full = best_of(
+            args.repeat,
+            lambda: affinity(
+                network, x, y, analysis=analysis, hypotheses=hyps, measures=measures, tol=0, progress=False
+            ),
+        )
+        t_early, early = best_of(
+            args.repeat,
+            lambda: affinity(
+                network, x, y, analysis=analysis, hypotheses=hyps, measures=measures, tol=args.tol, progress=False
+            ),
+        )
         diffs = {}
         for m in early.measures:
             d = np.abs(early.scores[m] - full.scores[m])
             d = d[~np.isnan(d)]
-            diffs[m] = {"max": float(d.max()), "within_tol": float((d <= args.tol).mean()),
-                        "inputs_used_median": float(np.median(early.n_used[m]))}
+            diffs[m] = {
+                "max": float(d.max()),
+                "within_tol": float((d <= args.tol).mean()),
+                "inputs_used_median": float(np.median(early.n_used[m])),
+            }
         others = {m: {"max": 0.0, "beyond_tol": 0, "scores": 0} for m in early.measures}
         order_times = []
-        for order in range(1, args.orders + 1):   # is the rule right on other prefixes too? how fast there?
+        for order in range(1, args.orders + 1):  # is the rule right on other prefixes too? how fast there?
             kw = dict(analysis=analysis, hypotheses=hyps, measures=measures, progress=False, random_state=order)
             o_full, a_full = best_of(args.repeat, lambda: affinity(network, x, y, tol=0, **kw))
             o_early, a_early = best_of(args.repeat, lambda: affinity(network, x, y, tol=args.tol, **kw))
-            order_times.append({"order": order, "seconds_without": o_full, "seconds_with": o_early,
-                                "speedup": o_full / o_early, "inputs_streamed": a_early.n_seen})
+            order_times.append(
+                {
+                    "order": order,
+                    "seconds_without": o_full,
+                    "seconds_with": o_early,
+                    "speedup": o_full / o_early,
+                    "inputs_streamed": a_early.n_seen,
+                }
+            )
             for m in early.measures:
                 d = np.abs(a_early.scores[m] - a_full.scores[m])
                 d = d[~np.isnan(d)]
                 others[m]["max"] = max(others[m]["max"], float(d.max()))
                 others[m]["beyond_tol"] += int((d > args.tol).sum())
                 others[m]["scores"] += int(d.size)
-        row = {"measures": measures, "seconds_without": t_full, "seconds_with": t_early, "speedup": t_full / t_early,
-               "inputs_streamed": early.n_seen, "checks": early.checks, "differences": diffs,
-               "other_orders": others, "other_orders_times": order_times, "timings_without": full.timings,
-               "timings_with": early.timings}
+        row = {
+            "measures": measures,
+            "seconds_without": t_full,
+            "seconds_with": t_early,
+            "speedup": t_full / t_early,
+            "inputs_streamed": early.n_seen,
+            "checks": early.checks,
+            "differences": diffs,
+            "other_orders": others,
+            "other_orders_times": order_times,
+            "timings_without": full.timings,
+            "timings_with": early.timings,
+        }
         results["early_stopping"].append(row)
         said = ", ".join(f"{m} {v['max']:.3f} ({v['within_tol']:.0%})" for m, v in diffs.items())
         said_others = ", ".join(f"{m} {v['max']:.3f} ({v['beyond_tol']} of {v['scores']})" for m, v in others.items())
         said_others += "; speed-ups " + ", ".join(f"{o['speedup']:.1f}x ({o['inputs_streamed']})" for o in order_times)
         record("affinity without early stopping", t_full, unit="s", measures=measures, inputs=len(x))
         record("affinity with early stopping", t_early, unit="s", measures=measures, inputs_streamed=early.n_seen)
-        print(f"| {measures} | {t_full:.2f} | {t_early:.2f} | {t_full / t_early:.1f}x | {early.n_seen} "
-              f"(checks at {', '.join(map(str, early.checks))}) | {said} | {said_others} |", flush=True)
+        print(
+            f"| {measures} | {t_full:.2f} | {t_early:.2f} | {t_full / t_early:.1f}x | {early.n_seen} "
+            f"(checks at {', '.join(map(str, early.checks))}) | {said} | {said_others} |",
+            flush=True,
+        )
 
-    groups = [UnitGroup("fc2 important", "fc2", tuple(int(i) for i in analysis.neurons)),
-              UnitGroup("fc1:0-7", "fc1", tuple(range(8))), UnitGroup("block2_conv1:0-7", "block2_conv1", tuple(range(8)))]
-    print(f"\n## Shared pass ({len(x)} inputs, 3 groups of 8 units, {len(hyps)} hypotheses, every score on all inputs)\n")
+    groups = [
+        UnitGroup("fc2 important", "fc2", tuple(int(i) for i in analysis.neurons)),
+        UnitGroup("fc1:0-7", "fc1", tuple(range(8))),
+        UnitGroup("block2_conv1:0-7", "block2_conv1", tuple(range(8))),
+    ]
+    print(
+        f"\n## Shared pass ({len(x)} inputs, 3 groups of 8 units, {len(hyps)} hypotheses, every score on all inputs)\n"
+    )
     print("| measures | one call for the 3 groups (s) | one call per group (s) | speed-up |\n|---|---:|---:|---:|")
     for measures in ("pearson,spearman", "pearson,spearman,mi,linear"):
-        t_shared, shared = best_of(args.repeat, lambda: affinity(network, x, y, units=groups, hypotheses=hyps,
-                                                                 measures=measures, tol=0, progress=False))
-        t_apart, _ = best_of(args.repeat, lambda: [affinity(network, x, y, units=[g], hypotheses=hyps,
-                                                            measures=measures, tol=0, progress=False) for g in groups])
-        results["shared_pass"][measures] = {"seconds_shared": t_shared, "seconds_per_group": t_apart,
-                                            "timings_shared": shared.timings}
+        t_shared, shared = best_of(
+            args.repeat,
+            lambda: affinity(network, x, y, units=groups, hypotheses=hyps, measures=measures, tol=0, progress=False),
+        )
+        t_apart, _ = best_of(
+            args.repeat,
+            lambda: [
+                affinity(network, x, y, units=[g], hypotheses=hyps, measures=measures, tol=0, progress=False)
+                for g in groups
+            ],
+        )
+        results["shared_pass"][measures] = {
+            "seconds_shared": t_shared,
+            "seconds_per_group": t_apart,
+            "timings_shared": shared.timings,
+        }
         print(f"| {measures} | {t_shared:.2f} | {t_apart:.2f} | {t_apart / t_shared:.1f}x |")
         record("affinity, one call for 3 groups", t_shared, unit="s", measures=measures)
         record("affinity, one call per group", t_apart, unit="s", measures=measures)

@@ -52,8 +52,10 @@ def main():
     network, train, test, x_train, x_test = lenet5_mnist(args.shared)
     model = network.model
     accuracy = float((network.predict(x_test) == test.y).mean())
-    print(f"LeNet-5 (DeepXplore weights), MNIST test accuracy {accuracy:.2%}; "
-          f"{len(x_train)} training, {len(x_test)} test inputs")
+    print(
+        f"LeNet-5 (DeepXplore weights), MNIST test accuracy {accuracy:.2%}; "
+        f"{len(x_train)} training, {len(x_test)} test inputs"
+    )
 
     # The floor: one plain forward+backward pass (gradient of the top logit w.r.t. the input), batched.
     @tf.function(reduce_retracing=True)
@@ -65,7 +67,7 @@ def main():
 
     def floor_pass(x, batch=512):
         for i in range(0, len(x), batch):
-            forward_backward(tf.convert_to_tensor(x[i:i + batch])).numpy()
+            forward_backward(tf.convert_to_tensor(x[i : i + batch])).numpy()
 
     _, forward_pass = raw_forward(model)
 
@@ -79,17 +81,26 @@ def main():
 
     rows = []
     for m in args.m:
-        t_analysis, analysis = timed(analyze, network, x_train, train.y, layer="fc2", m=m, random_state=0,
-                                     progress=False)
+        t_analysis, analysis = timed(
+            analyze, network, x_train, train.y, layer="fc2", m=m, random_state=0, progress=False
+        )
         analysis.coverage(x_test[:1000])  # trace the tap once, as a fuzz campaign or CLI would have
         t_cov, cov = timed(analysis.coverage, x_test, repeat=3)
         rows.append((m, t_analysis, analysis, t_cov, cov))
-        print(f"m={m}: analysis {t_analysis:.2f} s (relevance {analysis.timings['relevance']:.2f} s, "
-              f"clusters {analysis.timings['clusters']:.2f} s) = {t_analysis / t_floor:.2f}x the floor; "
-              f"clusters per neuron {[c.k for c in analysis.clusters]}; "
-              f"IDC of the test set {cov} in {t_cov:.3f} s = {t_cov / t_forward:.2f}x a forward pass")
-        record("analysis", t_analysis, unit="s", m=m, relevance=analysis.timings["relevance"],
-               clusters=analysis.timings["clusters"])
+        print(
+            f"m={m}: analysis {t_analysis:.2f} s (relevance {analysis.timings['relevance']:.2f} s, "
+            f"clusters {analysis.timings['clusters']:.2f} s) = {t_analysis / t_floor:.2f}x the floor; "
+            f"clusters per neuron {[c.k for c in analysis.clusters]}; "
+            f"IDC of the test set {cov} in {t_cov:.3f} s = {t_cov / t_forward:.2f}x a forward pass"
+        )
+        record(
+            "analysis",
+            t_analysis,
+            unit="s",
+            m=m,
+            relevance=analysis.timings["relevance"],
+            clusters=analysis.timings["clusters"],
+        )
         record("analysis / floor", t_analysis / t_floor, unit="x", m=m)
         record("IDC of the test set", t_cov, unit="s", m=m, idc=float(cov.score))
         record("IDC of the test set / forward", t_cov / t_forward, unit="x", m=m)
@@ -99,8 +110,10 @@ def main():
     labels = kmeans_1d(values, 3, rng=np.random.default_rng(0)).labels
     t_ours, ours = timed(silhouette_1d, values, labels, repeat=5)
     t_sk, theirs = timed(silhouette_score, values.reshape(-1, 1), labels)
-    print(f"silhouette at 20,000 points: ours {t_ours * 1e3:.2f} ms, scikit-learn {t_sk:.2f} s, "
-          f"{t_sk / t_ours:.0f}x faster, |difference| {abs(ours - theirs):.1e}")
+    print(
+        f"silhouette at 20,000 points: ours {t_ours * 1e3:.2f} ms, scikit-learn {t_sk:.2f} s, "
+        f"{t_sk / t_ours:.0f}x faster, |difference| {abs(ours - theirs):.1e}"
+    )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory (max RSS of this process, TensorFlow included): {peak:.0f} MiB")
     record("silhouette_1d at 20,000 points", t_ours, unit="s")

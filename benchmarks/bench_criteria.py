@@ -39,8 +39,10 @@ def main():
     names = [n for n in parse_criteria(args.criteria) if n != "idc"]
     network, train, test, x_train, x_test = lenet5_mnist(args.shared)
     model = network.model
-    print(f"LeNet-5 (DeepXplore weights), {len(x_train)} training and {len(x_test)} test inputs; "
-          f"neuron layers {default_neuron_layers(network)}, surprise layer {network.default_layer()!r}")
+    print(
+        f"LeNet-5 (DeepXplore weights), {len(x_train)} training and {len(x_test)} test inputs; "
+        f"neuron layers {default_neuron_layers(network)}, surprise layer {network.default_layer()!r}"
+    )
 
     _, forward_pass = raw_forward(model)
 
@@ -76,13 +78,17 @@ def main():
         record("(fit + coverage) / 10 T", (t_fit + t_cov) / (10 * t_forward), unit="x", criterion=name)
         record("peak numpy memory", peak, unit="MiB", criterion=name)
 
-    print("\n| criterion | parameters | coverage of the test set | fit (s) | coverage (s) | (fit + coverage) / 10 T "
-          "| peak numpy memory (MiB) |")
+    print(
+        "\n| criterion | parameters | coverage of the test set | fit (s) | coverage (s) | (fit + coverage) / 10 T "
+        "| peak numpy memory (MiB) |"
+    )
     print("|---|---|---|---:|---:|---:|---:|")
     for name, criterion, result, t_fit, t_cov, peak in rows:
         params = ", ".join(f"{k}={v}" for k, v in criterion.get_params().items() if v is not None)
-        print(f"| {name.upper()} | {params} | {100 * result.score:.2f} % ({result.covered} of {result.total}) "
-              f"| {t_fit:.2f} | {t_cov:.2f} | {(t_fit + t_cov) / (10 * t_forward):.2f} | {peak:.0f} |")
+        print(
+            f"| {name.upper()} | {params} | {100 * result.score:.2f} % ({result.covered} of {result.total}) "
+            f"| {t_fit:.2f} | {t_cov:.2f} | {(t_fit + t_cov) / (10 * t_forward):.2f} | {peak:.0f} |"
+        )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record("T: forward over the training inputs", t_forward, unit="s")
     record("max RSS", rss, unit="MiB")

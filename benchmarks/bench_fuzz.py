@@ -53,8 +53,7 @@ def main():
 
     network, train, test, x_train, x_test = lenet5_mnist(args.shared)
     model = network.model
-    analyses = {m: analyze(network, x_train, train.y, layer="fc2", m=m, random_state=0, progress=False)
-                for m in args.m}
+    analyses = {m: analyze(network, x_train, train.y, layer="fc2", m=m, random_state=0, progress=False) for m in args.m}
 
     # 1. throughput. This (shared, virtual) machine's speed drifts by 10-30 % from one second to the
     # next, so the loop and raw forward passes alternate in blocks: BLOCK steps of the loop (one run()
@@ -72,7 +71,7 @@ def main():
         loop_execs = raw_inputs = 0
         with tempfile.TemporaryDirectory() as tmp:
             fuzzer = Fuzzer(analysis, mutators=mutators.split(","), batch_size=len(batch), random_state=0)
-            campaign = fuzzer.start(x_test[:args.seeds], test.y[:args.seeds], Path(tmp) / "c", budget=1)
+            campaign = fuzzer.start(x_test[: args.seeds], test.y[: args.seeds], Path(tmp) / "c", budget=1)
             while loop_execs < args.throughput_execs:
                 t0, e0, c0 = campaign.elapsed, campaign.execs, time.process_time()
                 fuzzer.run(campaign, budget=campaign.execs + block * len(batch), progress=False)
@@ -96,10 +95,12 @@ def main():
         for label, mutators in (("noise and transforms", CHEAP), ("noise only", NOISE)):
             rounds = np.array([throughputs(mutators, batch) for _ in range(args.rounds)])
             ratio = rounds[:, 0] / rounds[:, 1]
-            print(f"batch {batch_size}, {label} ({mutators}): loop {np.median(rounds[:, 0]):,.0f} execs/s, raw "
-                  f"forward {np.median(rounds[:, 1]):,.0f} inputs/s; ratio per round "
-                  f"{', '.join(f'{r:.2f}' for r in ratio)}: median {np.median(ratio):.2f}x; the loop's own CPU "
-                  f"per mutant {np.median(rounds[:, 2]):.0f} us")
+            print(
+                f"batch {batch_size}, {label} ({mutators}): loop {np.median(rounds[:, 0]):,.0f} execs/s, raw "
+                f"forward {np.median(rounds[:, 1]):,.0f} inputs/s; ratio per round "
+                f"{', '.join(f'{r:.2f}' for r in ratio)}: median {np.median(ratio):.2f}x; the loop's own CPU "
+                f"per mutant {np.median(rounds[:, 2]):.0f} us"
+            )
             setting = {"batch": batch_size, "mutators": label, "rounds": args.rounds, "m": max(args.m)}
             record("loop throughput", float(np.median(rounds[:, 0])), unit="execs/s", **setting)
             record("raw forward throughput", float(np.median(rounds[:, 1])), unit="inputs/s", **setting)
@@ -109,16 +110,19 @@ def main():
     # 2. budget-N campaigns with the default mutators
     for m in args.m:
         with tempfile.TemporaryDirectory() as tmp:
-            fuzzer = Fuzzer(analyses[m], mutators=parse_mutators(DEFAULT_MUTATORS), batch_size=args.batch_size,
-                            random_state=0)
+            fuzzer = Fuzzer(
+                analyses[m], mutators=parse_mutators(DEFAULT_MUTATORS), batch_size=args.batch_size, random_state=0
+            )
             start = time.perf_counter()
-            campaign = fuzzer.start(x_test[:args.seeds], test.y[:args.seeds], Path(tmp) / "c", budget=args.budget)
+            campaign = fuzzer.start(x_test[: args.seeds], test.y[: args.seeds], Path(tmp) / "c", budget=args.budget)
             seeds_cov = campaign.tracker.result()
             fuzzer.run(campaign, progress=False)
             wall = time.perf_counter() - start
-            print(f"\nm={m}: budget {args.budget} from {args.seeds} seeds in {wall:.1f} s; IDC seeds {seeds_cov} -> "
-                  f"grown set {campaign.tracker.result()} ({len(campaign.corpus)} inputs); "
-                  f"{campaign.n_findings} findings; full test set (10,000) reaches {analyses[m].coverage(x_test)}")
+            print(
+                f"\nm={m}: budget {args.budget} from {args.seeds} seeds in {wall:.1f} s; IDC seeds {seeds_cov} -> "
+                f"grown set {campaign.tracker.result()} ({len(campaign.corpus)} inputs); "
+                f"{campaign.n_findings} findings; full test set (10,000) reaches {analyses[m].coverage(x_test)}"
+            )
             setting = {"m": m, "budget": args.budget, "seeds": args.seeds, "batch": args.batch_size}
             record("campaign wall time", wall, unit="s", **setting)
             record("campaign findings", campaign.n_findings, **setting)
@@ -126,8 +130,10 @@ def main():
             print("| mutator | execs | valid | kept | findings | seconds | IDC gain per 1,000 execs | errors |")
             print("|---|---|---|---|---|---|---|---|")
             for r in mutator_table(campaign):
-                print(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
-                      f"{r['seconds']:.1f} | {100 * r['idc_gain_per_1000_execs']:+.2f} pp | {r['errors']} |")
+                print(
+                    f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
+                    f"{r['seconds']:.1f} | {100 * r['idc_gain_per_1000_execs']:+.2f} pp | {r['errors']} |"
+                )
 
 
 if __name__ == "__main__":

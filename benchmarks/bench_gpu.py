@@ -77,7 +77,7 @@ class ResNet50(nn.Module):
         self.bn1 = nn.BatchNorm2d(width)
         cin, stages = width, []
         for i, (blocks, stride) in enumerate(zip((3, 4, 6, 3), (1, 2, 2, 2))):
-            mid = width * 2 ** i
+            mid = width * 2**i
             stage = [Bottleneck(cin, mid, stride)] + [Bottleneck(mid * 4, mid, 1) for _ in range(blocks - 1)]
             stages.append(nn.Sequential(*stage))
             cin = mid * 4
@@ -132,14 +132,22 @@ class ViT(nn.Module):
 # ---- measuring ----------------------------------------------------------------------------------------
 def machine() -> dict:
     """The card, driver and versions every line carries."""
-    info = {"torch": torch.__version__, "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
-            "cpus": os.cpu_count()}
+    info = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+    }
     if torch.cuda.is_available():
         info["card"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
         try:
-            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                            capture_output=True, text=True, timeout=30).stdout.strip()
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             info["driver"] = None
     else:
@@ -158,8 +166,13 @@ class Out:
         text = json.dumps(dict(line, **self.base))
         print(text, flush=True)
         figure = {k: v for k, v in line.items() if k not in ("figure", "value", "unit")}
-        record(str(line.get("figure", line.get("what", "measurement"))), line.get("value"),
-               unit=str(line.get("unit", "")), **figure, **self.base)
+        record(
+            str(line.get("figure", line.get("what", "measurement"))),
+            line.get("value"),
+            unit=str(line.get("unit", "")),
+            **figure,
+            **self.base,
+        )
         if self.path is not None:
             with self.path.open("a") as handle:
                 handle.write(text + "\n")
@@ -189,6 +202,7 @@ def raw_rates(module, x: np.ndarray, batch: int, device, precision="fp32") -> di
         with autocast:
             top = module(inp).max(dim=1).values.sum()
         torch.autograd.grad(top, inp)
+
     rates = {}
     for name, step in (("forward", forward), ("forward_backward", backward)):
         step()
@@ -204,7 +218,8 @@ def raw_rates(module, x: np.ndarray, batch: int, device, precision="fp32") -> di
 
 def timed_analysis(network, x, layer):
     from idcgen.analysis import analyze
-    analyze(network, x[:min(len(x), 64)], layer=layer, m=8, clusters=[2, 3], progress=False)   # warm-up
+
+    analyze(network, x[: min(len(x), 64)], layer=layer, m=8, clusters=[2, 3], progress=False)  # warm-up
     sync(network.device)
     start = time.perf_counter()
     found = analyze(network, x, layer=layer, m=8, progress=False)
@@ -217,11 +232,13 @@ def fuzz_rate(analysis, seeds, batch: int, execs: int) -> float:
     network's device), the steps after the first (which traces) counted."""
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import parse_mutators
+
     with tempfile.TemporaryDirectory() as tmp:
-        fuzzer = Fuzzer(analysis, mutators=parse_mutators(MUTATORS), batch_size=batch, random_state=0,
-                        oracle="prediction-change")
+        fuzzer = Fuzzer(
+            analysis, mutators=parse_mutators(MUTATORS), batch_size=batch, random_state=0, oracle="prediction-change"
+        )
         campaign = fuzzer.start(seeds, None, Path(tmp) / "c", budget=batch)
-        fuzzer.run(campaign, budget=batch, progress=False)   # warm-up step
+        fuzzer.run(campaign, budget=batch, progress=False)  # warm-up step
         t0, e0 = campaign.elapsed, campaign.execs
         fuzzer.run(campaign, budget=campaign.execs + max(execs, 2 * batch), progress=False)
         return (campaign.execs - e0) / (campaign.elapsed - t0)
@@ -230,14 +247,21 @@ def fuzz_rate(analysis, seeds, batch: int, execs: int) -> float:
 def compare(a, b) -> dict:
     """Whether two analyses found the same important neurons and k, and their centroids' largest difference."""
     same_k = [c.k for c in a.clusters] == [c.k for c in b.clusters]
-    diff = max(float(np.abs(np.asarray(p.centroids) - np.asarray(q.centroids)).max())
-               for p, q in zip(a.clusters, b.clusters)) if same_k else None
+    diff = (
+        max(
+            float(np.abs(np.asarray(p.centroids) - np.asarray(q.centroids)).max())
+            for p, q in zip(a.clusters, b.clusters)
+        )
+        if same_k
+        else None
+    )
     return {"same_neurons": a.neurons.tolist() == b.neurons.tolist(), "same_k": same_k, "centroid_max_diff": diff}
 
 
 def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, precision):
     """Every measurement of one model: raw rates, analyses per layer (and the CPU's agreement), fuzz rates."""
     from idcgen.framework import Network
+
     torch.manual_seed(0)
     module = make().eval()
     rng = np.random.default_rng(0)
@@ -250,33 +274,65 @@ def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, 
             network = Network(module, device=device)
             batch = network.relevance_batch_size()
             rates = raw_rates(make_like(module, make), x, batch, device)
-            out(what="raw", model=name, device=str(device), batch=batch, precision="fp32",
-                forward_per_s=round(rates["forward"], 1), forward_backward_per_s=round(rates["forward_backward"], 1))
+            out(
+                what="raw",
+                model=name,
+                device=str(device),
+                batch=batch,
+                precision="fp32",
+                forward_per_s=round(rates["forward"], 1),
+                forward_backward_per_s=round(rates["forward_backward"], 1),
+            )
             if device.type == "cuda" and precision != "fp32":
                 rates16 = raw_rates(make_like(module, make), x, batch, device, precision)
-                out(what="raw", model=name, device=str(device), batch=batch, precision=precision,
+                out(
+                    what="raw",
+                    model=name,
+                    device=str(device),
+                    batch=batch,
+                    precision=precision,
                     forward_per_s=round(rates16["forward"], 1),
-                    forward_backward_per_s=round(rates16["forward_backward"], 1))
+                    forward_backward_per_s=round(rates16["forward_backward"], 1),
+                )
             for layer in layers or [network.default_layer()]:
                 found, seconds = timed_analysis(network, x[:n], layer)
                 found_on[(device.type, layer)] = found
-                out(what="analysis", model=name, device=str(device), layer=found.layer, images=n,
-                    seconds=round(seconds, 3), images_per_s=round(n / seconds, 1),
+                out(
+                    what="analysis",
+                    model=name,
+                    device=str(device),
+                    layer=found.layer,
+                    images=n,
+                    seconds=round(seconds, 3),
+                    images_per_s=round(n / seconds, 1),
                     relevance_seconds=round(found.timings.get("relevance", float("nan")), 3),
                     relevance_batch=network.relevance_batch_size(),
-                    vs_forward_backward=round((n / rates["forward_backward"]) / seconds, 3))
+                    vs_forward_backward=round((n / rates["forward_backward"]) / seconds, 3),
+                )
             for b in batches:
-                loop = fuzz_rate(found_on[(device.type, (layers or [network.default_layer()])[-1])], x[:64], b,
-                                 execs)
+                loop = fuzz_rate(found_on[(device.type, (layers or [network.default_layer()])[-1])], x[:64], b, execs)
                 raw = raw_rates(make_like(module, make), x, b, device)["forward"] if b != batch else rates["forward"]
-                out(what="fuzz", model=name, device=str(device), batch=b, execs_per_s=round(loop, 1),
-                    raw_forward_per_s=round(raw, 1), ratio=round(loop / raw, 3), mutators=MUTATORS)
-        except Exception as exc:   # one model or device failing leaves the others measured
+                out(
+                    what="fuzz",
+                    model=name,
+                    device=str(device),
+                    batch=b,
+                    execs_per_s=round(loop, 1),
+                    raw_forward_per_s=round(raw, 1),
+                    ratio=round(loop / raw, 3),
+                    mutators=MUTATORS,
+                )
+        except Exception as exc:  # one model or device failing leaves the others measured
             out(what="error", model=name, device=str(device), error=f"{type(exc).__name__}: {exc}"[:500])
     for layer in layers or []:
         if ("cuda", layer) in found_on and ("cpu", layer) in found_on and n_cpu == n_gpu:
-            out(what="agreement", model=name, layer=layer, images=n_cpu,
-                **compare(found_on[("cuda", layer)], found_on[("cpu", layer)]))
+            out(
+                what="agreement",
+                model=name,
+                layer=layer,
+                images=n_cpu,
+                **compare(found_on[("cuda", layer)], found_on[("cpu", layer)]),
+            )
 
 
 def make_like(module, make):
@@ -306,22 +362,32 @@ def main():
     out = Out(args.out)
     batches = [int(b) for b in args.batches.split(",")]
     if args.quick:
-        specs = {"resnet18": (lambda: ResNet18(width=8), 64, 64, ["layer3", "layer4"], [32], 64),
-                 "resnet50": (lambda: ResNet50(width=8, size=64), 16, 16, ["layer4"], [16], 32),
-                 "vit": (lambda: ViT(dim=32, depth=2, heads=2, patch=8, size=32), 16, 16, None, [16], 32)}
+        specs = {
+            "resnet18": (lambda: ResNet18(width=8), 64, 64, ["layer3", "layer4"], [32], 64),
+            "resnet50": (lambda: ResNet50(width=8, size=64), 16, 16, ["layer4"], [16], 32),
+            "vit": (lambda: ViT(dim=32, depth=2, heads=2, patch=8, size=32), 16, 16, None, [16], 32),
+        }
     else:
         cpu_n = args.cpu_images if not gpu else min(args.cpu_images, args.images)
-        specs = {"resnet18": (lambda: ResNet18(width=64), args.images, cpu_n, ["layer3", "layer4"], batches,
-                              args.execs),
-                 "resnet50": (lambda: ResNet50(), args.large_images, args.large_cpu_images, ["layer4"], batches[:2],
-                              args.execs // 4),
-                 "vit": (lambda: ViT(), args.large_images, args.large_cpu_images, None, batches[:2], args.execs // 4)}
+        specs = {
+            "resnet18": (lambda: ResNet18(width=64), args.images, cpu_n, ["layer3", "layer4"], batches, args.execs),
+            "resnet50": (
+                lambda: ResNet50(),
+                args.large_images,
+                args.large_cpu_images,
+                ["layer4"],
+                batches[:2],
+                args.execs // 4,
+            ),
+            "vit": (lambda: ViT(), args.large_images, args.large_cpu_images, None, batches[:2], args.execs // 4),
+        }
     out(what="start", devices=[str(d) for d in devices], quick=args.quick)
     for name in args.only.split(","):
         make, n_gpu, n_cpu, layers, model_batches, execs = specs[name]
-        bench_model(out, name, make, n_gpu if gpu else n_cpu, n_cpu, layers, model_batches, execs, devices,
-                    args.precision)
-        if gpu and not args.no_cpu and name == "resnet18":   # the agreement needs the same images on both
+        bench_model(
+            out, name, make, n_gpu if gpu else n_cpu, n_cpu, layers, model_batches, execs, devices, args.precision
+        )
+        if gpu and not args.no_cpu and name == "resnet18":  # the agreement needs the same images on both
             bench_agreement(out, make, n_cpu)
 
 
@@ -329,6 +395,7 @@ def bench_agreement(out, make, n):
     """The same analysis (the same ``n`` images) on the GPU and on the CPU: the same important neurons and k,
     centroids within 1e-3, and the speed-up."""
     from idcgen.framework import Network
+
     torch.manual_seed(0)
     module = make().eval()
     x = np.random.default_rng(1).random((n, *module.input_shape), dtype=np.float32)
@@ -337,8 +404,14 @@ def bench_agreement(out, make, n):
             found, seconds = {}, {}
             for device in (torch.device("cuda", 0), torch.device("cpu")):
                 found[device.type], seconds[device.type] = timed_analysis(Network(module, device=device), x, layer)
-            out(what="agreement", model="resnet18", layer=layer, images=n,
-                speedup=round(seconds["cpu"] / seconds["cuda"], 2), **compare(found["cuda"], found["cpu"]))
+            out(
+                what="agreement",
+                model="resnet18",
+                layer=layer,
+                images=n,
+                speedup=round(seconds["cpu"] / seconds["cuda"], 2),
+                **compare(found["cuda"], found["cpu"]),
+            )
         except Exception as exc:
             out(what="error", model="resnet18", device="agreement", error=f"{type(exc).__name__}: {exc}"[:500])
 

@@ -40,9 +40,10 @@ def best(fn, repeats: int) -> float:
 def measure(name: str, network, x, y, repeats: int) -> None:
     import idcgen
     from idcgen.criteria import default_neuron_layers
+
     layers = tuple(default_neuron_layers(network))
     every = tuple(network.layer_names())
-    network.forward(x[:256], layers)   # trace once, outside the timings
+    network.forward(x[:256], layers)  # trace once, outside the timings
     network.forward(x[:256], every)
     idcgen.inspect(network, x[:256], y[:256])
     f = best(lambda: network.forward(x, layers), repeats)
@@ -53,12 +54,23 @@ def measure(name: str, network, x, y, repeats: int) -> None:
     result = idcgen.inspect(network, x, y)
     neurons = sum(result.widths)
     print(f"{name}: {len(x)} inputs, {neurons} neurons in {len(layers)} layers, batch {network.batch_size}")
-    print(f"  F (forward + the inspected layers' activations) {f:.3f} s; F_all (+ every layer's, {len(every)}) {f_all:.3f} s")
-    print(f"  inspect, one pass (kept {len(x) * neurons * 4 / 2**20:.1f} MiB): {one:.3f} s = {one / f:.2f}x F, "
-          f"{one / f_all:.2f}x F_all")
-    print(f"  inspect, two passes: {two:.3f} s = {two / f:.2f}x F; scaling='input': {per_input:.3f} s = {per_input / f:.2f}x F")
-    for figure, value in (("F: forward + the inspected layers' activations", f), ("F_all: forward + every layer's", f_all),
-                          ("inspect, one pass", one), ("inspect, two passes", two), ("inspect, scaling='input'", per_input)):
+    print(
+        f"  F (forward + the inspected layers' activations) {f:.3f} s; F_all (+ every layer's, {len(every)}) {f_all:.3f} s"
+    )
+    print(
+        f"  inspect, one pass (kept {len(x) * neurons * 4 / 2**20:.1f} MiB): {one:.3f} s = {one / f:.2f}x F, "
+        f"{one / f_all:.2f}x F_all"
+    )
+    print(
+        f"  inspect, two passes: {two:.3f} s = {two / f:.2f}x F; scaling='input': {per_input:.3f} s = {per_input / f:.2f}x F"
+    )
+    for figure, value in (
+        ("F: forward + the inspected layers' activations", f),
+        ("F_all: forward + every layer's", f_all),
+        ("inspect, one pass", one),
+        ("inspect, two passes", two),
+        ("inspect, scaling='input'", per_input),
+    ):
         record(figure, value, unit="s", model=name, inputs=len(x), repeats=repeats)
     record("inspect, one pass / F", one / f, unit="x", model=name)
     c = result.metrics["all"]["confusion"]
@@ -75,6 +87,7 @@ def main():
     measure("LeNet-5 (DeepXplore weights), MNIST test", network, x_test, test.y, args.repeats)
     if args.cifar:
         import idcgen
+
         os.environ.setdefault("IDCGEN_CIFAR10", str(args.shared / "data" / "cifar10"))
         test = idcgen.load_inputs("cifar10:test")
         x, y = test.x, test.y

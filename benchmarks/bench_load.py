@@ -38,6 +38,7 @@ def prepare(folder: Path) -> None:
     import idcgen
     from idcgen.framework.torch_zoo import export_program
     from torch_twins import images, twins
+
     module, model = twins()
     export_program(module, folder / "twin.pt2")
     model.save(folder / "twin.keras")
@@ -52,39 +53,43 @@ def prepare(folder: Path) -> None:
 
 def child(folder: Path, name: str, settings: str, budget: int) -> None:
     """One campaign in this fresh process: {"seconds", "execs", "threads"} on stdout."""
-    policy = None   # the wait policy OpenMP starts with
+    policy = None  # the wait policy OpenMP starts with
     if settings == "torch-defaults":
-        os.environ.pop("OMP_WAIT_POLICY", None)   # (the parent passes none either)
+        os.environ.pop("OMP_WAIT_POLICY", None)  # (the parent passes none either)
         import torch  # noqa: F401  (before idcgen: OpenMP starts with torch's defaults)
 
         import idcgen.framework.torch_load as torch_load
+
         torch_load.fit_threads = lambda: torch.get_num_threads()
         import idcgen.framework.torch_network as torch_network
+
         torch_network.fit_threads = torch_load.fit_threads
-    if settings == "one-thread":   # idcgen's settings with one intra-op thread (fit_threads never raises it)
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as idcgen sets it, torch being imported first
+    if settings == "one-thread":  # idcgen's settings with one intra-op thread (fit_threads never raises it)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as idcgen sets it, torch being imported first
         import torch
+
         torch.set_num_threads(1)
     import numpy as np
 
     import idcgen
     from idcgen.fuzz.fuzzer import Fuzzer
+
     network = idcgen.Network(idcgen.load_model(folder / name))
     if name.endswith(".pt2") and settings != "torch-defaults":
         policy = os.environ.get("OMP_WAIT_POLICY")
     analysis = idcgen.Analysis.load(folder / f"analysis_{name.replace('.', '_')}", model=network)
     seeds = np.load(folder / "seeds.npz")
     fuzzer = Fuzzer(analysis, mutators=MUTATORS, random_state=0)
-    fuzzer.run(seeds["x"][:8], seeds["y"][:8], budget=256, progress=False)   # warm-up: tracing, first calls
+    fuzzer.run(seeds["x"][:8], seeds["y"][:8], budget=256, progress=False)  # warm-up: tracing, first calls
     start = time.perf_counter()
     campaign = fuzzer.run(seeds["x"], seeds["y"], budget=budget, progress=False)
     seconds = time.perf_counter() - start
     threads = None
     if name.endswith(".pt2"):
         import torch
+
         threads = torch.get_num_threads()
-    print(json.dumps({"seconds": seconds, "execs": int(campaign.execs), "threads": threads,
-                      "wait_policy": policy}))
+    print(json.dumps({"seconds": seconds, "execs": int(campaign.execs), "threads": threads, "wait_policy": policy}))
 
 
 def measure(folder: Path, name: str, settings: str, budget: int, timeout: float) -> dict:
@@ -130,20 +135,35 @@ def main() -> None:
             try:
                 for name, settings in runs:
                     row = measure(folder, name, settings, args.budget, args.timeout)
-                    row.update(bench="load", model=name, settings=settings, load=load, hogs=len(hogs),
-                               budget=args.budget, cpus=os.cpu_count(), loadavg=os.getloadavg()[0])
+                    row.update(
+                        bench="load",
+                        model=name,
+                        settings=settings,
+                        load=load,
+                        hogs=len(hogs),
+                        budget=args.budget,
+                        cpus=os.cpu_count(),
+                        loadavg=os.getloadavg()[0],
+                    )
                     results[(settings, load)] = row
                     print(json.dumps(row), flush=True)
-                    record("campaign seconds", row.get("seconds"), unit="s", bench="bench_load", **{k: v for k, v in row.items()
-                                                                             if k not in ("seconds", "bench")})
+                    record(
+                        "campaign seconds",
+                        row.get("seconds"),
+                        unit="s",
+                        bench="bench_load",
+                        **{k: v for k, v in row.items() if k not in ("seconds", "bench")},
+                    )
             finally:
                 stop_hog(hogs)
     print()
     for settings in ("idcgen", "torch-defaults", "one-thread", "keras"):
         alone, hog = results[(settings, "alone")]["seconds"], results[(settings, "hog")]["seconds"]
         ratio = f"{hog / alone:.2f}x" if alone and hog else "n/a"
-        print(f"{settings:>15}: alone {alone or float('nan'):.2f} s, beside {args.hogs} busy processes "
-              f"{hog or float('nan'):.2f} s ({ratio})")
+        print(
+            f"{settings:>15}: alone {alone or float('nan'):.2f} s, beside {args.hogs} busy processes "
+            f"{hog or float('nan'):.2f} s ({ratio})"
+        )
     torch_hog, keras_hog = results[("idcgen", "hog")]["seconds"], results[("keras", "hog")]["seconds"]
     if torch_hog and keras_hog:
         print(f"under load, PyTorch (idcgen's settings) / Keras: {torch_hog / keras_hog:.2f}")

@@ -31,8 +31,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--n", type=int, default=100)
-    parser.add_argument("--extra", nargs="*", default=["cw(lr=0.005)"],
-                        help="further specs to time (default: C&W at the paper's learning rate)")
+    parser.add_argument(
+        "--extra",
+        nargs="*",
+        default=["cw(lr=0.005)"],
+        help="further specs to time (default: C&W at the paper's learning rate)",
+    )
     args = parser.parse_args()
 
     from idcgen.data import fit_to_model, load_inputs
@@ -49,7 +53,7 @@ def main():
         print(f"model: LeNet-5 UNTRAINED ({weights} not found): success rates mean little")
     net = Network(model)
     ds = load_inputs("embedded-mnist:test")
-    x_all, y_all = fit_to_model(ds, (28, 28, 1))[:args.n], ds.y[:args.n]
+    x_all, y_all = fit_to_model(ds, (28, 28, 1))[: args.n], ds.y[: args.n]
     pred_all = net.predict(x_all)
     print(f"inputs: {len(x_all)} embedded MNIST test digits, accuracy {np.mean(pred_all == y_all):.2%}")
 
@@ -66,11 +70,22 @@ def main():
         seconds = time.perf_counter() - start
         diff = (out - x).reshape(n, -1)
         changed = np.mean(net.predict(out) != pred)
-        record("seconds per 100 images", seconds * 100 / n, unit="s", mutator=repr(mutator), kind=mutator.kind,
-               batch=n, changed=float(changed), linf=float(np.abs(diff).max(axis=1).mean()),
-               l2=float(np.linalg.norm(diff, axis=1).mean()))
-        print(f"{mutator!r:<58} {mutator.kind:<9} {n:>5} {seconds * 100 / n:>10.3f} {changed:>8.0%} "
-              f"{np.abs(diff).max(axis=1).mean():>6.3f} {np.linalg.norm(diff, axis=1).mean():>6.3f}", flush=True)
+        record(
+            "seconds per 100 images",
+            seconds * 100 / n,
+            unit="s",
+            mutator=repr(mutator),
+            kind=mutator.kind,
+            batch=n,
+            changed=float(changed),
+            linf=float(np.abs(diff).max(axis=1).mean()),
+            l2=float(np.linalg.norm(diff, axis=1).mean()),
+        )
+        print(
+            f"{mutator!r:<58} {mutator.kind:<9} {n:>5} {seconds * 100 / n:>10.3f} {changed:>8.0%} "
+            f"{np.abs(diff).max(axis=1).mean():>6.3f} {np.linalg.norm(diff, axis=1).mean():>6.3f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

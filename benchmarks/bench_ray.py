@@ -54,8 +54,11 @@ def timed(fn, *args, **kwargs):
 
 
 def same(a, b) -> bool:
-    return (np.array_equal(a.neurons, b.neurons) and [c.k for c in a.clusters] == [c.k for c in b.clusters]
-            and all(np.allclose(c.centroids, d.centroids, rtol=RTOL, atol=1e-7) for c, d in zip(a.clusters, b.clusters)))
+    return (
+        np.array_equal(a.neurons, b.neurons)
+        and [c.k for c in a.clusters] == [c.k for c in b.clusters]
+        and all(np.allclose(c.centroids, d.centroids, rtol=RTOL, atol=1e-7) for c, d in zip(a.clusters, b.clusters))
+    )
 
 
 def again(repeats: int, fn, *args, **kwargs) -> float:
@@ -66,6 +69,7 @@ def again(repeats: int, fn, *args, **kwargs) -> float:
 def bench_analysis(name: str, dataset: str, n_train: int, rows: list, repeats: int) -> tuple:
     import idcgen
     from idcgen.distributed import Workers
+
     model = common.load_model(name, dataset)
     path = common.model_path(name, dataset)
     x, y = common.load_data("train", dataset, n_train)
@@ -75,23 +79,48 @@ def bench_analysis(name: str, dataset: str, n_train: int, rows: list, repeats: i
     t_c, cov, l_c = timed(single.tracker, x_test)
     t_c2 = again(repeats, single.tracker, x_test)
     base = dict(subject=f"{name} / {dataset}", inputs=f"{len(x)} train, {len(x_test)} test")
-    rows.append(dict(base, run="one process (TF default threads)", start=0.0, analysis=t_a, again=t_a2,
-                     coverage=t_c, coverage_again=t_c2, load=max(l_a, l_c), same="-"))
+    rows.append(
+        dict(
+            base,
+            run="one process (TF default threads)",
+            start=0.0,
+            analysis=t_a,
+            again=t_a2,
+            coverage=t_c,
+            coverage_again=t_c2,
+            load=max(l_a, l_c),
+            same="-",
+        )
+    )
     print(f"{name}: one process: analysis {t_a:.1f} s, coverage {t_c:.1f} s (load {max(l_a, l_c):.1f})", flush=True)
     by_workers = {}
     for workers in (1, 2):
         t_s, pool, l_s = timed(Workers, path, workers=workers, threads=1)
         with pool:
-            t_a, sharded, l_a = timed(pool.analyze, x, y, m=8, progress=False)   # each worker traces first
-            t_a2 = again(repeats, pool.analyze, x, y, m=8, progress=False)       # then reuses its trace
+            t_a, sharded, l_a = timed(pool.analyze, x, y, m=8, progress=False)  # each worker traces first
+            t_a2 = again(repeats, pool.analyze, x, y, m=8, progress=False)  # then reuses its trace
             t_c, tracker, l_c = timed(pool.tracker, single, x_test)
             t_c2 = again(repeats, pool.tracker, single, x_test)
         ok = same(single, sharded) and np.array_equal(tracker.covered_ids(), cov.covered_ids())
         by_workers[workers] = (t_a2, t_c2)
-        rows.append(dict(base, run=f"Ray, {workers} worker(s) x 1 thread", start=t_s, analysis=t_a, again=t_a2,
-                         coverage=t_c, coverage_again=t_c2, load=max(l_s, l_a, l_c), same="yes" if ok else "NO"))
-        print(f"{name}: {workers} Ray worker(s): start {t_s:.1f} s, analysis {t_a:.1f} s, coverage {t_c:.1f} s, "
-              f"same result: {ok} (load {max(l_s, l_a, l_c):.1f})", flush=True)
+        rows.append(
+            dict(
+                base,
+                run=f"Ray, {workers} worker(s) x 1 thread",
+                start=t_s,
+                analysis=t_a,
+                again=t_a2,
+                coverage=t_c,
+                coverage_again=t_c2,
+                load=max(l_s, l_a, l_c),
+                same="yes" if ok else "NO",
+            )
+        )
+        print(
+            f"{name}: {workers} Ray worker(s): start {t_s:.1f} s, analysis {t_a:.1f} s, coverage {t_c:.1f} s, "
+            f"same result: {ok} (load {max(l_s, l_a, l_c):.1f})",
+            flush=True,
+        )
     return single, x_test, by_workers
 
 
@@ -122,20 +151,32 @@ def bench_ceiling(seconds: float = 20.0) -> float:
     """What the machine allows: the CIFAR-10 CNN's forward pass (batch 128, one TensorFlow thread) in one
     plain process, then in two at once, no Ray; returns two against one (inputs/s summed)."""
     import subprocess
+
     path = str(common.model_path("cifar10_cnn", "cifar10"))
 
     def run(n):
-        start_at = time.time() + 30   # after every process has imported TensorFlow and traced its pass
-        procs = [subprocess.Popen([sys.executable, "-c", CEILING, path, str(start_at), str(seconds)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+        start_at = time.time() + 30  # after every process has imported TensorFlow and traced its pass
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", CEILING, path, str(start_at), str(seconds)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(n)
+        ]
         outs = [p.communicate() for p in procs]
         failed = [err.strip().splitlines()[-1:] for p, (_, err) in zip(procs, outs) if p.returncode]
         if failed:
             raise SystemExit(f"the ceiling's forward-pass process failed: {failed[0]}")
         return sum(float(out) for out, _ in outs)
+
     one, two = run(1), run(2)
-    print(f"ceiling: forward pass in plain processes, one TF thread each: 1 process {one:.0f} inputs/s, 2 processes "
-          f"{two:.0f} inputs/s: {two / one:.2f}x (load {load():.1f})", flush=True)
+    print(
+        f"ceiling: forward pass in plain processes, one TF thread each: 1 process {one:.0f} inputs/s, 2 processes "
+        f"{two:.0f} inputs/s: {two / one:.2f}x (load {load():.1f})",
+        flush=True,
+    )
     return two / one
 
 
@@ -144,6 +185,7 @@ def bench_fuzz(analysis, x_test, budget: int, rounds: int) -> list[dict]:
     {workers: figures}. Alternating the two spreads the machine's drift over both."""
     from idcgen.distributed import fuzz
     from idcgen.fuzz.campaign import Campaign
+
     path = common.model_path("cifar10_cnn", "cifar10")
     _, y_test = common.load_data("test", "cifar10")
     seeds, labels = x_test[:100], y_test[:100]
@@ -152,19 +194,41 @@ def bench_fuzz(analysis, x_test, budget: int, rounds: int) -> list[dict]:
         out = {}
         for workers in (1, 2):
             folder = Path(tempfile.mkdtemp(prefix=f"bench_ray_fuzz{workers}_"))
-            wall, result, l_f = timed(fuzz, path, analysis, seeds, labels, budget=budget, out=folder / "c",
-                                      workers=workers, threads=1, batch_size=128, mutators=MUTATORS, random_state=0)
+            wall, result, l_f = timed(
+                fuzz,
+                path,
+                analysis,
+                seeds,
+                labels,
+                budget=budget,
+                out=folder / "c",
+                workers=workers,
+                threads=1,
+                batch_size=128,
+                mutators=MUTATORS,
+                random_state=0,
+            )
             merged = Campaign.load(folder / "c" / "merged")
             own = max(w["elapsed_seconds"] for w in result["workers"])
             each = [(w["execs"], w["elapsed_seconds"], w["sync_wait_seconds"]) for w in result["workers"]]
-            out[workers] = dict(execs=result["execs"], own=own, wall=wall, idc=merged.tracker.score, load=l_f,
-                                imports=sum(w["imports"] for w in result["workers"]), each=each)
-            print(f"round {round_ + 1}, fuzz {workers} worker(s): {result['execs']} execs, "
-                  f"{result['execs'] / own:.0f} execs/s over the campaigns' time ({own:.1f} s), "
-                  f"{result['execs'] / wall:.0f} execs/s over the wall time ({wall:.1f} s with the start), merged IDC "
-                  f"{merged.tracker.score:.1%}, {out[workers]['imports']} imported (load {l_f:.1f}); each worker "
-                  f"(execs, seconds, of them waiting on syncs): "
-                  f"{', '.join(f'({e}, {t:.1f}, {w:.2f})' for e, t, w in each)}", flush=True)
+            out[workers] = dict(
+                execs=result["execs"],
+                own=own,
+                wall=wall,
+                idc=merged.tracker.score,
+                load=l_f,
+                imports=sum(w["imports"] for w in result["workers"]),
+                each=each,
+            )
+            print(
+                f"round {round_ + 1}, fuzz {workers} worker(s): {result['execs']} execs, "
+                f"{result['execs'] / own:.0f} execs/s over the campaigns' time ({own:.1f} s), "
+                f"{result['execs'] / wall:.0f} execs/s over the wall time ({wall:.1f} s with the start), merged IDC "
+                f"{merged.tracker.score:.1%}, {out[workers]['imports']} imported (load {l_f:.1f}); each worker "
+                f"(execs, seconds, of them waiting on syncs): "
+                f"{', '.join(f'({e}, {t:.1f}, {w:.2f})' for e, t, w in each)}",
+                flush=True,
+            )
             shutil.rmtree(folder, ignore_errors=True)
         found.append(out)
     return found
@@ -184,6 +248,7 @@ def main():
     parser.add_argument("--skip-cifar", action="store_true")
     args = parser.parse_args()
     import ray
+
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     print(f"{os.cpu_count()} cores; load average at start {os.getloadavg()}", flush=True)
     rows = []
@@ -196,13 +261,17 @@ def main():
         ceiling = bench_ceiling()
         fz = bench_fuzz(analysis, x_test, args.fuzz_budget, args.fuzz_rounds)
 
-    print("\n| subject | inputs | run | start (s) | analysis (s): first, median after | coverage (s): first, "
-          "median after | "
-          "same result | load (1 min) |")
+    print(
+        "\n| subject | inputs | run | start (s) | analysis (s): first, median after | coverage (s): first, "
+        "median after | "
+        "same result | load (1 min) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['subject']} | {r['inputs']} | {r['run']} | {r['start']:.1f} | {r['analysis']:.1f}, "
-              f"{r['again']:.1f} | {r['coverage']:.1f}, {r['coverage_again']:.1f} | {r['same']} | {r['load']:.1f} |")
+        print(
+            f"| {r['subject']} | {r['inputs']} | {r['run']} | {r['start']:.1f} | {r['analysis']:.1f}, "
+            f"{r['again']:.1f} | {r['coverage']:.1f}, {r['coverage_again']:.1f} | {r['same']} | {r['load']:.1f} |"
+        )
         setting = {"subject": r["subject"], "inputs": r["inputs"], "run": r["run"], "same_result": r["same"]}
         record("pool start", r["start"], unit="s", **setting)
         record("analysis, median after the first", r["again"], unit="s", first=r["analysis"], **setting)
@@ -215,14 +284,22 @@ def main():
     if not args.skip_cifar:
         ratios_fz = [rate(r[2]) / rate(r[1]) for r in fz]
         for i, r in enumerate(fz):
-            print(f"- cifar10_cnn fuzz, round {i + 1}: {rate(r[1]):.0f} -> {rate(r[2]):.0f} execs/s over the campaigns' "
-                  f"time: {ratios_fz[i]:.2f}x; over the wall time with the actors' start "
-                  f"{(r[2]['execs'] / r[2]['wall']) / (r[1]['execs'] / r[1]['wall']):.2f}x; merged IDC "
-                  f"{r[1]['idc']:.1%} (1 worker) vs {r[2]['idc']:.1%} (2 workers) at {args.fuzz_budget} execs in all")
+            print(
+                f"- cifar10_cnn fuzz, round {i + 1}: {rate(r[1]):.0f} -> {rate(r[2]):.0f} execs/s over the campaigns' "
+                f"time: {ratios_fz[i]:.2f}x; over the wall time with the actors' start "
+                f"{(r[2]['execs'] / r[2]['wall']) / (r[1]['execs'] / r[1]['wall']):.2f}x; merged IDC "
+                f"{r[1]['idc']:.1%} (1 worker) vs {r[2]['idc']:.1%} (2 workers) at {args.fuzz_budget} execs in all"
+            )
         print(f"- cifar10_cnn fuzz, median of {len(fz)} rounds: {float(np.median(ratios_fz)):.2f}x")
         print(f"- the machine's ceiling (two plain processes running the forward pass against one): {ceiling:.2f}x")
-        record("fuzz, 2 workers against 1", float(np.median(ratios_fz)), unit="x", subject="cifar10_cnn",
-               per_round=list(map(float, ratios_fz)), budget=args.fuzz_budget)
+        record(
+            "fuzz, 2 workers against 1",
+            float(np.median(ratios_fz)),
+            unit="x",
+            subject="cifar10_cnn",
+            per_round=list(map(float, ratios_fz)),
+            budget=args.fuzz_budget,
+        )
         record("ceiling: 2 plain processes against 1", ceiling, unit="x")
     print(f"load average at the end {os.getloadavg()}")
     ray.shutdown()

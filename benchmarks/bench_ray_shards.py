@@ -53,8 +53,11 @@ def twice(fn, *args, **kwargs):
 
 
 def same(a, b) -> bool:
-    return (np.array_equal(a.neurons, b.neurons) and [c.k for c in a.clusters] == [c.k for c in b.clusters]
-            and all(np.allclose(c.centroids, d.centroids, rtol=RTOL, atol=1e-7) for c, d in zip(a.clusters, b.clusters)))
+    return (
+        np.array_equal(a.neurons, b.neurons)
+        and [c.k for c in a.clusters] == [c.k for c in b.clusters]
+        and all(np.allclose(c.centroids, d.centroids, rtol=RTOL, atol=1e-7) for c, d in zip(a.clusters, b.clusters))
+    )
 
 
 def write_shards(x: np.ndarray, y: np.ndarray, folder: Path, shards: int) -> str:
@@ -75,6 +78,7 @@ def main():
 
     import idcgen
     from idcgen.distributed import Workers
+
     model = common.load_model("lenet5", "mnist")
     path = common.model_path("lenet5", "mnist")
     x, y = common.load_data("train", "mnist", args.train)

@@ -41,6 +41,7 @@ def cifar10_train() -> tuple[np.ndarray, np.ndarray]:
     """The 50,000 CIFAR-10 training images, float32 in [0, 1], and labels (idcgen's named dataset cifar10,
     found through the recipes' kit)."""
     import kit
+
     return kit.cifar10("train")
 
 
@@ -48,6 +49,7 @@ def resnet20(path: Path | None):
     import keras
 
     from idcgen.framework.keras_zoo import resnet20 as build
+
     if path is not None and path.exists():
         return keras.models.load_model(path, compile=False), True
     return build(), False
@@ -70,7 +72,7 @@ def floor_seconds(network, x, batch: int) -> float:
     for _ in range(2):
         start = time.perf_counter()
         for i in range(0, len(x), batch):
-            forward_backward(tf.constant(x[i:i + batch])).numpy()
+            forward_backward(tf.constant(x[i : i + batch])).numpy()
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -79,10 +81,11 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
     from idcgen.analysis import analyze
     from idcgen.framework import Network
     from idcgen.relevance import batch_size_for
+
     network = Network(model)
     batch = batch_size_for(network)
     floors = {b: floor_seconds(network, x, b) for b in sorted({batch, 256})}
-    floor = min(floors.values())   # the floor is the best the plain pass does, at either batch size
+    floor = min(floors.values())  # the floor is the best the plain pass does, at either batch size
     shown = ", ".join(f"{t:.1f} s at batch {b}" for b, t in floors.items())
     print(f"forward+backward floor over {len(x):,} CIFAR-10 training images: {shown}")
     for b, t in floors.items():
@@ -92,20 +95,33 @@ def bench_analysis(model, trained: bool, x: np.ndarray, y: np.ndarray, layers) -
         analysis = analyze(network, x, y, layer=layer, m=8, random_state=0, progress=False)
         whole = time.perf_counter() - start
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in analysis.timings.items())
-        print(f"analysis, {model.name} layer {analysis.layer}, m=8, relevance batch {batch}: {whole:.1f} s ({parts}); "
-              f"ratio to the floor {whole / floor:.2f}x")
-        record("analysis", whole, unit="s", model=model.name, layer=analysis.layer, m=8, batch=batch,
-               **{k: float(v) for k, v in analysis.timings.items()})
+        print(
+            f"analysis, {model.name} layer {analysis.layer}, m=8, relevance batch {batch}: {whole:.1f} s ({parts}); "
+            f"ratio to the floor {whole / floor:.2f}x"
+        )
+        record(
+            "analysis",
+            whole,
+            unit="s",
+            model=model.name,
+            layer=analysis.layer,
+            m=8,
+            batch=batch,
+            **{k: float(v) for k, v in analysis.timings.items()},
+        )
         record("analysis / floor", whole / floor, unit="x", model=model.name, layer=analysis.layer)
         if trained:
-            print(f"  important neurons {analysis.neurons.tolist()}, clusters {[c.k for c in analysis.clusters]}, "
-                  f"training accuracy {analysis.data['accuracy']:.1%}")
+            print(
+                f"  important neurons {analysis.neurons.tolist()}, clusters {[c.k for c in analysis.clusters]}, "
+                f"training accuracy {analysis.data['accuracy']:.1%}"
+            )
 
 
 def bench_memory(shared: Path, model_path: Path | None, tmp: Path) -> None:
     """Peak memory of `idcgen analyze` in a fresh process, read from the line it prints."""
     from idcgen.framework.keras_zoo import lenet5
     from idcgen.framework.keras_zoo import resnet20 as build
+
     lenet = lenet5()
     lenet.load_weights(shared / "models/deepxplore/MNIST_Model3.h5")
     lenet.save(tmp / "lenet5.keras")
@@ -113,13 +129,31 @@ def bench_memory(shared: Path, model_path: Path | None, tmp: Path) -> None:
         build().save(tmp / "resnet20.keras")
         model_path = tmp / "resnet20.keras"
     import kit  # noqa: F401  (sets IDCGEN_CIFAR10, which the analyze process below inherits)
+
     cifar = "cifar10:train"
-    runs = [("MNIST, 60,000, LeNet-5 fc2", tmp / "lenet5.keras", f"{shared / 'data/mnist/mnist.npz'}:train"),
-            ("CIFAR-10, 50,000, ResNet-20", model_path, str(cifar))]
+    runs = [
+        ("MNIST, 60,000, LeNet-5 fc2", tmp / "lenet5.keras", f"{shared / 'data/mnist/mnist.npz'}:train"),
+        ("CIFAR-10, 50,000, ResNet-20", model_path, str(cifar)),
+    ]
     for label, model, data in runs:
-        out = subprocess.run([sys.executable, "-m", "idcgen.cli", "analyze", "--model", str(model), "--train", data,
-                              "--m", "8", "--out", str(tmp / f"analysis_{model.stem}")],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "idcgen.cli",
+                "analyze",
+                "--model",
+                str(model),
+                "--train",
+                data,
+                "--m",
+                "8",
+                "--out",
+                str(tmp / f"analysis_{model.stem}"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         line = [ln for ln in out.stdout.splitlines() if "peak memory" in ln]
         print(f"peak memory, {label}: {line[0].split('peak memory')[1].strip(' )') if line else out.stderr[-300:]}")
         if line:
@@ -132,6 +166,7 @@ def bench_fuzz(model, x: np.ndarray, y: np.ndarray, rounds: int = 3) -> None:
     from idcgen.analysis import analyze
     from idcgen.framework import Network
     from idcgen.fuzz.fuzzer import Fuzzer
+
     network = Network(model)
     analysis = analyze(network, x[:5000], y[:5000], m=8, random_state=0, progress=False)
 
@@ -145,7 +180,7 @@ def bench_fuzz(model, x: np.ndarray, y: np.ndarray, rounds: int = 3) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fuzzer = Fuzzer(analysis, mutators=CHEAP.split(","), batch_size=256, random_state=0)
         campaign = fuzzer.start(x[-100:], y[-100:], Path(tmp) / "c", budget=1)
-        fuzzer.run(campaign, budget=campaign.execs + block * 256, progress=False)   # warm up
+        fuzzer.run(campaign, budget=campaign.execs + block * 256, progress=False)  # warm up
         forward(batch).numpy()
         for _ in range(rounds):
             t0, e0 = campaign.elapsed, campaign.execs
@@ -156,23 +191,34 @@ def bench_fuzz(model, x: np.ndarray, y: np.ndarray, rounds: int = 3) -> None:
                 forward(batch).numpy()
             raw = block * 256 / (time.perf_counter() - start)
             loops.append(loop), raws.append(raw), ratios.append(loop / raw)
-    print(f"fuzz on ResNet-20, noise and transforms ({CHEAP}), batch 256: loop {np.median(loops):,.0f} execs/s, "
-          f"raw forward {np.median(raws):,.0f} inputs/s; ratio per round {', '.join(f'{r:.2f}' for r in ratios)}: "
-          f"median {np.median(ratios):.2f}x")
+    print(
+        f"fuzz on ResNet-20, noise and transforms ({CHEAP}), batch 256: loop {np.median(loops):,.0f} execs/s, "
+        f"raw forward {np.median(raws):,.0f} inputs/s; ratio per round {', '.join(f'{r:.2f}' for r in ratios)}: "
+        f"median {np.median(ratios):.2f}x"
+    )
     record("fuzz loop throughput", float(np.median(loops)), unit="execs/s", model="resnet20", batch=256)
     record("raw forward throughput", float(np.median(raws)), unit="inputs/s", model="resnet20", batch=256)
-    record("loop / raw forward", float(np.median(ratios)), unit="x", model="resnet20", per_round=list(map(float, ratios)))
+    record(
+        "loop / raw forward", float(np.median(ratios)), unit="x", model="resnet20", per_round=list(map(float, ratios))
+    )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     parser.add_argument("--model", type=Path, default=ROOT / "outputs/models/resnet20.keras")
-    parser.add_argument("--layers", nargs="+", default=["avg_pool", "stage2_block1_out"],
-                        help="subject layers to analyse: the default and one whose relevance crosses 7 residual blocks")
-    parser.add_argument("--limit", type=int, default=None, help="analyse only the first N training images (a quick check)")
-    parser.add_argument("--parts", nargs="+", default=["analysis", "memory", "fuzz"],
-                        choices=["analysis", "memory", "fuzz"])
+    parser.add_argument(
+        "--layers",
+        nargs="+",
+        default=["avg_pool", "stage2_block1_out"],
+        help="subject layers to analyse: the default and one whose relevance crosses 7 residual blocks",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="analyse only the first N training images (a quick check)"
+    )
+    parser.add_argument(
+        "--parts", nargs="+", default=["analysis", "memory", "fuzz"], choices=["analysis", "memory", "fuzz"]
+    )
     args = parser.parse_args()
     if not (args.shared / "data/cifar10").exists():
         sys.exit(f"needs {args.shared}/data/cifar10 (the ../shared folder of the development workspace)")
@@ -183,7 +229,7 @@ def main():
             bench_memory(args.shared, args.model, Path(tmp))
     if "analysis" in args.parts or "fuzz" in args.parts:
         x, y = cifar10_train()
-        x, y = x[:args.limit], y[:args.limit]
+        x, y = x[: args.limit], y[: args.limit]
     if "analysis" in args.parts:
         bench_analysis(model, trained, x, y, args.layers)
     if "fuzz" in args.parts:

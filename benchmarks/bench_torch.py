@@ -29,9 +29,10 @@ CHEAP = "gauss,random_pixels,shift,rotate,brightness,contrast"
 def floor_seconds(module, x, batch: int) -> float:
     """A plain forward + backward (of the logit sum, w.r.t. the input) over ``x``: the floor of a relevance pass."""
     import torch
+
     start = time.perf_counter()
     for i in range(0, len(x), batch):
-        images = torch.as_tensor(x[i:i + batch]).permute(0, 3, 1, 2).requires_grad_(True)
+        images = torch.as_tensor(x[i : i + batch]).permute(0, 3, 1, 2).requires_grad_(True)
         (g,) = torch.autograd.grad(module(images).max(dim=1).values.sum(), images)
     return time.perf_counter() - start
 
@@ -39,6 +40,7 @@ def floor_seconds(module, x, batch: int) -> float:
 def fuzz_rates(network, analysis, x_seeds, y_seeds, forward, batch, execs: int, block: int = 8):
     """(loop execs/s, raw forward inputs/s), alternating blocks of the loop and of raw passes."""
     from idcgen.fuzz.fuzzer import Fuzzer
+
     loop_s = raw_s = 0.0
     loop_n = raw_n = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,8 +64,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50_000, help="CIFAR-10 training images analysed")
     parser.add_argument("--model", type=Path, default=ROOT / "outputs" / "models" / "resnet18_cifar10.pt2")
-    parser.add_argument("--width", type=int, default=8, help="ResNet-18 width when no model file is given (8: as "
-                        "recipes/train_torch.py trains it)")
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=8,
+        help="ResNet-18 width when no model file is given (8: as recipes/train_torch.py trains it)",
+    )
     parser.add_argument("--execs", type=int, default=4096)
     args = parser.parse_args()
 
@@ -85,20 +91,24 @@ def main():
         network = as_network(module)
         what = f"ResNet-18 width {args.width}, random weights"
     batch = network.relevance_batch_size()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {what}; {len(x):,} CIFAR-10 images, "
-          f"relevance batch {batch}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {what}; {len(x):,} CIFAR-10 images, "
+        f"relevance batch {batch}"
+    )
 
     # 1. analysis vs forward+backward floor; the floor is timed before and after (this shared machine's speed
     # drifts) and their mean is the reference
-    floor_seconds(module, x[:batch], batch)   # warm-up
+    floor_seconds(module, x[:batch], batch)  # warm-up
     before = floor_seconds(module, x, batch)
     start = time.perf_counter()
     analysis = analyze(network, x, y, layer="layer3", m=8, progress=False)
     seconds = time.perf_counter() - start
     after = floor_seconds(module, x, batch)
     floor = (before + after) / 2
-    print(f"analysis at layer3 ({analysis.layer}): {seconds:.1f} s; forward+backward floor {floor:.1f} s "
-          f"(before {before:.1f} s, after {after:.1f} s); ratio {seconds / floor:.2f}x (goal <= 1.5x)")
+    print(
+        f"analysis at layer3 ({analysis.layer}): {seconds:.1f} s; forward+backward floor {floor:.1f} s "
+        f"(before {before:.1f} s, after {after:.1f} s); ratio {seconds / floor:.2f}x (goal <= 1.5x)"
+    )
     record("analysis", seconds, unit="s", model=what, layer="layer3", inputs=len(x))
     record("forward+backward floor", floor, unit="s", model=what, before=before, after=after)
     record("analysis / floor", seconds / floor, unit="x", model=what)
@@ -110,9 +120,12 @@ def main():
     def forward(b):
         with torch.inference_mode():
             return module(b)
+
     loop, raw = fuzz_rates(network, analysis, x_test[:100], y_test[:100], forward, images, args.execs)
-    print(f"fuzz at batch 256 ({CHEAP}): loop {loop:,.0f} execs/s, raw forward {raw:,.0f} inputs/s; ratio "
-          f"{loop / raw:.2f}x (goal >= 0.8x)")
+    print(
+        f"fuzz at batch 256 ({CHEAP}): loop {loop:,.0f} execs/s, raw forward {raw:,.0f} inputs/s; ratio "
+        f"{loop / raw:.2f}x (goal >= 0.8x)"
+    )
     record("fuzz loop throughput", loop, unit="execs/s", model=what, batch=256)
     record("loop / raw forward", loop / raw, unit="x", model=what, batch=256, raw=raw)
 
@@ -120,6 +133,7 @@ def main():
     import keras
 
     from idcgen.framework.keras_zoo import lenet5
+
     k_model = lenet5(random_state=0)
     twin = from_keras(k_model)
     xm, ym = load_data("train", "embedded-mnist")
@@ -127,29 +141,35 @@ def main():
     rows = []
     for label, net in (("Keras", as_network(k_model)), ("PyTorch", as_network(twin))):
         layer = "fc2" if label == "Keras" else "relu_3"
-        analyze(net, xm[:256], ym[:256], layer=layer, m=8, progress=False)   # warm-up
+        analyze(net, xm[:256], ym[:256], layer=layer, m=8, progress=False)  # warm-up
         start = time.perf_counter()
         a = analyze(net, xm, ym, layer=layer, m=8, progress=False)
         seconds = time.perf_counter() - start
         if label == "Keras":
             import tensorflow as tf
+
             fn = tf.function(lambda b: k_model(b, training=False))
             batch_in = tf.constant(xt[:256])
-            fwd = lambda b: fn(b).numpy()   # noqa: E731
+            fwd = lambda b: fn(b).numpy()  # noqa: E731
         else:
             batch_in = torch.as_tensor(xt[:256]).permute(0, 3, 1, 2).contiguous()
 
             def fwd(b):
                 with torch.inference_mode():
                     return twin(b)
+
         loop, raw = fuzz_rates(net, a, xt[:100], yt[:100], fwd, batch_in, args.execs)
         rows.append((label, seconds, [int(n) for n in a.neurons], loop, raw))
-        print(f"LeNet-5 {label}: analysis of {len(xm):,} digits {seconds:.2f} s, important neurons "
-              f"{rows[-1][2]}; fuzz {loop:,.0f} execs/s (raw forward {raw:,.0f}/s, {loop / raw:.2f}x)")
+        print(
+            f"LeNet-5 {label}: analysis of {len(xm):,} digits {seconds:.2f} s, important neurons "
+            f"{rows[-1][2]}; fuzz {loop:,.0f} execs/s (raw forward {raw:,.0f}/s, {loop / raw:.2f}x)"
+        )
         record("twin analysis", seconds, unit="s", model=f"LeNet-5 {label}", inputs=len(xm))
         record("twin fuzz loop throughput", loop, unit="execs/s", model=f"LeNet-5 {label}", raw=raw)
-    print(f"twins: the same important neurons: {rows[0][2] == rows[1][2]}; PyTorch/Keras analysis time "
-          f"{rows[1][1] / rows[0][1]:.2f}x, fuzz rate {rows[1][3] / rows[0][3]:.2f}x")
+    print(
+        f"twins: the same important neurons: {rows[0][2] == rows[1][2]}; PyTorch/Keras analysis time "
+        f"{rows[1][1] / rows[0][1]:.2f}x, fuzz rate {rows[1][3] / rows[0][3]:.2f}x"
+    )
     del keras
 
 

@@ -43,6 +43,7 @@ def small_cnn():
 
         def forward(self, x):
             return self.fc2(self.act(self.fc1(self.flat(self.pool(self.relu(self.conv(x)))))))
+
     torch.manual_seed(0)
     return Net().eval()
 
@@ -56,6 +57,7 @@ def main() -> None:
     import idcgen
     from idcgen.cli import main as cli
     from idcgen.fuzz.campaign import Campaign
+
     package = str(Path(idcgen.__file__).parent)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -64,7 +66,7 @@ def main() -> None:
         rng = np.random.default_rng(0)
         np.savez(tmp / "seeds.npz", x=rng.integers(0, 256, (200, 28, 28), dtype=np.uint8), y=rng.integers(0, 10, 200))
         seen, files, state = set(), set(), {"counting": True, "loop": None}
-        parses = {}   # calls of the option parsers and of Analysis.load, over the whole run
+        parses = {}  # calls of the option parsers and of Analysis.load, over the whole run
 
         def profile(frame, event, arg):
             if event != "call" or not frame.f_code.co_filename.startswith(package):
@@ -75,17 +77,31 @@ def main() -> None:
             if state["counting"]:
                 seen.add((code.co_filename, code.co_qualname))
                 files.add(code.co_filename)
+
         campaign_record = Campaign.record
 
         def counted(self, step, seconds):
             if state["loop"] is None:
-                state["loop"] = len(seen)   # functions before the loop's first step was recorded
+                state["loop"] = len(seen)  # functions before the loop's first step was recorded
             campaign_record(self, step, seconds)
             if step.error is None and step.keep.any():
                 state["counting"] = False
+
         Campaign.record = counted
-        sys.argv = ["idcgen", "fuzz", "--model", str(tmp / "m.pt2"), "--seeds", str(tmp / "seeds.npz"),
-                    "--budget", str(args.budget), "--mutators", "gauss,rotate", "--out", str(tmp / "c")]
+        sys.argv = [
+            "idcgen",
+            "fuzz",
+            "--model",
+            str(tmp / "m.pt2"),
+            "--seeds",
+            str(tmp / "seeds.npz"),
+            "--budget",
+            str(args.budget),
+            "--mutators",
+            "gauss,rotate",
+            "--out",
+            str(tmp / "c"),
+        ]
         sys.setprofile(profile)
         try:
             cli()
@@ -94,11 +110,21 @@ def main() -> None:
         finally:
             sys.setprofile(None)
             Campaign.record = campaign_record
-    print(f"{len(seen)} idcgen functions in {len(files)} files before the first kept mutant "
-          f"({state['loop']} before the loop's first step); calls: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(parses.items())))
-    record("idcgen functions before the first kept mutant", len(seen), unit="functions", bench="bench_walk", files=len(files),
-           functions_before_loop=state["loop"], calls=dict(sorted(parses.items())), budget=args.budget)
+    print(
+        f"{len(seen)} idcgen functions in {len(files)} files before the first kept mutant "
+        f"({state['loop']} before the loop's first step); calls: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(parses.items()))
+    )
+    record(
+        "idcgen functions before the first kept mutant",
+        len(seen),
+        unit="functions",
+        bench="bench_walk",
+        files=len(files),
+        functions_before_loop=state["loop"],
+        calls=dict(sorted(parses.items())),
+        budget=args.budget,
+    )
 
 
 if __name__ == "__main__":

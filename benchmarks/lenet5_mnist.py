@@ -32,6 +32,6 @@ def raw_forward(model):
 
     def forward_pass(x, batch=1024):
         for i in range(0, len(x), batch):
-            forward(tf.convert_to_tensor(x[i:i + batch])).numpy()
+            forward(tf.convert_to_tensor(x[i : i + batch])).numpy()
 
     return forward, forward_pass

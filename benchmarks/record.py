@@ -34,15 +34,22 @@ def machine() -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "system": f"{platform.system()} {platform.release()}"}
+    return {
+        "host": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+    }
 
 
 @functools.lru_cache(maxsize=1)
 def commit() -> str:
     """The repository's commit, with ``+dirty`` when tracked files differ from it; "unknown" outside git."""
+
     def git(*args):
         return subprocess.run(["git", "-C", str(HERE), *args], capture_output=True, text=True, timeout=30)
+
     try:
         head = git("rev-parse", "HEAD")
         if head.returncode:
@@ -62,9 +69,18 @@ def record(figure: str, value, *, unit: str = "", bench: str | None = None, **co
     """Append one measurement, ``figure`` = ``value`` [``unit``] under the settings ``context``, to
     ``<results folder>/<bench>.jsonl``; returns the line's record."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "bench": bench or bench_name(),
-           "figure": figure, "value": value, "unit": unit, "context": context, "commit": commit(),
-           "machine": machine(), "load_1min": load, "argv": sys.argv[1:]}
+    row = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "bench": bench or bench_name(),
+        "figure": figure,
+        "value": value,
+        "unit": unit,
+        "context": context,
+        "commit": commit(),
+        "machine": machine(),
+        "load_1min": load,
+        "argv": sys.argv[1:],
+    }
     folder = results_folder()
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{row['bench']}.jsonl", "a") as handle:

@@ -31,24 +31,35 @@ def arrow_end(width: int, height: int, angle: float, length: float | None = None
     return width / 2 + length * math.sin(a), height - length * math.cos(a)
 
 
-def _arrow(draw: ImageDraw.ImageDraw, left: int, width: int, height: int, angle: float, colour,
-           thickness: int) -> None:
+def _arrow(draw: ImageDraw.ImageDraw, left: int, width: int, height: int, angle: float, colour, thickness: int) -> None:
     """An arrow for ``angle`` on the frame whose left edge is at x = ``left``."""
     x0, y0 = left + width / 2, height - 1
     x1, y1 = arrow_end(width, height, angle)
     x1 += left
     draw.line([(x0, y0), (x1, y1)], fill=colour, width=thickness)
-    back = math.atan2(y0 - y1, x0 - x1)   # two short strokes at the tip, 25 degrees either side of the shaft
+    back = math.atan2(y0 - y1, x0 - x1)  # two short strokes at the tip, 25 degrees either side of the shaft
     head = max(3.0, 0.08 * height)
     for side in (-0.44, 0.44):
-        draw.line([(x1, y1), (x1 + head * math.cos(back + side), y1 + head * math.sin(back + side))],
-                  fill=colour, width=thickness)
+        draw.line(
+            [(x1, y1), (x1 + head * math.cos(back + side), y1 + head * math.sin(back + side))],
+            fill=colour,
+            width=thickness,
+        )
 
 
-def finding_image(seed: np.ndarray, mutant: np.ndarray, *, seed_prediction, prediction, label=None,
-                  value_range=(0.0, 1.0), regression: bool = True, scale: int | None = None) -> Image.Image:
+def finding_image(
+    seed: np.ndarray,
+    mutant: np.ndarray,
+    *,
+    seed_prediction,
+    prediction,
+    label=None,
+    value_range=(0.0, 1.0),
+    regression: bool = True,
+    scale: int | None = None,
+) -> Image.Image:
     """The seed (left) and the mutant (right) with the model's outputs drawn on them and written below."""
-    if scale is None:   # small frames (MNIST's 28x28) are enlarged so that arrows and text can be read
+    if scale is None:  # small frames (MNIST's 28x28) are enlarged so that arrows and text can be read
         scale = max(1, math.ceil(96 / max(seed.shape[0], 1)))
     left, right = _frame(seed, value_range, scale), _frame(mutant, value_range, scale)
     w, h = left.size
@@ -60,8 +71,10 @@ def finding_image(seed: np.ndarray, mutant: np.ndarray, *, seed_prediction, pred
     draw = ImageDraw.Draw(canvas)
     has_label = label is not None and not (isinstance(label, float) and math.isnan(label))
     if regression:
-        for offset, pairs in ((0, [(label, LABEL), (seed_prediction, SEED)]),
-                              (w + gap, [(label, LABEL), (seed_prediction, SEED), (prediction, MUTANT)])):
+        for offset, pairs in (
+            (0, [(label, LABEL), (seed_prediction, SEED)]),
+            (w + gap, [(label, LABEL), (seed_prediction, SEED), (prediction, MUTANT)]),
+        ):
             for value, colour in pairs:
                 if colour != LABEL or has_label:
                     _arrow(draw, offset, w, h, value, colour, thickness)
@@ -76,4 +89,3 @@ def finding_image(seed: np.ndarray, mutant: np.ndarray, *, seed_prediction, pred
         if has_label and int(label) >= 0:
             draw.text((2, h + text_h), f"true {int(label)}", fill=LABEL)
     return canvas
-

@@ -18,19 +18,32 @@ def _subject(name: str, owner: str | None) -> str:
     return f"The '{name}' parameter" + (f" of {owner}" if owner else "")
 
 
-def check_int(name: str, value: Any, low: int, high: int | None = None, *, owner: str | None = None,
-              why: str = "") -> int:
+def check_int(
+    name: str, value: Any, low: int, high: int | None = None, *, owner: str | None = None, why: str = ""
+) -> int:
     """An int (not a bool) in ``[low, high]``; returned as a Python int. ``why`` says what it counts."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < low or (
-            high is not None and value > high):
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, Integral)
+        or value < low
+        or (high is not None and value > high)
+    ):
         span = f">= {low}" if high is None else f"in the range [{low}, {high}]"
-        raise ParameterError(f"{_subject(name, owner)} must be an int {span}{f' ({why})' if why else ''}. "
-                             f"Got {value!r} instead.")
+        raise ParameterError(
+            f"{_subject(name, owner)} must be an int {span}{f' ({why})' if why else ''}. Got {value!r} instead."
+        )
     return int(value)
 
 
-def check_real(name: str, value: Any, low: float | None = None, high: float | None = None, closed: str = "both",
-               *, owner: str | None = None) -> float:
+def check_real(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    closed: str = "both",
+    *,
+    owner: str | None = None,
+) -> float:
     """A finite real in the interval from ``low`` to ``high``; ``closed`` says which ends belong to it
     ("both", "left", "right" or "neither")."""
     ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, Real) and bool(np.isfinite(value))
@@ -51,6 +64,7 @@ def check_real(name: str, value: Any, low: float | None = None, high: float | No
 def check_choice(name: str, value: Any, choices: Sequence[str], *, owner: str | None = None) -> str:
     """One of ``choices`` (strings)."""
     if not isinstance(value, str) or value not in choices:
-        raise ParameterError(f"{_subject(name, owner)} must be a str among {{{', '.join(map(repr, choices))}}}. "
-                             f"Got {value!r} instead.")
+        raise ParameterError(
+            f"{_subject(name, owner)} must be a str among {{{', '.join(map(repr, choices))}}}. Got {value!r} instead."
+        )
     return value

@@ -145,9 +145,7 @@ def _silhouette_sorted(values: np.ndarray, labels: np.ndarray, where: str) -> tu
     x = _as_values(values, where)
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != x.shape[0]:
-        raise InputError(
-            f"{where}: labels must have shape ({x.shape[0]},) like values; got shape {labels.shape}."
-        )
+        raise InputError(f"{where}: labels must have shape ({x.shape[0]},) like values; got shape {labels.shape}.")
     names, inverse = np.unique(labels, return_inverse=True)
     n, k = x.size, names.size
     if not 1 < k < n:
@@ -315,7 +313,9 @@ def kmeans_1d(
     n_init = check_int("n_init", n_init, 1, owner="kmeans_1d")
     max_iter = check_int("max_iter", max_iter, 1, owner="kmeans_1d")
     if not (isinstance(tol, (int, float)) and tol >= 0):
-        raise ParameterError(f"The 'tol' parameter of kmeans_1d must be a float in the range [0, inf). Got {tol!r} instead.")
+        raise ParameterError(
+            f"The 'tol' parameter of kmeans_1d must be a float in the range [0, inf). Got {tol!r} instead."
+        )
     rng = _check_rng(rng, "kmeans_1d")
     xs = np.sort(x)
     n_distinct = int(np.count_nonzero(np.diff(xs))) + 1
@@ -339,7 +339,7 @@ def kmeans_1d(
             best, best_inertia = centroids, inertia
 
     # Final centroids: the means of the best partition, in the original coordinates (pairwise sums).
-    assert best is not None   # n_init >= 1 restarts ran, the first always taken
+    assert best is not None  # n_init >= 1 restarts ran, the first always taken
     bounds = _partition(xc, best)
     centroids = np.array([xs[lo:hi].mean() for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo])
     centroids = np.unique(centroids)  # sorted; guards against two means collapsing after rounding
@@ -468,10 +468,15 @@ def cluster_neuron(
     rng = _check_rng(rng, "cluster_neuron")
     method = check_cluster_method(method)
     if method == "zero-aware":
-        if isinstance(min_zero_share, bool) or not isinstance(min_zero_share, (int, float)) \
-                or not 0 < min_zero_share <= 1:
-            raise ParameterError(f"The 'min_zero_share' parameter of cluster_neuron must be a float in (0, 1]. "
-                                 f"Got {min_zero_share!r} instead.")
+        if (
+            isinstance(min_zero_share, bool)
+            or not isinstance(min_zero_share, (int, float))
+            or not 0 < min_zero_share <= 1
+        ):
+            raise ParameterError(
+                f"The 'min_zero_share' parameter of cluster_neuron must be a float in (0, 1]. "
+                f"Got {min_zero_share!r} instead."
+            )
         return _zero_aware(x, neuron, ks, rng, float(min_zero_share))
     return _by_silhouette(x, neuron, ks, rng)
 
@@ -479,13 +484,16 @@ def cluster_neuron(
 def check_cluster_method(method: Any) -> str:
     """``method`` if it is one of :data:`CLUSTER_METHODS`, else a one-line ParameterError."""
     if method not in CLUSTER_METHODS:
-        raise ParameterError(f"The cluster method must be one of {', '.join(CLUSTER_METHODS)} "
-                             f"(silhouette is DeepImportance's). Got {method!r} instead.")
+        raise ParameterError(
+            f"The cluster method must be one of {', '.join(CLUSTER_METHODS)} "
+            f"(silhouette is DeepImportance's). Got {method!r} instead."
+        )
     return method
 
 
-def _zero_aware(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.Generator,
-                min_zero_share: float) -> NeuronClusters:
+def _zero_aware(
+    x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.Generator, min_zero_share: float
+) -> NeuronClusters:
     """Exact zeros as their own cluster, k chosen by the silhouette of the positive values.
 
     Why: a ReLU neuron is exactly 0 on every input where it is off. On all values, the silhouette
@@ -512,22 +520,32 @@ def _zero_aware(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.
     zeros = int(np.count_nonzero(x == 0))
     if negative:
         found = _by_silhouette(x, neuron, ks, rng)
-        why: str | None = (f"zero-aware: {negative} negative values (not a ReLU's output), clustered by silhouette "
-                           "on all values")
+        why: str | None = (
+            f"zero-aware: {negative} negative values (not a ReLU's output), clustered by silhouette on all values"
+        )
         return dataclasses.replace(found, note="; ".join(filter(None, [why, found.note])))
     if zeros == n or zeros < min_zero_share * n:
         found = _by_silhouette(x, neuron, ks, rng)
-        why = None if zeros == n else (f"zero-aware: {zeros} of {n} values exactly 0, below the {min_zero_share:.0%} "
-                                       "for a zero cluster; clustered by silhouette on all values")
+        why = (
+            None
+            if zeros == n
+            else (
+                f"zero-aware: {zeros} of {n} values exactly 0, below the {min_zero_share:.0%} "
+                "for a zero cluster; clustered by silhouette on all values"
+            )
+        )
         return dataclasses.replace(found, note="; ".join(filter(None, [why, found.note])) or None)
     positive = _by_silhouette(x[x > 0], neuron, ks, rng)
     lowest = positive.centroids[0]
     centroids = np.concatenate(([-lowest], positive.centroids))
     scores = {k + 1: v for k, v in positive.scores.items()}
-    note = (f"zero cluster for {zeros} of {n} values exactly 0 ({zeros / n:.1%}), stored centroid {-lowest:.4g} "
-            f"(mirror of the lowest positive one: boundary at 0) + {positive.k} positive")
-    return NeuronClusters(neuron, centroids, positive.silhouette, scores,
-                          "; ".join(filter(None, [note, positive.note])))
+    note = (
+        f"zero cluster for {zeros} of {n} values exactly 0 ({zeros / n:.1%}), stored centroid {-lowest:.4g} "
+        f"(mirror of the lowest positive one: boundary at 0) + {positive.k} positive"
+    )
+    return NeuronClusters(
+        neuron, centroids, positive.silhouette, scores, "; ".join(filter(None, [note, positive.note]))
+    )
 
 
 def _by_silhouette(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.random.Generator) -> NeuronClusters:
@@ -568,7 +586,7 @@ def _by_silhouette(x: np.ndarray, neuron: int, ks: tuple[int, ...], rng: np.rand
     if best_k is None:
         notes.append("k-means found fewer than 2 clusters for every k tried: one cluster")
         return NeuronClusters(neuron, np.array([x.mean()]), None, {}, "; ".join(notes))
-    assert best_centroids is not None   # set with best_k
+    assert best_centroids is not None  # set with best_k
     return NeuronClusters(neuron, best_centroids, scores[best_k], scores, "; ".join(notes) or None)
 
 
@@ -581,6 +599,7 @@ def parse_cluster_range(text: str) -> tuple[int, ...]:
     Items are integers >= 2 or ascending ranges "a-b", separated by commas; the result is sorted and
     without duplicates. Raises ParameterError otherwise.
     """
+
     def bad(reason: str) -> ParameterError:
         return ParameterError(
             f"The cluster range must be integers >= 2 as a range '2-5' or a list '2,3,4'; {reason}. "

@@ -27,8 +27,18 @@ import numpy as np
 
 from .errors import InputError, ParameterError
 
-__all__ = ["InputConvention", "Preprocess", "parse_preprocess", "parse_value_range", "parse_image_shape",
-           "infer_image_shape", "resolve", "check_scale", "WRAPPER_PREFIX", "PREPROCESSING_KINDS"]
+__all__ = [
+    "InputConvention",
+    "Preprocess",
+    "parse_preprocess",
+    "parse_value_range",
+    "parse_image_shape",
+    "infer_image_shape",
+    "resolve",
+    "check_scale",
+    "WRAPPER_PREFIX",
+    "PREPROCESSING_KINDS",
+]
 
 #: name prefix of the layers and models the framework puts in front of a model (idcgen.framework)
 WRAPPER_PREFIX = "idcgen_input"
@@ -66,16 +76,24 @@ class Preprocess:
 
     def check_channels(self, channels: int) -> None:
         if self.bgr and channels != 3:
-            raise ParameterError(f"--preprocess {self.spec} flips RGB to BGR and needs 3 channels; "
-                                 f"the images have {channels}")
+            raise ParameterError(
+                f"--preprocess {self.spec} flips RGB to BGR and needs 3 channels; the images have {channels}"
+            )
         for name, values in (("mean", self.mean), ("std", self.std)):
             if len(values) not in (1, channels):
-                raise ParameterError(f"--preprocess {self.spec}: {len(values)} {name} values for images with "
-                                     f"{channels} channels; give 1 or {channels}")
+                raise ParameterError(
+                    f"--preprocess {self.spec}: {len(values)} {name} values for images with "
+                    f"{channels} channels; give 1 or {channels}"
+                )
 
     def to_dict(self) -> dict:
-        return {"spec": self.spec, "mean": list(self.mean), "std": list(self.std), "bgr": self.bgr,
-                "value_range": None if self.value_range is None else list(self.value_range)}
+        return {
+            "spec": self.spec,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "bgr": self.bgr,
+            "value_range": None if self.value_range is None else list(self.value_range),
+        }
 
 
 def parse_preprocess(spec: str | Preprocess | None) -> Preprocess | None:
@@ -84,7 +102,9 @@ def parse_preprocess(spec: str | Preprocess | None) -> Preprocess | None:
     if spec is None or isinstance(spec, Preprocess):
         return spec
     if not isinstance(spec, str):
-        raise ParameterError(f"--preprocess must be a string such as 'tf' or 'mean=0.5,std=0.25'. Got {spec!r} instead.")
+        raise ParameterError(
+            f"--preprocess must be a string such as 'tf' or 'mean=0.5,std=0.25'. Got {spec!r} instead."
+        )
     text = spec.strip()
     if not text or text.lower() == "none":
         return None
@@ -108,9 +128,12 @@ def parse_preprocess(spec: str | Preprocess | None) -> Preprocess | None:
     if min(values["std"]) <= 0:
         raise ParameterError(f"--preprocess {spec!r}: std must be > 0")
     if len(values["mean"]) != len(values["std"]) and 1 not in (len(values["mean"]), len(values["std"])):
-        raise ParameterError(f"--preprocess {spec!r}: {len(values['mean'])} mean values but "
-                             f"{len(values['std'])} std values")
-    canonical = "mean=" + ",".join(f"{v:g}" for v in values["mean"]) + ",std=" + ",".join(f"{v:g}" for v in values["std"])
+        raise ParameterError(
+            f"--preprocess {spec!r}: {len(values['mean'])} mean values but {len(values['std'])} std values"
+        )
+    canonical = (
+        "mean=" + ",".join(f"{v:g}" for v in values["mean"]) + ",std=" + ",".join(f"{v:g}" for v in values["std"])
+    )
     return Preprocess(canonical, values["mean"], values["std"])
 
 
@@ -119,7 +142,9 @@ def parse_value_range(text) -> tuple[float, float] | None:
     if text is None:
         return None
     try:
-        parts = [float(v) for v in text.replace(" ", "").split(",")] if isinstance(text, str) else [float(v) for v in text]
+        parts = (
+            [float(v) for v in text.replace(" ", "").split(",")] if isinstance(text, str) else [float(v) for v in text]
+        )
     except (TypeError, ValueError):
         parts = []
     if len(parts) != 2 or not all(math.isfinite(v) for v in parts) or parts[0] >= parts[1]:
@@ -147,9 +172,11 @@ def parse_image_shape(text) -> tuple[int, int, int] | None:
         dims.append(1)
     if len(dims) != 3 or min(dims) < 1:
         raise ParameterError(f"image shape must be H,W,C (e.g. 28,28,1). Got {text!r} instead.")
-    if dims[2] not in (1, 3):   # mutated, drawn and saved as images: grey or RGB
-        raise ParameterError(f"the image shape (--image-shape H,W,C) has C = 1 (grey) or 3 (RGB) channels: the inputs "
-                             f"are mutated and saved as images. Got {text!r} instead ({dims[2]} channels)")
+    if dims[2] not in (1, 3):  # mutated, drawn and saved as images: grey or RGB
+        raise ParameterError(
+            f"the image shape (--image-shape H,W,C) has C = 1 (grey) or 3 (RGB) channels: the inputs "
+            f"are mutated and saved as images. Got {text!r} instead ({dims[2]} channels)"
+        )
     return tuple(dims)
 
 
@@ -159,8 +186,9 @@ def infer_image_shape(input_shape: tuple, item_shape: tuple | None = None) -> tu
     (s, s, 1) when d = s * s, else (s, s, 3) when d = 3 * s * s."""
     shape = tuple(input_shape)
     if None in shape:
-        raise ParameterError(f"the model takes inputs of shape {shape} with free dimensions; "
-                             "give the image shape (--image-shape H,W,C)")
+        raise ParameterError(
+            f"the model takes inputs of shape {shape} with free dimensions; give the image shape (--image-shape H,W,C)"
+        )
     if len(shape) == 3:
         return shape
     if len(shape) == 2:
@@ -175,8 +203,10 @@ def infer_image_shape(input_shape: tuple, item_shape: tuple | None = None) -> tu
         s = math.isqrt(d // 3)
         if d % 3 == 0 and 3 * s * s == d:
             return (s, s, 3)
-    raise ParameterError(f"cannot tell the image shape of inputs of shape {shape}; give it with --image-shape H,W,C "
-                         "(H*W*C must equal the model's input size)")
+    raise ParameterError(
+        f"cannot tell the image shape of inputs of shape {shape}; give it with --image-shape H,W,C "
+        "(H*W*C must equal the model's input size)"
+    )
 
 
 @dataclass(frozen=True)
@@ -194,19 +224,23 @@ class InputConvention:
     model_layers: tuple[str, ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict:
-        return {"value_range": list(self.value_range),
-                "preprocess": None if self.preprocess is None else self.preprocess.spec,
-                "image_shape": None if self.image_shape is None else list(self.image_shape),
-                "source": self.source}
+        return {
+            "value_range": list(self.value_range),
+            "preprocess": None if self.preprocess is None else self.preprocess.spec,
+            "image_shape": None if self.image_shape is None else list(self.image_shape),
+            "source": self.source,
+        }
 
     @classmethod
     def from_dict(cls, data: dict | None) -> InputConvention:
         if not data:
             return cls()
-        return cls(value_range=tuple(float(v) for v in data["value_range"]),
-                   preprocess=parse_preprocess(data.get("preprocess")),
-                   image_shape=None if data.get("image_shape") is None else tuple(data["image_shape"]),
-                   source=data.get("source", "recorded"))
+        return cls(
+            value_range=tuple(float(v) for v in data["value_range"]),
+            preprocess=parse_preprocess(data.get("preprocess")),
+            image_shape=None if data.get("image_shape") is None else tuple(data["image_shape"]),
+            source=data.get("source", "recorded"),
+        )
 
     def describe(self) -> str:
         lo, hi = self.value_range
@@ -218,12 +252,19 @@ class InputConvention:
         return text
 
     def needs_wrapper(self, model_input_shape: tuple) -> bool:
-        return self.preprocess is not None or (self.image_shape is not None
-                                               and tuple(self.image_shape) != tuple(model_input_shape))
+        return self.preprocess is not None or (
+            self.image_shape is not None and tuple(self.image_shape) != tuple(model_input_shape)
+        )
 
 
-def resolve(own: InputConvention, *, value_range=None, preprocess=None, image_shape=None,
-            recorded: InputConvention | None = None) -> InputConvention:
+def resolve(
+    own: InputConvention,
+    *,
+    value_range=None,
+    preprocess=None,
+    image_shape=None,
+    recorded: InputConvention | None = None,
+) -> InputConvention:
     """The convention for a model from explicit choices, else a recorded one (an analysis'), else ``own``,
     the one read from the model's layers. An explicit choice that contradicts ``recorded`` is refused."""
     value_range = as_value_range(value_range)
@@ -231,29 +272,38 @@ def resolve(own: InputConvention, *, value_range=None, preprocess=None, image_sh
     image_shape = parse_image_shape(image_shape)
     if recorded is not None:
         if value_range is not None and value_range != tuple(recorded.value_range):
-            raise ParameterError(f"--value-range {value_range[0]:g},{value_range[1]:g} differs from the analysis' "
-                                 f"[{recorded.value_range[0]:g}, {recorded.value_range[1]:g}]; drop it or analyse again")
+            raise ParameterError(
+                f"--value-range {value_range[0]:g},{value_range[1]:g} differs from the analysis' "
+                f"[{recorded.value_range[0]:g}, {recorded.value_range[1]:g}]; drop it or analyse again"
+            )
         if pre is not None and (recorded.preprocess is None or pre.spec != recorded.preprocess.spec):
-            raise ParameterError(f"--preprocess {pre.spec} differs from the analysis' "
-                                 f"({recorded.preprocess.spec if recorded.preprocess else 'none'}); drop it or analyse again")
+            raise ParameterError(
+                f"--preprocess {pre.spec} differs from the analysis' "
+                f"({recorded.preprocess.spec if recorded.preprocess else 'none'}); drop it or analyse again"
+            )
         return replace(recorded, image_shape=image_shape or recorded.image_shape)
     if pre is not None:
         if any(name.split(" ", 1)[0] in ("Rescaling", "Normalization") for name in own.model_layers):
-            raise ParameterError(f"the model starts with its own preprocessing ({', '.join(own.model_layers)}); "
-                                 f"--preprocess {pre.spec} would scale the inputs twice: drop it")
+            raise ParameterError(
+                f"the model starts with its own preprocessing ({', '.join(own.model_layers)}); "
+                f"--preprocess {pre.spec} would scale the inputs twice: drop it"
+            )
         if pre.value_range is not None:
             if value_range is not None and value_range != pre.value_range:
-                raise ParameterError(f"--preprocess {pre.spec} takes images in [{pre.value_range[0]:g}, "
-                                     f"{pre.value_range[1]:g}]; --value-range {value_range[0]:g},{value_range[1]:g} "
-                                     "contradicts it: drop one")
+                raise ParameterError(
+                    f"--preprocess {pre.spec} takes images in [{pre.value_range[0]:g}, "
+                    f"{pre.value_range[1]:g}]; --value-range {value_range[0]:g},{value_range[1]:g} "
+                    "contradicts it: drop one"
+                )
             return InputConvention(pre.value_range, pre, image_shape, f"--preprocess {pre.spec}", own.model_layers)
     if value_range is not None:
         return InputConvention(value_range, pre, image_shape, "--value-range", own.model_layers)
     return replace(own, preprocess=pre, image_shape=image_shape)
 
 
-def check_scale(x: np.ndarray, convention: InputConvention, observed: tuple[float, float] | None = None,
-                what: str = "the inputs") -> None:
+def check_scale(
+    x: np.ndarray, convention: InputConvention, observed: tuple[float, float] | None = None, what: str = "the inputs"
+) -> None:
     """Refuse inputs whose values are clearly on another scale than the analysis': outside its value
     range, or spanning less than a twentieth of what its training inputs spanned (e.g. values up to 1.0
     where training went to 255). One line naming the fix."""
@@ -262,14 +312,19 @@ def check_scale(x: np.ndarray, convention: InputConvention, observed: tuple[floa
     lo, hi = (float(v) for v in convention.value_range)
     got_lo, got_hi = float(np.min(x)), float(np.max(x))
     span = hi - lo
-    fix = (f"load them with the analysis' scale (--scale auto with --value-range {lo:g},{hi:g}, "
-           f"or --scale none for floats already in that range)")
+    fix = (
+        f"load them with the analysis' scale (--scale auto with --value-range {lo:g},{hi:g}, "
+        f"or --scale none for floats already in that range)"
+    )
     if got_lo < lo - 0.01 * span or got_hi > hi + 0.01 * span:
-        raise InputError(f"{what} span [{got_lo:g}, {got_hi:g}] but the analysis takes images in [{lo:g}, {hi:g}]; "
-                         + ("divide them by 255 (--scale 255)" if got_hi > 2 and hi <= 1 else fix))
+        raise InputError(
+            f"{what} span [{got_lo:g}, {got_hi:g}] but the analysis takes images in [{lo:g}, {hi:g}]; "
+            + ("divide them by 255 (--scale 255)" if got_hi > 2 and hi <= 1 else fix)
+        )
     if observed is not None:
         seen = float(observed[1]) - float(observed[0])
         if seen > 0.5 * span and 0 < got_hi - got_lo < seen / 20:
-            raise InputError(f"{what} span [{got_lo:g}, {got_hi:g}] but the analysis' training inputs spanned "
-                             f"[{observed[0]:g}, {observed[1]:g}] (images in [{lo:g}, {hi:g}]): scaled differently; "
-                             + fix)
+            raise InputError(
+                f"{what} span [{got_lo:g}, {got_hi:g}] but the analysis' training inputs spanned "
+                f"[{observed[0]:g}, {observed[1]:g}] (images in [{lo:g}, {hi:g}]): scaled differently; " + fix
+            )

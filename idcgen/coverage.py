@@ -178,8 +178,8 @@ class CoverageTracker:
     _total: int
     _backend: str
     _count: int
-    _bitmap: np.ndarray   # the "bitmap" backend's state
-    _sorted: np.ndarray   # the "sorted" backend's state
+    _bitmap: np.ndarray  # the "bitmap" backend's state
+    _sorted: np.ndarray  # the "sorted" backend's state
 
     def __init__(self, total: int, covered: Iterable[int] = (), *, backend: str = "auto"):
         if isinstance(total, (bool, np.bool_)) or not isinstance(total, Integral) or not 1 <= total <= MAX_COMBINATIONS:

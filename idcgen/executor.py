@@ -13,13 +13,14 @@ from .errors import ParameterError
 class LocalExecutor:
     """The work in this process, on the model under test."""
 
-    where = ""   # what a line about the work adds ("" here; " on N Ray workers" there)
+    where = ""  # what a line about the work adds ("" here; " on N Ray workers" there)
 
     def __init__(self, network):
         self.network = network
 
     def analyze(self, x, y=None, **options):
         from .analysis import analyze
+
         return analyze(self.network, x, y, **options)
 
     def coverage(self, analysis, x, *, progress: bool = False):
@@ -27,10 +28,12 @@ class LocalExecutor:
 
     def inspect(self, x, y=None, **options):
         from .deepinspect import inspect
+
         return inspect(self.network, x, y, **options)
 
     def affinity(self, x, y=None, **options):
         from .deepbase import affinity
+
         return affinity(self.network, x, y, **options)
 
     def shards(self, source, **_):

@@ -20,8 +20,15 @@ from .fuzz.store import json_value
 from .imageio import quantise, to_png, to_uint8
 
 
-def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, train_y: np.ndarray | None = None,
-                    out: str | Path | None = None, images: bool = True, oracle=None) -> dict:
+def export_campaign(
+    campaign: Campaign,
+    *,
+    train_x: np.ndarray | None = None,
+    train_y: np.ndarray | None = None,
+    out: str | Path | None = None,
+    images: bool = True,
+    oracle=None,
+) -> dict:
     """Write ``grown.npz``, ``grown/`` (PNG per class), ``retrain.npz``, ``findings.jsonl``, ``findings/``
     (each finding beside its seed with the model's outputs drawn on, when ``images``) and ``exports.json``.
 
@@ -41,7 +48,7 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
         raise ParameterError("this campaign is in memory only: give out= (a folder for the exports) or save it first")
     out = Path(out) if out is not None else campaign.folder / "exports"
     out.mkdir(parents=True, exist_ok=True)
-    remove_temporaries(out)   # left by an export killed midway
+    remove_temporaries(out)  # left by an export killed midway
     vr = campaign.value_range
     x, y = corpus.x, corpus.label
     is_seed = corpus.parent < 0
@@ -49,12 +56,21 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     probs, (acts,) = network.forward(xq, (analysis.layer,))
     combo_q = analysis.combinations.ids(analysis.select(acts))
     pred_q = _predictions(corpus, probs)
-    grown = dict(x=x, x_uint8=to_uint8(x, vr), y=y, id=np.arange(len(x)), seed=is_seed, root=corpus.root,
-                 prediction=corpus.prediction, prediction_uint8=pred_q, combination=corpus.combination,
-                 combination_uint8=combo_q)
+    grown = dict(
+        x=x,
+        x_uint8=to_uint8(x, vr),
+        y=y,
+        id=np.arange(len(x)),
+        seed=is_seed,
+        root=corpus.root,
+        prediction=corpus.prediction,
+        prediction_uint8=pred_q,
+        combination=corpus.combination,
+        combination_uint8=combo_q,
+    )
     atomic_npz(out / "grown.npz", grown, compressed=True)
 
-    if images and corpus.regression:   # no classes to sort by: one folder, the label in the name
+    if images and corpus.regression:  # no classes to sort by: one folder, the label in the name
         for i in range(len(x)):
             (out / "grown").mkdir(parents=True, exist_ok=True)
             to_png(x[i], vr).save(out / "grown" / f"{'seed' if is_seed[i] else 'mutant'}-{i:06d}.png")
@@ -70,29 +86,47 @@ def export_campaign(campaign: Campaign, *, train_x: np.ndarray | None = None, tr
     if train_x is not None and train_y is not None:  # unlabelled training data cannot be retrained on
         parts_x.insert(0, np.asarray(train_x, np.float32))
         parts_y.insert(0, np.asarray(train_y, np.float64 if corpus.regression else np.int64))
-    retrain = dict(x_train=np.concatenate(parts_x), y_train=np.concatenate(parts_y),
-                   from_campaign=np.concatenate([np.zeros(len(p), bool) for p in parts_x[:-1]] +
-                                                [np.ones(int(mutants.sum()), bool)]))
+    retrain = dict(
+        x_train=np.concatenate(parts_x),
+        y_train=np.concatenate(parts_y),
+        from_campaign=np.concatenate(
+            [np.zeros(len(p), bool) for p in parts_x[:-1]] + [np.ones(int(mutants.sum()), bool)]
+        ),
+    )
     atomic_npz(out / "retrain.npz", retrain, compressed=True)
 
     surviving = _recheck_findings(campaign, out, oracle)
     if images:
         write_finding_images(campaign, out / "findings")
     summary = {
-        "grown": {"inputs": int(len(x)), "seeds": int(is_seed.sum()), "mutants": int((~is_seed).sum()),
-                  "idc_as_run": campaign.tracker.score,
-                  "idc_uint8": _tracker(analysis, combo_q).score,
-                  "mutants_keeping_combination_uint8": int((combo_q == corpus.combination)[~is_seed].sum()),
-                  # for regression: the output moved by less than 1e-3 when rounded
-                  "mutants_keeping_prediction_uint8": int((np.abs(pred_q - corpus.prediction) < 1e-3 if
-                                                           corpus.regression else pred_q == corpus.prediction)
-                                                          [~is_seed].sum())},
-        "retrain": {"inputs": int(len(retrain["y_train"])),
-                    "training_inputs": len(parts_x[0]) if len(parts_x) == 2 else 0, "mutants": int(mutants.sum()),
-                    "note": None if len(parts_x) == 2 else "no labelled training data given: the kept mutants only"},
+        "grown": {
+            "inputs": int(len(x)),
+            "seeds": int(is_seed.sum()),
+            "mutants": int((~is_seed).sum()),
+            "idc_as_run": campaign.tracker.score,
+            "idc_uint8": _tracker(analysis, combo_q).score,
+            "mutants_keeping_combination_uint8": int((combo_q == corpus.combination)[~is_seed].sum()),
+            # for regression: the output moved by less than 1e-3 when rounded
+            "mutants_keeping_prediction_uint8": int(
+                (np.abs(pred_q - corpus.prediction) < 1e-3 if corpus.regression else pred_q == corpus.prediction)[
+                    ~is_seed
+                ].sum()
+            ),
+        },
+        "retrain": {
+            "inputs": int(len(retrain["y_train"])),
+            "training_inputs": len(parts_x[0]) if len(parts_x) == 2 else 0,
+            "mutants": int(mutants.sum()),
+            "note": None if len(parts_x) == 2 else "no labelled training data given: the kept mutants only",
+        },
         "findings": {"total": campaign.n_findings, "surviving_uint8": surviving},
-        "files": {"grown": "grown.npz", "grown_images": "grown/" if images else None, "retrain": "retrain.npz",
-                  "findings": "findings.jsonl", "finding_images": "findings/" if images else None},
+        "files": {
+            "grown": "grown.npz",
+            "grown_images": "grown/" if images else None,
+            "retrain": "retrain.npz",
+            "findings": "findings.jsonl",
+            "finding_images": "findings/" if images else None,
+        },
     }
     atomic_text(out / "exports.json", json.dumps(summary, indent=2) + "\n")
     return summary
@@ -122,16 +156,22 @@ def write_finding_images(campaign: Campaign, folder: Path) -> int:
     """``finding-NNNNNN.png`` per finding: its root seed and the mutant side by side with the model's outputs
     (steering arrows for a regression model, classes for a classifier; idcgen/annotate.py)."""
     from .annotate import finding_image
+
     found = campaign.findings()
     if not found:
         return 0
     folder.mkdir(parents=True, exist_ok=True)
     seeds = campaign.corpus.x
     for j in range(len(found["id"])):
-        finding_image(seeds[found["root"][j]], found["x"][j], seed_prediction=found["root_prediction"][j],
-                      prediction=found["prediction"][j], label=found["label"][j], value_range=campaign.value_range,
-                      regression=campaign.corpus.regression).save(folder / f"finding-{int(found['id'][j]):06d}.png",
-                                                                 compress_level=1)   # 8x faster than the default 6
+        finding_image(
+            seeds[found["root"][j]],
+            found["x"][j],
+            seed_prediction=found["root_prediction"][j],
+            prediction=found["prediction"][j],
+            label=found["label"][j],
+            value_range=campaign.value_range,
+            regression=campaign.corpus.regression,
+        ).save(folder / f"finding-{int(found['id'][j]):06d}.png", compress_level=1)  # 8x faster than the default 6
     return len(found["id"])
 
 

@@ -36,9 +36,11 @@ from .errors import InputError
 
 __all__ = ["Faults", "distinct_faults", "failure_features", "METHOD"]
 
-METHOD = ("penultimate-layer features, standardised, PCA to {dims} dimensions; HDBSCAN (min_cluster_size "
-          "{min_cluster_size}) {within}, noise joined to the nearest cluster; groups under {small} inputs are one "
-          "fault")
+METHOD = (
+    "penultimate-layer features, standardised, PCA to {dims} dimensions; HDBSCAN (min_cluster_size "
+    "{min_cluster_size}) {within}, noise joined to the nearest cluster; groups under {small} inputs are one "
+    "fault"
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Faults:
 
 def _reduce(features: np.ndarray, dims: int, random_state: int) -> np.ndarray:
     from sklearn.decomposition import PCA
+
     std = features.std(axis=0)
     kept = std > 1e-12
     if not kept.any():
@@ -75,8 +78,9 @@ def _reduce(features: np.ndarray, dims: int, random_state: int) -> np.ndarray:
     return PCA(n_components=k, random_state=random_state).fit_transform(z)
 
 
-def distinct_faults(features, labels=None, predictions=None, *, dims: int = 10, min_cluster_size: int = 5,
-                    random_state: int = 0) -> Faults:
+def distinct_faults(
+    features, labels=None, predictions=None, *, dims: int = 10, min_cluster_size: int = 5, random_state: int = 0
+) -> Faults:
     """Cluster failing inputs into faults (see the module's docstring).
 
     Parameters
@@ -88,6 +92,7 @@ def distinct_faults(features, labels=None, predictions=None, *, dims: int = 10, 
     min_cluster_size : HDBSCAN's smallest cluster, default 5.
     """
     from sklearn.cluster import HDBSCAN
+
     check_int("dims", dims, 1)
     check_int("min_cluster_size", min_cluster_size, 2)
     f = np.asarray(features, dtype=np.float64)
@@ -104,8 +109,11 @@ def distinct_faults(features, labels=None, predictions=None, *, dims: int = 10, 
             raise InputError(f"{n} feature rows but {len(labels)} labels and {len(predictions)} predictions")
         _, groups = np.unique(np.stack([labels, predictions], axis=1), axis=0, return_inverse=True)
         groups = groups.reshape(-1)
-    within = ("within each (true, predicted) pair" if labels is not None else
-              "over all failing inputs (one group: no classes)")
+    within = (
+        "within each (true, predicted) pair"
+        if labels is not None
+        else "over all failing inputs (one group: no classes)"
+    )
     method = METHOD.format(dims=dims, min_cluster_size=min_cluster_size, small=2 * min_cluster_size, within=within)
     fault = np.zeros(n, dtype=np.int64)
     if n == 0:
@@ -136,6 +144,7 @@ def failure_features(network, x, *, layer: str | None = None) -> np.ndarray:
     """(n, neurons) activations of ``layer`` (default the model's last hidden layer before the logits) for
     the inputs ``x``; the features ``distinct_faults`` clusters."""
     from .data import fit_to_model
+
     name = network.default_layer() if layer is None else network.layer(layer).name
     if len(x) == 0:
         return np.zeros((0, network.neuron_count(name)), np.float32)

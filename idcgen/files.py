@@ -56,7 +56,6 @@ def jsonl(rows) -> str:
     return "".join(json.dumps(row) + "\n" for row in rows)
 
 
-
 def remove_temporaries(folder: Path) -> list[Path]:
     """Delete the temporary files (``.NAME.tmp``) that writes killed midway left in ``folder``; call
     only while no other process writes there. Returns what was removed."""

@@ -66,16 +66,20 @@ def campaign_augmentations(campaign: Campaign, network: Network, *, random_state
         roots = c.root[kept[rows]]
         ctx = MutationContext(network=network, labels=c.label[roots], value_range=campaign.value_range)
         control[rows] = make_mutator(spec).mutate(c.x[roots], rng, ctx)
-    return (Augmentation(c.x[kept], c.label[kept], f"{len(kept)} IDC-kept mutants"),
-            Augmentation(control, c.label[kept], f"{len(kept)} random perturbations of the same seeds"))
+    return (
+        Augmentation(c.x[kept], c.label[kept], f"{len(kept)} IDC-kept mutants"),
+        Augmentation(control, c.label[kept], f"{len(kept)} random perturbations of the same seeds"),
+    )
 
 
-def retrain(model, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
-            random_state: int = 0):
+def retrain(
+    model, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0
+):
     """A copy of ``model`` (a framework's model or a Network) fine-tuned (Adam, lr 1e-4) or trained from
     scratch (the paper's Adadelta), as the framework's model."""
-    return _retrained(as_network(model), x, y, mode=mode, epochs=epochs, batch_size=batch_size,
-                      random_state=random_state).model
+    return _retrained(
+        as_network(model), x, y, mode=mode, epochs=epochs, batch_size=batch_size, random_state=random_state
+    ).model
 
 
 def _retrained(network: Network, x, y, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0):
@@ -103,13 +107,22 @@ def check_pair(pair, n_classes: int) -> tuple[int, int]:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ParameterError(f"The 'pair' parameter must be two different classes in 0..{n_classes - 1}, e.g. 4,9. "
-                             f"Got {pair!r} instead.")
+        raise ParameterError(
+            f"The 'pair' parameter must be two different classes in 0..{n_classes - 1}, e.g. 4,9. Got {pair!r} instead."
+        )
     return a, b
 
 
-def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, random_state: int = 0,
-               value_range=(0.0, 1.0), pair=None) -> dict:
+def robustness(
+    network: Network,
+    x: np.ndarray,
+    y: np.ndarray,
+    fixed: dict,
+    *,
+    random_state: int = 0,
+    value_range=(0.0, 1.0),
+    pair=None,
+) -> dict:
     """Accuracy on the clean and perturbed test sets; attacks are run against this model. With ``pair`` (a, b),
     also DeepInspect's type-1 confusion of the pair on the clean set (docs/design.md, "Confusion and bias
     (DeepInspect)"): the mean of P(predicted b | label a) and P(predicted a | label b), lower is better."""
@@ -125,14 +138,28 @@ def robustness(network: Network, x: np.ndarray, y: np.ndarray, fixed: dict, *, r
         out[name] = float((network.predict(xs) == y).mean())
     if pair is not None:
         from .deepinspect import confusion_matrix, type1_confusion
+
         matrix = confusion_matrix(y, network.predict(x), network.n_classes)
         out[pair_name(pair)] = float(type1_confusion(matrix)[pair[0], pair[1]])
     return out
 
 
-def harden(model, x_train: np.ndarray, y_train: np.ndarray, campaign: Campaign, x_test: np.ndarray,
-           y_test: np.ndarray, *, mode: str = "finetune", epochs: int = 3, repeats: int = 1, random_state: int = 0,
-           out: str | Path | None = None, progress: bool = True, pair=None) -> dict:
+def harden(
+    model,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    campaign: Campaign,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    *,
+    mode: str = "finetune",
+    epochs: int = 3,
+    repeats: int = 1,
+    random_state: int = 0,
+    out: str | Path | None = None,
+    progress: bool = True,
+    pair=None,
+) -> dict:
     """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table.
     ``pair`` (a, b): also measure the pair's type-1 confusion (e.g. a pair ``idcgen inspect`` predicts, after
     a campaign with the ``confusion(a,b)`` oracle)."""
@@ -151,25 +178,50 @@ def harden(model, x_train: np.ndarray, y_train: np.ndarray, campaign: Campaign, 
     images = on_images(network, image_shape)
     guided, control = campaign_augmentations(campaign, images, random_state=random_state)
     rng = np.random.default_rng(random_state)
-    fixed = {name: make_mutator(spec).mutate(x_test, rng, MutationContext(images, y_test, value_range))
-             for name, spec in EVALUATIONS.items() if spec and not make_mutator(spec).needs_model}
-    results = {"original": [robustness(images, x_test, y_test, fixed, random_state=random_state,
-                                       value_range=value_range, pair=pair)]}
-    jobs = [(name, aug, r) for r in range(repeats) for name, aug in (("IDC-guided", guided), ("random control", control))]
+    fixed = {
+        name: make_mutator(spec).mutate(x_test, rng, MutationContext(images, y_test, value_range))
+        for name, spec in EVALUATIONS.items()
+        if spec and not make_mutator(spec).needs_model
+    }
+    results = {
+        "original": [
+            robustness(images, x_test, y_test, fixed, random_state=random_state, value_range=value_range, pair=pair)
+        ]
+    }
+    jobs = [
+        (name, aug, r) for r in range(repeats) for name, aug in (("IDC-guided", guided), ("random control", control))
+    ]
     for name, aug, r in tqdm(jobs, desc="retrain", disable=not progress, leave=False):
         x = np.concatenate([x_train.reshape(model_shape), aug.x.reshape(model_shape)])
         y = np.concatenate([y_train, aug.y])
         trained = _retrained(network, x, y, mode=mode, epochs=epochs, random_state=random_state + r)
-        results.setdefault(name, []).append(robustness(on_images(trained, image_shape), x_test, y_test,
-                                                       fixed, random_state=random_state + r, value_range=value_range,
-                                                       pair=pair))
+        results.setdefault(name, []).append(
+            robustness(
+                on_images(trained, image_shape),
+                x_test,
+                y_test,
+                fixed,
+                random_state=random_state + r,
+                value_range=value_range,
+                pair=pair,
+            )
+        )
     table = _table(results)
-    summary = {"mode": mode, "epochs": epochs, "repeats": repeats, "random_state": random_state,
-               "training_inputs": int(len(x_train)), "extra_inputs": int(len(guided.y)),
-               "guided": guided.source, "control": control.source, "test_inputs": int(len(x_test)),
-               "evaluations": {k: v for k, v in EVALUATIONS.items()}, "pair": None if pair is None else list(pair),
-               "table": table,
-               "seconds": round(time.perf_counter() - started, 1)}
+    summary = {
+        "mode": mode,
+        "epochs": epochs,
+        "repeats": repeats,
+        "random_state": random_state,
+        "training_inputs": int(len(x_train)),
+        "extra_inputs": int(len(guided.y)),
+        "guided": guided.source,
+        "control": control.source,
+        "test_inputs": int(len(x_test)),
+        "evaluations": {k: v for k, v in EVALUATIONS.items()},
+        "pair": None if pair is None else list(pair),
+        "table": table,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     if out is not None:
         write_outputs(summary, Path(out))
     return summary
@@ -179,7 +231,7 @@ def _table(results: dict) -> list[dict]:
     rows = []
     for model_name, runs in results.items():
         row = {"model": model_name, "runs": len(runs)}
-        for name in runs[0]:   # the evaluations, then the pair's confusion if measured
+        for name in runs[0]:  # the evaluations, then the pair's confusion if measured
             values = np.array([r[name] for r in runs])
             row[name] = float(values.mean())
             row[name + " std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
@@ -191,8 +243,7 @@ def format_table(summary: dict) -> str:
     names = [k for k in summary["table"][0] if k not in ("model", "runs") and not k.endswith(" std")]
     lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for row in summary["table"]:
-        cells = [f"{100 * row[n]:.2f}" + (f" ± {100 * row[n + ' std']:.2f}" if row["runs"] > 1 else "")
-                 for n in names]
+        cells = [f"{100 * row[n]:.2f}" + (f" ± {100 * row[n + ' std']:.2f}" if row["runs"] > 1 else "") for n in names]
         lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -202,13 +253,18 @@ def write_outputs(summary: dict, out: Path) -> None:
     plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
-    md = (f"# Hardening: {summary['mode']}, {summary['epochs']} epochs, {summary['repeats']} repetition(s)\n\n"
-          f"Accuracy (%) on the test set ({summary['test_inputs']} inputs), clean and perturbed. Retraining data: "
-          f"{summary['training_inputs']} training inputs plus {summary['guided']} (IDC-guided) or plus "
-          f"{summary['control']} (random control)."
-          + (f" {pair_name(summary['pair'])}: the pair's type-1 confusion on the clean test set (%, lower is better)."
-             if summary.get("pair") else "")
-          + f"\n\n{format_table(summary)}\n\n![accuracy](harden.png)\n")
+    md = (
+        f"# Hardening: {summary['mode']}, {summary['epochs']} epochs, {summary['repeats']} repetition(s)\n\n"
+        f"Accuracy (%) on the test set ({summary['test_inputs']} inputs), clean and perturbed. Retraining data: "
+        f"{summary['training_inputs']} training inputs plus {summary['guided']} (IDC-guided) or plus "
+        f"{summary['control']} (random control)."
+        + (
+            f" {pair_name(summary['pair'])}: the pair's type-1 confusion on the clean test set (%, lower is better)."
+            if summary.get("pair")
+            else ""
+        )
+        + f"\n\n{format_table(summary)}\n\n![accuracy](harden.png)\n"
+    )
     atomic_text(out / "harden.md", md)
     atomic_text(out / "harden.json", json.dumps(summary, indent=2) + "\n")
     with open(out / "harden.csv", "w", newline="") as handle:
@@ -220,8 +276,9 @@ def write_outputs(summary: dict, out: Path) -> None:
     width = 0.8 / len(summary["table"])
     for i, row in enumerate(summary["table"]):
         pos = np.arange(len(names)) + i * width
-        ax.bar(pos, [100 * row[n] for n in names], width, yerr=[100 * row[n + " std"] for n in names],
-               label=row["model"])
+        ax.bar(
+            pos, [100 * row[n] for n in names], width, yerr=[100 * row[n + " std"] for n in names], label=row["model"]
+        )
     ax.set_xticks(np.arange(len(names)) + width * (len(summary["table"]) - 1) / 2, names, rotation=15, fontsize=8)
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Robustness after retraining: IDC-guided vs random perturbations")

@@ -35,9 +35,27 @@ import numpy as np
 
 from .errors import InputError, ParameterError
 
-__all__ = ["Hypothesis", "builtin_hypotheses", "builtin_masks", "load_hypotheses", "evaluate", "describe_function",
-           "grey", "brightness", "contrast", "ink", "centre_x", "centre_y", "edge_density", "symmetry", "ink_mask",
-           "edges_mask", "left_mask", "centre_mask", "resize_mask"]
+__all__ = [
+    "Hypothesis",
+    "builtin_hypotheses",
+    "builtin_masks",
+    "load_hypotheses",
+    "evaluate",
+    "describe_function",
+    "grey",
+    "brightness",
+    "contrast",
+    "ink",
+    "centre_x",
+    "centre_y",
+    "edge_density",
+    "symmetry",
+    "ink_mask",
+    "edges_mask",
+    "left_mask",
+    "centre_mask",
+    "resize_mask",
+]
 
 #: an edge is a step between neighbouring pixels larger than this share of the image's own value span
 EDGE_STEP = 0.25
@@ -60,6 +78,7 @@ class Hypothesis:
 
 # ---- image statistics (n, ...) -> (n,) ----------------------------------------------------------------
 
+
 def grey(x) -> np.ndarray:
     """(n, h, w, c), (n, h, w) or flat (n, s*s[*c]) inputs -> (n, h, w) grey images (the channel mean)."""
     x = np.asarray(x, np.float64)
@@ -73,8 +92,10 @@ def grey(x) -> np.ndarray:
             s = int(round((d / c) ** 0.5))
             if s * s * c == d:
                 return x.reshape(len(x), s, s, c).mean(axis=-1)
-    raise InputError(f"image hypotheses need images (n, h, w[, c]) or flat square images; got inputs of shape "
-                     f"{x.shape}; give hypotheses of your own with --hypotheses")
+    raise InputError(
+        f"image hypotheses need images (n, h, w[, c]) or flat square images; got inputs of shape "
+        f"{x.shape}; give hypotheses of your own with --hypotheses"
+    )
 
 
 def _span(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,11 +125,11 @@ def ink(x, y=None) -> np.ndarray:
 def _centre(x, axis: int) -> np.ndarray:
     g = grey(x)
     lo, _ = _span(g)
-    w = g - lo                                      # the darkest pixel weighs nothing: background drops out
+    w = g - lo  # the darkest pixel weighs nothing: background drops out
     size = g.shape[axis]
-    coord = np.arange(size) / max(size - 1, 1)      # 0 at the left (top) edge, 1 at the right (bottom)
+    coord = np.arange(size) / max(size - 1, 1)  # 0 at the left (top) edge, 1 at the right (bottom)
     mass = w.sum(axis=(1, 2))
-    along = w.sum(axis=3 - axis) @ coord            # profile along the axis, weighted by the coordinate
+    along = w.sum(axis=3 - axis) @ coord  # profile along the axis, weighted by the coordinate
     return np.where(mass > 0, along / np.where(mass > 0, mass, 1), 0.5)
 
 
@@ -144,6 +165,7 @@ def symmetry(x, y=None) -> np.ndarray:
 def _one_vs_rest(k: int):
     def f(x, y):
         return (np.asarray(y) == k).astype(np.float64)
+
     return f
 
 
@@ -152,6 +174,7 @@ def _dominant(c: int):
         x = np.asarray(x, np.float64)
         means = x.reshape(len(x), -1, x.shape[-1]).mean(axis=1)
         return (means.argmax(axis=1) == c).astype(np.float64)
+
     return f
 
 
@@ -167,17 +190,25 @@ def builtin_hypotheses(*, task: str = "classification", n_classes: int = 0, chan
         out.append(Hypothesis("label", _label, "the label (regression target)"))
     else:
         out += [Hypothesis(f"class_{k}", _one_vs_rest(k), f"class {k} one-vs-rest") for k in range(n_classes)]
-    out += [Hypothesis("brightness", brightness, "brightness"), Hypothesis("contrast", contrast, "contrast"),
-            Hypothesis("ink", ink, "ink (foreground amount)"),
-            Hypothesis("centre_x", centre_x, "centre of mass x"), Hypothesis("centre_y", centre_y, "centre of mass y"),
-            Hypothesis("edges", edge_density, "edge density"), Hypothesis("symmetry", symmetry, "left-right symmetry")]
+    out += [
+        Hypothesis("brightness", brightness, "brightness"),
+        Hypothesis("contrast", contrast, "contrast"),
+        Hypothesis("ink", ink, "ink (foreground amount)"),
+        Hypothesis("centre_x", centre_x, "centre of mass x"),
+        Hypothesis("centre_y", centre_y, "centre of mass y"),
+        Hypothesis("edges", edge_density, "edge density"),
+        Hypothesis("symmetry", symmetry, "left-right symmetry"),
+    ]
     if channels == 3:
-        out += [Hypothesis(f"{name}_dominant", _dominant(c), f"{name} channel dominant")
-                for c, name in enumerate(CHANNEL_NAMES)]
+        out += [
+            Hypothesis(f"{name}_dominant", _dominant(c), f"{name} channel dominant")
+            for c, name in enumerate(CHANNEL_NAMES)
+        ]
     return out
 
 
 # ---- masks (n, ...) -> (n, h, w): per-pixel hypotheses for spatial units ----------------------------------
+
 
 def ink_mask(x, y=None) -> np.ndarray:
     """Foreground pixels: brighter than the midpoint of the image's darkest and brightest pixel (1), else 0."""
@@ -211,26 +242,32 @@ def centre_mask(x, y=None) -> np.ndarray:
     g = grey(x)
     h, w = g.shape[1:]
     out = np.zeros(g.shape)
-    out[:, h // 4: h - h // 4, w // 4: w - w // 4] = 1.0
+    out[:, h // 4 : h - h // 4, w // 4 : w - w // 4] = 1.0
     return out
 
 
 def builtin_masks() -> list[Hypothesis]:
     """The built-in per-pixel hypotheses for images: ink, edges, the left half, the centre."""
-    return [Hypothesis("ink_mask", ink_mask, "ink pixels"), Hypothesis("edges_mask", edges_mask, "edge pixels"),
-            Hypothesis("left_mask", left_mask, "left half"), Hypothesis("centre_mask", centre_mask, "centre region")]
+    return [
+        Hypothesis("ink_mask", ink_mask, "ink pixels"),
+        Hypothesis("edges_mask", edges_mask, "edge pixels"),
+        Hypothesis("left_mask", left_mask, "left half"),
+        Hypothesis("centre_mask", centre_mask, "centre region"),
+    ]
 
 
 def resize_mask(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     """(n, H, W) masks -> (n, h, w) by area averaging: each output pixel is the mean of the input pixels
     under it, weighted by their overlap (exact for any sizes, H/h need not be whole)."""
+
     def weights(big: int, small: int) -> np.ndarray:
-        edges = np.arange(small + 1) * big / small            # output cell i covers [edges[i], edges[i+1])
+        edges = np.arange(small + 1) * big / small  # output cell i covers [edges[i], edges[i+1])
         lo = np.maximum(edges[:-1, None], np.arange(big)[None, :])
         hi = np.minimum(edges[1:, None], np.arange(big)[None, :] + 1)
-        return np.clip(hi - lo, 0, None) * small / big        # each row sums to 1
+        return np.clip(hi - lo, 0, None) * small / big  # each row sums to 1
+
     rows, cols = weights(mask.shape[1], shape[0]), weights(mask.shape[2], shape[1])
-    return rows @ np.asarray(mask, np.float64) @ cols.T       # (h, H) @ (n, H, W) @ (W, w), batched
+    return rows @ np.asarray(mask, np.float64) @ cols.T  # (h, H) @ (n, H, W) @ (W, w), batched
 
 
 def describe_function(func, name: str) -> str:
@@ -247,10 +284,10 @@ def load_hypotheses(path) -> list[Hypothesis]:
         raise ParameterError(f"hypotheses file not found: {path}; expected a Python file defining functions f(x, y)")
     spec = importlib.util.spec_from_file_location(f"idcgen_user_hypotheses_{abs(hash(str(path.resolve())))}", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # while it runs: dataclasses and the like look their module up there
+    sys.modules[spec.name] = module  # while it runs: dataclasses and the like look their module up there
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:   # user code: any error is reported as one line naming the file
+    except Exception as exc:  # user code: any error is reported as one line naming the file
         raise ParameterError(f"could not run hypotheses file {path}: {type(exc).__name__}: {exc}") from None
     finally:
         sys.modules.pop(spec.name, None)
@@ -260,11 +297,15 @@ def load_hypotheses(path) -> list[Hypothesis]:
             raise ParameterError(f"HYPOTHESES in {path} must be a dict from names (str) to functions f(x, y)")
         found = list(table.items())
     else:
-        found = [(name, obj) for name, obj in vars(module).items()
-                 if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == module.__name__]
+        found = [
+            (name, obj)
+            for name, obj in vars(module).items()
+            if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == module.__name__
+        ]
     if not found:
-        raise ParameterError(f"{path} defines no hypotheses: expected public functions f(x, y) -> array (n,) "
-                             "or a HYPOTHESES dict")
+        raise ParameterError(
+            f"{path} defines no hypotheses: expected public functions f(x, y) -> array (n,) or a HYPOTHESES dict"
+        )
     return [Hypothesis(name, func, describe_function(func, name)) for name, func in found]
 
 
@@ -275,22 +316,29 @@ def evaluate(hypothesis: Hypothesis, x: np.ndarray, y, *, masks: bool = False) -
     n = len(x)
     try:
         value = hypothesis.func(x, y)
-    except Exception as exc:   # user code
+    except Exception as exc:  # user code
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise InputError(f"hypothesis {hypothesis.name!r} raised {type(exc).__name__}"
-                         f"{': ' + first if first else ''} on a batch of {n} inputs of shape {tuple(x.shape)}; "
-                         "it must take (x, y) and return one number per input") from None
+        raise InputError(
+            f"hypothesis {hypothesis.name!r} raised {type(exc).__name__}"
+            f"{': ' + first if first else ''} on a batch of {n} inputs of shape {tuple(x.shape)}; "
+            "it must take (x, y) and return one number per input"
+        ) from None
     try:
         value = np.asarray(value, np.float64)
     except (TypeError, ValueError):
-        raise InputError(f"hypothesis {hypothesis.name!r} returned {type(value).__name__}, not numbers; "
-                         f"expected an array of shape ({n},)") from None
-    mask_shape = (n, *x.shape[1:3]) if masks and np.ndim(x) == 4 else None    # images (n, H, W, C): H x W masks
+        raise InputError(
+            f"hypothesis {hypothesis.name!r} returned {type(value).__name__}, not numbers; "
+            f"expected an array of shape ({n},)"
+        ) from None
+    mask_shape = (n, *x.shape[1:3]) if masks and np.ndim(x) == 4 else None  # images (n, H, W, C): H x W masks
     if value.shape != (n,) and value.shape != mask_shape:
-        raise InputError(f"hypothesis {hypothesis.name!r} returned shape {value.shape} for a batch of {n} inputs; "
-                         f"expected ({n},): one number per input"
-                         + (f", or {mask_shape}: a mask per input" if mask_shape else ""))
+        raise InputError(
+            f"hypothesis {hypothesis.name!r} returned shape {value.shape} for a batch of {n} inputs; "
+            f"expected ({n},): one number per input" + (f", or {mask_shape}: a mask per input" if mask_shape else "")
+        )
     if not np.isfinite(value).all():
-        raise InputError(f"hypothesis {hypothesis.name!r} returned NaN or inf for {int((~np.isfinite(value)).sum())} "
-                         f"of {n} inputs; expected finite numbers")
+        raise InputError(
+            f"hypothesis {hypothesis.name!r} returned NaN or inf for {int((~np.isfinite(value)).sum())} "
+            f"of {n} inputs; expected finite numbers"
+        )
     return value

@@ -29,6 +29,7 @@ def top_neurons(scores: np.ndarray, m: int) -> np.ndarray:
     """Indices of the ``m`` highest scores, highest first; ties broken by the lower index (stable)."""
     n = len(scores)
     if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or not 1 <= m <= n:
-        raise ParameterError(f"The 'm' parameter must be an int in the range [1, {n}] (the layer has {n} "
-                             f"neurons). Got {m!r} instead.")
+        raise ParameterError(
+            f"The 'm' parameter must be an int in the range [1, {n}] (the layer has {n} neurons). Got {m!r} instead."
+        )
     return np.argsort(-np.asarray(scores), kind="stable")[:m].astype(np.int64)

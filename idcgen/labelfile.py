@@ -25,7 +25,7 @@ TARGET_NAMES = ("steering_angle", "steering", "angle", "label", "target", "y", "
 @dataclass(frozen=True)
 class LabelFile:
     path: Path
-    id_column: str | None = None      # None: detected
+    id_column: str | None = None  # None: detected
     target_column: str | None = None
 
 
@@ -56,8 +56,10 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"cannot read label file {path}: {err}") from err
     if len(rows) < 2:
-        raise InputError(f"label file {path} has no rows under its header; expected a header line (e.g. "
-                         "frame_id,steering_angle) and one row per image")
+        raise InputError(
+            f"label file {path} has no rows under its header; expected a header line (e.g. "
+            "frame_id,steering_angle) and one row per image"
+        )
     return [c.strip() for c in rows[0]], rows[1:]
 
 
@@ -65,14 +67,18 @@ def _pick(header: list[str], wanted: str | None, known: tuple, what: str, path: 
     lower = [c.lower() for c in header]
     if wanted is not None:
         if wanted.lower() not in lower:
-            raise InputError(f"label file {path} has no {what} column {wanted!r} (columns: {', '.join(header)}); "
-                             f"name one of its columns")
+            raise InputError(
+                f"label file {path} has no {what} column {wanted!r} (columns: {', '.join(header)}); "
+                f"name one of its columns"
+            )
         return lower.index(wanted.lower())
     for name in known:
         if name in lower and lower.index(name) not in exclude:
             return lower.index(name)
-    raise InputError(f"label file {path} has no {what} column that idcgen recognises (columns: {', '.join(header)}; "
-                     f"known names: {', '.join(known)}); name the columns: --labels {path}:ID_COLUMN,TARGET_COLUMN")
+    raise InputError(
+        f"label file {path} has no {what} column that idcgen recognises (columns: {', '.join(header)}; "
+        f"known names: {', '.join(known)}); name the columns: --labels {path}:ID_COLUMN,TARGET_COLUMN"
+    )
 
 
 def read_labels(spec, files: list[Path]) -> tuple[np.ndarray, str]:
@@ -89,37 +95,48 @@ def read_labels(spec, files: list[Path]) -> tuple[np.ndarray, str]:
     by_id: dict[str, str] = {}
     for number, row in enumerate(rows, start=2):
         if len(row) <= max(id_col, target_col):
-            raise InputError(f"label file {spec.path}, line {number}: {len(row)} fields, expected at least "
-                             f"{max(id_col, target_col) + 1}")
+            raise InputError(
+                f"label file {spec.path}, line {number}: {len(row)} fields, expected at least "
+                f"{max(id_col, target_col) + 1}"
+            )
         key, value = row[id_col].strip(), row[target_col].strip()
         if by_id.get(key, value) != value:
-            raise InputError(f"label file {spec.path} gives id {key!r} two labels ({by_id[key]} and {value}); "
-                             "keep one row per image")
+            raise InputError(
+                f"label file {spec.path} gives id {key!r} two labels ({by_id[key]} and {value}); keep one row per image"
+            )
         by_id[key] = value
     found, missing = [], []
     for f in files:
         key = f.name if f.name in by_id else f.stem if f.stem in by_id else None
         (found if key is not None else missing).append(key if key is not None else f.name)
     if not any(k is not None for k in found):
-        raise InputError(f"no id of {spec.path}'s column {header[id_col]!r} (e.g. {next(iter(by_id))!r}) matches an "
-                         f"image file name (e.g. {files[0].name!r}); ids must be the file names, with or without "
-                         "the extension")
+        raise InputError(
+            f"no id of {spec.path}'s column {header[id_col]!r} (e.g. {next(iter(by_id))!r}) matches an "
+            f"image file name (e.g. {files[0].name!r}); ids must be the file names, with or without "
+            "the extension"
+        )
     if missing:
-        raise InputError(f"{len(missing)} of {len(files)} images have no label in {spec.path} (first: {missing[0]}); "
-                         "add their rows or move them out of the folder")
+        raise InputError(
+            f"{len(missing)} of {len(files)} images have no label in {spec.path} (first: {missing[0]}); "
+            "add their rows or move them out of the folder"
+        )
     text = [by_id[k] for k in found]
     try:
         values = np.array([float(v) for v in text], np.float64)
     except ValueError:
         bad = next(v for v in text if not _is_number(v))
-        raise InputError(f"label file {spec.path}: target column {header[target_col]!r} holds {bad!r}, not a "
-                         "number; give numeric targets (a class index or a value)") from None
+        raise InputError(
+            f"label file {spec.path}: target column {header[target_col]!r} holds {bad!r}, not a "
+            "number; give numeric targets (a class index or a value)"
+        ) from None
     whole = all(v.lstrip("+-").isdigit() for v in text)
     labels = values.astype(np.int64) if whole else values
     unused = len(by_id) - len(set(found))
-    note = (f"labels: column {header[target_col]!r} of {spec.path} by {header[id_col]!r} "
-            f"({'class indices' if whole else 'numbers'}, {len(files)} images"
-            + (f"; {unused} ids of the file match no image here and are not used)" if unused else ")"))
+    note = (
+        f"labels: column {header[target_col]!r} of {spec.path} by {header[id_col]!r} "
+        f"({'class indices' if whole else 'numbers'}, {len(files)} images"
+        + (f"; {unused} ids of the file match no image here and are not used)" if unused else ")")
+    )
     return labels, note
 
 

@@ -25,19 +25,25 @@ from .errors import IdcgenError
 class Flag:
     """How a settings field is typed on the command line."""
 
-    names: tuple[str, ...]            # "--value-range" (the first is the one messages use)
+    names: tuple[str, ...]  # "--value-range" (the first is the one messages use)
     help: str
-    cli_type: Any = Optional[str]     # what the command line reads (typer's annotation)
-    cli_default: Any = None           # what the command line gives when the option is not typed
-    parse: Callable | None = None     # typed value -> field value (never called on None)
+    cli_type: Any = Optional[str]  # what the command line reads (typer's annotation)
+    cli_default: Any = None  # what the command line gives when the option is not typed
+    parse: Callable | None = None  # typed value -> field value (never called on None)
 
     @property
     def name(self) -> str:
         return self.names[0]
 
 
-def option(*names: str, help: str, cli_type: Any = Optional[str], cli_default: Any = None,
-           parse: Callable | None = None, default: Any = dataclasses.MISSING) -> Any:
+def option(
+    *names: str,
+    help: str,
+    cli_type: Any = Optional[str],
+    cli_default: Any = None,
+    parse: Callable | None = None,
+    default: Any = dataclasses.MISSING,
+) -> Any:
     """A settings field that is also a command-line option; ``default`` is the field's own default (for a
     group made in Python), else the parsed ``cli_default``."""
     flag = Flag(tuple(names), help, cli_type, cli_default, parse)
@@ -59,6 +65,7 @@ def _parsed(name: str, flag: Flag, value):
         if flag.name in message or f"'{name}' parameter" in message:
             raise
         from .errors import ParameterError
+
         raise ParameterError(f"{message.rstrip('.')} ({flag.name})") from None
 
 
@@ -69,7 +76,7 @@ _REPEATED = (Optional[List[Path]], List[Path], Optional[List[str]], List[str])
 class Group:
     """Base of the settings groups: built from typed values (:meth:`from_typed`) or in Python."""
 
-    given: tuple = field(default=(), compare=False, repr=False)   # every option typed, in the order typed
+    given: tuple = field(default=(), compare=False, repr=False)  # every option typed, in the order typed
 
     @classmethod
     def flags(cls) -> dict[str, Flag]:
@@ -84,7 +91,7 @@ class Group:
             if name not in typed:
                 continue
             value = typed[name]
-            if isinstance(value, list) or (value is None and flag.cli_type in _REPEATED):   # a repeatable option
+            if isinstance(value, list) or (value is None and flag.cli_type in _REPEATED):  # a repeatable option
                 value = tuple(value or ())
             values[name] = value if flag.parse is None or value is None else _parsed(name, flag, value)
         return cls(**values, given=tuple(given))
@@ -97,9 +104,12 @@ class Group:
 # ---- parsers (imported when first called: the groups import nothing heavy) ------------------------------
 def _lazy(module: str, name: str) -> Callable:
     """The parser ``name`` of ``module`` (relative to idcgen), imported when it is first called."""
+
     def parse(text):
         from importlib import import_module
+
         return getattr(import_module(module, __package__), name)(text)
+
     parse.__name__ = name
     return parse
 
@@ -116,22 +126,27 @@ _cluster_method = _lazy(".clusters", "check_cluster_method")
 def _positive(name: str) -> Callable:
     def check(value):
         from .checks import check_int
+
         return check_int(name, value, 1)
+
     return check
 
 
 def _mutators(text):
     from .fuzz.mutators import parse_mutators
+
     return tuple(repr(m) for m in parse_mutators(text))
 
 
 def _scheduler(text):
     from .fuzz.scheduler import make_scheduler, scheduler_spec
+
     return scheduler_spec(make_scheduler(text))
 
 
 def _measure(text):
     from .criteria import parse_criteria
+
     return tuple(parse_criteria(text))
 
 
@@ -140,30 +155,46 @@ def _str(value):
 
 
 # ---- the groups -------------------------------------------------------------------------------------
-_MODEL_HELP = ("Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx (needs onnx2torch, "
-               "installed by hand), or a factory package.module:make_model with --weights W.pt.")
-_WEIGHTS_HELP = ("Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a "
-                 "PyTorch factory --model package.module:make_model, its state_dict file (--weights W.pt).")
+_MODEL_HELP = (
+    "Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx (needs onnx2torch, "
+    "installed by hand), or a factory package.module:make_model with --weights W.pt."
+)
+_WEIGHTS_HELP = (
+    "Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a "
+    "PyTorch factory --model package.module:make_model, its state_dict file (--weights W.pt)."
+)
 
 
 def _task_option():
-    return option("--task", help="regression or classification (default: detected; a head of one output "
-                                              "unit is a regression model).")
+    return option(
+        "--task",
+        help="regression or classification (default: detected; a head of one output unit is a regression model).",
+    )
 
 
 def _device_option():
-    return option("--device", help="Where the model runs: auto (the GPU when the framework sees one; default, or "
-                                   "IDCGEN_DEVICE), cpu, cuda or cuda:N. cpu also hides the GPU from TensorFlow.")
+    return option(
+        "--device",
+        help="Where the model runs: auto (the GPU when the framework sees one; default, or "
+        "IDCGEN_DEVICE), cpu, cuda or cuda:N. cpu also hides the GPU from TensorFlow.",
+    )
 
 
 def _precision_option():
-    return option("--precision", help="fp32 (default), bf16 or fp16 for the forward passes (PyTorch models; an "
-                                      "analysis and its relevance always run in fp32).")
+    return option(
+        "--precision",
+        help="fp32 (default), bf16 or fp16 for the forward passes (PyTorch models; an "
+        "analysis and its relevance always run in fp32).",
+    )
 
 
 def _unsafe_option():
-    return option("--unsafe", cli_type=bool, cli_default=False,
-                  help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.")
+    return option(
+        "--unsafe",
+        cli_type=bool,
+        cli_default=False,
+        help="Turn off Keras' safe mode (allows Lambda layers): trusted files only.",
+    )
 
 
 @dataclass(frozen=True)
@@ -190,11 +221,20 @@ class ModelOptions(Group):
 class ModelsOptions(Group):
     """Several models (the first under test; the others for the disagreement oracle)."""
 
-    model: tuple = option("--model", cli_type=Optional[List[Path]], default=(),
-                          help="Model under test; repeat for the disagreement oracle (first = under test).")
-    architecture: tuple = option("--architecture", "--weights", cli_type=Optional[List[Path]], default=(),
-                                 help="Keras JSON architecture for a weights-only .h5 --model (a PyTorch factory's "
-                                      "state_dict); with several --model, one each in order (- for none).")
+    model: tuple = option(
+        "--model",
+        cli_type=Optional[List[Path]],
+        default=(),
+        help="Model under test; repeat for the disagreement oracle (first = under test).",
+    )
+    architecture: tuple = option(
+        "--architecture",
+        "--weights",
+        cli_type=Optional[List[Path]],
+        default=(),
+        help="Keras JSON architecture for a weights-only .h5 --model (a PyTorch factory's "
+        "state_dict); with several --model, one each in order (- for none).",
+    )
     task: str | None = _task_option()
     unsafe: bool = _unsafe_option()
     device: str | None = _device_option()
@@ -213,52 +253,83 @@ class ModelsOptions(Group):
 class InputOptions(Group):
     """How input sets (folders, arrays, dataset names) are read for the model."""
 
-    scale: str = option("--scale", cli_type=str, cli_default="auto",
-                        help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by "
-                             "255) or none.")
+    scale: str = option(
+        "--scale",
+        cli_type=str,
+        cli_default="auto",
+        help="auto (uint8 0..255 mapped onto the model's value range, floats kept), 255 (divide by 255) or none.",
+    )
     limit: int | None = option("--limit", cli_type=Optional[int], help="Use the first N inputs only.")
-    resize: tuple | None = option("--resize", parse=_resize,
-                                  help="HxW: resize the images of image folders (PIL, bilinear).")
-    crop: str | None = option("--crop", help="TOP,BOTTOM,LEFT,RIGHT: pixels cut from each image of an image folder "
-                                             "before --resize.")
-    labels: str | None = option("--labels", help="CSV of labels for an image folder: FILE.csv (id and target columns "
-                                "detected) or FILE.csv:ID_COLUMN,TARGET_COLUMN; ids are the file names, with or "
-                                "without extension.")
-    class_names: tuple | None = option("--class-names", parse=_class_names,
-                                       help="Class names in label order (cat,dog or a file with one per line): labels "
-                                            "of image class subfolders not named by integers (default: sorted names).")
+    resize: tuple | None = option(
+        "--resize", parse=_resize, help="HxW: resize the images of image folders (PIL, bilinear)."
+    )
+    crop: str | None = option(
+        "--crop", help="TOP,BOTTOM,LEFT,RIGHT: pixels cut from each image of an image folder before --resize."
+    )
+    labels: str | None = option(
+        "--labels",
+        help="CSV of labels for an image folder: FILE.csv (id and target columns "
+        "detected) or FILE.csv:ID_COLUMN,TARGET_COLUMN; ids are the file names, with or "
+        "without extension.",
+    )
+    class_names: tuple | None = option(
+        "--class-names",
+        parse=_class_names,
+        help="Class names in label order (cat,dog or a file with one per line): labels "
+        "of image class subfolders not named by integers (default: sorted names).",
+    )
 
     def load_options(self) -> dict:
         """The loading keywords of :func:`idcgen.session.load_inputs`."""
-        return {"scale": self.scale, "resize": self.resize, "crop": self.crop, "labels": self.labels,
-                "class_names": self.class_names}
+        return {
+            "scale": self.scale,
+            "resize": self.resize,
+            "crop": self.crop,
+            "labels": self.labels,
+            "class_names": self.class_names,
+        }
 
 
 @dataclass(frozen=True)
 class ConventionOptions(Group):
     """The input convention asked for (default: the model's own, or the analysis' recorded one)."""
 
-    value_range: tuple | None = option("--value-range", parse=_value_range,
-                                       help="LO,HI: range of the images the model takes (default: 0,255 if it starts "
-                                            "with Rescaling(1/255), else 0,1).")
-    preprocess: Any = option("--preprocess", parse=_preprocess,
-                             help="Between image and model: imagenet-caffe, imagenet-torch, tf ([0,255] -> [-1,1]) "
-                                  "or mean=M,std=S.")
+    value_range: tuple | None = option(
+        "--value-range",
+        parse=_value_range,
+        help="LO,HI: range of the images the model takes (default: 0,255 if it starts "
+        "with Rescaling(1/255), else 0,1).",
+    )
+    preprocess: Any = option(
+        "--preprocess",
+        parse=_preprocess,
+        help="Between image and model: imagenet-caffe, imagenet-torch, tf ([0,255] -> [-1,1]) or mean=M,std=S.",
+    )
 
 
 @dataclass(frozen=True)
 class RunnerOptions(Group):
     """Where the work runs: this process, or Ray workers."""
 
-    ray: str | None = option("--ray", help="Run on Ray workers: local (start Ray on this machine), auto (the cluster "
-                             "`ray start` made here) or a cluster address such as ray://HEAD:10001. Needs pip install "
-                             "\"idcgen[ray]\".")
-    workers: int | None = option("--workers", cli_type=Optional[int],
-                                 help="Ray workers (default: one per GPU of the cluster, else one per CPU); alone it "
-                                      "means --ray local.")
-    gpus_per_worker: float | None = option("--gpus-per-worker", cli_type=Optional[float], help=(
-        "With --workers: each Ray worker's share of a GPU (0.5: two workers a GPU; default: the cluster's GPUs "
-        "spread over the workers); a worker runs its model on its own GPU."))
+    ray: str | None = option(
+        "--ray",
+        help="Run on Ray workers: local (start Ray on this machine), auto (the cluster "
+        "`ray start` made here) or a cluster address such as ray://HEAD:10001. Needs pip install "
+        '"idcgen[ray]".',
+    )
+    workers: int | None = option(
+        "--workers",
+        cli_type=Optional[int],
+        help="Ray workers (default: one per GPU of the cluster, else one per CPU); alone it means --ray local.",
+    )
+    gpus_per_worker: float | None = option(
+        "--gpus-per-worker",
+        cli_type=Optional[float],
+        help=(
+            "With --workers: each Ray worker's share of a GPU (0.5: two workers a GPU; default: the cluster's GPUs "
+            "spread over the workers); a worker runs its model on its own GPU."
+        ),
+    )
 
     @property
     def parallel(self) -> bool:
@@ -269,12 +340,20 @@ class RunnerOptions(Group):
 class CampaignRunnerOptions(RunnerOptions):
     """Where a fuzz campaign runs: this process, or parallel campaigns on Ray workers (their help says so)."""
 
-    ray: str | None = option("--ray", help="With --workers: local (default: start Ray on this machine), auto or a "
-                             "Ray cluster address such as ray://HEAD:10001.")
-    workers: int | None = option("--workers", cli_type=Optional[int], help=(
-        "Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new "
-        "combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Without --analysis "
-        "or --train the analysis is found or made first, as for one campaign."))
+    ray: str | None = option(
+        "--ray",
+        help="With --workers: local (default: start Ray on this machine), auto or a "
+        "Ray cluster address such as ray://HEAD:10001.",
+    )
+    workers: int | None = option(
+        "--workers",
+        cli_type=Optional[int],
+        help=(
+            "Run N campaigns in parallel on Ray, each with its own random stream, sharing the inputs that reach new "
+            "combinations (as AFL's -M/-S); one sub-folder each in --out, merged view in merged/. Without --analysis "
+            "or --train the analysis is found or made first, as for one campaign."
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -283,14 +362,21 @@ class AnalysisOptions(Group):
     analysing)."""
 
     layer: str | None = option("--layer", help="Subject layer (default: last hidden layer).")
-    m: int | None = option("--m", cli_type=Optional[int], parse=_positive("m"),
-                           help="Number of important neurons (default 8); where a saved analysis is looked for, the "
-                                "m it must have.")
-    clusters: tuple | None = option("--clusters", parse=_clusters,
-                                    help="k values tried per neuron, e.g. 2-5 or 2,3,4 (default 2-5).")
-    cluster_method: str | None = option("--cluster-method", parse=_cluster_method,
-                                        help="silhouette (the paper's, default) or zero-aware (a ReLU's exact zeros "
-                                             "get their own cluster; k chosen on the positive values).")
+    m: int | None = option(
+        "--m",
+        cli_type=Optional[int],
+        parse=_positive("m"),
+        help="Number of important neurons (default 8); where a saved analysis is looked for, the m it must have.",
+    )
+    clusters: tuple | None = option(
+        "--clusters", parse=_clusters, help="k values tried per neuron, e.g. 2-5 or 2,3,4 (default 2-5)."
+    )
+    cluster_method: str | None = option(
+        "--cluster-method",
+        parse=_cluster_method,
+        help="silhouette (the paper's, default) or zero-aware (a ReLU's exact zeros "
+        "get their own cluster; k chosen on the positive values).",
+    )
 
     #: what an analysis made without the option uses
     DEFAULTS: ClassVar[dict] = {"m": 8, "clusters": (2, 3, 4, 5), "cluster_method": "silhouette"}
@@ -307,46 +393,81 @@ class CampaignOptions(Group):
     these settle into)."""
 
     seeds: str | None = option("--seeds", help="Seed inputs (folder, .npz, .npy, IDX, dataset name).")
-    budget: int | None = option("--budget", cli_type=Optional[int],
-                                help="Execs: mutants run through the model (on --resume: the new total).")
+    budget: int | None = option(
+        "--budget", cli_type=Optional[int], help="Execs: mutants run through the model (on --resume: the new total)."
+    )
     train: str | None = option("--train", help="Analyse on these training inputs first.")
     analysis: Path | None = option("--analysis", cli_type=Optional[Path], help="Reuse a saved analysis.")
-    mutators: tuple | None = option("--mutators", parse=_mutators,
-                                    help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see "
-                                         "`idcgen mutators`).")
-    oracle: str | None = option("--oracle", help=(
-        "Default misclassification (deviation for a regression model). For regression: deviation(threshold=T), "
-        "error(threshold=T) (needs labels), deeptest(lam=L) (DeepTest's relation, lam x the MSE measured on the "
-        "labelled seeds), disagreement(threshold=T). misclassification, prediction-change, disagreement, "
-        "uncertain[(P)] or confusion(A,B) (a seed of class A predicted B or the reverse), or several joined by & "
-        "and | with ~ for not, e.g. 'misclassification & ~uncertain'."))
-    scheduler: str = option("--scheduler", cli_type=str, cli_default="prioritized", parse=_scheduler,
-                            help="prioritized (DeepHunter) or uniform.")
-    guide: str = option("--guide", cli_type=str, cli_default="idc",
-                        help="Which criterion's new coverage admits a mutant to the corpus: idc, nc, kmnc, nbc, snac, "
-                             "tknc, lsc, dsc, or none (every valid mutant).")
-    measure: tuple | None = option("--measure", parse=_measure,
-                                   help="Criteria measured besides IDC, e.g. 'nc,kmnc:k=10' (fitted on --train, else "
-                                        "on the seeds).")
-    no_round: bool = option("--no-round", cli_type=bool, cli_default=False,
-                            help="Run mutants unrounded (by default they are rounded to the seeds' uint8 levels, so "
-                                 "every finding reproduces from its PNG).")
-    batch_size: int = option("--batch-size", cli_type=int, cli_default=256, parse=_positive("batch_size"),
-                             help="Mutants per step.")
-    no_validity: bool = option("--no-validity", cli_type=bool, cli_default=False,
-                               help="Turn DeepHunter's validity bounds off.")
-    alpha: float = option("--alpha", cli_type=float, cli_default=0.02,
-                          help="Validity: share of pixels that may change freely.")
-    beta: float = option("--beta", cli_type=float, cli_default=0.2,
-                         help="Validity: largest change of any pixel otherwise (share of the range).")
-    random_state: int = option("--random-state", cli_type=int, cli_default=0,
-                               help="Seed of the campaign: the same seed, settings and inputs make the same campaign "
-                                    "in one process.")
-    image_shape: tuple | None = option("--image-shape", parse=_image_shape,
-                                       help="H,W,C of the images to mutate for a model taking flat or channel-less "
-                                            "inputs (default: inferred).")
-    out: Path | None = option("--out", cli_type=Optional[Path],
-                              help="Campaign folder (default outputs/campaigns/<model>_<time>).")
+    mutators: tuple | None = option(
+        "--mutators",
+        parse=_mutators,
+        help="Comma-separated mutator specs, e.g. 'gauss(std=0.05),rotate,fgsm' (see `idcgen mutators`).",
+    )
+    oracle: str | None = option(
+        "--oracle",
+        help=(
+            "Default misclassification (deviation for a regression model). For regression: deviation(threshold=T), "
+            "error(threshold=T) (needs labels), deeptest(lam=L) (DeepTest's relation, lam x the MSE measured on the "
+            "labelled seeds), disagreement(threshold=T). misclassification, prediction-change, disagreement, "
+            "uncertain[(P)] or confusion(A,B) (a seed of class A predicted B or the reverse), or several joined by & "
+            "and | with ~ for not, e.g. 'misclassification & ~uncertain'."
+        ),
+    )
+    scheduler: str = option(
+        "--scheduler",
+        cli_type=str,
+        cli_default="prioritized",
+        parse=_scheduler,
+        help="prioritized (DeepHunter) or uniform.",
+    )
+    guide: str = option(
+        "--guide",
+        cli_type=str,
+        cli_default="idc",
+        help="Which criterion's new coverage admits a mutant to the corpus: idc, nc, kmnc, nbc, snac, "
+        "tknc, lsc, dsc, or none (every valid mutant).",
+    )
+    measure: tuple | None = option(
+        "--measure",
+        parse=_measure,
+        help="Criteria measured besides IDC, e.g. 'nc,kmnc:k=10' (fitted on --train, else on the seeds).",
+    )
+    no_round: bool = option(
+        "--no-round",
+        cli_type=bool,
+        cli_default=False,
+        help="Run mutants unrounded (by default they are rounded to the seeds' uint8 levels, so "
+        "every finding reproduces from its PNG).",
+    )
+    batch_size: int = option(
+        "--batch-size", cli_type=int, cli_default=256, parse=_positive("batch_size"), help="Mutants per step."
+    )
+    no_validity: bool = option(
+        "--no-validity", cli_type=bool, cli_default=False, help="Turn DeepHunter's validity bounds off."
+    )
+    alpha: float = option(
+        "--alpha", cli_type=float, cli_default=0.02, help="Validity: share of pixels that may change freely."
+    )
+    beta: float = option(
+        "--beta",
+        cli_type=float,
+        cli_default=0.2,
+        help="Validity: largest change of any pixel otherwise (share of the range).",
+    )
+    random_state: int = option(
+        "--random-state",
+        cli_type=int,
+        cli_default=0,
+        help="Seed of the campaign: the same seed, settings and inputs make the same campaign in one process.",
+    )
+    image_shape: tuple | None = option(
+        "--image-shape",
+        parse=_image_shape,
+        help="H,W,C of the images to mutate for a model taking flat or channel-less inputs (default: inferred).",
+    )
+    out: Path | None = option(
+        "--out", cli_type=Optional[Path], help="Campaign folder (default outputs/campaigns/<model>_<time>)."
+    )
     resume: Path | None = option("--resume", cli_type=Optional[Path], help="Continue the campaign in this folder.")
 
 
@@ -355,15 +476,30 @@ class CampaignOptions(Group):
 class OrderingOptions(Group):
     """``prioritize``: which ordering, and its parameters."""
 
-    by: str | None = option("--by", cli_type=str, cli_default=..., default=None, help=(
-        "gini, max-softmax, margin, entropy, lsa, dsa, mdsa, mc-dropout, <criterion>-total, <criterion>-additional "
-        "(criterion: nc, kmnc, nbc, snac, tknc, lsc, dsc), idc-rarity, idc-additional or random."))
-    layer: str | None = option("--layer", help="Layer of lsa, dsa and mdsa (default: the last hidden layer before "
-                                               "the logits).")
-    m: int = option("--m", cli_type=int, cli_default=8, help="Important neurons when the IDC orderings analyse --train.")
+    by: str | None = option(
+        "--by",
+        cli_type=str,
+        cli_default=...,
+        default=None,
+        help=(
+            "gini, max-softmax, margin, entropy, lsa, dsa, mdsa, mc-dropout, <criterion>-total, <criterion>-additional "
+            "(criterion: nc, kmnc, nbc, snac, tknc, lsc, dsc), idc-rarity, idc-additional or random."
+        ),
+    )
+    layer: str | None = option(
+        "--layer", help="Layer of lsa, dsa and mdsa (default: the last hidden layer before the logits)."
+    )
+    m: int = option(
+        "--m", cli_type=int, cli_default=8, help="Important neurons when the IDC orderings analyse --train."
+    )
     passes: int = option("--passes", cli_type=int, cli_default=20, help="Forward passes of mc-dropout.")
-    tolerance: float | None = option("--tolerance", cli_type=Optional[float], help=(
-        "Regression: an input fails when its absolute error exceeds this (default twice the RMSE over the inputs)."))
+    tolerance: float | None = option(
+        "--tolerance",
+        cli_type=Optional[float],
+        help=(
+            "Regression: an input fails when its absolute error exceeds this (default twice the RMSE over the inputs)."
+        ),
+    )
     random_state: int = option("--random-state", cli_type=int, cli_default=0, help="Seed of random and mc-dropout.")
 
 
@@ -371,53 +507,101 @@ class OrderingOptions(Group):
 class HardenOptions(Group):
     """``harden``: how the model is retrained."""
 
-    mode: str = option("--mode", cli_type=str, cli_default="finetune",
-                       help="finetune (from the model's weights) or scratch.")
-    epochs: int = option("--epochs", cli_type=int, cli_default=3,
-                         help="Training epochs, the same for both retrainings.")
+    mode: str = option(
+        "--mode", cli_type=str, cli_default="finetune", help="finetune (from the model's weights) or scratch."
+    )
+    epochs: int = option(
+        "--epochs", cli_type=int, cli_default=3, help="Training epochs, the same for both retrainings."
+    )
     repeats: int = option("--repeats", cli_type=int, cli_default=1, help="Repetitions (mean ± std).")
-    random_state: int = option("--random-state", cli_type=int, cli_default=0,
-                               help="Seed of the retraining and the random perturbations.")
-    pair: str | None = option("--pair", help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair "
-                                             "`idcgen inspect` predicts); lower is better.")
+    random_state: int = option(
+        "--random-state", cli_type=int, cli_default=0, help="Seed of the retraining and the random perturbations."
+    )
+    pair: str | None = option(
+        "--pair",
+        help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair "
+        "`idcgen inspect` predicts); lower is better.",
+    )
 
 
 @dataclass(frozen=True)
 class InspectOptions(Group):
     """``inspect`` (DeepInspect): which neurons, when one is active, what to show."""
 
-    layers: str | None = option("--layers", help="Comma-separated layers (default: every hidden layer a neuron "
-                                                 "criterion uses).")
-    threshold: float = option("--threshold", cli_type=float, cli_default=0.5,
-                              help="A neuron is active above this, after min-max scaling (DeepInspect: 0.5).")
-    scaling: str = option("--scaling", cli_type=str, cli_default="neuron", help=(
-        "Min-max scaling per neuron over the inputs (default), per layer over the inputs, or per layer within each "
-        "input ('input', as NC)."))
+    layers: str | None = option(
+        "--layers", help="Comma-separated layers (default: every hidden layer a neuron criterion uses)."
+    )
+    threshold: float = option(
+        "--threshold",
+        cli_type=float,
+        cli_default=0.5,
+        help="A neuron is active above this, after min-max scaling (DeepInspect: 0.5).",
+    )
+    scaling: str = option(
+        "--scaling",
+        cli_type=str,
+        cli_default="neuron",
+        help=(
+            "Min-max scaling per neuron over the inputs (default), per layer over the inputs, or per layer within each "
+            "input ('input', as NC)."
+        ),
+    )
     top: int = option("--top", cli_type=int, cli_default=10, help="Pairs to print, smallest NAPVD first.")
-    no_labels: bool = option("--no-labels", cli_type=bool, cli_default=False,
-                             help="Ignore the inputs' labels (predictions only).")
+    no_labels: bool = option(
+        "--no-labels", cli_type=bool, cli_default=False, help="Ignore the inputs' labels (predictions only)."
+    )
 
 
 @dataclass(frozen=True)
 class AffinityOptions(Group):
     """``affinity`` (DeepBase): which units, which hypotheses, which measures."""
 
-    units: str | None = option("--units", help=(
-        "Unit groups: LAYER (all its neurons) or LAYER:i,j,k, several joined by ';' (default without --analysis: "
-        "every neuron of the default layer)."))
-    hypotheses: Path | None = option("--hypotheses", cli_type=Optional[Path], help=(
-        "Python file of hypotheses f(x, y) -> array (n,): its HYPOTHESES dict, else its public functions; added to "
-        "the built-in ones. The file is executed: trusted code only."))
-    no_builtin: bool = option("--no-builtin", cli_type=bool, cli_default=False,
-                              help="Leave the built-in hypotheses out (use those of --hypotheses only).")
-    masks: bool = option("--masks", cli_type=bool, cli_default=False, help=(
-        "Add the built-in per-pixel hypotheses (ink, edges, left half, centre masks): each convolutional channel's "
-        "activation map against each mask, by pixel Pearson and IoU (a hypotheses file may return masks (n, H, W) "
-        "too)."))
-    measures: str = option("--measures", cli_type=str, cli_default="pearson,spearman,mi,linear", help=(
-        "Comma-separated: pearson, spearman, mi (mutual information), linear (a group's logistic accuracy or linear "
-        "R^2, cross-validated)."))
-    tol: float = option("--tol", cli_type=float, cli_default=0.05, help=(
-        "Early stopping: a score is final once its 95 % interval is within +-TOL; 0 scores every input."))
-    random_state: int = option("--random-state", cli_type=int, cli_default=0,
-                               help="Seed of the order the inputs are streamed in.")
+    units: str | None = option(
+        "--units",
+        help=(
+            "Unit groups: LAYER (all its neurons) or LAYER:i,j,k, several joined by ';' (default without --analysis: "
+            "every neuron of the default layer)."
+        ),
+    )
+    hypotheses: Path | None = option(
+        "--hypotheses",
+        cli_type=Optional[Path],
+        help=(
+            "Python file of hypotheses f(x, y) -> array (n,): its HYPOTHESES dict, else its public functions; added to "
+            "the built-in ones. The file is executed: trusted code only."
+        ),
+    )
+    no_builtin: bool = option(
+        "--no-builtin",
+        cli_type=bool,
+        cli_default=False,
+        help="Leave the built-in hypotheses out (use those of --hypotheses only).",
+    )
+    masks: bool = option(
+        "--masks",
+        cli_type=bool,
+        cli_default=False,
+        help=(
+            "Add the built-in per-pixel hypotheses (ink, edges, left half, centre masks): each convolutional channel's "
+            "activation map against each mask, by pixel Pearson and IoU (a hypotheses file may return masks (n, H, W) "
+            "too)."
+        ),
+    )
+    measures: str = option(
+        "--measures",
+        cli_type=str,
+        cli_default="pearson,spearman,mi,linear",
+        help=(
+            "Comma-separated: pearson, spearman, mi (mutual information), linear (a group's logistic accuracy or linear "
+            "R^2, cross-validated)."
+        ),
+    )
+    tol: float = option(
+        "--tol",
+        cli_type=float,
+        cli_default=0.05,
+        help=("Early stopping: a score is final once its 95 % interval is within +-TOL; 0 scores every input."),
+    )
+    random_state: int = option(
+        "--random-state", cli_type=int, cli_default=0, help="Seed of the order the inputs are streamed in."
+    )

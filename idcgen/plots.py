@@ -4,6 +4,8 @@
 def pyplot():
     """``matplotlib.pyplot`` on the Agg backend (imported late: matplotlib is slow to import)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt

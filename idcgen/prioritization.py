@@ -51,9 +51,22 @@ import numpy as np
 from .checks import check_int, check_real
 from .errors import InputError, ParameterError
 
-__all__ = ["ORDERINGS", "CLASSIFICATION_ONLY", "Evaluation", "Ranking", "additional_order", "apfd",
-           "check_ordering", "evaluate", "failures_of", "found_at", "orderings", "prioritize", "rank_by",
-           "softmax_priority"]
+__all__ = [
+    "ORDERINGS",
+    "CLASSIFICATION_ONLY",
+    "Evaluation",
+    "Ranking",
+    "additional_order",
+    "apfd",
+    "check_ordering",
+    "evaluate",
+    "failures_of",
+    "found_at",
+    "orderings",
+    "prioritize",
+    "rank_by",
+    "softmax_priority",
+]
 
 SOFTMAX = ("gini", "max-softmax", "margin", "entropy")
 SURPRISE = ("lsa", "dsa", "mdsa")
@@ -69,6 +82,7 @@ NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc")
 def orderings() -> list[str]:
     """Every ordering ``prioritize`` accepts, in a fixed order."""
     from .criteria import CRITERIA
+
     coverage = [f"{c}-{kind}" for c in CRITERIA for kind in ("total", "additional")]
     return list(ORDERINGS[:-1]) + coverage + ["random"]
 
@@ -81,19 +95,23 @@ def check_ordering(by, task: str = "classification") -> str:
     by = by.strip().lower()
     if task == "regression" and by in CLASSIFICATION_ONLY:
         why = "needs two classes" if by.startswith("ds") else "needs class probabilities"
-        raise ParameterError(f"by={by!r} {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
-                             "idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)")
+        raise ParameterError(
+            f"by={by!r} {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
+            "idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)"
+        )
     return by
 
 
 # ---- the numpy core ---------------------------------------------------------------------------------------
 
+
 def softmax_priority(probs, by: str) -> np.ndarray:
     """(n,) priority (higher first) of each input from its class probabilities (n, classes)."""
     p = np.asarray(probs, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] < 2:
-        raise InputError(f"class probabilities must be an (n, classes) array with at least two classes; "
-                         f"got shape {p.shape}")
+        raise InputError(
+            f"class probabilities must be an (n, classes) array with at least two classes; got shape {p.shape}"
+        )
     if by == "gini":
         return 1.0 - np.einsum("ij,ij->i", p, p)
     if by == "max-softmax":
@@ -138,7 +156,7 @@ def additional_order(items: Sequence[np.ndarray], total: int) -> tuple[np.ndarra
         _, i = heapq.heappop(heap)
         now = int((~covered[sets[i]]).sum())
         if now == 0:
-            continue   # adds nothing now, nor later: ordered with the rest
+            continue  # adds nothing now, nor later: ordered with the rest
         if heap and (now < -heap[0][0] or (now == -heap[0][0] and heap[0][1] < i)):
             heapq.heappush(heap, (-now, i))
             continue
@@ -155,12 +173,15 @@ def _check_failures(order: np.ndarray, failures) -> tuple[np.ndarray, np.ndarray
     order = np.asarray(order)
     failed = np.asarray(failures)
     if failed.dtype != bool or failed.ndim != 1:
-        raise InputError(f"failures must be a 1-D boolean array (one per input); got dtype {failed.dtype}, "
-                         f"shape {failed.shape}")
+        raise InputError(
+            f"failures must be a 1-D boolean array (one per input); got dtype {failed.dtype}, shape {failed.shape}"
+        )
     n = len(failed)
     if order.ndim != 1 or len(order) != n or not np.array_equal(np.sort(order), np.arange(n)):
-        raise InputError(f"the ordering must be a permutation of the {n} input indices; got {len(order)} indices"
-                         + ("" if len(order) != n else " with repeats or values outside 0..n-1"))
+        raise InputError(
+            f"the ordering must be a permutation of the {n} input indices; got {len(order)} indices"
+            + ("" if len(order) != n else " with repeats or values outside 0..n-1")
+        )
     return order, failed
 
 
@@ -200,15 +221,23 @@ class Evaluation:
     inputs: int
 
     def to_dict(self) -> dict:
-        return {"apfd": self.apfd, "found_at_1": self.found_at_1, "found_at_5": self.found_at_5,
-                "found_at_10": self.found_at_10, "failures": self.failures, "inputs": self.inputs}
+        return {
+            "apfd": self.apfd,
+            "found_at_1": self.found_at_1,
+            "found_at_5": self.found_at_5,
+            "found_at_10": self.found_at_10,
+            "failures": self.failures,
+            "inputs": self.inputs,
+        }
 
     def __str__(self) -> str:
         if not self.failures:
             return f"no failures among the {self.inputs} inputs: APFD undefined"
-        return (f"APFD {self.apfd:.4f} ({self.failures} failures in {self.inputs} inputs; the best ordering gets "
-                f"{1 - self.failures / (2 * self.inputs):.4f}); failures found in the first 1 % "
-                f"{self.found_at_1:.1%}, 5 % {self.found_at_5:.1%}, 10 % {self.found_at_10:.1%}")
+        return (
+            f"APFD {self.apfd:.4f} ({self.failures} failures in {self.inputs} inputs; the best ordering gets "
+            f"{1 - self.failures / (2 * self.inputs):.4f}); failures found in the first 1 % "
+            f"{self.found_at_1:.1%}, 5 % {self.found_at_5:.1%}, 10 % {self.found_at_10:.1%}"
+        )
 
 
 def evaluate(order, failures) -> Evaluation:
@@ -241,8 +270,10 @@ class Ranking:
         """One row per rank: rank (1 = look first), input (index, or ``names[index]``), score."""
         if names is not None and len(names) != len(self.order):
             raise InputError(f"{len(names)} names for {len(self.order)} inputs")
-        return [{"rank": r, "input": int(i) if names is None else names[i], "score": float(self.scores[i])}
-                for r, i in enumerate(self.order, 1)]
+        return [
+            {"rank": r, "input": int(i) if names is None else names[i], "score": float(self.scores[i])}
+            for r, i in enumerate(self.order, 1)
+        ]
 
     def to_csv(self, path: str | os.PathLike, names: Sequence[str] | None = None) -> Path:
         """Write the ranking as CSV with columns rank, input, score (see :meth:`rows`)."""
@@ -255,11 +286,13 @@ class Ranking:
         for row in self.rows(names):
             writer.writerow(dict(row, score=repr(row["score"])))
         from .files import atomic_text
-        atomic_text(path, text.getvalue())   # whole or not at all, and no temporary file left behind
+
+        atomic_text(path, text.getvalue())  # whole or not at all, and no temporary file left behind
         return path
 
 
 # ---- the model's side (TensorFlow imported on use) ------------------------------------------------------
+
 
 def failures_of(network, x, y, *, tolerance: float | None = None, outputs=None) -> np.ndarray:
     """Boolean (n,): misclassified inputs, or for a regression model inputs whose absolute error exceeds
@@ -269,22 +302,24 @@ def failures_of(network, x, y, *, tolerance: float | None = None, outputs=None) 
     if network.task == "regression":
         error = np.abs(out.reshape(len(out), -1)[:, 0].astype(np.float64) - np.asarray(y, np.float64))
         if tolerance is None:
-            tolerance = 2.0 * float(np.sqrt(np.mean(error ** 2))) if len(error) else 0.0
+            tolerance = 2.0 * float(np.sqrt(np.mean(error**2))) if len(error) else 0.0
         else:
             check_real("tolerance", tolerance, 0.0, None)
         return error > tolerance
     return out.argmax(axis=1) != np.asarray(y)
 
 
-def _mahalanobis(train_acts: np.ndarray, train_groups: np.ndarray, acts: np.ndarray, groups: np.ndarray,
-                 var_threshold: float = 1e-5) -> np.ndarray:
+def _mahalanobis(
+    train_acts: np.ndarray, train_groups: np.ndarray, acts: np.ndarray, groups: np.ndarray, var_threshold: float = 1e-5
+) -> np.ndarray:
     """MDSA: the Mahalanobis distance of each activation to the training activations of its group (the
     pseudo-inverse of the group's covariance, neurons of (near) zero variance left out); NaN for a group
     with fewer than two training inputs."""
     keep = train_acts.var(axis=0) >= var_threshold
     if not keep.any():
-        raise InputError("MDSA: every neuron of the layer is (nearly) constant over the training inputs; choose "
-                         "another layer")
+        raise InputError(
+            "MDSA: every neuron of the layer is (nearly) constant over the training inputs; choose another layer"
+        )
     out = np.full(len(acts), np.nan)
     for g in np.unique(groups):
         own = train_acts[train_groups == g][:, keep]
@@ -303,7 +338,7 @@ def _mc_dropout(network, x: np.ndarray, passes: int, rng: np.random.Generator, p
     from ``rng``, so the same random state gives the same scores); the other layers run in inference mode."""
     spread = []
     for start in range(0, len(x), network.batch_size):
-        out = network.dropout_outputs(x[start:start + network.batch_size], passes, rng)   # (passes, batch, outputs)
+        out = network.dropout_outputs(x[start : start + network.batch_size], passes, rng)  # (passes, batch, outputs)
         spread.append(out.std(axis=0).mean(axis=1))
         if progress is not None:
             progress.update(out.shape[1])
@@ -314,9 +349,23 @@ def _training_groups(network, probs: np.ndarray) -> np.ndarray:
     return np.zeros(len(probs), np.int64) if network.task == "regression" else probs.argmax(axis=1)
 
 
-def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysis=None, layer: str | None = None,
-               m: int = 8, passes: int = 20, tolerance: float | None = None, random_state: int = 0,
-               cache: dict | None = None, progress: bool = False) -> Ranking:
+def prioritize(
+    model,
+    x,
+    *,
+    by: str,
+    x_train=None,
+    y_train=None,
+    y=None,
+    analysis=None,
+    layer: str | None = None,
+    m: int = 8,
+    passes: int = 20,
+    tolerance: float | None = None,
+    random_state: int = 0,
+    cache: dict | None = None,
+    progress: bool = False,
+) -> Ranking:
     """Order the inputs ``x`` so that the ones most likely to reveal a failure come first.
 
     Parameters
@@ -340,18 +389,30 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
     from .criteria.base import raw_inputs
     from .data import fit_to_model
     from .framework import as_network
+
     network = as_network(model)
     by = check_ordering(by, network.task)
     check_int("passes", passes, 2)
     check_int("random_state", random_state, 0)
-    x = fit_to_model(raw_inputs(x, network), network.input_shape)   # InputError when empty or mis-shaped
+    x = fit_to_model(raw_inputs(x, network), network.input_shape)  # InputError when empty or mis-shaped
     base = _criterion_of(by)
     if x_train is None and (base in NEEDS_TRAIN or by == "idc-rarity" or (by.startswith("idc-") and analysis is None)):
         raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
-    job = _Job(network, x, x_train, y_train, analysis, layer, m, passes, np.random.default_rng(random_state),
-               {} if cache is None else cache, progress)
+    job = _Job(
+        network,
+        x,
+        x_train,
+        y_train,
+        analysis,
+        layer,
+        m,
+        passes,
+        np.random.default_rng(random_state),
+        {} if cache is None else cache,
+        progress,
+    )
     scores, order = _ordering_of(by)(job, by)
     # the model's outputs on x, checked finite (a NaN model would rank and score nothing): once, where the ordering
     # did not compute them
@@ -360,11 +421,17 @@ def prioritize(model, x, *, by: str, x_train=None, y_train=None, y=None, analysi
     evaluation = None
     if y is not None:
         from .data import check_labels
+
         y = check_labels(x, y, network.task)
         failed = failures_of(network, x, y, tolerance=tolerance, outputs=outputs)
         evaluation = evaluate(order, failed)
-    return Ranking(by=by, order=np.asarray(order, np.int64), scores=np.asarray(scores, np.float64),
-                   evaluation=evaluation, notes=tuple(job.notes))
+    return Ranking(
+        by=by,
+        order=np.asarray(order, np.int64),
+        scores=np.asarray(scores, np.float64),
+        evaluation=evaluation,
+        notes=tuple(job.notes),
+    )
 
 
 # ---- the orderings: one function each, registered by name (as criteria are) ----------------------------
@@ -403,6 +470,7 @@ def _registered(*names):
         for name in names:
             _REGISTRY[name] = function
         return function
+
     return register
 
 
@@ -425,8 +493,11 @@ def _softmax(job: _Job, by: str):
 @_registered("lsa", "dsa")
 def _surprise(job: _Job, by: str):
     from .criteria import make_criterion
-    criterion = job.kept((by, job.layer), lambda: make_criterion(by[:2] + "c", layer=job.layer).fit(
-        job.network, job.x_train, progress=job.progress))
+
+    criterion = job.kept(
+        (by, job.layer),
+        lambda: make_criterion(by[:2] + "c", layer=job.layer).fit(job.network, job.x_train, progress=job.progress),
+    )
     scores = criterion.surprise(job.network, job.x)
     job.notes += list(getattr(criterion, "notes_", ()))
     return scores, rank_by(scores)
@@ -438,8 +509,12 @@ def _mdsa(job: _Job, by: str):
     name = network.default_layer() if job.layer is None else network.layer(job.layer).name
     train_probs, (train_acts,) = job.kept(("train activations", name), lambda: network.forward(job.x_train, (name,)))
     outputs, (acts,) = network.forward(job.x, (name,))
-    scores = _mahalanobis(train_acts.astype(np.float64), _training_groups(network, train_probs),
-                          acts.astype(np.float64), _training_groups(network, outputs))
+    scores = _mahalanobis(
+        train_acts.astype(np.float64),
+        _training_groups(network, train_probs),
+        acts.astype(np.float64),
+        _training_groups(network, outputs),
+    )
     return scores, rank_by(scores)
 
 
@@ -448,6 +523,7 @@ def _dropout(job: _Job, by: str):
     if not job.network.dropout_layers():
         raise ParameterError("by='mc-dropout' needs a model with Dropout layers; this model has none: use lsa or mdsa")
     from tqdm.auto import tqdm
+
     with tqdm(total=len(job.x), desc="mc-dropout", unit="input", disable=not job.progress, leave=False) as bar:
         scores = _mc_dropout(job.network, job.x, job.passes, job.rng, bar)
     return scores, rank_by(scores)
@@ -457,7 +533,7 @@ def _dropout(job: _Job, by: str):
 def _random(job: _Job, by: str):
     order = job.rng.permutation(len(job.x))
     scores = np.empty(len(job.x))
-    scores[order] = np.arange(len(job.x), 0, -1, dtype=np.float64)   # the priority is the reversed position
+    scores[order] = np.arange(len(job.x), 0, -1, dtype=np.float64)  # the priority is the reversed position
     return scores, order
 
 
@@ -481,23 +557,35 @@ def _idc(job: _Job, by: str):
 def _job_analysis(job: _Job):
     """The IDC orderings' analysis: the one given (bound to the model), or one made from the training inputs."""
     from .analysis import analyze
+
     if job.analysis is not None:
         return job.analysis.bind(job.network)
-    analysis = job.kept(("analysis", job.m), lambda: analyze(job.network, job.x_train, job.y_train, m=job.m,
-                                                             random_state=0, progress=job.progress))
-    job.notes.append(f"analysis made from the {len(job.x_train)} training inputs: layer {analysis.layer}, "
-                     f"m = {analysis.m}, {analysis.total} combinations")
+    analysis = job.kept(
+        ("analysis", job.m),
+        lambda: analyze(job.network, job.x_train, job.y_train, m=job.m, random_state=0, progress=job.progress),
+    )
+    job.notes.append(
+        f"analysis made from the {len(job.x_train)} training inputs: layer {analysis.layer}, "
+        f"m = {analysis.m}, {analysis.total} combinations"
+    )
     return analysis
 
 
 def _coverage(job: _Job, by: str):
     """``<criterion>-total`` (CTM) and ``<criterion>-additional`` (CAM) of any criterion."""
     from .criteria import make_criterion
+
     base, x, x_train = _criterion_of(by), job.x, job.x_train
-    criterion = job.kept(base, lambda: make_criterion(base).fit(
-        job.network, x_train if x_train is not None else x[:1], job.y_train if x_train is not None else None,
-        progress=job.progress))
-    features = np.concatenate([criterion.features(job.network, x[s:s + 1024]) for s in range(0, len(x), 1024)])
+    criterion = job.kept(
+        base,
+        lambda: make_criterion(base).fit(
+            job.network,
+            x_train if x_train is not None else x[:1],
+            job.y_train if x_train is not None else None,
+            progress=job.progress,
+        ),
+    )
+    features = np.concatenate([criterion.features(job.network, x[s : s + 1024]) for s in range(0, len(x), 1024)])
     items = [row[row >= 0] for row in features]
     if by.endswith("-total"):
         scores = np.array([np.unique(r).size for r in items], dtype=np.float64)
@@ -511,9 +599,11 @@ def check_finite_outputs(outputs: np.ndarray) -> None:
     the failures) would be meaningless, so refuse rather than rank."""
     bad = ~np.isfinite(np.asarray(outputs, np.float64).reshape(len(outputs), -1)).all(axis=1)
     if bad.any():
-        raise InputError(f"the model's outputs are NaN or infinite for {int(bad.sum())} of {len(bad)} inputs (the "
-                         f"first: input {int(np.flatnonzero(bad)[0])}): no ordering can be scored on them; check the "
-                         "model's weights and the inputs' scale (--scale, --value-range, --preprocess)")
+        raise InputError(
+            f"the model's outputs are NaN or infinite for {int(bad.sum())} of {len(bad)} inputs (the "
+            f"first: input {int(np.flatnonzero(bad)[0])}): no ordering can be scored on them; check the "
+            "model's weights and the inputs' scale (--scale, --value-range, --preprocess)"
+        )
 
 
 def check_ranking_target(path: str | os.PathLike) -> Path:
@@ -521,8 +611,9 @@ def check_ranking_target(path: str | os.PathLike) -> Path:
     ranking written before (its first line ``rank,input,score``), such as a model file given by mistake."""
     path = Path(path)
     if path.is_dir():
-        raise InputError(f"{path} is a folder; the ranking is one CSV file: give a file name such as "
-                         f"{path / 'ranking.csv'}")
+        raise InputError(
+            f"{path} is a folder; the ranking is one CSV file: give a file name such as {path / 'ranking.csv'}"
+        )
     if path.exists():
         try:
             with open(path, "rb") as handle:
@@ -530,8 +621,10 @@ def check_ranking_target(path: str | os.PathLike) -> Path:
         except OSError:
             first = b""
         if first.rstrip(b"\r\n") != b"rank,input,score":
-            raise InputError(f"{path} exists and is not a ranking CSV (its first line is not rank,input,score): "
-                             "refusing to replace it; give another --out")
+            raise InputError(
+                f"{path} exists and is not a ranking CSV (its first line is not rank,input,score): "
+                "refusing to replace it; give another --out"
+            )
     return path
 
 
@@ -539,6 +632,7 @@ def input_names(spec, limit: int | None = None) -> list[str] | None:
     """The file names of an image folder's inputs, in the order ``load_inputs`` reads them (``class/name``
     for class subfolders); None when ``spec`` is not an image folder."""
     from .data import image_names, is_image_folder
+
     if not is_image_folder(spec):
         return None
     names = image_names(Path(os.fspath(spec)))

@@ -40,8 +40,9 @@ def _span(value_range: Any) -> tuple[float, float]:
     except (TypeError, ValueError):
         low = high = float("nan")
     if not (np.isfinite(low) and np.isfinite(high) and high > low):
-        raise ParameterError(f"value_range must be (low, high) with finite low < high, e.g. (0.0, 1.0) or "
-                             f"(0, 255); got {value_range!r}.")
+        raise ParameterError(
+            f"value_range must be (low, high) with finite low < high, e.g. (0.0, 1.0) or (0, 255); got {value_range!r}."
+        )
     return low, high
 
 
@@ -49,8 +50,10 @@ def _pairs(mutants: Any, seeds: Any) -> tuple[np.ndarray, np.ndarray]:
     """Both as float64 (n, h, w, c); (n, h, w) gains a channel axis."""
     m, s = np.asarray(mutants), np.asarray(seeds)
     if m.shape != s.shape or m.ndim not in (3, 4) or len(m) == 0:
-        raise InputError(f"mutants and seeds must be two non-empty arrays of the same shape (n, h, w, c) or "
-                         f"(n, h, w), one seed per mutant; got {m.shape} and {s.shape}.")
+        raise InputError(
+            f"mutants and seeds must be two non-empty arrays of the same shape (n, h, w, c) or "
+            f"(n, h, w), one seed per mutant; got {m.shape} and {s.shape}."
+        )
     if m.ndim == 3:
         m, s = m[..., None], s[..., None]
     return m.astype(np.float64), s.astype(np.float64)
@@ -65,8 +68,8 @@ def _valid_filter(x: np.ndarray, taps: np.ndarray) -> np.ndarray:
     """Separable Gaussian filter of (n, h, w, c) over h and w, only where the whole window fits."""
     size = len(taps)
     h, w = x.shape[1] - size + 1, x.shape[2] - size + 1
-    rows = sum(t * x[:, k:k + h] for k, t in enumerate(taps))
-    return sum(t * rows[:, :, k:k + w] for k, t in enumerate(taps))
+    rows = sum(t * x[:, k : k + h] for k, t in enumerate(taps))
+    return sum(t * rows[:, :, k : k + w] for k, t in enumerate(taps))
 
 
 def ssim(mutants: Any, seeds: Any, value_range: Any = (0.0, 1.0)) -> np.ndarray:
@@ -76,20 +79,21 @@ def ssim(mutants: Any, seeds: Any, value_range: Any = (0.0, 1.0)) -> np.ndarray:
     x, y = x - low, y - low
     size = 2 * _RADIUS + 1
     if x.shape[1] < size or x.shape[2] < size:
-        raise InputError(f"SSIM needs images of at least {size}x{size} pixels (its Gaussian window); "
-                         f"got {x.shape[1]}x{x.shape[2]}.")
+        raise InputError(
+            f"SSIM needs images of at least {size}x{size} pixels (its Gaussian window); got {x.shape[1]}x{x.shape[2]}."
+        )
     c1, c2 = (_K1 * (high - low)) ** 2, (_K2 * (high - low)) ** 2
     taps = _window()
     out = np.empty(len(x))
     for start in range(0, len(x), _BLOCK):
-        a, b = x[start:start + _BLOCK], y[start:start + _BLOCK]
+        a, b = x[start : start + _BLOCK], y[start : start + _BLOCK]
         mu_a, mu_b = _valid_filter(a, taps), _valid_filter(b, taps)
         var_a = _valid_filter(a * a, taps) - mu_a * mu_a
         var_b = _valid_filter(b * b, taps) - mu_b * mu_b
         cov = _valid_filter(a * b, taps) - mu_a * mu_b
-        index = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a ** 2 + mu_b ** 2 + c1) * (var_a + var_b + c2))
+        index = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
         # every channel has the same number of positions: the mean over all is the mean of channel means
-        out[start:start + len(a)] = index.mean(axis=(1, 2, 3))
+        out[start : start + len(a)] = index.mean(axis=(1, 2, 3))
     return out
 
 
@@ -109,9 +113,15 @@ def distances(mutants: Any, seeds: Any, value_range: Any = (0.0, 1.0)) -> dict[s
     flat = diff.reshape(len(diff), -1)
     l2 = np.sqrt(np.einsum("ij,ij->i", flat, flat))
     linf = flat.max(axis=1)
-    return {"l0": changed / pixels, "l0_pixels": changed.astype(np.int64), "l2": l2, "l2_rel": l2 / span,
-            "linf": linf, "linf_rel": linf / span,
-            "ssim": ssim(x, y, (low, high)) if min(x.shape[1:3]) >= 2 * _RADIUS + 1 else np.full(len(x), np.nan)}
+    return {
+        "l0": changed / pixels,
+        "l0_pixels": changed.astype(np.int64),
+        "l2": l2,
+        "l2_rel": l2 / span,
+        "linf": linf,
+        "linf_rel": linf / span,
+        "ssim": ssim(x, y, (low, high)) if min(x.shape[1:3]) >= 2 * _RADIUS + 1 else np.full(len(x), np.nan),
+    }
 
 
 def summary(findings: dict, execs: int, seconds: float) -> dict:
@@ -127,26 +137,33 @@ def summary(findings: dict, execs: int, seconds: float) -> dict:
     ``distinct_combinations`` (None without combinations) and ``mean_<distance>`` for each given.
     """
     if not isinstance(findings, dict) or "label" not in findings or "prediction" not in findings:
-        raise InputError("findings must be a dict of arrays with at least 'label' and 'prediction' (and "
-                         f"optionally 'combination', 'l0', 'l2', 'linf', 'ssim'); got {findings!r:.120}.")
+        raise InputError(
+            "findings must be a dict of arrays with at least 'label' and 'prediction' (and "
+            f"optionally 'combination', 'l0', 'l2', 'linf', 'ssim'); got {findings!r:.120}."
+        )
     labels = np.asarray(findings["label"]).reshape(-1)
     predictions = np.asarray(findings["prediction"]).reshape(-1)
     n = len(labels)
     for key, value in findings.items():
         rows = np.asarray(value)
         if rows.ndim == 0 or len(rows) != n:
-            raise InputError(f"findings[{key!r}] has shape {rows.shape}; 'label' has {n} rows: one row per "
-                             "finding in every array.")
+            raise InputError(
+                f"findings[{key!r}] has shape {rows.shape}; 'label' has {n} rows: one row per finding in every array."
+            )
     if isinstance(execs, bool) or not isinstance(execs, (int, np.integer)) or execs < 0:
         raise ParameterError(f"execs must be an int >= 0 (mutants run); got {execs!r}.")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.number)) or not seconds >= 0:
         raise ParameterError(f"seconds must be a number >= 0 (the campaign's wall time); got {seconds!r}.")
-    classes = labels.dtype.kind in "iu" and predictions.dtype.kind in "iu"   # not a regression model's values
+    classes = labels.dtype.kind in "iu" and predictions.dtype.kind in "iu"  # not a regression model's values
     pairs = sorted({(int(t), int(p)) for t, p in zip(labels.tolist(), predictions.tolist())}) if classes else []
-    out = {"findings": n, "unique_pairs": len(pairs), "pairs": [list(pair) for pair in pairs],
-           "per_1000_execs": 1000.0 * n / execs if execs else None,
-           "per_minute": 60.0 * n / seconds if seconds else None,
-           "distinct_combinations": None}
+    out = {
+        "findings": n,
+        "unique_pairs": len(pairs),
+        "pairs": [list(pair) for pair in pairs],
+        "per_1000_execs": 1000.0 * n / execs if execs else None,
+        "per_minute": 60.0 * n / seconds if seconds else None,
+        "distinct_combinations": None,
+    }
     if "combination" in findings:
         combos = np.asarray(findings["combination"])
         out["distinct_combinations"] = int(len(np.unique(combos.reshape(n, -1), axis=0))) if n else 0

@@ -34,8 +34,9 @@ def batch_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activatio
     while start < len(x):
         stop = min(start + rel.batch_size, len(x))
         try:
-            r, a, z = rel.batch(x[start:stop], None if target is None else target[start:stop],
-                                activations=keep_activations)
+            r, a, z = rel.batch(
+                x[start:stop], None if target is None else target[start:stop], activations=keep_activations
+            )
         except Exception as exc:
             if batches is None:
                 raise
@@ -64,8 +65,13 @@ def sum_totals(batches, keep_activations=False):
         predictions.append(pred)
         if keep_activations:
             activations.append(acts)
-    return (signed, absolute, n_used, np.concatenate(predictions),
-            np.concatenate(activations) if keep_activations else None)
+    return (
+        signed,
+        absolute,
+        n_used,
+        np.concatenate(predictions),
+        np.concatenate(activations) if keep_activations else None,
+    )
 
 
 def relevance_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activations=False, progress=None):
@@ -75,8 +81,10 @@ def relevance_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activ
     with ``labels`` given only those classified correctly), every input's predicted class, and, with
     ``keep_activations``, the subject layer's neuron activations of the inputs used (else None).
     """
-    return sum_totals(batch_totals(rel, x, target, labels=labels, keep_activations=keep_activations,
-                                   progress=progress), keep_activations)
+    return sum_totals(
+        batch_totals(rel, x, target, labels=labels, keep_activations=keep_activations, progress=progress),
+        keep_activations,
+    )
 
 
 def input_relevance(network, x: np.ndarray, target: np.ndarray | None = None, *, eps: float = 1e-7) -> np.ndarray:

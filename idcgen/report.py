@@ -24,10 +24,21 @@ def mutator_table(campaign: Campaign) -> list[dict]:
     rows = []
     for name, s in campaign.mutator_stats.items():
         gain = s.kept / total if total else 0.0
-        rows.append({"mutator": name, "execs": s.execs, "valid": s.valid, "kept": s.kept,
-                     "findings": s.findings, "seconds": round(s.seconds, 2), "errors": s.errors, "idc_gain": gain,
-                     "idc_gain_per_1000_execs": gain / s.execs * 1000 if s.execs else 0.0,
-                     "idc_gain_per_second": gain / s.seconds if s.seconds else 0.0, "last_error": s.last_error})
+        rows.append(
+            {
+                "mutator": name,
+                "execs": s.execs,
+                "valid": s.valid,
+                "kept": s.kept,
+                "findings": s.findings,
+                "seconds": round(s.seconds, 2),
+                "errors": s.errors,
+                "idc_gain": gain,
+                "idc_gain_per_1000_execs": gain / s.execs * 1000 if s.execs else 0.0,
+                "idc_gain_per_second": gain / s.seconds if s.seconds else 0.0,
+                "last_error": s.last_error,
+            }
+        )
     return sorted(rows, key=lambda r: (-r["idc_gain_per_1000_execs"], r["mutator"]))
 
 
@@ -48,14 +59,20 @@ def findings_by_mutator(campaign: Campaign) -> list[dict]:
     for name in sorted(set(last.tolist())):
         sel = last == name
         execs = campaign.mutator_stats[name].execs if name in campaign.mutator_stats else 0
-        row = {"mutator": name, "findings": int(sel.sum()), "execs": execs,
-               "per_1000_execs": 1000 * sel.sum() / execs if execs else 0.0}
+        row = {
+            "mutator": name,
+            "findings": int(sel.sum()),
+            "execs": execs,
+            "per_1000_execs": 1000 * sel.sum() / execs if execs else 0.0,
+        }
         if campaign.corpus.regression:
             row.update(median_output_change=float(np.median(moved[sel])), max_output_change=float(moved[sel].max()))
         else:
             row["pairs"] = len(set(zip(found["label"][sel].tolist(), found["prediction"][sel].tolist())))
         if "linf" in found:
-            row.update(median_linf=float(np.median(found["linf"][sel])), median_ssim=float(np.median(found["ssim"][sel])))
+            row.update(
+                median_linf=float(np.median(found["linf"][sel])), median_ssim=float(np.median(found["ssim"][sel]))
+            )
         rows.append(row)
     return sorted(rows, key=lambda r: (-r["findings"], r["mutator"]))
 
@@ -66,6 +83,7 @@ def _findings_figure(campaign: Campaign, path: Path, n: int = 8) -> bool:
     from PIL import Image, ImageDraw
 
     from .annotate import finding_image
+
     found = campaign.findings()
     if not found:
         return False
@@ -81,12 +99,17 @@ def _findings_figure(campaign: Campaign, path: Path, n: int = 8) -> bool:
                 picked.append(q.pop(0))
     tiles = []
     for j in picked:
-        tile = finding_image(campaign.corpus.x[found["root"][j]], found["x"][j],
-                             seed_prediction=found["root_prediction"][j], prediction=found["prediction"][j],
-                             label=found["label"][j], value_range=campaign.value_range,
-                             regression=campaign.corpus.regression)
+        tile = finding_image(
+            campaign.corpus.x[found["root"][j]],
+            found["x"][j],
+            seed_prediction=found["root_prediction"][j],
+            prediction=found["prediction"][j],
+            label=found["label"][j],
+            value_range=campaign.value_range,
+            regression=campaign.corpus.regression,
+        )
         caption = Image.new("RGB", (tile.width, 14), (255, 255, 255))
-        ImageDraw.Draw(caption).text((2, 1), f"#{int(found['id'][j])} {last[j]}"[:tile.width // 6], fill=(0, 0, 0))
+        ImageDraw.Draw(caption).text((2, 1), f"#{int(found['id'][j])} {last[j]}"[: tile.width // 6], fill=(0, 0, 0))
         both = Image.new("RGB", (tile.width, tile.height + 14), (255, 255, 255))
         both.paste(caption, (0, 0))
         both.paste(tile, (0, 14))
@@ -103,7 +126,7 @@ def _findings_figure(campaign: Campaign, path: Path, n: int = 8) -> bool:
 
 def _short(spec: str, width: int = 32) -> str:
     """A mutator spec cut to fit a plot's axis (the report's tables give it whole)."""
-    return spec if len(spec) <= width else spec[:width - 3] + "..."
+    return spec if len(spec) <= width else spec[: width - 3] + "..."
 
 
 def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path]:
@@ -139,13 +162,17 @@ def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path
         fig, axes = plt.subplots(2, len(pick), figsize=(1.6 * len(pick), 4.4), squeeze=False)
         lo, hi = campaign.value_range
         for col, i in enumerate(pick):
-            for row, (img, title) in enumerate([(corpus.x[corpus.root[i]], f"seed {corpus.root[i]}"),
-                                                (corpus.x[i], corpus.chains[i][-1].split("(")[0])]):
+            for row, (img, title) in enumerate(
+                [
+                    (corpus.x[corpus.root[i]], f"seed {corpus.root[i]}"),
+                    (corpus.x[i], corpus.chains[i][-1].split("(")[0]),
+                ]
+            ):
                 ax = axes[row, col]
                 shown = (img - lo) / (hi - lo)
                 ax.imshow(shown[..., 0] if shown.shape[-1] == 1 else shown, cmap="gray", vmin=0, vmax=1)
                 value = corpus.prediction[corpus.root[i] if row == 0 else i]
-                label = f"pred {value:+.3f}" if corpus.regression else f"pred {value}"   # an output value, or a class
+                label = f"pred {value:+.3f}" if corpus.regression else f"pred {value}"  # an output value, or a class
                 ax.set_title(f"{title}\n{label}", fontsize=7)
                 ax.axis("off")
         fig.suptitle("Kept mutants (bottom) beside their seeds (top)", fontsize=9)
@@ -165,7 +192,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     cfg, a = campaign.settings, campaign.analysis
     state = campaign.state()
     lines = [f"# Fuzz campaign report: {folder.name}", ""]
-    lines += [f"- note: {n}" for n in [*notes, *campaign.notes]]   # the session's, then damage found on reading
+    lines += [f"- note: {n}" for n in [*notes, *campaign.notes]]  # the session's, then damage found on reading
     lines += [
         f"- model: `{cfg.sources.model or '?'}`; analysis: layer `{a.layer}`, m = {a.m}, "
         f"{a.total} combinations ({cfg.sources.analysis_source})",
@@ -177,9 +204,12 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         "",
         "## Coverage",
         "",
-        f"Guided by {cfg.guide.upper()}: " + ("every valid mutant joins the corpus (no guidance)."
-                                              if cfg.guide == "none" else
-                                              "a valid mutant joins the corpus when it covers something new."),
+        f"Guided by {cfg.guide.upper()}: "
+        + (
+            "every valid mutant joins the corpus (no guidance)."
+            if cfg.guide == "none"
+            else "a valid mutant joins the corpus when it covers something new."
+        ),
         "",
         "| criterion | seeds | grown test set | covered |\n|---|---|---|---|",
     ]
@@ -190,32 +220,50 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         "",
         f"Corpus: {len(campaign.corpus)} inputs ({campaign.corpus.n_seeds} seeds + "
         f"{len(campaign.corpus) - campaign.corpus.n_seeds} kept mutants). Findings: {campaign.n_findings} unique "
-        + ("(combination, root seed) pairs flagged by the oracle (a regression model: outputs are compared)."
-           if campaign.corpus.regression else "(combination, true label, prediction) triples flagged by the oracle."),
+        + (
+            "(combination, root seed) pairs flagged by the oracle (a regression model: outputs are compared)."
+            if campaign.corpus.regression
+            else "(combination, true label, prediction) triples flagged by the oracle."
+        ),
     ]
     lines += _failures(campaign, state)
     if exports:
         f, g = exports["findings"], exports["grown"]
-        surviving = ("findings not re-checked (the disagreement oracle needs the other models)"
-                     if f["surviving_uint8"] is None else
-                     f"{f['surviving_uint8']} of {f['total']} findings reproduce from their uint8 PNG "
-                     f"({f['surviving_uint8'] / max(f['total'], 1):.0%})")
-        lines += ["", f"After rounding to uint8: {surviving}; "
-                      f"{g['mutants_keeping_combination_uint8']} of {g['mutants']} kept mutants keep their "
-                      f"combination; IDC of the rounded grown set {g['idc_uint8']:.1%}."]
-    lines += ["", "![IDC against execs](idc_vs_execs.png)", "", "## Which mutations raise IDC most", "",
-              "IDC gain in percentage points (pp) of the combinations. A kept mutant is credited to the last "
-              "mutator of its chain, and gains are marginal: what a mutator added given the coverage reached "
-              "before its turn (mutators take turns in a shuffled order). valid = inside the validity bounds; "
-              "findings = unique " + ("(combination, root seed)" if campaign.corpus.regression else
-                                      "(combination, label, prediction)") + " misbehaviours.", "",
-              "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs "
-              "| per second | errors |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        surviving = (
+            "findings not re-checked (the disagreement oracle needs the other models)"
+            if f["surviving_uint8"] is None
+            else f"{f['surviving_uint8']} of {f['total']} findings reproduce from their uint8 PNG "
+            f"({f['surviving_uint8'] / max(f['total'], 1):.0%})"
+        )
+        lines += [
+            "",
+            f"After rounding to uint8: {surviving}; "
+            f"{g['mutants_keeping_combination_uint8']} of {g['mutants']} kept mutants keep their "
+            f"combination; IDC of the rounded grown set {g['idc_uint8']:.1%}.",
+        ]
+    lines += [
+        "",
+        "![IDC against execs](idc_vs_execs.png)",
+        "",
+        "## Which mutations raise IDC most",
+        "",
+        "IDC gain in percentage points (pp) of the combinations. A kept mutant is credited to the last "
+        "mutator of its chain, and gains are marginal: what a mutator added given the coverage reached "
+        "before its turn (mutators take turns in a shuffled order). valid = inside the validity bounds; "
+        "findings = unique "
+        + ("(combination, root seed)" if campaign.corpus.regression else "(combination, label, prediction)")
+        + " misbehaviours.",
+        "",
+        "| mutator | execs | valid | kept (new combinations) | findings | seconds | IDC gain | per 1,000 execs "
+        "| per second | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
-                     f"{r['seconds']:.1f} | {100 * r['idc_gain']:+.2f} pp | {100 * r['idc_gain_per_1000_execs']:+.2f} pp | "
-                     f"{100 * r['idc_gain_per_second']:+.2f} pp | {r['errors']} |")
+        lines.append(
+            f"| `{r['mutator']}` | {r['execs']} | {r['valid']} | {r['kept']} | {r['findings']} | "
+            f"{r['seconds']:.1f} | {100 * r['idc_gain']:+.2f} pp | {100 * r['idc_gain_per_1000_execs']:+.2f} pp | "
+            f"{100 * r['idc_gain_per_second']:+.2f} pp | {r['errors']} |"
+        )
     errors = [r for r in rows if r["last_error"]]
     if errors:
         lines += ["", "Mutator errors (the campaign went on):", ""]
@@ -235,32 +283,46 @@ def _failures(campaign: Campaign, state: dict) -> list[str]:
     found = campaign.findings()
     if not found:
         return []
-    q = summary({k: v for k, v in found.items() if k in ("label", "prediction", "combination", "l0", "l2", "linf", "ssim")},
-                int(state["execs"]), float(state["elapsed_seconds"]))
+    q = summary(
+        {k: v for k, v in found.items() if k in ("label", "prediction", "combination", "l0", "l2", "linf", "ssim")},
+        int(state["execs"]),
+        float(state["elapsed_seconds"]),
+    )
     rate = "" if q["per_1000_execs"] is None else f"{q['per_1000_execs']:.1f} per 1,000 execs, "
     per_minute = "" if q["per_minute"] is None else f"{q['per_minute']:.0f} per minute; "
-    rounding = ("mutants were rounded to uint8 before they ran, so every finding reproduces from its PNG"
-                if campaign.settings.rounding else "mutants ran unrounded (float seeds, or rounding turned off)")
+    rounding = (
+        "mutants were rounded to uint8 before they ran, so every finding reproduces from its PNG"
+        if campaign.settings.rounding
+        else "mutants ran unrounded (float seeds, or rounding turned off)"
+    )
     variety = f"{q['unique_pairs']} distinct (true, predicted) pairs"
-    if campaign.corpus.regression:   # no classes: how far the outputs moved from their seeds' instead
+    if campaign.corpus.regression:  # no classes: how far the outputs moved from their seeds' instead
         moved = np.abs(np.asarray(found["prediction"], np.float64) - found["root_prediction"])
         variety = f"outputs moved from their seeds' by {moved.mean():.3g} on average (largest {moved.max():.3g})"
-    out = ["", "## Failures", "",
-           f"{q['findings']} findings: {rate}{per_minute}{variety}, "
-           f"{q['distinct_combinations']} distinct IDC combinations; {rounding}. The oracle flagged "
-           f"{campaign.flagged} valid mutants in all ({1000 * campaign.flagged / max(state['execs'], 1):.1f} per 1,000 "
-           "execs) before findings were made unique.", ""]
+    out = [
+        "",
+        "## Failures",
+        "",
+        f"{q['findings']} findings: {rate}{per_minute}{variety}, "
+        f"{q['distinct_combinations']} distinct IDC combinations; {rounding}. The oracle flagged "
+        f"{campaign.flagged} valid mutants in all ({1000 * campaign.flagged / max(state['execs'], 1):.1f} per 1,000 "
+        "execs) before findings were made unique.",
+        "",
+    ]
     out += _faults_lines(campaign)
     if "l2" in found:
-        out += ["Distance to the root seed (mean): "
-                f"L0 {q['mean_l0']:.1%} of pixels, L2 {q['mean_l2']:.3g}, L-inf {q['mean_linf']:.3g}, "
-                f"SSIM {q['mean_ssim']:.3f} (1 = identical)."]
+        out += [
+            "Distance to the root seed (mean): "
+            f"L0 {q['mean_l0']:.1%} of pixels, L2 {q['mean_l2']:.3g}, L-inf {q['mean_linf']:.3g}, "
+            f"SSIM {q['mean_ssim']:.3f} (1 = identical)."
+        ]
     return out
 
 
 def _faults_lines(campaign: Campaign) -> list[str]:
     """Distinct faults among the findings (idcgen/faults.py), beside findings and pairs."""
     from .faults import campaign_faults
+
     faults = campaign_faults(campaign)
     if faults is None:
         return []
@@ -274,28 +336,47 @@ def _findings_section(campaign: Campaign, folder: Path) -> list[str]:
     if not rows:
         return []
     regression = campaign.corpus.regression
-    head = ("| mutator | findings | execs | per 1,000 execs | median output change | largest | median L-inf | median SSIM |"
-            if regression else
-            "| mutator | findings | execs | per 1,000 execs | (true, predicted) pairs | median L-inf | median SSIM |")
-    out = ["", "## Findings by mutator", "",
-           "A finding is credited to the last mutator of its chain"
-           + (" (output change: |mutant's output - its root seed's|)." if regression else "."), "",
-           head, "|" + "---|" * (head.count("|") - 1)]
+    head = (
+        "| mutator | findings | execs | per 1,000 execs | median output change | largest | median L-inf | median SSIM |"
+        if regression
+        else "| mutator | findings | execs | per 1,000 execs | (true, predicted) pairs | median L-inf | median SSIM |"
+    )
+    out = [
+        "",
+        "## Findings by mutator",
+        "",
+        "A finding is credited to the last mutator of its chain"
+        + (" (output change: |mutant's output - its root seed's|)." if regression else "."),
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
     for r in rows:
-        middle = (f"{r['median_output_change']:.3g} | {r['max_output_change']:.3g}" if regression else f"{r['pairs']}")
+        middle = f"{r['median_output_change']:.3g} | {r['max_output_change']:.3g}" if regression else f"{r['pairs']}"
         tail = f"{r['median_linf']:.3g} | {r['median_ssim']:.3f}" if "median_linf" in r else "- | -"
-        out.append(f"| `{r['mutator']}` | {r['findings']} | {r['execs']} | {r['per_1000_execs']:.1f} | {middle} | {tail} |")
+        out.append(
+            f"| `{r['mutator']}` | {r['findings']} | {r['execs']} | {r['per_1000_execs']:.1f} | {middle} | {tail} |"
+        )
     if _findings_figure(campaign, folder / "findings.png"):
-        legend = ("arrows from the bottom centre: label blue, seed's output green, mutant's output red, tilted by "
-                  "the output in radians (positive to the right)" if regression else
-                  "the seed's prediction in green, the mutant's in red, the true class in blue")
-        out += ["", f"Findings (seed left, mutant right; {legend}). Every finding is drawn this way in "
-                    "`exports/findings/`.", "", "![Findings beside their seeds](findings.png)"]
+        legend = (
+            "arrows from the bottom centre: label blue, seed's output green, mutant's output red, tilted by "
+            "the output in radians (positive to the right)"
+            if regression
+            else "the seed's prediction in green, the mutant's in red, the true class in blue"
+        )
+        out += [
+            "",
+            f"Findings (seed left, mutant right; {legend}). Every finding is drawn this way in `exports/findings/`.",
+            "",
+            "![Findings beside their seeds](findings.png)",
+        ]
     return out
 
 
 def _validity_text(settings) -> str:
     from .fuzz.mutators import make_mutator
+
     v = settings.validity
     return Validity(alpha=v.alpha, beta=v.beta, enabled=v.enabled).describe(
-        [make_mutator(spec) for spec in settings.mutators])
+        [make_mutator(spec) for spec in settings.mutators]
+    )

@@ -50,8 +50,9 @@ OUTPUTS = Path("outputs")
 
 
 # ---- models and inputs, for every command ---------------------------------------------------------
-def load_networks(models, *, architectures=None, safe_mode: bool = True, task=None, device=None,
-                  precision=None, images=None) -> list:
+def load_networks(
+    models, *, architectures=None, safe_mode: bool = True, task=None, device=None, precision=None, images=None
+) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
     in order, one per model, ``-`` for a model file that holds its own architecture. ``device`` and
     ``precision``: :mod:`idcgen.framework.device` (a GPU asked for and not seen is said before any load); a
@@ -59,16 +60,20 @@ def load_networks(models, *, architectures=None, safe_mode: bool = True, task=No
     spec) where given."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
     if architectures and len(architectures) != len(models):
-        raise InputError(f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
-                         "(- for a model file that holds its architecture)")
-    for path in [*models, *(a for a in architectures if a is not None)]:   # all, before the framework loads one
-        if not Path(path).exists() and not is_factory(path):   # a PyTorch factory names code, not a file
+        raise InputError(
+            f"{len(architectures)} --architecture files for {len(models)} models: give one per --model "
+            "(- for a model file that holds its architecture)"
+        )
+    for path in [*models, *(a for a in architectures if a is not None)]:  # all, before the framework loads one
+        if not Path(path).exists() and not is_factory(path):  # a PyTorch factory names code, not a file
             raise ModelError(f"{_role(path, models, architectures)} file not found: {path}")
     from .framework import resolve_device
-    resolve_device(framework_of_path(models[0]), device, precision)   # a GPU asked for and not seen: said now
+
+    resolve_device(framework_of_path(models[0]), device, precision)  # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
-    return [Network(_load_model(p, a, safe_mode, images), task=task, device=device, precision=precision)
-            for p, a in pairs]
+    return [
+        Network(_load_model(p, a, safe_mode, images), task=task, device=device, precision=precision) for p, a in pairs
+    ]
 
 
 def _load_model(path, architecture, safe_mode: bool, images):
@@ -77,13 +82,17 @@ def _load_model(path, architecture, safe_mode: bool, images):
     except InputShapeError:
         if images is None:
             raise
-        shape = load_inputs_of(images, limit=1).x.shape[1:]   # the images the command is given
-        return load_model(path, safe_mode=safe_mode, architecture=architecture,
-                          input_shape=tuple(shape) if len(shape) == 3 else (*shape, 1))
+        shape = load_inputs_of(images, limit=1).x.shape[1:]  # the images the command is given
+        return load_model(
+            path,
+            safe_mode=safe_mode,
+            architecture=architecture,
+            input_shape=tuple(shape) if len(shape) == 3 else (*shape, 1),
+        )
 
 
 def _role(path, models, architectures) -> str:
-    """"model", or what the --architecture/--weights file beside a model is: a PyTorch factory's state_dict
+    """ "model", or what the --architecture/--weights file beside a model is: a PyTorch factory's state_dict
     ("weights") or a Keras JSON architecture."""
     if path in models:
         return "model"
@@ -91,17 +100,36 @@ def _role(path, models, architectures) -> str:
     return "weights" if model is not None and framework_of_path(model) == "torch" else "architecture"
 
 
-def open_model(model, *, safe_mode: bool = True, architecture=None, task=None, value_range=None, preprocess=None,
-               analysis=None, device=None, precision=None, images=None):
+def open_model(
+    model,
+    *,
+    safe_mode: bool = True,
+    architecture=None,
+    task=None,
+    value_range=None,
+    preprocess=None,
+    analysis=None,
+    device=None,
+    precision=None,
+    images=None,
+):
     """(Network measured in image space, its input convention, the Analysis or None) for a command: the
     model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
     ``value_range``/``preprocess`` that contradicts it is refused) and the analysis bound to the model."""
     found = None if analysis is None else Analysis.load(analysis)
     recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
-    network = load_networks([model], architectures=None if architecture is None else [architecture],
-                            safe_mode=safe_mode, task=task, device=device, precision=precision, images=images)[0]
-    network, convention = network_with_convention(network, value_range=value_range, preprocess=preprocess,
-                                                  recorded=recorded)
+    network = load_networks(
+        [model],
+        architectures=None if architecture is None else [architecture],
+        safe_mode=safe_mode,
+        task=task,
+        device=device,
+        precision=precision,
+        images=images,
+    )[0]
+    network, convention = network_with_convention(
+        network, value_range=value_range, preprocess=preprocess, recorded=recorded
+    )
     if found is not None:
         found.bind(network)
     return network, convention, found
@@ -117,14 +145,31 @@ class Session:
     shape takes theirs); ``echo``: where notes go; ``status``: where a line about starting workers goes.
     """
 
-    def __init__(self, model: ModelOptions, convention: ConventionOptions | None = None,
-                 runner: RunnerOptions | None = None, *, analysis=None, images=None, echo=print, status=None):
+    def __init__(
+        self,
+        model: ModelOptions,
+        convention: ConventionOptions | None = None,
+        runner: RunnerOptions | None = None,
+        *,
+        analysis=None,
+        images=None,
+        echo=print,
+        status=None,
+    ):
         convention = convention or ConventionOptions()
         self.model, self.runner, self.echo, self.status = model, runner or RunnerOptions(), echo, status or echo
         self.network, self.convention, self.analysis = open_model(
-            model.model, safe_mode=model.safe_mode, architecture=model.architecture, task=model.task,
-            value_range=convention.value_range, preprocess=convention.preprocess, analysis=analysis,
-            device=model.device, precision=model.precision, images=images)
+            model.model,
+            safe_mode=model.safe_mode,
+            architecture=model.architecture,
+            task=model.task,
+            value_range=convention.value_range,
+            preprocess=convention.preprocess,
+            analysis=analysis,
+            device=model.device,
+            precision=model.precision,
+            images=images,
+        )
         _say_device(self.network, self.status)
         self._executor = None
 
@@ -134,24 +179,37 @@ class Session:
         if self._executor is None:
             if not self.runner.parallel:
                 from .executor import LocalExecutor
+
                 self._executor = LocalExecutor(self.network)
             else:
                 from .distributed import require_ray
                 from .distributed.workers import Workers
+
                 ray, workers = self.runner.ray, self.runner.workers
                 what = "--ray" if ray is not None else "--workers"
-                require_ray(what)   # one line saying what to install
+                require_ray(what)  # one line saying what to install
                 self.status(f"starting {workers or 'one per CPU or GPU'} Ray worker(s) ({ray or 'local'}) ...")
-                self._executor = Workers(self.network, ray=ray or "local", workers=workers,
-                                         safe_mode=self.model.safe_mode, what=what,
-                                         gpus_per_worker=self.runner.gpus_per_worker)
+                self._executor = Workers(
+                    self.network,
+                    ray=ray or "local",
+                    workers=workers,
+                    safe_mode=self.model.safe_mode,
+                    what=what,
+                    gpus_per_worker=self.runner.gpus_per_worker,
+                )
         return self._executor
 
     def inputs(self, spec, reading: InputOptions, *, limit=None, labels=None, echo=None):
         """(Dataset, x) of one input set for the model, read as ``reading`` says (``limit`` and ``labels`` are this
         set's: a training set is read whole, and only some sets have labels)."""
-        return load_inputs(spec, self.network, self.convention, **dict(reading.load_options(), labels=labels),
-                           limit=limit, echo=echo or self.echo)
+        return load_inputs(
+            spec,
+            self.network,
+            self.convention,
+            **dict(reading.load_options(), labels=labels),
+            limit=limit,
+            echo=echo or self.echo,
+        )
 
     def close(self) -> None:
         if self._executor is not None:
@@ -165,14 +223,35 @@ class Session:
         self.close()
 
 
-def load_inputs(spec, network, convention=None, *, scale="auto", limit=None, resize=None, crop=None, labels=None,
-                class_names=None, echo=print):
+def load_inputs(
+    spec,
+    network,
+    convention=None,
+    *,
+    scale="auto",
+    limit=None,
+    resize=None,
+    crop=None,
+    labels=None,
+    class_names=None,
+    echo=print,
+):
     """(Dataset, x) for the model, in its convention's value range; the label mapping and conversions are
     echoed once."""
     value_range = (0.0, 1.0) if convention is None else convention.value_range
-    ds, x = load_for_model(spec, network.input_shape, scale=scale, limit=limit, value_range=value_range,
-                           resize=resize, class_names=class_names, n_classes=network.n_classes, labels=labels,
-                           crop=crop, task=network.task)
+    ds, x = load_for_model(
+        spec,
+        network.input_shape,
+        scale=scale,
+        limit=limit,
+        value_range=value_range,
+        resize=resize,
+        class_names=class_names,
+        n_classes=network.n_classes,
+        labels=labels,
+        crop=crop,
+        task=network.task,
+    )
     for note in ds.notes:
         echo(note if note.startswith("labels: ") else f"note: {note}")
     return ds, x
@@ -187,8 +266,13 @@ def save_analysis(analysis, model, out=None, *, force: bool = False) -> tuple[Pa
         return folder, f"saved to {folder}"
     wanted = OUTPUTS / "analyses" / analysis.default_name(Path(model).stem)
     folder, written = analysis.save_unique(wanted)
-    return folder, (f"already in {folder}, unchanged" if not written else f"saved to {folder}" if folder == wanted
-                    else f"saved to {folder} ({wanted} holds another analysis)")
+    return folder, (
+        f"already in {folder}, unchanged"
+        if not written
+        else f"saved to {folder}"
+        if folder == wanted
+        else f"saved to {folder} ({wanted} holds another analysis)"
+    )
 
 
 def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None, y_train=None, executor=None):
@@ -199,15 +283,17 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
     import numpy as np
 
     from .errors import DeviceError, IdcgenError
+
     results, notes, missing = {}, {}, {}
     if analysis is not None:
         results["idc"] = analysis.coverage(x) if executor is None else executor.coverage(analysis, x)
     for spec, criterion in criteria.items():
         try:
-            fitted = criterion.fit(network, x_train if x_train is not None else x[:1],
-                                   y_train if x_train is not None else None)
+            fitted = criterion.fit(
+                network, x_train if x_train is not None else x[:1], y_train if x_train is not None else None
+            )
             results[spec] = fitted.coverage(network, x)
-        except DeviceError:   # the device, not the criterion: every other criterion would meet it too
+        except DeviceError:  # the device, not the criterion: every other criterion would meet it too
             raise
         except (IdcgenError, ValueError, np.linalg.LinAlgError) as exc:
             missing[spec] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -243,38 +329,58 @@ def _training_inputs(spec, network, convention, sources: Sources, echo):
 
 
 # ---- fuzz sessions ----------------------------------------------------------------------------------
-def new_campaign(models: ModelsOptions, inputs: InputOptions, convention: ConventionOptions,
-                 wanted: AnalysisOptions, options: CampaignOptions, runner: RunnerOptions, *, echo=print,
-                 progress: bool = True) -> dict | None:
+def new_campaign(
+    models: ModelsOptions,
+    inputs: InputOptions,
+    convention: ConventionOptions,
+    wanted: AnalysisOptions,
+    options: CampaignOptions,
+    runner: RunnerOptions,
+    *,
+    echo=print,
+    progress: bool = True,
+) -> dict | None:
     """A new campaign as the command line runs it, from its parsed settings groups: models, seeds and analysis
     found, one :class:`CampaignSettings` made, the loop run (in this process, or ``runner.workers`` campaigns on
     Ray), then exports and report. ``wanted``: the analysis asked for (None fields: any saved one, or the
     defaults when analysing). None if interrupted."""
-    specs = _check_new_campaign(models, options)   # every option is checked before any model is loaded
-    executor = LocalRunner() if runner.workers is None else ParallelRunner(runner.workers, runner.ray,
-                                                                           models.safe_mode, runner.gpus_per_worker)
+    specs = _check_new_campaign(models, options)  # every option is checked before any model is loaded
+    executor = (
+        LocalRunner()
+        if runner.workers is None
+        else ParallelRunner(runner.workers, runner.ray, models.safe_mode, runner.gpus_per_worker)
+    )
     executor.check(models=models.model, architectures=models.architectures, guide=options.guide, specs=specs)
-    saved = None if options.analysis is None else Analysis.load(options.analysis)   # read once
-    if saved is not None:   # a saved analysis is used as it is: refuse settings it was not made with
+    saved = None if options.analysis is None else Analysis.load(options.analysis)  # read once
+    if saved is not None:  # a saved analysis is used as it is: refuse settings it was not made with
         check_analysis_options(saved, options.analysis, wanted)
     recorded = None if saved is None else dataclasses.replace(saved.convention, image_shape=None)
-    networks = load_networks(models.model, architectures=models.architectures, safe_mode=models.safe_mode,
-                             task=models.task, device=models.device, precision=models.precision, images=options.seeds)
+    networks = load_networks(
+        models.model,
+        architectures=models.architectures,
+        safe_mode=models.safe_mode,
+        task=models.task,
+        device=models.device,
+        precision=models.precision,
+        images=options.seeds,
+    )
     _say_device(networks[0])
-    if options.mutators is None:   # the default set less what cannot run on this model, each said once
+    if options.mutators is None:  # the default set less what cannot run on this model, each said once
         kept, dropped = default_mutators(networks[0])
         mutator_specs = tuple(repr(m) for m in kept)
         for note in dropped:
             echo(f"note: {note}")
     else:
         mutator_specs = options.mutators
-    check_tasks([make_mutator(s) for s in mutator_specs], networks[0].task)   # before the analysis, not 50 steps in
-    network, in_convention = network_with_convention(networks[0], value_range=convention.value_range,
-                                                     preprocess=convention.preprocess, recorded=recorded)
+    check_tasks([make_mutator(s) for s in mutator_specs], networks[0].task)  # before the analysis, not 50 steps in
+    network, in_convention = network_with_convention(
+        networks[0], value_range=convention.value_range, preprocess=convention.preprocess, recorded=recorded
+    )
     networks = [network] + [network_with_convention(n, recorded=in_convention)[0] for n in networks[1:]]
     sources = _sources(models, inputs, options)
-    seeds_ds, x_seeds = load_inputs(options.seeds, network, in_convention, limit=inputs.limit, echo=echo,
-                                    **inputs.load_options())
+    seeds_ds, x_seeds = load_inputs(
+        options.seeds, network, in_convention, limit=inputs.limit, echo=echo, **inputs.load_options()
+    )
     image_shape = options.image_shape
     if image_shape is None and len(network.input_shape) != 3:  # flat or channel-less: fuzzed as images
         image_shape = infer_image_shape(network.input_shape, seeds_ds.x.shape[1:])
@@ -282,32 +388,55 @@ def new_campaign(models: ModelsOptions, inputs: InputOptions, convention: Conven
         found, source, notes, x_train, y_train = saved.bind(network), f"loaded from {options.analysis}", [], None, None
     else:
         found, source, notes, x_train, y_train = _campaign_analysis(
-            executor, network, in_convention, sources, options.train, (seeds_ds, x_seeds), wanted,
-            dict(random_state=options.random_state, progress=progress), echo)
+            executor,
+            network,
+            in_convention,
+            sources,
+            options.train,
+            (seeds_ds, x_seeds),
+            wanted,
+            dict(random_state=options.random_state, progress=progress),
+            echo,
+        )
     echo(f"inputs: {in_convention.describe()}")
     for note in notes:
         echo(f"note: {note}")
     echo(f"analysis: layer {found.layer}, m = {found.m}, {found.total} combinations ({source})")
-    criteria = fit_criteria(specs, network, x_seeds if x_train is None else x_train, echo,
-                            "the training inputs" if x_train is not None else "the SEEDS (no --train given)")
+    criteria = fit_criteria(
+        specs,
+        network,
+        x_seeds if x_train is None else x_train,
+        echo,
+        "the training inputs" if x_train is not None else "the SEEDS (no --train given)",
+    )
     settings = CampaignSettings(
-        budget=options.budget, mutators=tuple(mutator_specs), oracle=options.oracle or default_oracle(network),
-        scheduler=options.scheduler, guide=options.guide, measure_specs=tuple(specs),
+        budget=options.budget,
+        mutators=tuple(mutator_specs),
+        oracle=options.oracle or default_oracle(network),
+        scheduler=options.scheduler,
+        guide=options.guide,
+        measure_specs=tuple(specs),
         validity=ValiditySettings(enabled=not options.no_validity, alpha=options.alpha, beta=options.beta),
-        batch_size=options.batch_size, random_state=options.random_state, rounding=not options.no_round,
-        value_range=tuple(in_convention.value_range), input_shape=tuple(image_shape or ()),
-        sources=dataclasses.replace(sources, analysis_source=source, notes=tuple(notes)))
+        batch_size=options.batch_size,
+        random_state=options.random_state,
+        rounding=not options.no_round,
+        value_range=tuple(in_convention.value_range),
+        input_shape=tuple(image_shape or ()),
+        sources=dataclasses.replace(sources, analysis_source=source, notes=tuple(notes)),
+    )
     fuzzer = Fuzzer.from_settings(found, settings, others=networks[1:], measure=criteria)
     echo(fuzzer.validity.describe(fuzzer.mutators))
     echo("mutators: " + ", ".join(repr(mu) for mu in fuzzer.mutators))
     out = options.out or OUTPUTS / "campaigns" / f"{Path(models.model[0]).stem}_{time.strftime('%Y%m%d-%H%M%S')}"
-    return executor.start(fuzzer, x_seeds, seeds_ds.y, Path(out), x_train=x_train, y_train=y_train, echo=echo,
-                          progress=progress)
+    return executor.start(
+        fuzzer, x_seeds, seeds_ds.y, Path(out), x_train=x_train, y_train=y_train, echo=echo, progress=progress
+    )
 
 
 def _say_device(network, say=None) -> None:
     """The device the model runs on, said once (by ``say``, default stderr) where it is not the CPU in fp32."""
     from .framework.device import device_line
+
     line = device_line(network.device_info())
     if line is not None:
         (say or (lambda text: print(text, file=sys.stderr)))(line)
@@ -318,13 +447,13 @@ def _check_new_campaign(models: ModelsOptions, options: CampaignOptions) -> list
     if not models.model or options.seeds is None or options.budget is None:
         raise ParameterError("--model, --seeds and --budget are needed (or --resume DIR)")
     check_budget(options.budget)
-    if options.no_validity and (options.alpha, options.beta) != (0.02, 0.2):   # ignored silently otherwise
+    if options.no_validity and (options.alpha, options.beta) != (0.02, 0.2):  # ignored silently otherwise
         which = "'alpha' parameter" if options.alpha != 0.02 else "'beta' parameter"
         raise ParameterError(f"the {which} sets a validity bound, which no_validity=True turns off: drop one of them")
     specs = measure_specs(options.guide, options.measure)
     if options.train is not None and options.analysis is not None:
         raise InputError("give --train (analyse first) or --analysis (reuse), not both")
-    for spec in (options.seeds, options.train):   # before the framework is imported and the models loaded
+    for spec in (options.seeds, options.train):  # before the framework is imported and the models loaded
         if spec is not None:
             check_source(spec)
     return specs
@@ -332,60 +461,93 @@ def _check_new_campaign(models: ModelsOptions, options: CampaignOptions) -> list
 
 def _sources(models: ModelsOptions, inputs: InputOptions, options: CampaignOptions) -> Sources:
     """Where a new campaign's inputs come from, as it records them."""
-    return Sources(model=_absolute(models.model[0]), other_models=tuple(_absolute(p) for p in models.model[1:]),
-                   architectures=tuple(str(a) if str(a) == "-" else _absolute(a) for a in models.architecture),
-                   seeds=_absolute(options.seeds), train=None if options.train is None else _absolute(options.train),
-                   limit=inputs.limit, scale=inputs.scale,
-                   resize=None if inputs.resize is None else "x".join(map(str, inputs.resize)),
-                   crop=None if inputs.crop is None else str(inputs.crop),
-                   labels=None if inputs.labels is None else _absolute(inputs.labels),
-                   class_names=inputs.class_names, task_given=models.task)
+    return Sources(
+        model=_absolute(models.model[0]),
+        other_models=tuple(_absolute(p) for p in models.model[1:]),
+        architectures=tuple(str(a) if str(a) == "-" else _absolute(a) for a in models.architecture),
+        seeds=_absolute(options.seeds),
+        train=None if options.train is None else _absolute(options.train),
+        limit=inputs.limit,
+        scale=inputs.scale,
+        resize=None if inputs.resize is None else "x".join(map(str, inputs.resize)),
+        crop=None if inputs.crop is None else str(inputs.crop),
+        labels=None if inputs.labels is None else _absolute(inputs.labels),
+        class_names=inputs.class_names,
+        task_given=models.task,
+    )
 
 
-def _campaign_analysis(runner, network, convention, sources: Sources, train, seeds, wanted: AnalysisOptions,
-                       analyse: dict, echo):
+def _campaign_analysis(
+    runner, network, convention, sources: Sources, train, seeds, wanted: AnalysisOptions, analyse: dict, echo
+):
     """(analysis, where it came from, notes, x_train, y_train) of a new campaign without --analysis: an analysis
     of the training data ``train`` (by ``runner``, saved); else a saved analysis of this model (one made as
     ``wanted`` asks); else, said plainly, one of the seeds themselves."""
-    analyse = dict(analyse, layer=wanted.layer, m=wanted.resolved("m"), clusters=wanted.resolved("clusters"),
-                   cluster_method=wanted.resolved("cluster_method"))
+    analyse = dict(
+        analyse,
+        layer=wanted.layer,
+        m=wanted.resolved("m"),
+        clusters=wanted.resolved("clusters"),
+        cluster_method=wanted.resolved("cluster_method"),
+    )
     if train is not None:
         train_ds, x_train = _training_inputs(train, network, convention, sources, echo)
         found = runner.analyze(network, x_train, train_ds.y, data_summary=train_ds.summary(), **analyse)
         _, where = save_analysis(found, sources.model)
         return found, f"analysed on {train} ({len(x_train)} inputs{runner.where}), {where}", [], x_train, train_ds.y
     places = [OUTPUTS / "analyses", Path(sources.model).parent, Path(sources.model).parent / "analysis"]
-    found, where, searched = find_analysis(network, places, layer=wanted.layer, m=wanted.m,
-                                           cluster_method=wanted.cluster_method, clusters=wanted.clusters)
+    found, where, searched = find_analysis(
+        network, places, layer=wanted.layer, m=wanted.m, cluster_method=wanted.cluster_method, clusters=wanted.clusters
+    )
     if found is not None:
-        return found, f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}", [], \
-            None, None
+        return (
+            found,
+            f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}",
+            [],
+            None,
+            None,
+        )
     seeds_ds, x_seeds = seeds
     found = runner.analyze(network, x_seeds, seeds_ds.y, data_summary=seeds_ds.summary(), **analyse)
-    note = (f"no --train or --analysis given and no saved analysis of this model in {_folders(searched)}; the "
-            "analysis was made on the SEEDS, so IDC is measured against the seeds' own clusters, not the training "
-            "data's. Pass --train for the paper's setting.")
+    note = (
+        f"no --train or --analysis given and no saved analysis of this model in {_folders(searched)}; the "
+        "analysis was made on the SEEDS, so IDC is measured against the seeds' own clusters, not the training "
+        "data's. Pass --train for the paper's setting."
+    )
     return found, "analysed on the seeds themselves", [note], None, None
 
 
-def resume_campaign(folder, models: ModelsOptions, inputs: InputOptions, convention: ConventionOptions,
-                    wanted: AnalysisOptions, options: CampaignOptions, runner: RunnerOptions, *, echo=print,
-                    progress: bool = True) -> dict | None:
+def resume_campaign(
+    folder,
+    models: ModelsOptions,
+    inputs: InputOptions,
+    convention: ConventionOptions,
+    wanted: AnalysisOptions,
+    options: CampaignOptions,
+    runner: RunnerOptions,
+    *,
+    echo=print,
+    progress: bool = True,
+) -> dict | None:
     """Continue a campaign with its own settings (a parallel one on as many Ray workers as it had); the other
     options typed with the resume (the groups' ``given``) are refused where they differ from the campaign's;
     ``options.budget`` is the new total, ``models.model`` overrides the recorded model files."""
     folder = Path(folder)
     parallel = (folder / PARALLEL_FILE).is_file()
     if runner.workers is not None and not parallel:
-        read_meta(folder)   # a folder that is no campaign at all is said to be none
+        read_meta(folder)  # a folder that is no campaign at all is said to be none
         raise ParameterError(f"{folder} is a campaign of one process: resume it without --workers")
     if parallel:
         record = ParallelRecord.read(folder)
         if runner.workers is not None and runner.workers != record.workers:
-            raise ParameterError(f"{folder} runs {record.workers} workers; resume it with --workers "
-                                 f"{record.workers} or without --workers")
-        settings, executor = record.settings, ParallelRunner(record.workers, runner.ray, models.safe_mode,
-                                                                 runner.gpus_per_worker)
+            raise ParameterError(
+                f"{folder} runs {record.workers} workers; resume it with --workers "
+                f"{record.workers} or without --workers"
+            )
+        settings, executor = (
+            record.settings,
+            ParallelRunner(record.workers, runner.ray, models.safe_mode, runner.gpus_per_worker),
+        )
         analysis_folder = folder / "worker-0" / "analysis"
     else:
         settings, executor = CampaignSettings.from_dict(read_meta(folder)["config"]), LocalRunner()
@@ -395,16 +557,21 @@ def resume_campaign(folder, models: ModelsOptions, inputs: InputOptions, convent
     src = settings.sources
     paths = models.model or [src.model, *src.other_models]
     try:
-        networks = load_networks(paths, architectures=models.architectures or (None if models.model else
-                                                                                src.architectures),
-                                 safe_mode=models.safe_mode, task=src.task_given, device=models.device,
-                                 precision=models.precision)
+        networks = load_networks(
+            paths,
+            architectures=models.architectures or (None if models.model else src.architectures),
+            safe_mode=models.safe_mode,
+            task=src.task_given,
+            device=models.device,
+            precision=models.precision,
+        )
     except ModelError as exc:
         if models.model:
             raise
         relative = "" if Path(src.model).is_absolute() else ", relative to the directory it was started in"
-        raise ModelError(f"{exc} (the model campaign {folder} recorded{relative}); give the 'model' parameter "
-                         "to override it") from None
+        raise ModelError(
+            f"{exc} (the model campaign {folder} recorded{relative}); give the 'model' parameter to override it"
+        ) from None
     recorded = dataclasses.replace(found.convention, image_shape=None, value_range=tuple(settings.value_range))
     networks = [network_with_convention(n, recorded=recorded)[0] for n in networks]
     try:
@@ -416,16 +583,27 @@ def resume_campaign(folder, models: ModelsOptions, inputs: InputOptions, convent
         train_ds, x_train = _training_inputs(src.train, networks[0], recorded, src, echo)
         y_train = train_ds.y
     criteria = []
-    if settings.measure_specs:   # fitted again on the data they were fitted on (deterministic)
-        x_fit = x_train if x_train is not None else load_inputs(src.seeds, networks[0], recorded, limit=src.limit,
-                                                                echo=echo, **dict(src.load_options(), labels=None))[1]
-        criteria = fit_criteria(list(settings.measure_specs), networks[0], x_fit, echo,
-                                f"{src.train or src.seeds} again, as when the campaign started")
+    if settings.measure_specs:  # fitted again on the data they were fitted on (deterministic)
+        x_fit = (
+            x_train
+            if x_train is not None
+            else load_inputs(
+                src.seeds, networks[0], recorded, limit=src.limit, echo=echo, **dict(src.load_options(), labels=None)
+            )[1]
+        )
+        criteria = fit_criteria(
+            list(settings.measure_specs),
+            networks[0],
+            x_fit,
+            echo,
+            f"{src.train or src.seeds} again, as when the campaign started",
+        )
     if options.budget is not None:
         settings = settings.replace(budget=options.budget)
     fuzzer = Fuzzer.from_settings(found, settings, others=networks[1:], measure=criteria)
-    return executor.resume(fuzzer, folder, options.budget, x_train=x_train, y_train=y_train, echo=echo,
-                           progress=progress)
+    return executor.resume(
+        fuzzer, folder, options.budget, x_train=x_train, y_train=y_train, echo=echo, progress=progress
+    )
 
 
 # ---- runners: where the loop runs -------------------------------------------------------------------
@@ -442,8 +620,10 @@ class LocalRunner:
 
     def start(self, fuzzer, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
         campaign = fuzzer.start(x_seeds, y_seeds, out)
-        echo(f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
-             f"{campaign.tracker.total})")
+        echo(
+            f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
+            f"{campaign.tracker.total})"
+        )
         return self._run(fuzzer, campaign, x_train, y_train, echo, progress)
 
     def resume(self, fuzzer, folder, budget, *, x_train, y_train, echo, progress):
@@ -454,9 +634,11 @@ class LocalRunner:
             except BaseException:
                 campaign.close()
                 raise
-        echo(f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
-             f"IDC {campaign.tracker.score:.1%}")
-        for note in campaign.store.notes:   # damage found on reading, and what was rebuilt
+        echo(
+            f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
+            f"IDC {campaign.tracker.score:.1%}"
+        )
+        for note in campaign.store.notes:  # damage found on reading, and what was rebuilt
             echo(f"note: {note}")
         echo(fuzzer.validity.describe(fuzzer.mutators))
         return self._run(fuzzer, campaign, x_train, y_train, echo, progress)
@@ -472,11 +654,13 @@ class LocalRunner:
             if exc.errno != errno.ENOSPC:
                 raise
             # the writer thread's error has no path of the user's; the committed steps are whole on disk
-            raise InputError(f"no space left on the device of campaign {campaign.folder}"
-                             + (f" (writing {exc.filename})" if exc.filename else "")
-                             + f"; it stopped at its last commit: free some space, then continue with: "
-                             f"idcgen fuzz --resume {campaign.folder}") from None
-        campaign.open()   # the writer lock again: a second session must not export into the same folder at once
+            raise InputError(
+                f"no space left on the device of campaign {campaign.folder}"
+                + (f" (writing {exc.filename})" if exc.filename else "")
+                + f"; it stopped at its last commit: free some space, then continue with: "
+                f"idcgen fuzz --resume {campaign.folder}"
+            ) from None
+        campaign.open()  # the writer lock again: a second session must not export into the same folder at once
         try:
             return finish(campaign, x_train, y_train, fuzzer.oracle, list(campaign.settings.sources.notes), echo)
         finally:
@@ -484,9 +668,11 @@ class LocalRunner:
 
 
 #: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
-PARALLEL_NOT_REPRODUCIBLE = ("parallel campaigns are not reproducible: the workers exchange inputs when they reach "
-                             "them, which the machine's timing decides, so the same --random-state gives another "
-                             "campaign; one process (no --workers) gives the same campaign for the same --random-state")
+PARALLEL_NOT_REPRODUCIBLE = (
+    "parallel campaigns are not reproducible: the workers exchange inputs when they reach "
+    "them, which the machine's timing decides, so the same --random-state gives another "
+    "campaign; one process (no --workers) gives the same campaign for the same --random-state"
+)
 
 
 class ParallelRunner:
@@ -494,6 +680,7 @@ class ParallelRunner:
 
     def __init__(self, workers: int, ray: str | None, safe_mode: bool, gpus_per_worker=None):
         from .distributed import require_ray
+
         self.workers = check_int("workers", workers, 1)
         require_ray("--ray" if ray is not None else "--workers")
         self.ray, self.safe_mode, self.gpus_per_worker = ray, safe_mode, gpus_per_worker
@@ -501,28 +688,40 @@ class ParallelRunner:
 
     def check(self, *, models, architectures, guide, specs) -> None:
         if len(models) != 1 or architectures:
-            raise ParameterError("--workers takes one --model (a .keras or full .h5 file): the other models of a "
-                                 "disagreement oracle and --architecture are for one process")
+            raise ParameterError(
+                "--workers takes one --model (a .keras or full .h5 file): the other models of a "
+                "disagreement oracle and --architecture are for one process"
+            )
         if guide != "idc" or specs:
             raise ParameterError("--workers share IDC's combinations: --guide idc only, without --measure")
 
     def analyze(self, network, x, y, *, progress=True, **options):
         from .distributed.workers import Workers
-        with Workers(network, ray=self.ray or "local", workers=self.workers, safe_mode=self.safe_mode,
-                     what="--workers", gpus_per_worker=self.gpus_per_worker) as pool:
+
+        with Workers(
+            network,
+            ray=self.ray or "local",
+            workers=self.workers,
+            safe_mode=self.safe_mode,
+            what="--workers",
+            gpus_per_worker=self.gpus_per_worker,
+        ) as pool:
             return pool.analyze(x, y, **options)
 
     def start(self, fuzzer, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
-        echo(f"campaign: {out} ({self.workers} workers on Ray, {self.ray or 'local'}; each in {out}/worker-<i>, "
-             f"merged in {out}/merged)")
+        echo(
+            f"campaign: {out} ({self.workers} workers on Ray, {self.ray or 'local'}; each in {out}/worker-<i>, "
+            f"merged in {out}/merged)"
+        )
         echo(f"note: {PARALLEL_NOT_REPRODUCIBLE}")
         return self._run(fuzzer, x_seeds, y_seeds, out, x_train, y_train, echo)
 
     def resume(self, fuzzer, folder, budget, *, x_train, y_train, echo, progress):
         echo(f"resuming {folder}: {self.workers} workers, {fuzzer.record.budget} execs in all")
         src = fuzzer.record.sources
-        seeds, x_seeds = load_inputs(src.seeds, fuzzer.network, fuzzer.analysis.convention, limit=src.limit,
-                                     echo=echo, **src.load_options())
+        seeds, x_seeds = load_inputs(
+            src.seeds, fuzzer.network, fuzzer.analysis.convention, limit=src.limit, echo=echo, **src.load_options()
+        )
         return self._run(fuzzer, x_seeds, seeds.y, folder, x_train, y_train, echo)
 
     def _run(self, fuzzer, x_seeds, y_seeds, out, x_train, y_train, echo):
@@ -530,30 +729,60 @@ class ParallelRunner:
         from tqdm.auto import tqdm
 
         from .distributed.parallel import fuzz
+
         with tqdm(total=settings.budget, unit="exec", desc="fuzz", dynamic_ncols=True) as bar:
+
             def progress(status):
                 states, covered = status
                 bar.n = sum(s["execs"] for s in states.values())
                 bar.set_postfix(IDC=f"{covered / fuzzer.analysis.total:.1%}", workers=len(states), refresh=False)
                 bar.refresh()
+
             try:
-                result = fuzz(fuzzer.network, fuzzer.analysis, x_seeds, y_seeds, budget=settings.budget, out=out,
-                              workers=self.workers, ray=self.ray, settings=settings, safe_mode=self.safe_mode,
-                              on_progress=progress, echo=echo, gpus_per_worker=self.gpus_per_worker)
+                result = fuzz(
+                    fuzzer.network,
+                    fuzzer.analysis,
+                    x_seeds,
+                    y_seeds,
+                    budget=settings.budget,
+                    out=out,
+                    workers=self.workers,
+                    ray=self.ray,
+                    settings=settings,
+                    safe_mode=self.safe_mode,
+                    on_progress=progress,
+                    echo=echo,
+                    gpus_per_worker=self.gpus_per_worker,
+                )
             except KeyboardInterrupt:
                 return None
         merged = Campaign.load(Path(out) / "merged", fuzzer.network)
-        per = "; ".join(f"worker {i}: {w['execs']} execs, IDC {w['idc']:.1%}, {w['imports']} imported"
-                        for i, w in enumerate(result["workers"]))
-        notes = [f"merged view of {self.workers} parallel campaigns (worker-0 .. worker-{self.workers - 1}), which "
-                 "exchanged the entries that reached new combinations", *settings.sources.notes]
-        done = finish(merged, x_train, y_train, make_oracle(settings.oracle), notes, echo, grown="merged", detail=per,
-                      restarts=result["restarts"])
+        per = "; ".join(
+            f"worker {i}: {w['execs']} execs, IDC {w['idc']:.1%}, {w['imports']} imported"
+            for i, w in enumerate(result["workers"])
+        )
+        notes = [
+            f"merged view of {self.workers} parallel campaigns (worker-0 .. worker-{self.workers - 1}), which "
+            "exchanged the entries that reached new combinations",
+            *settings.sources.notes,
+        ]
+        done = finish(
+            merged,
+            x_train,
+            y_train,
+            make_oracle(settings.oracle),
+            notes,
+            echo,
+            grown="merged",
+            detail=per,
+            restarts=result["restarts"],
+        )
         return dict(done, workers=result["workers"], restarts=result["restarts"])
 
 
-def finish(campaign, x_train, y_train, oracle, notes, echo, *, grown: str = "grown set", detail: str = "",
-           restarts=()) -> dict:
+def finish(
+    campaign, x_train, y_train, oracle, notes, echo, *, grown: str = "grown set", detail: str = "", restarts=()
+) -> dict:
     """Exports and report of a finished campaign, and the lines that sum it up."""
     if x_train is not None:  # the retraining data in the corpus' image shape (flat or channel-less models)
         x_train = fit_to_model(x_train, campaign.corpus.input_shape)
@@ -561,9 +790,11 @@ def finish(campaign, x_train, y_train, oracle, notes, echo, *, grown: str = "gro
     report = write_report(campaign, notes=notes, exports=exports)
     state = campaign.state()
     seeds_idc = campaign.stats_rows()[0]["idc"]
-    echo(f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} ({grown}, {len(campaign.corpus)} inputs); "
-         f"{campaign.n_findings} findings ({exports['findings']['surviving_uint8']} survive uint8 rounding); "
-         f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s" + (f" ({detail})" if detail else ""))
+    echo(
+        f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} ({grown}, {len(campaign.corpus)} inputs); "
+        f"{campaign.n_findings} findings ({exports['findings']['surviving_uint8']} survive uint8 rounding); "
+        f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s" + (f" ({detail})" if detail else "")
+    )
     for r in restarts:
         echo(f"note: worker {r['worker']} was restarted and resumed at step {r['resumed_at']}")
     echo(f"report: {report} (and report.html); exports: {campaign.folder / 'exports'}")
@@ -575,6 +806,7 @@ def measure_specs(guide: str, measure) -> list[str]:
     text such as 'nc,kmnc:k=10'), plus the guiding criterion when it is not among them."""
     from .criteria import parse_criteria, spec_name
     from .fuzz.guidance import guide_names
+
     if guide not in guide_names():
         raise ParameterError(f"The 'guide' parameter must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
     if isinstance(measure, str):
@@ -588,6 +820,7 @@ def measure_specs(guide: str, measure) -> list[str]:
 def fit_criteria(specs: list[str], network, x, echo, data: str) -> list:
     """Each criterion spec fitted on ``x`` (one batched pass each), said once."""
     from .criteria import make_criterion
+
     if not specs:
         return []
     echo(f"criteria measured besides IDC: {', '.join(specs)} (fitted on {data}, {len(x)} inputs)")
@@ -596,6 +829,7 @@ def fit_criteria(specs: list[str], network, x, echo, data: str) -> list:
 
 # ---- options that conflict with saved work ---------------------------------------------------------
 # The library names parameters; the CLI turns "name=value" and "the 'name' parameter" into its flags.
+
 
 def _shown(value) -> str:
     """A setting's value as a message shows it: lists as the comma list an option takes."""
@@ -607,10 +841,12 @@ def _shown(value) -> str:
 def _refuse_changes(what: str, conflicts: list, advice: str) -> None:
     """One line naming each saved setting beside the value asked for: ``conflicts`` holds (name, saved,
     asked); a saved None reads "without ...", True a flag."""
+
     def saved(name, value):
         if value is None or value is False:
             return f"without the '{name}' parameter"
         return f"{name}=True" if value is True else f"{name}={_shown(value)}"
+
     shown = ", ".join(saved(n, s) + ("" if a is True else f" (not {_shown(a)})") for n, s, a in conflicts)
     raise ParameterError(f"{what} {shown}; {advice}")
 
@@ -622,13 +858,23 @@ def _same_path(a, b) -> bool:
 def check_analysis_options(analysis, where, wanted: AnalysisOptions) -> None:
     """Refuse a layer, m, cluster range or cluster method given with a saved analysis made otherwise:
     the saved analysis is used as it is, so a different value would be silently ignored."""
-    saved = {"layer": analysis.layer, "m": analysis.m, "clusters": analysis.config.get("clusters"),
-             "cluster_method": analysis.config.get("cluster_method", "silhouette")}
-    conflicts = [(k, saved[k], _listed(getattr(wanted, k))) for k in saved
-                 if getattr(wanted, k) is not None and _listed(getattr(wanted, k)) != saved[k]]
+    saved = {
+        "layer": analysis.layer,
+        "m": analysis.m,
+        "clusters": analysis.config.get("clusters"),
+        "cluster_method": analysis.config.get("cluster_method", "silhouette"),
+    }
+    conflicts = [
+        (k, saved[k], _listed(getattr(wanted, k)))
+        for k in saved
+        if getattr(wanted, k) is not None and _listed(getattr(wanted, k)) != saved[k]
+    ]
     if conflicts:
-        _refuse_changes(f"analysis={str(where)!r} was made with", conflicts,
-                        "leave these out to use it, or analyse again with the 'train' parameter")
+        _refuse_changes(
+            f"analysis={str(where)!r} was made with",
+            conflicts,
+            "leave these out to use it, or analyse again with the 'train' parameter",
+        )
 
 
 def _listed(value):
@@ -642,16 +888,32 @@ def resume_asked(settings: CampaignSettings, found, groups) -> list[tuple[str, o
     src, validity = settings.sources, settings.validity
     config = found.config
     saved = {
-        "seeds": src.seeds, "train": src.train, "layer": settings.layer, "m": settings.m,
-        "clusters": config.get("clusters"), "cluster_method": config.get("cluster_method"),
-        "mutators": list(settings.mutators), "oracle": settings.oracle, "scheduler": settings.scheduler,
-        "batch_size": settings.batch_size, "random_state": settings.random_state,
-        "no_validity": not validity.enabled, "alpha": validity.alpha, "beta": validity.beta,
-        "scale": src.scale, "resize": src.resize, "value_range": list(settings.value_range),
-        "preprocess": settings.preprocess, "image_shape": list(settings.input_shape),
+        "seeds": src.seeds,
+        "train": src.train,
+        "layer": settings.layer,
+        "m": settings.m,
+        "clusters": config.get("clusters"),
+        "cluster_method": config.get("cluster_method"),
+        "mutators": list(settings.mutators),
+        "oracle": settings.oracle,
+        "scheduler": settings.scheduler,
+        "batch_size": settings.batch_size,
+        "random_state": settings.random_state,
+        "no_validity": not validity.enabled,
+        "alpha": validity.alpha,
+        "beta": validity.beta,
+        "scale": src.scale,
+        "resize": src.resize,
+        "value_range": list(settings.value_range),
+        "preprocess": settings.preprocess,
+        "image_shape": list(settings.input_shape),
         "class_names": None if src.class_names is None else list(src.class_names),
-        "guide": settings.guide, "measure": list(settings.measure_specs), "no_round": not settings.rounding,
-        "labels": src.labels, "crop": src.crop, "task": src.task_given,
+        "guide": settings.guide,
+        "measure": list(settings.measure_specs),
+        "no_round": not settings.rounding,
+        "labels": src.labels,
+        "crop": src.crop,
+        "task": src.task_given,
     }
     values = {name: getattr(g, name) for g in groups for name in g.flags() if name in g.given}
     typed = next((g.given for g in groups if g.given), ())
@@ -660,7 +922,7 @@ def resume_asked(settings: CampaignSettings, found, groups) -> list[tuple[str, o
         if name not in values:
             continue
         value = values[name]
-        if name == "oracle":   # canonical, as the campaign records it
+        if name == "oracle":  # canonical, as the campaign records it
             value = str(make_oracle(value, others=[None] * len(src.other_models)))
         elif name == "resize":
             value = "x".join(map(str, value))
@@ -684,16 +946,28 @@ def refuse_resume_changes(folder: Path, settings: CampaignSettings, found, group
     made with); the budget and the model files may change."""
     conflicts = []
     for name, saved, asked in resume_asked(settings, found, groups):
-        if name in ("budget", "model", "architecture", "unsafe", "resume", "workers", "ray", "device", "precision",
-                    "gpus_per_worker"):   # where it runs is not what it does
+        if name in (
+            "budget",
+            "model",
+            "architecture",
+            "unsafe",
+            "resume",
+            "workers",
+            "ray",
+            "device",
+            "precision",
+            "gpus_per_worker",
+        ):  # where it runs is not what it does
             continue
         if name == "out":
             if not _same_path(asked, folder):
                 raise ParameterError(f"a resumed campaign stays in its folder {folder}: drop the 'out' parameter")
             continue
         if name in ("limit", "analysis"):
-            raise ParameterError(f"a resumed campaign keeps its seeds and its analysis ({found_folder(folder)}): "
-                                 f"drop the '{name}' parameter")
+            raise ParameterError(
+                f"a resumed campaign keeps its seeds and its analysis ({found_folder(folder)}): "
+                f"drop the '{name}' parameter"
+            )
         if saved is _NOT_RESUMABLE:
             raise ParameterError(f"a resumed campaign keeps the settings it was made with: drop the '{name}' parameter")
         if name in ("seeds", "train"):
@@ -705,8 +979,11 @@ def refuse_resume_changes(folder: Path, settings: CampaignSettings, found, group
         if not same:
             conflicts.append((name, saved, asked))
     if conflicts:
-        _refuse_changes(f"campaign {folder} was made with", conflicts,
-                        "a resumed campaign keeps its settings: leave these out, or start a new campaign")
+        _refuse_changes(
+            f"campaign {folder} was made with",
+            conflicts,
+            "a resumed campaign keeps its settings: leave these out, or start a new campaign",
+        )
 
 
 def found_folder(folder: Path) -> Path:

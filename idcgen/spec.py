@@ -25,8 +25,8 @@ _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*)\s*(?:\((.*)\))?\s*", re.DOTALL
 @dataclass(frozen=True)
 class Spec:
     name: str
-    args: tuple = ()                              # positional values (older spellings such as confusion(3,5))
-    kwargs: dict = field(default_factory=dict)    # named values, in the order given
+    args: tuple = ()  # positional values (older spellings such as confusion(3,5))
+    kwargs: dict = field(default_factory=dict)  # named values, in the order given
 
     def __str__(self) -> str:
         return format_spec(self.name, self.kwargs, self.args)
@@ -37,7 +37,9 @@ def parse(text: str, what: str = "spec", *, words: bool = False, positional: boo
     a malformed one. ``positional=False`` refuses unnamed values; ``words=True`` accepts bare words and the
     colon spelling ``name:key=value:key=value``."""
     if not isinstance(text, str):
-        raise ParameterError(f"a {what} spec must be a string such as 'name' or 'name(key=value)'. Got {text!r} instead.")
+        raise ParameterError(
+            f"a {what} spec must be a string such as 'name' or 'name(key=value)'. Got {text!r} instead."
+        )
     if words and ":" in text and "(" not in text:
         return _colon_spec(text, what)
     match = _NAME.fullmatch(text)
@@ -50,8 +52,12 @@ def parse(text: str, what: str = "spec", *, words: bool = False, positional: boo
         call = ast.parse(f"f({inside})", mode="eval").body
     except SyntaxError as exc:
         raise ParameterError(f"malformed {what} spec {text!r}: {exc.msg}; expected name(key=value, ...)") from None
-    if not isinstance(call, ast.Call) or any(kw.arg is None for kw in call.keywords) or \
-            any(isinstance(a, ast.Starred) for a in call.args) or (call.args and not positional):
+    if (
+        not isinstance(call, ast.Call)
+        or any(kw.arg is None for kw in call.keywords)
+        or any(isinstance(a, ast.Starred) for a in call.args)
+        or (call.args and not positional)
+    ):
         raise ParameterError(f"malformed {what} spec {text!r}: give parameters by name, as name(key=value, ...)")
     source = f"f({inside})"
     args = tuple(_value(node, source, text, what, None, words) for node in call.args)
@@ -71,8 +77,10 @@ def _value(node, source: str, text: str, what: str, key: str | None, words: bool
         if words and re.fullmatch(r"[A-Za-z0-9_.+\-]+", written):
             return written
         which = f"the value of {key!r}" if key else "a value"
-        raise ParameterError(f"malformed {what} spec {text!r}: {which} must be a Python literal (number, bool, "
-                             f"string or tuple). Got {written!r}") from None
+        raise ParameterError(
+            f"malformed {what} spec {text!r}: {which} must be a Python literal (number, bool, "
+            f"string or tuple). Got {written!r}"
+        ) from None
 
 
 def _colon_spec(text: str, what: str) -> Spec:
@@ -83,8 +91,9 @@ def _colon_spec(text: str, what: str) -> Spec:
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
-            raise ParameterError(f"{what} spec {text!r}: expected name:key=value[:key=value...] or "
-                                 f"name(key=value, ...); got {part!r}.")
+            raise ParameterError(
+                f"{what} spec {text!r}: expected name:key=value[:key=value...] or name(key=value, ...); got {part!r}."
+            )
         if key in kwargs:
             raise ParameterError(f"{what} spec {text!r} sets {key!r} twice.")
         kwargs[key] = value.strip()

@@ -31,12 +31,14 @@ def zeroed_logits(network, x, layer: str, mask: np.ndarray) -> np.ndarray:
     """The explained model's logits with ``layer``'s output multiplied by ``mask`` (n, neurons), broadcast over
     tokens or positions."""
     import tensorflow as tf
+
     graph, key = network.graph, network.key_of(layer)
     values = {graph.input_key: tf.convert_to_tensor(x)}
     last = graph.steps.index(network.logits_step)
-    for step in graph.steps[:last + 1]:
-        outs = step.call([values[k] for k in step.inputs],
-                         linear=step is network.logits_step and network.softmax_in_last_layer)
+    for step in graph.steps[: last + 1]:
+        outs = step.call(
+            [values[k] for k in step.inputs], linear=step is network.logits_step and network.softmax_in_last_layer
+        )
         if step.outputs[0] == key:
             m = tf.convert_to_tensor(mask, outs[0].dtype)
             outs[0] = outs[0] * tf.reshape(m, [len(mask)] + [1] * (len(outs[0].shape) - 2) + [mask.shape[1]])
@@ -56,7 +58,7 @@ def measure(network, x, layer: str, *, draws: int, rng) -> list[dict]:
     r, seconds = {}, {}
     for rule in ("cp", "attnlrp"):
         rel = network.relevance(layer, attention=rule, batch_size=100)
-        rel(x[:100])   # traced before timing
+        rel(x[:100])  # traced before timing
         with Timer() as t:
             r[rule] = rel(x)[0]
         seconds[rule] = t.seconds
@@ -66,20 +68,31 @@ def measure(network, x, layer: str, *, draws: int, rng) -> list[dict]:
     n_neurons = network.neuron_count(layer)
     rows = []
     for k in KS:
-        random = np.mean([drop(network, x, layer, np.stack([rng.choice(n_neurons, k, replace=False) for _ in x]),
-                               cls, base) for _ in range(draws)], axis=0)
+        random = np.mean(
+            [
+                drop(network, x, layer, np.stack([rng.choice(n_neurons, k, replace=False) for _ in x]), cls, base)
+                for _ in range(draws)
+            ],
+            axis=0,
+        )
         row = {"layer": layer, "k": k, "random drop": float(random.mean())}
         own = {}
         for rule in ("cp", "attnlrp"):
             own[rule] = drop(network, x, layer, np.argsort(-r[rule], axis=1)[:, :k], cls, base)
             top = np.argsort(-r[rule].mean(axis=0))[:k]
             shared = drop(network, x, layer, np.tile(top, (len(x), 1)), cls, base)
-            row.update({f"{rule} per-input drop": float(own[rule].mean()), f"{rule} global drop": float(shared.mean()),
-                        f"{rule} wins %": round(100 * float((own[rule] > random).mean()), 1)})
-        diff = own["attnlrp"] - own["cp"]   # paired over the same images
+            row.update(
+                {
+                    f"{rule} per-input drop": float(own[rule].mean()),
+                    f"{rule} global drop": float(shared.mean()),
+                    f"{rule} wins %": round(100 * float((own[rule] > random).mean()), 1),
+                }
+            )
+        diff = own["attnlrp"] - own["cp"]  # paired over the same images
         row["attnlrp - cp per-input"] = f"{diff.mean():+.4f} ± {diff.std(ddof=1) / np.sqrt(len(diff)):.4f}"
-        overlap = np.mean([len(set(np.argsort(-r["cp"][i])[:k]) & set(np.argsort(-r["attnlrp"][i])[:k])) / k
-                           for i in range(len(x))])
+        overlap = np.mean(
+            [len(set(np.argsort(-r["cp"][i])[:k]) & set(np.argsort(-r["attnlrp"][i])[:k])) / k for i in range(len(x))]
+        )
         row["top-k shared %"] = round(100 * float(overlap), 1)
         row["relevance s (cp / attnlrp)"] = f"{seconds['cp']:.1f} / {seconds['attnlrp']:.1f}"
         rows.append(row)
@@ -95,6 +108,7 @@ def main(argv=None):
     parser.add_argument("--random", type=int, default=5, help="random draws of k neurons per image")
     args = parser.parse_args(argv)
     from idcgen.framework import load_network
+
     network = load_network(model_path(args.model, "cifar10"))
     x, _ = load_data("test", "cifar10", limit=args.n)
     rng = np.random.default_rng(0)
@@ -102,10 +116,15 @@ def main(argv=None):
     with Timer() as t:
         for layer in args.layers:
             rows += measure(network, x, layer, draws=args.random, rng=rng)
-    write_table(OUTPUTS / "attention_rules", "faithfulness", rows, command=command_line(),
-                title=f"Attention rules on {args.model}: logit drop when the top-k neurons by relevance are zeroed",
-                notes=f"{args.n} CIFAR-10 test images, the predicted class's logit; {args.random} random draws per "
-                      f"image; {t.seconds:.0f} s.")
+    write_table(
+        OUTPUTS / "attention_rules",
+        "faithfulness",
+        rows,
+        command=command_line(),
+        title=f"Attention rules on {args.model}: logit drop when the top-k neurons by relevance are zeroed",
+        notes=f"{args.n} CIFAR-10 test images, the predicted class's logit; {args.random} random draws per "
+        f"image; {t.seconds:.0f} s.",
+    )
     return rows
 
 

@@ -40,6 +40,7 @@ KS = (2, 3, 4, 5)
 def load_subject(name: str, files: dict[str, str]):
     """(keras model, where it came from) or (None, why not)."""
     from idcgen.framework import load_model
+
     if name in files:
         return load_model(files[name]), files[name]
     path = model_path(name, DATASET[name])
@@ -47,6 +48,7 @@ def load_subject(name: str, files: dict[str, str]):
         return load_model(path), str(path.relative_to(OUTPUTS.parent) if path.is_relative_to(OUTPUTS.parent) else path)
     if name == "lenet5" and DEEPXPLORE_LENET5.exists():
         from idcgen.framework.keras_zoo import lenet5
+
         model = lenet5()
         model.load_weights(DEEPXPLORE_LENET5)
         return model, "DeepXplore's MNIST_Model3.h5 (../shared) in idcgen.framework.keras_zoo.lenet5()"
@@ -68,13 +70,19 @@ def zero_cluster(c) -> bool:
 def neuron_rows(model_name, analyses, acts):
     """One row per important neuron: the distribution and both methods' silhouettes and k."""
     from idcgen.clusters import kmeans_1d, silhouette_samples_1d
+
     paper, variant = analyses["silhouette"], analyses["zero-aware"]
     rows = []
     for j, (c, z) in enumerate(zip(paper.clusters, variant.clusters)):
         v = acts[:, j].astype(np.float64)
         zero = v == 0
-        row = {"model": model_name, "rank": j + 1, "neuron": c.neuron, "zeros %": round(100 * zero.mean(), 1),
-               "skew (v > 0)": round(skewness(v[v > 0]), 2)}
+        row = {
+            "model": model_name,
+            "rank": j + 1,
+            "neuron": c.neuron,
+            "zeros %": round(100 * zero.mean(), 1),
+            "skew (v > 0)": round(skewness(v[v > 0]), 2),
+        }
         for k in KS:
             row[f"s k={k}"] = round(c.scores[k], 3) if k in c.scores else ""
         row["k"] = c.k
@@ -90,8 +98,11 @@ def neuron_rows(model_name, analyses, acts):
         for k in KS:  # zero-aware's scores are the positive part's, keyed 1 + k
             row[f"s(v>0) k={k}"] = round(z.scores[k + 1], 3) if (k + 1) in z.scores and zero_cluster(z) else ""
         row["zero-aware k"] = z.k
-        row["zero-aware"] = "0 + " + str(z.k - 1) if zero_cluster(z) else "paper's (" + (
-            "negative values" if "negative" in (z.note or "") else "too few zeros") + ")"
+        row["zero-aware"] = (
+            "0 + " + str(z.k - 1)
+            if zero_cluster(z)
+            else "paper's (" + ("negative values" if "negative" in (z.note or "") else "too few zeros") + ")"
+        )
         rows.append(row)
     return rows
 
@@ -99,6 +110,7 @@ def neuron_rows(model_name, analyses, acts):
 def reference_rows(n: int = 10_000):
     """The paper's silhouette per k on textbook 1-D shapes: what it does without any real cluster."""
     from idcgen.clusters import cluster_neuron
+
     rng = np.random.default_rng(0)
     exp = rng.exponential(1.0, n)
     shapes = {
@@ -125,9 +137,12 @@ def reference_rows(n: int = 10_000):
 def idc_of(clusters, acts_by_set):
     """IDC (%) of each set for the first len(clusters) important neurons (activations already taken)."""
     from idcgen.coverage import Combinations
+
     combos = Combinations([c.centroids for c in clusters])
     m = len(clusters)
-    return {s: 100.0 * np.unique(combos.ids(a[:, :m])).size / combos.total for s, a in acts_by_set.items()}, combos.total
+    return {
+        s: 100.0 * np.unique(combos.ids(a[:, :m])).size / combos.total for s, a in acts_by_set.items()
+    }, combos.total
 
 
 def main(argv=None):
@@ -137,8 +152,13 @@ def main(argv=None):
     parser.add_argument("--m", type=int, nargs="+", default=[6, 8, 10, 12])
     parser.add_argument("--repetitions", type=int, default=3, help="perturbation draws (mean ± std)")
     parser.add_argument("--limit", type=int, default=None, help="first N test inputs (default all 10,000)")
-    parser.add_argument("--model-file", action="append", default=[], metavar="NAME=PATH",
-                        help="use this file for a model (e.g. a briefly trained copy while developing)")
+    parser.add_argument(
+        "--model-file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="use this file for a model (e.g. a briefly trained copy while developing)",
+    )
     args = parser.parse_args(argv)
     files = dict(item.split("=", 1) for item in args.model_file)
 
@@ -159,23 +179,32 @@ def main(argv=None):
         x_train, y_train = load_data("train", dataset, limit=args.train_limit)
         x_test, y_test = load_data("test", dataset, limit=args.limit)
         with Timer() as t_an:
-            analyses = {method: analyze(network, x_train, y_train, layer=LAYER[name], m=m_max,
-                                        cluster_method=method, progress=False) for method in METHODS}
+            analyses = {
+                method: analyze(
+                    network, x_train, y_train, layer=LAYER[name], m=m_max, cluster_method=method, progress=False
+                )
+                for method in METHODS
+            }
         paper, variant = analyses["silhouette"], analyses["zero-aware"]
         assert np.array_equal(paper.neurons, variant.neurons), "the important neurons must not depend on the method"
         acts = paper.activations(x_train)
         rows = neuron_rows(name, analyses, acts)
         neuron_table += rows
         zeros = np.array([r["zeros %"] for r in rows])
-        summary.append({
-            "model": name, "layer": paper.layer, "train accuracy %": round(100 * paper.data["accuracy"], 2),
-            "neurons": m_max, "zeros % (median)": float(np.median(zeros)),
-            "zeros % (range)": f"{zeros.min():.1f}-{zeros.max():.1f}",
-            "skew v>0 (median)": round(float(np.nanmedian([r["skew (v > 0)"] for r in rows])), 2),
-            "k paper": " ".join(str(c.k) for c in paper.clusters),
-            "k zero-aware": " ".join(str(c.k) for c in variant.clusters),
-            "neurons with a zero cluster": sum(r["zero-aware"].startswith("0 +") for r in rows),
-        })
+        summary.append(
+            {
+                "model": name,
+                "layer": paper.layer,
+                "train accuracy %": round(100 * paper.data["accuracy"], 2),
+                "neurons": m_max,
+                "zeros % (median)": float(np.median(zeros)),
+                "zeros % (range)": f"{zeros.min():.1f}-{zeros.max():.1f}",
+                "skew v>0 (median)": round(float(np.nanmedian([r["skew (v > 0)"] for r in rows])), 2),
+                "k paper": " ".join(str(c.k) for c in paper.clusters),
+                "k zero-aware": " ".join(str(c.k) for c in variant.clusters),
+                "neurons with a zero cluster": sum(r["zero-aware"].startswith("0 +") for r in rows),
+            }
+        )
 
         # RQ2-style sets: the same perturbation seeds as recipes/rq2_idc_by_m.py
         with Timer() as t_sets:
@@ -195,8 +224,13 @@ def main(argv=None):
                 clusters = analyses[method].clusters[:m]
                 values = [idc_of(clusters, by_set)[0] for by_set in acts_by_rep]
                 total = idc_of(clusters, acts_by_rep[0])[1]
-                row = {"model": name, "method": method, "m": m, "k per neuron": "/".join(str(c.k) for c in clusters),
-                       "combinations": total}
+                row = {
+                    "model": name,
+                    "method": method,
+                    "m": m,
+                    "k per neuron": "/".join(str(c.k) for c in clusters),
+                    "combinations": total,
+                }
                 for s in SETS:
                     row[f"IDC {s} %"] = mean_std([v[s] for v in values])
                 means = [np.mean([v[s] for v in values]) for s in SETS]
@@ -204,34 +238,59 @@ def main(argv=None):
                 row["+DI - U_O"] = round(means[2] - means[0], 2)
                 row["+DI / U_O"] = round(means[2] / means[0], 3) if means[0] else ""
                 idc_rows.append(row)
-        info[name] = {"model": source, "dataset": dataset, "layer": paper.layer, "train inputs": len(x_train),
-                      "test inputs": len(x_test), "train accuracy": paper.data["accuracy"],
-                      "analysis seconds (both methods)": round(t_an.seconds, 1),
-                      "sets seconds": round(t_sets.seconds, 1),
-                      "zero-aware notes": [f"neuron {c.neuron}: {c.note}" for c in variant.clusters if c.note]}
+        info[name] = {
+            "model": source,
+            "dataset": dataset,
+            "layer": paper.layer,
+            "train inputs": len(x_train),
+            "test inputs": len(x_test),
+            "train accuracy": paper.data["accuracy"],
+            "analysis seconds (both methods)": round(t_an.seconds, 1),
+            "sets seconds": round(t_sets.seconds, 1),
+            "zero-aware notes": [f"neuron {c.neuron}: {c.note}" for c in variant.clusters if c.note],
+        }
         print(f"{name}: analyses {t_an.seconds:.0f} s, sets {t_sets.seconds:.0f} s")
 
     if not summary:
         raise SystemExit("no model to study: " + "; ".join(v["skipped"] for v in info.values()))
     cmd = command_line()
-    notes = (f"First {args.train_limit} training inputs analysed per model; important neurons of the m = {m_max} "
-             "analysis, most important first. zeros %: share of training inputs where the neuron is exactly 0. "
-             "skew: third standardised moment of the positive values. s k=K: silhouette of the paper's k-means "
-             "with K clusters on all values (k: the chosen one). k=2: mean silhouette of the zeros / of the "
-             "positive values under the k = 2 split, and the share of positive values put in the low (zero) "
-             "cluster. s(v>0) k=K: silhouette of the positive values alone (zero-aware), which picks "
-             "zero-aware's k - 1.")
+    notes = (
+        f"First {args.train_limit} training inputs analysed per model; important neurons of the m = {m_max} "
+        "analysis, most important first. zeros %: share of training inputs where the neuron is exactly 0. "
+        "skew: third standardised moment of the positive values. s k=K: silhouette of the paper's k-means "
+        "with K clusters on all values (k: the chosen one). k=2: mean silhouette of the zeros / of the "
+        "positive values under the k = 2 split, and the share of positive values put in the low (zero) "
+        "cluster. s(v>0) k=K: silhouette of the positive values alone (zero-aware), which picks "
+        "zero-aware's k - 1."
+    )
     write_table(folder, "summary", summary, title="Clusters on real models: summary", command=cmd, notes=notes)
-    write_table(folder, "neurons", neuron_table, title="Clusters on real models: every important neuron",
-                command=cmd, notes=notes)
-    write_table(folder, "idc", idc_rows, title="IDC on U_O, U_O+S, U_O+DI: the paper's clusters vs zero-aware",
-                command=cmd, notes=f"{args.repetitions} perturbation draws (seeds 0..{args.repetitions - 1}, as "
-                                   "recipes/rq2_idc_by_m.py), mean ± std; +DI - U_O: the gap in points.")
-    write_table(folder, "reference", reference_rows(),
-                title="The paper's silhouette on textbook shapes (10,000 values each, no real clusters but the last)",
-                command=cmd, notes="s k=K: silhouette of 1-D k-means with K clusters on all values; k: the k each "
-                                   "method picks (zero-aware: 1 + the k picked on the positive values where at "
-                                   "least 1 % of the values are exactly 0).")
+    write_table(
+        folder,
+        "neurons",
+        neuron_table,
+        title="Clusters on real models: every important neuron",
+        command=cmd,
+        notes=notes,
+    )
+    write_table(
+        folder,
+        "idc",
+        idc_rows,
+        title="IDC on U_O, U_O+S, U_O+DI: the paper's clusters vs zero-aware",
+        command=cmd,
+        notes=f"{args.repetitions} perturbation draws (seeds 0..{args.repetitions - 1}, as "
+        "recipes/rq2_idc_by_m.py), mean ± std; +DI - U_O: the gap in points.",
+    )
+    write_table(
+        folder,
+        "reference",
+        reference_rows(),
+        title="The paper's silhouette on textbook shapes (10,000 values each, no real clusters but the last)",
+        command=cmd,
+        notes="s k=K: silhouette of 1-D k-means with K clusters on all values; k: the k each "
+        "method picks (zero-aware: 1 + the k picked on the positive values where at "
+        "least 1 % of the values are exactly 0).",
+    )
     save_json(folder / "run.json", {"command": cmd, "models": info})
 
 

@@ -35,13 +35,17 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     parser.add_argument("--train-limit", type=int, default=None, help="analyse on the first N training inputs")
     parser.add_argument("--inputs", type=int, default=None, help="measure on the first N test inputs")
     parser.add_argument("--random-state", type=int, default=0)
-    parser.add_argument("--mask-layers", default="block1_conv1,block2_conv1",
-                        help="convolutional layers whose channels are scored against the masks ('' for none)")
+    parser.add_argument(
+        "--mask-layers",
+        default="block1_conv1,block2_conv1",
+        help="convolutional layers whose channels are scored against the masks ('' for none)",
+    )
     args = parser.parse_args(argv)
 
     from idcgen.analysis import analyze
     from idcgen.deepbase import affinity
     from idcgen.framework import Network
+
     network = Network(load_model("lenet5", args.dataset))
     x_train, y_train = load_data("train", args.dataset, limit=args.train_limit)
     x_test, y_test = load_data("test", args.dataset, limit=args.inputs)
@@ -50,13 +54,12 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     folder = OUTPUTS / RECIPE / ("" if args.dataset == "mnist" else args.dataset.replace("-", "_"))
     analysis.save(folder / "analysis", overwrite=True)
     print(f"analysis: {args.layer}, important neurons {analysis.neurons.tolist()} ({t_analysis.seconds:.1f} s)")
-    affinity(network, x_test[:256], y_test[:256], analysis=analysis, progress=False)   # trace the model once
+    affinity(network, x_test[:256], y_test[:256], analysis=analysis, progress=False)  # trace the model once
 
     runs = {}
     for name, tol in (("early", args.tol), ("full", 0)):
         with Timer() as timer:
-            result = affinity(network, x_test, y_test, analysis=analysis, tol=tol,
-                              random_state=args.random_state)
+            result = affinity(network, x_test, y_test, analysis=analysis, tol=tol, random_state=args.random_state)
         result.save(folder / name)
         runs[name] = (result, timer.seconds)
     early, full = runs["early"][0], runs["full"][0]
@@ -71,47 +74,81 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         j_mi = int(np.nanargmax(early.scores["mi"][u]))
         row["top by MI"] = f"{early.hypotheses[j_mi].words} ({early.scores['mi'][u, j_mi]:.3f} nats)"
         rows.append(row)
-    write_table(folder, "top", rows, title=f"DeepBase: top hypotheses of LeNet-5's {args.m} important {args.layer} "
-                f"neurons ({args.dataset}, {len(x_test)} test inputs, early stopping at +-{args.tol})",
-                command=command_line(),
-                notes="Spearman of the early-stopped run beside the same score on every input. "
-                      + " ".join(f"Group: {line}." for line in early.describe(k=1)[len(early.units):]))
+    write_table(
+        folder,
+        "top",
+        rows,
+        title=f"DeepBase: top hypotheses of LeNet-5's {args.m} important {args.layer} "
+        f"neurons ({args.dataset}, {len(x_test)} test inputs, early stopping at +-{args.tol})",
+        command=command_line(),
+        notes="Spearman of the early-stopped run beside the same score on every input. "
+        + " ".join(f"Group: {line}." for line in early.describe(k=1)[len(early.units) :]),
+    )
 
     timing = []
     for name, (result, seconds) in runs.items():
         diffs = {m: float(np.nanmax(np.abs(result.scores[m] - full.scores[m]))) for m in result.measures}
-        timing.append({"run": "early stopping" if name == "early" else "every input",
-                       "tol": args.tol if name == "early" else 0, "seconds": round(seconds, 2),
-                       "inputs streamed": result.n_seen, "checks": " ".join(map(str, result.checks)),
-                       "forward s": round(result.timings["forward"], 2),
-                       "hypotheses s": round(result.timings["hypotheses"], 2),
-                       "measures s": round(result.timings["measures"], 2),
-                       "largest difference to every input": " ".join(f"{m} {v:.3f}" for m, v in diffs.items())})
+        timing.append(
+            {
+                "run": "early stopping" if name == "early" else "every input",
+                "tol": args.tol if name == "early" else 0,
+                "seconds": round(seconds, 2),
+                "inputs streamed": result.n_seen,
+                "checks": " ".join(map(str, result.checks)),
+                "forward s": round(result.timings["forward"], 2),
+                "hypotheses s": round(result.timings["hypotheses"], 2),
+                "measures s": round(result.timings["measures"], 2),
+                "largest difference to every input": " ".join(f"{m} {v:.3f}" for m, v in diffs.items()),
+            }
+        )
     speedup = runs["full"][1] / runs["early"][1]
-    write_table(folder, "timing", timing, title=f"DeepBase on LeNet-5 ({args.dataset}): with and without early "
-                f"stopping ({len(x_test)} inputs, {args.m} neurons, {len(early.hypotheses)} hypotheses, "
-                "pearson, spearman, mi, linear)", command=command_line(),
-                notes=f"Speed-up {speedup:.1f}x. Analysis {t_analysis.seconds:.1f} s (not counted).")
+    write_table(
+        folder,
+        "timing",
+        timing,
+        title=f"DeepBase on LeNet-5 ({args.dataset}): with and without early "
+        f"stopping ({len(x_test)} inputs, {args.m} neurons, {len(early.hypotheses)} hypotheses, "
+        "pearson, spearman, mi, linear)",
+        command=command_line(),
+        notes=f"Speed-up {speedup:.1f}x. Analysis {t_analysis.seconds:.1f} s (not counted).",
+    )
     masks = []
     if args.mask_layers:
         from idcgen.hypotheses import builtin_masks
+
         layers = [name.strip() for name in args.mask_layers.split(",") if name.strip()]
         with Timer() as t_masks:
-            found = affinity(network, x_test, y_test, units=";".join(layers), hypotheses=builtin_masks(),
-                             measures="pearson", tol=0, random_state=args.random_state, progress=False)
+            found = affinity(
+                network,
+                x_test,
+                y_test,
+                units=";".join(layers),
+                hypotheses=builtin_masks(),
+                measures="pearson",
+                tol=0,
+                random_state=args.random_state,
+                progress=False,
+            )
         found.save(folder / "masks")
         names = [h.name.removesuffix("_mask") for h in found.hypotheses]
         for u in range(len(found.units)):
             row = {"channel": found.unit_name(u)}
-            row.update({f"pixel Pearson {name}": round(float(found.scores["pixel"][u, j]), 3)
-                        for j, name in enumerate(names)})
+            row.update(
+                {f"pixel Pearson {name}": round(float(found.scores["pixel"][u, j]), 3) for j, name in enumerate(names)}
+            )
             row.update({f"IoU {name}": round(float(found.scores["iou"][u, j]), 3) for j, name in enumerate(names)})
             masks.append(row)
-        write_table(folder, "masks", masks, title=f"DeepBase: LeNet-5's channels of {', '.join(layers)} against "
-                    f"per-pixel hypotheses ({args.dataset}, {len(x_test)} test inputs)", command=command_line(),
-                    notes=f"Pearson over every pixel of every input between the channel's activation map and the "
-                          f"mask resized to it; IoU of the channel's top 0.5 % region with the mask. "
-                          f"{t_masks.seconds:.1f} s.")
+        write_table(
+            folder,
+            "masks",
+            masks,
+            title=f"DeepBase: LeNet-5's channels of {', '.join(layers)} against "
+            f"per-pixel hypotheses ({args.dataset}, {len(x_test)} test inputs)",
+            command=command_line(),
+            notes=f"Pearson over every pixel of every input between the channel's activation map and the "
+            f"mask resized to it; IoU of the channel's top 0.5 % region with the mask. "
+            f"{t_masks.seconds:.1f} s.",
+        )
     return {"top": rows, "timing": timing, "masks": masks}
 
 

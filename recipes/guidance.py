@@ -41,6 +41,7 @@ from kit.study import GUIDES, Study, default_mutators
 def summarise(runs: list[dict], references: dict, settings: dict, command: str, out: Path) -> Path:
     """guidance.csv (one row per guide: means, standard deviations, p values) and guidance.md (three tables)."""
     import csv
+
     guides = list(dict.fromkeys(r["guide"] for r in runs))
     by = {g: [r for r in runs if r["guide"] == g] for g in guides}
     base = by.get("none")
@@ -53,8 +54,11 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
             row[k] = float(np.nanmean(values)) if not np.isnan(values).all() else float("nan")
             row[k + " std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
         for k in ("findings_per_1k", "flagged_per_1k", "unique_pairs", "distinct_faults", "seeds_failed", "mean_ssim"):
-            row[f"p {k} vs none"] = (mann_whitney([r.get(k, np.nan) for r in by[g]], [r.get(k, np.nan) for r in base])
-                                     if base and g != "none" else float("nan"))
+            row[f"p {k} vs none"] = (
+                mann_whitney([r.get(k, np.nan) for r in by[g]], [r.get(k, np.nan) for r in base])
+                if base and g != "none"
+                else float("nan")
+            )
         rows.append(row)
     with open(out / "guidance.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -69,40 +73,61 @@ def summarise(runs: list[dict], references: dict, settings: dict, command: str, 
         return "" if np.isnan(value) else f"{value:.3f}"
 
     rs = sorted({r["repetition"] for r in runs})
-    lines = [f"# Which criterion should guide the fuzzer? ({settings['dataset']}, {settings['model']})", "",
-             f"Command: `{command}`", "",
-             f"{settings['seeds']} seeds (test inputs, classes balanced), {settings['budget']} execs per run, "
-             f"random states {rs}, mutators `{settings['mutators']}`, batch {settings['batch_size']}, IDC m = "
-             f"{settings['m']}; criteria fitted on {settings['fit_train']} training inputs. Mean ± standard "
-             "deviation over the repetitions; p: two-sided Mann-Whitney U of the runs against `none` (guidance.csv also "
-             "has it for seeds with a finding and mean SSIM).", "",
-             "## Failures", "",
-             "| guide | findings / 1k execs | p | flagged / 1k execs | p | reproduce % | unique (true, pred) pairs | p "
-             "| distinct faults | seeds with a finding | mean SSIM to seed | kept mutants | fuzz s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Which criterion should guide the fuzzer? ({settings['dataset']}, {settings['model']})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{settings['seeds']} seeds (test inputs, classes balanced), {settings['budget']} execs per run, "
+        f"random states {rs}, mutators `{settings['mutators']}`, batch {settings['batch_size']}, IDC m = "
+        f"{settings['m']}; criteria fitted on {settings['fit_train']} training inputs. Mean ± standard "
+        "deviation over the repetitions; p: two-sided Mann-Whitney U of the runs against `none` (guidance.csv also "
+        "has it for seeds with a finding and mean SSIM).",
+        "",
+        "## Failures",
+        "",
+        "| guide | findings / 1k execs | p | flagged / 1k execs | p | reproduce % | unique (true, pred) pairs | p "
+        "| distinct faults | seeds with a finding | mean SSIM to seed | kept mutants | fuzz s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         g = row["guide"]
-        lines.append(f"| {g} | {col(g, 'findings_per_1k', 2)} | {p(row, 'findings_per_1k')} | "
-                     f"{col(g, 'flagged_per_1k', 1)} | {p(row, 'flagged_per_1k')} | "
-                     f"{col(g, 'reproduce_%')} | {col(g, 'unique_pairs')} | {p(row, 'unique_pairs')} | "
-                     f"{col(g, 'distinct_faults')} | "
-                     f"{col(g, 'seeds_failed')} | {col(g, 'mean_ssim', 3)} | {col(g, 'kept', 0)} | {col(g, 'fuzz_s')} |")
+        lines.append(
+            f"| {g} | {col(g, 'findings_per_1k', 2)} | {p(row, 'findings_per_1k')} | "
+            f"{col(g, 'flagged_per_1k', 1)} | {p(row, 'flagged_per_1k')} | "
+            f"{col(g, 'reproduce_%')} | {col(g, 'unique_pairs')} | {p(row, 'unique_pairs')} | "
+            f"{col(g, 'distinct_faults')} | "
+            f"{col(g, 'seeds_failed')} | {col(g, 'mean_ssim', 3)} | {col(g, 'kept', 0)} | {col(g, 'fuzz_s')} |"
+        )
     covs = [k for k in runs[0] if k.startswith("cov_")]
-    lines += ["", "## Coverage of the grown corpus (%)", "",
-              "| guide | " + " | ".join(k[4:].upper() for k in covs) + " |", "|---|" + "---|" * len(covs)]
+    lines += [
+        "",
+        "## Coverage of the grown corpus (%)",
+        "",
+        "| guide | " + " | ".join(k[4:].upper() for k in covs) + " |",
+        "|---|" + "---|" * len(covs),
+    ]
     for g in guides:
         lines.append(f"| {g} | " + " | ".join(col(g, k) for k in covs) + " |")
     accs = [k for k in runs[0] if k.startswith("acc ")]
-    lines += ["", f"## Accuracy (%) after fine-tuning with the kept mutants ({settings['eval']} held-out test inputs)",
-              "", "| model | " + " | ".join(k[4:] for k in accs) + " |", "|---|" + "---|" * len(accs)]
+    lines += [
+        "",
+        f"## Accuracy (%) after fine-tuning with the kept mutants ({settings['eval']} held-out test inputs)",
+        "",
+        "| model | " + " | ".join(k[4:] for k in accs) + " |",
+        "|---|" + "---|" * len(accs),
+    ]
     for name, values in references.items():
         lines.append(f"| {name} | " + " | ".join(cell([v[k[4:]] for v in values], 2) for k in accs) + " |")
     for g in guides:
         lines.append(f"| + kept mutants of `{g}` | " + " | ".join(col(g, k, 2) for k in accs) + " |")
     n = min(len(v) for v in by.values())
-    lines += ["", f"With {n} runs per guide, the smallest two-sided Mann-Whitney p possible is "
-              f"{mann_whitney(range(n), range(n, 2 * n)):.3f}; p values are not corrected for the "
-              f"{len(guides) - 1} comparisons."]
+    lines += [
+        "",
+        f"With {n} runs per guide, the smallest two-sided Mann-Whitney p possible is "
+        f"{mann_whitney(range(n), range(n, 2 * n)):.3f}; p values are not corrected for the "
+        f"{len(guides) - 1} comparisons.",
+    ]
     (out / "guidance.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return out / "guidance.md"
@@ -119,8 +144,12 @@ def main(argv=None):
     parser.add_argument("--guides", nargs="+", default=list(GUIDES), choices=GUIDES)
     parser.add_argument("--mutators", default=None, help="default: the cheap default set without directed")
     parser.add_argument("--m", type=int, default=8, help="IDC's important neurons")
-    parser.add_argument("--fit-train", type=int, default=10_000,
-                        help="training inputs (a fixed random subset) to fit IDC and the criteria and to fine-tune on")
+    parser.add_argument(
+        "--fit-train",
+        type=int,
+        default=10_000,
+        help="training inputs (a fixed random subset) to fit IDC and the criteria and to fine-tune on",
+    )
     parser.add_argument("--eval", type=int, default=2_000, help="held-out test inputs for robustness")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--out", default=None, help="default outputs/guidance/<dataset>")
@@ -141,10 +170,12 @@ def main(argv=None):
     reference_file = out / "runs" / "references.json"
     if reference_file.exists() and json.loads(reference_file.read_text())["settings"] == settings:
         references = json.loads(reference_file.read_text())["references"]
-    else:   # the model as it is, and fine-tuned on the training subset alone (no mutants)
+    else:  # the model as it is, and fine-tuned on the training subset alone (no mutants)
         none = np.zeros((0,) + study.image_shape, np.float32), np.zeros(0, np.int64)
-        references = {"original": [study.robustness(study.model)],
-                      "fine-tuned, no mutants": [study.robustness(study.retrain(*none, r)) for r in range(args.repeats)]}
+        references = {
+            "original": [study.robustness(study.model)],
+            "fine-tuned, no mutants": [study.robustness(study.retrain(*none, r)) for r in range(args.repeats)],
+        }
         save_json(reference_file, {"settings": settings, "references": references})
 
     runs = []
@@ -154,21 +185,25 @@ def main(argv=None):
         if path.exists():
             saved = json.loads(path.read_text())
             if saved["settings"] != settings:
-                raise SystemExit(f"error: {path} was made with other settings ({saved['settings']}); "
-                                 f"remove it or give another --out")
+                raise SystemExit(
+                    f"error: {path} was made with other settings ({saved['settings']}); remove it or give another --out"
+                )
             runs.append(saved["row"])
             print(f"[{i}/{len(jobs)}] {guide} r{r}: done before, kept", flush=True)
             continue
         row = study.run(guide, r)
         save_json(path, {"settings": settings, "row": row})
         runs.append(row)
-        print(f"[{i}/{len(jobs)}] {guide} r{r}: {row['findings']} findings ({row['findings_per_1k']:.2f}/1k execs, "
-              f"{row['reproduce_%']:.0f} % reproduce), {row['unique_pairs']} pairs, SSIM {row['mean_ssim']:.3f}, "
-              f"IDC {row['cov_idc']:.1f} %, FGSM acc {row['acc FGSM (eps 0.3)']:.1f} % ({row['seconds']:.0f} s)",
-              flush=True)
+        print(
+            f"[{i}/{len(jobs)}] {guide} r{r}: {row['findings']} findings ({row['findings_per_1k']:.2f}/1k execs, "
+            f"{row['reproduce_%']:.0f} % reproduce), {row['unique_pairs']} pairs, SSIM {row['mean_ssim']:.3f}, "
+            f"IDC {row['cov_idc']:.1f} %, FGSM acc {row['acc FGSM (eps 0.3)']:.1f} % ({row['seconds']:.0f} s)",
+            flush=True,
+        )
 
     with open(out / "runs.csv", "w", newline="") as handle:
         import csv
+
         writer = csv.DictWriter(handle, fieldnames=list(runs[0]))
         writer.writeheader()
         writer.writerows(runs)

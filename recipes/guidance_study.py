@@ -57,8 +57,14 @@ from kit.study import GUIDES, Study, default_mutators
 NOISE = "gauss,random_pixels,noise"
 PGD = "pgd(eps=0.15, eps_iter=0.02, nb_iter=10)"
 ARMS = GUIDES + ("noise", "pgd")
-METRICS = ("faults_per_1k_calls", "independent_faults_per_1k_calls", "findings_per_1k_calls", "pairs",
-           "validity_%", "mean_ssim")
+METRICS = (
+    "faults_per_1k_calls",
+    "independent_faults_per_1k_calls",
+    "findings_per_1k_calls",
+    "pairs",
+    "validity_%",
+    "mean_ssim",
+)
 
 
 def call_cost(spec: str) -> int:
@@ -80,28 +86,40 @@ class GuidanceStudy(Study):
     def __init__(self, args):
         super().__init__(args)
         from idcgen.framework import Network
+
         self.validator = Network(load_model(args.validator, args.dataset))
 
     def settings(self) -> dict:
-        return dict(super().settings(), validator=self.args.validator, retrain_size=self.args.retrain_size,
-                    noise=NOISE, pgd=PGD)
+        return dict(
+            super().settings(), validator=self.args.validator, retrain_size=self.args.retrain_size, noise=NOISE, pgd=PGD
+        )
 
     def campaign_for(self, arm: str, r: int, calls: int | None):
         from idcgen.fuzz.fuzzer import Fuzzer
         from idcgen.fuzz.mutators import parse_mutators
+
         if arm in GUIDES:
             fuzzer, budget = self.fuzzer(arm, r), self.args.budget
         else:
             if calls is None:
-                raise SystemExit(f"the {arm} baseline needs the calls of the none run of repetition {r}: run none first")
+                raise SystemExit(
+                    f"the {arm} baseline needs the calls of the none run of repetition {r}: run none first"
+                )
             mutators = NOISE if arm == "noise" else PGD
-            fuzzer = Fuzzer(self.analysis, mutators=parse_mutators(mutators), guide="none", measure=self.criteria,
-                            batch_size=self.args.batch_size, random_state=r)
+            fuzzer = Fuzzer(
+                self.analysis,
+                mutators=parse_mutators(mutators),
+                guide="none",
+                measure=self.criteria,
+                batch_size=self.args.batch_size,
+                random_state=r,
+            )
             budget = max(1, (calls - len(self.x_seeds)) // call_cost(mutators.split(",")[0]))
         return fuzzer, fuzzer.run(self.x_seeds, self.y_seeds, budget=budget, progress=False)
 
     def run_arm(self, arm: str, r: int, calls: int | None) -> tuple[dict, dict]:
         from idcgen.faults import distinct_faults, failure_features
+
         started = time.perf_counter()
         fuzzer, campaign = self.campaign_for(arm, r, calls)
         f = campaign.findings()
@@ -113,25 +131,38 @@ class GuidanceStudy(Study):
         predictions = f["prediction"] if n else np.zeros(0, np.int64)
         valid = (self.validator.predict(f["x"].reshape(self.model_shape)) == labels) if n else np.zeros(0, bool)
         rng = np.random.default_rng(1000 + r)
-        take = rng.permutation(n)[:self.args.retrain_size]
-        robust = self.robustness(self.retrain(f["x"][take] if n else f.get("x", np.zeros((0,) + self.image_shape)),
-                                              labels[take], r))
-        row = {"arm": arm, "repetition": r, "execs": campaign.execs, "calls": used, "findings": n,
-               "findings_per_1k_calls": 1000.0 * n / used,
-               "faults_in_run": distinct_faults(features, labels, predictions).count if n else 0,
-               "pairs": len({(int(a), int(b)) for a, b in zip(labels, predictions)}),
-               "validity_%": 100.0 * float(valid.mean()) if n else float("nan"),
-               "mean_ssim": float(np.mean(f["ssim"])) if n else float("nan"),
-               "retrain_n": int(len(take)), "kept": int((campaign.corpus.parent >= 0).sum())}
+        take = rng.permutation(n)[: self.args.retrain_size]
+        robust = self.robustness(
+            self.retrain(f["x"][take] if n else f.get("x", np.zeros((0,) + self.image_shape)), labels[take], r)
+        )
+        row = {
+            "arm": arm,
+            "repetition": r,
+            "execs": campaign.execs,
+            "calls": used,
+            "findings": n,
+            "findings_per_1k_calls": 1000.0 * n / used,
+            "faults_in_run": distinct_faults(features, labels, predictions).count if n else 0,
+            "pairs": len({(int(a), int(b)) for a, b in zip(labels, predictions)}),
+            "validity_%": 100.0 * float(valid.mean()) if n else float("nan"),
+            "mean_ssim": float(np.mean(f["ssim"])) if n else float("nan"),
+            "retrain_n": int(len(take)),
+            "kept": int((campaign.corpus.parent >= 0).sum()),
+        }
         row.update({f"acc {name}": value for name, value in robust.items()})
         row["seconds"] = round(time.perf_counter() - started, 1)
-        return row, {"features": features, "validator_features": independent, "label": labels,
-                     "prediction": predictions}
+        return row, {
+            "features": features,
+            "validator_features": independent,
+            "label": labels,
+            "prediction": predictions,
+        }
 
     def independent_features(self, findings: dict, n: int) -> np.ndarray:
         """The findings' features in the validator's penultimate layer: a fault extractor independent of the
         model under test (whose penultimate layer is also IDC's subject layer on the LeNets)."""
         from idcgen.faults import failure_features
+
         if not n:
             return np.zeros((0, 1), np.float32)
         return failure_features(self.validator, findings["x"].reshape(self.model_shape))
@@ -143,10 +174,17 @@ class GuidanceStudy(Study):
         _, campaign = self.campaign_for(arm, r, calls)
         f = campaign.findings()
         n = len(f.get("id", ()))
-        if n != saved["findings"] or (n and (not np.array_equal(f["label"], arrays["label"])
-                                           or not np.array_equal(f["prediction"], arrays["prediction"]))):
-            raise SystemExit(f"error: replaying {arm} r{r} gave {n} findings, not the {saved['findings']} saved: "
-                             "the campaign is not reproducible here; remove the run to make it again")
+        if n != saved["findings"] or (
+            n
+            and (
+                not np.array_equal(f["label"], arrays["label"])
+                or not np.array_equal(f["prediction"], arrays["prediction"])
+            )
+        ):
+            raise SystemExit(
+                f"error: replaying {arm} r{r} gave {n} findings, not the {saved['findings']} saved: "
+                "the campaign is not reproducible here; remove the run to make it again"
+            )
         return self.independent_features(f, n)
 
 
@@ -158,6 +196,7 @@ def add_faults(runs: list[dict], arrays: dict) -> dict:
     """Cluster the findings of every run together, once per extractor; each run's distinct faults and faults
     per 1,000 calls. Returns a sentence per extractor saying how many faults all runs hold."""
     from idcgen.faults import distinct_faults
+
     keys = [(r["arm"], r["repetition"]) for r in runs]
     sizes = [len(arrays[k]["label"]) for k in keys]
     labels = np.concatenate([arrays[k]["label"] for k in keys])
@@ -172,8 +211,10 @@ def add_faults(runs: list[dict], arrays: dict) -> dict:
             run[column] = faults.hit(np.arange(start, start + size)) if size else 0
             run[f"{column}_per_1k_calls"] = 1000.0 * run[column] / run["calls"]
             start += size
-        notes[column] = (f"{faults.count} distinct faults among the {len(features)} findings of all {len(runs)} "
-                         f"runs ({faults.pairs} (true, predicted) pairs)")
+        notes[column] = (
+            f"{faults.count} distinct faults among the {len(features)} findings of all {len(runs)} "
+            f"runs ({faults.pairs} (true, predicted) pairs)"
+        )
     notes["method"] = faults.method
     return notes
 
@@ -184,6 +225,7 @@ def shown_p(p: float) -> str:
 
 def summarise(runs: list[dict], references: dict, settings: dict, fault_note: dict, command: str, out: Path) -> Path:
     import csv
+
     arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
     by = {a: [r for r in runs if r["arm"] == a] for a in arms}
     accs = [k for k in runs[0] if k.startswith("acc ")]
@@ -210,12 +252,18 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: di
     rows = []
     for a in arms:
         row = {"arm": a, "runs": len(by[a])}
-        for k in ("calls", "findings", "faults", "independent_faults", "faults_in_run", "kept", "retrain_n") + tuple(metrics):
+        for k in ("calls", "findings", "faults", "independent_faults", "faults_in_run", "kept", "retrain_n") + tuple(
+            metrics
+        ):
             v = np.asarray(values(a, k), float)
             row[k], row[k + " std"] = float(np.nanmean(v)), float(np.nanstd(v, ddof=1)) if len(v) > 1 else 0.0
         for (against, other, k), (effect, p, adjusted) in tests.items():
             if other == a:
-                row[f"A12 {k} vs {against}"], row[f"p {k} vs {against}"], row[f"Holm p {k} vs {against}"] = effect, p, adjusted
+                row[f"A12 {k} vs {against}"], row[f"p {k} vs {against}"], row[f"Holm p {k} vs {against}"] = (
+                    effect,
+                    p,
+                    adjusted,
+                )
         rows.append(row)
     columns = list(dict.fromkeys(k for row in rows for k in row))
     with open(out / "study.csv", "w", newline="") as handle:
@@ -230,37 +278,60 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: di
         return f"{effect:.2f}", shown_p(adjusted)
 
     n = min(len(v) for v in by.values())
-    lines = [f"# Guidance study ({settings['dataset']}, {settings['model']})", "", f"Command: `{command}`", "",
-             f"{settings['seeds']} seeds, {settings['budget']} execs per guided run; noise ({NOISE}) and PGD ({PGD}) "
-             f"baselines at the calls of the `none` run of the same repetition; {n} runs per arm at least. "
-             f"Validity: the share of findings {settings['validator']} classifies as the seed's label. Faults "
-             f"(all runs' findings clustered together; {fault_note['method']}), counted twice: in the penultimate-"
-             f"layer features of the model under test ({fault_note['faults']}) and, independent of that model, in "
-             f"those of the validator {settings['validator']} ({fault_note['independent_faults']}). A12 and "
-             f"Holm-corrected p (two-sided Mann-Whitney U, over the {len(arms) - 1} comparisons of each metric) "
-             "against `none`.", "",
-             "| arm | calls | faults / 1k calls | A12 | Holm p | independent faults / 1k calls | A12 | Holm p "
-             "| findings / 1k calls | A12 | Holm p | pairs | A12 | Holm p | validity % | A12 | Holm p | mean SSIM "
-             "| A12 | Holm p | faults | independent faults | kept |",
-             "|---|" + "---|" * 22]
+    lines = [
+        f"# Guidance study ({settings['dataset']}, {settings['model']})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{settings['seeds']} seeds, {settings['budget']} execs per guided run; noise ({NOISE}) and PGD ({PGD}) "
+        f"baselines at the calls of the `none` run of the same repetition; {n} runs per arm at least. "
+        f"Validity: the share of findings {settings['validator']} classifies as the seed's label. Faults "
+        f"(all runs' findings clustered together; {fault_note['method']}), counted twice: in the penultimate-"
+        f"layer features of the model under test ({fault_note['faults']}) and, independent of that model, in "
+        f"those of the validator {settings['validator']} ({fault_note['independent_faults']}). A12 and "
+        f"Holm-corrected p (two-sided Mann-Whitney U, over the {len(arms) - 1} comparisons of each metric) "
+        "against `none`.",
+        "",
+        "| arm | calls | faults / 1k calls | A12 | Holm p | independent faults / 1k calls | A12 | Holm p "
+        "| findings / 1k calls | A12 | Holm p | pairs | A12 | Holm p | validity % | A12 | Holm p | mean SSIM "
+        "| A12 | Holm p | faults | independent faults | kept |",
+        "|---|" + "---|" * 22,
+    ]
     for a in arms:
         cells = [cell(values(a, "calls"), 0)]
         for k, digits in zip(METRICS, (2, 2, 2, 1, 1, 3)):
             cells += [cell(values(a, k), digits), *test(a, k)]
         cells += [cell(values(a, "faults"), 1), cell(values(a, "independent_faults"), 1), cell(values(a, "kept"), 0)]
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Accuracy (%) after fine-tuning with {settings['retrain_size']} findings of each run "
-                  f"({settings['eval']} held-out test inputs)", "",
-              "| model | " + " | ".join(f"{k[4:]} | A12 | Holm p" for k in accs) + " |", "|---|" + "---|" * (3 * len(accs))]
+    lines += [
+        "",
+        f"## Accuracy (%) after fine-tuning with {settings['retrain_size']} findings of each run "
+        f"({settings['eval']} held-out test inputs)",
+        "",
+        "| model | " + " | ".join(f"{k[4:]} | A12 | Holm p" for k in accs) + " |",
+        "|---|" + "---|" * (3 * len(accs)),
+    ]
     for name, vals in references.items():
         lines.append(f"| {name} | " + " | ".join(f"{cell([v[k[4:]] for v in vals], 2)} | | " for k in accs) + " |")
     for a in arms:
-        lines.append(f"| + findings of `{a}` | " + " | ".join(f"{cell(values(a, k), 2)} | {' | '.join(test(a, k))}"
-                                                            if test(a, k)[0] else f"{cell(values(a, k), 2)} | | "
-                                                            for k in accs) + " |")
+        lines.append(
+            f"| + findings of `{a}` | "
+            + " | ".join(
+                f"{cell(values(a, k), 2)} | {' | '.join(test(a, k))}"
+                if test(a, k)[0]
+                else f"{cell(values(a, k), 2)} | | "
+                for k in accs
+            )
+            + " |"
+        )
     if "idc" in by:
-        lines += ["", "## IDC guidance against every other arm (A12 of idc over the arm; Holm p over the arms)", "",
-                  "| arm | " + " | ".join(f"{k} A12 | Holm p" for k in METRICS) + " |", "|---|" + "---|" * (2 * len(METRICS))]
+        lines += [
+            "",
+            "## IDC guidance against every other arm (A12 of idc over the arm; Holm p over the arms)",
+            "",
+            "| arm | " + " | ".join(f"{k} A12 | Holm p" for k in METRICS) + " |",
+            "|---|" + "---|" * (2 * len(METRICS)),
+        ]
         for a in arms:
             if a == "idc":
                 continue
@@ -276,11 +347,14 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: di
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="mnist", choices=("mnist", "fashion", "fashion-mnist", "cifar10", "embedded-mnist"))
+    parser.add_argument(
+        "--dataset", default="mnist", choices=("mnist", "fashion", "fashion-mnist", "cifar10", "embedded-mnist")
+    )
     parser.add_argument("--model", default=None, help="recipe model name (default lenet5, or cifar10_cnn)")
     parser.add_argument("--model-file", default=None)
-    parser.add_argument("--validator", default=None, help="recipe model that judges validity (default lenet4, or "
-                                                          "resnet20 for cifar10)")
+    parser.add_argument(
+        "--validator", default=None, help="recipe model that judges validity (default lenet4, or resnet20 for cifar10)"
+    )
     parser.add_argument("--seeds", type=int, default=500)
     parser.add_argument("--budget", type=int, default=10_000, help="execs of each guided run")
     parser.add_argument("--repeats", type=int, default=10)
@@ -310,8 +384,10 @@ def main(argv=None):
         references = json.loads(reference_file.read_text())["references"]
     else:
         none = np.zeros((0,) + study.image_shape, np.float32), np.zeros(0, np.int64)
-        references = {"original": [study.robustness(study.model)],
-                      "fine-tuned, no findings": [study.robustness(study.retrain(*none, r)) for r in range(3)]}
+        references = {
+            "original": [study.robustness(study.model)],
+            "fine-tuned, no findings": [study.robustness(study.retrain(*none, r)) for r in range(3)],
+        }
         save_json(reference_file, {"settings": settings, "references": references})
     arms = [a for a in ARMS if a in args.arms]
     baselines_last = [a for a in arms if a in GUIDES] + [a for a in arms if a not in GUIDES]
@@ -332,22 +408,30 @@ def main(argv=None):
                 none = next((x for x in runs if x["arm"] == "none" and x["repetition"] == r), None)
                 took = time.perf_counter()
                 arrays[(arm, r)]["validator_features"] = study.replay_features(
-                    arm, r, none["calls"] if none else None, row, arrays[(arm, r)])
+                    arm, r, none["calls"] if none else None, row, arrays[(arm, r)]
+                )
                 atomic_npz(path.with_suffix(".npz"), arrays[(arm, r)])
-                print(f"[{i}/{len(jobs)}] {arm} r{r}: done before; replayed for the independent fault features "
-                      f"({time.perf_counter() - took:.0f} s)", flush=True)
+                print(
+                    f"[{i}/{len(jobs)}] {arm} r{r}: done before; replayed for the independent fault features "
+                    f"({time.perf_counter() - took:.0f} s)",
+                    flush=True,
+                )
         else:
             none = next((x for x in runs if x["arm"] == "none" and x["repetition"] == r), None)
             row, arrays[(arm, r)] = study.run_arm(arm, r, none["calls"] if none else None)
             atomic_npz(path.with_suffix(".npz"), arrays[(arm, r)])
-            save_json(path, {"settings": settings, "row": row})   # written last: the run is done when it exists
-            print(f"[{i}/{len(jobs)}] {arm} r{r}: {row['calls']} calls, {row['findings']} findings "
-                  f"({row['findings_per_1k_calls']:.2f}/1k calls), {row['faults_in_run']} faults in the run, "
-                  f"{row['pairs']} pairs, validity {row['validity_%']:.1f} %, SSIM {row['mean_ssim']:.3f} "
-                  f"({row['seconds']:.0f} s)", flush=True)
+            save_json(path, {"settings": settings, "row": row})  # written last: the run is done when it exists
+            print(
+                f"[{i}/{len(jobs)}] {arm} r{r}: {row['calls']} calls, {row['findings']} findings "
+                f"({row['findings_per_1k_calls']:.2f}/1k calls), {row['faults_in_run']} faults in the run, "
+                f"{row['pairs']} pairs, validity {row['validity_%']:.1f} %, SSIM {row['mean_ssim']:.3f} "
+                f"({row['seconds']:.0f} s)",
+                flush=True,
+            )
         runs.append(row)
     fault_note = add_faults(runs, arrays)
     import csv
+
     with open(out / "runs.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(runs[0]))
         writer.writeheader()

@@ -48,13 +48,16 @@ MNIST_FILE = SHARED / "data" / "mnist" / "mnist.npz"
 TIMEOUT = 900  # seconds per command: a hung step is recorded as a failure, the matrix goes on
 #: ``idcgen`` itself (its console script calls idcgen.cli.main), timed from after the imports so that a
 #: step's own time can be told from the start-up; the time goes to stderr as the process exits.
-LAUNCH = ("import atexit, sys, time; import idcgen.cli, idcgen.framework.keras_network; t0 = time.perf_counter(); "
-          "atexit.register(lambda: sys.stderr.write(f'\\n{STEP} {time.perf_counter() - t0:.3f}\\n')); "
-          "sys.argv[0] = 'idcgen'; idcgen.cli.main()")
+LAUNCH = (
+    "import atexit, sys, time; import idcgen.cli, idcgen.framework.keras_network; t0 = time.perf_counter(); "
+    "atexit.register(lambda: sys.stderr.write(f'\\n{STEP} {time.perf_counter() - t0:.3f}\\n')); "
+    "sys.argv[0] = 'idcgen'; idcgen.cli.main()"
+)
 STEP = "@@idcgen-step-seconds"
 
 
 # --- data ------------------------------------------------------------------------------------------------
+
 
 def mnist_uint8():
     """(x_train, y_train, x_test, y_test) uint8 (n, 28, 28): ../shared's full MNIST, else the embedded
@@ -63,6 +66,7 @@ def mnist_uint8():
         with np.load(MNIST_FILE) as d:
             return d["x_train"], d["y_train"].astype(np.int64), d["x_test"], d["y_test"].astype(np.int64), "MNIST"
     from idcgen.data import load_inputs
+
     parts = [load_inputs(f"embedded-mnist:{s}") for s in ("train", "test")]
     x = [np.rint(p.x.reshape(len(p.x), 28, 28) * 255).astype(np.uint8) for p in parts]
     return x[0], parts[0].y, x[1], parts[1].y, "embedded-mnist"
@@ -72,6 +76,7 @@ def cifar10_uint8():
     """CIFAR-10 uint8 (n, 32, 32, 3) in the fixed mixed order of idcgen's named dataset ``cifar10`` (JPEG
     training images, JPEG round-tripped test images), kept as uint8 (no 600 MB float copy)."""
     from idcgen.data import DATASETS
+
     (x_train, y_train, _), (x_test, y_test, _) = DATASETS["cifar10"]("train"), DATASETS["cifar10"]("test")
     return x_train, y_train, x_test, y_test, "CIFAR-10"
 
@@ -79,6 +84,7 @@ def cifar10_uint8():
 def upsample(x: np.ndarray, size: int) -> np.ndarray:
     """Images resized to size x size with PIL's bilinear filter (uint8 in, uint8 out)."""
     from PIL import Image
+
     return np.stack([np.asarray(Image.fromarray(img).resize((size, size), Image.BILINEAR)) for img in x])
 
 
@@ -92,6 +98,7 @@ def save_npz(path: Path, x: np.ndarray, y: np.ndarray) -> str:
 class Sizes:
     """Inputs per step: training (analysis, coverage's --train, harden's retraining), coverage inputs,
     fuzz seeds, harden's test set, and the subset the recipe trains its own model on."""
+
     train: int = 3000
     cover: int = 1000
     seeds: int = 100
@@ -104,9 +111,9 @@ def write_inputs(folder: Path, data, sizes: Sizes, size: int | None = None) -> d
     disjoint parts of the test split."""
     xtr, ytr, xte, yte, name = data
     cuts = np.cumsum([0, sizes.cover, sizes.seeds, sizes.test])
-    parts = {"train": (xtr[:sizes.train], ytr[:sizes.train])}
+    parts = {"train": (xtr[: sizes.train], ytr[: sizes.train])}
     for i, part in enumerate(("cover", "seeds", "test")):
-        parts[part] = (xte[cuts[i]:cuts[i + 1]], yte[cuts[i]:cuts[i + 1]])
+        parts[part] = (xte[cuts[i] : cuts[i + 1]], yte[cuts[i] : cuts[i + 1]])
     files = {}
     for part, (x, y) in parts.items():
         files[part] = save_npz(folder / f"{part}.npz", upsample(x, size) if size else x, y)
@@ -116,11 +123,13 @@ def write_inputs(folder: Path, data, sizes: Sizes, size: int | None = None) -> d
 
 # --- models -----------------------------------------------------------------------------------------------
 
+
 def fit(model, x, y, epochs: int, lr: float = 1e-3, batch_size: int = 128, bn_momentum: float | None = None):
     """Adam on sparse labels. ``bn_momentum``: batch normalisation's moving-average momentum for the
     training (keras.applications use 0.99-0.999, whose moving statistics barely move in the few hundred
     steps trained here, so the trained model would predict one class)."""
     import keras
+
     keras.utils.set_random_seed(0)
     if bn_momentum is not None:
         for layer in model.layers:
@@ -134,6 +143,7 @@ def fit(model, x, y, epochs: int, lr: float = 1e-3, batch_size: int = 128, bn_mo
 def rescaling_cnn():
     """A small CIFAR-10 CNN whose first layer is Rescaling(1/255): it takes 0..255 images."""
     import keras
+
     L = keras.layers
     inputs = keras.Input((32, 32, 3), name="image")
     x = L.Rescaling(1 / 255, name="rescale")(inputs)
@@ -150,6 +160,7 @@ def rescaling_cnn():
 def mnist_no_channel():
     """A 28x28 MNIST classifier with no channel axis: Input((28, 28)) -> Flatten -> Dense 128 -> 64 -> 10."""
     import keras
+
     L = keras.layers
     inputs = keras.Input((28, 28), name="digit")
     x = L.Flatten(name="flatten")(inputs)
@@ -163,13 +174,13 @@ def mnist_no_channel():
 class Subject:
     key: str
     title: str
-    data: str                              # "mnist", "cifar10", "cifar64" or "cifar72" (upsampled to that size)
-    build: Callable                        # () -> keras model, untrained
+    data: str  # "mnist", "cifar10", "cifar64" or "cifar72" (upsampled to that size)
+    build: Callable  # () -> keras model, untrained
     epochs: int = 1
-    trained: str | None = None             # outputs/models/<name>.keras made by recipes/train_models.py
-    torch: str | None = None               # outputs/models/<name>.pt2 made by recipes/train_torch.py (PyTorch)
-    scale_255: bool = False                # trains on 0..255 (the model rescales)
-    bn_momentum: float | None = None       # see fit()
+    trained: str | None = None  # outputs/models/<name>.keras made by recipes/train_models.py
+    torch: str | None = None  # outputs/models/<name>.pt2 made by recipes/train_torch.py (PyTorch)
+    scale_255: bool = False  # trains on 0..255 (the model rescales)
+    bn_momentum: float | None = None  # see fit()
     batch_size: int = 128
     sizes: Sizes = field(default_factory=Sizes)
 
@@ -178,41 +189,109 @@ def subjects() -> dict[str, Subject]:
     import keras
 
     from idcgen.framework import keras_zoo as zoo
-    s = [Subject("lenet5", "LeNet-5 (MNIST)", "mnist", zoo.lenet5, epochs=2, trained="lenet5",
-                 sizes=Sizes(train=5000, fit=60000)),
-         Subject("cifar10_cnn", "paper's CIFAR-10 net", "cifar10", zoo.cifar10_cnn, trained="cifar10_cnn"),
-         Subject("resnet20", "ResNet-20 (CIFAR-10)", "cifar10", zoo.resnet20, trained="resnet20"),
-         Subject("mobilenetv2", "MobileNetV2 alpha 0.35 (CIFAR-10, 32x32)", "cifar10",
-                 lambda: keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=10),
-                 epochs=2, bn_momentum=0.9),
-         Subject("rescaling_cnn", "CNN with Rescaling(1/255), 0..255 inputs (CIFAR-10)", "cifar10", rescaling_cnn,
-                 epochs=2, scale_255=True),
-         Subject("mnist_28x28", "28x28 MNIST MLP, no channel axis", "mnist", mnist_no_channel, epochs=2,
-                 sizes=Sizes(train=5000, fit=60000)),
-         Subject("resnet50", "ResNet50 (weights=None, 64x64, CIFAR-10 upsampled)", "cifar64",
-                 lambda: keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10),
-                 bn_momentum=0.8, batch_size=32, sizes=Sizes(train=300, cover=200, seeds=50, test=100, fit=1000))]
+
+    s = [
+        Subject(
+            "lenet5",
+            "LeNet-5 (MNIST)",
+            "mnist",
+            zoo.lenet5,
+            epochs=2,
+            trained="lenet5",
+            sizes=Sizes(train=5000, fit=60000),
+        ),
+        Subject("cifar10_cnn", "paper's CIFAR-10 net", "cifar10", zoo.cifar10_cnn, trained="cifar10_cnn"),
+        Subject("resnet20", "ResNet-20 (CIFAR-10)", "cifar10", zoo.resnet20, trained="resnet20"),
+        Subject(
+            "mobilenetv2",
+            "MobileNetV2 alpha 0.35 (CIFAR-10, 32x32)",
+            "cifar10",
+            lambda: keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=10),
+            epochs=2,
+            bn_momentum=0.9,
+        ),
+        Subject(
+            "rescaling_cnn",
+            "CNN with Rescaling(1/255), 0..255 inputs (CIFAR-10)",
+            "cifar10",
+            rescaling_cnn,
+            epochs=2,
+            scale_255=True,
+        ),
+        Subject(
+            "mnist_28x28",
+            "28x28 MNIST MLP, no channel axis",
+            "mnist",
+            mnist_no_channel,
+            epochs=2,
+            sizes=Sizes(train=5000, fit=60000),
+        ),
+        Subject(
+            "resnet50",
+            "ResNet50 (weights=None, 64x64, CIFAR-10 upsampled)",
+            "cifar64",
+            lambda: keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10),
+            bn_momentum=0.8,
+            batch_size=32,
+            sizes=Sizes(train=300, cover=200, seeds=50, test=100, fit=1000),
+        ),
+    ]
     # issue 26: conv-classifier heads, swish and squeeze-excitation, Concatenate, separable convolutions;
     # each at the smallest input keras.applications allows (Xception: 71), trained one epoch on 1,000 inputs
     small = Sizes(train=300, cover=200, seeds=50, test=100, fit=1000)
     A = keras.applications
-    s += [Subject("mobilenetv3small", "MobileNetV3Small (weights=None, 32x32, CIFAR-10)", "cifar10",
-                  lambda: A.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=10),
-                  bn_momentum=0.8, batch_size=32, sizes=small),
-          Subject("efficientnetb0", "EfficientNetB0 (weights=None, 32x32, CIFAR-10)", "cifar10",
-                  lambda: A.EfficientNetB0(weights=None, input_shape=(32, 32, 3), classes=10),
-                  bn_momentum=0.8, batch_size=32, sizes=small),
-          Subject("densenet121", "DenseNet121 (weights=None, 32x32, CIFAR-10)", "cifar10",
-                  lambda: A.DenseNet121(weights=None, input_shape=(32, 32, 3), classes=10),
-                  bn_momentum=0.8, batch_size=32, sizes=small),
-          Subject("xception", "Xception (weights=None, 72x72, CIFAR-10 upsampled)", "cifar72",
-                  lambda: A.Xception(weights=None, input_shape=(72, 72, 3), classes=10),
-                  bn_momentum=0.8, batch_size=32, sizes=small)]
+    s += [
+        Subject(
+            "mobilenetv3small",
+            "MobileNetV3Small (weights=None, 32x32, CIFAR-10)",
+            "cifar10",
+            lambda: A.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=10),
+            bn_momentum=0.8,
+            batch_size=32,
+            sizes=small,
+        ),
+        Subject(
+            "efficientnetb0",
+            "EfficientNetB0 (weights=None, 32x32, CIFAR-10)",
+            "cifar10",
+            lambda: A.EfficientNetB0(weights=None, input_shape=(32, 32, 3), classes=10),
+            bn_momentum=0.8,
+            batch_size=32,
+            sizes=small,
+        ),
+        Subject(
+            "densenet121",
+            "DenseNet121 (weights=None, 32x32, CIFAR-10)",
+            "cifar10",
+            lambda: A.DenseNet121(weights=None, input_shape=(32, 32, 3), classes=10),
+            bn_momentum=0.8,
+            batch_size=32,
+            sizes=small,
+        ),
+        Subject(
+            "xception",
+            "Xception (weights=None, 72x72, CIFAR-10 upsampled)",
+            "cifar72",
+            lambda: A.Xception(weights=None, input_shape=(72, 72, 3), classes=10),
+            bn_momentum=0.8,
+            batch_size=32,
+            sizes=small,
+        ),
+    ]
     # issue 21: PyTorch subjects, as recipes/train_torch.py trains them (run it first)
-    s += [Subject("lenet5_torch", "LeNet-5, PyTorch (MNIST)", "mnist", lambda: None, torch="lenet5_mnist",
-                  sizes=Sizes(train=5000, fit=60000)),
-          Subject("resnet18_torch", "CIFAR ResNet-18, PyTorch (CIFAR-10)", "cifar10", lambda: None,
-                  torch="resnet18_cifar10")]
+    s += [
+        Subject(
+            "lenet5_torch",
+            "LeNet-5, PyTorch (MNIST)",
+            "mnist",
+            lambda: None,
+            torch="lenet5_mnist",
+            sizes=Sizes(train=5000, fit=60000),
+        ),
+        Subject(
+            "resnet18_torch", "CIFAR ResNet-18, PyTorch (CIFAR-10)", "cifar10", lambda: None, torch="resnet18_cifar10"
+        ),
+    ]
     return {x.key: x for x in s}
 
 
@@ -220,9 +299,10 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
     """(model file, input files, provenance): the helper-trained model when there is one, else the
     recipe's own briefly trained one (cached)."""
     from idcgen.framework import load_network
+
     data = raw["mnist" if subject.data == "mnist" else "cifar10"]
     folder = HERE / "data" / subject.key
-    size = {"cifar64": 64, "cifar72": 72}.get(subject.data)   # CIFAR-10 upsampled to that size
+    size = {"cifar64": 64, "cifar72": 72}.get(subject.data)  # CIFAR-10 upsampled to that size
     files = write_inputs(folder, data, subject.sizes, size)
     with np.load(files["cover"]) as d:
         x_cover, y_cover = d["x"], d["y"]
@@ -236,18 +316,26 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
         path, how = trained, f"{trained.relative_to(OUTPUTS.parent)} (recipes/train_models.py)"
     else:
         path = HERE / "models" / f"{subject.key}.keras"
-        xtr, ytr = data[0][:subject.sizes.fit], data[1][:subject.sizes.fit]
+        xtr, ytr = data[0][: subject.sizes.fit], data[1][: subject.sizes.fit]
         if size is not None:
             xtr = upsample(xtr, size)
-        how = (f"trained here: {subject.epochs} epoch(s) on {len(xtr)} {data[4]} training inputs"
-               + (" (0..255)" if subject.scale_255 else "")
-               + (f", batch normalisation momentum {subject.bn_momentum}" if subject.bn_momentum else ""))
+        how = (
+            f"trained here: {subject.epochs} epoch(s) on {len(xtr)} {data[4]} training inputs"
+            + (" (0..255)" if subject.scale_255 else "")
+            + (f", batch normalisation momentum {subject.bn_momentum}" if subject.bn_momentum else "")
+        )
         if retrain or not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             x = xtr.astype(np.float32) if subject.scale_255 else xtr.astype(np.float32) / 255
             with Timer() as t:
-                fit(subject.build(), x, ytr, subject.epochs, batch_size=subject.batch_size,
-                    bn_momentum=subject.bn_momentum).save(path)
+                fit(
+                    subject.build(),
+                    x,
+                    ytr,
+                    subject.epochs,
+                    batch_size=subject.batch_size,
+                    bn_momentum=subject.bn_momentum,
+                ).save(path)
             print(f"{subject.key}: trained in {t.seconds:.0f} s -> {path}", flush=True)
     network = load_network(path)
     x = x_cover.astype(np.float32) if subject.scale_255 else x_cover.astype(np.float32) / 255
@@ -258,10 +346,11 @@ def prepare(subject: Subject, raw: dict, retrain: bool) -> tuple[Path, dict, str
 
 # --- running the CLI --------------------------------------------------------------------------------------
 
+
 @dataclass
 class Outcome:
     ok: bool
-    seconds: float          # wall time of the whole process
+    seconds: float  # wall time of the whole process
     stdout: str
     stderr: str
     argv: list
@@ -281,16 +370,33 @@ def run_subprocess(argv: list[str], log: Path) -> Outcome:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-c", LAUNCH.replace("{STEP}", STEP), *argv], capture_output=True,
-                              text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-c", LAUNCH.replace("{STEP}", STEP), *argv],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            cwd=ROOT,
+            env=env,
+        )
         found = re.search(rf"\n{STEP} ([\d.]+)\n", proc.stderr)
-        stderr = proc.stderr[:found.start()] + proc.stderr[found.end():] if found else proc.stderr
-        out = Outcome(proc.returncode == 0, time.perf_counter() - start, proc.stdout, stderr, argv,
-                      float(found.group(1)) if found else None)
+        stderr = proc.stderr[: found.start()] + proc.stderr[found.end() :] if found else proc.stderr
+        out = Outcome(
+            proc.returncode == 0,
+            time.perf_counter() - start,
+            proc.stdout,
+            stderr,
+            argv,
+            float(found.group(1)) if found else None,
+        )
     except subprocess.TimeoutExpired as exc:
         text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
-        out = Outcome(False, time.perf_counter() - start, text(exc.stdout),
-                      text(exc.stderr) + f"\nerror: timed out after {TIMEOUT} s", argv)
+        out = Outcome(
+            False,
+            time.perf_counter() - start,
+            text(exc.stdout),
+            text(exc.stderr) + f"\nerror: timed out after {TIMEOUT} s",
+            argv,
+        )
     _log(log, out)
     return out
 
@@ -303,6 +409,7 @@ def run_inprocess(argv: list[str], log: Path) -> Outcome:
     from typer.testing import CliRunner
 
     from idcgen.cli import app
+
     keras.backend.clear_session()  # each command loads its own model; drop the previous command's graphs
     start = time.perf_counter()
     result = CliRunner().invoke(app, argv)
@@ -317,11 +424,14 @@ def run_inprocess(argv: list[str], log: Path) -> Outcome:
 def _log(path: Path, out: Outcome) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     step = "" if out.step is None else f" (step {out.step:.1f} s)"
-    path.write_text(f"$ idcgen {shlex.join(out.argv)}\n# {'ok' if out.ok else 'FAILED'} in {out.seconds:.1f} s{step}\n"
-                    f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}\n")
+    path.write_text(
+        f"$ idcgen {shlex.join(out.argv)}\n# {'ok' if out.ok else 'FAILED'} in {out.seconds:.1f} s{step}\n"
+        f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}\n"
+    )
 
 
 # --- headline figures (parsed from what each command prints or writes) ------------------------------------
+
 
 def headline(command: str, out: Outcome, work: Path) -> str:
     text = out.stdout
@@ -334,14 +444,19 @@ def headline(command: str, out: Outcome, work: Path) -> str:
         found = re.search(r"layer (\S+): important neurons .*?, clusters (\[.*?\]), (\d+) combinations", text)
         reach = re.search(r"training inputs reach (.*)", text)
         k = json.loads(found.group(2)) if found else []
-        return (f"layer {found.group(1) if found else '?'}, k = {','.join(map(str, k))}, "
-                f"{found.group(3) if found else '?'} combinations; training inputs: {reach.group(1) if reach else '?'}")
+        return (
+            f"layer {found.group(1) if found else '?'}, k = {','.join(map(str, k))}, "
+            f"{found.group(3) if found else '?'} combinations; training inputs: {reach.group(1) if reach else '?'}"
+        )
     if command == "coverage":
         payload = json.loads(text.strip().splitlines()[-1])
         return ", ".join(f"{name.upper()} {100 * c['score']:.1f}%" for name, c in payload["criteria"].items())
     if command == "fuzz":
-        found = re.search(r"IDC (\S+) \(seeds\) -> (\S+) \(grown set, (\d+) inputs\); (\d+) findings.*?(\d+) execs in "
-                          r"([\d.]+) s", text)
+        found = re.search(
+            r"IDC (\S+) \(seeds\) -> (\S+) \(grown set, (\d+) inputs\); (\d+) findings.*?(\d+) execs in "
+            r"([\d.]+) s",
+            text,
+        )
         if not found:
             return "?"
         idc0, idc1, n, findings, execs, secs = found.groups()
@@ -349,9 +464,10 @@ def headline(command: str, out: Outcome, work: Path) -> str:
     if command == "harden":
         summary = json.loads((work / "harden" / "harden.json").read_text())
         rows = {r["model"]: r for r in summary["table"]}
-        cells = [f"{name}: " + " / ".join(f"{100 * rows[m][name]:.1f}" for m in ("original", "IDC-guided",
-                                                                                  "random control"))
-                 for name in ("clean", "FGSM (eps 0.3)")]
+        cells = [
+            f"{name}: " + " / ".join(f"{100 * rows[m][name]:.1f}" for m in ("original", "IDC-guided", "random control"))
+            for name in ("clean", "FGSM (eps 0.3)")
+        ]
         return "accuracy % original / IDC-guided / random: " + "; ".join(cells)
     raise ValueError(command)
 
@@ -371,15 +487,49 @@ def argv_for(command: str, model: Path, files: dict, work: Path, budget: int) ->
         return ["analyze", "--model", m, "--train", files["train"], "--out", str(work / "analysis")]
     if command == "coverage":
         criteria = CRITERIA if (work / "analysis").exists() else CRITERIA.replace("idc,", "")
-        argv = ["coverage", "--model", m, "--inputs", files["cover"], "--criteria", criteria,
-                "--train", files["train"], "--json"]
+        argv = [
+            "coverage",
+            "--model",
+            m,
+            "--inputs",
+            files["cover"],
+            "--criteria",
+            criteria,
+            "--train",
+            files["train"],
+            "--json",
+        ]
         return argv + (["--analysis", str(work / "analysis")] if "idc" in criteria else [])
     if command == "fuzz":
-        return ["fuzz", "--model", m, "--seeds", files["seeds"], "--analysis", str(work / "analysis"),
-                "--budget", str(budget), "--out", str(work / "campaign")]
+        return [
+            "fuzz",
+            "--model",
+            m,
+            "--seeds",
+            files["seeds"],
+            "--analysis",
+            str(work / "analysis"),
+            "--budget",
+            str(budget),
+            "--out",
+            str(work / "campaign"),
+        ]
     if command == "harden":
-        return ["harden", "--model", m, "--train", files["train"], "--campaign", str(work / "campaign"),
-                "--test", files["test"], "--epochs", "1", "--out", str(work / "harden")]
+        return [
+            "harden",
+            "--model",
+            m,
+            "--train",
+            files["train"],
+            "--campaign",
+            str(work / "campaign"),
+            "--test",
+            files["test"],
+            "--epochs",
+            "1",
+            "--out",
+            str(work / "harden"),
+        ]
     raise ValueError(command)
 
 
@@ -388,8 +538,16 @@ def needs(command: str) -> str | None:
     return {"fuzz": "analyze", "harden": "fuzz"}.get(command)
 
 
-def run_subject(key: str, model: Path, files: dict, *, commands=COMMANDS, budget: int = 1000,
-                runner: Callable = run_subprocess, work: Path | None = None) -> list[dict]:
+def run_subject(
+    key: str,
+    model: Path,
+    files: dict,
+    *,
+    commands=COMMANDS,
+    budget: int = 1000,
+    runner: Callable = run_subprocess,
+    work: Path | None = None,
+) -> list[dict]:
     """Run the commands on one model; one row per command: ok, seconds, headline or error."""
     work = work or HERE / "runs" / key
     if work.exists():
@@ -410,14 +568,16 @@ def run_subject(key: str, model: Path, files: dict, *, commands=COMMANDS, budget
         if failed and failed.group(1).lower() in CRITERIA.split(","):
             # one criterion refused these inputs: measure the other seven, so the row says which work
             rest = ",".join(c for c in argv[argv.index("--criteria") + 1].split(",") if c != failed.group(1).lower())
-            again = runner([rest if a == argv[argv.index("--criteria") + 1] else a for a in argv],
-                           work / "coverage_without.log")
+            again = runner(
+                [rest if a == argv[argv.index("--criteria") + 1] else a for a in argv], work / "coverage_without.log"
+            )
             if again.ok:
                 result += f" | without {failed.group(1)}: {_headline(command, again, work)}"
         done[command] = out.ok
         step = "" if out.step is None else round(out.step, 1)
-        rows.append(dict(row, ok="yes" if out.ok else "FAILED", seconds=round(out.seconds, 1), step_seconds=step,
-                         result=result))
+        rows.append(
+            dict(row, ok="yes" if out.ok else "FAILED", seconds=round(out.seconds, 1), step_seconds=step, result=result)
+        )
         print(f"{key:>14} {command:<9} {rows[-1]['ok']:<7} {_time(rows[-1]):>16}  {result}", flush=True)
     return rows
 
@@ -426,21 +586,37 @@ def startup_seconds() -> float:
     """Wall time of an idcgen process that only loads a model (TensorFlow's import dominates)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import idcgen.cli, idcgen.framework.keras_network"], env=env, check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-c", "import idcgen.cli, idcgen.framework.keras_network"], env=env, check=True, cwd=ROOT
+    )
     return time.perf_counter() - start
 
 
 # --- tables -----------------------------------------------------------------------------------------------
+
 
 def machine() -> str:
     import platform
 
     import keras
     import tensorflow as tf
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
-    return (f"{os.cpu_count()} CPU cores ({cpu}), shared with other jobs, no GPU; Python {platform.python_version()}, "
-            f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
+
+    cpu = (
+        next(
+            (
+                l.split(":", 1)[1].strip()
+                for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else "?"
+    )
+    return (
+        f"{os.cpu_count()} CPU cores ({cpu}), shared with other jobs, no GPU; Python {platform.python_version()}, "
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}"
+    )
 
 
 def matrix_markdown(rows: list[dict], provenance: dict, titles: dict) -> str:
@@ -452,9 +628,15 @@ def matrix_markdown(rows: list[dict], provenance: dict, titles: dict) -> str:
         for c in commands:
             r = next((r for r in rows if r["model"] == key and r["command"] == c), None)
             partly = re.match(r"error: ([A-Z]+): .* \| without \1: ", r["result"]) if r else None
-            cells.append("" if r is None else
-                         {"yes": f"ok {_time(r)}", "FAILED": f"**FAILED** {_time(r)}" + (
-                             f" ({partly.group(1)}; the other criteria ok)" if partly else "")}.get(r["ok"], r["ok"]))
+            cells.append(
+                ""
+                if r is None
+                else {
+                    "yes": f"ok {_time(r)}",
+                    "FAILED": f"**FAILED** {_time(r)}"
+                    + (f" ({partly.group(1)}; the other criteria ok)" if partly else ""),
+                }.get(r["ok"], r["ok"])
+            )
         lines.append(f"| {titles[key]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -482,29 +664,56 @@ def one_model(subject: Subject, args, runner, cache: dict) -> tuple[str, list[di
         provenance += f" (prepared in {t.seconds:.0f} s); inputs: {files['dataset']}"
     except Exception as exc:  # a model the recipe cannot build or train: rows saying so
         provenance = f"not prepared: {type(exc).__name__}: {exc}"
-        return provenance, [{"model": subject.key, "command": c, "ok": "not run", "seconds": "", "step_seconds": "",
-                             "result": provenance} for c in args.commands]
+        return provenance, [
+            {
+                "model": subject.key,
+                "command": c,
+                "ok": "not run",
+                "seconds": "",
+                "step_seconds": "",
+                "result": provenance,
+            }
+            for c in args.commands
+        ]
     print(f"{subject.key}: {provenance}", flush=True)
-    return provenance, run_subject(subject.key, model, files, commands=args.commands, budget=args.budget,
-                                   runner=runner)
+    return provenance, run_subject(subject.key, model, files, commands=args.commands, budget=args.budget, runner=runner)
 
 
 def in_child(subject: Subject, args) -> tuple[str, list[dict]]:
     """one_model in a child interpreter (runner inprocess there): each model starts with fresh memory."""
     result = HERE / "runs" / f"{subject.key}.json"
     result.unlink(missing_ok=True)
-    argv = [sys.executable, str(Path(__file__).resolve()), "--models", subject.key, "--runner", "inprocess",
-            "--commands", ",".join(args.commands), "--budget", str(args.budget), "--child-result", str(result)]
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--models",
+        subject.key,
+        "--runner",
+        "inprocess",
+        "--commands",
+        ",".join(args.commands),
+        "--budget",
+        str(args.budget),
+        "--child-result",
+        str(result),
+    ]
     with Timer() as t:
-        proc = subprocess.run(argv + (["--retrain"] if args.retrain else []), cwd=ROOT, stderr=subprocess.PIPE,
-                              text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        proc = subprocess.run(
+            argv + (["--retrain"] if args.retrain else []),
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        )
     if result.exists():
         found = json.loads(result.read_text())
         return found["provenance"], found["rows"]
     last = [l for l in proc.stderr.splitlines() if l.strip()][-1:] or [f"exit status {proc.returncode}"]
     error = f"the model's process died after {t.seconds:.0f} s: {last[0].strip()}"
-    return error, [{"model": subject.key, "command": c, "ok": "FAILED", "seconds": "", "step_seconds": "",
-                    "result": error} for c in args.commands]
+    return error, [
+        {"model": subject.key, "command": c, "ok": "FAILED", "seconds": "", "step_seconds": "", "result": error}
+        for c in args.commands
+    ]
 
 
 def main(argv=None) -> int:
@@ -513,11 +722,18 @@ def main(argv=None) -> int:
     parser.add_argument("--commands", default=",".join(COMMANDS))
     parser.add_argument("--budget", type=int, default=1000, help="fuzz execs")
     parser.add_argument("--retrain", action="store_true", help="train the recipe's own models again")
-    parser.add_argument("--runner", choices=RUNNERS, default="per-model",
-                        help="per-model: one process per model, its commands run in it through typer's CliRunner; "
-                             "subprocess: one `idcgen` process per command; inprocess: all in this process")
-    parser.add_argument("--keep-others", action="store_true",
-                        help="put the other models' rows from their last per-model run into the tables")
+    parser.add_argument(
+        "--runner",
+        choices=RUNNERS,
+        default="per-model",
+        help="per-model: one process per model, its commands run in it through typer's CliRunner; "
+        "subprocess: one `idcgen` process per command; inprocess: all in this process",
+    )
+    parser.add_argument(
+        "--keep-others",
+        action="store_true",
+        help="put the other models' rows from their last per-model run into the tables",
+    )
     parser.add_argument("--child-result", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     table = subjects()
@@ -546,34 +762,52 @@ def main(argv=None) -> int:
             rows += found
     ran = list(keys)
     if args.keep_others:  # rows of models not run now, from their last per-model run, in the table's order
-        kept = {k: json.loads((HERE / "runs" / f"{k}.json").read_text()) for k in table
-                if k not in keys and (HERE / "runs" / f"{k}.json").exists()}
+        kept = {
+            k: json.loads((HERE / "runs" / f"{k}.json").read_text())
+            for k in table
+            if k not in keys and (HERE / "runs" / f"{k}.json").exists()
+        }
         keys = [k for k in table if k in kept or k in keys]
         rows = [r for k in keys for r in (kept[k]["rows"] if k in kept else [r for r in rows if r["model"] == k])]
         provenance.update({k: v["provenance"] + " [row from an earlier run]" for k, v in kept.items()})
         provenance = {k: provenance[k] for k in keys}
     titles = {k: table[k].title for k in keys}
-    sizes = "; ".join(f"{k}: train {table[k].sizes.train}, coverage {table[k].sizes.cover}, seeds "
-                      f"{table[k].sizes.seeds}, harden test {table[k].sizes.test}" for k in keys)
-    how = {"per-model": "one process per model, its commands run in it through typer's CliRunner (the CLI's own "
-                        "code, without a TensorFlow start-up per command). Times: the command itself",
-           "subprocess": "each command a fresh `idcgen` process. Times: the command after the imports, then (in "
-                         "brackets) the whole process",
-           "inprocess": "all commands in one process through typer's CliRunner. Times: the command itself"}
-    notes = "\n".join([
-        f"Machine: {machine()}.",
-        f"Runner: {args.runner}: {how[args.runner]}; a fresh process importing idcgen and TensorFlow took "
-        f"{startup:.1f} s on top.",
-        f"This run ({', '.join(ran)}; training the recipe's own models included): {total.seconds / 60:.1f} min. Fuzz: default "
-        f"mutators, {args.budget} execs. Harden: 1 epoch (finetune). Coverage criteria: {CRITERIA}.",
-        f"Inputs per model: {sizes}.", "", "Models:"] + [f"- {k}: {titles[k]}: {provenance[k]}" for k in keys])
-    write_table(HERE, "results", rows, title="Model x command: every step, result and time", notes=notes,
-                command=command_line())
+    sizes = "; ".join(
+        f"{k}: train {table[k].sizes.train}, coverage {table[k].sizes.cover}, seeds "
+        f"{table[k].sizes.seeds}, harden test {table[k].sizes.test}"
+        for k in keys
+    )
+    how = {
+        "per-model": "one process per model, its commands run in it through typer's CliRunner (the CLI's own "
+        "code, without a TensorFlow start-up per command). Times: the command itself",
+        "subprocess": "each command a fresh `idcgen` process. Times: the command after the imports, then (in "
+        "brackets) the whole process",
+        "inprocess": "all commands in one process through typer's CliRunner. Times: the command itself",
+    }
+    notes = "\n".join(
+        [
+            f"Machine: {machine()}.",
+            f"Runner: {args.runner}: {how[args.runner]}; a fresh process importing idcgen and TensorFlow took "
+            f"{startup:.1f} s on top.",
+            f"This run ({', '.join(ran)}; training the recipe's own models included): "
+            f"{total.seconds / 60:.1f} min. Fuzz: default mutators, {args.budget} execs. "
+            f"Harden: 1 epoch (finetune). Coverage criteria: {CRITERIA}.",
+            f"Inputs per model: {sizes}.",
+            "",
+            "Models:",
+        ]
+        + [f"- {k}: {titles[k]}: {provenance[k]}" for k in keys]
+    )
+    write_table(
+        HERE, "results", rows, title="Model x command: every step, result and time", notes=notes, command=command_line()
+    )
     matrix = matrix_markdown(rows, provenance, titles)
     failures = [f"- {titles[r['model']]}, `{r['command']}`: {r['result']}" for r in rows if r["ok"] != "yes"]
-    (HERE / "matrix.md").write_text(f"# Model x command\n\nCommand: `{command_line()}`\n\n{matrix}\n\n"
-                                    + ("Failures:\n" + "\n".join(failures) + "\n\n" if failures else "")
-                                    + f"{notes}\n")
+    (HERE / "matrix.md").write_text(
+        f"# Model x command\n\nCommand: `{command_line()}`\n\n{matrix}\n\n"
+        + ("Failures:\n" + "\n".join(failures) + "\n\n" if failures else "")
+        + f"{notes}\n"
+    )
     print("\n" + matrix)
     return 0 if all(r["ok"] == "yes" for r in rows) else 1
 

@@ -38,8 +38,15 @@ import numpy as np
 from kit import OUTPUTS, command_line, load_data, load_model, save_json
 
 #: natural corruptions, one drawn per input (idcgen mutator specs: the parameters are the severity)
-CORRUPTIONS = ("rotate(limit=20.0)", "shift(limit=0.1)", "scale(low=0.8, high=1.2)", "brightness(limit=0.3)",
-               "contrast(limit=0.3)", "gauss(std=0.1)", "blur(max_kernel=5)")
+CORRUPTIONS = (
+    "rotate(limit=20.0)",
+    "shift(limit=0.1)",
+    "scale(low=0.8, high=1.2)",
+    "brightness(limit=0.3)",
+    "contrast(limit=0.3)",
+    "gauss(std=0.1)",
+    "blur(max_kernel=5)",
+)
 ADVERSARIAL = "pgd(eps=0.15, eps_iter=0.02, nb_iter=10)"
 ADVERSARIAL_SHARE = 0.10
 SETS = ("clean", "corrupted", "adversarial")
@@ -49,6 +56,7 @@ PASSES = 10
 def build_sets(network, x: np.ndarray, y: np.ndarray) -> dict:
     """{set name: (x, y)}; the corrupted and adversarial ones made once with random state 0."""
     from idcgen.fuzz.mutators import MutationContext, make_mutator
+
     rng = np.random.default_rng(0)
     pick = rng.integers(0, len(CORRUPTIONS), len(x))
     corrupted = np.empty_like(x)
@@ -59,15 +67,18 @@ def build_sets(network, x: np.ndarray, y: np.ndarray) -> dict:
     chosen = np.sort(rng.choice(len(x), int(round(ADVERSARIAL_SHARE * len(x))), replace=False))
     attack, parts = make_mutator(ADVERSARIAL), []
     for start in range(0, len(chosen), 256):
-        rows = chosen[start:start + 256]
-        parts.append(attack.mutate(x[rows], rng, MutationContext(network=network, labels=y[rows], value_range=(0.0, 1.0))))
-    mixed = rng.permutation(len(x) + len(chosen))   # mixed in: no ordering may profit from where they stand
+        rows = chosen[start : start + 256]
+        parts.append(
+            attack.mutate(x[rows], rng, MutationContext(network=network, labels=y[rows], value_range=(0.0, 1.0)))
+        )
+    mixed = rng.permutation(len(x) + len(chosen))  # mixed in: no ordering may profit from where they stand
     adversarial, labels = np.concatenate([x] + parts)[mixed], np.concatenate([y, y[chosen]])[mixed]
     return {"clean": (x, y), "corrupted": (corrupted, y), "adversarial": (adversarial, labels)}
 
 
 def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path:
     import csv
+
     sets = [s for s in SETS if any(r["set"] == s for r in rows)]
     orderings = list(dict.fromkeys(r["ordering"] for r in rows))
 
@@ -95,18 +106,31 @@ def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path
         writer.writeheader()
         writer.writerows(table)
     info = {name: next(r for r in rows if r["set"] == name) for name in sets}
-    lines = [f"# Test prioritisation ({settings['dataset']}, {settings['model']})", "", f"Command: `{command}`", "",
-             "Sets: " + "; ".join(f"{name} {info[name]['inputs']} inputs, {info[name]['failures']} failures "
-                                  f"({100 * info[name]['failures'] / info[name]['inputs']:.1f} %)" for name in sets)
-             + f". Corruptions (one per input): {', '.join(CORRUPTIONS)}; adversarial: {ADVERSARIAL} copies of "
-             f"{ADVERSARIAL_SHARE:.0%} of the inputs added. Fitted on {settings['fit_train']} training inputs. "
-             "APFD (the best ordering of a set gets 1 - failures / (2 inputs)) and the share of the failures found "
-             "in the first 10 % of the ranking; random: mean ± standard deviation over its repetitions.", "",
-             "| ordering | " + " | ".join(f"{name} APFD | {name} first 10 % (%)" for name in sets) + " |",
-             "|---|" + "---|---|" * len(sets)]
+    lines = [
+        f"# Test prioritisation ({settings['dataset']}, {settings['model']})",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Sets: "
+        + "; ".join(
+            f"{name} {info[name]['inputs']} inputs, {info[name]['failures']} failures "
+            f"({100 * info[name]['failures'] / info[name]['inputs']:.1f} %)"
+            for name in sets
+        )
+        + f". Corruptions (one per input): {', '.join(CORRUPTIONS)}; adversarial: {ADVERSARIAL} copies of "
+        f"{ADVERSARIAL_SHARE:.0%} of the inputs added. Fitted on {settings['fit_train']} training inputs. "
+        "APFD (the best ordering of a set gets 1 - failures / (2 inputs)) and the share of the failures found "
+        "in the first 10 % of the ranking; random: mean ± standard deviation over its repetitions.",
+        "",
+        "| ordering | " + " | ".join(f"{name} APFD | {name} first 10 % (%)" for name in sets) + " |",
+        "|---|" + "---|---|" * len(sets),
+    ]
     for row in table:
-        lines.append(f"| {row['ordering']} | " + " | ".join(f"{row[f'{n} APFD']} | {row[f'{n} first 10 %']}"
-                                                          for n in sets) + " |")
+        lines.append(
+            f"| {row['ordering']} | "
+            + " | ".join(f"{row[f'{n} APFD']} | {row[f'{n} first 10 %']}" for n in sets)
+            + " |"
+        )
     best = {n: 1 - info[n]["failures"] / (2 * info[n]["inputs"]) for n in sets}
     lines += ["", "Best possible APFD: " + ", ".join(f"{n} {v:.3f}" for n, v in best.items()) + "."]
     (out / "prioritization.md").write_text("\n".join(lines) + "\n")
@@ -116,11 +140,16 @@ def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path
 
 def main(argv=None):
     from idcgen.prioritization import orderings
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="mnist",
-                        choices=("mnist", "fashion", "fashion-mnist", "cifar10", "embedded-mnist", "udacity"))
-    parser.add_argument("--model", default=None,
-                        help="recipe model name (default lenet5, cifar10_cnn, or dave2_dropout for udacity)")
+    parser.add_argument(
+        "--dataset",
+        default="mnist",
+        choices=("mnist", "fashion", "fashion-mnist", "cifar10", "embedded-mnist", "udacity"),
+    )
+    parser.add_argument(
+        "--model", default=None, help="recipe model name (default lenet5, cifar10_cnn, or dave2_dropout for udacity)"
+    )
     parser.add_argument("--n", type=int, default=5000, help="test inputs the sets are made from")
     parser.add_argument("--fit-train", type=int, default=10_000, help="training inputs the orderings are fitted on")
     parser.add_argument("--repeats", type=int, default=10, help="repetitions of the random ordering")
@@ -140,14 +169,17 @@ def main(argv=None):
 
     from idcgen.framework import Network
     from idcgen.prioritization import prioritize
+
     started = time.perf_counter()
     model = load_model(args.model, args.dataset)
     network = Network(model)
-    if network.task == "regression":   # orderings that need class probabilities are refused for it
+    if network.task == "regression":  # orderings that need class probabilities are refused for it
         from idcgen.prioritization import CLASSIFICATION_ONLY
+
         chosen = [o for o in chosen if o not in CLASSIFICATION_ONLY]
     if args.dataset == "udacity":
         from kit import udacity
+
         (x_train, y_train), (x_test, y_test) = udacity("train"), udacity("test", args.n)
     else:
         x_train, y_train = load_data("train", args.dataset)
@@ -156,12 +188,19 @@ def main(argv=None):
     # ties, the set's own order decides, and it must carry no information
     shuffled = np.random.default_rng(0).permutation(len(x_test))
     x_test, y_test = x_test[shuffled], y_test[shuffled]
-    fit = np.random.default_rng(0).permutation(len(x_train))[:args.fit_train]
+    fit = np.random.default_rng(0).permutation(len(x_train))[: args.fit_train]
     x_train, y_train = x_train[fit], y_train[fit]
     sets = build_sets(network, x_test, y_test)
-    settings = {"dataset": args.dataset, "model": args.model, "n": len(x_test), "order": "shuffled, seed 0",
-                "fit_train": len(x_train),
-                "corruptions": list(CORRUPTIONS), "adversarial": ADVERSARIAL, "passes": PASSES}
+    settings = {
+        "dataset": args.dataset,
+        "model": args.model,
+        "n": len(x_test),
+        "order": "shuffled, seed 0",
+        "fit_train": len(x_train),
+        "corruptions": list(CORRUPTIONS),
+        "adversarial": ADVERSARIAL,
+        "passes": PASSES,
+    }
     print(f"setup {time.perf_counter() - started:.0f} s: {settings}", flush=True)
     if not network.dropout_layers() and "mc-dropout" in chosen:
         chosen = [o for o in chosen if o != "mc-dropout"]
@@ -179,15 +218,25 @@ def main(argv=None):
             continue
         x, y = sets[name]
         t = time.perf_counter()
-        ranking = prioritize(network, x, by=ordering, x_train=x_train, y_train=y_train, y=y, passes=PASSES,
-                             random_state=r, cache=cache)
-        row = {"set": name, "ordering": ordering, "repetition": r, **ranking.evaluation.to_dict(),
-               "seconds": round(time.perf_counter() - t, 2)}
+        ranking = prioritize(
+            network, x, by=ordering, x_train=x_train, y_train=y_train, y=y, passes=PASSES, random_state=r, cache=cache
+        )
+        row = {
+            "set": name,
+            "ordering": ordering,
+            "repetition": r,
+            **ranking.evaluation.to_dict(),
+            "seconds": round(time.perf_counter() - t, 2),
+        }
         save_json(path, {"settings": settings, "row": row})
         rows.append(row)
-        print(f"[{i}/{len(jobs)}] {name} {ordering} r{r}: APFD {row['apfd']:.4f}, first 10 % "
-              f"{row['found_at_10']:.1%} ({row['seconds']:.1f} s)", flush=True)
+        print(
+            f"[{i}/{len(jobs)}] {name} {ordering} r{r}: APFD {row['apfd']:.4f}, first 10 % "
+            f"{row['found_at_10']:.1%} ({row['seconds']:.1f} s)",
+            flush=True,
+        )
     import csv
+
     with open(out / "runs.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -47,8 +47,9 @@ def idc_rows(network, analyses, x_test, y_test, sets, per_class):
     out = {}
     for name, x in sets.items():
         if per_class:
-            out[name] = 100 * np.mean([a.coverage(x[cls_mask(name, y_test, c, len(x))]).score
-                                       for c, a in analyses.items()])
+            out[name] = 100 * np.mean(
+                [a.coverage(x[cls_mask(name, y_test, c, len(x))]).score for c, a in analyses.items()]
+            )
         else:
             out[name] = 100 * analyses[None].coverage(x).score
     return out
@@ -61,22 +62,33 @@ def cls_mask(name, y_test, c, n):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=None, choices=MODELS + CIFAR10_MODELS,
-                        help="default: the LeNets, or cifar10_cnn with --dataset cifar10")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        choices=MODELS + CIFAR10_MODELS,
+        help="default: the LeNets, or cifar10_cnn with --dataset cifar10",
+    )
     parser.add_argument("--dataset", default="mnist", choices=DATASETS)
     parser.add_argument("--m", type=int, nargs="+", default=[6, 8, 10, 12])
     parser.add_argument("--repetitions", type=int, default=3, help="perturbation draws (mean ± std)")
     parser.add_argument("--limit", type=int, default=None, help="first N test inputs (default all)")
-    parser.add_argument("--train-limit", type=int, default=None,
-                        help=f"first N training inputs analysed (default all; cifar10: {CIFAR10_TRAIN_LIMIT})")
+    parser.add_argument(
+        "--train-limit",
+        type=int,
+        default=None,
+        help=f"first N training inputs analysed (default all; cifar10: {CIFAR10_TRAIN_LIMIT})",
+    )
     parser.add_argument("--per-class", action="store_true", help="analyse each class apart (the paper's setting)")
     parser.add_argument("--criteria", default="nc,kmnc,nbc,snac,tknc,lsc,dsc", help="other criteria ('' for none)")
     args = parser.parse_args(argv)
     models = args.models or (["cifar10_cnn"] if args.dataset == "cifar10" else list(MODELS))
     wrong = [m for m in models if m not in models_for(args.dataset)]
     if wrong:
-        parser.error(f"models {', '.join(wrong)} do not fit --dataset {args.dataset}; it takes "
-                     f"{', '.join(models_for(args.dataset))}")
+        parser.error(
+            f"models {', '.join(wrong)} do not fit --dataset {args.dataset}; it takes "
+            f"{', '.join(models_for(args.dataset))}"
+        )
     train_limit = args.train_limit or (CIFAR10_TRAIN_LIMIT if args.dataset == "cifar10" else None)
 
     from idcgen.analysis import analyze
@@ -85,7 +97,7 @@ def main(argv=None):
     x_train, y_train = load_data("train", args.dataset, limit=train_limit)
     x_test, y_test = load_data("test", args.dataset)
     if args.limit:
-        x_test, y_test = x_test[:args.limit], y_test[:args.limit]
+        x_test, y_test = x_test[: args.limit], y_test[: args.limit]
     rows, crit_rows = [], []
     with Timer() as t:
         for name in models:
@@ -99,14 +111,20 @@ def main(argv=None):
                 sets_by_rep.append(sets)
             for m in tqdm(args.m, desc=f"{name}: m"):
                 if args.per_class:
-                    analyses = {c: analyze(network, x_train, y_train, m=m, only_class=c, progress=False)
-                                for c in np.unique(y_train)}
+                    analyses = {
+                        c: analyze(network, x_train, y_train, m=m, only_class=c, progress=False)
+                        for c in np.unique(y_train)
+                    }
                 else:
                     analyses = {None: analyze(network, x_train, y_train, m=m, progress=False)}
                 values = [idc_rows(network, analyses, x_test, y_test, sets, args.per_class) for sets in sets_by_rep]
                 a = next(iter(analyses.values()))
-                row = {"model": name, "layer": a.layer, "m": m,
-                       "clusters": "/".join(str(c.k) for c in a.clusters) if not args.per_class else "per class"}
+                row = {
+                    "model": name,
+                    "layer": a.layer,
+                    "m": m,
+                    "clusters": "/".join(str(c.k) for c in a.clusters) if not args.per_class else "per class",
+                }
                 for s in SETS:
                     row[f"IDC {s} %"] = mean_std([v[s] for v in values])
                 ordered = [np.mean([v[s] for v in values]) for s in SETS]
@@ -118,20 +136,32 @@ def main(argv=None):
                 crit_rows += criteria_rows(name, network, x_train, y_train, y_test, sets_by_rep[0], args.criteria)
     folder = OUTPUTS / "rq2_idc_by_m"
     suffix = "" if args.dataset == "mnist" else "_" + args.dataset.replace("-", "_")
-    write_table(folder, f"idc{suffix}", rows, title=f"RQ2: IDC by m on U_O, U_O+S, U_O+DI ({args.dataset})",
-                command=command_line(),
-                notes=f"{len(x_test)} test inputs; analyses of {len(x_train)} training inputs; "
-                      f"{args.repetitions} perturbation draws (mean ± std); "
-                      f"{'per-class analyses, IDC averaged over classes' if args.per_class else 'all classes'}; "
-                      f"{t.seconds:.0f} s. Paper values (Table 3, where we have them): U_O / U_O+S / U_O+DI.")
+    write_table(
+        folder,
+        f"idc{suffix}",
+        rows,
+        title=f"RQ2: IDC by m on U_O, U_O+S, U_O+DI ({args.dataset})",
+        command=command_line(),
+        notes=f"{len(x_test)} test inputs; analyses of {len(x_train)} training inputs; "
+        f"{args.repetitions} perturbation draws (mean ± std); "
+        f"{'per-class analyses, IDC averaged over classes' if args.per_class else 'all classes'}; "
+        f"{t.seconds:.0f} s. Paper values (Table 3, where we have them): U_O / U_O+S / U_O+DI.",
+    )
     if crit_rows:
-        write_table(folder, f"criteria{suffix}", crit_rows, title="RQ2: other criteria on the same sets (%)",
-                    command=command_line(), notes="First perturbation draw. NC threshold 0.75, KMNC k=1000, "
-                    "TKNC k=3, LSC/DSC 1000 buckets with upper bounds 2000 and 2 on the last hidden layer.")
+        write_table(
+            folder,
+            f"criteria{suffix}",
+            crit_rows,
+            title="RQ2: other criteria on the same sets (%)",
+            command=command_line(),
+            notes="First perturbation draw. NC threshold 0.75, KMNC k=1000, "
+            "TKNC k=3, LSC/DSC 1000 buckets with upper bounds 2000 and 2 on the last hidden layer.",
+        )
 
 
 def criteria_rows(model_name, network, x_train, y_train, y_test, sets, names):
     from idcgen.criteria import make_criterion, parse_criteria
+
     rows = []
     for crit in [c for c in parse_criteria(names) if c != "idc"]:
         criterion = make_criterion(crit).fit(network, x_train, y_train)

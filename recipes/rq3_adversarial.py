@@ -26,25 +26,39 @@ from kit import DATASETS, OUTPUTS, Timer, command_line, load_data, load_model, m
 from kit.sets import PERTURBATIONS, perturbed
 
 SETS = ("U_O", "U_O+noise", "U_O+FGSM", "U_O+BIM", "U_O+JSMA", "U_O+CW")
-PAPER_LENET5_M6 = {"U_O": 47.0, "U_O+noise": 48.1, "U_O+FGSM": 51.6, "U_O+BIM": 51.6, "U_O+JSMA": 49.8,
-                   "U_O+CW": 49.8}
+PAPER_LENET5_M6 = {"U_O": 47.0, "U_O+noise": 48.1, "U_O+FGSM": 51.6, "U_O+BIM": 51.6, "U_O+JSMA": 49.8, "U_O+CW": 49.8}
 #: --dataset cifar10 defaults, sized to finish in about half an hour on 2 cores
-CIFAR10_DEFAULTS = {"models": ["cifar10_cnn"], "attack_inputs": 500, "train_limit": 10_000,
-                    "sets": ["U_O+noise", "U_O+FGSM", "U_O+BIM", "U_O+CW"]}
+CIFAR10_DEFAULTS = {
+    "models": ["cifar10_cnn"],
+    "attack_inputs": 500,
+    "train_limit": 10_000,
+    "sets": ["U_O+noise", "U_O+FGSM", "U_O+BIM", "U_O+CW"],
+}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=None, help="default lenet5, or cifar10_cnn with --dataset cifar10")
+    parser.add_argument(
+        "--models", nargs="+", default=None, help="default lenet5, or cifar10_cnn with --dataset cifar10"
+    )
     parser.add_argument("--dataset", default="mnist", choices=DATASETS)
     parser.add_argument("--m", type=int, nargs="+", default=[6, 8])
-    parser.add_argument("--attack-inputs", type=int, default=None,
-                        help=f"first N test inputs perturbed (default 1000; cifar10: {CIFAR10_DEFAULTS['attack_inputs']})")
-    parser.add_argument("--train-limit", type=int, default=None,
-                        help=f"first N training inputs analysed (default all; cifar10: {CIFAR10_DEFAULTS['train_limit']})")
+    parser.add_argument(
+        "--attack-inputs",
+        type=int,
+        default=None,
+        help=f"first N test inputs perturbed (default 1000; cifar10: {CIFAR10_DEFAULTS['attack_inputs']})",
+    )
+    parser.add_argument(
+        "--train-limit",
+        type=int,
+        default=None,
+        help=f"first N training inputs analysed (default all; cifar10: {CIFAR10_DEFAULTS['train_limit']})",
+    )
     parser.add_argument("--full", action="store_true", help="perturb all test inputs")
-    parser.add_argument("--sets", nargs="+", default=None, choices=SETS[1:],
-                        help="default: all (cifar10: all but U_O+JSMA)")
+    parser.add_argument(
+        "--sets", nargs="+", default=None, choices=SETS[1:], help="default: all (cifar10: all but U_O+JSMA)"
+    )
     parser.add_argument("--criteria", default="nc,kmnc,nbc,snac,tknc,lsc,dsc", help="other criteria ('' for none)")
     parser.add_argument("--random-state", type=int, default=0)
     args = parser.parse_args(argv)
@@ -52,8 +66,10 @@ def main(argv=None):
     models = args.models or (CIFAR10_DEFAULTS["models"] if cifar else ["lenet5"])
     wrong = [m for m in models if m not in models_for(args.dataset)]
     if wrong:
-        parser.error(f"models {', '.join(wrong)} do not fit --dataset {args.dataset}; it takes "
-                     f"{', '.join(models_for(args.dataset))}")
+        parser.error(
+            f"models {', '.join(wrong)} do not fit --dataset {args.dataset}; it takes "
+            f"{', '.join(models_for(args.dataset))}"
+        )
     attack_inputs = args.attack_inputs or (CIFAR10_DEFAULTS["attack_inputs"] if cifar else 1000)
     train_limit = args.train_limit or (CIFAR10_DEFAULTS["train_limit"] if cifar else None)
 
@@ -70,8 +86,14 @@ def main(argv=None):
             sets, success = {"U_O": x_test}, {"U_O": ""}
             for set_name in args.sets or (CIFAR10_DEFAULTS["sets"] if cifar else SETS[1:]):
                 with Timer() as ts:
-                    copies = perturbed(network, x_test[:n_attack], y_test[:n_attack], PERTURBATIONS[set_name],
-                                       random_state=args.random_state, batch=100)
+                    copies = perturbed(
+                        network,
+                        x_test[:n_attack],
+                        y_test[:n_attack],
+                        PERTURBATIONS[set_name],
+                        random_state=args.random_state,
+                        batch=100,
+                    )
                 fooled = float((network.predict(copies) != y_test[:n_attack]).mean())
                 success[set_name] = f"{100 * fooled:.1f} % misclassified, {ts.seconds:.0f} s"
                 sets[set_name] = np.concatenate([x_test, copies])
@@ -82,10 +104,16 @@ def main(argv=None):
                 row.update({s: round(100 * analysis.coverage(sets[s]).score, 2) for s in names})
                 rows.append(row)
                 if name == "lenet5" and m == 6 and args.dataset == "mnist":
-                    rows.append({"model": "paper LeNet-5", "criterion": "IDC m=6",
-                                 **{s: PAPER_LENET5_M6.get(s, "") for s in names}})
+                    rows.append(
+                        {
+                            "model": "paper LeNet-5",
+                            "criterion": "IDC m=6",
+                            **{s: PAPER_LENET5_M6.get(s, "") for s in names},
+                        }
+                    )
             if args.criteria:
                 from idcgen.criteria import make_criterion, parse_criteria
+
                 for crit in [c for c in parse_criteria(args.criteria) if c != "idc"]:
                     criterion = make_criterion(crit).fit(network, x_train, y_train)
                     row = {"model": name, "criterion": crit.upper()}
@@ -93,10 +121,15 @@ def main(argv=None):
                     rows.append(row)
             rows.append({"model": name, "criterion": "attack success", **success})
     suffix = "" if args.dataset == "mnist" else "_" + args.dataset.replace("-", "_")
-    write_table(OUTPUTS / "rq3_adversarial", f"coverage{suffix}", rows, title="RQ3/RQ4: coverage (%) of U_O plus "
-                f"noise and adversarial inputs ({args.dataset})", command=command_line(),
-                notes=f"U_O = {len(x_test)} test inputs; each other set adds perturbed copies of the first "
-                      f"{n_attack}; analyses of {len(x_train)} training inputs. {t.seconds:.0f} s.")
+    write_table(
+        OUTPUTS / "rq3_adversarial",
+        f"coverage{suffix}",
+        rows,
+        title=f"RQ3/RQ4: coverage (%) of U_O plus noise and adversarial inputs ({args.dataset})",
+        command=command_line(),
+        notes=f"U_O = {len(x_test)} test inputs; each other set adds perturbed copies of the first "
+        f"{n_attack}; analyses of {len(x_train)} training inputs. {t.seconds:.0f} s.",
+    )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def run_model(name: str, args, x_train, y_train, x_test, y_test) -> list[dict]:
     from idcgen.analysis import analyze
     from idcgen.clusters import parse_cluster_range
     from idcgen.framework import Network
+
     network = Network(load_model(name, args.dataset))
     layers = args.layers or [layer for layer in LAYERS if layer in network.layer_names()]
     for layer in layers:
@@ -48,14 +49,27 @@ def run_model(name: str, args, x_train, y_train, x_test, y_test) -> list[dict]:
         for layer in tqdm(layers, desc="layers", leave=False):
             width = network.neuron_count(layer)
             m = min(args.m, width)
-            analysis = analyze(network, x_train, y_train, layer=layer, m=m, clusters=clusters,
-                               random_state=state, progress=False)
+            analysis = analyze(
+                network, x_train, y_train, layer=layer, m=m, clusters=clusters, random_state=state, progress=False
+            )
             original, grown = analysis.coverage(x_test), analysis.coverage(both)
-            rows.append({"model": name, "layer": layer, "repetition": r, "random_state": state,
-                         "neurons": width, "kind": "channels" if len(network.layer(layer).output.shape) > 2
-                         else "units", "m": m, "k": "/".join(str(c.k) for c in analysis.clusters),
-                         "combinations": analysis.total, "covered U_O": original.covered,
-                         "covered U_O+DI": grown.covered, "IDC U_O": original.score, "IDC U_O+DI": grown.score})
+            rows.append(
+                {
+                    "model": name,
+                    "layer": layer,
+                    "repetition": r,
+                    "random_state": state,
+                    "neurons": width,
+                    "kind": "channels" if len(network.layer(layer).output.shape) > 2 else "units",
+                    "m": m,
+                    "k": "/".join(str(c.k) for c in analysis.clusters),
+                    "combinations": analysis.total,
+                    "covered U_O": original.covered,
+                    "covered U_O+DI": grown.covered,
+                    "IDC U_O": original.score,
+                    "IDC U_O+DI": grown.score,
+                }
+            )
     return rows
 
 
@@ -67,43 +81,61 @@ def summarise(runs: list[dict]) -> list[dict]:
         first = mine[0]
         o = 100 * np.array([r["IDC U_O"] for r in mine])
         g = 100 * np.array([r["IDC U_O+DI"] for r in mine])
-        rows.append({"model": key[0], "layer": key[1], "neurons": f"{first['neurons']} {first['kind']}",
-                     "m": first["m"], "k per neuron": " ".join(dict.fromkeys(r["k"] for r in mine)),
-                     "|INCC|": " ".join(dict.fromkeys(str(r["combinations"]) for r in mine)),
-                     "IDC U_O %": mean_std(o), "IDC U_O+DI %": mean_std(g), "gap (points)": mean_std(g - o)})
+        rows.append(
+            {
+                "model": key[0],
+                "layer": key[1],
+                "neurons": f"{first['neurons']} {first['kind']}",
+                "m": first["m"],
+                "k per neuron": " ".join(dict.fromkeys(r["k"] for r in mine)),
+                "|INCC|": " ".join(dict.fromkeys(str(r["combinations"]) for r in mine)),
+                "IDC U_O %": mean_std(o),
+                "IDC U_O+DI %": mean_std(g),
+                "gap (points)": mean_std(g - o),
+            }
+        )
     return rows
 
 
 def notes(runs: list[dict], args, inputs: int) -> str:
-    lines = [f"U_O: {inputs} test inputs; DI: one relevant-pixel mutant of each. IDC in percent, mean ± std over "
-             f"{args.repetitions} repetitions (random_state {args.random_state}..{args.random_state + args.repetitions - 1}: "
-             f"k-means seeding and noise). Clusters per neuron chosen by silhouette from {args.clusters}; "
-             "'k per neuron' lists the choice of each important neuron (distinct choices across repetitions "
-             "separated by spaces). Conv neurons are channels (activation: spatial mean); when m is at least "
-             "the number of channels, every channel is 'important'.", "",
-             "A layer whose neurons get more clusters has more combinations (|INCC|) to cover, so IDC across "
-             "layers compares fractions of different totals (`--clusters 2` compares them at equal |INCC|). "
-             "The importance ranking does not depend on the "
-             "random_state, and 1-D k-means on the whole training set rarely does: the spread comes mostly "
-             "from the noise of DI.", "",
-             "Paper (Table 5): deeper layers give higher IDC and a larger gap between U_O and U_O+DI.", ""]
+    lines = [
+        f"U_O: {inputs} test inputs; DI: one relevant-pixel mutant of each. IDC in percent, mean ± std over "
+        f"{args.repetitions} repetitions (random_state {args.random_state}..{args.random_state + args.repetitions - 1}: "
+        f"k-means seeding and noise). Clusters per neuron chosen by silhouette from {args.clusters}; "
+        "'k per neuron' lists the choice of each important neuron (distinct choices across repetitions "
+        "separated by spaces). Conv neurons are channels (activation: spatial mean); when m is at least "
+        "the number of channels, every channel is 'important'.",
+        "",
+        "A layer whose neurons get more clusters has more combinations (|INCC|) to cover, so IDC across "
+        "layers compares fractions of different totals (`--clusters 2` compares them at equal |INCC|). "
+        "The importance ranking does not depend on the "
+        "random_state, and 1-D k-means on the whole training set rarely does: the spread comes mostly "
+        "from the noise of DI.",
+        "",
+        "Paper (Table 5): deeper layers give higher IDC and a larger gap between U_O and U_O+DI.",
+        "",
+    ]
     for name in dict.fromkeys(r["model"] for r in runs):
         layers = list(dict.fromkeys(r["layer"] for r in runs if r["model"] == name))
         idc = [np.mean([r["IDC U_O"] for r in runs if r["model"] == name and r["layer"] == layer]) for layer in layers]
-        gap = [np.mean([r["IDC U_O+DI"] - r["IDC U_O"] for r in runs if r["model"] == name and r["layer"] == layer])
-               for layer in layers]
+        gap = [
+            np.mean([r["IDC U_O+DI"] - r["IDC U_O"] for r in runs if r["model"] == name and r["layer"] == layer])
+            for layer in layers
+        ]
         deeper_idc = all(b >= a for a, b in zip(idc, idc[1:]))
         deeper_gap = all(b >= a for a, b in zip(gap, gap[1:]))
         lines.append(
             f"- {name}: IDC U_O by layer (shallow to deep) {', '.join(f'{100 * v:.1f}' for v in idc)} % -> "
             f"{'rises with depth, as in the paper' if deeper_idc else 'does not rise monotonically with depth'}; "
             f"gap {', '.join(f'{100 * v:.1f}' for v in gap)} points -> "
-            f"{'grows with depth, as in the paper' if deeper_gap else 'does not grow monotonically with depth'}.")
+            f"{'grows with depth, as in the paper' if deeper_gap else 'does not grow monotonically with depth'}."
+        )
     return "\n".join(lines)
 
 
 def plot(runs: list[dict], path) -> None:
     from idcgen.plots import pyplot
+
     plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in runs))
     fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
@@ -111,8 +143,14 @@ def plot(runs: list[dict], path) -> None:
         layers = list(dict.fromkeys(r["layer"] for r in runs if r["model"] == name))
         for key, label, marker in (("IDC U_O", "U_O", "o"), ("IDC U_O+DI", "U_O + DI", "s")):
             values = [[100 * r[key] for r in runs if r["model"] == name and r["layer"] == layer] for layer in layers]
-            ax.errorbar(np.arange(len(layers)), [np.mean(v) for v in values], capsize=3, marker=marker, label=label,
-                        yerr=[np.std(v, ddof=1) if len(v) > 1 else 0 for v in values])
+            ax.errorbar(
+                np.arange(len(layers)),
+                [np.mean(v) for v in values],
+                capsize=3,
+                marker=marker,
+                label=label,
+                yerr=[np.std(v, ddof=1) if len(v) > 1 else 0 for v in values],
+            )
         ax.set_xticks(np.arange(len(layers)), layers, rotation=15)
         ax.set_ylabel("IDC %")
         ax.set_ylim(0, 105)
@@ -127,12 +165,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["lenet5"], choices=MODELS)
     parser.add_argument("--dataset", default="mnist", choices=DATASETS)
-    parser.add_argument("--layers", nargs="+", default=None,
-                        help=f"hidden layers, shallow to deep (default: those of {', '.join(LAYERS)} the model has)")
+    parser.add_argument(
+        "--layers",
+        nargs="+",
+        default=None,
+        help=f"hidden layers, shallow to deep (default: those of {', '.join(LAYERS)} the model has)",
+    )
     parser.add_argument("--m", type=int, default=6, help="important neurons per layer (capped at the layer width)")
     parser.add_argument("--clusters", default="2-5", help="k values tried per neuron, e.g. 2-5 or 2,3,4")
-    parser.add_argument("--inputs", type=int, default=None,
-                        help="test inputs (U_O), drawn at random (default: all, the paper's size)")
+    parser.add_argument(
+        "--inputs", type=int, default=None, help="test inputs (U_O), drawn at random (default: all, the paper's size)"
+    )
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--random-state", type=int, default=0)
     args = parser.parse_args(argv)
@@ -154,10 +197,22 @@ def main(argv=None):
     folder = OUTPUTS / RECIPE
     tag = suffix(args.dataset)
     summary = summarise(runs)
-    write_table(folder, f"table5{tag}", summary, command=command_line(), notes=notes(runs, args, len(x_test)),
-                title=f"RQ5: IDC per layer, U_O vs U_O + relevant-pixel mutants ({args.dataset})")
-    write_table(folder, f"runs{tag}", runs, command=command_line(),
-                title=f"RQ5 per repetition ({args.dataset})", notes="IDC as a fraction in [0, 1].")
+    write_table(
+        folder,
+        f"table5{tag}",
+        summary,
+        command=command_line(),
+        notes=notes(runs, args, len(x_test)),
+        title=f"RQ5: IDC per layer, U_O vs U_O + relevant-pixel mutants ({args.dataset})",
+    )
+    write_table(
+        folder,
+        f"runs{tag}",
+        runs,
+        command=command_line(),
+        title=f"RQ5 per repetition ({args.dataset})",
+        notes="IDC as a fraction in [0, 1].",
+    )
     plot(runs, folder / f"idc_by_layer{tag}.png")
     return summary
 

@@ -43,22 +43,40 @@ def main(argv=None):
     network = Network(model)
     x_train, y_train = load_data("train", args.dataset)
     if args.limit_train:
-        x_train, y_train = x_train[:args.limit_train], y_train[:args.limit_train]
+        x_train, y_train = x_train[: args.limit_train], y_train[: args.limit_train]
     x_test, y_test = load_data("test", args.dataset)
     rng_order = __import__("numpy").random.default_rng(args.random_state).permutation(len(x_test))
-    seeds, rest = rng_order[:args.seeds], rng_order[args.seeds:]   # seeds never used for evaluation
+    seeds, rest = rng_order[: args.seeds], rng_order[args.seeds :]  # seeds never used for evaluation
     with Timer() as t:
         analysis = analyze(network, x_train, y_train, m=args.m, random_state=args.random_state)
         fuzzer = Fuzzer(analysis, mutators=parse_mutators(DEFAULT_MUTATORS), random_state=args.random_state)
         if (out / "campaign").exists():
             shutil.rmtree(out / "campaign")
-        campaign = fuzzer.start(x_test[seeds], y_test[seeds], out / "campaign", budget=args.budget,
-                                sources=Sources(model=args.model, seeds=f"{args.dataset} test, {args.seeds} random"))
+        campaign = fuzzer.start(
+            x_test[seeds],
+            y_test[seeds],
+            out / "campaign",
+            budget=args.budget,
+            sources=Sources(model=args.model, seeds=f"{args.dataset} test, {args.seeds} random"),
+        )
         fuzzer.run(campaign)
-        print(f"campaign: IDC {campaign.stats_rows()[0]['idc']:.1%} -> {campaign.tracker.score:.1%}, "
-              f"{int((campaign.corpus.parent >= 0).sum())} kept mutants, {campaign.n_findings} findings")
-        summary = harden(model, x_train, y_train, campaign, x_test[rest], y_test[rest], mode=args.mode,
-                         epochs=args.epochs, repeats=args.repeats, random_state=args.random_state, out=out)
+        print(
+            f"campaign: IDC {campaign.stats_rows()[0]['idc']:.1%} -> {campaign.tracker.score:.1%}, "
+            f"{int((campaign.corpus.parent >= 0).sum())} kept mutants, {campaign.n_findings} findings"
+        )
+        summary = harden(
+            model,
+            x_train,
+            y_train,
+            campaign,
+            x_test[rest],
+            y_test[rest],
+            mode=args.mode,
+            epochs=args.epochs,
+            repeats=args.repeats,
+            random_state=args.random_state,
+            out=out,
+        )
     md = (out / "harden.md").read_text()
     (out / "harden.md").write_text(md.replace("\n\n", f"\n\nCommand: `{command_line()}` ({t.seconds:.0f} s)\n\n", 1))
     print(format_table(summary))

@@ -19,15 +19,17 @@ from idcgen.framework import as_network  # noqa: E402
 from idcgen.framework.torch_zoo import LeNet5  # noqa: E402
 from torch_twins import TinyViT, randomise  # noqa: E402
 
-MODELS = {"torchvision-style ResNet-18": lambda: randomise(ResNet18()),
-          "torchvision-style MobileNetV2": lambda: randomise(MobileNetV2()),
-          "timm-style EfficientNet": lambda: randomise(EfficientNet()),
-          "timm-style ConvNeXt": lambda: randomise(ConvNeXt("timm")),
-          "HF-style ConvNeXt": lambda: randomise(ConvNeXt("hf")),
-          "Swin-style windows": lambda: Windows().eval(),
-          "HF-style mask + indices": lambda: randomise(Masked()),
-          "hand-written ViT (tests)": lambda: TinyViT().eval(),
-          "idcgen zoo LeNet-5": lambda: LeNet5().eval()}
+MODELS = {
+    "torchvision-style ResNet-18": lambda: randomise(ResNet18()),
+    "torchvision-style MobileNetV2": lambda: randomise(MobileNetV2()),
+    "timm-style EfficientNet": lambda: randomise(EfficientNet()),
+    "timm-style ConvNeXt": lambda: randomise(ConvNeXt("timm")),
+    "HF-style ConvNeXt": lambda: randomise(ConvNeXt("hf")),
+    "Swin-style windows": lambda: Windows().eval(),
+    "HF-style mask + indices": lambda: randomise(Masked()),
+    "hand-written ViT (tests)": lambda: TinyViT().eval(),
+    "idcgen zoo LeNet-5": lambda: LeNet5().eval(),
+}
 
 
 def first_line(error) -> str:
@@ -44,7 +46,7 @@ def row(name, make) -> str:
     try:
         network.forward(x, tuple(network.layer_names()))
         taps = "all tap"
-    except Exception as error:   # the table reports it
+    except Exception as error:  # the table reports it
         taps = "tap fails: " + first_line(error)
     try:
         network.relevance(subject[0])(x)
@@ -52,8 +54,10 @@ def row(name, make) -> str:
     except Exception as error:
         relevance = "fails: " + first_line(error)
     default = network.default_layer()
-    return (f"| {name} | {len(network.layer_names())} | {len(hidden)} | {len(subject)} | {default} "
-            f"({network.neuron_count(default)} neurons) | {taps} | {relevance} | {time.time() - start:.1f} s |")
+    return (
+        f"| {name} | {len(network.layer_names())} | {len(hidden)} | {len(subject)} | {default} "
+        f"({network.neuron_count(default)} neurons) | {taps} | {relevance} | {time.time() - start:.1f} s |"
+    )
 
 
 if __name__ == "__main__":

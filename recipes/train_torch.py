@@ -18,16 +18,20 @@ import argparse
 
 from kit import OUTPUTS, command_line, load_data, load_model, write_table
 
-SETTINGS = {"lenet5": {"dataset": "mnist", "epochs": 4, "lr": 2e-3, "augment": False},
-            "resnet18": {"dataset": "cifar10", "epochs": 8, "lr": 2e-3, "augment": True}}
+SETTINGS = {
+    "lenet5": {"dataset": "mnist", "epochs": 4, "lr": 2e-3, "augment": False},
+    "resnet18": {"dataset": "cifar10", "epochs": 8, "lr": 2e-3, "augment": True},
+}
 
 
-def train_one(name: str, *, epochs: int | None, width: int, minutes: float | None, limit: int | None,
-              twin: bool = False) -> dict:
+def train_one(
+    name: str, *, epochs: int | None, width: int, minutes: float | None, limit: int | None, twin: bool = False
+) -> dict:
     import torch
 
     from idcgen.framework.torch_load import save_torchscript
     from idcgen.framework.torch_zoo import MODELS, accuracy, export_program, from_keras, train
+
     settings = SETTINGS[name]
     dataset = settings["dataset"]
     x, y = load_data("train", dataset, limit)
@@ -40,17 +44,30 @@ def train_one(name: str, *, epochs: int | None, width: int, minutes: float | Non
         run = {"epochs": "twin of outputs/models/lenet5.keras", "seconds": 0.0}
     else:
         module = MODELS[name](input_shape=x.shape[1:], **({"width": width} if name == "resnet18" else {}))
-        run = train(module, x, y, epochs=epochs or settings["epochs"], lr=settings["lr"],
-                    augment=settings["augment"], minutes=minutes)
+        run = train(
+            module,
+            x,
+            y,
+            epochs=epochs or settings["epochs"],
+            lr=settings["lr"],
+            augment=settings["augment"],
+            minutes=minutes,
+        )
     folder = OUTPUTS / "models"
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{name}_{dataset}"
     export_program(module, folder / f"{stem}.pt2")
     save_torchscript(module, folder / f"{stem}.pt", input_shape=x.shape[1:])
     parameters = sum(p.numel() for p in module.parameters())
-    return {"model": stem, "parameters": parameters, "train inputs": len(x),
-            "test accuracy %": round(100 * accuracy(module, x_test, y_test), 2), "epochs": run["epochs"],
-            "seconds": run["seconds"], "file": f"outputs/models/{stem}.pt2"}
+    return {
+        "model": stem,
+        "parameters": parameters,
+        "train inputs": len(x),
+        "test accuracy %": round(100 * accuracy(module, x_test, y_test), 2),
+        "epochs": run["epochs"],
+        "seconds": run["seconds"],
+        "file": f"outputs/models/{stem}.pt2",
+    }
 
 
 def main(argv=None) -> None:
@@ -64,12 +81,20 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     rows = []
     for name in args.models:
-        rows.append(train_one(name, epochs=args.epochs, width=args.width, minutes=args.minutes, limit=args.limit,
-                              twin=args.twin))
+        rows.append(
+            train_one(
+                name, epochs=args.epochs, width=args.width, minutes=args.minutes, limit=args.limit, twin=args.twin
+            )
+        )
         print(rows[-1])
-        path = write_table(OUTPUTS / "train_torch", f"accuracy_{name}", rows[-1:], title="PyTorch subjects",
-                           notes="Test accuracy on the full test split; training time on this machine.",
-                           command=command_line())
+        path = write_table(
+            OUTPUTS / "train_torch",
+            f"accuracy_{name}",
+            rows[-1:],
+            title="PyTorch subjects",
+            notes="Test accuracy on the full test split; training time on this machine.",
+            command=command_line(),
+        )
     print(f"written to {path}")
 
 

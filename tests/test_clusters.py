@@ -38,7 +38,9 @@ def test_silhouette_hand_example():
     #   x=10: b = (10 +  9) / 2 =  9.5, s = 17/19
     #   x=11: b = (11 + 10) / 2 = 10.5, s = 19/21
     # mean = (19/21 + 17/19) / 2 = 359/399 = 0.899749...
-    assert silhouette_1d(np.array([0.0, 1.0, 10.0, 11.0]), np.array([0, 0, 1, 1])) == pytest.approx(359 / 399, abs=1e-15)
+    assert silhouette_1d(np.array([0.0, 1.0, 10.0, 11.0]), np.array([0, 0, 1, 1])) == pytest.approx(
+        359 / 399, abs=1e-15
+    )
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -49,8 +51,10 @@ def test_silhouette_matches_sklearn_random(seed, k):
     x = rng.normal(size=n) * rng.uniform(0.1, 50) + rng.uniform(-100, 100)
     labels = nearest_labels(x, rng.choice(x, size=k, replace=False))
     if len(np.unique(labels)) < 2:
-        pytest.skip(f"this draw put every point nearest one centre (n={n}, k={k}): the silhouette is "
-                    "undefined for one cluster, so there is nothing to compare")
+        pytest.skip(
+            f"this draw put every point nearest one centre (n={n}, k={k}): the silhouette is "
+            "undefined for one cluster, so there is nothing to compare"
+        )
     assert silhouette_1d(x, labels) == pytest.approx(sk_silhouette(x, labels), abs=1e-9)
 
 
@@ -189,7 +193,9 @@ def test_kmeans_k_equal_to_distinct_values_with_heavy_ties():
 
 def test_kmeans_parameter_errors():
     x = np.array([0.0, 0.0, 1.0])
-    with pytest.raises(ParameterError, match=r"'k' parameter of kmeans_1d must be at most the number of distinct values \(2\)"):
+    with pytest.raises(
+        ParameterError, match=r"'k' parameter of kmeans_1d must be at most the number of distinct values \(2\)"
+    ):
         kmeans_1d(x, 3, rng=np.random.default_rng(0))
     with pytest.raises(ParameterError, match=r"'k' parameter of kmeans_1d must be an int >= 1"):
         kmeans_1d(x, 0, rng=np.random.default_rng(0))
@@ -264,7 +270,9 @@ def test_cluster_neuron_nan_raises():
 
 @pytest.mark.parametrize("ks", [(), (1, 2), (2, 2.5), "2-5", (True, 3), 3])
 def test_cluster_neuron_bad_ks(ks):
-    with pytest.raises(ParameterError, match="The 'ks' parameter of cluster_neuron must be a non-empty sequence of ints >= 2"):
+    with pytest.raises(
+        ParameterError, match="The 'ks' parameter of cluster_neuron must be a non-empty sequence of ints >= 2"
+    ):
         cluster_neuron(np.arange(10.0), neuron=0, ks=ks, rng=np.random.default_rng(0))
 
 
@@ -476,14 +484,42 @@ def test_cli_cluster_method(relu_mlp, tmp_path):
     _, path, x, y = relu_mlp
     np.savez(tmp_path / "train.npz", x=(x[..., 0] * 255).round().astype(np.uint8), y=y)
     out = tmp_path / "za"
-    result = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "train.npz"),
-                                      "--layer", "fc", "--m", "4", "--cluster-method", "zero-aware", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "analyze",
+            "--model",
+            str(path),
+            "--train",
+            str(tmp_path / "train.npz"),
+            "--layer",
+            "fc",
+            "--m",
+            "4",
+            "--cluster-method",
+            "zero-aware",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "analysis.json").read_text())
     assert meta["config"]["cluster_method"] == "zero-aware"
     assert any("zero cluster for" in (c["note"] or "") for c in meta["clusters"])
-    bad = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "train.npz"),
-                                   "--cluster-method", "zeros", "--out", str(tmp_path / "bad")])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "analyze",
+            "--model",
+            str(path),
+            "--train",
+            str(tmp_path / "train.npz"),
+            "--cluster-method",
+            "zeros",
+            "--out",
+            str(tmp_path / "bad"),
+        ],
+    )
     assert bad.exit_code == 1
     assert "error: The cluster method must be one of silhouette, zero-aware" in bad.output
 
@@ -497,7 +533,9 @@ def test_find_analysis_by_cluster_method(relu_mlp, tmp_path):
     model, _, x, y = relu_mlp
     network = Network(model)
     analyze(network, x[:400], y[:400], layer="fc", m=3, progress=False).save(tmp_path / "paper")
-    analyze(network, x[:400], y[:400], layer="fc", m=3, cluster_method="zero-aware", progress=False).save(tmp_path / "za")
+    analyze(network, x[:400], y[:400], layer="fc", m=3, cluster_method="zero-aware", progress=False).save(
+        tmp_path / "za"
+    )
     os.utime(tmp_path / "paper" / "analysis.json", (1e9, 1e9))  # the zero-aware one is the newest
     newest, where, _ = find_analysis(network, [tmp_path])
     assert where.name == "za"

@@ -31,6 +31,7 @@ def _train(model, x, y, epochs=2):
 def raw_digits():
     """Embedded MNIST as uint8 (n, 28, 28) with labels: train (4,000) and test (1,000)."""
     from idcgen.data import embedded_mnist
+
     return embedded_mnist("train") + embedded_mnist("test")
 
 
@@ -38,12 +39,20 @@ def raw_digits():
 def rescaling_model(raw_digits, tmp_path_factory):
     """A CNN that starts with Rescaling(1/255) and takes 0..255, trained 2 epochs: (model, path)."""
     import keras
+
     keras.utils.set_random_seed(0)
     L = keras.layers
-    model = keras.Sequential([keras.Input((28, 28, 1)), L.Rescaling(1 / 255, name="scale"),
-                              L.Conv2D(4, 3, activation="relu", name="conv"), L.MaxPooling2D(2, name="pool"),
-                              L.Flatten(name="flat"), L.Dense(16, activation="relu", name="fc"),
-                              L.Dense(10, activation="softmax", name="out")])
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            L.Rescaling(1 / 255, name="scale"),
+            L.Conv2D(4, 3, activation="relu", name="conv"),
+            L.MaxPooling2D(2, name="pool"),
+            L.Flatten(name="flat"),
+            L.Dense(16, activation="relu", name="fc"),
+            L.Dense(10, activation="softmax", name="out"),
+        ]
+    )
     x_train, y_train = raw_digits[0], raw_digits[1]
     _train(model, x_train[..., None].astype(np.float32), y_train)
     path = tmp_path_factory.mktemp("rescaling") / "rescaling.keras"
@@ -63,6 +72,7 @@ def data_files(raw_digits, tmp_path_factory):
 # ---- parsing and reading the model ----------------------------------------------------------------
 def test_range_read_from_a_leading_rescaling_layer_also_nested():
     import keras
+
     L = keras.layers
 
     def model(*first):
@@ -71,34 +81,40 @@ def test_range_read_from_a_leading_rescaling_layer_also_nested():
     assert from_model(model(L.Rescaling(1 / 255))).value_range == (0.0, 255.0)
     assert from_model(model(L.Rescaling(1 / 127.5, offset=-1))).value_range == (0.0, 255.0)
     assert from_model(model()).value_range == (0.0, 1.0)
-    assert from_model(model(L.Rescaling(2.0))).value_range == (0.0, 1.0)      # not a 0..255 -> unit map
+    assert from_model(model(L.Rescaling(2.0))).value_range == (0.0, 1.0)  # not a 0..255 -> unit map
     inner = model(L.Rescaling(1 / 255, name="inner_scale"))
     outer = keras.Sequential([keras.Input((8, 8, 3)), inner])
     found = from_model(outer)
     assert found.value_range == (0.0, 255.0) and "inner_scale" in found.source
 
 
-@pytest.mark.parametrize("spec, mean, std, bgr", [
-    ("tf", (127.5,), (127.5,), False),
-    ("imagenet-torch", tuple(TORCH_MEAN * 255), tuple(TORCH_STD * 255), False),
-    ("imagenet-caffe", (103.939, 116.779, 123.68), (1.0, 1.0, 1.0), True),
-    ("mean=0.1307,std=0.3081", (0.1307,), (0.3081,), False),
-    ("mean=0.485,0.456,0.406,std=0.229,0.224,0.225", tuple(TORCH_MEAN), tuple(TORCH_STD), False),
-    ("mean=[1, 2], std=[3, 4]", (1.0, 2.0), (3.0, 4.0), False),
-])
+@pytest.mark.parametrize(
+    "spec, mean, std, bgr",
+    [
+        ("tf", (127.5,), (127.5,), False),
+        ("imagenet-torch", tuple(TORCH_MEAN * 255), tuple(TORCH_STD * 255), False),
+        ("imagenet-caffe", (103.939, 116.779, 123.68), (1.0, 1.0, 1.0), True),
+        ("mean=0.1307,std=0.3081", (0.1307,), (0.3081,), False),
+        ("mean=0.485,0.456,0.406,std=0.229,0.224,0.225", tuple(TORCH_MEAN), tuple(TORCH_STD), False),
+        ("mean=[1, 2], std=[3, 4]", (1.0, 2.0), (3.0, 4.0), False),
+    ],
+)
 def test_parse_preprocess(spec, mean, std, bgr):
     pre = parse_preprocess(spec)
     assert np.allclose(pre.mean, mean) and np.allclose(pre.std, std) and pre.bgr == bgr
     assert parse_preprocess(pre.spec) == pre  # the canonical spec round-trips
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("caffe", "unknown --preprocess 'caffe'; expected one of imagenet-caffe"),
-    ("mean=0.5", "unknown --preprocess"),
-    ("mean=0.5,std=0", "std must be > 0"),
-    ("mean=x,std=1", "mean must be numbers"),
-    ("mean=1,2,std=1,2,3", "2 mean values but 3 std values"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("caffe", "unknown --preprocess 'caffe'; expected one of imagenet-caffe"),
+        ("mean=0.5", "unknown --preprocess"),
+        ("mean=0.5,std=0", "std must be > 0"),
+        ("mean=x,std=1", "mean must be numbers"),
+        ("mean=1,2,std=1,2,3", "2 mean values but 3 std values"),
+    ],
+)
 def test_bad_preprocess_specs(spec, message):
     with pytest.raises(ParameterError, match=message):
         parse_preprocess(spec)
@@ -119,13 +135,14 @@ def test_infer_image_shape():
     assert infer_image_shape((28, 28)) == (28, 28, 1)
     assert infer_image_shape((784,)) == (28, 28, 1)
     assert infer_image_shape((3072,)) == (32, 32, 3)
-    assert infer_image_shape((200,), item_shape=(10, 20)) == (10, 20, 1)    # the data's own shape wins
+    assert infer_image_shape((200,), item_shape=(10, 20)) == (10, 20, 1)  # the data's own shape wins
     with pytest.raises(ParameterError, match="--image-shape H,W,C"):
         infer_image_shape((10,))
 
 
 def test_preprocess_conflicts_are_refused(rescaling_model):
     import keras
+
     plain = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
     with pytest.raises(ParameterError, match="takes images in \\[0, 255\\]; --value-range 0,1 contradicts it"):
         prepare(plain, preprocess="tf", value_range="0,1")
@@ -137,21 +154,31 @@ def test_preprocess_conflicts_are_refused(rescaling_model):
 
 
 # ---- preprocessing between image and model --------------------------------------------------------
-@pytest.mark.parametrize("spec, by_hand", [
-    ("tf", lambda x: x / 127.5 - 1.0),
-    ("imagenet-torch", lambda x: (x / 255.0 - TORCH_MEAN) / TORCH_STD),
-    ("imagenet-caffe", lambda x: x[..., ::-1] - np.array([103.939, 116.779, 123.68])),
-    ("mean=0.485,0.456,0.406,std=0.229,0.224,0.225", lambda x: (x / 255.0 - TORCH_MEAN) / TORCH_STD),
-])
+@pytest.mark.parametrize(
+    "spec, by_hand",
+    [
+        ("tf", lambda x: x / 127.5 - 1.0),
+        ("imagenet-torch", lambda x: (x / 255.0 - TORCH_MEAN) / TORCH_STD),
+        ("imagenet-caffe", lambda x: x[..., ::-1] - np.array([103.939, 116.779, 123.68])),
+        ("mean=0.485,0.456,0.406,std=0.229,0.224,0.225", lambda x: (x / 255.0 - TORCH_MEAN) / TORCH_STD),
+    ],
+)
 def test_preprocess_wrapper_equals_the_arithmetic_by_hand(spec, by_hand):
     import keras
 
     from idcgen.framework import Network
+
     keras.utils.set_random_seed(1)
     L = keras.layers
-    raw = keras.Sequential([keras.Input((6, 6, 3)), L.Conv2D(4, 3, activation="relu", name="conv"),
-                            L.Flatten(name="flat"), L.Dense(5, activation="relu", name="fc"),
-                            L.Dense(3, activation="softmax", name="out")])
+    raw = keras.Sequential(
+        [
+            keras.Input((6, 6, 3)),
+            L.Conv2D(4, 3, activation="relu", name="conv"),
+            L.Flatten(name="flat"),
+            L.Dense(5, activation="relu", name="fc"),
+            L.Dense(3, activation="softmax", name="out"),
+        ]
+    )
     x = np.random.default_rng(0).uniform(0, 255, (7, 6, 6, 3)).astype(np.float32)
     if spec.startswith("mean="):  # mean/std apply in the images' own range: give them in [0, 1]
         x = x / 255.0
@@ -172,11 +199,12 @@ def test_preprocess_wrapper_equals_the_arithmetic_by_hand(spec, by_hand):
 def test_rescaling_model_is_analysed_measured_and_fuzzed_in_0_255(rescaling_model, raw_digits, tmp_path):
     import idcgen
     from idcgen.data import load_for_model
+
     model, _ = rescaling_model
     convention = from_model(model)
     assert convention.value_range == (0.0, 255.0)
     train, x_train = load_for_model("embedded-mnist:train", (28, 28, 1), value_range=convention.value_range, limit=1000)
-    assert x_train.max() == 255.0 and "kept in 0..255" in train.scaling   # uint8 not divided by 255
+    assert x_train.max() == 255.0 and "kept in 0..255" in train.scaling  # uint8 not divided by 255
     analysis = idcgen.analyze(model, x_train, train.y, layer="fc", m=4, clusters=(2, 3), progress=False)
     assert analysis.convention.value_range == (0.0, 255.0) and analysis.observed_range == (0.0, 255.0)
     assert analysis.data["accuracy"] > 0.7 and not analysis.warnings
@@ -209,6 +237,7 @@ def test_rescaling_model_is_analysed_measured_and_fuzzed_in_0_255(rescaling_mode
 def test_double_scaling_warns(rescaling_model, data_files, tmp_path):
     import idcgen
     from idcgen.data import load_for_model
+
     model, path = rescaling_model
     ds, x = load_for_model(data_files / "train.npz", (28, 28, 1), scale="255", value_range=(0.0, 255.0))
     analysis = idcgen.analyze(model, x, ds.y, layer="fc", m=3, clusters=(2,), progress=False)
@@ -216,16 +245,46 @@ def test_double_scaling_warns(rescaling_model, data_files, tmp_path):
     assert len(analysis.warnings) == 1 and "scaled twice or not at all" in analysis.warnings[0]
     assert analysis.warnings[0] in analysis.notes
     out = tmp_path / "a"
-    result = invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--scale", "255", "--layer", "fc",
-                    "--m", 3, "--clusters", "2", "--out", out)
+    result = invoke(
+        "analyze",
+        "--model",
+        path,
+        "--train",
+        data_files / "train.npz",
+        "--scale",
+        "255",
+        "--layer",
+        "fc",
+        "--m",
+        3,
+        "--clusters",
+        "2",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     assert "warning: the model classifies" in result.output and "near chance" in result.output
     assert json.loads((out / "analysis.json").read_text())["warnings"]
     # the default scale keeps 0..255 for this model: no warning, and the accuracy of a trained model
-    result = invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--layer", "fc",
-                    "--m", 3, "--clusters", "2", "--out", tmp_path / "b")
+    result = invoke(
+        "analyze",
+        "--model",
+        path,
+        "--train",
+        data_files / "train.npz",
+        "--layer",
+        "fc",
+        "--m",
+        3,
+        "--clusters",
+        "2",
+        "--out",
+        tmp_path / "b",
+    )
     assert result.exit_code == 0, result.output
-    assert "warning" not in result.output and "images in [0, 255] (read from the model's Rescaling layer" in result.output
+    assert (
+        "warning" not in result.output and "images in [0, 255] (read from the model's Rescaling layer" in result.output
+    )
     meta = json.loads((tmp_path / "b" / "analysis.json").read_text())
     assert meta["data"]["accuracy"] > 0.7 and meta["config"]["input_convention"]["value_range"] == [0, 255]
 
@@ -233,19 +292,39 @@ def test_double_scaling_warns(rescaling_model, data_files, tmp_path):
 def test_coverage_refuses_inputs_on_another_scale(rescaling_model, data_files, tmp_path):
     model, path = rescaling_model
     out = tmp_path / "a"
-    assert invoke("analyze", "--model", path, "--train", data_files / "train.npz", "--layer", "fc", "--m", 3,
-                  "--clusters", "2", "--out", out).exit_code == 0
-    result = invoke("coverage", "--analysis", out, "--model", path, "--inputs", data_files / "test.npz", "--scale", "255")
+    assert (
+        invoke(
+            "analyze",
+            "--model",
+            path,
+            "--train",
+            data_files / "train.npz",
+            "--layer",
+            "fc",
+            "--m",
+            3,
+            "--clusters",
+            "2",
+            "--out",
+            out,
+        ).exit_code
+        == 0
+    )
+    result = invoke(
+        "coverage", "--analysis", out, "--model", path, "--inputs", data_files / "test.npz", "--scale", "255"
+    )
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the inputs span [0, 1]") and "--scale" in lines[0]
     assert invoke("coverage", "--analysis", out, "--model", path, "--inputs", data_files / "test.npz").exit_code == 0
-    result = invoke("coverage", "--analysis", out, "--model", path, "--inputs", data_files / "test.npz",
-                    "--value-range", "0,1")
+    result = invoke(
+        "coverage", "--analysis", out, "--model", path, "--inputs", data_files / "test.npz", "--value-range", "0,1"
+    )
     assert result.exit_code == 1 and "differs from the analysis' [0, 255]" in result.output
 
     from idcgen.analysis import Analysis
     from idcgen.framework import load_model
+
     analysis = Analysis.load(out, model=load_model(path))
     test = np.load(data_files / "test.npz")["x"][..., None].astype(np.float32)
     with pytest.raises(InputError, match=r"scaled differently; load them with the analysis' scale"):
@@ -254,11 +333,14 @@ def test_coverage_refuses_inputs_on_another_scale(rescaling_model, data_files, t
 
 def test_coverage_refuses_0_255_inputs_against_a_unit_range_analysis(trained_lenet, digits):
     import idcgen
+
     model, _ = trained_lenet
     x_train, y_train, x_test, _ = digits
     analysis = idcgen.analyze(model, x_train[:500], y_train[:500], m=3, clusters=(2,), progress=False)
     assert analysis.convention.value_range == (0.0, 1.0)
-    with pytest.raises(InputError, match=r"span \[0, 255\] but the analysis takes images in \[0, 1\]; divide them by 255"):
+    with pytest.raises(
+        InputError, match=r"span \[0, 255\] but the analysis takes images in \[0, 1\]; divide them by 255"
+    ):
         analysis.coverage(x_test * 255)
 
 
@@ -268,16 +350,25 @@ def test_layers_prints_what_the_model_expects(rescaling_model, trained_lenet):
     assert "expects: images in [0, 255]" in result.output
     assert "preprocessing layers: Rescaling 'scale' (scale=0.00392" in result.output
     result = invoke("layers", "--model", trained_lenet[1])
-    assert "expects: images in [0, 1] (default [0, 1])" in result.output and "preprocessing layers: none" in result.output
+    assert (
+        "expects: images in [0, 1] (default [0, 1])" in result.output and "preprocessing layers: none" in result.output
+    )
 
 
 def test_cli_preprocess_analyses_a_model_trained_on_normalised_inputs(raw_digits, data_files, tmp_path):
     import keras
+
     keras.utils.set_random_seed(0)
     L = keras.layers
-    model = keras.Sequential([keras.Input((28, 28, 1)), L.Flatten(), L.Dense(16, activation="relu", name="fc"),
-                              L.Dense(10, activation="softmax", name="out")])
-    x = raw_digits[0][..., None].astype(np.float32) / 127.5 - 1.0      # what `tf` computes, by hand
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            L.Flatten(),
+            L.Dense(16, activation="relu", name="fc"),
+            L.Dense(10, activation="softmax", name="out"),
+        ]
+    )
+    x = raw_digits[0][..., None].astype(np.float32) / 127.5 - 1.0  # what `tf` computes, by hand
     _train(model, x, raw_digits[1])
     model.save(tmp_path / "m.keras")
     common = ["--model", tmp_path / "m.keras", "--train", data_files / "train.npz", "--m", 3, "--clusters", "2"]
@@ -287,15 +378,33 @@ def test_cli_preprocess_analyses_a_model_trained_on_normalised_inputs(raw_digits
     assert meta["config"]["input_convention"]["preprocess"] == "tf" and meta["data"]["accuracy"] > 0.7
     assert meta["data"]["observed_range"] == [0, 255]
     # coverage takes the preprocessing from the analysis; the same inputs unpreprocessed measure otherwise
-    result = invoke("coverage", "--analysis", tmp_path / "a", "--model", tmp_path / "m.keras",
-                    "--inputs", data_files / "test.npz", "--json")
+    result = invoke(
+        "coverage",
+        "--analysis",
+        tmp_path / "a",
+        "--model",
+        tmp_path / "m.keras",
+        "--inputs",
+        data_files / "test.npz",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     from idcgen.analysis import Analysis
+
     analysis = Analysis.load(tmp_path / "a", model=keras.models.load_model(tmp_path / "m.keras"))
     test = np.load(data_files / "test.npz")["x"][..., None].astype(np.float32)
     assert json.loads(result.output.strip().splitlines()[-1])["covered"] == analysis.coverage(test).covered
-    result = invoke("coverage", "--analysis", tmp_path / "a", "--model", tmp_path / "m.keras",
-                    "--inputs", data_files / "test.npz", "--preprocess", "imagenet-torch")
+    result = invoke(
+        "coverage",
+        "--analysis",
+        tmp_path / "a",
+        "--model",
+        tmp_path / "m.keras",
+        "--inputs",
+        data_files / "test.npz",
+        "--preprocess",
+        "imagenet-torch",
+    )
     assert result.exit_code == 1 and "differs from the analysis' (tf)" in result.output
 
 
@@ -304,10 +413,12 @@ def test_flat_784_model_is_fuzzed_as_images(raw_digits, tmp_path):
     import keras
 
     import idcgen
+
     keras.utils.set_random_seed(0)
     L = keras.layers
-    model = keras.Sequential([keras.Input((784,)), L.Dense(32, activation="relu", name="fc"),
-                              L.Dense(10, activation="softmax", name="out")])
+    model = keras.Sequential(
+        [keras.Input((784,)), L.Dense(32, activation="relu", name="fc"), L.Dense(10, activation="softmax", name="out")]
+    )
     x_train = raw_digits[0].reshape(-1, 784).astype(np.float32) / 255
     _train(model, x_train, raw_digits[1])
     analysis = idcgen.analyze(model, x_train[:1000], raw_digits[1][:1000], m=4, clusters=(2, 3), progress=False)
@@ -325,16 +436,43 @@ def test_flat_784_model_is_fuzzed_as_images(raw_digits, tmp_path):
 
 def test_cli_fuzzes_a_28x28_model_without_channel_axis(raw_digits, data_files, tmp_path, monkeypatch):
     import keras
+
     keras.utils.set_random_seed(0)
     L = keras.layers
-    model = keras.Sequential([keras.Input((28, 28)), L.Flatten(name="flat"), L.Dense(32, activation="relu", name="fc"),
-                              L.Dense(10, activation="softmax", name="out")])
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28)),
+            L.Flatten(name="flat"),
+            L.Dense(32, activation="relu", name="fc"),
+            L.Dense(10, activation="softmax", name="out"),
+        ]
+    )
     _train(model, raw_digits[0].astype(np.float32) / 255, raw_digits[1])
     model.save(tmp_path / "m.keras")
     monkeypatch.chdir(tmp_path)
-    result = invoke("fuzz", "--model", tmp_path / "m.keras", "--seeds", data_files / "test.npz", "--limit", 40,
-                    "--train", data_files / "train.npz", "--m", 3, "--clusters", "2", "--mutators", "gauss,shift",
-                    "--budget", 200, "--batch-size", 32, "--out", tmp_path / "c")
+    result = invoke(
+        "fuzz",
+        "--model",
+        tmp_path / "m.keras",
+        "--seeds",
+        data_files / "test.npz",
+        "--limit",
+        40,
+        "--train",
+        data_files / "train.npz",
+        "--m",
+        3,
+        "--clusters",
+        "2",
+        "--mutators",
+        "gauss,shift",
+        "--budget",
+        200,
+        "--batch-size",
+        32,
+        "--out",
+        tmp_path / "c",
+    )
     assert result.exit_code == 0, result.output
     with np.load(tmp_path / "c" / "exports" / "grown.npz") as grown:
         assert grown["x"].shape[1:] == (28, 28, 1) and len(grown["x"]) > 40
@@ -348,19 +486,28 @@ def test_image_shape_must_hold_the_models_values(raw_digits):
     import keras
 
     import idcgen
-    model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(4, activation="relu", name="fc"),
-                              keras.layers.Dense(10, activation="softmax", name="out")])
+
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(4, activation="relu", name="fc"),
+            keras.layers.Dense(10, activation="softmax", name="out"),
+        ]
+    )
     analysis = idcgen.analyze(model, raw_digits[0][:50].reshape(-1, 784) / 255, m=2, clusters=(2,), progress=False)
-    with pytest.raises(ParameterError, match=r"image shape \(27, 28, 1\) holds 756 values but the model takes \(784,\)"):
+    with pytest.raises(
+        ParameterError, match=r"image shape \(27, 28, 1\) holds 756 values but the model takes \(784,\)"
+    ):
         idcgen.Fuzzer(analysis, mutators=["gauss"], image_shape="27,28,1")
 
 
 # ---- resizing image folders -----------------------------------------------------------------------
 def test_resize_image_folder(tmp_path):
     from idcgen.data import load_inputs
+
     rng = np.random.default_rng(0)
     originals = []
-    for label, size in (("a", (40, 30)), ("b", (50, 20))):   # PIL sizes are (width, height)
+    for label, size in (("a", (40, 30)), ("b", (50, 20))):  # PIL sizes are (width, height)
         (tmp_path / label).mkdir()
         image = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
         image.save(tmp_path / label / "0.png")
@@ -384,13 +531,14 @@ def test_cli_resize(tmp_path, trained_lenet):
     for i in range(3):
         Image.fromarray(rng.integers(0, 256, (60, 40), dtype=np.uint8)).save(tmp_path / f"{i}.png")
     result = invoke("coverage", "--model", trained_lenet[1], "--inputs", tmp_path, "--criteria", "nc")
-    assert result.exit_code == 0, result.output     # a folder's images are resized to the model's input, said
+    assert result.exit_code == 0, result.output  # a folder's images are resized to the model's input, said
     assert "3 of 3 images resized to 28x28 (HxW, PIL bilinear); --resize HxW chooses the size" in result.output
-    np.save(tmp_path / "arrays.npy", rng.random((3, 60, 40, 1)).astype(np.float32))   # arrays are not resized
+    np.save(tmp_path / "arrays.npy", rng.random((3, 60, 40, 1)).astype(np.float32))  # arrays are not resized
     result = invoke("coverage", "--model", trained_lenet[1], "--inputs", tmp_path / "arrays.npy", "--criteria", "nc")
     assert result.exit_code == 1 and "spatial size differs (60x40 vs 28x28)" in result.output
-    result = invoke("coverage", "--model", trained_lenet[1], "--inputs", tmp_path, "--criteria", "nc",
-                    "--resize", "28x28", "--json")
+    result = invoke(
+        "coverage", "--model", trained_lenet[1], "--inputs", tmp_path, "--criteria", "nc", "--resize", "28x28", "--json"
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.strip().splitlines()[-1])["inputs"] == 3
 

@@ -194,7 +194,9 @@ def test_tracker_rejects_bad_ids_and_parameters():
     with pytest.raises(InputError, match="must be integers"):
         tracker.update(np.array([1.0, 2.0]))
     assert tracker.covered == 0  # a rejected batch changes nothing
-    with pytest.raises(ParameterError, match=r"'total' parameter of CoverageTracker must be an int in the range \[1, 2\*\*62\]"):
+    with pytest.raises(
+        ParameterError, match=r"'total' parameter of CoverageTracker must be an int in the range \[1, 2\*\*62\]"
+    ):
         CoverageTracker(0)
     with pytest.raises(ParameterError, match="'backend' parameter"):
         CoverageTracker(10, backend="dict")

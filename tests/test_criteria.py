@@ -30,6 +30,7 @@ from idcgen.errors import InputError, LayerError, ParameterError
 def _dense_model(n_in, w1, b1, w2, b2):
     """Input(n_in) -> Dense(relu) "h" -> Dense(2) "logits" -> Activation softmax."""
     import keras
+
     inputs = keras.Input((n_in,))
     h = keras.layers.Dense(len(b1), activation="relu", name="h")(inputs)
     z = keras.layers.Dense(2, name="logits")(h)
@@ -43,6 +44,7 @@ def _dense_model(n_in, w1, b1, w2, b2):
 def hand_net():
     """h = (relu(x0), relu(x1), relu(x0 - x1))."""
     from idcgen.framework import Network
+
     return Network(_dense_model(2, [[1, 0, 1], [0, 1, -1]], [0, 0, 0], [[1, 0], [0, 1], [0, 0]], [0, 0]))
 
 
@@ -50,17 +52,21 @@ def hand_net():
 def sa_net():
     """h = x + 10 (for x > -10); predicted class 0 when x0 > 0, else 1."""
     from idcgen.framework import Network
+
     return Network(_dense_model(3, np.eye(3), [10, 10, 10], [[1, -1], [0, 0], [0, 0]], [-10, 10]))
 
 
 # training activations of hand_net: h0 in [0, 4], h1 in [2, 6], h2 always 0 (a constant neuron)
 X_TRAIN = np.array([[0, 2], [4, 6], [2, 3], [3, 4]], np.float32)
-X_TEST = np.array([
-    [0, 2],     # h = (0, 2, 0)      all at their training minimum
-    [4, 6],     # h = (4, 6, 0)      h0, h1 at their training maximum
-    [2.5, 1],   # h = (2.5, 1, 1.5)  h1 below its minimum, h2 above its maximum
-    [-1, 7],    # h = (0, 7, 0)      h1 above its maximum
-], np.float32)
+X_TEST = np.array(
+    [
+        [0, 2],  # h = (0, 2, 0)      all at their training minimum
+        [4, 6],  # h = (4, 6, 0)      h0, h1 at their training maximum
+        [2.5, 1],  # h = (2.5, 1, 1.5)  h1 below its minimum, h2 above its maximum
+        [-1, 7],  # h = (0, 7, 0)      h1 above its maximum
+    ],
+    np.float32,
+)
 
 
 def fitted(cls, net, **params):
@@ -74,6 +80,7 @@ def test_default_neuron_layers_take_the_relu_output_of_weighted_layers(hand_net)
     import keras
 
     from idcgen.framework import Network
+
     assert default_neuron_layers(hand_net) == ["h"]
     assert default_neuron_layers(Network(small_cnn())) == ["conv1", "conv2", "fc"]
     L = keras.layers
@@ -115,6 +122,7 @@ def _conv_net():
     import keras
 
     from idcgen.framework import Network
+
     L = keras.layers
     inputs = keras.Input((2, 2, 1))
     x = L.Conv2D(2, 1, name="conv")(inputs)
@@ -139,8 +147,9 @@ def test_nc_scales_the_feature_maps_by_hand():
     assert nc.forward_layers() == ("conv", "fc", "conv@range")
     # feature maps scaled over the layer, then channel means: A (0.5, 0.583), B (0.25, 0.375), C (1, 0);
     # fc scaled: A (0, 1, 0), B (1, 0, 0), C (1, 1, 0); neurons: conv 0-1, fc 2-4
-    np.testing.assert_array_equal(nc.features(net, X_CONV), [[-1, -1, -1, 3, -1], [-1, -1, 2, -1, -1],
-                                                             [0, -1, 2, 3, -1]])
+    np.testing.assert_array_equal(
+        nc.features(net, X_CONV), [[-1, -1, -1, 3, -1], [-1, -1, 2, -1, -1], [0, -1, 2, 3, -1]]
+    )
     assert nc.coverage(net, X_CONV).covered == 3
     # at 0.55 the 0.583 of A's channel 1 counts, the 0.5 of its channel 0 does not (strictly above)
     nc55 = NeuronCoverage(layers=["conv"], threshold=0.55).fit(net, X_CONV)
@@ -157,16 +166,19 @@ def test_nc_channel_means_variant_by_hand():
     nc = NeuronCoverage(layers=["conv", "fc"], scaling="channel-means").fit(net, X_CONV)
     assert nc.forward_layers() == ("conv", "fc")
     # channel means scaled among themselves: A (0, 1), B (0, 1), C (1, 0); fc as before
-    np.testing.assert_array_equal(nc.features(net, X_CONV), [[-1, 1, -1, 3, -1], [-1, 1, 2, -1, -1],
-                                                             [0, -1, 2, 3, -1]])
+    np.testing.assert_array_equal(nc.features(net, X_CONV), [[-1, 1, -1, 3, -1], [-1, 1, 2, -1, -1], [0, -1, 2, 3, -1]])
     assert nc.coverage(net, X_CONV).covered == 4
     assert make_criterion("nc:scaling=channel-means:threshold=0.5").get_params() == {
-        "threshold": 0.5, "layers": None, "scaling": "channel-means"}
+        "threshold": 0.5,
+        "layers": None,
+        "scaling": "channel-means",
+    }
 
 
 def test_nc_equals_scaling_whole_feature_maps(cnn_data):
     """Against a direct computation: each input's full layer output scaled to [0, 1], then channel means."""
     import keras
+
     net, _, x = cnn_data
     layers = ["conv1", "conv2", "fc"]
     model = keras.Model(net.model.inputs, [net.model.get_layer(n).output for n in layers])
@@ -198,8 +210,9 @@ def test_kmnc_by_hand(hand_net):
     assert (result.covered, result.total, result.score) == (6, 12, 0.5)
     assert str(result) == "KMNC 50.0 % (6 of 12 sections)"
     # inside values one section per neuron; h0 = 1.99 is section 1, exactly 2.0 is section 2
-    np.testing.assert_array_equal(kmnc.features(hand_net, np.array([[1.99, 5.5], [2.0, 2.5]], np.float32)),
-                                  [[1, 7, 8], [2, 4, 8]])
+    np.testing.assert_array_equal(
+        kmnc.features(hand_net, np.array([[1.99, 5.5], [2.0, 2.5]], np.float32)), [[1, 7, 8], [2, 4, 8]]
+    )
     assert fitted(KMultisectionCoverage, hand_net, k=1).coverage(hand_net, X_TEST).covered == 3
 
 
@@ -212,8 +225,9 @@ def test_nbc_and_snac_by_hand(hand_net):
     np.testing.assert_array_equal(tracker.update(features), [False, False, True, True])
     assert (tracker.covered, tracker.total) == (3, 6)  # values at the bounds are no corner
     snac = fitted(StrongNeuronActivationCoverage, hand_net)
-    np.testing.assert_array_equal(snac.features(hand_net, X_TEST),
-                                  [[-1, -1, -1], [-1, -1, -1], [-1, -1, 2], [-1, 1, -1]])
+    np.testing.assert_array_equal(
+        snac.features(hand_net, X_TEST), [[-1, -1, -1], [-1, -1, -1], [-1, -1, 2], [-1, 1, -1]]
+    )
     result = snac.coverage(hand_net, X_TEST)
     assert (result.covered, result.total) == (2, 3)
     assert str(result) == "SNAC 66.7 % (2 of 3 upper corners)"
@@ -246,6 +260,7 @@ def test_fit_is_batched(hand_net):
     import keras
 
     from idcgen.framework import Network
+
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 2)).astype(np.float32) * 3
     small, large = (KMultisectionCoverage().fit(hand_net, x, batch_size=b) for b in (7, 1000))
@@ -282,8 +297,9 @@ def test_lsa_equals_scipy_gaussian_kde(sa_net):
     probs, (test_acts,) = sa_net.forward(x_test, ("h",))
     predicted = probs.argmax(axis=1)
     train_acts, test_acts = train_acts.astype(np.float64), test_acts.astype(np.float64)
-    expected = np.array([-gaussian_kde(train_acts[y_train == c].T).logpdf(a[:, None])[0]
-                         for a, c in zip(test_acts, predicted)])
+    expected = np.array(
+        [-gaussian_kde(train_acts[y_train == c].T).logpdf(a[:, None])[0] for a, c in zip(test_acts, predicted)]
+    )
     lsa = lsc.surprise(sa_net, x_test)
     np.testing.assert_allclose(lsa, expected, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(lsc.surprise(sa_net, x_test, batch_size=4), lsa, rtol=1e-12)
@@ -298,18 +314,20 @@ def test_lsa_equals_scipy_gaussian_kde(sa_net):
 
 def test_lsc_drops_low_variance_neurons_and_skips_classes_without_a_kde(sa_net):
     x_train, y_train, x_test = _sa_data()
-    x_train[:, 2] = 0.5                    # neuron 2 constant in both classes
-    x_train[y_train == 0, 1] = -1.0        # neuron 1 constant in class 0 only: dropped too (union over classes)
+    x_train[:, 2] = 0.5  # neuron 2 constant in both classes
+    x_train[y_train == 0, 1] = -1.0  # neuron 1 constant in class 0 only: dropped too (union over classes)
     with pytest.raises(InputError, match="every neuron of layer 'h' varies less than var_threshold"):
         LikelihoodSurpriseCoverage(group="label").fit(
-            sa_net, np.where(y_train[:, None] == 0, x_train, x_train * [0, 1, 0]), y_train)
+            sa_net, np.where(y_train[:, None] == 0, x_train, x_train * [0, 1, 0]), y_train
+        )
     lsc = LikelihoodSurpriseCoverage(group="label").fit(sa_net, x_train, y_train)
     assert list(lsc.kept_neurons_) == [0] and "2 of 3 neurons dropped" in lsc.notes_[0]
     _, (acts,) = sa_net.forward(x_train, ("h",))
     probs, (test_acts,) = sa_net.forward(x_test, ("h",))
     c = probs.argmax(axis=1)
-    expected = [-gaussian_kde(acts[y_train == k, 0].astype(np.float64)).logpdf(a)[0]
-                for a, k in zip(test_acts[:, 0], c)]
+    expected = [
+        -gaussian_kde(acts[y_train == k, 0].astype(np.float64)).logpdf(a)[0] for a, k in zip(test_acts[:, 0], c)
+    ]
     np.testing.assert_allclose(lsc.surprise(sa_net, x_test), expected, rtol=1e-9)
     # a class with one training input has no KDE: noted, and its inputs get no LSA
     y_odd = y_train.copy()
@@ -335,12 +353,15 @@ def test_lsc_projects_a_layer_wider_than_the_classes_inputs(sa_net):
     acts, test_acts = acts.astype(np.float64), test_acts.astype(np.float64)
     mean = acts.mean(axis=0)
     pc = np.linalg.eigh(np.cov(acts - mean, rowvar=False))[1][:, -1]
-    expected = [-gaussian_kde((acts[y_train == k] - mean) @ pc).logpdf((a - mean) @ pc)[0]
-                for a, k in zip(test_acts, probs.argmax(axis=1))]
+    expected = [
+        -gaussian_kde((acts[y_train == k] - mean) @ pc).logpdf((a - mean) @ pc)[0]
+        for a, k in zip(test_acts, probs.argmax(axis=1))
+    ]
     np.testing.assert_allclose(one.surprise(sa_net, x_test), expected, rtol=1e-9)
     with pytest.raises(ParameterError, match="'components' parameter"):
         LikelihoodSurpriseCoverage(components=0).fit(sa_net, x_train, y_train)
     from idcgen.criteria import make_criterion
+
     assert make_criterion("lsc(components=5)").components == 5
     with pytest.raises(InputError, match="no class of the training data gives a KDE"):
         make_criterion("lsc(group=label, components=none)").fit(sa_net, x_train, y_train)
@@ -366,6 +387,7 @@ def test_dsa_equals_brute_force(sa_net):
     np.testing.assert_array_equal(dsc.features(sa_net, x_test)[:, 0], buckets)
     # the same with tiny blocks: the chunked search does not depend on the block size
     from idcgen.criteria import surprise
+
     old, surprise._BLOCK_ELEMENTS = surprise._BLOCK_ELEMENTS, 7
     try:
         fresh = DistanceSurpriseCoverage().fit(sa_net, x_train, y_train)
@@ -413,8 +435,12 @@ def test_lsa_groups_training_inputs_by_prediction(sa_net):
     train_acts, test_acts = train_acts.astype(np.float64), test_acts.astype(np.float64)
 
     def reference(groups):
-        return np.array([-gaussian_kde(train_acts[groups == c].T).logpdf(a[:, None])[0]
-                         for a, c in zip(test_acts, probs.argmax(axis=1))])
+        return np.array(
+            [
+                -gaussian_kde(train_acts[groups == c].T).logpdf(a[:, None])[0]
+                for a, c in zip(test_acts, probs.argmax(axis=1))
+            ]
+        )
 
     lsc = LikelihoodSurpriseCoverage(upper=20.0).fit(sa_net, x_train, labels)  # labels given, not used
     np.testing.assert_allclose(lsc.surprise(sa_net, x_test), reference(train_pred), rtol=1e-9)
@@ -431,14 +457,28 @@ def test_surprise_coverage_cli_equals_api(trained_lenet, digits, tmp_path):
 
     from idcgen.cli import app
     from idcgen.data import fit_to_model, load_inputs
+
     model, path = trained_lenet
     x_train, y_train, x_test, _ = digits
     to_uint8 = lambda a: (a[..., 0] * 255).round().astype(np.uint8)  # noqa: E731
     np.savez(tmp_path / "train.npz", x=to_uint8(x_train[:800]), y=y_train[:800])
     np.savez(tmp_path / "test.npz", x=to_uint8(x_test[:200]))
     specs = "lsc,dsc,lsc:group=label:lower=-100:upper=100:n_buckets=50"
-    result = CliRunner().invoke(app, ["coverage", "--model", str(path), "--inputs", str(tmp_path / "test.npz"),
-                                      "--train", str(tmp_path / "train.npz"), "--criteria", specs, "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "coverage",
+            "--model",
+            str(path),
+            "--inputs",
+            str(tmp_path / "test.npz"),
+            "--train",
+            str(tmp_path / "train.npz"),
+            "--criteria",
+            specs,
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     got = json.loads(result.output.strip().splitlines()[-1])["criteria"]
     train = load_inputs(tmp_path / "train.npz")
@@ -470,6 +510,7 @@ def cnn_data():
     import keras
 
     from idcgen.framework import Network
+
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(260, 12, 12, 1)).astype(np.float32)
@@ -483,14 +524,21 @@ def sa_data(sa_net):
     return sa_net, x[:180], x[180:]
 
 
-INVARIANT_CASES = [NeuronCoverage(threshold=0.5), KMultisectionCoverage(k=10), NeuronBoundaryCoverage(),
-                   StrongNeuronActivationCoverage(), TopKNeuronCoverage(k=2),
-                   LikelihoodSurpriseCoverage(upper=20.0, n_buckets=40), DistanceSurpriseCoverage(n_buckets=40)]
+INVARIANT_CASES = [
+    NeuronCoverage(threshold=0.5),
+    KMultisectionCoverage(k=10),
+    NeuronBoundaryCoverage(),
+    StrongNeuronActivationCoverage(),
+    TopKNeuronCoverage(k=2),
+    LikelihoodSurpriseCoverage(upper=20.0, n_buckets=40),
+    DistanceSurpriseCoverage(n_buckets=40),
+]
 
 
 @pytest.fixture(scope="module", params=INVARIANT_CASES, ids=repr)
 def case(request, cnn_data, sa_data):
     import copy
+
     criterion = copy.copy(request.param)
     net, x_train, x_test = sa_data if criterion.name in ("lsc", "dsc") else cnn_data
     criterion.fit(net, x_train)
@@ -510,7 +558,7 @@ def test_invariants_score_monotone_order_merge(case):
     # monotone, in [0, 1]
     tracker, last = criterion.tracker(), 0.0
     for start in range(0, len(x), 25):
-        tracker.update(features[start:start + 25])
+        tracker.update(features[start : start + 25])
         assert last <= tracker.score <= 1.0
         last = tracker.score
     assert 0 < tracker.covered < tracker.total  # the cases are chosen to cover some, not all
@@ -520,7 +568,7 @@ def test_invariants_score_monotone_order_merge(case):
     order = np.random.default_rng(1).permutation(len(x))
     shuffled = criterion.tracker()
     for start in range(0, len(x), 40):
-        shuffled.update(criterion.features(net, x[order[start:start + 40]]))
+        shuffled.update(criterion.features(net, x[order[start : start + 40]]))
     np.testing.assert_array_equal(shuffled.covered_ids(), tracker.covered_ids())
     # merge equals the union, leaving both trackers as they were
     first, second = criterion.tracker(), criterion.tracker()
@@ -542,7 +590,7 @@ def test_invariants_update_mask(case):
     mask = batch.update(features)
     np.testing.assert_array_equal(mask, expected)
     one_by_one = criterion.tracker()
-    np.testing.assert_array_equal(mask, [one_by_one.update(features[i:i + 1])[0] for i in range(len(x))])
+    np.testing.assert_array_equal(mask, [one_by_one.update(features[i : i + 1])[0] for i in range(len(x))])
     assert not batch.update(features).any()  # nothing new the second time
 
 
@@ -566,27 +614,38 @@ def test_make_criterion_and_parse_criteria():
     assert make_criterion(" lsc ", upper=100.0).upper == 100.0
     assert parse_criteria("idc, NC,kmnc,nc") == ["idc", "nc", "kmnc"]
     assert parse_criteria("idc, NC:threshold=0.5,kmnc:k=10:layers=conv1+fc,nc:threshold=0.5") == [
-        "idc", "nc:threshold=0.5", "kmnc:k=10:layers=conv1+fc"]
+        "idc",
+        "nc:threshold=0.5",
+        "kmnc:k=10:layers=conv1+fc",
+    ]
     assert parse_spec("kmnc:k=10:layers=conv1+fc") == ("kmnc", {"k": 10, "layers": ["conv1", "fc"]})
     assert parse_spec("lsc:lower=-50:upper=2e3:layer=7") == ("lsc", {"lower": -50, "upper": 2000.0, "layer": "7"})
     assert make_criterion("lsc:upper=20", upper=30.0).upper == 30.0  # keywords override the spec
     with pytest.raises(ParameterError, match=r"criterion spec 'nc:threshold': expected name:key=value"):
         parse_criteria("nc:threshold")
-    with pytest.raises(ParameterError, match=r"The 'scaling' parameter of NeuronCoverage must be a str among "
-                                             r"\{'feature-maps', 'channel-means'\}. Got 'maps' instead."):
+    with pytest.raises(
+        ParameterError,
+        match=r"The 'scaling' parameter of NeuronCoverage must be a str among "
+        r"\{'feature-maps', 'channel-means'\}. Got 'maps' instead.",
+    ):
         parse_criteria("nc:scaling=maps")
     with pytest.raises(ParameterError, match="IDC takes no parameters here"):
         parse_criteria("idc:m=8")
-    with pytest.raises(ParameterError,
-                       match=r"unknown criterion 'foo'; known criteria: nc, kmnc, nbc, snac, tknc, lsc, dsc"):
+    with pytest.raises(
+        ParameterError, match=r"unknown criterion 'foo'; known criteria: nc, kmnc, nbc, snac, tknc, lsc, dsc"
+    ):
         make_criterion("foo")
     with pytest.raises(ParameterError, match=r"unknown criterion 'idc' \(IDC is measured by an analysis"):
         make_criterion("idc")
-    with pytest.raises(ParameterError, match=r"KMultisectionCoverage \(kmnc\) got unknown parameter\(s\) 'kk'; "
-                                             "valid parameters: k, layers"):
+    with pytest.raises(
+        ParameterError,
+        match=r"KMultisectionCoverage \(kmnc\) got unknown parameter\(s\) 'kk'; "
+        "valid parameters: k, layers",
+    ):
         make_criterion("kmnc", kk=3)
-    with pytest.raises(ParameterError,
-                       match=r"unknown criteria 'foo', 'lcs' in 'idc,foo,lcs'; known criteria: idc, nc"):
+    with pytest.raises(
+        ParameterError, match=r"unknown criteria 'foo', 'lcs' in 'idc,foo,lcs'; known criteria: idc, nc"
+    ):
         parse_criteria("idc,foo,lcs")
     with pytest.raises(ParameterError, match="must name at least one of idc, nc"):
         parse_criteria(" , ")
@@ -594,24 +653,46 @@ def test_make_criterion_and_parse_criteria():
         parse_criteria(["nc"])
 
 
-@pytest.mark.parametrize("name, params, message", [
-    ("kmnc", {"k": 0},
-     r"The 'k' parameter of KMultisectionCoverage must be an int >= 1. Got 0 instead."),
-    ("tknc", {"k": 2.5}, r"The 'k' parameter of TopKNeuronCoverage must be an int >= 1. Got 2.5"),
-    ("nc", {"threshold": 1.5}, r"The 'threshold' parameter of NeuronCoverage must be a finite float in the range "
-                               r"\[0.0, 1.0\). Got 1.5 instead."),
-    ("nbc", {"layers": "h"}, r"The 'layers' parameter of NeuronBoundaryCoverage must be a non-empty list of layer "
-                             r"names or None. Got 'h' instead \(write layers=\['h'\]\)."),
-    ("snac", {"layers": ["h", "h"]}, r"names a layer twice"),
-    ("lsc", {"n_buckets": 0}, r"The 'n_buckets' parameter of LikelihoodSurpriseCoverage must be an int"),
-    ("lsc", {"var_threshold": -1.0}, r"The 'var_threshold' parameter of LikelihoodSurpriseCoverage must be a finite "
-                                     r"float in the range \[0.0, inf\). Got -1.0 instead."),
-    ("dsc", {"upper": 0.0}, r"The 'upper' parameter of DistanceSurpriseCoverage must be a finite float in the range "
-                            r"\(0.0, inf\). Got 0.0 instead."),
-    ("dsc", {"layer": ["h"]}, r"The 'layer' parameter of DistanceSurpriseCoverage must be a layer name or None"),
-    ("dsc", {"group": "labels"}, r"The 'group' parameter of DistanceSurpriseCoverage must be a str among "
-                                 r"\{'predicted', 'label'\}. Got 'labels' instead."),
-])
+@pytest.mark.parametrize(
+    "name, params, message",
+    [
+        ("kmnc", {"k": 0}, r"The 'k' parameter of KMultisectionCoverage must be an int >= 1. Got 0 instead."),
+        ("tknc", {"k": 2.5}, r"The 'k' parameter of TopKNeuronCoverage must be an int >= 1. Got 2.5"),
+        (
+            "nc",
+            {"threshold": 1.5},
+            r"The 'threshold' parameter of NeuronCoverage must be a finite float in the range "
+            r"\[0.0, 1.0\). Got 1.5 instead.",
+        ),
+        (
+            "nbc",
+            {"layers": "h"},
+            r"The 'layers' parameter of NeuronBoundaryCoverage must be a non-empty list of layer "
+            r"names or None. Got 'h' instead \(write layers=\['h'\]\).",
+        ),
+        ("snac", {"layers": ["h", "h"]}, r"names a layer twice"),
+        ("lsc", {"n_buckets": 0}, r"The 'n_buckets' parameter of LikelihoodSurpriseCoverage must be an int"),
+        (
+            "lsc",
+            {"var_threshold": -1.0},
+            r"The 'var_threshold' parameter of LikelihoodSurpriseCoverage must be a finite "
+            r"float in the range \[0.0, inf\). Got -1.0 instead.",
+        ),
+        (
+            "dsc",
+            {"upper": 0.0},
+            r"The 'upper' parameter of DistanceSurpriseCoverage must be a finite float in the range "
+            r"\(0.0, inf\). Got 0.0 instead.",
+        ),
+        ("dsc", {"layer": ["h"]}, r"The 'layer' parameter of DistanceSurpriseCoverage must be a layer name or None"),
+        (
+            "dsc",
+            {"group": "labels"},
+            r"The 'group' parameter of DistanceSurpriseCoverage must be a str among "
+            r"\{'predicted', 'label'\}. Got 'labels' instead.",
+        ),
+    ],
+)
 def test_parameter_errors(name, params, message, hand_net):
     with pytest.raises(ParameterError, match=message):
         make_criterion(name, **params)
@@ -622,8 +703,11 @@ def test_parameter_errors(name, params, message, hand_net):
 def test_usage_errors(hand_net, sa_net):
     for name in CRITERIA:
         criterion = make_criterion(name)
-        for use in (lambda: criterion.coverage(hand_net, X_TEST), criterion.tracker,  # noqa: B023 (run at once)
-                    lambda: criterion.features(hand_net, X_TEST)):  # noqa: B023
+        for use in (
+            lambda: criterion.coverage(hand_net, X_TEST),  # noqa: B023 (run at once)
+            criterion.tracker,
+            lambda: criterion.features(hand_net, X_TEST),  # noqa: B023 (run at once)
+        ):
             message = f"this {type(criterion).__name__} is not fitted yet: call fit first"
             with pytest.raises(ParameterError, match=message):
                 use()
@@ -639,12 +723,16 @@ def test_usage_errors(hand_net, sa_net):
         DistanceSurpriseCoverage(group="label").fit(sa_net, np.ones((5, 3), np.float32), np.ones(5, int))
     with pytest.raises(InputError, match="DSC needs training inputs of at least two classes; got only class 0"):
         DistanceSurpriseCoverage().fit(sa_net, np.ones((5, 3), np.float32), np.ones(5, int))  # all predicted 0
-    with pytest.raises(ParameterError, match=r"LikelihoodSurpriseCoverage with group='label' groups the training "
-                                             r"inputs by their labels: pass y_train \(or use group='predicted'\)"):
+    with pytest.raises(
+        ParameterError,
+        match=r"LikelihoodSurpriseCoverage with group='label' groups the training "
+        r"inputs by their labels: pass y_train \(or use group='predicted'\)",
+    ):
         LikelihoodSurpriseCoverage(group="label").fit(sa_net, np.ones((5, 3), np.float32))
     kmnc = fitted(KMultisectionCoverage, hand_net, k=4)
-    with pytest.raises(InputError,
-                       match=r"the activations of layer 'h' must have shape \(n, 3\) as when fitted; got \(2, 4\)"):
+    with pytest.raises(
+        InputError, match=r"the activations of layer 'h' must have shape \(n, 3\) as when fitted; got \(2, 4\)"
+    ):
         kmnc.features_from(np.zeros((2, 2)), [np.zeros((2, 4))])
     with pytest.raises(InputError, match="no inputs to feed the model"):
         kmnc.coverage(hand_net, np.zeros((0, 2), np.float32))
@@ -654,8 +742,9 @@ def test_tracker_errors(hand_net):
     tracker = fitted(KMultisectionCoverage, hand_net, k=4).tracker()
     with pytest.raises(InputError, match="features must be integer item ids"):
         tracker.update(np.zeros((2, 3)))
-    with pytest.raises(InputError,
-                       match=r"item ids must be in \[0, 12\) or -1 for none; got 1 outside, the first 12 in row 0"):
+    with pytest.raises(
+        InputError, match=r"item ids must be in \[0, 12\) or -1 for none; got 1 outside, the first 12 in row 0"
+    ):
         tracker.update(np.array([[0, 12]]))
     with pytest.raises(InputError, match=r"in \[0, 12\)"):
         tracker.update(np.array([[-2]]))
@@ -664,5 +753,6 @@ def test_tracker_errors(hand_net):
         tracker.merge(other)
     with pytest.raises(ParameterError, match="expects a CriterionTracker; got CoverageTracker"):
         from idcgen.coverage import CoverageTracker
+
         tracker.merge(CoverageTracker(12))
     assert repr(CriterionTracker(5, [1, 3], criterion="nc")) == "CriterionTracker(criterion='nc', total=5, covered=2)"

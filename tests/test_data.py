@@ -38,6 +38,7 @@ def digits():
 
 # --- image folders -----------------------------------------------------------------------------------
 
+
 def test_class_subfolders_give_sorted_labels(tmp_path, digits):
     x, _ = digits
     write_png(tmp_path / "dog" / "b.png", x[0])
@@ -108,9 +109,9 @@ def test_integer_subfolders_are_those_classes(tmp_path, digits):
     write_png(tmp_path / "7" / "a.png", x[0])
     write_png(tmp_path / "3" / "a.png", x[1])
     write_png(tmp_path / "3" / "b.png", x[2])
-    write_png(tmp_path / "10" / "a.png", x[3])   # sorts before "3" as text; still class 10
+    write_png(tmp_path / "10" / "a.png", x[3])  # sorts before "3" as text; still class 10
     ds = load_inputs(tmp_path)
-    assert ds.y.tolist() == [10, 3, 3, 7]        # folders in name order: 10, 3, 7
+    assert ds.y.tolist() == [10, 3, 3, 7]  # folders in name order: 10, 3, 7
     assert ds.class_names is None
     assert ds.notes == ("labels: 3=3, 7=7, 10=10 (integer folder names)",)
     assert ds.summary()["notes"] == list(ds.notes)
@@ -135,7 +136,7 @@ def test_class_names_give_the_order(tmp_path, digits, as_file):
         (tmp_path / "names.txt").write_text("bird\ndog\n\ncat\n")
         names = str(tmp_path / "names.txt")
     ds = load_inputs(tmp_path / "imgs", class_names=names)
-    assert ds.y.tolist() == [2, 2, 1]             # cat/a, cat/b, dog/a
+    assert ds.y.tolist() == [2, 2, 1]  # cat/a, cat/b, dog/a
     assert ds.class_names == ("bird", "dog", "cat")
     assert ds.notes == ("labels: dog=1, cat=2 (class names given)",)
     assert load_inputs(tmp_path / "imgs", class_names=["cat", "dog"]).y.tolist() == [0, 0, 1]
@@ -167,41 +168,55 @@ def test_labels_beyond_the_model_are_refused(tmp_path, digits):
     write_png(tmp_path / "ints" / "3" / "a.png", x[0])
     write_png(tmp_path / "ints" / "12" / "a.png", x[1])
     assert load_inputs(tmp_path / "ints", n_classes=13).y.tolist() == [12, 3]
-    with pytest.raises(InputError, match=r"class subfolder .*ints/12 has label 12 \(integer folder names\) but the "
-                                         r"model has 10 classes \(0\.\.9\)"):
+    with pytest.raises(
+        InputError,
+        match=r"class subfolder .*ints/12 has label 12 \(integer folder names\) but the "
+        r"model has 10 classes \(0\.\.9\)",
+    ):
         load_inputs(tmp_path / "ints", n_classes=10)
     for i, name in enumerate("abc"):
         write_png(tmp_path / "names" / name / "a.png", x[i])
-    with pytest.raises(InputError, match=r"subfolder .*names/c has label 2 \(sorted folder names\) but the model has 2"):
+    with pytest.raises(
+        InputError, match=r"subfolder .*names/c has label 2 \(sorted folder names\) but the model has 2"
+    ):
         load_inputs(tmp_path / "names", n_classes=2)
     np.savez(tmp_path / "d.npz", x=x, y=np.array([0, 1, 2, 0, 5, 2]))
-    with pytest.raises(InputError, match=r"labels from .*d\.npz\[x,y\] reach 5 \(input 4\) but the model has 3 classes"):
+    with pytest.raises(
+        InputError, match=r"labels from .*d\.npz\[x,y\] reach 5 \(input 4\) but the model has 3 classes"
+    ):
         load_inputs(tmp_path / "d.npz", n_classes=3)
-    assert load_inputs(tmp_path / "d.npz", n_classes=1).y.max() == 5   # one output: not a classifier, no check
+    assert load_inputs(tmp_path / "d.npz", n_classes=1).y.max() == 5  # one output: not a classifier, no check
 
 
 def test_colour_conversion_is_said(tmp_path, digits):
     rgb = np.zeros((4, 5, 3), dtype=np.uint8)
     rgb[..., 1] = 200
     write_png(tmp_path / "rgb" / "a.png", rgb)
-    write_png(tmp_path / "rgb" / "b.png", digits[0][0])   # already grayscale: not converted
+    write_png(tmp_path / "rgb" / "b.png", digits[0][0])  # already grayscale: not converted
     assert load_inputs(tmp_path / "rgb", channels=1).notes == (
-        "1 of 2 images converted from colour to grayscale (1 channel wanted)",)
+        "1 of 2 images converted from colour to grayscale (1 channel wanted)",
+    )
     write_png(tmp_path / "gray" / "a.png", digits[0][0])
     assert load_inputs(tmp_path / "gray", channels=3).notes == (
-        "1 of 1 images converted from grayscale to RGB (3 channels wanted)",)
+        "1 of 1 images converted from grayscale to RGB (3 channels wanted)",
+    )
     assert load_inputs(tmp_path / "gray", channels=1).notes == ()
 
 
 # --- arrays ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("keys, split, expected_source", [
-    (("x", "y"), None, "[x,y]"),
-    (("images", "labels"), None, "[images,labels]"),
-    (("x_test", "y_test"), None, "[x_test,y_test] (no split given: used test)"),
-    (("x_train", "y_train"), None, "[x_train,y_train] (no split given: used train)"),
-    (("x_train", "y_train"), "train", "[x_train,y_train]"),
-], ids=repr)
+
+@pytest.mark.parametrize(
+    "keys, split, expected_source",
+    [
+        (("x", "y"), None, "[x,y]"),
+        (("images", "labels"), None, "[images,labels]"),
+        (("x_test", "y_test"), None, "[x_test,y_test] (no split given: used test)"),
+        (("x_train", "y_train"), None, "[x_train,y_train] (no split given: used train)"),
+        (("x_train", "y_train"), "train", "[x_train,y_train]"),
+    ],
+    ids=repr,
+)
 def test_npz_key_layouts(tmp_path, digits, keys, split, expected_source):
     x, y = digits
     np.savez(tmp_path / "d.npz", **{keys[0]: x, keys[1]: y})
@@ -257,6 +272,7 @@ def test_npy_and_limit(tmp_path, digits):
 
 # --- IDX ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("compress", [True, False], ids=["gz", "plain"])
 def test_idx_round_trip_with_labels_beside(tmp_path, digits, compress):
     x, y = digits
@@ -300,6 +316,7 @@ def test_idx_bad_magic(tmp_path):
 
 # --- named datasets ----------------------------------------------------------------------------------
 
+
 def test_embedded_mnist_test_split():
     ds = load_inputs("embedded-mnist")
     assert ds.source == "embedded-mnist:test"
@@ -320,7 +337,8 @@ def test_embedded_mnist_splits_are_disjoint_and_deterministic():
     np.testing.assert_array_equal(x_train[y_train == 0], x_all[zeros[:400]])
     # together, train and test are the 5,000 images again
     assert sorted(image.tobytes() for image in np.concatenate([x_train, x_test])) == sorted(
-        image.tobytes() for image in x_all)
+        image.tobytes() for image in x_all
+    )
 
 
 def test_named_split_after_colon_wins():
@@ -330,8 +348,10 @@ def test_named_split_after_colon_wins():
 
 def test_fashion_mnist():
     if not named.FASHION_MNIST_DIR.is_dir():
-        pytest.skip(f"Debian's dataset-fashion-mnist is not installed ({named.FASHION_MNIST_DIR} is missing): "
-                    "apt-get install dataset-fashion-mnist")
+        pytest.skip(
+            f"Debian's dataset-fashion-mnist is not installed ({named.FASHION_MNIST_DIR} is missing): "
+            "apt-get install dataset-fashion-mnist"
+        )
     ds = load_inputs("fashion-mnist:test", limit=10)
     assert ds.x.shape == (10, 28, 28) and ds.y.shape == (10,)
 
@@ -367,13 +387,15 @@ def test_mnist_not_found(monkeypatch, tmp_path):
 
 def test_mnist_local_copy(monkeypatch):
     shared = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
-    if shared.is_dir() and "IDCGEN_MNIST" not in os.environ:   # the development workspace's copy
+    if shared.is_dir() and "IDCGEN_MNIST" not in os.environ:  # the development workspace's copy
         monkeypatch.setenv("IDCGEN_MNIST", str(shared))
     try:
         ds = load_inputs("mnist", limit=3)
     except InputError:
-        pytest.skip("no local copy of MNIST: set IDCGEN_MNIST to a folder holding it (the development "
-                    "workspace has ../shared/data/mnist); idcgen downloads nothing")
+        pytest.skip(
+            "no local copy of MNIST: set IDCGEN_MNIST to a folder holding it (the development "
+            "workspace has ../shared/data/mnist); idcgen downloads nothing"
+        )
     assert ds.x.shape == (3, 28, 28) and ds.y.shape == (3,)
 
 
@@ -397,6 +419,7 @@ def test_bad_parameters(tmp_path, kwargs):
 
 # --- scaling -----------------------------------------------------------------------------------------
 
+
 def test_scaling_recorded(tmp_path):
     floats = np.array([[[0.0, 0.5], [0.25, 1.0]]], dtype=np.float64)
     np.save(tmp_path / "f.npy", floats)
@@ -410,10 +433,14 @@ def test_scaling_recorded(tmp_path):
     assert kept.x.max() == 255.0 and kept.scaling.startswith("none (scale='none'")
 
 
-@pytest.mark.parametrize("bad, message", [
-    (np.nan, r"1 NaN and 0 Inf values; the first is in input 1 at index \(1, 0, 1\)"),
-    (np.inf, r"0 NaN and 1 Inf values; the first is in input 1"),
-], ids=["nan", "inf"])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.nan, r"1 NaN and 0 Inf values; the first is in input 1 at index \(1, 0, 1\)"),
+        (np.inf, r"0 NaN and 1 Inf values; the first is in input 1"),
+    ],
+    ids=["nan", "inf"],
+)
 def test_nan_and_inf(tmp_path, bad, message):
     x = np.zeros((2, 2, 2))
     x[1, 0, 1] = bad
@@ -445,39 +472,60 @@ def test_label_count_mismatch_in_file(tmp_path, digits):
 
 # --- Dataset -----------------------------------------------------------------------------------------
 
+
 def test_subset_and_summary():
-    ds = Dataset(x=np.array([[[0.0]], [[0.5]], [[1.0]]], dtype=np.float32), y=np.array([2, 0, 2]),
-                 source="s", scaling="none")
+    ds = Dataset(
+        x=np.array([[[0.0]], [[0.5]], [[1.0]]], dtype=np.float32), y=np.array([2, 0, 2]), source="s", scaling="none"
+    )
     sub = ds.subset([2, 0])
     assert sub.y.tolist() == [2, 2] and sub.x[:, 0, 0].tolist() == [1.0, 0.0] and sub.source == "s"
     assert len(ds.subset(1)) == 1 and len(ds.subset(ds.y == 2)) == 2
     summary = ds.summary()
     assert json.loads(json.dumps(summary)) == summary
-    assert summary == {"source": "s", "n": 3, "shape": [1, 1], "dtype": "float32", "scaling": "none",
-                       "min": 0.0, "max": 1.0, "n_labels": 3, "class_counts": {"0": 1, "2": 2}, "class_names": None,
-                       "notes": []}
+    assert summary == {
+        "source": "s",
+        "n": 3,
+        "shape": [1, 1],
+        "dtype": "float32",
+        "scaling": "none",
+        "min": 0.0,
+        "max": 1.0,
+        "n_labels": 3,
+        "class_counts": {"0": 1, "2": 2},
+        "class_names": None,
+        "notes": [],
+    }
 
 
 # --- check_labels ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("y, expected", [
-    ([1, 0, 3], [1, 0, 3]),
-    (np.array([1.0, 0.0, 3.0]), [1, 0, 3]),
-    (np.array([[1], [0], [3]]), [1, 0, 3]),
-    (np.eye(4)[[1, 0, 3]], [1, 0, 3]),
-], ids=["ints", "whole floats", "column", "one-hot"])
+
+@pytest.mark.parametrize(
+    "y, expected",
+    [
+        ([1, 0, 3], [1, 0, 3]),
+        (np.array([1.0, 0.0, 3.0]), [1, 0, 3]),
+        (np.array([[1], [0], [3]]), [1, 0, 3]),
+        (np.eye(4)[[1, 0, 3]], [1, 0, 3]),
+    ],
+    ids=["ints", "whole floats", "column", "one-hot"],
+)
 def test_check_labels_accepts(y, expected):
     out = check_labels(np.zeros((3, 2)), y)
     assert out.tolist() == expected and out.dtype == np.int64
 
 
-@pytest.mark.parametrize("y, message", [
-    ([0, 1], "got 2 labels for 3 inputs"),
-    ([0, -1, 2], "labels must be non-negative class indices; got -1 at index 1"),
-    ([0.0, 0.5, 1.0], "labels must be whole numbers; got 0.5 at index 1"),
-    (["a", "b", "c"], "labels must be integers; got dtype <U1"),
-    (np.zeros((3, 2, 2)), r"labels must be 1-D \(n,\) or one-hot \(n, K\); got shape \(3, 2, 2\)"),
-], ids=["count", "negative", "fraction", "strings", "3-D"])
+@pytest.mark.parametrize(
+    "y, message",
+    [
+        ([0, 1], "got 2 labels for 3 inputs"),
+        ([0, -1, 2], "labels must be non-negative class indices; got -1 at index 1"),
+        ([0.0, 0.5, 1.0], "labels must be whole numbers; got 0.5 at index 1"),
+        (["a", "b", "c"], "labels must be integers; got dtype <U1"),
+        (np.zeros((3, 2, 2)), r"labels must be 1-D \(n,\) or one-hot \(n, K\); got shape \(3, 2, 2\)"),
+    ],
+    ids=["count", "negative", "fraction", "strings", "3-D"],
+)
 def test_check_labels_refuses(y, message):
     with pytest.raises(InputError, match=message):
         check_labels(np.zeros((3, 2)), y)
@@ -485,14 +533,19 @@ def test_check_labels_refuses(y, message):
 
 # --- fit_to_model ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("x_shape, input_shape, out_shape", [
-    ((2, 4, 5), (4, 5, 1), (2, 4, 5, 1)),
-    ((2, 4, 5, 3), (4, 5, 3), (2, 4, 5, 3)),
-    ((2, 4, 5), (None, None, 1), (2, 4, 5, 1)),
-    ((2, 20), (4, 5, 1), (2, 4, 5, 1)),
-    ((2, 4, 5), (20,), (2, 20)),
-    ((2, 4, 5, 1), (4, 5), (2, 4, 5)),
-], ids=repr)
+
+@pytest.mark.parametrize(
+    "x_shape, input_shape, out_shape",
+    [
+        ((2, 4, 5), (4, 5, 1), (2, 4, 5, 1)),
+        ((2, 4, 5, 3), (4, 5, 3), (2, 4, 5, 3)),
+        ((2, 4, 5), (None, None, 1), (2, 4, 5, 1)),
+        ((2, 20), (4, 5, 1), (2, 4, 5, 1)),
+        ((2, 4, 5), (20,), (2, 20)),
+        ((2, 4, 5, 1), (4, 5), (2, 4, 5)),
+    ],
+    ids=repr,
+)
 def test_fit_to_model_shapes(x_shape, input_shape, out_shape):
     x = np.arange(np.prod(x_shape), dtype=np.uint8).reshape(x_shape)
     out = fit_to_model(x, input_shape)
@@ -505,14 +558,22 @@ def test_fit_to_model_takes_dataset():
     assert fit_to_model(ds, (3, 3, 1)).shape == (2, 3, 3, 1)
 
 
-@pytest.mark.parametrize("x_shape, input_shape, message", [
-    ((2, 28, 28, 3), (28, 28, 1), r"inputs have shape \(28, 28, 3\) per item but the model expects \(28, 28, 1\): "
-                                  r"channel count differs \(3 vs 1\)"),
-    ((2, 28, 28), (28, 28, 3), r"channel count differs \(1 vs 3\)"),
-    ((2, 32, 32, 1), (28, 28, 1), r"spatial size differs \(32x32 vs 28x28\)"),
-    ((2, 21), (4, 5, 1), r"21 values per item cannot be reshaped to \(4, 5, 1\)"),
-    ((0, 28, 28), (28, 28, 1), r"no inputs to feed the model: got an array of shape \(0, 28, 28\)"),
-], ids=["channels", "gray for rgb", "spatial", "flat size", "empty"])
+@pytest.mark.parametrize(
+    "x_shape, input_shape, message",
+    [
+        (
+            (2, 28, 28, 3),
+            (28, 28, 1),
+            r"inputs have shape \(28, 28, 3\) per item but the model expects \(28, 28, 1\): "
+            r"channel count differs \(3 vs 1\)",
+        ),
+        ((2, 28, 28), (28, 28, 3), r"channel count differs \(1 vs 3\)"),
+        ((2, 32, 32, 1), (28, 28, 1), r"spatial size differs \(32x32 vs 28x28\)"),
+        ((2, 21), (4, 5, 1), r"21 values per item cannot be reshaped to \(4, 5, 1\)"),
+        ((0, 28, 28), (28, 28, 1), r"no inputs to feed the model: got an array of shape \(0, 28, 28\)"),
+    ],
+    ids=["channels", "gray for rgb", "spatial", "flat size", "empty"],
+)
 def test_fit_to_model_refuses(x_shape, input_shape, message):
     with pytest.raises(InputError, match=message):
         fit_to_model(np.zeros(x_shape, np.float32), input_shape)
@@ -520,7 +581,8 @@ def test_fit_to_model_refuses(x_shape, input_shape, message):
 
 def test_data_does_not_import_tensorflow():
     import ast
-    files = sorted(Path(data.__file__).parent.glob("*.py"))   # every module of the package
+
+    files = sorted(Path(data.__file__).parent.glob("*.py"))  # every module of the package
     assert {f.name for f in files} >= {"__init__.py", "readers.py", "named.py", "fitting.py", "loading.py"}
     imported = set()
     for tree in (ast.parse(f.read_text()) for f in files):
@@ -534,32 +596,36 @@ def test_data_does_not_import_tensorflow():
 
 def test_a_registered_dataset_is_loaded_by_name(digits):
     from idcgen.data import register_dataset
+
     x, y = digits
 
     @register_dataset("tiny-digits", aliases=("tiny",))
     def tiny(split):
         return (x[:4], y[:4], "tiny:train") if split == "train" else (x[4:], y[4:], f"tiny:{split}")
+
     try:
         assert load_inputs("TINY:train").source == "tiny:train" and len(load_inputs("tiny-digits")) == 2
         known = r"known datasets: embedded-mnist, mnist, fashion-mnist, cifar10, (.+, )?tiny-digits"
         with pytest.raises(InputError, match=known):
             load_inputs("no-such-set")
-    finally:   # registered for this test only
+    finally:  # registered for this test only
         del named.DATASETS["tiny-digits"], named.ALIASES["tiny"]
 
 
 def test_a_registered_reader_reads_its_files(monkeypatch, tmp_path, digits):
     from idcgen.data import readers
+
     monkeypatch.setattr(readers, "READERS", list(readers.READERS))
     x, y = digits
 
     @readers.register_reader("raw bytes", lambda path: path.suffix == ".raw")
     def raw(path, options):
         return np.frombuffer(path.read_bytes(), np.uint8).reshape(-1, 4, 5), None, f"{path} (raw)", None, ()
+
     (tmp_path / "d.raw").write_bytes(x.tobytes())
     ds = load_inputs(tmp_path / "d.raw")
     assert ds.source.endswith("(raw)") and ds.x.shape == (6, 4, 5) and ds.y is None
-    with pytest.raises(InputError, match="has no train/test split"):   # a reader without splits refuses one
+    with pytest.raises(InputError, match="has no train/test split"):  # a reader without splits refuses one
         load_inputs(tmp_path / "d.raw", split="train")
     assert not data.is_image_folder(tmp_path / "d.raw") and data.is_image_folder(tmp_path)
 
@@ -572,13 +638,14 @@ def test_cifar10_reads_the_python_batches_and_the_jpeg_layout(tmp_path, monkeypa
     from PIL import Image
 
     from idcgen.data.named import CIFAR10_CLASSES
+
     rng = np.random.default_rng(0)
     # the official python version: 5 training batches and a test batch of (n, 3072) rows, channels first
     batches = tmp_path / "batches"
     batches.mkdir()
     images = rng.integers(0, 256, (12, 32, 32, 3), dtype=np.uint8)
     for i, name in enumerate([f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]):
-        part = images[2 * i:2 * i + 2]
+        part = images[2 * i : 2 * i + 2]
         rows = part.transpose(0, 3, 1, 2).reshape(2, -1)
         (batches / name).write_bytes(pickle.dumps({b"data": rows, b"labels": [i, 9 - i]}))
     monkeypatch.setenv("IDCGEN_CIFAR10", str(batches))
@@ -594,21 +661,21 @@ def test_cifar10_reads_the_python_batches_and_the_jpeg_layout(tmp_path, monkeypa
     jpeg.mkdir()
     flat = np.full((20, 32, 32, 3), 0, np.uint8)
     for i in range(20):
-        flat[i] = 10 * i   # one flat grey level per image: JPEG keeps it exactly
+        flat[i] = 10 * i  # one flat grey level per image: JPEG keeps it exactly
     with zipfile.ZipFile(jpeg / "cifar10_train_jpg.zip", "w") as archive:
         for i in range(20):
             buffer = io.BytesIO()
             Image.fromarray(flat[i]).save(buffer, format="JPEG", quality=95)
             archive.writestr(f"train/{CIFAR10_CLASSES[i % 10]}/{i:04d}.jpg", buffer.getvalue())
     np.savez(jpeg / "cifar10_test.npz", x=flat[:6], y=np.arange(6))
-    np.savez(jpeg / "other_test_first100.npz", x_test=flat[:1], y_test=np.arange(1))   # not the test split
+    np.savez(jpeg / "other_test_first100.npz", x_test=flat[:1], y_test=np.arange(1))  # not the test split
     monkeypatch.setenv("IDCGEN_CIFAR10", str(jpeg))
     train = load_inputs("cifar10:train", scale="none")
     grey = train.x[:, 0, 0, 0].astype(int)
-    assert sorted(np.rint(grey / 10).astype(int).tolist()) == list(range(20))     # every image, once
-    assert grey.tolist() != sorted(grey.tolist())                                 # in a mixed order
-    assert (train.y == np.rint(grey / 10).astype(int) % 10).all()                 # labels: the class folders
-    assert train.y.tolist() == load_inputs("cifar10:train", scale="none").y.tolist()   # the same order each time
+    assert sorted(np.rint(grey / 10).astype(int).tolist()) == list(range(20))  # every image, once
+    assert grey.tolist() != sorted(grey.tolist())  # in a mixed order
+    assert (train.y == np.rint(grey / 10).astype(int) % 10).all()  # labels: the class folders
+    assert train.y.tolist() == load_inputs("cifar10:train", scale="none").y.tolist()  # the same order each time
     test = load_inputs("cifar10:test", scale="none")
     assert sorted(test.y.tolist()) == list(range(6)) and (test.x[:, 0, 0, 0] == 10 * test.y).all()
 

@@ -19,8 +19,13 @@ DEEPTEST_MUTATORS = ["gain", "bias", "median_blur", "bilateral_blur", "deeptest_
 
 def steering_run(predictions, labels):
     predictions = np.asarray(predictions, np.float64)
-    return Execution(np.zeros((len(predictions), 2, 2, 1), np.float32), predictions[:, None], predictions,
-                     np.asarray(labels, np.float64), np.zeros(len(predictions)))
+    return Execution(
+        np.zeros((len(predictions), 2, 2, 1), np.float32),
+        predictions[:, None],
+        predictions,
+        np.asarray(labels, np.float64),
+        np.zeros(len(predictions)),
+    )
 
 
 # ---- the oracle ---------------------------------------------------------------------------------
@@ -41,12 +46,13 @@ def test_the_mse_is_measured_on_the_seeds_and_kept_in_the_spec():
     assert seed_mse(predictions, labels) == pytest.approx((0.01 + 0.04 + 0.09) / 3)
     oracle = calibrate(make_oracle("deeptest(lam=5)"), predictions, labels, regression=True)
     assert oracle.mse == pytest.approx(0.14 / 3) and oracle.lam == 5
-    assert make_oracle(str(oracle)) == oracle                    # the recorded spec gives the same bound back
+    assert make_oracle(str(oracle)) == oracle  # the recorded spec gives the same bound back
     assert str(oracle).startswith("deeptest(lam=5, mse=0.0466")
-    given = make_oracle("deeptest(lam=2, mse=0.5)")              # an MSE given outright is kept
+    given = make_oracle("deeptest(lam=2, mse=0.5)")  # an MSE given outright is kept
     assert calibrate(given, predictions, labels, regression=True) == given
-    combined = calibrate(make_oracle("deeptest(lam=1) & ~deviation(threshold=0.1)"), predictions, labels,
-                         regression=True)
+    combined = calibrate(
+        make_oracle("deeptest(lam=1) & ~deviation(threshold=0.1)"), predictions, labels, regression=True
+    )
     assert str(combined) == f"deeptest(lam=1, mse={oracle.mse!r}) & ~deviation(threshold=0.1)"
 
 
@@ -76,6 +82,7 @@ def steering_setup(n=40):
 
     from idcgen.analysis import analyze
     from idcgen.framework import Network
+
     keras.utils.set_random_seed(0)
     inp = keras.Input((8, 8, 1))
     h = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inp)
@@ -92,10 +99,16 @@ def test_a_campaign_records_the_seeds_mse_and_its_findings_break_the_relation(tm
 
     from idcgen.export import export_campaign
     from idcgen.fuzz.fuzzer import Fuzzer
+
     network, x, y, found = steering_setup()
     mse = float(np.mean((network.predict(x).astype(np.float64) - y) ** 2))
-    fuzzer = Fuzzer(found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle="deeptest(lam=2)",
-                    batch_size=40, random_state=0)
+    fuzzer = Fuzzer(
+        found,
+        mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"],
+        oracle="deeptest(lam=2)",
+        batch_size=40,
+        random_state=0,
+    )
     campaign = fuzzer.run(x, y, budget=240, out=tmp_path / "camp", progress=False)
     recorded = json.loads((tmp_path / "camp" / "campaign.json").read_text())["config"]["oracle"]
     assert recorded == f"deeptest(lam=2, mse={mse!r})"
@@ -103,21 +116,32 @@ def test_a_campaign_records_the_seeds_mse_and_its_findings_break_the_relation(tm
     assert len(findings["id"]) > 0
     again = network.predict(findings["x"]).astype(np.float64)
     assert ((again - findings["label"]) ** 2 > 2 * mse).all()
-    exported = export_campaign(campaign, out=tmp_path / "exports")   # each finding re-run from its uint8 PNG
+    exported = export_campaign(campaign, out=tmp_path / "exports")  # each finding re-run from its uint8 PNG
     assert exported["findings"]["surviving_uint8"] == len(findings["id"])
-    resumed = Fuzzer(found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle=recorded,
-                     batch_size=40, random_state=0).resume(tmp_path / "camp")
+    resumed = Fuzzer(
+        found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle=recorded, batch_size=40, random_state=0
+    ).resume(tmp_path / "camp")
     resumed.close()
     # with the spec as typed (what a parallel run's workers are given), the campaign keeps its measured MSE
-    again = Fuzzer(found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle="deeptest(lam=2)",
-                   batch_size=40, random_state=0)
+    again = Fuzzer(
+        found,
+        mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"],
+        oracle="deeptest(lam=2)",
+        batch_size=40,
+        random_state=0,
+    )
     again.resume(tmp_path / "camp").close()
     assert str(again.oracle) == recorded
     # another lam, or another MSE given outright, is another oracle: refused
     for other in ("deeptest(lam=3)", f"deeptest(lam=2, mse={2 * mse!r})"):
         with pytest.raises(ParameterError, match="made with other settings"):
-            Fuzzer(found, mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"], oracle=other,
-                   batch_size=40, random_state=0).resume(tmp_path / "camp")
+            Fuzzer(
+                found,
+                mutators=["gain", "deeptest_blur", "rotate(limit=30.0)"],
+                oracle=other,
+                batch_size=40,
+                random_state=0,
+            ).resume(tmp_path / "camp")
     with pytest.raises(InputError, match=r"the seeds have no labels, which the deeptest\(lam=2\) oracle needs"):
         Fuzzer(found, mutators=["gain"], oracle="deeptest(lam=2)").run(x, None, budget=40, progress=False)
 
@@ -140,6 +164,7 @@ def frames():
     import zipfile
 
     import cv2
+
     with zipfile.ZipFile(archive) as z:
         names = sorted(n for n in z.namelist() if n.endswith(".jpg"))[::1000][:6]
         images = [cv2.imdecode(np.frombuffer(z.read(n), np.uint8), cv2.IMREAD_COLOR)[40:, :, ::-1] for n in names]
@@ -165,16 +190,18 @@ def test_gain_and_bias_on_a_real_frame(frames):
 
 def test_blurs_on_a_real_frame_are_opencvs(frames):
     import cv2
+
     out = run("bilateral_blur", frames)
     for image, mutant in zip(frames, out):
         np.testing.assert_allclose(mutant, np.clip(cv2.bilateralFilter(image, 9, 75 / 255, 75), 0, 1), atol=1e-6)
-        assert 0 < np.abs(mutant - image).mean() < 0.05                     # smoothed, not a different scene
+        assert 0 < np.abs(mutant - image).mean() < 0.05  # smoothed, not a different scene
     out = run("median_blur", frames, seed=1)
     sizes = np.random.default_rng(1).choice([3, 5], size=len(frames))
     for image, mutant, size in zip(frames, out, sizes):
         np.testing.assert_allclose(mutant, cv2.medianBlur(image, int(size)), atol=1e-6)
     # deeptest_blur: each frame gets one of DeepTest's ten settings, the one the rng draws
     from idcgen.fuzz.mutators.deeptest import DEEPTEST_BLURS, blur_image
+
     many = np.concatenate([frames] * 4)
     out = run("deeptest_blur", many, seed=2)
     drawn = np.random.default_rng(2).integers(0, 10, size=len(many))
@@ -190,6 +217,7 @@ def test_blurs_on_a_real_frame_are_opencvs(frames):
 
 def test_the_scene_rule_keeps_deeptests_blurs_on_real_frames(frames):
     from idcgen.fuzz.validity import Validity
+
     v = Validity()
     for spec in ("median_blur", "bilateral_blur", "deeptest_blur"):
         assert v.check(run(spec, frames), frames, make_mutator(spec)).mean() >= 0.8, spec
@@ -209,6 +237,7 @@ def udacity_data(monkeypatch):
     for name in [n for n in sys.modules if n == "kit" or n.startswith("kit.")]:
         del sys.modules[name]
     import kit.data
+
     return kit.data
 
 
@@ -231,5 +260,5 @@ def test_the_real_angles_pass_the_label_check_and_the_template_fails(udacity_dat
     with pytest.raises(SystemExit, match="look like random values"):
         udacity_data.check_labels(UDACITY / "final_example.csv")
     train, test = udacity_data.blocked_split(len(ids))
-    baseline = np.mean((angles[test] - angles[train].mean()) ** 2)   # the training mean as a predictor
+    baseline = np.mean((angles[test] - angles[train].mean()) ** 2)  # the training mean as a predictor
     assert baseline == pytest.approx(0.0454, abs=5e-5)

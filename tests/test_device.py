@@ -60,7 +60,7 @@ def test_parse_and_precedence(monkeypatch):
     assert requested_device().kind == "auto"
     monkeypatch.setenv("IDCGEN_DEVICE", "cpu")
     assert requested_device().kind == "cpu" and requested_device().source == "IDCGEN_DEVICE"
-    assert requested_device("cuda:0").kind == "cuda"   # the option wins over the environment
+    assert requested_device("cuda:0").kind == "cuda"  # the option wins over the environment
     monkeypatch.setenv("IDCGEN_DEVICE", "gpu")
     with pytest.raises(ParameterError, match="IDCGEN_DEVICE=gpu"):
         requested_device()
@@ -88,17 +88,20 @@ def test_cuda_without_a_gpu_names_what_torch_sees(monkeypatch):
 @no_gpu
 def test_cuda_without_a_gpu_is_said_before_any_model_is_loaded(tmp_path, monkeypatch):
     """A factory that records its calls: the device is refused before it is ever called."""
-    (tmp_path / "probe_factory.py").write_text(textwrap.dedent("""
+    (tmp_path / "probe_factory.py").write_text(
+        textwrap.dedent("""
         CALLS = []
 
         def make():
             CALLS.append(1)
             raise RuntimeError("the model was loaded")
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     import probe_factory
 
     from idcgen.session import load_networks
+
     with pytest.raises(DeviceError, match="no CUDA GPU"):
         load_networks(["probe_factory:make"], device="cuda")
     assert probe_factory.CALLS == []
@@ -107,6 +110,7 @@ def test_cuda_without_a_gpu_is_said_before_any_model_is_loaded(tmp_path, monkeyp
 @no_gpu
 def test_cli_device_cuda_without_a_gpu_is_one_line(tmp_path, monkeypatch):
     from idcgen.framework.torch_zoo import LeNet5, export_program
+
     monkeypatch.delenv("IDCGEN_DEVICE", raising=False)
     export_program(LeNet5(), tmp_path / "lenet5.pt2")
     runner = CliRunner()
@@ -118,7 +122,7 @@ def test_cli_device_cuda_without_a_gpu_is_one_line(tmp_path, monkeypatch):
     done = runner.invoke(app, ["layers", "--model", str(tmp_path / "lenet5.pt2")], env={"IDCGEN_DEVICE": "cuda"})
     assert done.exit_code == 1 and done.output.startswith("error: IDCGEN_DEVICE=cuda: no CUDA GPU"), done.output
     done = runner.invoke(app, ["layers", "--model", str(tmp_path / "lenet5.pt2"), "--device", "cpu"])
-    assert done.exit_code == 0 and "device:" not in done.output, done.output   # the CPU is not announced
+    assert done.exit_code == 0 and "device:" not in done.output, done.output  # the CPU is not announced
 
 
 # ---- tensors on the device -----------------------------------------------------------------------
@@ -160,6 +164,7 @@ def out_of_memory_above(net, limit: int):
         if len(x) > limit:
             raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate a batch of {len(x)}")
         return run(x, **kwargs)
+
     net.graph.run = limited
     return net
 
@@ -173,7 +178,7 @@ def test_out_of_memory_halves_says_so_once_and_gives_the_same_result(network, im
     np.testing.assert_allclose(out2, out, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(acts2, acts, rtol=1e-5, atol=1e-6)
     assert net.batch_size <= 20
-    net.forward(images)   # the halved size is kept: nothing more to say
+    net.forward(images)  # the halved size is kept: nothing more to say
     err = capsys.readouterr().err
     assert err.count("forward batches of") == 1 and "ran out of memory on cpu: halved to" in err, err
     rel = net.relevance("conv2")(images)
@@ -185,6 +190,7 @@ def test_out_of_memory_halves_says_so_once_and_gives_the_same_result(network, im
 
 def test_an_analysis_halves_too_and_finds_the_same_neurons(network, images):
     from idcgen.analysis import analyze
+
     want = analyze(network, images, m=3, clusters=[2, 3], progress=False)
     net = out_of_memory_above(TorchNetwork(network.source, device="cpu"), 16)
     got = analyze(net, images, m=3, clusters=[2, 3], progress=False)
@@ -199,14 +205,16 @@ def test_an_explicit_batch_size_is_kept_and_its_out_of_memory_is_one_line(networ
     with pytest.raises(DeviceError) as caught:
         net.forward(images)
     line = str(caught.value)
-    assert line == ("out of memory on cpu at a forward batch of 32 input(s): give batch_size=16, or run on another "
-                    "device: device='cpu'"), line
+    assert line == (
+        "out of memory on cpu at a forward batch of 32 input(s): give batch_size=16, or run on another "
+        "device: device='cpu'"
+    ), line
     with pytest.raises(DeviceError, match="relevance batch of 40 input"):
         net.relevance("conv2", batch_size=40)(images)
     sizes = Batches(1, what="forward", device="cuda:0")
     with pytest.raises(DeviceError, match="batch of 1 input.*free the device's memory"):
         sizes.failed(torch.OutOfMemoryError("CUDA out of memory"), 1)
-    with pytest.raises(ValueError, match="not memory"):   # any other error passes through as it is
+    with pytest.raises(ValueError, match="not memory"):  # any other error passes through as it is
         sizes.failed(ValueError("not memory"), 8)
 
 
@@ -215,23 +223,39 @@ def test_cli_out_of_memory_at_one_input_is_one_line(tmp_path, monkeypatch):
     input, then one line naming the size and what to try; no traceback."""
     from idcgen.framework.torch_graph import TorchGraph
     from idcgen.framework.torch_zoo import LeNet5, export_program
+
     export_program(LeNet5(), tmp_path / "lenet5.pt2")
     np.savez(tmp_path / "x.npz", x=np.zeros((8, 28, 28, 1), np.uint8))
 
     def out_of_memory(self, x, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
     monkeypatch.setattr(TorchGraph, "run", out_of_memory)
-    done = CliRunner().invoke(app, ["coverage", "--model", str(tmp_path / "lenet5.pt2"), "--inputs",
-                                    str(tmp_path / "x.npz"), "--criteria", "nc", "--device", "cpu"])
+    done = CliRunner().invoke(
+        app,
+        [
+            "coverage",
+            "--model",
+            str(tmp_path / "lenet5.pt2"),
+            "--inputs",
+            str(tmp_path / "x.npz"),
+            "--criteria",
+            "nc",
+            "--device",
+            "cpu",
+        ],
+    )
     assert done.exit_code == 1 and "Traceback" not in done.output, done.output
     assert done.output.strip().splitlines()[-1] == (
         "error: out of memory on cpu at a forward batch of 1 input(s): free the device's memory, or run on "
-        "another device: --device cpu"), done.output
+        "another device: --device cpu"
+    ), done.output
 
 
 # ---- precision ------------------------------------------------------------------------------------
 def test_bf16_forward_agrees_and_analyses_stay_fp32(network, images):
     from idcgen.analysis import analyze
+
     half = TorchNetwork(network.source, device="cpu", precision="bf16")
     out, (acts,) = network.forward(images, ("conv2",))
     out16, (acts16,) = half.forward(images, ("conv2",))
@@ -249,16 +273,27 @@ def test_bf16_forward_agrees_and_analyses_stay_fp32(network, images):
 # ---- recorded as information ----------------------------------------------------------------------
 def test_the_device_is_recorded_and_never_compared(network, images, tmp_path):
     from idcgen.analysis import Analysis, analyze
+
     made = analyze(network, images, m=3, clusters=[2], progress=False)
     assert made.device["device"] == "cpu" and made.device["framework"].startswith("torch ")
     folder = made.save(tmp_path / "an")
     assert json.loads((folder / "analysis.json").read_text())["device"]["device"] == "cpu"
     fingerprint = made.fingerprint
     # the same analysis made on a GPU: the same fingerprint, the same saved analysis, usable here
-    elsewhere = Analysis(layer=made.layer, neurons=made.neurons, importance=made.importance, clusters=made.clusters,
-                         fingerprint=fingerprint, config=made.config, data=made.data, timings=made.timings,
-                         versions=made.versions, notes=made.notes, warnings=made.warnings,
-                         device={"device": "cuda:0", "name": "NVIDIA H200", "precision": "fp32"})
+    elsewhere = Analysis(
+        layer=made.layer,
+        neurons=made.neurons,
+        importance=made.importance,
+        clusters=made.clusters,
+        fingerprint=fingerprint,
+        config=made.config,
+        data=made.data,
+        timings=made.timings,
+        versions=made.versions,
+        notes=made.notes,
+        warnings=made.warnings,
+        device={"device": "cuda:0", "name": "NVIDIA H200", "precision": "fp32"},
+    )
     assert elsewhere.matches_saved(folder)
     saved = elsewhere.save(tmp_path / "gpu")
     loaded = Analysis.load(saved, model=network)
@@ -269,13 +304,30 @@ def test_a_bf16_campaign_records_its_device_and_keeps_its_analysis_fp32(tmp_path
     """fuzz --precision bf16: the fuzz loop's forward in bf16 (campaign.json says so), the analysis it makes
     first in fp32 (analysis.json says so); a resume on another device is no change of settings."""
     from idcgen.framework.torch_zoo import LeNet5, export_program
+
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
     export_program(LeNet5(), tmp_path / "lenet5.pt2")
     runner = CliRunner()
-    args = ["fuzz", "--model", str(tmp_path / "lenet5.pt2"), "--seeds", "embedded-mnist:test", "--limit", "20",
-            "--train", "embedded-mnist:train", "--budget", "64", "--batch-size", "32", "--mutators", "gauss,contrast",
-            "--out", str(tmp_path / "c")]
+    args = [
+        "fuzz",
+        "--model",
+        str(tmp_path / "lenet5.pt2"),
+        "--seeds",
+        "embedded-mnist:test",
+        "--limit",
+        "20",
+        "--train",
+        "embedded-mnist:train",
+        "--budget",
+        "64",
+        "--batch-size",
+        "32",
+        "--mutators",
+        "gauss,contrast",
+        "--out",
+        str(tmp_path / "c"),
+    ]
     done = runner.invoke(app, args + ["--device", "cpu", "--precision", "bf16"])
     assert done.exit_code == 0, done.output
     meta = json.loads((tmp_path / "c" / "campaign.json").read_text())
@@ -289,6 +341,7 @@ def test_a_bf16_campaign_records_its_device_and_keeps_its_analysis_fp32(tmp_path
 # ---- Ray ----------------------------------------------------------------------------------------------
 def test_gpus_per_worker_is_checked():
     from idcgen.distributed.cluster import check_gpus_per_worker
+
     assert check_gpus_per_worker(0.5) == 0.5 and check_gpus_per_worker(2) == 2.0
     for bad in (-1, 1.5, float("nan")):
         with pytest.raises(ParameterError, match="gpus_per_worker"):
@@ -297,6 +350,7 @@ def test_gpus_per_worker_is_checked():
 
 def test_a_worker_recipe_keeps_the_driver_on_the_cpu(network):
     from idcgen.distributed.cluster import ModelRecipe
+
     recipe = ModelRecipe.of(network)
     assert recipe.device == "cpu" and recipe.worker_device() == "cpu"
     assert recipe.build().device == torch.device("cpu")
@@ -324,7 +378,7 @@ def test_the_pytorch_path_runs_without_tensorflow_and_albumentations(tmp_path):
     """The GPU machine has torch and numpy, no TensorFlow, albumentations, cleverhans or ART: idcgen's PyTorch
     path (import, load, analyse, coverage, a fuzz campaign with numpy mutators) must not need them."""
     script = BLOCKER + textwrap.dedent(f"""
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path.insert(0, {str(ROOT / "tests")!r})
         import numpy as np, torch
         import idcgen, idcgen.cli, idcgen.session
         from idcgen.framework import Network
@@ -390,6 +444,7 @@ def test_gpu_network_places_everything_on_cuda(network, images):
 @needs_gpu
 def test_gpu_analysis_equals_the_cpu_one(network, images):
     from idcgen.analysis import analyze
+
     on_gpu = analyze(TorchNetwork(network.source, device="cuda"), images, m=3, clusters=[2, 3], progress=False)
     on_cpu = analyze(network, images, m=3, clusters=[2, 3], progress=False)
     assert on_gpu.neurons.tolist() == on_cpu.neurons.tolist()

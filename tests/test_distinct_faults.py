@@ -30,7 +30,7 @@ def test_one_dense_group_is_one_fault_and_pairs_never_share_a_fault():
     rng = np.random.default_rng(1)
     same = blob([0] * 6, 40, rng)
     faults = distinct_faults(same, [0] * 20 + [1] * 20, [1] * 20 + [0] * 20)
-    assert (faults.count, faults.pairs) == (2, 2)   # the same place in feature space, two confusions
+    assert (faults.count, faults.pairs) == (2, 2)  # the same place in feature space, two confusions
     assert distinct_faults(same[:20], [0] * 20, [1] * 20).count == 1
 
 
@@ -39,7 +39,10 @@ def test_a_regression_model_has_one_group_and_noise_joins_a_cluster():
     features = np.concatenate([blob([0] * 6, 30, rng), blob([4] * 6, 30, rng), [[2.0] * 6]])
     faults = distinct_faults(features)
     assert (faults.count, faults.pairs) == (2, 1)
-    assert faults.fault[-1] in (faults.fault[0], faults.fault[30])   # the point between the groups is no fault of its own
+    assert faults.fault[-1] in (
+        faults.fault[0],
+        faults.fault[30],
+    )  # the point between the groups is no fault of its own
     assert "PCA to 10 dimensions" in faults.method and "over all failing inputs (one group" in faults.method
     assert distinct_faults(np.zeros((0, 4))).count == 0
 
@@ -60,6 +63,7 @@ def test_the_campaign_report_gives_distinct_faults_beside_findings_and_pairs(tra
     from idcgen.faults import campaign_faults
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.report import write_report
+
     model, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
     analysis = analyze(model, x_train[:500], y_train[:500], m=4, progress=False)
@@ -71,18 +75,22 @@ def test_the_campaign_report_gives_distinct_faults_beside_findings_and_pairs(tra
     pairs = len(set(zip(found["label"].tolist(), found["prediction"].tolist())))
     assert len(faults.fault) == campaign.n_findings > 0 and faults.pairs == pairs <= faults.count
     text = write_report(campaign).read_text()
-    assert f"Distinct faults: {faults.count} among the {campaign.n_findings} findings ({pairs} (true, predicted) pairs" in text
+    assert (
+        f"Distinct faults: {faults.count} among the {campaign.n_findings} findings ({pairs} (true, predicted) pairs"
+        in text
+    )
     # the same model as an explicit extractor gives the same faults; a second model (another LeNet) is an
     # extractor independent of the model under test: its own clusters, still at least one fault per pair
     from idcgen.framework import Network
     from idcgen.framework.keras_zoo import lenet1
+
     assert campaign_faults(campaign, Network(model)).count == faults.count
     second = Network(lenet1(random_state=3))
     asked = []
     forward = second.forward
-    second.forward = lambda x, layers: asked.append(tuple(layers)) or forward(x, layers)   # records, runs the model
+    second.forward = lambda x, layers: asked.append(tuple(layers)) or forward(x, layers)  # records, runs the model
     other = campaign_faults(campaign, second)
-    assert asked == [(second.default_layer(),)]   # the features came from the second model
+    assert asked == [(second.default_layer(),)]  # the features came from the second model
     assert len(other.fault) == campaign.n_findings and other.pairs == pairs <= other.count
     direct = distinct_faults(failure_features(second, found["x"]), found["label"], found["prediction"])
     assert np.array_equal(other.fault, direct.fault)

@@ -10,14 +10,19 @@ BLOCK = "import sys\nfor name in {names}:\n    sys.modules[name] = None   # as i
 
 
 def run(code: str, *names: str):
-    return subprocess.run([sys.executable, "-c", BLOCK.format(names=list(names)) + code], capture_output=True,
-                          text=True)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK.format(names=list(names)) + code], capture_output=True, text=True
+    )
 
 
 def test_a_keras_model_without_tensorflow_is_one_line_naming_the_extra(tmp_path):
     (tmp_path / "m.keras").write_bytes(b"not read: the framework is checked first")
-    done = run("from idcgen.cli import main\nsys.argv = ['idcgen', 'layers', '--model', "
-               f"{str(tmp_path / 'm.keras')!r}]\nmain()", "tensorflow", "keras")
+    done = run(
+        "from idcgen.cli import main\nsys.argv = ['idcgen', 'layers', '--model', "
+        f"{str(tmp_path / 'm.keras')!r}]\nmain()",
+        "tensorflow",
+        "keras",
+    )
     assert done.returncode == 1
     assert done.stderr.strip() == 'error: Keras models need TensorFlow and Keras: pip install "idcgen[keras]"'
 
@@ -35,7 +40,8 @@ def test_a_pytorch_model_runs_where_tensorflow_cannot_be_imported(tmp_path):
         f"network = load_network({str(tmp_path / 'm.pt2')!r})\n"
         "x = np.random.default_rng(0).random((64, 28, 28, 1), dtype=np.float32)\n"
         "analysis = analyze(network, x, m=2, clusters=(2,), progress=False)\n"
-        "print(analysis.layer, analysis.total, 'tensorflow' in sys.modules and sys.modules['tensorflow'] is not None)\n")
+        "print(analysis.layer, analysis.total, 'tensorflow' in sys.modules and sys.modules['tensorflow'] is not None)\n"
+    )
     done = run(code, "tensorflow", "keras")
     assert done.returncode == 0, done.stderr
     layer, total, imported = done.stdout.split()

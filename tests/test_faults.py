@@ -31,19 +31,32 @@ BUDGET, HALF = 384, 192
 def world(trained_lenet, digits, tmp_path_factory):
     """Model file, seeds file, saved analysis, and the arguments of a fuzz command on them."""
     from idcgen.analysis import analyze
+
     model, path = trained_lenet
     x_train, y_train, x_test, y_test = digits
     root = tmp_path_factory.mktemp("faults")
-    pick = np.concatenate([np.flatnonzero(y_test == k)[:6] for k in range(10)])   # seeds across the classes
+    pick = np.concatenate([np.flatnonzero(y_test == k)[:6] for k in range(10)])  # seeds across the classes
     np.savez(root / "seeds.npz", x=(x_test[pick, ..., 0] * 255).round().astype(np.uint8), y=y_test[pick])
     analyze(model, x_train[:1000], y_train[:1000], layer="block2_conv1", m=6, progress=False).save(root / "analysis")
-    args = ["fuzz", "--model", str(path), "--seeds", str(root / "seeds.npz"), "--analysis", str(root / "analysis"),
-            "--mutators", "gauss(std=0.05),rotate", "--batch-size", "64"]
+    args = [
+        "fuzz",
+        "--model",
+        str(path),
+        "--seeds",
+        str(root / "seeds.npz"),
+        "--analysis",
+        str(root / "analysis"),
+        "--mutators",
+        "gauss(std=0.05),rotate",
+        "--batch-size",
+        "64",
+    ]
     return {"root": root, "args": args, "model": model}
 
 
 def cli(*args) -> tuple[int, str]:
     from idcgen.cli import app
+
     result = CliRunner().invoke(app, [str(a) for a in args])
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
@@ -79,11 +92,13 @@ def resume(folder) -> tuple[int, str]:
 
 def committed_step(folder) -> int:
     from idcgen.fuzz.statefile import read_state
+
     return json.loads(str(np.load(__import__("io").BytesIO(read_state(folder)[1]))["state"]))["step"]
 
 
 def newest_state_file(folder) -> Path:
     from idcgen.fuzz.statefile import STATE_FILES, read_state
+
     return folder / STATE_FILES[read_state(folder)[0] % 2]
 
 
@@ -91,6 +106,7 @@ def assert_same(folder: Path, reference: Path, *, stats: bool = True) -> None:
     """The campaign in ``folder`` is the reference one: logs byte for byte, the arrays of every step
     file, the PNG previews byte for byte, the exports' arrays and findings."""
     from idcgen.fuzz.campaign import Campaign
+
     for name in ("manifest.jsonl", "findings.jsonl"):
         assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
     for kind in ("corpus", "findings"):
@@ -114,7 +130,9 @@ def assert_same(folder: Path, reference: Path, *, stats: bool = True) -> None:
     with np.load(folder / "exports" / "grown.npz") as x, np.load(reference / "exports" / "grown.npz") as y:
         for key in y.files:
             np.testing.assert_array_equal(x[key], y[key])
-    assert (folder / "exports" / "findings.jsonl").read_bytes() == (reference / "exports" / "findings.jsonl").read_bytes()
+    assert (folder / "exports" / "findings.jsonl").read_bytes() == (
+        reference / "exports" / "findings.jsonl"
+    ).read_bytes()
     assert not list(folder.rglob(".*.tmp"))
 
 
@@ -122,19 +140,21 @@ def assert_refused(folder: Path, network, expected: str) -> str:
     """Refused with one line, reading (``Campaign.load``, no lock) and resuming (the CLI) alike; the
     folder is left unlocked."""
     from idcgen.fuzz.campaign import Campaign
+
     with pytest.raises(InputError) as read:
         Campaign.load(folder, network)
     code, out = resume(folder)
     lines = out.strip().splitlines()
     assert code == 1 and len(lines) == 1 and lines[0].startswith("error: "), out
     assert expected in str(read.value) and expected in lines[0], (expected, str(read.value), lines[0])
-    with open(folder / ".lock", "a") as handle:   # no process kept the writer lock
+    with open(folder / ".lock", "a") as handle:  # no process kept the writer lock
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     return lines[0]
 
 
 def notes_of(folder) -> list[str]:
     from idcgen.fuzz.store import CampaignStore
+
     return CampaignStore.read(folder).notes
 
 
@@ -144,9 +164,12 @@ def notes_of(folder) -> list[str]:
 def test_a_damaged_log_is_rebuilt_from_the_step_files(log, fault, copy, reference):
     path = copy / log
     before = path.read_bytes()
-    {"delete": path.unlink, "truncate": lambda: path.write_bytes(before[:len(before) // 2]),
-     "empty": lambda: path.write_bytes(b"")}[fault]()
-    notes = notes_of(copy)   # read only: reported, not written
+    {
+        "delete": path.unlink,
+        "truncate": lambda: path.write_bytes(before[: len(before) // 2]),
+        "empty": lambda: path.write_bytes(b""),
+    }[fault]()
+    notes = notes_of(copy)  # read only: reported, not written
     assert len(notes) == 1 and notes[0].startswith(log) and "resuming it rebuilds it" in notes[0]
     assert not path.exists() if fault == "delete" else len(path.read_bytes()) < len(before)
     code, out = resume(copy)
@@ -172,18 +195,19 @@ def test_damaged_stats_are_rebuilt_minimal_and_said(fault, copy, reference):
     else:
         path.write_bytes(path.read_bytes()[:-30])
     from idcgen.fuzz.campaign import Campaign
-    loaded = Campaign.load(copy)   # read only: two rebuilt rows in memory, the file untouched
+
+    loaded = Campaign.load(copy)  # read only: two rebuilt rows in memory, the file untouched
     rows = loaded.stats_rows()
     ref_rows = Campaign.load(reference).stats_rows()
     assert [r["step"] for r in rows] == [0, 3] and all(r["rebuilt"] for r in rows)
-    for key in ("corpus", "idc", "covered", "findings"):   # the seeds' row recomputed, the last from the state
+    for key in ("corpus", "idc", "covered", "findings"):  # the seeds' row recomputed, the last from the state
         assert rows[0][key] == ref_rows[0][key] and rows[1][key] == ref_rows[3][key], key
     code, out = resume(copy)
     assert code == 0 and "note: stats.jsonl" in out and "two rows only" in out, out
     assert_same(copy, reference, stats=False)
     resumed = Campaign.load(copy).stats_rows()
     assert [r["step"] for r in resumed] == [0, 3, 4, 5, 6] and resumed[2:][0]["execs"] == ref_rows[4]["execs"]
-    assert notes_of(copy) == []   # the rebuilt file was committed: the next read finds nothing wrong
+    assert notes_of(copy) == []  # the rebuilt file was committed: the next read finds nothing wrong
 
 
 @pytest.mark.parametrize("fault", ["delete", "truncate"])
@@ -219,7 +243,7 @@ def test_png_previews_are_rewritten(what, copy, reference):
             p.unlink()
     elif what == "folder":
         shutil.rmtree(copy / "findings" / "png")
-    else:   # a kill while a preview was written (previews are written in place)
+    else:  # a kill while a preview was written (previews are written in place)
         pngs[3].write_bytes(pngs[3].read_bytes()[:50])
     code, out = resume(copy)
     assert code == 0, out
@@ -227,8 +251,13 @@ def test_png_previews_are_rewritten(what, copy, reference):
 
 
 def test_stale_temporary_files_are_removed(copy, reference):
-    for name in ("exports/.grown.npz.tmp", "corpus/.step-000004.npz.tmp", ".manifest.jsonl.tmp",
-                 ".campaign.json.tmp", "corpus/png/.000001.png.tmp"):
+    for name in (
+        "exports/.grown.npz.tmp",
+        "corpus/.step-000004.npz.tmp",
+        ".manifest.jsonl.tmp",
+        ".campaign.json.tmp",
+        "corpus/png/.000001.png.tmp",
+    ):
         (copy / name).write_bytes(b"half")
     code, out = resume(copy)
     assert code == 0, out
@@ -247,11 +276,17 @@ def test_a_damaged_step_file_is_refused_naming_it(kind, fault, copy, world):
     path = copy / kind / name
     with np.load(path) as arrays:
         ids = arrays["id"]
-    {"delete": path.unlink, "truncate": lambda: path.write_bytes(path.read_bytes()[:200]),
-     "empty": lambda: path.write_bytes(b"")}[fault]()
+    {
+        "delete": path.unlink,
+        "truncate": lambda: path.write_bytes(path.read_bytes()[:200]),
+        "empty": lambda: path.write_bytes(b""),
+    }[fault]()
     noun = "corpus entries" if kind == "corpus" else "findings"
-    expected = (f"is damaged: {kind}/{name} is missing ({len(ids)} committed {noun}, ids {ids[0]}"
-                if fault == "delete" else f"is damaged: {kind}/{name} is unreadable (")
+    expected = (
+        f"is damaged: {kind}/{name} is missing ({len(ids)} committed {noun}, ids {ids[0]}"
+        if fault == "delete"
+        else f"is damaged: {kind}/{name} is unreadable ("
+    )
     line = assert_refused(copy, world["model"], expected)
     assert line.endswith("restore it from a backup, or start a new campaign")
 
@@ -285,7 +320,8 @@ def test_a_damaged_analysis_is_refused(fault, copy, world):
     line = assert_refused(copy, world["model"], "is damaged: analysis/")
     assert "copy the analysis it was made with (model fingerprint" in line
     from idcgen.analysis import Analysis
-    with pytest.raises(InputError):   # as harden loads it first: one line too, not a BadZipFile traceback
+
+    with pytest.raises(InputError):  # as harden loads it first: one line too, not a BadZipFile traceback
         Analysis.load(copy / "analysis")
 
 
@@ -350,6 +386,7 @@ VICTIM = textwrap.dedent('''
     main()
 ''')
 
+
 def own_lines(stderr: bytes) -> list[str]:
     """stderr without what TensorFlow's C++ runtime logs at import (abseil prints it whatever
     TF_CPP_MIN_LOG_LEVEL says)."""
@@ -368,9 +405,24 @@ def victims(world):
     started = {}
     for phase in PHASES:
         folder = world["root"] / f"killed-{phase}"
-        started[phase] = (subprocess.Popen([sys.executable, str(world["root"] / "victim.py"), phase, *world["args"],
-                                            "--budget", str(BUDGET), "--out", str(folder)],
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env), folder)
+        started[phase] = (
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(world["root"] / "victim.py"),
+                    phase,
+                    *world["args"],
+                    "--budget",
+                    str(BUDGET),
+                    "--out",
+                    str(folder),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            ),
+            folder,
+        )
     yield started
     for process, _ in started.values():
         if process.poll() is None:
@@ -405,13 +457,16 @@ def test_killed_before_the_seeds_were_committed_is_refused_in_one_line(victims, 
     code, out = cli("fuzz", "--resume", folder)
     lines = out.strip().splitlines()
     assert code == 1 and len(lines) == 1, out
-    assert lines[0] == (f"error: campaign {folder} has no state file: its start was interrupted before the seeds "
-                        f"were committed; delete {folder} and start again")
+    assert lines[0] == (
+        f"error: campaign {folder} has no state file: its start was interrupted before the seeds "
+        f"were committed; delete {folder} and start again"
+    )
 
 
 @pytest.mark.slow
 def test_two_writers_one_runs_the_other_is_refused(copy, world, reference):
     from idcgen.fuzz.campaign import Campaign
+
     victim = world["root"] / "victim.py"
     victim.write_text(VICTIM)
     go = copy.parent / "go"
@@ -427,9 +482,11 @@ def test_two_writers_one_runs_the_other_is_refused(copy, world, reference):
         _, err = loser.communicate()
         lines = own_lines(err)
         assert loser.returncode == 1 and len(lines) == 1, err.decode()
-        assert lines[0] == (f"error: campaign {copy} is being written by process {winner.pid}; wait for it to finish "
-                            "(reading it, as `idcgen harden --campaign` does, needs no wait)")
-        assert Campaign.load(copy).step == 3   # reading needs no lock, while the winner holds it
+        assert lines[0] == (
+            f"error: campaign {copy} is being written by process {winner.pid}; wait for it to finish "
+            "(reading it, as `idcgen harden --campaign` does, needs no wait)"
+        )
+        assert Campaign.load(copy).step == 3  # reading needs no lock, while the winner holds it
         go.touch()
         out, err = winner.communicate(timeout=300)
         assert winner.returncode == 0, err.decode()[-2000:]

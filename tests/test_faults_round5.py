@@ -65,6 +65,7 @@ def files(tmp_path_factory):
     from idcgen.framework.torch_load import save_torchscript
     from idcgen.framework.torch_zoo import export_program
     from torch_twins import TinyViT, images, twins
+
     tmp = tmp_path_factory.mktemp("round5")
     module, model = twins()
     export_program(module, tmp / "res.pt2")
@@ -89,50 +90,105 @@ def factories(files, monkeypatch):
 
 # ---- data loss ---------------------------------------------------------------------------------------------
 
+
 def test_PR08_prioritize_out_on_a_model_file_does_not_overwrite_it(files, tmp_path):
     victim = tmp_path / "model.keras"
     victim.write_bytes((files / "res.keras").read_bytes())
     before = victim.read_bytes()
-    result = invoke("prioritize", "--model", files / "res.pt2", "--inputs", files / "data.npz", "--by", "gini",
-                    "--out", victim)
+    result = invoke(
+        "prioritize", "--model", files / "res.pt2", "--inputs", files / "data.npz", "--by", "gini", "--out", victim
+    )
     assert "is not a ranking CSV" in error_line(result)
     assert victim.read_bytes() == before
-    ranking = tmp_path / "ranking.csv"   # a ranking written before is replaced, as asked
-    assert invoke("prioritize", "--model", files / "res.pt2", "--inputs", files / "data.npz", "--by", "gini",
-                  "--out", ranking).exit_code == 0
-    assert invoke("prioritize", "--model", files / "res.pt2", "--inputs", files / "data.npz", "--by", "margin",
-                  "--out", ranking).exit_code == 0
+    ranking = tmp_path / "ranking.csv"  # a ranking written before is replaced, as asked
+    assert (
+        invoke(
+            "prioritize", "--model", files / "res.pt2", "--inputs", files / "data.npz", "--by", "gini", "--out", ranking
+        ).exit_code
+        == 0
+    )
+    assert (
+        invoke(
+            "prioritize",
+            "--model",
+            files / "res.pt2",
+            "--inputs",
+            files / "data.npz",
+            "--by",
+            "margin",
+            "--out",
+            ranking,
+        ).exit_code
+        == 0
+    )
 
 
 def test_PR09_prioritize_out_on_a_folder_is_refused_and_leaves_no_temporary(files, tmp_path):
     folder = tmp_path / "rankings"
     folder.mkdir()
-    result = invoke("prioritize", "--model", files / "res.pt2", "--inputs", files / "data.npz", "--by", "gini",
-                    "--out", folder)
+    result = invoke(
+        "prioritize", "--model", files / "res.pt2", "--inputs", files / "data.npz", "--by", "gini", "--out", folder
+    )
     assert "is a folder" in error_line(result) and "Is a directory" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rankings"] and not any(folder.iterdir())
 
 
 # ---- wrong results -----------------------------------------------------------------------------------------
 
+
 def test_X16_a_layer_inside_multihead_attention_has_no_row_per_input(files, tmp_path):
     listing = invoke("layers", "--model", files / "vit.pt2")
-    assert "blocks.0.attn.linear_1" in listing.output, listing.output   # the out-projection, on (tokens x batch, d)
-    result = invoke("analyze", "--model", files / "vit.pt2", "--train", files / "data.npz", "--limit", 10,
-                    "--layer", "blocks.0.attn.linear_1", "--m", 2, "--out", tmp_path / "an")
+    assert "blocks.0.attn.linear_1" in listing.output, listing.output  # the out-projection, on (tokens x batch, d)
+    result = invoke(
+        "analyze",
+        "--model",
+        files / "vit.pt2",
+        "--train",
+        files / "data.npz",
+        "--limit",
+        10,
+        "--layer",
+        "blocks.0.attn.linear_1",
+        "--m",
+        2,
+        "--out",
+        tmp_path / "an",
+    )
     assert "has no row per input" in error_line(result)
     assert not (tmp_path / "an").exists()
     subject = re.search(r"subject layers: .*", listing.output).group(0)
     assert "attn.linear_1" not in subject
-    done = invoke("analyze", "--model", files / "vit.pt2", "--train", files / "data.npz", "--limit", 30,
-                  "--layer", "blocks.0.add_1", "--m", 2, "--out", tmp_path / "ok")   # the block's output: fine
+    done = invoke(
+        "analyze",
+        "--model",
+        files / "vit.pt2",
+        "--train",
+        files / "data.npz",
+        "--limit",
+        30,
+        "--layer",
+        "blocks.0.add_1",
+        "--m",
+        2,
+        "--out",
+        tmp_path / "ok",
+    )  # the block's output: fine
     assert done.exit_code == 0, done.output
     assert re.search(r"reach IDC .* \((\d+) of", done.output)
 
 
 def test_T39b_prioritize_refuses_a_model_giving_nan(files, factories, tmp_path):
-    result = invoke("prioritize", "--model", f"{factories}:NaNNet", "--inputs", files / "data.npz", "--by", "gini",
-                    "--out", tmp_path / "r.csv")
+    result = invoke(
+        "prioritize",
+        "--model",
+        f"{factories}:NaNNet",
+        "--inputs",
+        files / "data.npz",
+        "--by",
+        "gini",
+        "--out",
+        tmp_path / "r.csv",
+    )
     assert "outputs are NaN or infinite for 120 of 120 inputs" in error_line(result)
     assert "APFD" not in result.output and not (tmp_path / "r.csv").exists()
 
@@ -144,29 +200,46 @@ def test_T39_analyze_of_a_model_giving_nan_says_so_on_its_own_line(files, factor
 
 
 def test_AE3_an_analysis_with_its_digest_line_deleted_and_a_centroid_edited_is_refused(files, tmp_path):
-    done = invoke("analyze", "--model", files / "res.keras", "--train", files / "data.npz", "--m", 3,
-                  "--out", tmp_path / "an")
+    done = invoke(
+        "analyze", "--model", files / "res.keras", "--train", files / "data.npz", "--m", 3, "--out", tmp_path / "an"
+    )
     assert done.exit_code == 0, done.output
     path = tmp_path / "an" / "analysis.json"
     meta = json.loads(path.read_text())
     del meta["digest"]
-    meta["clusters"][0]["centroids"][0] -= 0.01   # still increasing: a plausible edit
+    meta["clusters"][0]["centroids"][0] -= 0.01  # still increasing: a plausible edit
     path.write_text(json.dumps(meta, indent=2))
-    result = invoke("coverage", "--model", files / "res.keras", "--analysis", tmp_path / "an", "--inputs",
-                    files / "data.npz")
+    result = invoke(
+        "coverage", "--model", files / "res.keras", "--analysis", tmp_path / "an", "--inputs", files / "data.npz"
+    )
     assert "edited or damaged since it was saved" in error_line(result) and "IDC" not in result.output
 
 
 def test_OT05_architecture_then_weights_is_refused(files):
-    result = invoke("layers", "--model", "torch_twins:Residual", "--architecture", files / "a.json",
-                    "--weights", files / "weights.pt")
-    assert error_line(result) == ("error: --architecture and --weights are two names of one option (only one value "
-                                  "is used): give one")
+    result = invoke(
+        "layers",
+        "--model",
+        "torch_twins:Residual",
+        "--architecture",
+        files / "a.json",
+        "--weights",
+        files / "weights.pt",
+    )
+    assert error_line(result) == (
+        "error: --architecture and --weights are two names of one option (only one value is used): give one"
+    )
 
 
 def test_OT06_weights_then_architecture_is_refused(files):
-    result = invoke("layers", "--model", "torch_twins:Residual", "--weights", files / "weights.pt",
-                    "--architecture", files / "a.json")
+    result = invoke(
+        "layers",
+        "--model",
+        "torch_twins:Residual",
+        "--weights",
+        files / "weights.pt",
+        "--architecture",
+        files / "a.json",
+    )
     assert error_line(result).startswith("error: --weights and --architecture are two names of one option")
 
 
@@ -177,14 +250,29 @@ def test_T11b_convert_input_shape_on_a_keras_file_is_refused(files, tmp_path):
 
 
 def test_X17_fuzz_takes_weights_for_a_factory(files, tmp_path):
-    result = invoke("fuzz", "--model", "torch_twins:Residual", "--weights", files / "weights.pt", "--seeds",
-                    files / "data.npz", "--budget", 64, "--batch-size", 32, "--mutators", "gauss",
-                    "--out", tmp_path / "c")
+    result = invoke(
+        "fuzz",
+        "--model",
+        "torch_twins:Residual",
+        "--weights",
+        files / "weights.pt",
+        "--seeds",
+        files / "data.npz",
+        "--budget",
+        64,
+        "--batch-size",
+        32,
+        "--mutators",
+        "gauss",
+        "--out",
+        tmp_path / "c",
+    )
     assert result.exit_code == 0, result.output
     assert "64 execs" in result.output and (tmp_path / "c" / "report.md").exists()
 
 
 # ---- tracebacks --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", ["T13", "T15", "T16"])
 def test_T13_T15_T16_an_empty_truncated_or_text_pt2_is_one_line(files, tmp_path, capfd, case):
@@ -193,7 +281,7 @@ def test_T13_T15_T16_an_empty_truncated_or_text_pt2_is_one_line(files, tmp_path,
     result = invoke("layers", "--model", path)
     assert "is not a torch.export program (.pt2), or is damaged" in error_line(result)
     assert result.output.strip().count("\n") == 0, result.output
-    assert "Traceback" not in capfd.readouterr().err   # torch logs to the process' own stderr
+    assert "Traceback" not in capfd.readouterr().err  # torch logs to the process' own stderr
 
 
 def test_T27_a_factory_that_raises_is_one_line(factories):
@@ -208,8 +296,11 @@ def test_T29_a_factory_that_needs_arguments_is_one_line(factories):
 
 # ---- unclear messages --------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(__import__("importlib.util").util.find_spec("onnx2torch") is not None,
-                    reason="onnx2torch is installed here: the .onnx file would be read, not refused")
+
+@pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("onnx2torch") is not None,
+    reason="onnx2torch is installed here: the .onnx file would be read, not refused",
+)
 def test_T19_onnx_names_what_to_install(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"")
     line = error_line(invoke("layers", "--model", tmp_path / "m.onnx"))
@@ -217,8 +308,9 @@ def test_T19_onnx_names_what_to_install(tmp_path):
 
 
 def test_T21_a_factory_module_in_the_current_folder_is_found(files, tmp_path, monkeypatch):
-    (tmp_path / "r5_here.py").write_text(FACTORIES.replace("class NaNNet", "class Unused") +
-                                         "\nfrom torch_twins import Residual\n")
+    (tmp_path / "r5_here.py").write_text(
+        FACTORIES.replace("class NaNNet", "class Unused") + "\nfrom torch_twins import Residual\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
     sys.modules.pop("r5_here", None)
@@ -254,11 +346,23 @@ def test_T06_convert_input_shape_that_does_not_fit_names_the_option(files, tmp_p
 
 def test_I08_an_image_shape_of_16_channels_is_refused_as_the_option(files, tmp_path):
     import keras
+
     inputs = keras.Input((192,))
     out = keras.layers.Dense(10, name="logits")(keras.layers.Dense(16, activation="relu", name="fc")(inputs))
     keras.Model(inputs, keras.layers.Activation("softmax")(out)).save(tmp_path / "flat.keras")
-    result = invoke("fuzz", "--model", tmp_path / "flat.keras", "--seeds", files / "data.npz", "--budget", 32,
-                    "--image-shape", "4,4,12", "--out", tmp_path / "c")
+    result = invoke(
+        "fuzz",
+        "--model",
+        tmp_path / "flat.keras",
+        "--seeds",
+        files / "data.npz",
+        "--budget",
+        32,
+        "--image-shape",
+        "4,4,12",
+        "--out",
+        tmp_path / "c",
+    )
     assert "C = 1 (grey) or 3 (RGB)" in error_line(result)
     assert not (tmp_path / "c").exists()
 
@@ -270,41 +374,79 @@ def test_O39_affinity_tol_range_includes_zero(files):
 
 def test_O43_a_hypothesis_shape_error_is_on_its_own_line(files, tmp_path):
     (tmp_path / "hyp.py").write_text("import numpy as np\n\ndef bad(x, y):\n    return np.zeros(3)\n")
-    result = invoke("affinity", "--model", files / "res.keras", "--inputs", files / "data.npz", "--hypotheses",
-                    tmp_path / "hyp.py", "--out", tmp_path / "aff")
+    result = invoke(
+        "affinity",
+        "--model",
+        files / "res.keras",
+        "--inputs",
+        files / "data.npz",
+        "--hypotheses",
+        tmp_path / "hyp.py",
+        "--out",
+        tmp_path / "aff",
+    )
     assert error_line(result).startswith("error: hypothesis 'bad' returned shape (3,)")
 
 
 def test_O49_harden_limit_test_zero_is_named_as_itself(files, tmp_path):
-    line = error_line(invoke("harden", "--model", files / "res.keras", "--train", files / "data.npz", "--campaign",
-                             tmp_path / "none", "--test", files / "data.npz", "--limit-test", 0))
+    line = error_line(
+        invoke(
+            "harden",
+            "--model",
+            files / "res.keras",
+            "--train",
+            files / "data.npz",
+            "--campaign",
+            tmp_path / "none",
+            "--test",
+            files / "data.npz",
+            "--limit-test",
+            0,
+        )
+    )
     assert line == "error: --limit-test must be an int >= 1. Got 0 instead."
 
 
 def test_AE5_an_analysis_in_a_newer_format_says_so(files, tmp_path):
-    done = invoke("analyze", "--model", files / "res.keras", "--train", files / "data.npz", "--m", 3,
-                  "--out", tmp_path / "an")
+    done = invoke(
+        "analyze", "--model", files / "res.keras", "--train", files / "data.npz", "--m", 3, "--out", tmp_path / "an"
+    )
     assert done.exit_code == 0, done.output
     path = tmp_path / "an" / "analysis.json"
     path.write_text(path.read_text().replace('"format_version": 1', '"format_version": 2'))
-    line = error_line(invoke("coverage", "--model", files / "res.keras", "--analysis", tmp_path / "an",
-                             "--inputs", files / "data.npz"))
+    line = error_line(
+        invoke(
+            "coverage", "--model", files / "res.keras", "--analysis", tmp_path / "an", "--inputs", files / "data.npz"
+        )
+    )
     assert "saved by a newer idcgen (format version 2" in line and "corrupt" not in line
 
 
 def test_D13b_correct_only_on_word_named_class_folders_mentions_the_label_mapping(files, tmp_path):
     from PIL import Image
+
     data = np.load(files / "data.npz")
-    for name, label in (("apple", 0), ("banana", 1)):   # folder i holds images the model does not call i
+    for name, label in (("apple", 0), ("banana", 1)):  # folder i holds images the model does not call i
         (tmp_path / "imgs" / name).mkdir(parents=True)
         for i in np.flatnonzero(data["y"] != label)[:6]:
             Image.fromarray(data["x"][i]).save(tmp_path / "imgs" / name / f"{i}.png")
-    line = error_line(invoke("analyze", "--model", files / "res.keras", "--train", tmp_path / "imgs",
-                             "--correct-only", "--out", tmp_path / "an"))
+    line = error_line(
+        invoke(
+            "analyze",
+            "--model",
+            files / "res.keras",
+            "--train",
+            tmp_path / "imgs",
+            "--correct-only",
+            "--out",
+            tmp_path / "an",
+        )
+    )
     assert "--correct-only keeps none" in line and "0 = 'apple', 1 = 'banana'" in line and "--class-names" in line
 
 
 # ---- under load --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cpu_max, expected", [("max 100000", 2), ("150000 100000", 2), ("50000 100000", 1)])
 def test_usable_cpus_reads_the_affinity_and_the_cgroup_quota(tmp_path, monkeypatch, cpu_max, expected):
@@ -312,12 +454,13 @@ def test_usable_cpus_reads_the_affinity_and_the_cgroup_quota(tmp_path, monkeypat
     import os
 
     from idcgen.framework.common import usable_cpus
+
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     (tmp_path / "cpu.max").write_text(cpu_max + "\n")
     assert usable_cpus(tmp_path) == expected
     (tmp_path / "cpu.max").unlink()
     (tmp_path / "cpu").mkdir()
-    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")   # cgroup v1: one CPU
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")  # cgroup v1: one CPU
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert usable_cpus(tmp_path) == 1
 
@@ -325,18 +468,26 @@ def test_usable_cpus_reads_the_affinity_and_the_cgroup_quota(tmp_path, monkeypat
 def test_a_loaded_torch_model_uses_the_cpus_idcgen_may_use(files):
     """Under an affinity mask of one CPU, torch's threads follow it (and a lower count set before stays)."""
     import subprocess
-    code = ("import os, torch; torch.set_num_threads(4); os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]});"
-            "import idcgen; idcgen.Network(idcgen.load_model(%r)); print(torch.get_num_threads(), "
-            "os.environ.get('OMP_WAIT_POLICY'))" % str(files / "res.pt2"))
+
+    code = (
+        "import os, torch; torch.set_num_threads(4); os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]});"
+        "import idcgen; idcgen.Network(idcgen.load_model(%r)); print(torch.get_num_threads(), "
+        "os.environ.get('OMP_WAIT_POLICY'))" % str(files / "res.pt2")
+    )
     # the child's own environment: this process imported idcgen before torch, so it holds the policy idcgen set
     env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(env, PYTHONPATH=str(Path(__file__).parents[1])))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPATH=str(Path(__file__).parents[1])),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["1", "None"]   # torch imported first: the wait policy is the caller's
+    assert done.stdout.split() == ["1", "None"]  # torch imported first: the wait policy is the caller's
 
 
 # ---- the README and --help say what the code does ----------------------------------------------------------
+
 
 def test_help_texts_say_what_the_code_does():
     """README: `--weights` on every command reading a model (fuzz had none, X17); `.onnx` listed by --model
@@ -352,14 +503,17 @@ def test_help_texts_say_what_the_code_does():
     assert "`--weights` is another name of `--architecture`" in readme and "PYTHONPATH=/path/to/folder" in readme
 
 
-@pytest.mark.parametrize("loadavg, expected", [("0.30 0.5 0.4 1/300 99", 2), ("5.24 7.5 8.2 2/500 99", 1),
-                                               ("0.10 0.1 0.1 3/300 99", 1), ("1.2 1 1 2/300 99", 1)])
+@pytest.mark.parametrize(
+    "loadavg, expected",
+    [("0.30 0.5 0.4 1/300 99", 2), ("5.24 7.5 8.2 2/500 99", 1), ("0.10 0.1 0.1 3/300 99", 1), ("1.2 1 1 2/300 99", 1)],
+)
 def test_free_cpus_leaves_out_what_other_processes_keep_busy(tmp_path, monkeypatch, loadavg, expected):
     """On a 2-core machine shared with others, two torch threads ran a small campaign 30x slower than one
     (BENCHMARKS.md): the load average, and the tasks running now (a job just started), count."""
     import os
 
     from idcgen.framework.common import free_cpus
+
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     (tmp_path / "loadavg").write_text(loadavg + "\n")
     assert free_cpus(tmp_path / "loadavg") == expected
@@ -368,10 +522,17 @@ def test_free_cpus_leaves_out_what_other_processes_keep_busy(tmp_path, monkeypat
 
 def test_importing_idcgen_before_torch_makes_openmp_wait_passively(files):
     import subprocess
-    code = ("import idcgen.framework, os, torch; import idcgen; idcgen.Network(idcgen.load_model(%r)); "
-            "print(os.environ.get('OMP_WAIT_POLICY'))" % str(files / "res.pt2"))
+
+    code = (
+        "import idcgen.framework, os, torch; import idcgen; idcgen.Network(idcgen.load_model(%r)); "
+        "print(os.environ.get('OMP_WAIT_POLICY'))" % str(files / "res.pt2")
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(env, PYTHONPATH=str(Path(__file__).parents[1])))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPATH=str(Path(__file__).parents[1])),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["PASSIVE"]

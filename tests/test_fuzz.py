@@ -21,6 +21,7 @@ def setup(digits):
     """(analysis, network, None, seeds, labels): the loop on the numpy double, no framework involved."""
     from doubles import NumpyNet
     from idcgen.analysis import analyze
+
     x_train, y_train, x_test, y_test = digits
     network = NumpyNet.fit(x_train, y_train)
     analysis = analyze(network, x_train[:1000], y_train[:1000], layer="hidden", m=6, progress=False)
@@ -32,6 +33,7 @@ def keras_setup(trained_lenet, digits):
     """(analysis, model, model file, seeds, labels) on a trained Keras LeNet-1: for what needs gradients,
     attacks or a model file."""
     from idcgen.analysis import analyze
+
     model, path = trained_lenet
     x_train, y_train, x_test, y_test = digits
     analysis = analyze(model, x_train[:1000], y_train[:1000], layer="block2_conv1", m=6, progress=False)
@@ -41,13 +43,15 @@ def keras_setup(trained_lenet, digits):
 def test_the_loop_tests_run_without_a_framework(setup):
     # the double is what the loop tests run on: no framework's model, so no framework to import for them
     from doubles import NumpyNet
+
     analysis, network, _, x, y = setup
     assert isinstance(analysis.network, NumpyNet) and analysis.network.model is analysis.network
-    assert (network.predict(x) == y).mean() > 0.5     # a classifier, not noise: findings are rare, not the rule
+    assert (network.predict(x) == y).mean() > 0.5  # a classifier, not noise: findings are rare, not the rule
 
 
 def make_fuzzer(analysis, mutators=CHEAP, **kw):
     from idcgen.fuzz.fuzzer import Fuzzer
+
     kw.setdefault("batch_size", 64)
     return Fuzzer(analysis, mutators=list(mutators), random_state=kw.pop("random_state", 3), **kw)
 
@@ -63,8 +67,8 @@ def test_loop_keeps_only_new_combinations_and_idc_never_falls(setup, tmp_path):
     assert kept.any(), "no mutant reached a new combination"
     combos = c.corpus.combination
     seed_combos = set(combos[~kept].tolist())
-    assert not (set(combos[kept].tolist()) & seed_combos)          # every kept mutant reached a new one
-    assert len(set(combos[kept].tolist())) == kept.sum()            # ... and no two the same
+    assert not (set(combos[kept].tolist()) & seed_combos)  # every kept mutant reached a new one
+    assert len(set(combos[kept].tolist())) == kept.sum()  # ... and no two the same
     np.testing.assert_array_equal(np.sort(np.unique(combos)), c.tracker.covered_ids())
     rows = c.stats_rows()
     idc = [r["idc"] for r in rows]
@@ -106,8 +110,11 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, r
     analysis, model, _, x, y = request.getfixturevalue("keras_setup" if kind == "mixed" else "setup")
 
     def mutators():
-        return {"cheap": CHEAP, "mixed": ["fgsm(eps=0.1)", "gauss(std=0.05)", "relevant_pixels", "rotate"],
-                "flaky": [flaky_noise(), "rotate", "gauss(std=0.05)"]}[kind]
+        return {
+            "cheap": CHEAP,
+            "mixed": ["fgsm(eps=0.1)", "gauss(std=0.05)", "relevant_pixels", "rotate"],
+            "flaky": [flaky_noise(), "rotate", "gauss(std=0.05)"],
+        }[kind]
 
     fuzzer = make_fuzzer(analysis, mutators())
     full = fuzzer.start(x, y, tmp_path / "full", budget=600)
@@ -150,7 +157,8 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, r
     with pytest.raises(KeyboardInterrupt):
         fuzzer4.run(waiting, progress=False)
     from idcgen.fuzz.campaign import Campaign
-    on_disk = Campaign.load(tmp_path / "waiting").step   # memory, campaign.json and state agree
+
+    on_disk = Campaign.load(tmp_path / "waiting").step  # memory, campaign.json and state agree
     assert waiting.step == on_disk == json.loads((tmp_path / "waiting" / "campaign.json").read_text())["state"]["step"]
     fuzzer4._execute = forward
     fuzzer4.run(waiting, progress=False)
@@ -169,7 +177,7 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, r
     signalled.record = record_and_signal
     with pytest.raises(KeyboardInterrupt):
         fuzzer5.run(signalled, progress=False)
-    assert signalled.step == 3 and len(signalled.stats_rows()) == 4   # the seeds' row and three steps
+    assert signalled.step == 3 and len(signalled.stats_rows()) == 4  # the seeds' row and three steps
     signalled.record = record
     fuzzer5.run(signalled, progress=False)
 
@@ -178,6 +186,7 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, r
     with pytest.raises(KeyboardInterrupt):
         fuzzer6.run(torn, progress=False, on_step=stop_after_three)
     from idcgen.fuzz.statefile import STATE_FILES, read_state
+
     newest = tmp_path / "torn" / STATE_FILES[read_state(tmp_path / "torn")[0] % 2]
     newest.write_bytes(newest.read_bytes()[:-7])
     torn = make_fuzzer(analysis, mutators()).resume(tmp_path / "torn")
@@ -185,8 +194,13 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, r
     make_fuzzer(analysis, mutators()).run(torn, progress=False)
 
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "execs_per_s", "seconds")} for r in rows]
-    for other, folder in ((resumed, "part"), (again, "again"), (waiting, "waiting"), (signalled, "signalled"),
-                          (torn, "torn")):
+    for other, folder in (
+        (resumed, "part"),
+        (again, "again"),
+        (waiting, "waiting"),
+        (signalled, "signalled"),
+        (torn, "torn"),
+    ):
         np.testing.assert_array_equal(other.corpus.x, full.corpus.x)
         np.testing.assert_array_equal(other.corpus.combination, full.corpus.combination)
         np.testing.assert_array_equal(other.corpus.fuzz_count, full.corpus.fuzz_count)
@@ -203,8 +217,9 @@ def test_disagreement_oracle_and_its_export(keras_setup, tmp_path):
     from idcgen.export import export_campaign
     from idcgen.framework import Network
     from idcgen.fuzz.fuzzer import Fuzzer
+
     analysis, model, _, x, y = keras_setup
-    other = keras.models.clone_model(model)                         # a second model: weights perturbed
+    other = keras.models.clone_model(model)  # a second model: weights perturbed
     rng = np.random.default_rng(0)
     other.set_weights([w + rng.normal(0, 0.2 * (w.std() + 1e-3), w.shape).astype(w.dtype) for w in model.get_weights()])
     other = Network(other)
@@ -214,8 +229,10 @@ def test_disagreement_oracle_and_its_export(keras_setup, tmp_path):
     found = c.findings()
     assert c.n_findings > 0
     np.testing.assert_array_equal(other.predict(found["x"]) != found["prediction"], True)  # they disagree
-    assert export_campaign(c, oracle=fuzzer.oracle, out=tmp_path / "e1", images=False)["findings"]["surviving_uint8"] >= 0
-    summary = export_campaign(c, out=tmp_path / "e2", images=False)   # without the other model: not re-checked
+    assert (
+        export_campaign(c, oracle=fuzzer.oracle, out=tmp_path / "e1", images=False)["findings"]["surviving_uint8"] >= 0
+    )
+    summary = export_campaign(c, out=tmp_path / "e2", images=False)  # without the other model: not re-checked
     assert summary["findings"]["surviving_uint8"] is None
     rows = [json.loads(line) for line in (tmp_path / "e2" / "findings.jsonl").read_text().splitlines()]
     assert len(rows) == c.n_findings and all(r["survives_uint8"] is None for r in rows)
@@ -235,10 +252,14 @@ def test_findings_of_the_first_format_still_load(setup, tmp_path):
     for path in (c.folder / "findings").glob("step-*.npz"):
         path.unlink()
     half = n // 2
-    np.savez(c.folder / "findings" / "step-000001.npz", **{k: v[:half] for k, v in found.items()},
-             survives_uint8=np.ones(half, bool))
+    np.savez(
+        c.folder / "findings" / "step-000001.npz",
+        **{k: v[:half] for k, v in found.items()},
+        survives_uint8=np.ones(half, bool),
+    )
     np.savez(c.folder / "findings" / f"step-{c.step:06d}.npz", **{k: v[half:] for k, v in found.items()})
     from idcgen.fuzz.campaign import Campaign
+
     again = Campaign.load(c.folder).findings()
     assert "survives_uint8" not in again and sorted(again) == sorted(found)
     for k in found:
@@ -247,6 +268,7 @@ def test_findings_of_the_first_format_still_load(setup, tmp_path):
 
 def test_failing_mutator_is_reported_and_campaign_goes_on(setup, tmp_path, monkeypatch):
     from idcgen.fuzz.mutators import REGISTRY, Mutator
+
     monkeypatch.setattr("idcgen.fuzz.mutators.REGISTRY", dict(REGISTRY))  # keep the test class out of the real one
 
     class Broken(Mutator):
@@ -270,6 +292,7 @@ def test_exports_load_back_and_match_manifest(setup, tmp_path):
     from idcgen.data import load_inputs
     from idcgen.export import export_campaign
     from idcgen.report import write_report
+
     analysis, _, _, x, y = setup
     fuzzer = make_fuzzer(analysis)
     c = fuzzer.start(x, y, tmp_path / "c", budget=384)
@@ -290,6 +313,7 @@ def test_exports_load_back_and_match_manifest(setup, tmp_path):
     np.testing.assert_array_equal(retrain["y_train"][10:], c.corpus.label[c.corpus.parent >= 0])
     # findings re-checked once rounded to uint8, against the oracle computed here by hand
     from idcgen.imageio import quantise
+
     found = c.findings()
     rows = [json.loads(line) for line in (c.folder / "exports" / "findings.jsonl").read_text().splitlines()]
     assert len(rows) == c.n_findings == len(found["id"]) > 0
@@ -307,14 +331,15 @@ def test_exports_load_back_and_match_manifest(setup, tmp_path):
 def test_export_after_a_kill_ignores_the_half_written_log_line(setup, tmp_path):
     from idcgen.export import export_campaign
     from idcgen.fuzz.campaign import Campaign
+
     analysis, _, _, x, y = setup
     fuzzer = make_fuzzer(analysis)
     c = fuzzer.start(x, y, tmp_path / "c", budget=384)
     fuzzer.run(c, progress=False)
     assert c.n_findings > 0
-    with open(c.folder / "findings.jsonl", "a") as f:   # a kill in the middle of an append
+    with open(c.folder / "findings.jsonl", "a") as f:  # a kill in the middle of an append
         f.write('{"id": 12345, "par')
-    loaded = Campaign.load(c.folder, analysis.network)   # read-only: the folder is not repaired
+    loaded = Campaign.load(c.folder, analysis.network)  # read-only: the folder is not repaired
     summary = export_campaign(loaded, images=False)
     rows = (c.folder / "exports" / "findings.jsonl").read_text().splitlines()
     assert len(rows) == summary["findings"]["total"] == c.n_findings
@@ -322,6 +347,7 @@ def test_export_after_a_kill_ignores_the_half_written_log_line(setup, tmp_path):
 
 def test_a_failed_write_survives_an_interrupted_wait(setup, tmp_path):
     import time
+
     analysis, _, _, x, y = setup
     c = make_fuzzer(analysis).start(x, y, tmp_path / "c", budget=64)
 
@@ -335,13 +361,13 @@ def test_a_failed_write_survives_an_interrupted_wait(setup, tmp_path):
     c.store._submit(failing_write)
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.1)   # Ctrl-C while the loop waits for that write
+        signal.setitimer(signal.ITIMER_REAL, 0.1)  # Ctrl-C while the loop waits for that write
         with pytest.raises(KeyboardInterrupt):
             c.store.flush()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    with pytest.raises(OSError, match="disk full"):   # closing the campaign still reports it
+    with pytest.raises(OSError, match="disk full"):  # closing the campaign still reports it
         c.close()
 
 
@@ -350,9 +376,10 @@ def test_started_campaign_is_on_disk_when_start_returns(setup, tmp_path, monkeyp
 
     from idcgen.fuzz import store as store_module
     from idcgen.fuzz.campaign import Campaign
+
     write = store_module.atomic_npz
 
-    def slow(*args, **kw):   # the writer thread writes the seeds' step late
+    def slow(*args, **kw):  # the writer thread writes the seeds' step late
         time.sleep(0.3)
         write(*args, **kw)
 
@@ -369,7 +396,7 @@ def test_an_interrupted_start_leaves_no_half_made_campaign(setup, tmp_path):
     forward = fuzzer.network.forward
 
     def interrupted(*args, **kw):
-        raise KeyboardInterrupt   # Ctrl-C while the seeds run through the model
+        raise KeyboardInterrupt  # Ctrl-C while the seeds run through the model
 
     (tmp_path / "empty").mkdir()
     for out in (tmp_path / "new", tmp_path / "empty"):
@@ -380,11 +407,12 @@ def test_an_interrupted_start_leaves_no_half_made_campaign(setup, tmp_path):
         finally:
             fuzzer.network.forward = forward
         assert not out.exists() if out.name == "new" else list(out.iterdir()) == []  # an empty folder stays
-        assert fuzzer.start(x, y, out, budget=64).step == 0   # and the same --out works at once
+        assert fuzzer.start(x, y, out, budget=64).step == 0  # and the same --out works at once
 
 
 def test_bad_input(setup, tmp_path):
     from idcgen.fuzz.campaign import Campaign
+
     analysis, _, _, x, y = setup
     fuzzer = make_fuzzer(analysis)
     with pytest.raises(ParameterError, match="'budget' parameter must be an int >= 1"):
@@ -397,11 +425,12 @@ def test_bad_input(setup, tmp_path):
     with pytest.raises(InputError, match="already holds a campaign"):
         fuzzer.start(x, y, tmp_path / "c", budget=64)
     from idcgen.framework.keras_zoo import lenet1
+
     with pytest.raises(AnalysisMismatchError, match="run on another model"):
         Campaign.load(c.folder, network=__import__("idcgen.framework", fromlist=["Network"]).Network(lenet1()))
     with pytest.raises(InputError, match="not a campaign folder"):
         Campaign.load(tmp_path)
-    for name in ("state-0", "state-1"):   # no whole state file: never committed
+    for name in ("state-0", "state-1"):  # no whole state file: never committed
         (c.folder / name).write_bytes(b"IDCGSTAT")
     with pytest.raises(InputError, match="no whole state file"):
         Campaign.load(c.folder)
@@ -414,6 +443,7 @@ def test_bad_input(setup, tmp_path):
 def test_directed_mutator_moves_towards_uncovered_combinations(keras_setup, tmp_path):
     from idcgen.fuzz.fuzzer import FuzzContext
     from idcgen.fuzz.mutators.directed import CoverageDirected
+
     analysis, model, _, x, y = keras_setup
     tracker = analysis.tracker(x)
     ids = analysis.ids(x)
@@ -430,28 +460,56 @@ def test_directed_mutator_moves_towards_uncovered_combinations(keras_setup, tmp_
     goal = np.stack([analysis.combinations.centroid_vector(t) for t in targets])
     spread = np.array([max(np.ptp(c.centroids), 1e-3) for c in analysis.clusters])
     distance = lambda inputs: np.abs((analysis.activations(inputs) - goal) / spread).mean()
-    rng = np.random.default_rng(1)   # as many signed steps of the same size, in random directions
+    rng = np.random.default_rng(1)  # as many signed steps of the same size, in random directions
     blind = x.copy()
     for _ in range(mut.steps):
-        blind = np.clip(np.clip(blind + mut.step_size * rng.choice([-1.0, 1.0], size=x.shape), x - 0.15, x + 0.15), 0, 1)
+        blind = np.clip(
+            np.clip(blind + mut.step_size * rng.choice([-1.0, 1.0], size=x.shape), x - 0.15, x + 0.15), 0, 1
+        )
     assert distance(out) < 0.8 * distance(x) and distance(out) < 0.8 * distance(blind.astype(np.float32))
 
 
 def test_fuzz_command_end_to_end_and_resume(setup, trained_lenet, digits, tmp_path, monkeypatch):
     from idcgen.cli import app
+
     monkeypatch.chdir(tmp_path)
     _, _, _, x, y = setup
     _, path = trained_lenet
     np.savez(tmp_path / "seeds.npz", x=(x[..., 0] * 255).round().astype(np.uint8), y=y)
     np.savez(tmp_path / "train.npz", x=(digits[0][:800, ..., 0] * 255).round().astype(np.uint8), y=digits[1][:800])
     runner = CliRunner()
-    args = ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "256", "--train", "train.npz",
-            "--m", "5", "--mutators", "gauss(std=0.05),rotate", "--batch-size", "64", "--out", "camp"]
+    args = [
+        "fuzz",
+        "--model",
+        str(path),
+        "--seeds",
+        "seeds.npz",
+        "--budget",
+        "256",
+        "--train",
+        "train.npz",
+        "--m",
+        "5",
+        "--mutators",
+        "gauss(std=0.05),rotate",
+        "--batch-size",
+        "64",
+        "--out",
+        "camp",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "IDC" in result.output and "validity bounds (DeepHunter)" in result.output
-    for name in ("report.md", "report.html", "stats.jsonl", "manifest.jsonl", "campaign.json",
-                 "exports/grown.npz", "exports/retrain.npz", "idc_vs_execs.png"):
+    for name in (
+        "report.md",
+        "report.html",
+        "stats.jsonl",
+        "manifest.jsonl",
+        "campaign.json",
+        "exports/grown.npz",
+        "exports/retrain.npz",
+        "idc_vs_execs.png",
+    ):
         assert (tmp_path / "camp" / name).exists(), name
     retrain = np.load(tmp_path / "camp" / "exports" / "retrain.npz")
     assert len(retrain["x_train"]) >= 800
@@ -459,17 +517,49 @@ def test_fuzz_command_end_to_end_and_resume(setup, trained_lenet, digits, tmp_pa
     result = runner.invoke(app, ["fuzz", "--resume", "camp", "--budget", "384"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "camp" / "campaign.json").read_text())["state"]["execs"] == 384
-    assert (tmp_path / "camp" / "manifest.jsonl").read_text().startswith(first)   # continued, not restarted
+    assert (tmp_path / "camp" / "manifest.jsonl").read_text().startswith(first)  # continued, not restarted
     # without --train/--analysis: finds the analysis saved by the first run, and says where it looked
-    result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "64", "--m", "5",
-                                 "--mutators", "gauss", "--out", "camp2"])
+    result = runner.invoke(
+        app,
+        [
+            "fuzz",
+            "--model",
+            str(path),
+            "--seeds",
+            "seeds.npz",
+            "--budget",
+            "64",
+            "--m",
+            "5",
+            "--mutators",
+            "gauss",
+            "--out",
+            "camp2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "the saved analysis of this model in outputs/analyses/" in result.output
     assert f"newest found in outputs/analyses/, {path.parent}/, {path.parent / 'analysis'}/)" in result.output
     result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "0"])
     assert result.exit_code == 1 and "budget" in result.output
-    result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", "seeds.npz", "--budget", "64", "--m", "3",
-                                 "--mutators", "gauss", "--out", "camp3"])
+    result = runner.invoke(
+        app,
+        [
+            "fuzz",
+            "--model",
+            str(path),
+            "--seeds",
+            "seeds.npz",
+            "--budget",
+            "64",
+            "--m",
+            "3",
+            "--mutators",
+            "gauss",
+            "--out",
+            "camp3",
+        ],
+    )
     assert result.exit_code == 0 and "analysis was made on the SEEDS" in result.output
 
 
@@ -487,17 +577,62 @@ def test_loop_makes_the_recorded_campaign(digits):
     from doubles import NumpyNet
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
+
     x_train, y_train, x_test, y_test = digits
     network = NumpyNet.fit(x_train, y_train)
     assert network.fingerprint() == "54e336a6b2a9d5e158959fadc11d7bfa6785bac85100e34880ed8e892a2ed1ee"
     analysis = analyze(network, x_train[:500], y_train[:500], layer="hidden", m=8, progress=False)
     seeds = np.arange(0, len(x_test), 25)[:40]
-    fuzzer = Fuzzer(analysis, mutators=["relevant_pixels", "gauss(std=0.05)", "random_pixels"], batch_size=32,
-                    random_state=5, rounding=False)
+    fuzzer = Fuzzer(
+        analysis,
+        mutators=["relevant_pixels", "gauss(std=0.05)", "random_pixels"],
+        batch_size=32,
+        random_state=5,
+        rounding=False,
+    )
     c = fuzzer.run(x_test[seeds], y_test[seeds], budget=640, progress=False)
     assert c.corpus.combination[:40].tolist() == [
-        9810, 1130, 2941, 5197, 2705, 455, 905, 0, 12, 4502, 6, 9045, 5711, 5415, 2525, 7212, 912, 6979, 498, 451,
-        6978, 6750, 5196, 450, 902, 2296, 4725, 50, 240, 0, 228, 465, 3384, 0, 3836, 6844, 1363, 13, 229, 699]
+        9810,
+        1130,
+        2941,
+        5197,
+        2705,
+        455,
+        905,
+        0,
+        12,
+        4502,
+        6,
+        9045,
+        5711,
+        5415,
+        2525,
+        7212,
+        912,
+        6979,
+        498,
+        451,
+        6978,
+        6750,
+        5196,
+        450,
+        902,
+        2296,
+        4725,
+        50,
+        240,
+        0,
+        228,
+        465,
+        3384,
+        0,
+        3836,
+        6844,
+        1363,
+        13,
+        229,
+        699,
+    ]
     digest = hashlib.sha256()
     for a in (c.corpus.combination, c.corpus.parent, c.corpus.fuzz_count):
         digest.update(np.ascontiguousarray(a, np.int64).tobytes())
@@ -511,6 +646,7 @@ def test_loop_makes_the_recorded_campaign(digits):
 
 def test_campaign_in_memory_saves_and_loads_back(setup, tmp_path):
     from idcgen.fuzz.campaign import Campaign
+
     analysis, _, _, x, y = setup
     memory = make_fuzzer(analysis).run(x, y, budget=320, progress=False)
     assert memory.folder is None and memory.execs == 320 and len(memory.stats_rows()) == memory.step + 1
@@ -538,15 +674,19 @@ def test_campaign_in_memory_saves_and_loads_back(setup, tmp_path):
 def test_a_second_writer_is_refused_and_a_reader_is_not(setup, tmp_path):
     from idcgen.fuzz.campaign import Campaign
     from idcgen.fuzz.store import CampaignLocked
+
     analysis, _, _, x, y = setup
-    first = make_fuzzer(analysis).start(x, y, tmp_path / "c", budget=128)   # holds the lock until it runs and ends
+    first = make_fuzzer(analysis).start(x, y, tmp_path / "c", budget=128)  # holds the lock until it runs and ends
     # the commands it names exist (it named `report` and `export`, which do not)
-    with pytest.raises(CampaignLocked, match=f"being written by process {os.getpid()}; wait for it to finish "
-                                             r"\(reading it, as `idcgen harden --campaign` does, needs no wait\)"):
+    with pytest.raises(
+        CampaignLocked,
+        match=f"being written by process {os.getpid()}; wait for it to finish "
+        r"\(reading it, as `idcgen harden --campaign` does, needs no wait\)",
+    ):
         make_fuzzer(analysis).resume(tmp_path / "c")
-    assert Campaign.load(tmp_path / "c").step == 0     # reading needs no lock
+    assert Campaign.load(tmp_path / "c").step == 0  # reading needs no lock
     make_fuzzer(analysis).run(first, progress=False)
-    again = make_fuzzer(analysis).resume(tmp_path / "c")   # released when the run ended
+    again = make_fuzzer(analysis).resume(tmp_path / "c")  # released when the run ended
     again.close()
 
 
@@ -556,6 +696,7 @@ def test_guidance_by_another_criterion(guide, setup, tmp_path):
     corpus did not before (none: every valid mutant joins); IDC and the other criterion are measured
     whatever guides, as the coverage of the grown set."""
     from idcgen.criteria import make_criterion
+
     analysis, _, _, x, y = setup
     network = analysis.network
     crits = {name: make_criterion(name).fit(network, x) for name in ("nc", "kmnc")}
@@ -570,20 +711,23 @@ def test_guidance_by_another_criterion(guide, setup, tmp_path):
     for name, tracker in trackers.items():
         tracker.update(features[name][seeds])
     for i in np.flatnonzero(kept):
-        new = {name: bool(t.update(features[name][i:i + 1])[0]) for name, t in trackers.items()}
+        new = {name: bool(t.update(features[name][i : i + 1])[0]) for name, t in trackers.items()}
         if guide != "none":
             assert new[guide], f"mutant {i} joined without new {guide} coverage"
     for name, tracker in trackers.items():
         assert tracker.covered == c.coverage[name].covered, name
-    if guide == "none":   # every valid mutant was kept
+    if guide == "none":  # every valid mutant was kept
         assert kept.sum() == sum(s.valid for s in c.mutator_stats.values())
 
 
 def test_rounding_makes_every_finding_reproduce(setup, tmp_path):
     from idcgen.export import export_campaign
     from idcgen.imageio import to_uint8
+
     analysis, _, _, x, y = setup
-    c = make_fuzzer(analysis, mutators=["gauss(std=0.1)", "fgsm(eps=0.15)", "rotate"]).start(x, y, tmp_path / "c", budget=640)
+    c = make_fuzzer(analysis, mutators=["gauss(std=0.1)", "fgsm(eps=0.15)", "rotate"]).start(
+        x, y, tmp_path / "c", budget=640
+    )
     assert c.settings.rounding and c.settings.storage == "uint8"
     make_fuzzer(analysis, mutators=["gauss(std=0.1)", "fgsm(eps=0.15)", "rotate"]).run(c, progress=False)
     found = c.findings()
@@ -599,12 +743,13 @@ def test_rounding_makes_every_finding_reproduce(setup, tmp_path):
 
 def test_resume_refuses_a_campaign_whose_analysis_was_edited(setup, tmp_path):
     from idcgen.fuzz.campaign import Campaign
+
     analysis, _, _, x, y = setup
     fuzzer = make_fuzzer(analysis)
     fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=128), progress=False)
     meta_path = tmp_path / "c" / "analysis" / "analysis.json"
     meta = json.loads(meta_path.read_text())
-    meta["clusters"][1]["centroids"][-1] += 1.0   # still sorted
+    meta["clusters"][1]["centroids"][-1] += 1.0  # still sorted
     meta_path.write_text(json.dumps(meta, indent=2))
     with pytest.raises(InputError, match="edited or damaged since it was saved"):
         make_fuzzer(analysis).resume(tmp_path / "c")
@@ -619,7 +764,7 @@ def test_sigterm_during_a_run_stops_it_as_ctrl_c_does(setup, tmp_path):
     fuzzer = make_fuzzer(analysis)
     c = fuzzer.start(x, y, tmp_path / "c", budget=600)
     record = c.record
-    before = signal.getsignal(signal.SIGTERM)   # the default, or what another library of this process set (Ray)
+    before = signal.getsignal(signal.SIGTERM)  # the default, or what another library of this process set (Ray)
 
     def record_and_terminate(*args, **kw):
         if c.step == 2:
@@ -631,7 +776,7 @@ def test_sigterm_during_a_run_stops_it_as_ctrl_c_does(setup, tmp_path):
     c.record = record_and_terminate
     with pytest.raises(KeyboardInterrupt):
         fuzzer.run(c, progress=False)
-    assert c.step == 3 and signal.getsignal(signal.SIGTERM) == before   # the handler given back
+    assert c.step == 3 and signal.getsignal(signal.SIGTERM) == before  # the handler given back
     c.close()
     resumed = make_fuzzer(analysis).resume(tmp_path / "c")
     assert resumed.step == 3
@@ -643,6 +788,7 @@ def test_a_torn_newest_state_of_an_interrupted_campaign_is_said(setup, tmp_path)
     campaign fell back to the commit before without a note."""
     from idcgen.fuzz.statefile import STATE_FILES, read_state
     from idcgen.fuzz.store import CampaignStore
+
     analysis, _, _, x, y = setup
     fuzzer = make_fuzzer(analysis)
     fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=192), progress=False)
@@ -650,15 +796,18 @@ def test_a_torn_newest_state_of_an_interrupted_campaign_is_said(setup, tmp_path)
     newest = tmp_path / "c" / STATE_FILES[commit % 2]
     newest.write_bytes(newest.read_bytes()[:-9])
     meta = json.loads((tmp_path / "c" / "campaign.json").read_text())
-    meta["state"]["step"] = 0                       # as an interrupted run leaves it
+    meta["state"]["step"] = 0  # as an interrupted run leaves it
     (tmp_path / "c" / "campaign.json").write_text(json.dumps(meta))
     notes = CampaignStore.read(tmp_path / "c").notes
-    assert any(n.startswith(f"{newest.name} is torn (cut short while it was written") and "the commit before" in n
-               for n in notes), notes
+    assert any(
+        n.startswith(f"{newest.name} is torn (cut short while it was written") and "the commit before" in n
+        for n in notes
+    ), notes
 
 
 def test_resume_of_a_one_process_campaign_with_workers_is_refused_before_loading(setup, tmp_path):
     from idcgen.cli import app
+
     analysis, _, _, x, y = setup
     fuzzer = make_fuzzer(analysis)
     fuzzer.run(fuzzer.start(x, y, tmp_path / "c", budget=64), progress=False)

@@ -11,14 +11,14 @@ from idcgen.fuzz.validity import Validity
 
 
 def test_validity_bounds_by_hand():
-    ref = np.zeros((1, 10, 10, 1), np.float32)                 # 100 pixels: L0 bound 0.02 * 100 = 2
+    ref = np.zeros((1, 10, 10, 1), np.float32)  # 100 pixels: L0 bound 0.02 * 100 = 2
     one_big = ref.copy()
-    one_big[0, 0, 0] = 1.0                                      # L0 = 1 < 2: valid whatever L-inf
+    one_big[0, 0, 0] = 1.0  # L0 = 1 < 2: valid whatever L-inf
     two_big = ref.copy()
-    two_big[0, 0, :2] = 1.0                                     # L0 = 2, L-inf 1 > 0.2: invalid
-    all_small = ref + 0.2                                       # L-inf = 0.2 <= 0.2: valid
-    all_bigger = ref + 0.21                                     # invalid
-    rounding = ref + 0.001                                      # below half a uint8 step: no change
+    two_big[0, 0, :2] = 1.0  # L0 = 2, L-inf 1 > 0.2: invalid
+    all_small = ref + 0.2  # L-inf = 0.2 <= 0.2: valid
+    all_bigger = ref + 0.21  # invalid
+    rounding = ref + 0.001  # below half a uint8 step: no change
     batch = np.concatenate([one_big, two_big, all_small, all_bigger, rounding])
     v = Validity()
     np.testing.assert_array_equal(v.check(batch, np.repeat(ref, 5, 0)), [True, False, True, False, True])
@@ -34,12 +34,14 @@ def test_batch_prioritization_weights_by_hand():
     np.testing.assert_allclose(s.weights(np.array([0, 2, 4, 5, 9])), [1, 0.6, 0.2, 0.01, 0.01])
     rng = np.random.default_rng(0)
     picks = s.pick(np.array([0, 100]), 10_000, rng)
-    assert (picks == 0).mean() > 0.98                           # 1 vs 0.01
-    picks = s.pick(np.array([0, 2, 4, 5]), 100_000, rng)         # weights 1, 0.6, 0.2, 0.01 (sum 1.81)
-    np.testing.assert_allclose(np.bincount(picks, minlength=4) / 100_000, np.array([1, 0.6, 0.2, 0.01]) / 1.81,
-                               atol=0.005)
-    np.testing.assert_array_equal(s.pick(np.zeros(5, int), 7, np.random.default_rng(1)),
-                                  s.pick(np.zeros(5, int), 7, np.random.default_rng(1)))
+    assert (picks == 0).mean() > 0.98  # 1 vs 0.01
+    picks = s.pick(np.array([0, 2, 4, 5]), 100_000, rng)  # weights 1, 0.6, 0.2, 0.01 (sum 1.81)
+    np.testing.assert_allclose(
+        np.bincount(picks, minlength=4) / 100_000, np.array([1, 0.6, 0.2, 0.01]) / 1.81, atol=0.005
+    )
+    np.testing.assert_array_equal(
+        s.pick(np.zeros(5, int), 7, np.random.default_rng(1)), s.pick(np.zeros(5, int), 7, np.random.default_rng(1))
+    )
     assert set(Uniform().pick(np.zeros(3, int), 100, rng)) == {0, 1, 2}
     with pytest.raises(ParameterError, match="'scheduler' parameter"):
         make_scheduler("fifo")
@@ -47,6 +49,7 @@ def test_batch_prioritization_weights_by_hand():
 
 def execution(preds, labels, root_preds, probs=None):
     from idcgen.fuzz.oracle import Execution
+
     preds = np.asarray(preds)
     probs = np.eye(5)[preds] if probs is None else np.asarray(probs)
     return Execution(np.zeros((len(preds), 1)), probs, preds, np.asarray(labels), np.asarray(root_preds))
@@ -67,12 +70,13 @@ def test_oracles():
 
 def test_oracles_compose():
     from idcgen.fuzz.oracle import Uncertain
+
     # four mutants of correctly classified seeds (label 1); top probabilities 0.9, 0.4, 0.6, 0.3
     probs = [[0.05, 0.9, 0.05], [0.3, 0.3, 0.4], [0.6, 0.2, 0.2], [0.3, 0.3, 0.3]]
     run = execution([1, 2, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1], probs)
     confident = make_oracle("misclassification & ~uncertain")
     assert str(confident) == "misclassification & ~uncertain"
-    np.testing.assert_array_equal(confident(run), [False, False, True, False])   # wrong and top-1 >= 0.5
+    np.testing.assert_array_equal(confident(run), [False, False, True, False])  # wrong and top-1 >= 0.5
     np.testing.assert_array_equal((Misclassification() & ~Uncertain(0.5))(run), confident(run))
     np.testing.assert_array_equal(make_oracle("uncertain(0.35)")(run), [False, False, False, True])
     either = make_oracle("prediction-change | uncertain")
@@ -87,11 +91,31 @@ def test_oracles_compose():
 def test_corpus_grows_and_round_trips():
     c = Corpus((2, 2, 1))
     x = np.arange(12, dtype=np.float32).reshape(3, 2, 2, 1)
-    ids = c.add(x, x, [[], [], []], parent=np.full(3, -1), root=np.arange(3), label=[0, 1, 2], prediction=[0, 1, 1],
-                combination=[5, 6, 7], affine=np.zeros(3, bool), step=0)
-    for k in range(40):                                         # forces several reallocations
-        c.add(x[:1] + k, x[:1], [["gauss(std=0.05)"]], parent=[0], root=[0], label=[0], prediction=[0],
-              combination=[100 + k], affine=[False], step=k + 1)
+    ids = c.add(
+        x,
+        x,
+        [[], [], []],
+        parent=np.full(3, -1),
+        root=np.arange(3),
+        label=[0, 1, 2],
+        prediction=[0, 1, 1],
+        combination=[5, 6, 7],
+        affine=np.zeros(3, bool),
+        step=0,
+    )
+    for k in range(40):  # forces several reallocations
+        c.add(
+            x[:1] + k,
+            x[:1],
+            [["gauss(std=0.05)"]],
+            parent=[0],
+            root=[0],
+            label=[0],
+            prediction=[0],
+            combination=[100 + k],
+            affine=[False],
+            step=k + 1,
+        )
     assert len(c) == 43 and c.n_seeds == 3 and list(ids) == [0, 1, 2]
     np.add.at(c.fuzz_count, [0, 0, 5], 1)
     assert c.fuzz_count[0] == 2 and c.fuzz_count[5] == 1
@@ -105,12 +129,13 @@ def test_corpus_grows_and_round_trips():
 def test_scheduler_objects_and_specs():
     # a scheduler object is taken as it is (the docstrings promise it); a spec sets its parameters by name
     from idcgen.fuzz.scheduler import scheduler_spec
+
     mine = Uniform()
     assert make_scheduler(mine) is mine
     custom = make_scheduler("prioritized(gamma=3, p_min=0.05)")
     assert custom == BatchPrioritization(gamma=3, p_min=0.05)
     assert scheduler_spec(custom) == "prioritized(gamma=3, p_min=0.05)" and scheduler_spec(mine) == "uniform"
-    assert make_scheduler(scheduler_spec(custom)) == custom             # what a campaign records makes it again
+    assert make_scheduler(scheduler_spec(custom)) == custom  # what a campaign records makes it again
     with pytest.raises(ParameterError, match="the prioritized scheduler has no parameter 'alpha'"):
         make_scheduler("prioritized(alpha=1)")
     with pytest.raises(ParameterError, match="must be a scheduler"):
@@ -121,17 +146,25 @@ def test_one_spec_grammar_with_the_older_spellings():
     from idcgen.criteria import parse_criteria, parse_spec
     from idcgen.fuzz.oracle import Confusion, Uncertain
     from idcgen.spec import parse
+
     assert parse("gauss(std=0.05)").kwargs == {"std": 0.05}
     assert parse("nc(scaling=channel-means)", words=True).kwargs == {"scaling": "channel-means"}
     with pytest.raises(ParameterError, match="must be a Python literal"):
-        parse("nc(scaling=channel-means)")              # bare words only where a kind allows them
+        parse("nc(scaling=channel-means)")  # bare words only where a kind allows them
     # criteria: name(key=value) and the colon spelling give the same parameters
-    assert parse_spec("kmnc(k=10, layers=conv1+fc)") == parse_spec("kmnc:k=10:layers=conv1+fc") == \
-        ("kmnc", {"k": 10, "layers": ["conv1", "fc"]})
+    assert (
+        parse_spec("kmnc(k=10, layers=conv1+fc)")
+        == parse_spec("kmnc:k=10:layers=conv1+fc")
+        == ("kmnc", {"k": 10, "layers": ["conv1", "fc"]})
+    )
     assert parse_criteria("idc,NC(threshold=0.5),kmnc:k=4") == ["idc", "nc(threshold=0.5)", "kmnc:k=4"]
     # oracles: name(key=value), and the unnamed values of the older spellings
-    assert make_oracle("uncertain(threshold=0.7)") == make_oracle("uncertain(0.7)") == make_oracle("uncertain(p=0.7)") \
+    assert (
+        make_oracle("uncertain(threshold=0.7)")
+        == make_oracle("uncertain(0.7)")
+        == make_oracle("uncertain(p=0.7)")
         == Uncertain(0.7)
+    )
     assert make_oracle("confusion(a=3, b=5)") == make_oracle("confusion(3,5)") == Confusion(3, 5)
     with pytest.raises(ParameterError, match=r"the confusion oracle takes two class numbers, e.g. confusion\(3,5\)"):
         make_oracle("confusion(3)")

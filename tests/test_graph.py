@@ -9,17 +9,20 @@ from idcgen.errors import LayerError
 
 def _net(model):
     from idcgen.framework import Network
+
     return Network(model)
 
 
 def _relevance(model, layer, x, eps=1e-9, target=None):
     from idcgen.relevance import Relevance
+
     r, a, z = Relevance(_net(model), layer=layer, eps=eps).raw(np.asarray(x, np.float32), target)
     return r.numpy(), a.numpy(), z.numpy()
 
 
 def _build(inputs, out, weights):
     import keras
+
     model = keras.Model(inputs, keras.layers.Activation("softmax", name="softmax")(out))
     for name, w in weights.items():
         model.get_layer(name).set_weights([np.asarray(v, np.float32) for v in w])
@@ -29,6 +32,7 @@ def _build(inputs, out, weights):
 def residual_block():
     """x (2) -> h = relu(W1 x) -> s = x + h -> logits W2 s. W1 = [[1, -1], [0.5, 2]], W2 = [[1, 0], [1, -1]]."""
     import keras
+
     x = keras.Input((2,))
     h = keras.layers.Dense(2, activation="relu", name="h")(x)
     s = keras.layers.Add(name="add")([x, h])
@@ -53,6 +57,7 @@ def test_concatenate_by_hand():
     # c: R = [3*1/6*6, 3*1/6*6] = [3, 3], split by slices: a 3, b 3.
     # Input: from a x*1/3*3 = [2, 1]; from b [2*2/3*3, 1*(-1)/3*3] = [4, -1]; total [6, 0].
     import keras
+
     x = keras.Input((2,))
     a = keras.layers.Dense(1, activation="relu", name="a")(x)
     b = keras.layers.Dense(1, activation="relu", name="b")(x)
@@ -68,6 +73,7 @@ def test_depthwise_by_hand():
     # 2x2x2 input; channel 0 kernel all ones: z0 = 1+2+3+4 = 10; channel 1 kernel [[1, 0], [0, 2]]: z1 = 1 + 2 = 3.
     # logits W = [[1, 0], [1, 1]]: [13, 3]; R = 13; z: [10, 3]; pixels: channel 0 the pixel values, channel 1 [[1, 0], [0, 2]].
     import keras
+
     x = keras.Input((2, 2, 2))
     d = keras.layers.DepthwiseConv2D(2, use_bias=False, name="dw")(x)
     z = keras.layers.Dense(2, name="logits")(keras.layers.Flatten(name="flat")(d))
@@ -87,10 +93,11 @@ def test_depthwise_by_hand():
 
 def test_multiply_gives_relevance_to_the_signal():
     import keras
+
     x = keras.Input((4,))
     h = keras.layers.Dense(3, activation="relu", name="h")(x)
     g = keras.layers.Dense(3, activation="sigmoid", name="gate")(x)
-    m = keras.layers.Multiply(name="mul")([g, h])   # gate first: the rule must still find the signal
+    m = keras.layers.Multiply(name="mul")([g, h])  # gate first: the rule must still find the signal
     model = _build(x, keras.layers.Dense(2, name="logits")(m), {})
     xs = np.random.default_rng(0).random((5, 4))
     np.testing.assert_allclose(_relevance(model, "h", xs)[0], _relevance(model, "mul", xs)[0], atol=1e-5)
@@ -101,6 +108,7 @@ def test_batchnorm_folded_into_the_conv_before_it():
     # z = c + 2 = 2; logits = 1 * z; R = 2. Folded (one affine map a -> z with weights [1, 1]):
     # R_a = a * 1 / 2 * 2 = [1, -1]. A BN explained on its own would give the dense output c = 0 no relevance.
     import keras
+
     x = keras.Input((2,))
     c = keras.layers.Dense(1, name="lin")(x)
     b = keras.layers.BatchNormalization(name="bn", epsilon=1e-3)(c)
@@ -114,12 +122,14 @@ def small_graph(random_state=0):
     """Conv-BN-ReLU stem, a residual block with a projection, a concatenation of two branches, max and global
     pooling, a nested functional block; biases and BN statistics random (not zero)."""
     import keras
+
     L = keras.layers
     rng = np.random.default_rng(random_state)
     keras.utils.set_random_seed(random_state)
     inner_in = keras.Input((6, 6, 8))
-    inner = keras.Model(inner_in, L.Conv2D(8, 3, padding="same", activation="relu", name="inner_conv")(inner_in),
-                        name="inner")
+    inner = keras.Model(
+        inner_in, L.Conv2D(8, 3, padding="same", activation="relu", name="inner_conv")(inner_in), name="inner"
+    )
     x = keras.Input((12, 12, 3))
     s = L.ReLU(name="stem_relu")(L.BatchNormalization(name="stem_bn")(L.Conv2D(8, 3, padding="same", name="stem")(x)))
     y = L.Conv2D(8, 3, padding="same", name="b1_conv")(s)
@@ -137,8 +147,9 @@ def small_graph(random_state=0):
     for layer in model.layers:
         if isinstance(layer, L.BatchNormalization):
             k = layer.gamma.shape[0]
-            layer.set_weights([rng.uniform(0.5, 1.5, k), rng.normal(0, 0.1, k), rng.normal(0, 0.1, k),
-                               rng.uniform(0.5, 1.5, k)])
+            layer.set_weights(
+                [rng.uniform(0.5, 1.5, k), rng.normal(0, 0.1, k), rng.normal(0, 0.1, k), rng.uniform(0.5, 1.5, k)]
+            )
         elif layer.weights and hasattr(layer, "bias") and layer.bias is not None:
             layer.bias.assign(rng.normal(0, 0.05, layer.bias.shape).astype(np.float32))
     return model
@@ -148,7 +159,7 @@ def test_graph_layers_forward_and_nested_names():
     model = small_graph()
     net = _net(model)
     names = net.layer_names()
-    assert "inner_conv" in names and "b1_add" in names and "cat" in names     # the nested model expanded
+    assert "inner_conv" in names and "b1_add" in names and "cat" in names  # the nested model expanded
     assert net.default_layer() == "gap" and net.logits_layer == "logits"
     x = np.random.default_rng(1).random((6, 12, 12, 3), dtype=np.float32)
     probs, (acts,) = net.forward(x, ("inner_conv",))
@@ -163,6 +174,7 @@ def test_lrp0_equals_activation_times_gradient(layer):
     # On linear/affine layers (biases included), ReLU, max pooling, Add and Concatenate, LRP-0 relevance at
     # any tensor equals activation x gradient of the explained logit (docs/design.md, "Relevance on graphs").
     import tensorflow as tf
+
     model = small_graph()
     net = _net(model)
     x = tf.constant(np.random.default_rng(2).random((4, 12, 12, 3), dtype=np.float32))
@@ -170,7 +182,7 @@ def test_lrp0_equals_activation_times_gradient(layer):
     cls = z.argmax(axis=1)
     with tf.GradientTape() as tape:
         tape.watch(x)
-        values = net.graph.run(x, linear=net.logits_step)   # one run: the tape sees every tensor
+        values = net.graph.run(x, linear=net.logits_step)  # one run: the tape sees every tensor
         t = x if layer is None else values[net.key_of(layer)]
         top = tf.reduce_sum(tf.gather(values[net.logits_key], cls, axis=1, batch_dims=1))
     grad = tape.gradient(top, t)
@@ -183,8 +195,10 @@ def _zero_bias_bn_calibrated(model, x):
     """Zero every bias and BN shift, and give each BN the second moment of its input, so activations keep a
     unit scale through a randomly initialised network (conservation then holds up to epsilon)."""
     import keras
+
     L = keras.layers
     from idcgen.framework import Network
+
     net = Network(model)
     for step in net.graph.steps:
         layer = step.layer
@@ -199,6 +213,7 @@ def _zero_bias_bn_calibrated(model, x):
 
 def _check_cuts(net, x, layers):
     from idcgen.relevance import Relevance
+
     for layer in layers:
         r, _, z = Relevance(net, layer=layer, eps=1e-7).raw(x)
         total = r.numpy().reshape(len(x), -1).sum(axis=1)
@@ -207,8 +222,10 @@ def _check_cuts(net, x, layers):
 
 def test_conservation_on_mobilenetv2():
     import keras
-    model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), classes=10, alpha=0.35,
-                                           classifier_activation="softmax")
+
+    model = keras.applications.MobileNetV2(
+        weights=None, input_shape=(32, 32, 3), classes=10, alpha=0.35, classifier_activation="softmax"
+    )
     x = np.random.default_rng(3).random((4, 32, 32, 3), dtype=np.float32)
     net = _zero_bias_bn_calibrated(model, x)
     assert any(s.kind == "DepthwiseConv2D" for s in net.graph.steps)
@@ -217,6 +234,7 @@ def test_conservation_on_mobilenetv2():
 
 def test_conservation_on_resnet20():
     from idcgen.framework import keras_zoo as zoo
+
     model = zoo.resnet20()
     x = np.random.default_rng(4).random((4, 32, 32, 3), dtype=np.float32)
     net = _zero_bias_bn_calibrated(model, x)
@@ -228,13 +246,18 @@ def test_conservation_on_resnet20():
 
 def test_refuses_layers_it_cannot_explain():
     import keras
+
     x = keras.Input((4,))
     h = keras.layers.Dense(4, activation="relu", name="h")(x)
-    n = keras.layers.Softmax(name="norm")(h)   # a hidden softmax: no LRP rule
+    n = keras.layers.Softmax(name="norm")(h)  # a hidden softmax: no LRP rule
     model = keras.Model(x, keras.layers.Dense(2, activation="softmax", name="logits")(n))
     from idcgen.relevance import Relevance
-    with pytest.raises(LayerError, match=r"cannot propagate relevance through layer 'norm' \(Softmax\)"
-                                         r".*Concatenate.*DepthwiseConv2D"):
+
+    with pytest.raises(
+        LayerError,
+        match=r"cannot propagate relevance through layer 'norm' \(Softmax\)"
+        r".*Concatenate.*DepthwiseConv2D",
+    ):
         Relevance(_net(model), layer="h")
     Relevance(_net(model), layer="norm")  # a subject layer after it is fine
 
@@ -245,6 +268,7 @@ def test_chain_model_equals_layer_by_layer_epsilon_rule():
 
     from idcgen.framework.keras_graph import without_activation
     from idcgen.framework.keras_zoo import lenet5
+
     model = lenet5()
     x = np.random.default_rng(5).random((6, 28, 28, 1), dtype=np.float32)
     r, _, _ = _relevance(model, "block2_conv1", x, eps=1e-7)
@@ -278,9 +302,16 @@ def test_cli_on_a_nested_mobilenet(tmp_path):
     from typer.testing import CliRunner
 
     from idcgen.cli import app
+
     backbone = keras.applications.MobileNetV2(weights=None, include_top=False, input_shape=(32, 32, 3), alpha=0.35)
-    model = keras.Sequential([keras.Input((32, 32, 3)), backbone, keras.layers.GlobalAveragePooling2D(name="gap"),
-                              keras.layers.Dense(10, activation="softmax", name="head")])
+    model = keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            backbone,
+            keras.layers.GlobalAveragePooling2D(name="gap"),
+            keras.layers.Dense(10, activation="softmax", name="head"),
+        ]
+    )
     model.save(tmp_path / "wrapped.keras")
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "imgs.npz", x=rng.integers(0, 256, (60, 32, 32, 3), dtype=np.uint8), y=rng.integers(0, 10, 60))
@@ -289,12 +320,43 @@ def test_cli_on_a_nested_mobilenet(tmp_path):
     assert result.exit_code == 0, result.output
     assert "block_16_project_BN" in result.output and "DepthwiseConv2D" in result.output
     assert "default subject layer: gap" in result.output
-    result = run(app, ["analyze", "--model", str(tmp_path / "wrapped.keras"), "--train", str(tmp_path / "imgs.npz"),
-                       "--layer", "block_13_expand_relu", "--m", "3", "--clusters", "2-3", "--out", str(tmp_path / "a")])
+    result = run(
+        app,
+        [
+            "analyze",
+            "--model",
+            str(tmp_path / "wrapped.keras"),
+            "--train",
+            str(tmp_path / "imgs.npz"),
+            "--layer",
+            "block_13_expand_relu",
+            "--m",
+            "3",
+            "--clusters",
+            "2-3",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "a" / "analysis.json").read_text())["layer"] == "block_13_expand_relu"
-    result = run(app, ["coverage", "--model", str(tmp_path / "wrapped.keras"), "--analysis", str(tmp_path / "a"),
-                       "--inputs", str(tmp_path / "imgs.npz"), "--criteria", "idc,nc,tknc", "--json"])
+    result = run(
+        app,
+        [
+            "coverage",
+            "--model",
+            str(tmp_path / "wrapped.keras"),
+            "--analysis",
+            str(tmp_path / "a"),
+            "--inputs",
+            str(tmp_path / "imgs.npz"),
+            "--criteria",
+            "idc,nc,tknc",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output.strip().splitlines()[-1])
-    assert set(payload["criteria"]) == {"idc", "nc", "tknc"} and all(0 < v["score"] <= 1 for v in payload["criteria"].values())
+    assert set(payload["criteria"]) == {"idc", "nc", "tknc"} and all(
+        0 < v["score"] <= 1 for v in payload["criteria"].values()
+    )

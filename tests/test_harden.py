@@ -10,6 +10,7 @@ from idcgen.errors import InputError, ParameterError
 def campaign(trained_lenet, digits, tmp_path_factory):
     from idcgen.analysis import analyze
     from idcgen.fuzz.fuzzer import Fuzzer
+
     model, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
     analysis = analyze(model, x_train[:1000], y_train[:1000], layer="block2_conv1", m=6, progress=False)
@@ -22,6 +23,7 @@ def campaign(trained_lenet, digits, tmp_path_factory):
 def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
     from idcgen.framework import Network
     from idcgen.hardening import campaign_augmentations
+
     guided, control = campaign_augmentations(campaign, Network(trained_lenet[0]))
     kept = campaign.corpus.parent >= 0
     assert len(guided.y) == len(control.y) == kept.sum() > 0
@@ -32,10 +34,20 @@ def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
 
 def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
     from idcgen.hardening import EVALUATIONS, harden
+
     model, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
-    summary = harden(model, x_train[:600], y_train[:600], campaign, x_test[1::5], y_test[1::5], epochs=1,
-                     out=tmp_path, progress=False)
+    summary = harden(
+        model,
+        x_train[:600],
+        y_train[:600],
+        campaign,
+        x_test[1::5],
+        y_test[1::5],
+        epochs=1,
+        out=tmp_path,
+        progress=False,
+    )
     models = [row["model"] for row in summary["table"]]
     assert models == ["original", "IDC-guided", "random control"]
     for row in summary["table"]:
@@ -50,6 +62,7 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
 def test_harden_refuses_bad_input(campaign, digits):
     from idcgen.framework.keras_zoo import lenet1
     from idcgen.hardening import harden, retrain
+
     x_train, y_train, x_test, y_test = digits
     with pytest.raises(InputError, match="another model"):
         harden(lenet1(), x_train[:10], y_train[:10], campaign, x_test[:10], y_test[:10], progress=False)
@@ -68,10 +81,12 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import MutationContext, make_mutator
     from idcgen.hardening import EVALUATIONS, harden, robustness
+
     lenet, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
-    wrapped = keras.Sequential([keras.Input((28, 28)), keras.layers.Rescaling(1 / 255),
-                                keras.layers.Reshape((28, 28, 1)), lenet])
+    wrapped = keras.Sequential(
+        [keras.Input((28, 28)), keras.layers.Rescaling(1 / 255), keras.layers.Reshape((28, 28, 1)), lenet]
+    )
     flat255 = lambda x: (x[..., 0] * 255).astype(np.float32)
     analysis = analyze(wrapped, flat255(x_train[:600]), y_train[:600], layer="block2_conv1", m=4, progress=False)
     fuzzer = Fuzzer(analysis, mutators=["rotate", "gauss(std=0.05)"], batch_size=64, random_state=0)
@@ -83,8 +98,11 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     original = summary["table"][0]
     rng = np.random.default_rng(0)
     plain = Network(lenet)
-    fixed = {name: make_mutator(spec).mutate(xt, rng, MutationContext(plain, yt))
-             for name, spec in EVALUATIONS.items() if spec and not make_mutator(spec).needs_model}
+    fixed = {
+        name: make_mutator(spec).mutate(xt, rng, MutationContext(plain, yt))
+        for name, spec in EVALUATIONS.items()
+        if spec and not make_mutator(spec).needs_model
+    }
     expected = robustness(plain, xt, yt, fixed)
     for name in EVALUATIONS:
         assert abs(original[name] - expected[name]) <= 1.5 / len(yt), name  # one input may round differently

@@ -15,22 +15,67 @@ PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening"}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
-NUMPY_ONLY = ["idcgen.errors", "idcgen.files", "idcgen.imageio", "idcgen.annotate", "idcgen.quality", "idcgen.clusters",
-              "idcgen.coverage",
-              "idcgen.importance", "idcgen.data", "idcgen.data.dataset", "idcgen.data.readers", "idcgen.data.named",
-              "idcgen.data.fitting", "idcgen.data.loading", "idcgen.convention", "idcgen.fuzz.corpus", "idcgen.fuzz.oracle",
-              "idcgen.fuzz.scheduler", "idcgen.fuzz.validity", "idcgen.fuzz.guidance", "idcgen.fuzz.statefile",
-              "idcgen.fuzz.integrity", "idcgen.fuzz.store", "idcgen.fuzz.settings",
-              "idcgen.fuzz.mutators", "idcgen.distributed", "idcgen.distributed.cluster",
-              "idcgen.distributed.workers", "idcgen.distributed.parallel", "idcgen.distributed.shards",
-              "idcgen.distributed.measures", "idcgen.distributed.actor", "idcgen.distributed.actor.inputs",
-              "idcgen.distributed.actor.relevance", "idcgen.distributed.actor.coverage", "idcgen.distributed.actor.measures",
-              "idcgen.deepinspect", "idcgen.deepinspect.statistics",
-              "idcgen.deepinspect.driver", "idcgen.deepinspect.report", "idcgen.deepbase", "idcgen.deepbase.statistics",
-              "idcgen.deepbase.units", "idcgen.deepbase.driver", "idcgen.deepbase.report",
-              "idcgen.hypotheses", "idcgen.markdown", "idcgen.framework", "idcgen.relevance", "idcgen.analysis",
-              "idcgen.analysis.record", "idcgen.analysis.passes", "idcgen.analysis.search", "idcgen.fuzz.campaign",
-              "idcgen.fuzz.fuzzer", "idcgen.report", "idcgen.export", "idcgen.criteria", "idcgen.hardening"]
+NUMPY_ONLY = [
+    "idcgen.errors",
+    "idcgen.files",
+    "idcgen.imageio",
+    "idcgen.annotate",
+    "idcgen.quality",
+    "idcgen.clusters",
+    "idcgen.coverage",
+    "idcgen.importance",
+    "idcgen.data",
+    "idcgen.data.dataset",
+    "idcgen.data.readers",
+    "idcgen.data.named",
+    "idcgen.data.fitting",
+    "idcgen.data.loading",
+    "idcgen.convention",
+    "idcgen.fuzz.corpus",
+    "idcgen.fuzz.oracle",
+    "idcgen.fuzz.scheduler",
+    "idcgen.fuzz.validity",
+    "idcgen.fuzz.guidance",
+    "idcgen.fuzz.statefile",
+    "idcgen.fuzz.integrity",
+    "idcgen.fuzz.store",
+    "idcgen.fuzz.settings",
+    "idcgen.fuzz.mutators",
+    "idcgen.distributed",
+    "idcgen.distributed.cluster",
+    "idcgen.distributed.workers",
+    "idcgen.distributed.parallel",
+    "idcgen.distributed.shards",
+    "idcgen.distributed.measures",
+    "idcgen.distributed.actor",
+    "idcgen.distributed.actor.inputs",
+    "idcgen.distributed.actor.relevance",
+    "idcgen.distributed.actor.coverage",
+    "idcgen.distributed.actor.measures",
+    "idcgen.deepinspect",
+    "idcgen.deepinspect.statistics",
+    "idcgen.deepinspect.driver",
+    "idcgen.deepinspect.report",
+    "idcgen.deepbase",
+    "idcgen.deepbase.statistics",
+    "idcgen.deepbase.units",
+    "idcgen.deepbase.driver",
+    "idcgen.deepbase.report",
+    "idcgen.hypotheses",
+    "idcgen.markdown",
+    "idcgen.framework",
+    "idcgen.relevance",
+    "idcgen.analysis",
+    "idcgen.analysis.record",
+    "idcgen.analysis.passes",
+    "idcgen.analysis.search",
+    "idcgen.fuzz.campaign",
+    "idcgen.fuzz.fuzzer",
+    "idcgen.report",
+    "idcgen.export",
+    "idcgen.criteria",
+    "idcgen.hardening",
+]
 
 #: the deep-learning frameworks (and the attack libraries built on them) only the framework package imports
 FRAMEWORKS = ("keras", "tensorflow", "tf_keras", "cleverhans", "art", "torch")
@@ -54,7 +99,7 @@ def imports_of(path: Path, modules: set) -> set:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = ".".join(base[:len(base) - node.level + 1])
+                base = ".".join(base[: len(base) - node.level + 1])
                 stem = f"{base}.{node.module}" if node.module else base
             else:
                 stem = node.module or ""
@@ -62,7 +107,7 @@ def imports_of(path: Path, modules: set) -> set:
         else:
             continue
         for target in targets:
-            while target and target not in modules:   # "idcgen.fuzz.mutators.Mutator" -> the module
+            while target and target not in modules:  # "idcgen.fuzz.mutators.Mutator" -> the module
                 target = target.rpartition(".")[0]
             if target and target != name and not name.startswith(target + "."):  # a package's own __init__ is no edge
                 found.add(target)
@@ -100,6 +145,7 @@ def cycles(edges: dict) -> list:
                     break
             if len(component) > 1:
                 found.append(sorted(component))
+
     for v in edges:
         if v not in index:
             visit(v)
@@ -119,7 +165,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycle():
     edges = graph()
-    assert "idcgen.fuzz.mutators.base" in edges["idcgen.fuzz.mutators.attacks"]   # the parser sees relative imports
+    assert "idcgen.fuzz.mutators.base" in edges["idcgen.fuzz.mutators.attacks"]  # the parser sees relative imports
     assert cycles(edges) == []
 
 
@@ -148,7 +194,7 @@ def repository_graph() -> dict:
                 elif isinstance(node, ast.ImportFrom):
                     stem = node.module or ""
                     if node.level:
-                        base = package.split(".")[:len(package.split(".")) - node.level + 1] if package else []
+                        base = package.split(".")[: len(package.split(".")) - node.level + 1] if package else []
                         stem = ".".join([*base, *([node.module] if node.module else [])])
                     targets = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
                 else:
@@ -168,9 +214,9 @@ def repository_graph() -> dict:
 
 def test_no_import_cycle_anywhere_in_the_repository():
     edges = repository_graph()
-    assert "recipes:kit.paths" in edges["recipes:kit.models"]   # relative imports inside the recipes' kit
+    assert "recipes:kit.paths" in edges["recipes:kit.models"]  # relative imports inside the recipes' kit
     assert "recipes:kit" in edges["recipes:rq1_important_vs_random"] and "idcgen.data" in edges["recipes:kit.data"]
-    assert "tests:test_recipes" in edges["tests:test_prioritization_recipes"]   # script folders see each other's files
+    assert "tests:test_recipes" in edges["tests:test_prioritization_recipes"]  # script folders see each other's files
     assert cycles(edges) == []
 
 
@@ -179,8 +225,13 @@ def test_no_recipe_script_imports_another():
     scripts = {f"recipes:{p.stem}" for p in (PACKAGE.parent / "recipes").glob("*.py")}
     assert "recipes:rq1_important_vs_random" in scripts and "recipes:kit" not in scripts
     edges = repository_graph()
-    found = {(source, target) for source, targets in edges.items() if source.startswith("recipes:")
-             for target in targets if target in scripts}
+    found = {
+        (source, target)
+        for source, targets in edges.items()
+        if source.startswith("recipes:")
+        for target in targets
+        if target in scripts
+    }
     assert found == set()
 
 
@@ -202,27 +253,36 @@ def test_the_repository_graph_sees_an_import_between_scripts(tmp_path, monkeypat
 
 
 def test_no_back_edge_into_the_command_layer():
-    back = {(source, target) for source, targets in graph().items() for target in targets
-            if target in TOP and source not in TOP}
+    back = {
+        (source, target)
+        for source, targets in graph().items()
+        for target in targets
+        if target in TOP and source not in TOP
+    }
     assert back == set()
     # and the fuzz package does not reach up into the command layer either
     assert not any(t in TOP for s, ts in graph().items() if s.startswith("idcgen.fuzz") for t in ts)
 
 
 def test_numpy_only_modules_import_without_tensorflow():
-    code = ("import sys, importlib\n"
-            f"for name in {NUMPY_ONLY!r}:\n"
-            "    importlib.import_module(name)\n"
-            "    heavy = [m for m in ('tensorflow', 'keras') if m in sys.modules]\n"
-            "    assert not heavy, f'{name} imports {heavy}'\n")
+    code = (
+        "import sys, importlib\n"
+        f"for name in {NUMPY_ONLY!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    heavy = [m for m in ('tensorflow', 'keras') if m in sys.modules]\n"
+        "    assert not heavy, f'{name} imports {heavy}'\n"
+    )
     run_fresh(code)
 
 
 def test_no_module_cites_a_document_outside_the_repository():
     root = PACKAGE.parent
-    cited = [str(p.relative_to(root)) for folder in ("idcgen", "tests", "recipes", "benchmarks")
-             for p in (root / folder).rglob("*.py")
-             if p.name != "test_imports.py" and ("DESIGN §" in p.read_text() or "shared/DESIGN" in p.read_text())]
+    cited = [
+        str(p.relative_to(root))
+        for folder in ("idcgen", "tests", "recipes", "benchmarks")
+        for p in (root / folder).rglob("*.py")
+        if p.name != "test_imports.py" and ("DESIGN §" in p.read_text() or "shared/DESIGN" in p.read_text())
+    ]
     assert cited == []
 
 
@@ -233,31 +293,43 @@ def test_ray_is_imported_lazily_and_only_by_the_distributed_package():
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             if any(n == "ray" or n.startswith("ray.") for n in names):
                 found.append((module_name(path), id(node) in top))
     assert found and all(name.startswith("idcgen.distributed") and not at_top for name, at_top in found), found
-    code = ("import sys, importlib\n"
-            "for name in ('idcgen.cli', 'idcgen.distributed', 'idcgen.distributed.workers',\n"
-            "             'idcgen.distributed.parallel'):\n"
-            "    importlib.import_module(name)\n"
-            "assert 'ray' not in sys.modules, 'ray imported at load time'\n")
+    code = (
+        "import sys, importlib\n"
+        "for name in ('idcgen.cli', 'idcgen.distributed', 'idcgen.distributed.workers',\n"
+        "             'idcgen.distributed.parallel'):\n"
+        "    importlib.import_module(name)\n"
+        "assert 'ray' not in sys.modules, 'ray imported at load time'\n"
+    )
     run_fresh(code)
 
 
 def test_exported_names_stay_what_they_name_once_every_module_is_imported():
     # importing idcgen.X sets the package's attribute X to that module, hiding a lazily exported name X
     import idcgen
-    submodules = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+
+    submodules = {p.stem for p in PACKAGE.glob("*.py")} | {
+        p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()
+    }
     assert not set(idcgen._NAMES) & submodules
-    code = ("import importlib, pkgutil, types, idcgen, idcgen.cli\n"
-            "for info in pkgutil.walk_packages(idcgen.__path__, 'idcgen.'):\n"
-            "    importlib.import_module(info.name)\n"
-            "for name in ('inspect', 'affinity', 'harden'):\n"
-            "    assert isinstance(getattr(idcgen, name), types.FunctionType), (name, getattr(idcgen, name))\n"
-            "for name, module in idcgen._NAMES.items():\n"
-            "    assert getattr(idcgen, name) is getattr(importlib.import_module('idcgen.' + module), name), name\n")
+    code = (
+        "import importlib, pkgutil, types, idcgen, idcgen.cli\n"
+        "for info in pkgutil.walk_packages(idcgen.__path__, 'idcgen.'):\n"
+        "    importlib.import_module(info.name)\n"
+        "for name in ('inspect', 'affinity', 'harden'):\n"
+        "    assert isinstance(getattr(idcgen, name), types.FunctionType), (name, getattr(idcgen, name))\n"
+        "for name, module in idcgen._NAMES.items():\n"
+        "    assert getattr(idcgen, name) is getattr(importlib.import_module('idcgen.' + module), name), name\n"
+    )
     run_fresh(code)
 
 
@@ -270,8 +342,11 @@ def module_level_imports(tree: ast.Module) -> list:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
         elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            todo.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)
-                        or isinstance(child, (ast.excepthandler, ast.match_case)))
+            todo.extend(
+                child
+                for child in ast.iter_child_nodes(node)
+                if isinstance(child, ast.stmt) or isinstance(child, (ast.excepthandler, ast.match_case))
+            )
     return found
 
 
@@ -283,7 +358,7 @@ def imported_names(node, path: Path) -> list:
         return [node.module or ""] + [f"{node.module}.{alias.name}" for alias in node.names]
     name = module_name(path)
     package = (name if path.name == "__init__.py" else name.rsplit(".", 1)[0]).split(".")
-    base = ".".join(package[:len(package) - node.level + 1])
+    base = ".".join(package[: len(package) - node.level + 1])
     stem = f"{base}.{node.module}" if node.module else base
     return [stem] + [f"{stem}.{alias.name}" for alias in node.names]
 
@@ -300,13 +375,18 @@ def is_implementation(name: str) -> bool:
     """A module of the framework package that imports a framework: everything in it but its __init__ and its
     framework-free ``common`` (a name imported from the package itself, ``from idcgen.framework import
     Network``, is no module)."""
-    return (name.startswith(FRAMEWORK + ".") and name not in FRAMEWORK_FREE
-            and (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file())
+    return (
+        name.startswith(FRAMEWORK + ".")
+        and name not in FRAMEWORK_FREE
+        and (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file()
+    )
 
 
 def test_the_module_level_finder_sees_imports_in_blocks_and_classes_but_not_functions():
-    tree = ast.parse("import a\nif x:\n    import b\ntry:\n    import c\nexcept ImportError:\n    import d\n"
-                     "class K:\n    import e\n    def f(self):\n        import g\ndef h():\n    import i\n")
+    tree = ast.parse(
+        "import a\nif x:\n    import b\ntry:\n    import c\nexcept ImportError:\n    import d\n"
+        "class K:\n    import e\n    def f(self):\n        import g\ndef h():\n    import i\n"
+    )
     assert sorted(n.names[0].name for n in module_level_imports(tree)) == ["a", "b", "c", "d", "e"]
 
 
@@ -340,10 +420,11 @@ def test_no_module_outside_the_framework_package_imports_a_framework_at_all():
 def test_every_module_outside_the_framework_imports_where_tensorflow_cannot():
     modules = sorted(m for m in graph() if not is_implementation(m))
     assert "idcgen.session" in modules and "idcgen.framework" in modules
-    code = ("import sys, importlib\n"
-            "for blocked in ('tensorflow', 'keras', 'tf_keras'):\n"
-            "    sys.modules[blocked] = None   # import fails\n"
-            f"for name in {modules!r}:\n"
-            "    importlib.import_module(name)\n")
+    code = (
+        "import sys, importlib\n"
+        "for blocked in ('tensorflow', 'keras', 'tf_keras'):\n"
+        "    sys.modules[blocked] = None   # import fails\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+    )
     run_fresh(code)
-

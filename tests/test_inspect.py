@@ -31,6 +31,7 @@ def hand_model(dead: bool = False):
     fires n3 and n4. ``dead`` adds a layer `dead` (kernel and bias 0: constant) that the logits read with weight 0.
     """
     import keras
+
     L = keras.layers
     inputs = keras.Input((3,))
     h = L.Dense(5, activation="relu", name="hidden")(inputs)
@@ -52,8 +53,9 @@ def hand_model(dead: bool = False):
 def hand_inputs():
     """8 inputs per class: class 0 six e0 and two e0 + 0.8 e2; class 1 eight e1; class 2 eight e2."""
     e = np.eye(3, dtype=np.float32)
-    x = np.concatenate([np.repeat(e[:1], 6, 0), np.repeat(e[:1] + 0.8 * e[2:], 2, 0),
-                        np.repeat(e[1:2], 8, 0), np.repeat(e[2:], 8, 0)])
+    x = np.concatenate(
+        [np.repeat(e[:1], 6, 0), np.repeat(e[:1] + 0.8 * e[2:], 2, 0), np.repeat(e[1:2], 8, 0), np.repeat(e[2:], 8, 0)]
+    )
     return x, np.repeat([0, 1, 2], 8)
 
 
@@ -63,7 +65,7 @@ HAND_NAPV = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [0.25, 0, 1], [0.25, 0, 1
 
 @pytest.fixture(scope="module")
 def hand():
-    return idcgen.Network(hand_model())   # one Network: its traced forward pass is reused
+    return idcgen.Network(hand_model())  # one Network: its traced forward pass is reused
 
 
 def test_napv_and_napvd_by_construction(hand):
@@ -73,11 +75,11 @@ def test_napv_and_napvd_by_construction(hand):
     np.testing.assert_allclose(result.napv, HAND_NAPV)
     assert result.per_class.tolist() == [8, 8, 8]
     d = result.napvd
-    assert d[0, 1] == pytest.approx(math.sqrt(1 + 0 + 1 + 2 * 0.25 ** 2))
-    assert d[0, 2] == pytest.approx(math.sqrt(1 + 1 + 0 + 2 * 0.75 ** 2))
+    assert d[0, 1] == pytest.approx(math.sqrt(1 + 0 + 1 + 2 * 0.25**2))
+    assert d[0, 2] == pytest.approx(math.sqrt(1 + 1 + 0 + 2 * 0.75**2))
     assert d[1, 2] == pytest.approx(2.0)
     pairs = result.pairs
-    assert [(r["a"], r["b"]) for r in pairs] == [(0, 1), (0, 2), (1, 2)]   # smallest NAPVD first
+    assert [(r["a"], r["b"]) for r in pairs] == [(0, 1), (0, 2), (1, 2)]  # smallest NAPVD first
     assert result.labels is None and "confusion" not in result.metrics["all"]
     # above 0.9 the 0.8 of n3 and n4 no longer counts: class 0 fires only n0 and n1
     high = idcgen.inspect(hand, x, threshold=0.9)
@@ -89,20 +91,20 @@ def test_napv_and_napvd_by_construction(hand):
 def test_ground_truth_and_evaluation_on_the_hand_model(hand):
     x, y = hand_inputs()
     y = y.copy()
-    y[:2] = 1   # two inputs of true class 1 predicted 0: type1conf(0, 1) = (0 + 2/10) / 2 = 0.1
+    y[:2] = 1  # two inputs of true class 1 predicted 0: type1conf(0, 1) = (0 + 2/10) / 2 = 0.1
     result = idcgen.inspect(hand, x, y)
     row = {(r["a"], r["b"]): r for r in result.pairs}
     assert row[0, 1]["type1conf"] == pytest.approx(0.1) and row[0, 2]["type1conf"] == 0 == row[1, 2]["type1conf"]
-    assert [k for k, r in row.items() if r["confused"]] == [(0, 1)]   # 0.1 > mean + std of (0.1, 0, 0)
+    assert [k for k, r in row.items() if r["confused"]] == [(0, 1)]  # 0.1 > mean + std of (0.1, 0, 0)
     c = result.metrics["all"]["confusion"]
-    assert c["top"] == {"predicted": 1, "hits": 1, "precision": 1.0, "recall": 1.0}   # the top pair is (0, 1)
-    assert c["spearman"] == pytest.approx(-math.sqrt(3) / 2)   # scipy with ties: ranks (1,2,3) vs (3,1.5,1.5)
-    assert c["aucec"] == pytest.approx((0.5 + 1 + 1) / 3)       # (0,1) inspected first
+    assert c["top"] == {"predicted": 1, "hits": 1, "precision": 1.0, "recall": 1.0}  # the top pair is (0, 1)
+    assert c["spearman"] == pytest.approx(-math.sqrt(3) / 2)  # scipy with ties: ranks (1,2,3) vs (3,1.5,1.5)
+    assert c["aucec"] == pytest.approx((0.5 + 1 + 1) / 3)  # (0,1) inspected first
     assert c["gain"] == pytest.approx(c["aucec"] / 0.5 - 1)
 
 
 def test_cutoffs_on_hand_made_distributions():
-    scores = np.array([0.1] + [1.0] * 9)   # mean 0.91, std 0.27: only 0.1 is below 0.64
+    scores = np.array([0.1] + [1.0] * 9)  # mean 0.91, std 0.27: only 0.1 is below 0.64
     cut = cutoffs(scores, low=True)
     assert cut["std"].tolist() == [True] + [False] * 9 and cut["top"].tolist() == [True] + [False] * 9
     high = cutoffs(-scores, low=False)
@@ -125,11 +127,11 @@ def test_avg_bias_with_the_triplet_filter_by_hand():
         d[a, b] = d[b, a] = v
     bias, th = avg_bias(d)
     values = np.array([1, 4, 4, 4, 2, 4.0])
-    assert th == pytest.approx(values.mean() - values.std())   # 1.953
+    assert th == pytest.approx(values.mean() - values.std())  # 1.953
     # (0, 3): c = 1 kept (D(1, 0) = 1 <= th): |1 - 2| / 3; c = 2 skipped (4 and 4 both above th)
     assert bias[0, 3] == pytest.approx(1 / 3)
     assert bias[1, 3] == pytest.approx(0.6) and bias[0, 2] == pytest.approx(0.6) and bias[1, 2] == pytest.approx(0.6)
-    assert np.isnan(bias[0, 1]) and np.isnan(bias[2, 3])   # every triplet skipped: undefined
+    assert np.isnan(bias[0, 1]) and np.isnan(bias[2, 3])  # every triplet skipped: undefined
     assert napvd(np.array([[0, 1.0], [0, 1.0]]))[0, 1] == pytest.approx(math.sqrt(2))
 
 
@@ -141,7 +143,7 @@ def test_ground_truth_by_hand():
     t = type1_confusion(m)
     assert t[0, 1] == pytest.approx((0.25 + 0.25) / 2) and t[0, 2] == pytest.approx((0.25 + 0) / 2) and t[1, 2] == 0
     cd = avg_confusion_difference(t)
-    assert cd[0, 1] == pytest.approx(abs(t[0, 2] - t[1, 2]))   # the one other class, 2
+    assert cd[0, 1] == pytest.approx(abs(t[0, 2] - t[1, 2]))  # the one other class, 2
     assert precision_recall(np.array([1, 1, 0, 0], bool), np.array([1, 0, 1, 0], bool)) == (0.5, 0.5, 1)
     p, r, _ = precision_recall(np.zeros(3, bool), np.ones(3, bool))
     assert math.isnan(p) and r == 0
@@ -149,6 +151,7 @@ def test_ground_truth_by_hand():
 
 def test_spearman_and_aucec_against_hand_and_scipy():
     from scipy.stats import spearmanr
+
     # no ties: 1 - 6 sum d^2 / (n (n^2 - 1)) = 1 - 6 * 4 / 120 = 0.8
     assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
     rng = np.random.default_rng(0)
@@ -218,7 +221,7 @@ def test_important_neurons_view(trained_lenet, digits):
     analysis = idcgen.analyze(model, x_train[:400], y_train[:400], layer="block2_conv1", m=4, random_state=0)
     result = idcgen.inspect(model, x_test[:400], y_test[:400], analysis=analysis)
     assert "block2_conv1" in result.layers
-    offset = sum(result.widths[:result.layers.index("block2_conv1")])
+    offset = sum(result.widths[: result.layers.index("block2_conv1")])
     assert result.napv_important.shape == (4, 10)
     np.testing.assert_array_equal(result.napv_important, result.napv[offset + analysis.neurons])
     d = napvd(result.napv_important)
@@ -227,12 +230,14 @@ def test_important_neurons_view(trained_lenet, digits):
     assert set(result.metrics) == {"all", "important"} and result.metrics["important"]["neurons"] == 4
     assert "confusion" in result.metrics["important"]
     from idcgen.errors import AnalysisMismatchError
+
     with pytest.raises(AnalysisMismatchError, match="made for another model"):
         idcgen.inspect(hand_model(), np.eye(3, dtype=np.float32), analysis=analysis)
 
 
 def test_writers(hand, tmp_path):
     import idcgen.deepinspect as module
+
     x, y = hand_inputs()
     assert idcgen.inspect is module.inspect and module.inspect(hand, x).napv.shape == (5, 3)
     y = y.copy()
@@ -250,13 +255,17 @@ def test_writers(hand, tmp_path):
 
 def test_confusion_oracle():
     from idcgen.fuzz.oracle import Confusion, Execution, make_oracle
+
     oracle = make_oracle("confusion(3,5)")
     assert isinstance(oracle, Confusion) and str(oracle) == "confusion(3,5)" and make_oracle(str(oracle)) == oracle
     probs = np.full((6, 10), 0.1)
-    run = Execution(x=np.zeros((6, 2)), probabilities=probs,
-                    predictions=np.array([5, 3, 5, 4, 5, 3]),
-                    root_labels=np.array([3, 5, 3, 3, -1, -1]),
-                    root_predictions=np.array([3, 5, 5, 3, 3, 4]))
+    run = Execution(
+        x=np.zeros((6, 2)),
+        probabilities=probs,
+        predictions=np.array([5, 3, 5, 4, 5, 3]),
+        root_labels=np.array([3, 5, 3, 3, -1, -1]),
+        root_predictions=np.array([3, 5, 5, 3, 3, 4]),
+    )
     # 3->5 yes; 5->3 yes; seed 3 already predicted 5: no; 3->4 no; unlabelled seed predicted 3 -> 5 yes; 4->3 no
     assert oracle(run).tolist() == [True, True, False, False, True, False]
     assert (~make_oracle("confusion(5, 3)"))(run).tolist() == [False, False, True, True, False, True]
@@ -271,6 +280,7 @@ def test_cli_end_to_end(hand, tmp_path):
     from typer.testing import CliRunner
 
     from idcgen.cli import app
+
     path = tmp_path / "hand.keras"
     hand.model.save(path)
     x, y = hand_inputs()
@@ -279,41 +289,85 @@ def test_cli_end_to_end(hand, tmp_path):
     np.savez(tmp_path / "test.npz", x=x, y=y)
     out = tmp_path / "report"
     runner = CliRunner()
-    res = runner.invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "test.npz"), "--json",
-                              "--out", str(out), "--scale", "none"])
+    res = runner.invoke(
+        app,
+        [
+            "inspect",
+            "--model",
+            str(path),
+            "--inputs",
+            str(tmp_path / "test.npz"),
+            "--json",
+            "--out",
+            str(out),
+            "--scale",
+            "none",
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout.strip().splitlines()[-1])
-    assert [(p["a"], p["b"]) for p in data["pairs"]] == [[0, 1], [0, 2], [1, 2]] or \
-        [(p["a"], p["b"]) for p in data["pairs"]] == [(0, 1), (0, 2), (1, 2)]
+    assert [(p["a"], p["b"]) for p in data["pairs"]] == [[0, 1], [0, 2], [1, 2]] or [
+        (p["a"], p["b"]) for p in data["pairs"]
+    ] == [(0, 1), (0, 2), (1, 2)]
     assert data["pairs"][0]["napvd"] == pytest.approx(math.sqrt(2.125))
     assert data["metrics"]["all"]["confusion"]["top"]["precision"] == 1.0
     for name in ("report.md", "report.html", "pairs.csv", "inspect.json", "napvd.png", "scatter.png"):
         assert (out / name).is_file(), name
-    res = runner.invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "test.npz"), "--top", "2",
-                              "--out", str(out), "--scale", "none"])
+    res = runner.invoke(
+        app,
+        [
+            "inspect",
+            "--model",
+            str(path),
+            "--inputs",
+            str(tmp_path / "test.npz"),
+            "--top",
+            "2",
+            "--out",
+            str(out),
+            "--scale",
+            "none",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "0 - 1: NAPVD 1.458**  type-1 confusion 0.1000 (confused)" in res.stdout
     assert "confusion (all neurons, 5): 1 actual pairs" in res.stdout and "1 - 2" not in res.stdout
-    res = runner.invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "test.npz"),
-                              "--threshold", "2", "--out", str(out), "--scale", "none"])
+    res = runner.invoke(
+        app,
+        [
+            "inspect",
+            "--model",
+            str(path),
+            "--inputs",
+            str(tmp_path / "test.npz"),
+            "--threshold",
+            "2",
+            "--out",
+            str(out),
+            "--scale",
+            "none",
+        ],
+    )
     assert res.exit_code == 1 and "error: --threshold must be a finite float in the range [0.0, 1.0)" in res.output
 
 
 def test_thresholds_per_neuron_and_per_layer():
     from idcgen.deepinspect import activation_limits
+
     low, high = np.array([0.0, 0.0, 2.0, -1.0]), np.array([1.0, 4.0, 2.0, 1.0])
     neuron = activation_limits(low, high, (3, 1), 0.5, "neuron")
-    np.testing.assert_array_equal(neuron, [0.5, 2.0, np.inf, 0.0])   # a constant neuron is never active
-    layer = activation_limits(low, high, (3, 1), 0.5, "layer")             # the first layer spans [0, 4]
+    np.testing.assert_array_equal(neuron, [0.5, 2.0, np.inf, 0.0])  # a constant neuron is never active
+    layer = activation_limits(low, high, (3, 1), 0.5, "layer")  # the first layer spans [0, 4]
     np.testing.assert_array_equal(layer, [2.0, 2.0, 2.0, 0.0])
 
 
 def test_harden_measures_a_pairs_type1_confusion(hand):
     from idcgen.hardening import EVALUATIONS, _table, check_pair, format_table, robustness
+
     x, y = hand_inputs()
     y = y.copy()
-    y[:2] = 1   # type1conf(0, 1) = 0.1, as in the evaluation test above
-    fixed = {name: x for name, spec in EVALUATIONS.items() if spec}   # no perturbation: only the pair is new
+    y[:2] = 1  # type1conf(0, 1) = 0.1, as in the evaluation test above
+    fixed = {name: x for name, spec in EVALUATIONS.items() if spec}  # no perturbation: only the pair is new
     out = robustness(hand, x, y, fixed, pair=(0, 1))
     assert out["confusion 0-1"] == pytest.approx(0.1) and out["clean"] == pytest.approx(22 / 24)
     assert robustness(hand, x, y, fixed, pair=(1, 2))["confusion 1-2"] == 0
@@ -334,6 +388,7 @@ def test_deepinspect_recipe_smoke(tmp_path, monkeypatch, digits):
     from pathlib import Path
 
     from idcgen.framework.keras_zoo import lenet5, train
+
     x_train, y_train, _, _ = digits
     model = lenet5()
     train(model, x_train, y_train, epochs=1, optimizer="adam")
@@ -341,12 +396,16 @@ def test_deepinspect_recipe_smoke(tmp_path, monkeypatch, digits):
     model.save(tmp_path / "models" / "lenet5_embedded_mnist.keras")
     monkeypatch.setenv("IDCGEN_OUTPUTS", str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "recipes"))
-    forget = lambda: [sys.modules.pop(n) for n in list(sys.modules) if n in ("kit", "deepinspect") or n.startswith("kit.")]
+    forget = lambda: [
+        sys.modules.pop(n) for n in list(sys.modules) if n in ("kit", "deepinspect") or n.startswith("kit.")
+    ]
     forget()
     try:
         module = importlib.import_module("deepinspect")
         monkeypatch.setattr(sys, "argv", [module.__file__])
-        rows = module.main(["--runs", "embedded-mnist:lenet5", "--test", "500", "--train", "500", "--random-draws", "2"])
+        rows = module.main(
+            ["--runs", "embedded-mnist:lenet5", "--test", "500", "--train", "500", "--random-draws", "2"]
+        )
     finally:
         forget()
     views = [r["neurons"].split(" ")[0] for r in rows["confusion"]]

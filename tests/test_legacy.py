@@ -72,16 +72,29 @@ def test_weights_only_message_names_layers_shapes_and_the_fix(weights_and_json):
         text = str(err.value)
         assert "holds weights only" in text and kind in text, text
         # small_cnn on 12x12: conv 3x3 -> 10, pool -> 5, conv 3x3 -> 3, so fc takes 3 * 3 * 6 = 54 inputs
-        for part in ["4 layers with weights", "conv1 [3x3x1x4, 4]", "conv2 [3x3x4x6, 6]", "fc [54x16, 16]",
-                     "before_softmax [16x10, 10]", "--architecture model.json", "model.to_json()", "load_weights"]:
+        for part in [
+            "4 layers with weights",
+            "conv1 [3x3x1x4, 4]",
+            "conv2 [3x3x4x6, 6]",
+            "fc [54x16, 16]",
+            "before_softmax [16x10, 10]",
+            "--architecture model.json",
+            "model.to_json()",
+            "load_weights",
+        ]:
             assert part in text, (part, text)
     result = invoke("layers", "--model", folder / "w.weights.h5")
     assert result.exit_code == 1
-    assert result.output.startswith("error: ") and result.output.count("\n") == 1 and "holds weights only" in result.output
+    assert (
+        result.output.startswith("error: ") and result.output.count("\n") == 1 and "holds weights only" in result.output
+    )
 
 
-@pytest.mark.skipif(not DEEPXPLORE.exists(), reason="needs DeepXplore's MNIST_Model3.h5 in ../shared/models/deepxplore "
-                    "(the development workspace's third-party models; not shipped)")
+@pytest.mark.skipif(
+    not DEEPXPLORE.exists(),
+    reason="needs DeepXplore's MNIST_Model3.h5 in ../shared/models/deepxplore "
+    "(the development workspace's third-party models; not shipped)",
+)
 def test_weights_only_message_on_deepxplore_file():
     with pytest.raises(ModelError) as err:
         load_model(DEEPXPLORE)
@@ -109,6 +122,7 @@ def test_architecture_in_order_when_names_differ_and_mismatch_errors(weights_and
     assert np.array_equal(model.predict(x, verbose=0), loaded.predict(x, verbose=0))
 
     import keras
+
     inputs = keras.Input((12, 12, 1))
     h = keras.layers.Conv2D(4, 3, name="conv1")(inputs)
     h = keras.layers.Conv2D(5, 3, name="conv2")(h)  # 5 filters where the file has 6
@@ -116,8 +130,11 @@ def test_architecture_in_order_when_names_differ_and_mismatch_errors(weights_and
     out = keras.layers.Dense(10, name="before_softmax")(h)
     (tmp_path / "wrong.json").write_text(keras.Model(inputs, out).to_json())
     for name in ["k2.h5", "w.weights.h5"]:
-        with pytest.raises(ModelError, match=r"does not fit the weights .*layer 'conv2' has weights \(3, 3, 4, 6\), "
-                                             r"\(6,\) in the file \(layer 'conv2'\), \(3, 3, 4, 5\), \(5,\) in the"):
+        with pytest.raises(
+            ModelError,
+            match=r"does not fit the weights .*layer 'conv2' has weights \(3, 3, 4, 6\), "
+            r"\(6,\) in the file \(layer 'conv2'\), \(3, 3, 4, 5\), \(5,\) in the",
+        ):
             load_model(folder / name, architecture=tmp_path / "wrong.json")
     with pytest.raises(ModelError, match="is not JSON"):
         load_model(folder / "k2.h5", architecture=folder / "w.weights.h5")
@@ -138,20 +155,25 @@ def test_cli_architecture_and_convert_to_a_full_model(weights_and_json, tmp_path
     assert result.exit_code == 1 and "must end with .keras or .h5" in result.output
 
 
-@pytest.mark.skipif(not (DEEPXPLORE.exists() and MNIST.exists()),
-                    reason="needs DeepXplore's MNIST_Model3.h5 and ../shared/data/mnist/mnist.npz (the development "
-                    "workspace's third-party files; not shipped)")
+@pytest.mark.skipif(
+    not (DEEPXPLORE.exists() and MNIST.exists()),
+    reason="needs DeepXplore's MNIST_Model3.h5 and ../shared/data/mnist/mnist.npz (the development "
+    "workspace's third-party files; not shipped)",
+)
 def test_deepxplore_model3_with_lenet5_architecture_matches_its_stated_accuracy(tmp_path):
     from idcgen.framework.keras_zoo import lenet5
+
     (tmp_path / "lenet5.json").write_text(lenet5().to_json())
     model = load_model(DEEPXPLORE, architecture=tmp_path / "lenet5.json")
     x, y = _mnist_test()
     assert abs(_correct(model, x, y) - 9881) <= 2  # 98.81 % stated; a float tie may flip an input or two
 
 
-@pytest.mark.skipif(not (MNIST2.exists() and MNIST.exists()),
-                    reason="needs DeepConcolic's mnist2.h5 and ../shared/data/mnist/mnist.npz (the development "
-                    "workspace's third-party files; not shipped)")
+@pytest.mark.skipif(
+    not (MNIST2.exists() and MNIST.exists()),
+    reason="needs DeepConcolic's mnist2.h5 and ../shared/data/mnist/mnist.npz (the development "
+    "workspace's third-party files; not shipped)",
+)
 @pytest.mark.skipif(not _has_tf_keras(), reason="needs tf-keras (pip install --no-deps tf-keras==2.21.0)")
 @pytest.mark.parametrize("suffix", [".keras", ".h5"])
 def test_convert_keras_2_1_file_with_tf_keras(tmp_path, suffix):
@@ -169,6 +191,7 @@ def test_convert_keras_2_1_file_with_tf_keras(tmp_path, suffix):
 def keras_2_1_style_file(tmp_path):
     """A Sequential .h5 whose config lists its layers bare, as Keras 2.1 wrote it (Keras 3 cannot read it)."""
     import keras
+
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(2)])
     path = tmp_path / "old.h5"
     with warnings.catch_warnings():
@@ -183,24 +206,37 @@ def keras_2_1_style_file(tmp_path):
 
 
 def test_keras_2_1_hint_names_convert(keras_2_1_style_file):
-    with pytest.raises(ModelError, match=r"a Keras 2\.1\.5 file, which Keras 3 cannot read: re-save it with "
-                                         r"`idcgen convert .*old\.h5 NEW\.keras`, which needs tf-keras"):
+    with pytest.raises(
+        ModelError,
+        match=r"a Keras 2\.1\.5 file, which Keras 3 cannot read: re-save it with "
+        r"`idcgen convert .*old\.h5 NEW\.keras`, which needs tf-keras",
+    ):
         load_model(keras_2_1_style_file)
 
 
 def test_convert_without_tf_keras_says_what_to_install(keras_2_1_style_file, tmp_path):
     # A fresh interpreter where `import tf_keras` fails as it does when the package is absent.
-    code = ("import sys; sys.modules['tf_keras'] = None; from idcgen.cli import main; "
-            f"sys.argv = ['idcgen', 'convert', {str(keras_2_1_style_file)!r}, {str(tmp_path / 'new.keras')!r}]; main()")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[1])
+    code = (
+        "import sys; sys.modules['tf_keras'] = None; from idcgen.cli import main; "
+        f"sys.argv = ['idcgen', 'convert', {str(keras_2_1_style_file)!r}, {str(tmp_path / 'new.keras')!r}]; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     import tensorflow as tf
+
     major, minor = tf.__version__.split(".")[:2]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 1, done.stderr
-    assert errors == [f"error: converting a Keras 2.1-era file needs tf-keras, which is not installed: run pip install "
-                      f"--no-deps \"tf-keras=={major}.{minor}.*\" (the version matching TensorFlow {tf.__version__}; "
-                      "--no-deps stops pip from adding the full tensorflow package)"]
+    assert errors == [
+        f"error: converting a Keras 2.1-era file needs tf-keras, which is not installed: run pip install "
+        f'--no-deps "tf-keras=={major}.{minor}.*" (the version matching TensorFlow {tf.__version__}; '
+        "--no-deps stops pip from adding the full tensorflow package)"
+    ]
     assert not (tmp_path / "new.keras").exists()
 
 
@@ -210,7 +246,7 @@ def test_convert_refuses_to_overwrite_an_existing_file_without_force(weights_and
     target.write_bytes(b"precious")
     result = invoke("convert", folder / "w.weights.h5", target, "--architecture", folder / "arch.json")
     assert result.exit_code == 1 and "already exists" in result.output and "--force" in result.output
-    assert target.read_bytes() == b"precious"   # nothing lost
+    assert target.read_bytes() == b"precious"  # nothing lost
     result = invoke("convert", folder / "w.weights.h5", target, "--architecture", folder / "arch.json", "--force")
     assert result.exit_code == 0, result.output
     assert load_model(target) is not None
@@ -220,6 +256,7 @@ def test_weights_of_a_trained_model_and_keras_3_weights_under_an_h5_name(tmp_pat
     """save_weights of a compiled, trained model holds its optimizer state too (not a layer); and a Keras 3
     .weights.h5 file renamed .h5 is the same file: both load with --architecture, and convert."""
     import shutil
+
     model = small_cnn(random_state=4)
     model.compile("adam", "sparse_categorical_crossentropy")
     x = np.random.default_rng(0).uniform(0, 1, (16, 12, 12, 1)).astype("float32")

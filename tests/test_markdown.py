@@ -7,16 +7,19 @@ from idcgen.markdown import to_html
 
 
 def body(page: str) -> str:
-    return page[page.index("<body>") + len("<body>"):page.index("</body>")]
+    return page[page.index("<body>") + len("<body>") : page.index("</body>")]
 
 
 def test_headings_lists_paragraphs_and_tables(tmp_path):
-    md = ("# Report <1>\n\n- inputs: 10 & more\n\nA line.\n\n## Table\n\n| mutator | findings |\n|---|---|\n"
-          "| `blur` | 3 |\n| noise | 0 |\nafter\n")
+    md = (
+        "# Report <1>\n\n- inputs: 10 & more\n\nA line.\n\n## Table\n\n| mutator | findings |\n|---|---|\n"
+        "| `blur` | 3 |\n| noise | 0 |\nafter\n"
+    )
     assert body(to_html(md, tmp_path)) == (
         "<h1>Report &lt;1&gt;</h1><li>inputs: 10 &amp; more</li><p>A line.</p><h2>Table</h2>"
         "<table><tr><th>mutator</th><th>findings</th></tr><tr><td>blur</td><td>3</td></tr>"
-        "<tr><td>noise</td><td>0</td></tr></table><p>after</p>")
+        "<tr><td>noise</td><td>0</td></tr></table><p>after</p>"
+    )
     # a table on the last line is closed too
     assert body(to_html("| a |\n|---|\n| 1 |", tmp_path)) == "<table><tr><th>a</th></tr><tr><td>1</td></tr></table>"
 

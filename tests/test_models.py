@@ -9,6 +9,7 @@ SHARED = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared"
 
 def test_load_keras_and_h5_round_trip(tmp_path):
     from idcgen.framework import Network, load_model
+
     model = small_cnn()
     x = np.random.default_rng(0).random((5, 12, 12, 1), dtype=np.float32)
     for name in ("m.keras", "m.h5"):
@@ -18,11 +19,14 @@ def test_load_keras_and_h5_round_trip(tmp_path):
         assert loaded.fingerprint() == Network(model).fingerprint()
 
 
-@pytest.mark.skipif(not (SHARED / "models/deepconcolic/mnist_tiny.h5").exists(),
-                    reason="needs DeepConcolic's mnist_tiny.h5 in ../shared/models/deepconcolic (the development "
-                           "workspace's third-party models; not shipped)")
+@pytest.mark.skipif(
+    not (SHARED / "models/deepconcolic/mnist_tiny.h5").exists(),
+    reason="needs DeepConcolic's mnist_tiny.h5 in ../shared/models/deepconcolic (the development "
+    "workspace's third-party models; not shipped)",
+)
 def test_load_keras2_h5_with_separate_softmax():
     from idcgen.framework import Network, load_model
+
     net = Network(load_model(SHARED / "models/deepconcolic/mnist_tiny.h5"))
     assert net.logits_layer == "dense_1"
     assert net.default_layer() == "activation_1"  # post-ReLU Dense32: the layer before the logits
@@ -30,6 +34,7 @@ def test_load_keras2_h5_with_separate_softmax():
 
 def test_missing_and_corrupt_model_files(tmp_path):
     from idcgen.framework import load_model
+
     with pytest.raises(ModelError, match="model file not found"):
         load_model(tmp_path / "nope.h5")
     bad = tmp_path / "bad.h5"
@@ -42,6 +47,7 @@ def test_missing_and_corrupt_model_files(tmp_path):
 
 def test_layers_info_and_default_layer():
     from idcgen.framework import Network
+
     net = Network(small_cnn())
     info = {i.name: i for i in net.layers_info()}
     assert info["conv2"].neurons == 6 and info["conv2"].output_shape == (None, 3, 3, 6)
@@ -53,6 +59,7 @@ def test_layers_info_and_default_layer():
 
 def test_unknown_layer_lists_valid_names():
     from idcgen.framework import Network
+
     net = Network(small_cnn())
     with pytest.raises(LayerError, match=r"unknown layer 'fc9'; valid layers: conv1, pool1, conv2"):
         net.layer("fc9")
@@ -62,6 +69,7 @@ def test_unknown_layer_lists_valid_names():
 
 def test_logits_model_gives_pre_softmax_values():
     from idcgen.framework import Network
+
     x = np.array([[1.0, 2.0]], np.float32)
     for as_layer in (True, False):
         logits = Network(hand_dense(as_layer)).logits_model()(x).numpy()
@@ -70,15 +78,18 @@ def test_logits_model_gives_pre_softmax_values():
 
 def test_non_softmax_non_linear_output_rejected():
     import keras
+
     inputs = keras.Input((3,))
     model = keras.Model(inputs, keras.layers.Dense(2, activation="sigmoid")(inputs))
     from idcgen.framework import Network
+
     with pytest.raises(ModelError, match="cannot find the logits"):
         Network(model)
 
 
 def test_fingerprint_changes_with_weights():
     from idcgen.framework import Network
+
     a, b = hand_dense(), hand_dense(b2=(0.5, 0.0))
     assert Network(a).fingerprint() != Network(b).fingerprint()
     assert Network(a).fingerprint() == Network(hand_dense()).fingerprint()
@@ -88,6 +99,7 @@ def test_forward_taps_channels_as_spatial_mean():
     import keras
 
     from idcgen.framework import Network
+
     model = small_cnn()
     net = Network(model, batch_size=4)
     x = np.random.default_rng(0).random((10, 12, 12, 1), dtype=np.float32)
@@ -101,16 +113,17 @@ def test_zoo_models_are_seeded_without_touching_the_global_generator():
     import numpy as np
 
     from idcgen.framework.keras_zoo import lenet5
+
     np.random.seed(7)
     expected = np.random.rand()
     np.random.seed(7)
     a, b, c = lenet5(random_state=0), lenet5(random_state=0), lenet5(random_state=1)
-    assert np.random.rand() == expected          # building a model left numpy's global generator alone
+    assert np.random.rand() == expected  # building a model left numpy's global generator alone
     for wa, wb, wc in zip(a.get_weights(), b.get_weights(), c.get_weights()):
         assert np.array_equal(wa, wb)
-        assert wa.ndim == 1 or not np.array_equal(wa, wc)   # kernels differ with the seed; biases start at 0
+        assert wa.ndim == 1 or not np.array_equal(wa, wc)  # kernels differ with the seed; biases start at 0
     kernels = [w for w in a.get_weights() if w.ndim > 1]
-    assert len({float(w.ravel()[0]) for w in kernels}) == len(kernels)   # each layer has its own draw
+    assert len({float(w.ravel()[0]) for w in kernels}) == len(kernels)  # each layer has its own draw
 
 
 def test_output_that_is_not_a_head_is_refused():
@@ -118,12 +131,16 @@ def test_output_that_is_not_a_head_is_refused():
     import keras
 
     from idcgen.framework import Network
+
     inputs = keras.Input((28, 28, 1))
     x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
     x = keras.layers.MaxPooling2D(4, name="pool")(x)
     flat = keras.layers.Flatten(name="flatten")(x)
-    with pytest.raises(ModelError, match=r"^the model's output comes from Flatten 'flatten' \(144 values, shape "
-                                         r"\(None, 144\)\), not a classifier or regression head"):
+    with pytest.raises(
+        ModelError,
+        match=r"^the model's output comes from Flatten 'flatten' \(144 values, shape "
+        r"\(None, 144\)\), not a classifier or regression head",
+    ):
         Network(keras.Model(inputs, flat))
     with pytest.raises(ModelError, match=r"output comes from MaxPooling2D 'pool' \(144 values"):
         Network(keras.Model(inputs, x))

@@ -18,8 +18,12 @@ from idcgen.fuzz.mutators import (
 from idcgen.fuzz.mutators.noise import pixel_count
 
 #: Small settings for the slow attacks; every other mutator runs with its defaults.
-SMALL = {"cw": "cw(max_iterations=5, binary_search_steps=1)", "bim": "bim(nb_iter=3)", "pgd": "pgd(nb_iter=3)",
-         "deepxplore": "deepxplore(iterations=3)"}
+SMALL = {
+    "cw": "cw(max_iterations=5, binary_search_steps=1)",
+    "bim": "bim(nb_iter=3)",
+    "pgd": "pgd(nb_iter=3)",
+    "deepxplore": "deepxplore(iterations=3)",
+}
 #: Mutators that need the fuzzer's analysis and coverage (tested with the fuzzer), not a plain context.
 NEEDS_FUZZER = {"directed"}
 MUTATORS = [make_mutator(SMALL.get(name, name)) for name in REGISTRY if name not in NEEDS_FUZZER]
@@ -28,6 +32,7 @@ MUTATORS = [make_mutator(SMALL.get(name, name)) for name in REGISTRY if name not
 def tiny_cnn(channels: int):
     """Conv2D(4, 3, relu)-MaxPool-Flatten-Dense(10) logits-softmax on 12x12xC, seeded."""
     import keras
+
     keras.utils.set_random_seed(0)
     L = keras.layers
     inputs = keras.Input((12, 12, channels))
@@ -41,6 +46,7 @@ def tiny_cnn(channels: int):
 @pytest.fixture(scope="module")
 def nets():
     from idcgen.framework import Network
+
     return {c: Network(tiny_cnn(c)) for c in (1, 3)}
 
 
@@ -69,9 +75,9 @@ def check_contract(mutator, x, ctx):
     assert np.array_equal(x, original), "the input was modified"
     assert not np.shares_memory(out, x)
     again = mutator.mutate(x, np.random.default_rng(7), ctx)
-    np.testing.assert_array_equal(out, again)                      # same rng state, same mutants
+    np.testing.assert_array_equal(out, again)  # same rng state, same mutants
     other = mutator.mutate(x, np.random.default_rng(8), ctx)
-    assert np.array_equal(out, other) != mutator.stochastic        # only random mutators use rng
+    assert np.array_equal(out, other) != mutator.stochastic  # only random mutators use rng
     return out
 
 
@@ -106,8 +112,9 @@ def test_contract_other_value_range(mutator, nets):
 
 
 def test_empty_batch(nets):
-    out = make_mutator("gauss").mutate(np.zeros((0, 12, 12, 1), np.float32), np.random.default_rng(0),
-                                       context(nets[1], 0))
+    out = make_mutator("gauss").mutate(
+        np.zeros((0, 12, 12, 1), np.float32), np.random.default_rng(0), context(nets[1], 0)
+    )
     assert out.shape == (0, 12, 12, 1)
 
 
@@ -118,12 +125,13 @@ def test_pixel_count_matches_paper():
 
 
 def changed_positions(out, x):
-    return np.any(out != x, axis=-1).reshape(len(x), -1)          # (b, h*w)
+    return np.any(out != x, axis=-1).reshape(len(x), -1)  # (b, h*w)
 
 
 @pytest.mark.parametrize("channels", [1, 3])
 def test_relevant_pixels_hits_the_most_relevant(channels, nets):
     from idcgen.relevance import input_relevance
+
     net, x = nets[channels], batch(6, channels, interior=True)
     mutator = make_mutator("relevant_pixels(fraction=0.05)")
     out = mutator.mutate(x, np.random.default_rng(0), context(net, 6))
@@ -134,25 +142,26 @@ def test_relevant_pixels_hits_the_most_relevant(channels, nets):
     score = np.abs(input_relevance(net, x).sum(axis=-1)).reshape(6, -1)
     for i in range(6):
         ranked = np.sort(score[i])[::-1]
-        assert ranked[k - 1] > ranked[k]                            # no tie at the cut
+        assert ranked[k - 1] > ranked[k]  # no tie at the cut
         np.testing.assert_array_equal(np.flatnonzero(changed[i]), np.sort(np.argsort(-score[i])[:k]))
-    if channels == 3:                                               # all channels of a chosen position
+    if channels == 3:  # all channels of a chosen position
         assert ((out != x).sum(axis=-1).reshape(6, -1)[changed] == 3).all()
 
 
-@pytest.mark.parametrize("n, k", [(144, 2), (144, 30), (8, 3), (6, 5)])   # sparse (redraws), dense (partition)
+@pytest.mark.parametrize("n, k", [(144, 2), (144, 30), (8, 3), (6, 5)])  # sparse (redraws), dense (partition)
 def test_distinct_positions_are_uniform_subsets(n, k):
     from itertools import combinations
 
     from idcgen.fuzz.mutators.noise import distinct_positions
+
     draws = 30_000 if n > 10 else 1_000 * math.comb(n, k)
     positions = distinct_positions(np.random.default_rng(0), draws, n, k)
     assert positions.shape == (draws, k) and positions.min() >= 0 and positions.max() < n
     ordered = np.sort(positions, axis=1)
-    assert (np.diff(ordered, axis=1) > 0).all()                     # distinct within each row
-    expected = draws * k / n                                        # every position equally likely
+    assert (np.diff(ordered, axis=1) > 0).all()  # distinct within each row
+    expected = draws * k / n  # every position equally likely
     assert np.abs(np.bincount(positions.ravel(), minlength=n) - expected).max() < 5 * np.sqrt(expected)
-    if n <= 10:                                                     # ... and every k-subset
+    if n <= 10:  # ... and every k-subset
         index = {c: i for i, c in enumerate(combinations(range(n), k))}
         counts = np.bincount([index[tuple(row)] for row in ordered.tolist()], minlength=len(index))
         assert np.abs(counts - 1_000).max() < 5 * np.sqrt(1_000)
@@ -160,7 +169,8 @@ def test_distinct_positions_are_uniform_subsets(n, k):
 
 def test_standard_normal_is_reproducible_in_parts():
     from idcgen.fuzz.mutators.noise import standard_normal
-    big = standard_normal(np.random.default_rng(0), (300, 28, 28, 1))       # filled on two threads
+
+    big = standard_normal(np.random.default_rng(0), (300, 28, 28, 1))  # filled on two threads
     np.testing.assert_array_equal(big, standard_normal(np.random.default_rng(0), (300, 28, 28, 1)))
     assert big.dtype == np.float32 and abs(big.mean()) < 0.01 and abs(big.std() - 1) < 0.01
     small = standard_normal(np.random.default_rng(0), (3, 5))
@@ -168,34 +178,40 @@ def test_standard_normal_is_reproducible_in_parts():
     used, expected = np.random.default_rng(0), np.random.default_rng(0)
     standard_normal(used, (2, 2))
     expected.integers(0, 2**63, 2)
-    assert used.bit_generator.state == expected.bit_generator.state         # rng advanced by the two child seeds
+    assert used.bit_generator.state == expected.bit_generator.state  # rng advanced by the two child seeds
 
 
 def test_random_pixels_changes_the_same_count(nets):
     x = batch(6, interior=True)
     out = make_mutator("random_pixels(fraction=0.05)").mutate(x, np.random.default_rng(0), context(nets[1], 6))
     assert (changed_positions(out, x).sum(axis=1) == pixel_count(0.05, 12, 12)).all()
-    assert len({tuple(np.flatnonzero(row)) for row in changed_positions(out, x)}) > 1   # per-image positions
+    assert len({tuple(np.flatnonzero(row)) for row in changed_positions(out, x)}) > 1  # per-image positions
 
 
-@pytest.mark.parametrize("spec", ["rotate", "shift(limit=0.25)", "scale", "shear", "brightness", "contrast", "noise",
-                                  "elastic"])
+@pytest.mark.parametrize(
+    "spec", ["rotate", "shift(limit=0.25)", "scale", "shear", "brightness", "contrast", "noise", "elastic"]
+)
 def test_transforms_draw_parameters_per_image(spec, nets):
     x = np.repeat(batch(1, interior=True), 16, axis=0)
     out = make_mutator(spec).mutate(x, np.random.default_rng(0), context(nets[1], len(x)))
-    assert len({o.tobytes() for o in out}) >= 12                   # shift: 49 possible moves on 12x12
+    assert len({o.tobytes() for o in out}) >= 12  # shift: 49 possible moves on 12x12
 
 
 def test_blur_draws_parameters_per_group(nets):
     group = make_mutator("blur").group
     x = np.repeat(batch(1), 8 * group, axis=0)
     out = make_mutator("blur").mutate(x, np.random.default_rng(0), context(nets[1], len(x)))
-    assert len({out[i * group].tobytes() for i in range(8)}) > 1       # groups draw their own kernel size
+    assert len({out[i * group].tobytes() for i in range(8)}) > 1  # groups draw their own kernel size
     assert all(np.array_equal(out[0], out[i]) for i in range(group))  # one draw within a group
 
 
-AFFINE_CASES = [dict(rotate=17.0), dict(rotate=-25.0, scale=0.85), dict(shear=12.0), dict(translate=(2, -3)),
-                dict(rotate=33.0, scale=1.15, shear=-7.0, translate=(1, 2))]
+AFFINE_CASES = [
+    dict(rotate=17.0),
+    dict(rotate=-25.0, scale=0.85),
+    dict(shear=12.0),
+    dict(translate=(2, -3)),
+    dict(rotate=33.0, scale=1.15, shear=-7.0, translate=(1, 2)),
+]
 
 
 @pytest.mark.parametrize("shape", [(12, 12, 1), (20, 15, 3)])
@@ -205,22 +221,32 @@ def test_warp_affine_matches_albumentations(case, shape):
     import cv2
 
     from idcgen.fuzz.mutators.geometry import affine_matrices, warp_affine
+
     rotate, scale, shear = case.get("rotate", 0.0), case.get("scale", 1.0), case.get("shear", 0.0)
     tx, ty = case.get("translate", (0, 0))
     x = np.random.default_rng(0).random((3, *shape), dtype=np.float32)
-    reference = A.Affine(rotate=(rotate, rotate), scale=(scale, scale), shear={"x": (shear, shear), "y": (0, 0)},
-                         translate_px={"x": (tx, tx), "y": (ty, ty)}, keep_ratio=True,
-                         border_mode=cv2.BORDER_CONSTANT, fill=0, p=1.0)
+    reference = A.Affine(
+        rotate=(rotate, rotate),
+        scale=(scale, scale),
+        shear={"x": (shear, shear), "y": (0, 0)},
+        translate_px={"x": (tx, tx), "y": (ty, ty)},
+        keep_ratio=True,
+        border_mode=cv2.BORDER_CONSTANT,
+        fill=0,
+        p=1.0,
+    )
     expected = np.stack([reference(image=image)["image"].reshape(shape) for image in x])
     # albumentations negates the drawn shear angle
-    matrices = affine_matrices(shape[0], shape[1], rotate=rotate, scale=scale, shear_x=-shear,
-                               translate_x=tx, translate_y=ty).repeat(3, axis=0)
+    matrices = affine_matrices(
+        shape[0], shape[1], rotate=rotate, scale=scale, shear_x=-shear, translate_x=tx, translate_y=ty
+    ).repeat(3, axis=0)
     np.testing.assert_allclose(warp_affine(x, matrices), expected, atol=2e-5)
 
 
 def test_warp_affine_identity_and_canvas_chunks(monkeypatch):
     from idcgen.fuzz.mutators import geometry as transforms
-    x = np.random.default_rng(1).random((7, 9, 11, 5), dtype=np.float32)   # 5 channels: two remaps
+
+    x = np.random.default_rng(1).random((7, 9, 11, 5), dtype=np.float32)  # 5 channels: two remaps
     np.testing.assert_array_equal(transforms.warp_affine(x, transforms.affine_matrices(9, 11).repeat(7, 0)), x)
     matrices = transforms.affine_matrices(9, 11, rotate=np.linspace(-40, 40, 7), scale=np.linspace(0.7, 1.3, 7))
     whole = transforms.warp_affine(x, matrices)
@@ -236,6 +262,7 @@ def test_affine_mutators_draw_as_documented(name, nets):
     import cv2
 
     from idcgen.fuzz.mutators.geometry import affine_matrices, warp_affine
+
     x, mutator = batch(5), make_mutator(name)
     out = mutator.mutate(x, np.random.default_rng(3), context(nets[1], 5))
     low, high = {"rotate": (-30.0, 30.0), "scale": (0.8, 1.2), "shear": (-20.0, 20.0)}[name]
@@ -249,20 +276,27 @@ def test_affine_mutators_draw_as_documented(name, nets):
 
 def test_shift_moves_whole_pixels_within_the_limit(nets):
     x = np.zeros((64, 12, 12, 1), np.float32)
-    x[:, 5, 6] = 1.0                                               # one bright pixel, away from the border
+    x[:, 5, 6] = 1.0  # one bright pixel, away from the border
     out = make_mutator("shift(limit=0.2)").mutate(x, np.random.default_rng(0), context(nets[1], 64))
-    assert set(np.unique(out)) == {0.0, 1.0}                       # whole pixels: no interpolation
-    rows, cols = np.nonzero(out[..., 0].reshape(64, -1) == 1.0)[1] // 12, np.nonzero(out[..., 0].reshape(64, -1))[1] % 12
+    assert set(np.unique(out)) == {0.0, 1.0}  # whole pixels: no interpolation
+    rows, cols = (
+        np.nonzero(out[..., 0].reshape(64, -1) == 1.0)[1] // 12,
+        np.nonzero(out[..., 0].reshape(64, -1))[1] % 12,
+    )
     moves = set(zip((rows - 5).tolist(), (cols - 6).tolist()))
     assert all(abs(dy) <= 2 and abs(dx) <= 2 for dy, dx in moves) and len(moves) > 10
 
 
-@pytest.mark.parametrize("name, albumentations_kwargs", [
-    ("brightness", lambda v: dict(brightness_limit=(v, v), contrast_limit=(0.0, 0.0))),
-    ("contrast", lambda v: dict(brightness_limit=(0.0, 0.0), contrast_limit=(v - 1.0, v - 1.0))),
-])
+@pytest.mark.parametrize(
+    "name, albumentations_kwargs",
+    [
+        ("brightness", lambda v: dict(brightness_limit=(v, v), contrast_limit=(0.0, 0.0))),
+        ("contrast", lambda v: dict(brightness_limit=(0.0, 0.0), contrast_limit=(v - 1.0, v - 1.0))),
+    ],
+)
 def test_photometric_mutators_match_albumentations(name, albumentations_kwargs, nets):
     import albumentations as A
+
     x = batch(4)
     out = make_mutator(name).mutate(x, np.random.default_rng(5), context(nets[1], 4))
     drawn = np.random.default_rng(5).uniform(*((-0.2, 0.2) if name == "brightness" else (0.8, 1.2)), 4)
@@ -275,7 +309,7 @@ def test_noise_std_is_drawn_per_image(nets):
     x = np.full((200, 12, 12, 1), 0.5, np.float32)
     out = make_mutator("noise(std_low=0.02, std_high=0.08)").mutate(x, np.random.default_rng(0), context(nets[1], 200))
     std = (out - x).reshape(200, -1).std(axis=1)
-    assert 0.015 < std.min() < 0.03 and 0.07 < std.max() < 0.095    # 144 pixels each: std estimates +-6 %
+    assert 0.015 < std.min() < 0.03 and 0.07 < std.max() < 0.095  # 144 pixels each: std estimates +-6 %
 
 
 @pytest.mark.parametrize("name", ["rotate", "shift", "scale", "shear"])
@@ -283,7 +317,7 @@ def test_noise_std_is_drawn_per_image(nets):
 def test_mutate_with_reference_moves_both_alike(name, channels, nets):
     mutator = make_mutator(name)
     x, reference = batch(6, channels, seed=1), batch(6, channels, seed=2)
-    reference[[1, 4]] = x[[1, 4]]                                   # seeds are their own reference
+    reference[[1, 4]] = x[[1, 4]]  # seeds are their own reference
     ctx = context(nets[channels], 6)
     mutants, moved = mutator.mutate_with_reference(x, reference, np.random.default_rng(4), ctx)
     np.testing.assert_allclose(mutants, mutator.mutate(x, np.random.default_rng(4), ctx), atol=1e-5)
@@ -295,8 +329,15 @@ def test_mutate_with_reference_moves_both_alike(name, channels, nets):
 
 def test_affine_flags():
     assert {m.name for m in MUTATORS if m.affine} == {"rotate", "shift", "scale", "shear"}
-    assert {m.name for m in MUTATORS if m.needs_model} == {"relevant_pixels", "fgsm", "bim", "pgd", "cw", "jsma",
-                                                            "deepxplore"}
+    assert {m.name for m in MUTATORS if m.needs_model} == {
+        "relevant_pixels",
+        "fgsm",
+        "bim",
+        "pgd",
+        "cw",
+        "jsma",
+        "deepxplore",
+    }
 
 
 # ---- attacks ------------------------------------------------------------------------------------
@@ -307,12 +348,13 @@ def test_linf_attacks_stay_in_the_eps_ball(spec, value_range, nets):
     out = make_mutator(spec).mutate(x, np.random.default_rng(0), context(nets[1], 8, value_range))
     eps = 0.1 * (value_range[1] - value_range[0])
     assert np.abs(out - x).max() <= eps + 1e-6
-    if spec.startswith("fgsm"):                                     # one step of eps on every unclipped pixel
+    if spec.startswith("fgsm"):  # one step of eps on every unclipped pixel
         assert np.abs(out - x).max() >= eps - 1e-6
 
 
 def test_attacks_use_known_labels(nets):
     from idcgen.fuzz.mutators.attacks import attack_labels
+
     net, x = nets[1], batch(4)
     ctx = MutationContext(network=net, labels=np.array([3, -1, 5, -1]))
     labels = attack_labels(x, ctx)
@@ -327,7 +369,8 @@ def test_cw_moves_inputs_across_the_boundary(nets):
     """Without the optimizer adapter cleverhans' C&W raises (Keras 3) or returns its inputs unchanged."""
     net, x = nets[1], batch(4)
     out = make_mutator("cw(max_iterations=20, binary_search_steps=2, initial_const=10.0)").mutate(
-        x, np.random.default_rng(0), context(net, 4))
+        x, np.random.default_rng(0), context(net, 4)
+    )
     assert (net.predict(out) != net.predict(x)).any()
     assert np.abs(out - x).max() > 0
 
@@ -335,7 +378,7 @@ def test_cw_moves_inputs_across_the_boundary(nets):
 def test_jsma_only_raises_a_few_pixels(nets):
     net, x = nets[1], batch(2)
     out = make_mutator("jsma(gamma=0.1)").mutate(x, np.random.default_rng(0), context(net, 2))
-    assert (out >= x).all()                                         # theta > 0 only increases pixels
+    assert (out >= x).all()  # theta > 0 only increases pixels
     assert ((out != x).reshape(2, -1).sum(axis=1) <= 0.1 * 144 + 2).all()
 
 
@@ -346,37 +389,44 @@ def test_make_mutator_parses_specs():
     assert make_mutator("fgsm(eps=0.1)").eps == 0.1
     assert make_mutator("scale(low=0.9, high=1.1)").params() == {"low": 0.9, "high": 1.1}
     assert make_mutator("blur(max_kernel=7)").max_kernel == 7
-    assert repr(make_mutator("gauss(std=1)")) == "gauss(std=1)"     # stored unchanged
+    assert repr(make_mutator("gauss(std=1)")) == "gauss(std=1)"  # stored unchanged
 
 
 def test_parse_mutators_splits_at_top_level_commas():
     mutators = parse_mutators("gauss(std=0.05), rotate,bim(eps=0.1, eps_iter=0.01),fgsm(eps=0.1)")
-    assert [repr(m) for m in mutators] == ["gauss(std=0.05)", "rotate(limit=30.0)",
-                                           "bim(eps=0.1, eps_iter=0.01, nb_iter=10)", "fgsm(eps=0.1)"]
+    assert [repr(m) for m in mutators] == [
+        "gauss(std=0.05)",
+        "rotate(limit=30.0)",
+        "bim(eps=0.1, eps_iter=0.01, nb_iter=10)",
+        "fgsm(eps=0.1)",
+    ]
     assert [m.name for m in parse_mutators(DEFAULT_MUTATORS)] == DEFAULT_MUTATORS.split(",")
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("foo", "unknown mutator 'foo'; known mutators: gauss, relevant_pixels"),
-    ("gauss(sd=0.1)", "gauss has no parameter 'sd'; its parameters are: std."),
-    ("bim(eps=0.1, step=2)", "bim has no parameter 'step'; its parameters are: eps, eps_iter, nb_iter."),
-    ("gauss(std=-1)", r"The 'std' parameter of gauss must be a float in the range \(0, 1\]. Got -1 instead."),
-    ("gauss(std=True)", r"The 'std' parameter of gauss must be a float .* Got True instead."),
-    ("gauss(std='big')", r"The 'std' parameter of gauss must be a float .* Got 'big' instead."),
-    ("blur(max_kernel=4.5)", r"The 'max_kernel' parameter of blur must be an int in the range \[3, 31\]. Got 4.5"),
-    ("cw(abort_early=1)", r"The 'abort_early' parameter of cw must be a bool \(True or False\). Got 1 instead."),
-    ("bim(nb_iter=0)", r"The 'nb_iter' parameter of bim must be an int in the range \[1, inf\)"),
-    ("bim(eps=0.1, eps_iter=0.2)", r"The 'eps_iter' parameter of bim must be <= eps \(0.1\). Got 0.2 instead."),
-    ("scale(low=1.2, high=0.8)", r"The 'high' parameter of scale must be >= low \(1.2\)"),
-    ("noise(std_low=0.1, std_high=0.05)", r"'std_high' parameter of noise must be >= std_low"),
-    ("gauss(std=0.1", r"malformed mutator spec 'gauss\(std=0.1'"),
-    ("gauss(0.1)", "give parameters by name"),
-    ("gauss(**{'std': 1})", "give parameters by name"),
-    ("gauss(std=0.1, std=0.2)", "parameter 'std' given twice"),
-    ("gauss(std=abs(-1))", r"the value of 'std' must be a Python literal .* Got 'abs\(-1\)'"),
-    ("gauss(std=__import__('os').getpid())", "must be a Python literal"),
-    ("2gauss", "malformed mutator spec"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("foo", "unknown mutator 'foo'; known mutators: gauss, relevant_pixels"),
+        ("gauss(sd=0.1)", "gauss has no parameter 'sd'; its parameters are: std."),
+        ("bim(eps=0.1, step=2)", "bim has no parameter 'step'; its parameters are: eps, eps_iter, nb_iter."),
+        ("gauss(std=-1)", r"The 'std' parameter of gauss must be a float in the range \(0, 1\]. Got -1 instead."),
+        ("gauss(std=True)", r"The 'std' parameter of gauss must be a float .* Got True instead."),
+        ("gauss(std='big')", r"The 'std' parameter of gauss must be a float .* Got 'big' instead."),
+        ("blur(max_kernel=4.5)", r"The 'max_kernel' parameter of blur must be an int in the range \[3, 31\]. Got 4.5"),
+        ("cw(abort_early=1)", r"The 'abort_early' parameter of cw must be a bool \(True or False\). Got 1 instead."),
+        ("bim(nb_iter=0)", r"The 'nb_iter' parameter of bim must be an int in the range \[1, inf\)"),
+        ("bim(eps=0.1, eps_iter=0.2)", r"The 'eps_iter' parameter of bim must be <= eps \(0.1\). Got 0.2 instead."),
+        ("scale(low=1.2, high=0.8)", r"The 'high' parameter of scale must be >= low \(1.2\)"),
+        ("noise(std_low=0.1, std_high=0.05)", r"'std_high' parameter of noise must be >= std_low"),
+        ("gauss(std=0.1", r"malformed mutator spec 'gauss\(std=0.1'"),
+        ("gauss(0.1)", "give parameters by name"),
+        ("gauss(**{'std': 1})", "give parameters by name"),
+        ("gauss(std=0.1, std=0.2)", "parameter 'std' given twice"),
+        ("gauss(std=abs(-1))", r"the value of 'std' must be a Python literal .* Got 'abs\(-1\)'"),
+        ("gauss(std=__import__('os').getpid())", "must be a Python literal"),
+        ("2gauss", "malformed mutator spec"),
+    ],
+)
 def test_make_mutator_rejects(spec, message):
     with pytest.raises(ParameterError, match=message):
         make_mutator(spec)
@@ -396,8 +446,9 @@ def test_constructor_validates():
         cls(mean=0.5)
 
 
-@pytest.mark.parametrize("mutator", MUTATORS + [make_mutator("rotate(limit=10)"), make_mutator("cw(lr=0.01)")],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "mutator", MUTATORS + [make_mutator("rotate(limit=10)"), make_mutator("cw(lr=0.01)")], ids=repr
+)
 def test_repr_round_trips(mutator):
     again = make_mutator(repr(mutator))
     assert again == mutator and repr(again) == repr(mutator)
@@ -428,13 +479,12 @@ def test_bad_inputs_are_rejected(nets):
 def test_cw_mutants_do_not_depend_on_the_rest_of_the_batch(channels, nets, monkeypatch):
     """cleverhans alone weights each example by a constant summed over the batch (or fails on 3 channels)."""
     from idcgen.fuzz.mutators.attacks import CW
+
     net, x = nets[channels], batch(4, channels)
     cw = make_mutator("cw(max_iterations=20, binary_search_steps=2, initial_const=0.1, abort_early=False)")
     both = cw.mutate(x, np.random.default_rng(0), context(net, 4))
     alone = cw.mutate(x[:2], np.random.default_rng(0), context(net, 2))
     assert np.abs(both - x).max() > 0
     np.testing.assert_allclose(both[:2], alone, atol=1e-6)
-    monkeypatch.setattr(CW, "chunk_values", 3 * 3 * 144 * channels)   # chunks of 3 and 1
+    monkeypatch.setattr(CW, "chunk_values", 3 * 3 * 144 * channels)  # chunks of 3 and 1
     np.testing.assert_allclose(cw.mutate(x, np.random.default_rng(0), context(net, 4)), both, atol=1e-6)
-
-

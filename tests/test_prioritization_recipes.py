@@ -23,8 +23,22 @@ def test_a12_and_holm_by_hand(recipe):
 def test_prioritization_smoke(recipe, outputs, monkeypatch, capsys, trained):
     trained("lenet5")
     module = recipe("prioritization")
-    argv = ["--dataset", "embedded-mnist", "--n", "200", "--fit-train", "500", "--repeats", "2",
-            "--orderings", "gini", "lsa", "nc-additional", "idc-rarity", "random"]
+    argv = [
+        "--dataset",
+        "embedded-mnist",
+        "--n",
+        "200",
+        "--fit-train",
+        "500",
+        "--repeats",
+        "2",
+        "--orderings",
+        "gini",
+        "lsa",
+        "nc-additional",
+        "idc-rarity",
+        "random",
+    ]
     run_recipe(module, argv, monkeypatch)
     folder = outputs / "prioritization" / "embedded-mnist"
     runs = read_csv(folder / "runs.csv")
@@ -35,32 +49,55 @@ def test_prioritization_smoke(recipe, outputs, monkeypatch, capsys, trained):
         best = 1 - int(r["failures"]) / (2 * int(r["inputs"]))
         assert 0 < float(r["apfd"]) <= best + 1e-12
     gini = {r["set"]: float(r["apfd"]) for r in runs if r["ordering"] == "gini"}
-    random = {s: np.mean([float(r["apfd"]) for r in runs if r["ordering"] == "random" and r["set"] == s]) for s in sizes}
-    assert all(gini[s] > random[s] for s in sizes)   # the softmax knows where it is unsure
+    random = {
+        s: np.mean([float(r["apfd"]) for r in runs if r["ordering"] == "random" and r["set"] == s]) for s in sizes
+    }
+    assert all(gini[s] > random[s] for s in sizes)  # the softmax knows where it is unsure
     text = (folder / "prioritization.md").read_text()
     assert "| random | " in text and " ± " in text and "Best possible APFD" in text
     capsys.readouterr()
-    run_recipe(module, argv, monkeypatch)   # resumable: nothing is ranked again
+    run_recipe(module, argv, monkeypatch)  # resumable: nothing is ranked again
     assert "APFD" not in "".join(line for line in capsys.readouterr().out.splitlines() if line.startswith("["))
 
 
 def test_guidance_study_smoke(recipe, outputs, monkeypatch, capsys, trained):
     trained("lenet5", "lenet1")
     module = recipe("guidance_study")
-    argv = ["--dataset", "embedded-mnist", "--validator", "lenet1", "--arms", "idc", "none", "noise", "pgd",
-            "--seeds", "20", "--budget", "256", "--repeats", "2", "--fit-train", "1500", "--eval", "100",
-            "--retrain-size", "10"]
+    argv = [
+        "--dataset",
+        "embedded-mnist",
+        "--validator",
+        "lenet1",
+        "--arms",
+        "idc",
+        "none",
+        "noise",
+        "pgd",
+        "--seeds",
+        "20",
+        "--budget",
+        "256",
+        "--repeats",
+        "2",
+        "--fit-train",
+        "1500",
+        "--eval",
+        "100",
+        "--retrain-size",
+        "10",
+    ]
     run_recipe(module, argv, monkeypatch)
     folder = outputs / "guidance_study" / "embedded-mnist"
     runs = read_csv(folder / "runs.csv")
-    assert [(r["arm"], r["repetition"]) for r in runs] == [(a, str(r)) for r in range(2)
-                                                           for a in ("idc", "none", "noise", "pgd")]
+    assert [(r["arm"], r["repetition"]) for r in runs] == [
+        (a, str(r)) for r in range(2) for a in ("idc", "none", "noise", "pgd")
+    ]
     for r in runs:
         calls = {x["arm"]: int(x["calls"]) for x in runs if x["repetition"] == r["repetition"]}
         # the baselines stop at the none run's calls (within one batch of mutants)
         assert calls["none"] <= calls["noise"] < calls["none"] + 256
         assert calls["none"] - 11 * 256 < calls["pgd"] <= calls["none"] + 11 * 256
-        for faults in ("faults", "independent_faults"):   # the model's own features and the validator's
+        for faults in ("faults", "independent_faults"):  # the model's own features and the validator's
             assert int(r[faults]) >= int(r["pairs"]) if int(r["findings"]) else int(r[faults]) == 0
         assert int(r["retrain_n"]) == min(10, int(r["findings"]))
         assert 0 <= float(r["validity_%"]) <= 100 if int(r["findings"]) else True

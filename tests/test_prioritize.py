@@ -29,16 +29,17 @@ runner = CliRunner()
 
 # ---- APFD and the numpy orderings, by hand ------------------------------------------------------------
 
+
 def test_apfd_of_a_toy_ranking_by_hand():
     # 5 inputs, inputs 1 and 3 fail; looked at in the order 3, 0, 1, 2, 4: failures at ranks 1 and 3
     failures = np.array([False, True, False, True, False])
     order = [3, 0, 1, 2, 4]
-    assert apfd(order, failures) == pytest.approx(1 - (1 + 3) / (5 * 2) + 1 / (2 * 5))   # 0.7
+    assert apfd(order, failures) == pytest.approx(1 - (1 + 3) / (5 * 2) + 1 / (2 * 5))  # 0.7
     assert apfd(order, failures) == pytest.approx(0.7)
     # the share of the failures among the first ceil(p % of 5) inputs: 1 input, then 1, then 1
     assert found_at(order, failures, 10) == 0.5
-    assert found_at(order, failures, 60) == 1.0        # the first 3 inputs hold both
-    assert found_at(order, failures, 40) == 0.5        # the first 2 hold one
+    assert found_at(order, failures, 60) == 1.0  # the first 3 inputs hold both
+    assert found_at(order, failures, 40) == 0.5  # the first 2 hold one
     e = evaluate(order, failures)
     assert (e.apfd, e.found_at_1, e.failures, e.inputs) == (pytest.approx(0.7), 0.5, 2, 5)
 
@@ -50,7 +51,7 @@ def test_failures_first_gets_the_largest_apfd_of_all_orderings():
     every = [apfd(list(p), failures) for p in itertools.permutations(range(n))]
     assert apfd(best, failures) == pytest.approx(1 - m / (2 * n)) == pytest.approx(max(every))
     assert apfd([0, 2, 5, 1, 3, 4], failures) == pytest.approx(min(every)) == pytest.approx(m / (2 * n))
-    assert evaluate(best, failures).found_at_10 == pytest.approx(1 / 3)   # ceil(0.6) = 1 input: 1 of 3
+    assert evaluate(best, failures).found_at_10 == pytest.approx(1 / 3)  # ceil(0.6) = 1 input: 1 of 3
 
 
 def test_apfd_refuses_what_is_not_a_permutation_and_is_undefined_without_failures():
@@ -89,16 +90,18 @@ def test_additional_ordering_by_hand():
 
 # ---- a small classifier ---------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def classifier():
     import keras
+
     keras.utils.set_random_seed(0)
     inp = keras.Input((4,))
     h = keras.layers.Dense(8, activation="relu", name="hidden")(inp)
     h = keras.layers.Dropout(0.2, name="drop")(h)
     model = keras.Model(inp, keras.layers.Dense(3, activation="softmax", name="out")(h))
     rng = np.random.default_rng(0)
-    x_train = rng.random((300, 4)).astype(np.float32)   # values in [0, 1], as images
+    x_train = rng.random((300, 4)).astype(np.float32)  # values in [0, 1], as images
     x = rng.random((80, 4)).astype(np.float32)
     y = rng.integers(0, 3, 80)
     return model, x_train, x, y
@@ -110,7 +113,7 @@ def test_every_ordering_gives_a_permutation_of_a_classifiers_inputs(classifier, 
     ranking = prioritize(model, x, by=by, x_train=x_train, y=y, m=2)
     assert sorted(ranking.order.tolist()) == list(range(len(x)))
     assert ranking.scores.shape == (len(x),)
-    if not by.endswith("additional") and by != "random":   # ranked by score: scores fall along the order
+    if not by.endswith("additional") and by != "random":  # ranked by score: scores fall along the order
         s = ranking.scores[ranking.order]
         s = s[~np.isnan(s)]
         assert (np.diff(s) <= 1e-12).all()
@@ -147,15 +150,17 @@ def test_orderings_refuse_bad_requests_in_one_line(classifier):
     with pytest.raises(InputError, match=r"no inputs to feed the model: got an array of shape \(0, 4\)"):
         prioritize(model, x[:0], by="gini")
     with pytest.raises(InputError, match=r"inputs have shape \(5,\) per item but the model expects \(4,\)"):
-        prioritize(model, np.zeros((3, 5), np.float32), by="gini")   # the model takes 4 values per input
+        prioritize(model, np.zeros((3, 5), np.float32), by="gini")  # the model takes 4 values per input
     with pytest.raises(ParameterError, match="'passes' parameter must be an int >= 2"):
         prioritize(model, x, by="mc-dropout", passes=1)
 
 
 # ---- a steering model ------------------------------------------------------------------------------------
 
+
 def steering(dropout=True):
     import keras
+
     keras.utils.set_random_seed(1)
     inp = keras.Input((8, 8, 1))
     h = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inp)
@@ -176,7 +181,7 @@ def test_a_steering_model_ranks_by_surprise_and_mc_dropout(frames):
     x_train, x = frames
     model = steering()
     out = model.predict(x, verbose=0)[:, 0]
-    y = out + np.where(np.arange(len(x)) % 10 == 0, 1.0, 0.01)   # every tenth frame is far off: a failure
+    y = out + np.where(np.arange(len(x)) % 10 == 0, 1.0, 0.01)  # every tenth frame is far off: a failure
     for by in ("lsa", "mdsa", "mc-dropout", "nc-total", "idc-additional", "random"):
         ranking = prioritize(model, x, by=by, x_train=x_train, y=y, m=2)
         assert sorted(ranking.order.tolist()) == list(range(len(x)))
@@ -205,14 +210,28 @@ def test_classification_orderings_are_refused_for_a_regression_model(frames, by)
 
 # ---- the command line -------------------------------------------------------------------------------------
 
+
 def test_cli_on_a_classifier_writes_the_ranking_and_prints_apfd(classifier, tmp_path):
     model, x_train, x, y = classifier
     model.save(tmp_path / "m.keras")
     np.savez(tmp_path / "test.npz", x=x, y=y)
     np.savez(tmp_path / "train.npz", x=x_train)
     out = tmp_path / "ranking.csv"
-    result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "m.keras"), "--inputs",
-                                 str(tmp_path / "test.npz"), "--by", "gini", "--out", str(out), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "prioritize",
+            "--model",
+            str(tmp_path / "m.keras"),
+            "--inputs",
+            str(tmp_path / "test.npz"),
+            "--by",
+            "gini",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output.strip().splitlines()[-1])
     expected = prioritize(model, x, by="gini", y=y)
@@ -222,9 +241,22 @@ def test_cli_on_a_classifier_writes_the_ranking_and_prints_apfd(classifier, tmp_
     assert list(rows[0]) == ["rank", "input", "score"] and len(rows) == len(x)
     assert [int(r["input"]) for r in rows] == expected.order.tolist()
     assert [int(r["rank"]) for r in rows] == list(range(1, len(x) + 1))
-    result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "m.keras"), "--inputs",
-                                 str(tmp_path / "test.npz"), "--by", "dsa", "--train", str(tmp_path / "train.npz"),
-                                 "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "prioritize",
+            "--model",
+            str(tmp_path / "m.keras"),
+            "--inputs",
+            str(tmp_path / "test.npz"),
+            "--by",
+            "dsa",
+            "--train",
+            str(tmp_path / "train.npz"),
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "80 inputs ordered by dsa" in result.output and "APFD 0." in result.output
 
@@ -237,42 +269,84 @@ def test_cli_names_the_files_of_a_folder_and_refuses_in_one_line(tmp_path, frame
     for i, image in enumerate(frames[1][:12]):
         Image.fromarray((image[:, :, 0] * 255).astype(np.uint8)).save(folder / f"f{i:02d}.png")
     out = tmp_path / "r.csv"
-    result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "steer.keras"), "--inputs", str(folder),
-                                 "--by", "mc-dropout", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "prioritize",
+            "--model",
+            str(tmp_path / "steer.keras"),
+            "--inputs",
+            str(folder),
+            "--by",
+            "mc-dropout",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "no labels: the ordering is not scored" in result.output
     names = [r["input"] for r in csv.DictReader(open(out))]
     assert sorted(names) == [f"f{i:02d}.png" for i in range(12)]
-    result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "steer.keras"), "--inputs", str(folder),
-                                 "--by", "gini", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "prioritize",
+            "--model",
+            str(tmp_path / "steer.keras"),
+            "--inputs",
+            str(folder),
+            "--by",
+            "gini",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         "error: --by gini needs class probabilities and this is a regression model: use lsa, mdsa, mc-dropout, "
-        "random, idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)"]
-    result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "steer.keras"), "--inputs", str(folder),
-                                 "--by", "nope", "--out", str(out)])
+        "random, idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)"
+    ]
+    result = runner.invoke(
+        app,
+        [
+            "prioritize",
+            "--model",
+            str(tmp_path / "steer.keras"),
+            "--inputs",
+            str(folder),
+            "--by",
+            "nope",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert "--by must be one of gini" in result.output
 
 
 def test_the_api_name_is_the_function():
     import idcgen.prioritization  # noqa: F401  (a submodule of that name would shadow the function)
+
     assert idcgen.prioritize is prioritize and callable(idcgen.prioritize)
 
 
 def test_a_cache_fits_each_criterion_once_and_changes_no_ordering(classifier):
     model, x_train, x, y = classifier
     cache = {}
-    first = [prioritize(model, x, by=by, x_train=x_train, m=2, cache=cache) for by in ("lsa", "kmnc-additional",
-                                                                                      "idc-rarity", "mdsa")]
+    first = [
+        prioritize(model, x, by=by, x_train=x_train, m=2, cache=cache)
+        for by in ("lsa", "kmnc-additional", "idc-rarity", "mdsa")
+    ]
     fitted = {k: id(v) for k, v in cache.items()}
-    again = [prioritize(model, x[::-1], by=by, x_train=x_train, m=2, cache=cache) for by in ("lsa", "kmnc-additional",
-                                                                                            "idc-rarity", "mdsa")]
+    again = [
+        prioritize(model, x[::-1], by=by, x_train=x_train, m=2, cache=cache)
+        for by in ("lsa", "kmnc-additional", "idc-rarity", "mdsa")
+    ]
     assert {k: id(v) for k, v in cache.items()} == fitted and ("lsa", None) in cache and "kmnc" in cache
     for a, b, by in zip(first, again, ("lsa", "kmnc-additional", "idc-rarity", "mdsa")):
         fresh = prioritize(model, x, by=by, x_train=x_train, m=2)
         assert np.allclose(a.scores, fresh.scores, equal_nan=True) and a.order.tolist() == fresh.order.tolist()
-        if by != "kmnc-additional":   # a score per input, whatever the order of the set
+        if by != "kmnc-additional":  # a score per input, whatever the order of the set
             assert np.allclose(b.scores[::-1], a.scores, equal_nan=True)
 
 
@@ -280,10 +354,24 @@ def test_cli_json_without_labels_has_nulls_and_the_ranking(classifier, tmp_path)
     model, _, x, _ = classifier
     model.save(tmp_path / "m.keras")
     np.save(tmp_path / "x.npy", x)
-    result = runner.invoke(app, ["prioritize", "--model", str(tmp_path / "m.keras"), "--inputs", str(tmp_path / "x.npy"),
-                                 "--by", "entropy", "--out", str(tmp_path / "r.csv"), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "prioritize",
+            "--model",
+            str(tmp_path / "m.keras"),
+            "--inputs",
+            str(tmp_path / "x.npy"),
+            "--by",
+            "entropy",
+            "--out",
+            str(tmp_path / "r.csv"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output.strip().splitlines()[-1])
     assert payload["apfd"] is None and payload["failures"] is None and payload["inputs"] == len(x)
-    assert [int(r["input"]) for r in csv.DictReader(open(tmp_path / "r.csv"))] == \
-        prioritize(model, x, by="entropy").order.tolist()
+    assert [int(r["input"]) for r in csv.DictReader(open(tmp_path / "r.csv"))] == prioritize(
+        model, x, by="entropy"
+    ).order.tolist()

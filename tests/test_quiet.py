@@ -18,12 +18,22 @@ def test_caught_lines_that_are_not_noise_are_written_back(capfd):
 
 
 def test_a_keras_model_loads_without_tensorflows_start_up_lines(tmp_path):
-    script = (f"import keras\n"   # noqa: ISC003
-              f"m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])\n"
-              f"m.save({str(tmp_path / 'm.keras')!r})\n")
+    script = (
+        f"import keras\n"  # noqa: ISC003
+        f"m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])\n"
+        f"m.save({str(tmp_path / 'm.keras')!r})\n"
+    )
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
-    run = subprocess.run([sys.executable, "-c", "from idcgen.framework import load_network\n"
-                          f"print(load_network({str(tmp_path / 'm.keras')!r}).input_shape)"],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from idcgen.framework import load_network\n"
+            f"print(load_network({str(tmp_path / 'm.keras')!r}).input_shape)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert run.stdout.strip() == "(4,)"
     assert not [line for line in run.stderr.splitlines() if NOISE.search(line)], run.stderr

@@ -41,6 +41,7 @@ def assert_same_analysis(a, b, same_data_fingerprint=True):
 
 def test_shards_are_whole_batches():
     from idcgen.distributed.workers import shard_bounds
+
     # 1,000 inputs in batches of 64: 16 batches, 2 workers x 4 shards -> 2 batches (128 inputs) a shard
     assert shard_bounds(1000, 64, 2) == [(s, min(s + 128, 1000)) for s in range(0, 1000, 128)]
     assert shard_bounds(10, 64, 2) == [(0, 10)]
@@ -54,25 +55,28 @@ class TestOnTwoWorkers:
     @pytest.fixture(scope="class")
     def pool(self, trained_lenet):
         from idcgen.distributed import Workers
+
         _, path = trained_lenet
         with Workers(path, workers=2) as workers:
-            assert len(set(workers.pids)) == 2 and os.getpid() not in workers.pids   # two other processes
+            assert len(set(workers.pids)) == 2 and os.getpid() not in workers.pids  # two other processes
             yield workers
 
     @pytest.mark.parametrize("options", [dict(m=6), dict(m=4, relevance_of="label", correct_only=True)])
     def test_analysis_equals_the_single_process_one(self, pool, trained_lenet, digits, options):
         import idcgen
+
         model, _ = trained_lenet
         x, y = digits[0][:2500], digits[1][:2500]
         single = idcgen.analyze(model, x, y, progress=False, **options)
         sharded = pool.analyze(x, y, progress=False, **options)
         assert_same_analysis(single, sharded)
-        assert len(pool.passes(pool.network, single.layer, 1e-7, x).shards) > 2   # really split
+        assert len(pool.passes(pool.network, single.layer, 1e-7, x).shards) > 2  # really split
 
     def test_two_pass_gather_equals_the_single_process_one(self, pool, trained_lenet, digits, monkeypatch):
         # activations too wide to keep during the relevance pass: the workers gather the m columns afterwards
         import idcgen
         import idcgen.analysis.passes as analysis_module
+
         monkeypatch.setattr(analysis_module, "ACTIVATIONS_IN_ONE_PASS", 0)
         model, _ = trained_lenet
         x, y = digits[0][:1500], digits[1][:1500]
@@ -81,18 +85,20 @@ class TestOnTwoWorkers:
 
     def test_coverage_equals_the_single_process_one(self, pool, trained_lenet, digits):
         import idcgen
+
         model, _ = trained_lenet
         analysis = idcgen.analyze(model, digits[0][:2000], digits[1][:2000], m=6, progress=False)
-        x = np.concatenate([digits[2], digits[0][2000:2037]])   # 1,037 inputs: a short last shard
+        x = np.concatenate([digits[2], digits[0][2000:2037]])  # 1,037 inputs: a short last shard
         single = analysis.tracker(x)
         sharded = pool.tracker(analysis, x)
         np.testing.assert_array_equal(single.covered_ids(), sharded.covered_ids())
         assert 0 < sharded.covered < analysis.total
         assert pool.coverage(analysis, x[:10]) == analysis.coverage(x[:10])
-        assert pool.coverage(analysis, list(x[:10])) == analysis.coverage(x[:10])   # a list of images, not paths
+        assert pool.coverage(analysis, list(x[:10])) == analysis.coverage(x[:10])  # a list of images, not paths
 
     def test_coverage_of_shard_files_the_workers_read(self, pool, trained_lenet, digits, tmp_path):
         import idcgen
+
         model, _ = trained_lenet
         analysis = idcgen.analyze(model, digits[0][:2000], digits[1][:2000], m=6, progress=False)
         x = digits[2]
@@ -100,16 +106,18 @@ class TestOnTwoWorkers:
         for i, part in enumerate(np.array_split(np.arange(len(x)), 3)):
             files.append(tmp_path / f"part-{i}.npz")
             np.savez(files[-1], x=x[part], y=digits[3][part])
-        with pool.shards(files) as held:   # a list of paths
+        with pool.shards(files) as held:  # a list of paths
             tracker = pool.tracker(analysis, held)
             assert len(held) == len(x) and len(held.sources) == 3
         np.testing.assert_array_equal(tracker.covered_ids(), analysis.tracker(x).covered_ids())
 
     # ---- shards the workers read and hold themselves (idcgen.distributed.shards) -------------------
-    @pytest.mark.parametrize("options", [dict(m=6), dict(m=4, relevance_of="label", correct_only=True),
-                                         dict(m=4, only_class=3)])
+    @pytest.mark.parametrize(
+        "options", [dict(m=6), dict(m=4, relevance_of="label", correct_only=True), dict(m=4, only_class=3)]
+    )
     def test_analysis_of_shard_files_equals_the_in_memory_one(self, pool, trained_lenet, digits, tmp_path, options):
         import idcgen
+
         model, _ = trained_lenet
         x, y = digits[0][:2300], digits[1][:2300]
         # 3 shards of 767, 767 and 766 inputs: batches start at each shard's start, not at multiples of 512
@@ -120,32 +128,36 @@ class TestOnTwoWorkers:
             sharded = pool.analyze(held, progress=False, **options)
             assert_same_analysis(single, sharded, same_data_fingerprint=False)
             assert sharded.data["observed_range"] == single.data["observed_range"]
-            if "only_class" in options:   # reused after only_class: every input again, not class 3's
+            if "only_class" in options:  # reused after only_class: every input again, not class 3's
                 again = pool.analyze(held, m=4, progress=False)
                 assert again.data["n_inputs"] == len(x) and again.data["fingerprint"] == sharded.data["fingerprint"]
 
     def test_analysis_of_npy_shards_without_labels(self, pool, trained_lenet, digits, tmp_path):
         import idcgen
         from idcgen.errors import InputError
+
         model, _ = trained_lenet
         x = digits[0][:1300]
         for i, part in enumerate(np.array_split(np.arange(len(x)), 2)):
             np.save(tmp_path / f"train-{i}.npy", x[part])
         single = idcgen.analyze(model, x, m=4, progress=False)
-        assert_same_analysis(single, pool.analyze(str(tmp_path / "train-*.npy"), m=4, progress=False),
-                             same_data_fingerprint=False)
+        assert_same_analysis(
+            single, pool.analyze(str(tmp_path / "train-*.npy"), m=4, progress=False), same_data_fingerprint=False
+        )
         with pytest.raises(InputError, match="labels are needed"):
             pool.analyze(str(tmp_path / "train-*.npy"), m=4, correct_only=True, progress=False)
-        np.savez(tmp_path / "train-2.npz", x=x[:10], y=digits[1][:10])   # labelled beside unlabelled: refused
+        np.savez(tmp_path / "train-2.npz", x=x[:10], y=digits[1][:10])  # labelled beside unlabelled: refused
         with pytest.raises(InputError, match=r"^shard .*train-0\.npy has no labels but shard .*train-2\.npz has"):
             pool.analyze(str(tmp_path / "train-*"), m=4, progress=False)
 
     def test_coverage_and_analysis_of_a_ray_dataset(self, pool, trained_lenet, digits):
         import idcgen
+
         model, _ = trained_lenet
         x, y = digits[0][:1800], digits[1][:1800]
-        labelled = ray.data.from_items([{"image": x[i], "label": int(y[i])} for i in range(len(x))],
-                                       override_num_blocks=3)
+        labelled = ray.data.from_items(
+            [{"image": x[i], "label": int(y[i])} for i in range(len(x))], override_num_blocks=3
+        )
         single = idcgen.analyze(model, x, y, m=5, correct_only=True, progress=False)
         sharded = pool.analyze(labelled, m=5, correct_only=True, x_column="image", y_column="label", progress=False)
         assert_same_analysis(single, sharded, same_data_fingerprint=False)
@@ -155,18 +167,26 @@ class TestOnTwoWorkers:
         np.testing.assert_array_equal(pool.tracker(single, blocks).covered_ids(), single.tracker(test).covered_ids())
 
     # ---- inspect and affinity with the forward passes on the workers ---------------------------------
-    @pytest.mark.parametrize("options", [dict(scaling="neuron"), dict(scaling="layer", memory_budget=0),
-                                         dict(scaling="input"),
-                                         dict(scaling="neuron", memory_budget="third", batch_size=64)])
+    @pytest.mark.parametrize(
+        "options",
+        [
+            dict(scaling="neuron"),
+            dict(scaling="layer", memory_budget=0),
+            dict(scaling="input"),
+            dict(scaling="neuron", memory_budget="third", batch_size=64),
+        ],
+    )
     def test_inspect_equals_the_single_process_one(self, pool, trained_lenet, digits, options):
         import idcgen
+
         model, _ = trained_lenet
         x, y = digits[2][:900], digits[3][:900]
         single = idcgen.inspect(model, x, y, **{k: v for k, v in options.items() if v != "third"})
-        if options.get("memory_budget") == "third":   # a third of the activations' bytes: each shard fits,
-            options = dict(options, memory_budget=len(x) * single.napv.shape[0] * 4 // 3)   # a worker's do not
+        if options.get("memory_budget") == "third":  # a third of the activations' bytes: each shard fits,
+            options = dict(options, memory_budget=len(x) * single.napv.shape[0] * 4 // 3)  # a worker's do not
             from idcgen.distributed.cluster import shard_bounds
-            assert len(shard_bounds(len(x), 64, len(pool.actors))) > 2 * len(pool.actors)   # shards < a third
+
+            assert len(shard_bounds(len(x), 64, len(pool.actors))) > 2 * len(pool.actors)  # shards < a third
         sharded = pool.inspect(x, y, **options)
         assert sharded.passes == (1 if options.get("memory_budget") is None or options["scaling"] == "input" else 2)
         for name in ("predictions", "runner_up", "per_class", "napv"):
@@ -176,17 +196,19 @@ class TestOnTwoWorkers:
 
     def test_inspect_of_shard_files(self, pool, trained_lenet, digits, tmp_path):
         import idcgen
+
         model, _ = trained_lenet
         x, y = digits[2][:900], digits[3][:900]
         for i, part in enumerate(np.array_split(np.arange(len(x)), 3)):
             np.savez(tmp_path / f"test-{i}.npz", x=x[part], y=y[part])
         single, sharded = idcgen.inspect(model, x, y), pool.inspect(str(tmp_path / "test-*.npz"))
         np.testing.assert_array_equal(sharded.napv, single.napv)
-        np.testing.assert_array_equal(sharded.labels, single.labels)   # the shards' own labels, in order
+        np.testing.assert_array_equal(sharded.labels, single.labels)  # the shards' own labels, in order
         assert sharded.metrics == single.metrics
 
     def test_affinity_equals_the_single_process_one(self, pool, trained_lenet, digits):
         import idcgen
+
         model, _ = trained_lenet
         x, y = digits[2][:400], digits[3][:400]
         options = dict(measures="pearson,linear", tol=0, progress=False)
@@ -202,25 +224,27 @@ class TestOnTwoWorkers:
         from PIL import Image
 
         import idcgen
+
         model, _ = trained_lenet
-        pick = np.random.default_rng(0).permutation(len(digits[3]))[:160]   # the test set is sorted by class
+        pick = np.random.default_rng(0).permutation(len(digits[3]))[:160]  # the test set is sorted by class
         x, y = digits[2][pick], digits[3][pick]
         kept = [i for i in range(len(x)) if i < 80 or y[i] != 0]
         for i in kept:
             folder = tmp_path / f"part-{i // 80}" / f"d{int(y[i])}"
             folder.mkdir(parents=True, exist_ok=True)
             Image.fromarray(np.rint(x[i][..., 0] * 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
-        order = sorted(kept, key=lambda i: (i // 80, int(y[i]), i))   # shard, then class folder, then file name
+        order = sorted(kept, key=lambda i: (i // 80, int(y[i]), i))  # shard, then class folder, then file name
         analysis = idcgen.analyze(model, digits[0][:1000], digits[1][:1000], m=4, progress=False)
         with pool.shards(str(tmp_path / "part-*")) as held:
             tracker = pool.tracker(analysis, held)
             assert len(held) == len(order) and len(held.sources) == 2
-            np.testing.assert_array_equal(held.y, y[order])   # labels from the subfolders' names, in order
+            np.testing.assert_array_equal(held.y, y[order])  # labels from the subfolders' names, in order
             assert held.class_names == tuple(f"d{k}" for k in range(10))
         np.testing.assert_array_equal(tracker.covered_ids(), analysis.tracker(x[order]).covered_ids())
 
     def test_shard_inputs_refused_in_one_line(self, pool, digits, tmp_path):
         from idcgen.errors import InputError
+
         with pytest.raises(InputError, match=r"^no file or folder matches .*nothing-\*\.npz"):
             pool.analyze(str(tmp_path / "nothing-*.npz"), progress=False)
         np.savez(tmp_path / "a.npz", x=digits[0][:100], y=digits[1][:100])
@@ -235,12 +259,13 @@ class TestOnTwoWorkers:
 def test_python_entries_on_one_worker(trained_lenet, digits):
     import idcgen
     import idcgen.distributed as dist
+
     model, path = trained_lenet
     x, y = digits[0][:1200], digits[1][:1200]
     sharded = dist.analyze(path, x, y, m=4, workers=1, progress=False)
     assert_same_analysis(idcgen.analyze(model, x, y, m=4, progress=False), sharded)
-    assert sharded.network is not None and sharded.coverage(digits[2]).covered > 0   # bound to the driver's model
-    assert ray.is_initialized()   # a Ray the caller started is left running
+    assert sharded.network is not None and sharded.coverage(digits[2]).covered > 0  # bound to the driver's model
+    assert ray.is_initialized()  # a Ray the caller started is left running
     # a lazy Ray dataset whose first block finishes last: materialized in the dataset's order (the fingerprint,
     # a digest of the blocks' digests in order, is that of the same blocks computed in order)
     rows = [{"image": x[i], "label": int(y[i]), "i": i} for i in range(400)]
@@ -248,12 +273,15 @@ def test_python_entries_on_one_worker(trained_lenet, digits):
     def first_block_last(batch):
         time.sleep(3 if 0 in batch["i"] else 0)
         return batch
+
     in_order = ray.data.from_items(rows, override_num_blocks=4)
     lazy = in_order.map_batches(first_block_last, batch_size=None)
     options = dict(x_column="image", y_column="label", m=2, workers=1, progress=False)
-    assert dist.analyze(path, lazy, **options).data["fingerprint"] == \
-        dist.analyze(path, in_order, **options).data["fingerprint"]
-    assert lazy.context.execution_options.preserve_order is False   # the dataset's own setting put back
+    assert (
+        dist.analyze(path, lazy, **options).data["fingerprint"]
+        == dist.analyze(path, in_order, **options).data["fingerprint"]
+    )
+    assert lazy.context.execution_options.preserve_order is False  # the dataset's own setting put back
 
 
 def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
@@ -264,41 +292,109 @@ def test_cli_analysis_of_shard_files(trained_lenet, digits, tmp_path):
 
     import idcgen
     from idcgen.cli import app
+
     model, path = trained_lenet
     x, y = digits[0][:1500], digits[1][:1500]
     for i, part in enumerate(np.array_split(np.arange(len(x)), 2)):
         np.savez(tmp_path / f"train-{i}.npz", x=x[part], y=y[part])
-    done = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "train-*.npz"),
-                                    "--workers", "2", "--m", "4", "--out", str(tmp_path / "a")])
+    done = CliRunner().invoke(
+        app,
+        [
+            "analyze",
+            "--model",
+            str(path),
+            "--train",
+            str(tmp_path / "train-*.npz"),
+            "--workers",
+            "2",
+            "--m",
+            "4",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+    )
     assert done.exit_code == 0, done.output
     assert "2 shards" in done.output
-    assert_same_analysis(idcgen.analyze(model, x, y, m=4, progress=False), idcgen.Analysis.load(tmp_path / "a"),
-                         same_data_fingerprint=False)
-    done = CliRunner().invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "none-*.npz"),
-                                    "--workers", "1", "--out", str(tmp_path / "b")])
+    assert_same_analysis(
+        idcgen.analyze(model, x, y, m=4, progress=False),
+        idcgen.Analysis.load(tmp_path / "a"),
+        same_data_fingerprint=False,
+    )
+    done = CliRunner().invoke(
+        app,
+        [
+            "analyze",
+            "--model",
+            str(path),
+            "--train",
+            str(tmp_path / "none-*.npz"),
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert done.exit_code == 1 and "error: no file or folder matches" in done.output
     # coverage of the same shard files on the workers: the in-memory IDC
-    done = CliRunner().invoke(app, ["coverage", "--analysis", str(tmp_path / "a"), "--model", str(path), "--json",
-                                    "--inputs", str(tmp_path / "train-*.npz"), "--workers", "1"])
+    done = CliRunner().invoke(
+        app,
+        [
+            "coverage",
+            "--analysis",
+            str(tmp_path / "a"),
+            "--model",
+            str(path),
+            "--json",
+            "--inputs",
+            str(tmp_path / "train-*.npz"),
+            "--workers",
+            "1",
+        ],
+    )
     assert done.exit_code == 0, done.output
     found = json.loads(done.stdout.strip().splitlines()[-1])
     expected = idcgen.Analysis.load(tmp_path / "a").bind(model).coverage(x)
     assert (found["covered"], found["inputs"], found["shards"]) == (expected.covered, len(x), 2)
     for name, extra in (("coverage", ["--analysis", str(tmp_path / "a")]), ("inspect", []), ("analyze", [])):
-        done = CliRunner().invoke(app, [name, "--model", str(path), "--train" if name == "analyze" else "--inputs",
-                                        str(tmp_path / "none-*.npz"), "--workers", "1", *extra])
+        done = CliRunner().invoke(
+            app,
+            [
+                name,
+                "--model",
+                str(path),
+                "--train" if name == "analyze" else "--inputs",
+                str(tmp_path / "none-*.npz"),
+                "--workers",
+                "1",
+                *extra,
+            ],
+        )
         assert done.exit_code == 1 and "error: no file or folder matches" in done.output, name
-        done = CliRunner().invoke(app, [name, "--model", str(path), "--train" if name == "analyze" else "--inputs",
-                                        str(tmp_path / "train-*.npz"), "--workers", "1", "--limit", "5", *extra])
+        done = CliRunner().invoke(
+            app,
+            [
+                name,
+                "--model",
+                str(path),
+                "--train" if name == "analyze" else "--inputs",
+                str(tmp_path / "train-*.npz"),
+                "--workers",
+                "1",
+                "--limit",
+                "5",
+                *extra,
+            ],
+        )
         assert done.exit_code == 1 and "error: --limit is for one input set" in done.output, name
     # a shard refused once the workers started: the command fails in one line and frees its workers' CPUs
     np.savez(tmp_path / "train-2.npz", x=np.zeros((5, 32, 32, 1), np.float32), y=y[:5])
     for name in ("analyze", "inspect"):
         where = ["--train" if name == "analyze" else "--inputs", str(tmp_path / "train-*.npz")]
-        done = CliRunner().invoke(app, [name, "--model", str(path), *where, "--workers", "1",
-                                        "--out", str(tmp_path / "c" / name)])
+        done = CliRunner().invoke(
+            app, [name, "--model", str(path), *where, "--workers", "1", "--out", str(tmp_path / "c" / name)]
+        )
         assert done.exit_code == 1 and "error: shard" in done.output, done.output
-        for _ in range(100):   # ray.kill is asynchronous
+        for _ in range(100):  # ray.kill is asynchronous
             if ray.available_resources().get("CPU", 0) == 2:
                 break
             time.sleep(0.1)
@@ -312,6 +408,7 @@ def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
     from typer.testing import CliRunner
 
     from idcgen.cli import app
+
     _, path = trained_lenet
     np.savez(tmp_path / "test.npz", x=digits[2][:600], y=digits[3][:600])
     common = ["--model", str(path), "--inputs", str(tmp_path / "test.npz"), "--json"]
@@ -321,21 +418,48 @@ def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
             done = CliRunner().invoke(app, [name] + common + extra + ray_args + ["--out", str(tmp_path / name / where)])
             assert done.exit_code == 0, done.output
             runs[name, where] = json.loads(done.stdout.strip().splitlines()[-1])
-    for i, part in enumerate(np.array_split(np.arange(600), 2)):   # the same inputs as two shard files
+    for i, part in enumerate(np.array_split(np.arange(600), 2)):  # the same inputs as two shard files
         np.savez(tmp_path / f"part-{i}.npz", x=digits[2][part], y=digits[3][part])
-    done = CliRunner().invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "part-*.npz"), "--json",
-                                    "--workers", "1", "--out", str(tmp_path / "inspect" / "shards")])
+    done = CliRunner().invoke(
+        app,
+        [
+            "inspect",
+            "--model",
+            str(path),
+            "--inputs",
+            str(tmp_path / "part-*.npz"),
+            "--json",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "inspect" / "shards"),
+        ],
+    )
     assert done.exit_code == 0, done.output
     runs["inspect", "shards"] = json.loads(done.stdout.strip().splitlines()[-1])
     from PIL import Image  # folder shards with word-named classes (d0..d9, d0 missing from one): named pairs
-    for n, i in enumerate(np.random.default_rng(0).permutation(len(digits[3]))[:200]):   # sorted by class
+
+    for n, i in enumerate(np.random.default_rng(0).permutation(len(digits[3]))[:200]):  # sorted by class
         if n >= 100 and digits[3][i] == 0:
             continue
         folder = tmp_path / "folders" / f"part-{n // 100}" / f"d{int(digits[3][i])}"
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(np.rint(digits[2][i][..., 0] * 255).astype(np.uint8)).save(folder / f"{n:03d}.png")
-    done = CliRunner().invoke(app, ["inspect", "--model", str(path), "--inputs", str(tmp_path / "folders" / "part-*"),
-                                    "--json", "--workers", "1", "--out", str(tmp_path / "inspect" / "folders")])
+    done = CliRunner().invoke(
+        app,
+        [
+            "inspect",
+            "--model",
+            str(path),
+            "--inputs",
+            str(tmp_path / "folders" / "part-*"),
+            "--json",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "inspect" / "folders"),
+        ],
+    )
     assert done.exit_code == 0, done.output
     named = json.loads(done.stdout.strip().splitlines()[-1])["pairs"]
     assert named and all((p["a_name"], p["b_name"]) == (f"d{p['a']}", f"d{p['b']}") for p in named)
@@ -346,8 +470,9 @@ def test_cli_inspect_and_affinity_on_workers(trained_lenet, digits, tmp_path):
     here, there = runs["affinity", "here"], runs["affinity", "ray"]
     assert here["units"] == there["units"] and here["inputs_seen"] == there["inputs_seen"] == 600
     for m in ("pearson", "linear"):
-        np.testing.assert_allclose(np.array(there["scores"][m], float), np.array(here["scores"][m], float),
-                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            np.array(there["scores"][m], float), np.array(here["scores"][m], float), rtol=1e-4, atol=1e-6
+        )
 
 
 def test_without_ray_each_entry_says_what_to_install(trained_lenet, tmp_path):
@@ -367,8 +492,13 @@ sys.argv = ["idcgen", "analyze", "--model", {str(path)!r}, "--train", "embedded-
             "--out", {str(tmp_path / "a")!r}]
 main()
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert f"api: idcgen.distributed runs on Ray, which is not installed here: {line}" in done.stdout
     errors = [l for l in done.stderr.splitlines() if l.startswith("error:")]
@@ -380,6 +510,7 @@ main()
 @pytest.fixture(scope="module")
 def fuzz_setup(trained_lenet, digits):
     import idcgen
+
     model, path = trained_lenet
     analysis = idcgen.analyze(model, digits[0][:1000], digits[1][:1000], m=4, progress=False)
     return path, analysis, digits[2][:60], digits[3][:60]
@@ -387,6 +518,7 @@ def fuzz_setup(trained_lenet, digits):
 
 def own_and_imported(campaign):
     from idcgen.distributed.parallel import SYNC
+
     corpus, n = campaign.corpus, campaign.corpus.n_seeds
     imported = [i for i in range(n, len(corpus)) if corpus.chains[i][-1:] == [SYNC]]
     own = [i for i in range(n, len(corpus)) if corpus.chains[i][-1:] != [SYNC]]
@@ -396,16 +528,29 @@ def own_and_imported(campaign):
 @pytest.fixture(scope="module")
 def first_run(fuzz_setup, tmp_path_factory):
     import idcgen.distributed as dist
+
     path, analysis, x, y = fuzz_setup
     out = tmp_path_factory.mktemp("parallel") / "campaign"
-    result = dist.fuzz(path, analysis, x, y, budget=1600, out=out, workers=2, batch_size=32, sync_every=1,
-                       mutators="gauss(std=0.1),brightness", random_state=3)
+    result = dist.fuzz(
+        path,
+        analysis,
+        x,
+        y,
+        budget=1600,
+        out=out,
+        workers=2,
+        batch_size=32,
+        sync_every=1,
+        mutators="gauss(std=0.1),brightness",
+        random_state=3,
+    )
     return out, result
 
 
 def test_two_workers_share_what_they_cover(first_run):
     from idcgen.distributed.parallel import worker_seed
     from idcgen.fuzz.campaign import Campaign
+
     out, first = first_run
     assert [w["execs"] for w in first["workers"]] == [800, 800] and first["execs"] == 1600
     parts = [Campaign.load(out / f"worker-{i}") for i in range(2)]
@@ -417,9 +562,9 @@ def test_two_workers_share_what_they_cover(first_run):
         imports += len(imported)
         combos = c.corpus.combination
         # a combination is kept once per worker: what one worker imported, it never kept again
-        assert len(set(combos[c.corpus.n_seeds:].tolist())) == len(combos) - c.corpus.n_seeds
+        assert len(set(combos[c.corpus.n_seeds :].tolist())) == len(combos) - c.corpus.n_seeds
         assert not set(combos[imported].tolist()) & set(combos[own].tolist())
-        assert not set(combos[own].tolist()) & set(combos[:c.corpus.n_seeds].tolist())
+        assert not set(combos[own].tolist()) & set(combos[: c.corpus.n_seeds].tolist())
     assert imports > 0 and imports == sum(w["imports"] for w in first["workers"])
     merged = Campaign.load(out / "merged")
     union = set().union(*(set(c.tracker.covered_ids().tolist()) for c in parts))
@@ -434,6 +579,7 @@ def test_resume_and_a_killed_worker_restarted_from_its_last_commit(first_run, fu
 
     import idcgen.distributed as dist
     from idcgen.fuzz.campaign import Campaign
+
     path, analysis, x, y = fuzz_setup
     out, _ = first_run
     before = [Campaign.load(out / f"worker-{i}") for i in range(2)]
@@ -450,7 +596,7 @@ def test_resume_and_a_killed_worker_restarted_from_its_last_commit(first_run, fu
     again = dist.fuzz(path, analysis, x, y, budget=8000, out=out, workers=2, on_progress=kill_worker_1)
     assert killed, "worker 1 finished before it could be killed"
     assert [w["execs"] for w in again["workers"]] == [4000, 4000]
-    assert again["workers"][0]["resumed_at"] == before[0].step   # the other worker went on undisturbed
+    assert again["workers"][0]["resumed_at"] == before[0].step  # the other worker went on undisturbed
     assert [r["worker"] for r in again["restarts"]] == [1]
     # the store commits a step while the next is computed: at most the step in flight is lost
     assert again["restarts"][0]["resumed_at"] >= killed["step"] - 1
@@ -468,24 +614,48 @@ def test_parallel_steering_campaign_loads_its_training_frames_as_one_process_doe
     from typer.testing import CliRunner
 
     from idcgen.cli import app
+
     monkeypatch.chdir(tmp_path)
     ids = frames(tmp_path / "frames", n=24, size=(14, 12))
     csv = tmp_path / "steer.csv"
     csv.write_text("frame_id,steering_angle\n" + "".join(f"{i},{(k - 12) / 30}\n" for k, i in enumerate(ids)))
     steering_model("tanh").save(tmp_path / "steer.keras")
     load = ["--labels", str(csv), "--crop", "4,2,2,2", "--resize", "8x8"]
-    done = CliRunner().invoke(app, ["analyze", "--model", "steer.keras", "--train", "frames", "--m", "3",
-                                    "--out", "one", *load])
+    done = CliRunner().invoke(
+        app, ["analyze", "--model", "steer.keras", "--train", "frames", "--m", "3", "--out", "one", *load]
+    )
     assert done.exit_code == 0, done.output
-    done = CliRunner().invoke(app, ["fuzz", "--model", "steer.keras", "--seeds", "frames", "--train", "frames",
-                                    "--m", "3", "--budget", "80", "--batch-size", "20", "--workers", "2",
-                                    "--mutators", "gauss(std=0.3)", "--out", "camp", *load])
+    done = CliRunner().invoke(
+        app,
+        [
+            "fuzz",
+            "--model",
+            "steer.keras",
+            "--seeds",
+            "frames",
+            "--train",
+            "frames",
+            "--m",
+            "3",
+            "--budget",
+            "80",
+            "--batch-size",
+            "20",
+            "--workers",
+            "2",
+            "--mutators",
+            "gauss(std=0.3)",
+            "--out",
+            "camp",
+            *load,
+        ],
+    )
     assert done.exit_code == 0, done.output
     # said, and in README.md: the same --random-state does not give the same parallel campaign
     assert "note: parallel campaigns are not reproducible: " in done.output
     one = json.loads((tmp_path / "one" / "analysis.json").read_text())
     parallel = json.loads((tmp_path / "camp" / "worker-0" / "analysis" / "analysis.json").read_text())
-    assert parallel["data"]["fingerprint"] == one["data"]["fingerprint"]   # the same frames, angles included
+    assert parallel["data"]["fingerprint"] == one["data"]["fingerprint"]  # the same frames, angles included
     assert parallel["data"]["mse"] == pytest.approx(one["data"]["mse"])
     assert parallel["important_neurons"] == one["important_neurons"]
     settings = json.loads((tmp_path / "camp" / "parallel.json").read_text())["settings"]

@@ -43,13 +43,13 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[-+]?\d+)?")
 
 @dataclass
 class Block:
-    index: int          # among the README's fenced blocks, from 0
+    index: int  # among the README's fenced blocks, from 0
     lang: str
-    line: int           # 1-based line of the opening fence
+    line: int  # 1-based line of the opening fence
     code: str
-    skip: str | None = None     # the reason given in a skip comment
-    needs: str | None = None    # an extra (and the module it installs) the block needs
-    shown: str | None = None    # the text block that follows, if any
+    skip: str | None = None  # the reason given in a skip comment
+    needs: str | None = None  # an extra (and the module it installs) the block needs
+    shown: str | None = None  # the text block that follows, if any
 
 
 def parse(text: str) -> list[Block]:
@@ -64,16 +64,21 @@ def parse(text: str) -> list[Block]:
             skip = needs
         fence = _FENCE.match(lines[i])
         if not fence:
-            if lines[i].strip() and not skip and (pending_skip or pending_needs) \
-                    and not lines[i].lstrip().startswith("<!--"):
+            if (
+                lines[i].strip()
+                and not skip
+                and (pending_skip or pending_needs)
+                and not lines[i].lstrip().startswith("<!--")
+            ):
                 raise ValueError(f"README.md line {i + 1}: a readme-test skip comment must come right before a block")
             i += 1
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
             raise ValueError(f"README.md line {i + 1}: unclosed code block")
-        blocks.append(Block(len(blocks), fence.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n", pending_skip,
-                            pending_needs))
+        blocks.append(
+            Block(len(blocks), fence.group(1), i + 1, "\n".join(lines[i + 1 : end]) + "\n", pending_skip, pending_needs)
+        )
         pending_skip, pending_needs, i = None, None, end + 1
     for before, block in zip(blocks, blocks[1:]):
         if block.lang == "text" and before.lang in RUNNABLE:
@@ -129,22 +134,37 @@ class Runner:
 
     def __init__(self, workdir: Path):
         self.workdir, self.blocks = workdir, parse(README.read_text())
-        self.results: dict[int, tuple[int, str, str]] = {}   # index -> (status, stdout, stderr)
+        self.results: dict[int, tuple[int, str, str]] = {}  # index -> (status, stdout, stderr)
         self.namespace: dict = {"__name__": "__readme__"}
         bindir = str(Path(sys.executable).parent)
-        self.env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
-                        TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+        self.env = dict(
+            os.environ,
+            PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            PYTHONUNBUFFERED="1",
+        )
 
     def result(self, index: int) -> tuple[int, str, str]:
-        for block in self.blocks[:index + 1]:
-            if block.lang in RUNNABLE and not block.skip and not missing(block.needs) and block.index not in self.results:
+        for block in self.blocks[: index + 1]:
+            if (
+                block.lang in RUNNABLE
+                and not block.skip
+                and not missing(block.needs)
+                and block.index not in self.results
+            ):
                 self.results[block.index] = self._run(block)
         return self.results[index]
 
     def _run(self, block: Block) -> tuple[int, str, str]:
         if block.lang == "bash":
-            done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd=self.workdir, env=self.env,
-                                  capture_output=True, text=True, timeout=900)
+            done = subprocess.run(
+                ["bash", "-e", "-o", "pipefail", "-c", block.code],
+                cwd=self.workdir,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             return done.returncode, done.stdout, done.stderr
         out, err, status = io.StringIO(), io.StringIO(), 0
         previous = Path.cwd()
@@ -154,6 +174,7 @@ class Runner:
                 exec(compile(block.code, f"README.md:{block.line}", "exec"), self.namespace)
         except Exception as exc:  # reported as the block's failure
             import traceback
+
             err.write("".join(traceback.format_exception(exc)))
             status = 1
         finally:
@@ -164,6 +185,7 @@ class Runner:
 def missing(extra: str | None) -> bool:
     """Whether the module of an extra a block needs is absent here (the extras name their module)."""
     import importlib.util
+
     return extra is not None and importlib.util.find_spec(extra) is None
 
 
@@ -182,19 +204,26 @@ def test_readme_block(runner, block):
     if block.skip:
         pytest.skip(f"README.md line {block.line}: {block.skip}")
     if missing(block.needs):
-        pytest.skip(f"README.md line {block.line} needs the {block.needs} extra: pip install -e \".[test,{block.needs}]\"")
+        pytest.skip(
+            f'README.md line {block.line} needs the {block.needs} extra: pip install -e ".[test,{block.needs}]"'
+        )
     status, out, err = runner.result(block.index)
     assert status == 0, f"README.md line {block.line} failed (exit {status}):\n{block.code}\n{err[-3000:]}"
     if block.shown is not None:
-        assert matches(block.shown, out), (f"README.md line {block.line}: the output differs from what the README "
-                                           f"shows; {first_difference(block.shown, out)}\n--- printed:\n{out}")
+        assert matches(block.shown, out), (
+            f"README.md line {block.line}: the output differs from what the README "
+            f"shows; {first_difference(block.shown, out)}\n--- printed:\n{out}"
+        )
 
 
 # --- the comparison itself ----------------------------------------------------------------------------
 
+
 def test_parse_finds_shown_output_and_skips():
-    text = ("<!-- readme-test: skip (needs a GPU) -->\n```bash\nrun a\n```\n\nprose\n\n```bash\nrun b\n```\n"
-            "Output:\n```text\nb 1\n```\n```python\nx = 1\n```\n")
+    text = (
+        "<!-- readme-test: skip (needs a GPU) -->\n```bash\nrun a\n```\n\nprose\n\n```bash\nrun b\n```\n"
+        "Output:\n```text\nb 1\n```\n```python\nx = 1\n```\n"
+    )
     a, b, shown, c = parse(text)
     assert (a.skip, a.shown, b.skip, b.shown, c.shown) == ("needs a GPU", None, None, "b 1\n", None)
     assert (shown.lang, c.lang, c.code, b.line) == ("text", "python", "x = 1\n", 8)
@@ -205,18 +234,21 @@ def test_parse_finds_shown_output_and_skips():
     assert missing("no_such_module_here") and not missing("pytest") and not missing(None)
 
 
-@pytest.mark.parametrize("shown, actual, expected", [
-    ("IDC 28.3 % (181 of 640)\n", "IDC 9.1 % (5 of 1,280)\n", True),     # figures vary
-    ("IDC 28.3 % (181 of 640)\n", "IDC 28.3% (181 of 640)\n", False),    # wording differs
-    ("a 1\nb 2\n", "a 1\nb 2\nc 3\n", False),                              # a line more
-    ("a 1\n...\nd 4\n", "a 1\nb 2\nc 3\nd 4\n", True),                     # elided lines
-    ("a 1\n...\nd 4\n", "a 1\nd 4\n", True),                               # ... may stand for none
-    ("a 1\n...\nd 4\n", "a 1\nb 2\n", False),
-    ("Epoch 1/8\n...\nEpoch 8/8\ndone\n", "Epoch 1/8\nEpoch 2/8\nEpoch 8/8\ndone\n", True),
-    ('{"idc": 0.28, ...}\n', '{"idc": 0.31, "covered": 181}\n', True),    # ... inside a line
-    ("col  a   b\n", "col a b\n", True),                                   # spacing
-    ("lenet5.keras\n", "lenet1.keras\n", True),
-])
+@pytest.mark.parametrize(
+    "shown, actual, expected",
+    [
+        ("IDC 28.3 % (181 of 640)\n", "IDC 9.1 % (5 of 1,280)\n", True),  # figures vary
+        ("IDC 28.3 % (181 of 640)\n", "IDC 28.3% (181 of 640)\n", False),  # wording differs
+        ("a 1\nb 2\n", "a 1\nb 2\nc 3\n", False),  # a line more
+        ("a 1\n...\nd 4\n", "a 1\nb 2\nc 3\nd 4\n", True),  # elided lines
+        ("a 1\n...\nd 4\n", "a 1\nd 4\n", True),  # ... may stand for none
+        ("a 1\n...\nd 4\n", "a 1\nb 2\n", False),
+        ("Epoch 1/8\n...\nEpoch 8/8\ndone\n", "Epoch 1/8\nEpoch 2/8\nEpoch 8/8\ndone\n", True),
+        ('{"idc": 0.28, ...}\n', '{"idc": 0.31, "covered": 181}\n', True),  # ... inside a line
+        ("col  a   b\n", "col a b\n", True),  # spacing
+        ("lenet5.keras\n", "lenet1.keras\n", True),
+    ],
+)
 def test_matches(shown, actual, expected):
     assert matches(shown, actual) is expected
 
@@ -228,10 +260,12 @@ if __name__ == "__main__":  # print what the blocks print now, to paste into the
         for b in run.blocks:
             if b.lang not in RUNNABLE or b.skip or (wanted and b.index > max(wanted)):
                 continue
-            status, out, err = run.result(b.index)   # the blocks before run too: they make what it uses
+            status, out, err = run.result(b.index)  # the blocks before run too: they make what it uses
             if not wanted or b.index in wanted:
-                print(f"===== block {b.index} (README.md line {b.line}, {b.lang}, exit {status}) "
-                      f"{'matches' if b.shown is None or matches(b.shown, out) else 'DIFFERS'}")
+                print(
+                    f"===== block {b.index} (README.md line {b.line}, {b.lang}, exit {status}) "
+                    f"{'matches' if b.shown is None or matches(b.shown, out) else 'DIFFERS'}"
+                )
                 print(out, end="" if out.endswith("\n") or not out else "\n")
                 if status:
                     print(err[-3000:])

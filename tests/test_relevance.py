@@ -6,6 +6,7 @@ from conftest import hand_dense, small_cnn
 def relevance_of(model, layer, x, **kw):
     from idcgen.framework import Network
     from idcgen.relevance import Relevance
+
     return Relevance(Network(model), layer=layer, **kw)(np.asarray(x, np.float32))
 
 
@@ -23,6 +24,7 @@ def test_hand_dense_input_relevance():
     # x0: 1*1/2*2 + 1*(-1)/3*3 = 0;  x1: 2*0.5/2*2 + 2*2/3*3 = 5.  Sum 5 = the logit (conserved).
     from idcgen.framework import Network
     from idcgen.relevance import input_relevance
+
     r = input_relevance(Network(hand_dense()), np.array([[1.0, 2.0]], np.float32), eps=1e-9)
     np.testing.assert_allclose(r, [[0.0, 5.0]], atol=1e-5)
 
@@ -38,6 +40,7 @@ def test_true_label_target():
     # Explaining class 1 (logit -3): R = -3; R_j = a_j w_j1 / z_1 * R_1 = [2*0/-3*-3, 3*-1/-3*-3] = [0, -3].
     from idcgen.framework import Network
     from idcgen.relevance import Relevance
+
     rel = Relevance(Network(hand_dense()), layer="hidden", eps=1e-9)
     r, _, _ = rel(np.array([[1.0, 2.0]], np.float32), np.array([1]))
     np.testing.assert_allclose(r, [[0.0, -3.0]], atol=1e-5)
@@ -62,6 +65,7 @@ def test_conservation_with_zero_biases(layer):
 def test_lrp0_equals_activation_times_gradient_on_relu_net():
     import keras
     import tensorflow as tf
+
     model = small_cnn()
     x = np.random.default_rng(1).random((16, 12, 12, 1), dtype=np.float32)
     r, _, _ = relevance_of(model, "conv2", x, eps=1e-12)
@@ -97,10 +101,11 @@ def test_model_unchanged_after_attribution():
 def test_batched_equals_one_by_one():
     from idcgen.framework import Network
     from idcgen.relevance import Relevance
+
     rel = Relevance(Network(small_cnn()), layer="fc", batch_size=7)
     x = np.random.default_rng(3).random((20, 12, 12, 1), dtype=np.float32)
     r_all, _, _ = rel(x)
-    r_one = np.concatenate([rel(x[i:i + 1])[0] for i in range(len(x))])
+    r_one = np.concatenate([rel(x[i : i + 1])[0] for i in range(len(x))])
     np.testing.assert_allclose(r_all, r_one, rtol=1e-5, atol=1e-6)
 
 
@@ -110,9 +115,10 @@ def test_unsupported_layer_refused():
     from idcgen.errors import LayerError
     from idcgen.framework import Network
     from idcgen.relevance import Relevance
+
     inputs = keras.Input((4,))
     h = keras.layers.Dense(3, activation="relu", name="h")(inputs)
-    h = keras.layers.Softmax(name="norm")(h)   # a hidden softmax: no LRP rule
+    h = keras.layers.Softmax(name="norm")(h)  # a hidden softmax: no LRP rule
     out = keras.layers.Dense(2, activation="softmax", name="out")(h)
     with pytest.raises(LayerError, match="cannot propagate relevance through layer 'norm'"):
         Relevance(Network(keras.Model(inputs, out)), layer="h")

@@ -23,7 +23,7 @@ def test_a_group_parses_each_option_once_and_names_the_flag_when_it_cannot():
     with pytest.raises(ParameterError) as bad:
         ConventionOptions.from_typed({"value_range": "3,1"})
     assert str(bad.value).endswith("(--value-range)") and "LO < HI" in str(bad.value)
-    with pytest.raises(ParameterError, match=r"^The 'm' parameter must be an int >= 1"):   # the CLI spells it --m
+    with pytest.raises(ParameterError, match=r"^The 'm' parameter must be an int >= 1"):  # the CLI spells it --m
         AnalysisOptions.from_typed({"m": 0})
     # canonical forms, as a campaign records them
     options = CampaignOptions.from_typed({"mutators": "gauss,rotate", "scheduler": "uniform"})
@@ -34,6 +34,7 @@ def test_a_group_parses_each_option_once_and_names_the_flag_when_it_cannot():
 
 def test_groups_are_frozen():
     import dataclasses
+
     with pytest.raises(dataclasses.FrozenInstanceError):
         AnalysisOptions().m = 3
 
@@ -43,6 +44,7 @@ def test_a_command_with_one_option_in_two_groups_is_a_programming_error():
 
     def clash(wanted: AnalysisOptions, again: AnalysisOptions):
         """Two groups, one --layer."""
+
     with pytest.raises(TypeError, match="more than one group"):
         _expand_groups(clash)
 
@@ -53,36 +55,73 @@ def _count_calls(monkeypatch, name: str) -> list:
     for module in [m for k, m in sys.modules.items() if k.startswith("idcgen")]:
         original = getattr(module, name, None)
         if callable(original) and getattr(original, "__module__", "").startswith("idcgen"):
+
             def counted(*args, _original=original, **kwargs):
                 calls.append(args)
                 return _original(*args, **kwargs)
+
             monkeypatch.setattr(module, name, counted)
     return calls
 
 
 @pytest.mark.slow
-def test_a_fresh_campaign_parses_the_value_range_once_and_reads_its_analysis_once(trained_lenet, digits, tmp_path,
-                                                                                 monkeypatch):
+def test_a_fresh_campaign_parses_the_value_range_once_and_reads_its_analysis_once(
+    trained_lenet, digits, tmp_path, monkeypatch
+):
     import idcgen.convention  # noqa: F401 (every module holding the parser is loaded before it is counted)
     import idcgen.fuzz.fuzzer  # noqa: F401
     import idcgen.session  # noqa: F401
     from idcgen.analysis import Analysis
     from idcgen.cli import app
+
     _, path = trained_lenet
     x_train, y_train, x_test, y_test = digits
     np.savez(tmp_path / "train.npz", x=(x_train[:600, ..., 0] * 255).round().astype(np.uint8), y=y_train[:600])
     np.savez(tmp_path / "seeds.npz", x=(x_test[:20, ..., 0] * 255).round().astype(np.uint8), y=y_test[:20])
     runner = CliRunner()
-    made = runner.invoke(app, ["analyze", "--model", str(path), "--train", str(tmp_path / "train.npz"), "--m", "3",
-                               "--clusters", "2-3", "--out", str(tmp_path / "a")])
+    made = runner.invoke(
+        app,
+        [
+            "analyze",
+            "--model",
+            str(path),
+            "--train",
+            str(tmp_path / "train.npz"),
+            "--m",
+            "3",
+            "--clusters",
+            "2-3",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+    )
     assert made.exit_code == 0, made.output
     parsed = _count_calls(monkeypatch, "parse_value_range")
     loads = []
     original = Analysis.load.__func__
     monkeypatch.setattr(Analysis, "load", classmethod(lambda cls, *a, **k: loads.append(a) or original(cls, *a, **k)))
-    result = runner.invoke(app, ["fuzz", "--model", str(path), "--seeds", str(tmp_path / "seeds.npz"), "--budget", "64",
-                                 "--batch-size", "32", "--mutators", "gauss", "--value-range", "0,1",
-                                 "--analysis", str(tmp_path / "a"), "--out", str(tmp_path / "c")])
+    result = runner.invoke(
+        app,
+        [
+            "fuzz",
+            "--model",
+            str(path),
+            "--seeds",
+            str(tmp_path / "seeds.npz"),
+            "--budget",
+            "64",
+            "--batch-size",
+            "32",
+            "--mutators",
+            "gauss",
+            "--value-range",
+            "0,1",
+            "--analysis",
+            str(tmp_path / "a"),
+            "--out",
+            str(tmp_path / "c"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert len(parsed) == 1 and parsed[0] == ("0,1",)
     assert len(loads) == 1 and Path(loads[0][0]) == tmp_path / "a"

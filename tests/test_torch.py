@@ -15,8 +15,10 @@ from idcgen.framework import as_network, load_network  # noqa: E402
 from torch_twins import Branches, Residual, TinyViT, detached_vit_taps, images, keras_vit_twin, randomise, twins  # noqa: E402
 
 #: (torch layer, Keras layer) pairs cut at the same place, per twin
-CUTS = {"residual": [("relu", "stem_relu"), ("bn1", "bn1"), ("add", "add"), ("mean", "gap")],
-        "branches": [("a", "a"), ("cat", "cat"), ("relu_2", "relu")]}
+CUTS = {
+    "residual": [("relu", "stem_relu"), ("bn1", "bn1"), ("add", "add"), ("mean", "gap")],
+    "branches": [("a", "a"), ("cat", "cat"), ("relu_2", "relu")],
+}
 
 
 @pytest.fixture(scope="module", params=["residual", "branches"])
@@ -33,7 +35,7 @@ def test_twins_give_equal_outputs(pair):
     assert tn.input_shape == kn.input_shape == (8, 8, 3)
 
 
-@pytest.mark.parametrize("eps", [1e-7, 0.05])   # 0.05: every layer's stabiliser (and BN folding) matters
+@pytest.mark.parametrize("eps", [1e-7, 0.05])  # 0.05: every layer's stabiliser (and BN folding) matters
 def test_twins_give_equal_relevance_at_three_layers_and_the_input(pair, eps):
     kind, tn, kn = pair
     x = images()
@@ -43,23 +45,24 @@ def test_twins_give_equal_relevance_at_three_layers_and_the_input(pair, eps):
         assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max(), (t, k)
         np.testing.assert_allclose(at, ak, atol=1e-5)
     rt, rk = tn.relevance(None, eps=eps).maps(x), kn.relevance(None, eps=eps).maps(x)
-    assert rt.shape == rk.shape == x.shape   # input relevance in image layout (n, h, w, c)
+    assert rt.shape == rk.shape == x.shape  # input relevance in image layout (n, h, w, c)
     assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max()
 
 
 def test_twins_measured_with_preprocessing_give_equal_input_relevance():
     from idcgen.framework import network_with_convention
+
     module, model = twins("residual", seed=7)
     tn, _ = network_with_convention(module, preprocess="mean=0.5,std=0.25")
     kn, _ = network_with_convention(model, preprocess="mean=0.5,std=0.25")
     x = images(8)
     np.testing.assert_allclose(tn.forward(x)[0], kn.forward(x)[0], atol=1e-4)
-    for eps in (1e-7, 0.05):   # a large epsilon makes every stabiliser matter, the preprocessing's included
+    for eps in (1e-7, 0.05):  # a large epsilon makes every stabiliser matter, the preprocessing's included
         rt, rk = tn.relevance(None, eps=eps).maps(x), kn.relevance(None, eps=eps).maps(x)
         assert np.abs(rt - rk).max() <= 1e-4 * np.abs(rk).max()
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")   # torch's own pytree deprecation inside run_decompositions
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch's own pytree deprecation inside run_decompositions
 def test_a_decomposed_program_gives_the_same_layers_and_relevance(tmp_path):
     """torch.export's decomposed programs (as deployment tools save them) compute linear layers as addmm with
     a transposed weight, max pooling and batch norm as tuple-valued operations: the same relevance."""
@@ -98,6 +101,7 @@ def test_relevance_is_conserved_without_biases():
 
 def test_twins_give_the_same_analysis_and_idc(pair):
     import idcgen
+
     kind, tn, kn = pair
     x, test = images(200, seed=2), images(60, seed=3)
     t_layer, k_layer = CUTS[kind][-1]
@@ -113,10 +117,11 @@ def test_twins_give_the_same_analysis_and_idc(pair):
 
 def test_twins_give_the_same_coverage_for_every_criterion(pair):
     from idcgen.criteria import CRITERIA, make_criterion
+
     _, tn, kn = pair
     x, y = images(120, seed=4), np.arange(120) % 10
     test = images(40, seed=5)
-    for name in CRITERIA:   # random twins predict few classes: surprise grouped by the labels
+    for name in CRITERIA:  # random twins predict few classes: surprise grouped by the labels
         params = {"group": "label"} if name in ("lsc", "dsc") else {}
         t = make_criterion(name, **params).fit(tn, x, y).coverage(tn, test)
         k = make_criterion(name, **params).fit(kn, x, y).coverage(kn, test)
@@ -132,8 +137,11 @@ def test_gradients_and_deepxplore_objectives_equal_keras(pair):
     np.testing.assert_allclose(gt, gk, atol=1e-4 * np.abs(gk).max())
     np.testing.assert_allclose(zt, zk, atol=1e-5)
     assert len(tn.weighted_layers()) == len(kn.weighted_layers())
-    assert [tn.neuron_count(n) for n in tn.neuron_layers()] == [kn.neuron_count(n) for n in kn.neuron_layers()] \
-        or sorted(tn.neuron_count(n) for n in tn.neuron_layers()) == sorted(kn.neuron_count(n) for n in kn.neuron_layers())
+    assert [tn.neuron_count(n) for n in tn.neuron_layers()] == [
+        kn.neuron_count(n) for n in kn.neuron_layers()
+    ] or sorted(tn.neuron_count(n) for n in tn.neuron_layers()) == sorted(
+        kn.neuron_count(n) for n in kn.neuron_layers()
+    )
 
 
 @pytest.mark.parametrize("name", ["fgsm", "bim", "pgd"])
@@ -157,6 +165,7 @@ def test_gradient_attacks_stay_in_the_ball_and_lower_the_true_class(name):
 def test_loads_torchscript_and_pt2_and_converts_torchscript_without_a_shape(tmp_path):
     from idcgen.framework import convert
     from idcgen.framework.torch_load import save_torchscript
+
     module = randomise(Residual(), 2)
     x = images(4)
     expected = as_network(module).forward(x)[0]
@@ -164,7 +173,7 @@ def test_loads_torchscript_and_pt2_and_converts_torchscript_without_a_shape(tmp_
     torch.export.save(torch.export.export(module, (torch.zeros(2, 3, 8, 8),)), str(tmp_path / "m.pt2"))
     torch.jit.trace(module, torch.zeros(1, 3, 8, 8)).save(str(tmp_path / "traced.pt"))
     torch.jit.script(module).save(str(tmp_path / "scripted.pt"))
-    for name in ("traced.pt", "scripted.pt"):   # TorchScript records no input shape: refused, with the way out
+    for name in ("traced.pt", "scripted.pt"):  # TorchScript records no input shape: refused, with the way out
         with pytest.raises(ModelError, match=f"idcgen convert .*{name} .*--input-shape H,W,C"):
             load_network(tmp_path / name)
         line = convert(tmp_path / name, tmp_path / f"{name}2", input_shape=(8, 8, 3))
@@ -184,7 +193,8 @@ def test_loads_a_factory_with_weights_and_names_what_does_not_fit(tmp_path, monk
     (tmp_path / "twin_factory.py").write_text(
         "import sys\nsys.path.insert(0, %r)\nfrom torch_twins import Branches, Residual\n"
         "def make():\n    return Branches()\ndef make_residual():\n    return Residual()\n"
-        "def not_a_model():\n    return 3\n" % str(Path(__file__).parent))
+        "def not_a_model():\n    return 3\n" % str(Path(__file__).parent)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     x = images(4)
     for model, arch in (("twin_factory:make", tmp_path / "w.pt"), (tmp_path / "w.pt", "twin_factory:make")):
@@ -236,7 +246,7 @@ def test_layers_are_named_by_module_path_with_module_aliases():
     names = network.layer_names()
     assert names[:2] == ["stem", "stage.0.conv"]
     assert "stage.0.add" in names and "stage.0.act.relu" in names
-    assert network.check_layer("stage.0") == network.check_layer("stage.0.act.relu_1")   # the block's output
+    assert network.check_layer("stage.0") == network.check_layer("stage.0.act.relu_1")  # the block's output
     assert network.check_layer("stage") == network.check_layer("stage.1.act.relu_3")
     assert network.default_layer() == "mean"
     assert [i.neurons for i in network.layers_info()][:2] == [4, 4]
@@ -250,7 +260,7 @@ def test_layers_are_named_by_module_path_with_module_aliases():
 
 def test_token_sequences_have_neurons_on_the_last_axis():
     class Tokens(torch.nn.Module):
-        input_shape = (5, 6)   # 5 tokens of 6 dimensions
+        input_shape = (5, 6)  # 5 tokens of 6 dimensions
 
         def __init__(self):
             super().__init__()
@@ -272,7 +282,7 @@ def test_token_sequences_have_neurons_on_the_last_axis():
 def test_retrained_copy_learns_and_keeps_the_original(tmp_path):
     network = as_network(randomise(Residual(), 5))
     x = images(64, seed=6)
-    x[np.arange(64), :, :, np.arange(64) % 3] += 1.0   # a learnable task: the brightest channel
+    x[np.arange(64), :, :, np.arange(64) % 3] += 1.0  # a learnable task: the brightest channel
     x /= x.max()
     y = np.arange(64) % 3
     before = network.fingerprint()
@@ -288,6 +298,7 @@ def test_retrained_copy_learns_and_keeps_the_original(tmp_path):
 
 def test_recipe_ships_the_model_to_another_process_unchanged(tmp_path):
     from idcgen.framework import load_network as load
+
     network = as_network(randomise(Nested(), 6))
     suffix, data = network.recipe()
     (tmp_path / f"m{suffix}").write_bytes(data)
@@ -322,11 +333,12 @@ def test_zoo_lenet5_twin_of_the_keras_lenet5():
     import idcgen
     from idcgen.framework.keras_zoo import lenet5
     from idcgen.framework.torch_zoo import from_keras
+
     keras_model = lenet5(random_state=3)
     tn, kn = as_network(from_keras(keras_model)), as_network(keras_model)
     assert tn.default_layer() == "relu_3" and kn.default_layer() == "fc2"
     x = np.random.default_rng(0).random((300, 28, 28, 1), dtype=np.float32)
-    kn_logits = kn.relevance("fc2")(x[:20])[2]   # the Keras model ends in a softmax: compare its logits
+    kn_logits = kn.relevance("fc2")(x[:20])[2]  # the Keras model ends in a softmax: compare its logits
     np.testing.assert_allclose(tn.forward(x[:20])[0], kn_logits, atol=1e-4)
     ta = idcgen.analyze(tn, x, layer="relu_3", m=6, progress=False)
     ka = idcgen.analyze(kn, x, layer="fc2", m=6, progress=False)
@@ -336,7 +348,8 @@ def test_zoo_lenet5_twin_of_the_keras_lenet5():
 
 # ---- transformers: CP-LRP's rules (LayerNorm's 1/std and the attention weights held constant) ----------
 
-@pytest.mark.parametrize("need_weights", [False, True])   # fused attention, or bmm + softmax + bmm
+
+@pytest.mark.parametrize("need_weights", [False, True])  # fused attention, or bmm + softmax + bmm
 def test_vit_relevance_is_conserved_at_every_cut_without_biases(need_weights):
     torch.manual_seed(0)
     model = TinyViT(need_weights=need_weights).eval()
@@ -366,8 +379,11 @@ def test_vit_lrp0_is_gradient_x_input_of_the_detached_model(need_weights):
     logits, taps = detached_vit_taps(model, torch.as_tensor(x).permute(0, 3, 1, 2))
     np.testing.assert_allclose(logits.detach().numpy(), network.forward(x)[0], atol=1e-5)
     explained = logits.gather(1, logits.argmax(1)[:, None]).sum()
-    for ours, theirs in (("blocks.0.add_1", "blocks.0.add"), ("blocks.0.fc1", "blocks.0.fc1"),
-                         ("blocks.1.fc1", "blocks.1.fc1")):
+    for ours, theirs in (
+        ("blocks.0.add_1", "blocks.0.add"),
+        ("blocks.0.fc1", "blocks.0.fc1"),
+        ("blocks.1.fc1", "blocks.1.fc1"),
+    ):
         (grad,) = torch.autograd.grad(explained, taps[theirs], retain_graph=True)
         expected = (taps[theirs] * grad).sum(dim=1).detach().numpy()
         got = network.relevance(ours, eps=1e-12)(x)[0]
@@ -382,15 +398,21 @@ def test_vit_twins_give_equal_outputs_and_relevance(need_weights):
     torch.manual_seed(2)
     module = TinyViT(need_weights=need_weights, position=False).eval()
     with torch.no_grad():
-        for name, p in module.named_parameters():   # LayerNorm gains and offsets away from 1 and 0
+        for name, p in module.named_parameters():  # LayerNorm gains and offsets away from 1 and 0
             if ".ln" in name or name.startswith("norm."):
                 p.uniform_(0.5, 1.5) if name.endswith("weight") else p.normal_(0, 0.3)
     tn, kn = as_network(module), as_network(keras_vit_twin(module))
     x = images(16)
     np.testing.assert_allclose(tn.forward(x)[0], kn.forward(x)[0], atol=1e-5)
-    cuts = [("embed", "embed"), ("blocks.0.ln1", "block0_ln1"), ("blocks.0.add", "block0_add1"),
-            ("blocks.0.ln2", "block0_ln2"), ("blocks.0.gelu", "block0_fc1"), ("blocks.1.add_2", "block1_add1"),
-            ("norm", "norm")]
+    cuts = [
+        ("embed", "embed"),
+        ("blocks.0.ln1", "block0_ln1"),
+        ("blocks.0.add", "block0_add1"),
+        ("blocks.0.ln2", "block0_ln2"),
+        ("blocks.0.gelu", "block0_fc1"),
+        ("blocks.1.add_2", "block1_add1"),
+        ("norm", "norm"),
+    ]
     for eps in (1e-7, 0.05):
         for t, k in cuts:
             rt, at, _ = tn.relevance(t, eps=eps)(x)
@@ -404,7 +426,7 @@ def test_vit_twins_give_equal_outputs_and_relevance(need_weights):
 def test_layers_feeding_only_attention_weights_are_no_subject():
     network = as_network(TinyViT(need_weights=True).eval())
     assert "blocks.0.attn.softmax" not in network.subject_layers()
-    assert "blocks.0.attn.bmm" not in network.subject_layers()   # the query-key scores
+    assert "blocks.0.attn.bmm" not in network.subject_layers()  # the query-key scores
     with pytest.raises(LayerError, match="feeds only attention weights"):
         network.relevance("blocks.0.attn.bmm")
 
@@ -413,10 +435,21 @@ def test_carlini_wagner_and_jsma_run_on_pytorch():
     network = as_network(randomise(Residual(), 9))
     x = images(4)
     labels = network.predict(x)
-    adv = network.attack("cw", x, labels, chunk=2, clip=(0.0, 1.0), lr=0.05, binary_search_steps=1,
-                         max_iterations=5, abort_early=False, confidence=0.0, initial_const=1.0)
+    adv = network.attack(
+        "cw",
+        x,
+        labels,
+        chunk=2,
+        clip=(0.0, 1.0),
+        lr=0.05,
+        binary_search_steps=1,
+        max_iterations=5,
+        abort_early=False,
+        confidence=0.0,
+        initial_const=1.0,
+    )
     assert adv.shape == x.shape and adv.min() >= 0 and adv.max() <= 1
     targets = (labels + 1) % 10
     adv = network.attack("jsma", x, targets, theta=1.0, gamma=0.1, clip=(0.0, 1.0))
     assert adv.shape == x.shape and adv.min() >= 0 and adv.max() <= 1
-    assert (np.abs(adv - x).reshape(4, -1) > 0).sum(axis=1).max() <= 0.1 * x[0].size + 2   # sparse changes
+    assert (np.abs(adv - x).reshape(4, -1) > 0).sum(axis=1).max() <= 0.1 * x[0].size + 2  # sparse changes

@@ -27,6 +27,7 @@ def files(tmp_path_factory):
     from idcgen.data import load_inputs
     from idcgen.framework.torch_load import save_torchscript
     from idcgen.framework.torch_zoo import LeNet5, export_program, train
+
     tmp = tmp_path_factory.mktemp("torch_cli")
     digits = load_inputs("embedded-mnist:train", limit=2000)
     torch.manual_seed(0)
@@ -52,10 +53,12 @@ def test_layers_of_a_program_and_of_a_factory_with_weights(files):
 
 
 def test_one_line_errors_for_what_does_not_load(files):
-    cases = [(("--model", files / "weights.pt"), "holds PyTorch weights"),
-             (("--model", "idcgen.framework.torch_zoo:ResNet18", "--weights", files / "weights.pt"), "do not fit"),
-             (("--model", "idcgen.framework.torch_zoo:nothing"), "has no 'nothing'"),
-             (("--model", files / "missing.pt2"), "model file not found")]
+    cases = [
+        (("--model", files / "weights.pt"), "holds PyTorch weights"),
+        (("--model", "idcgen.framework.torch_zoo:ResNet18", "--weights", files / "weights.pt"), "do not fit"),
+        (("--model", "idcgen.framework.torch_zoo:nothing"), "has no 'nothing'"),
+        (("--model", files / "missing.pt2"), "model file not found"),
+    ]
     for args, message in cases:
         done = invoke("layers", *args)
         assert done.exit_code != 0 and message in done.output, done.output
@@ -68,27 +71,79 @@ def test_every_command_on_a_torchscript_file(files, tmp_path):
     done = invoke("analyze", "--model", model, "--train", files / "train.npz", "--out", tmp_path / "an")
     assert done.exit_code == 0, done.output
     assert "layer relu_3: important neurons" in done.output
-    done = invoke("coverage", "--model", model, "--analysis", tmp_path / "an", "--inputs", files / "test.npz",
-                  "--criteria", "idc,nc,kmnc,lsc", "--train", files / "train.npz")
+    done = invoke(
+        "coverage",
+        "--model",
+        model,
+        "--analysis",
+        tmp_path / "an",
+        "--inputs",
+        files / "test.npz",
+        "--criteria",
+        "idc,nc,kmnc,lsc",
+        "--train",
+        files / "train.npz",
+    )
     assert done.exit_code == 0, done.output
     assert "IDC" in done.output and "LSC" in done.output
-    done = invoke("fuzz", "--model", model, "--seeds", files / "test.npz", "--analysis", tmp_path / "an",
-                  "--budget", 1024, "--out", tmp_path / "fz")
+    done = invoke(
+        "fuzz",
+        "--model",
+        model,
+        "--seeds",
+        files / "test.npz",
+        "--analysis",
+        tmp_path / "an",
+        "--budget",
+        1024,
+        "--out",
+        tmp_path / "fz",
+    )
     assert done.exit_code == 0, done.output
     report = (tmp_path / "fz" / "report.md").read_text()
     found = re.search(r"(\d+) of (\d+) findings reproduce from their uint8 PNG", report)
     assert found and int(found.group(2)) > 0 and found.group(1) == found.group(2), report
-    done = invoke("harden", "--model", model, "--campaign", tmp_path / "fz", "--train", files / "train.npz",
-                  "--test", files / "test.npz", "--epochs", 1)
+    done = invoke(
+        "harden",
+        "--model",
+        model,
+        "--campaign",
+        tmp_path / "fz",
+        "--train",
+        files / "train.npz",
+        "--test",
+        files / "test.npz",
+        "--epochs",
+        1,
+    )
     assert done.exit_code == 0, done.output
     assert "| original |" in done.output and "| IDC-guided |" in done.output
     done = invoke("inspect", "--model", model, "--inputs", files / "test.npz", "--out", tmp_path / "insp")
     assert done.exit_code == 0, done.output
-    done = invoke("affinity", "--model", model, "--inputs", files / "test.npz", "--analysis", tmp_path / "an",
-                  "--out", tmp_path / "aff")
+    done = invoke(
+        "affinity",
+        "--model",
+        model,
+        "--inputs",
+        files / "test.npz",
+        "--analysis",
+        tmp_path / "an",
+        "--out",
+        tmp_path / "aff",
+    )
     assert done.exit_code == 0, done.output
     assert "important neurons of relu_3" in done.output
-    done = invoke("prioritize", "--model", model, "--inputs", files / "test.npz", "--by", "gini", "--out",
-                  tmp_path / "rank.csv", "--json")
+    done = invoke(
+        "prioritize",
+        "--model",
+        model,
+        "--inputs",
+        files / "test.npz",
+        "--by",
+        "gini",
+        "--out",
+        tmp_path / "rank.csv",
+        "--json",
+    )
     assert done.exit_code == 0, done.output
     assert '"apfd"' in done.output

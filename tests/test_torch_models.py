@@ -57,7 +57,7 @@ def _activation_x_gradient(module, x, path):
     taps = {}
 
     def tap(_, __, out):
-        taps["a"] = out.clone()   # a clone: the block's output is read by in-place code later
+        taps["a"] = out.clone()  # a clone: the block's output is read by in-place code later
         return taps["a"]
 
     handle = module.get_submodule(path).register_forward_hook(tap)
@@ -84,15 +84,16 @@ def test_a_torchvision_style_resnet18_has_every_hidden_layer_a_subject_layer_wit
         expected = _activation_x_gradient(module, x, path)
         got = network.relevance(layer, eps=1e-12)(x)[0]
         assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), path
-        for g, e in zip(got, expected):   # the same most relevant neurons
+        for g, e in zip(got, expected):  # the same most relevant neurons
             assert set(np.argsort(g)[-4:]) == set(np.argsort(e)[-4:])
 
 
 def _copy(src, dst):
     """``src``'s weights into ``dst`` where names and shapes agree (the two ConvNeXt norms' included)."""
     theirs = dst.state_dict()
-    dst.load_state_dict({k: v for k, v in src.state_dict().items() if k in theirs and theirs[k].shape == v.shape},
-                        strict=False)
+    dst.load_state_dict(
+        {k: v for k, v in src.state_dict().items() if k in theirs and theirs[k].shape == v.shape}, strict=False
+    )
     return dst.eval()
 
 
@@ -110,7 +111,7 @@ def test_channels_last_sections_and_hand_written_norms_keep_their_channels():
     a, b = as_network(timm), as_network(hf)
     assert {i.neurons for i in a.layers_info()} == {16, 32, 5}
     assert {i.neurons for i in b.layers_info()} == {1, 16, 32, 5}
-    assert [i.neurons for i in b.layers_info() if i.neurons == 1] == [1] * 4   # mean, var, + eps, sqrt
+    assert [i.neurons for i in b.layers_info() if i.neurons == 1] == [1] * 4  # mean, var, + eps, sqrt
     assert a.subject_layers() == [n for n in a.layer_names() if a.is_hidden(n)]
     assert not {"stem_norm.sqrt", "stem_norm.add", "stem_norm.pow_1"} & set(b.subject_layers())
     x = np.random.default_rng(1).random((4, 16, 16, 3), dtype=np.float32)
@@ -138,7 +139,8 @@ def test_windowed_layers_are_mapped_back_to_their_images():
     network = as_network(module)
     assert network.step("fc1").windows == 4 and network.neuron_count("fc1") == 12
     assert network.step("roll").windows == 1 and network.subject_layers() == [
-        n for n in network.layer_names() if network.is_hidden(n)]
+        n for n in network.layer_names() if network.is_hidden(n)
+    ]
     x = np.random.default_rng(2).random((3, 8, 8, 3), dtype=np.float32)
     taps = {}
     handle = module.fc1.register_forward_hook(lambda _, __, out: taps.setdefault("fc1", out.detach()))
@@ -152,7 +154,7 @@ def test_windowed_layers_are_mapped_back_to_their_images():
     _, (span,) = network.forward(x, ("fc1@range",))
     assert span.shape == (3, 2)
     logit = network.forward(x)[0].max(axis=1)
-    for layer in ("permute", "roll", "reshape", "add", "roll_1", None):   # every cut of the graph
+    for layer in ("permute", "roll", "reshape", "add", "roll_1", None):  # every cut of the graph
         rel = network.relevance(layer, eps=1e-9)
         total = rel.maps(x).reshape(len(x), -1).sum(axis=1) if layer is None else rel(x)[0].sum(axis=1)
         np.testing.assert_allclose(total, logit, rtol=1e-3, atol=1e-6, err_msg=str(layer))
@@ -162,6 +164,7 @@ def test_only_floating_point_values_are_layers():
     """A boolean mask and int64 indices inside the forward pass are no layers: every layer taps, every
     criterion runs, relevance passes the mask-as-product (the mask is the gate) and the gather (routing)."""
     from idcgen.criteria import CRITERIA, make_criterion
+
     network = as_network(randomise(Masked(), 6))
     assert not {"gt", "argmax"} & set(network.layer_names())
     assert all(network.graph.layer(n).node.meta["val"].is_floating_point() for n in network.layer_names())
@@ -172,7 +175,7 @@ def test_only_floating_point_values_are_layers():
         result = make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5))
         assert result.total > 0, name
     assert network.subject_layers()[0] == "conv"
-    with pytest.raises(LayerError, match="^cannot propagate relevance through layer 'pow"):   # one space
+    with pytest.raises(LayerError, match="^cannot propagate relevance through layer 'pow"):  # one space
         as_network(randomise(Squared(), 1)).relevance("conv")
     assert network.relevance("conv")(x)[0].shape == (40, 4)
 
@@ -185,20 +188,45 @@ def test_the_default_mutators_leave_out_what_cannot_run_on_the_model_with_a_note
     from idcgen.cli import app
     from idcgen.framework.torch_load import save_program
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS, default_mutators
+
     network = as_network(randomise(Squared(), 7))
     kept, notes = default_mutators(network)
     assert [m.name for m in kept] == [n for n in DEFAULT_MUTATORS.split(",") if n != "relevant_pixels"]
-    assert len(notes) == 1 and re.match(r"default mutator relevant_pixels left out: cannot propagate relevance to the "
-                                        r"input through layer 'pow\w*' \(pow\): idcgen's LRP has no rule", notes[0])
+    assert len(notes) == 1 and re.match(
+        r"default mutator relevant_pixels left out: cannot propagate relevance to the "
+        r"input through layer 'pow\w*' \(pow\): idcgen's LRP has no rule",
+        notes[0],
+    )
     assert len(default_mutators(as_network(randomise(ResNet18(), 1)))[0]) == len(DEFAULT_MUTATORS.split(","))
     save_program(network.source.program, tmp_path / "squared.pt2")
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "train.npz", x=rng.integers(0, 256, (60, 8, 8, 3), dtype=np.uint8), y=np.arange(60) % 3)
     np.savez(tmp_path / "seeds.npz", x=rng.integers(0, 256, (12, 8, 8, 3), dtype=np.uint8), y=np.arange(12) % 3)
-    done = CliRunner().invoke(app, [str(a) for a in (
-        "fuzz", "--model", tmp_path / "squared.pt2", "--seeds", tmp_path / "seeds.npz", "--train",
-        tmp_path / "train.npz", "--layer", "relu", "--m", 2, "--budget", 48, "--batch-size", 16,
-        "--out", tmp_path / "fz")])
+    done = CliRunner().invoke(
+        app,
+        [
+            str(a)
+            for a in (
+                "fuzz",
+                "--model",
+                tmp_path / "squared.pt2",
+                "--seeds",
+                tmp_path / "seeds.npz",
+                "--train",
+                tmp_path / "train.npz",
+                "--layer",
+                "relu",
+                "--m",
+                2,
+                "--budget",
+                48,
+                "--batch-size",
+                16,
+                "--out",
+                tmp_path / "fz",
+            )
+        ],
+    )
     assert done.exit_code == 0, done.output
     assert done.output.count("note: default mutator relevant_pixels left out") == 1
     used = next(line for line in done.output.splitlines() if line.startswith("mutators: "))
@@ -225,6 +253,7 @@ def test_a_traced_torchscript_file_names_its_layers_by_module_path(tmp_path, mod
     """torch.jit.save of a traced module (no shape recorded): its layers are the module's own, named by
     the module paths the file keeps (``fc_relu``, ``layer1.0.conv1``), with the same values and relevance."""
     from idcgen.framework import load_network
+
     module = randomise(ResNet18(), 2) if model == "resnet18" else randomise(_FcRelu(), 2)
     shape = module.input_shape
     torch.jit.trace(module, torch.zeros(1, shape[2], *shape[:2])).save(str(tmp_path / "traced.pt"))
@@ -241,6 +270,7 @@ def test_a_scripted_torchscript_file_keeps_names_by_operation(tmp_path):
     """A scripted module's graphs hold branches and function calls the converter resolves, which cannot be
     lined up for certain: its layers are named by operation, never by a module path that could be wrong."""
     from idcgen.framework import load_network
+
     module = randomise(_FcRelu(), 2)
     torch.jit.script(module).save(str(tmp_path / "scripted.pt"))
     network = load_network(tmp_path / "scripted.pt", input_shape=(8, 8, 3))
@@ -280,13 +310,15 @@ def make():
     monkeypatch.syspath_prepend(str(tmp_path))
     from idcgen.framework import convert, load_network
     from torch_twins import Residual
+
     line = convert("structured:make", tmp_path / "m.pt2")
     assert "its logits" in line and line.startswith("converted structured:make")
     assert torch.export.load(str(tmp_path / "m.pt2")).call_spec.out_spec.is_leaf()
     x = images(4)
     reference = randomise(Residual(), 3)
-    np.testing.assert_allclose(load_network(tmp_path / "m.pt2").forward(x)[0], as_network(reference).forward(x)[0],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        load_network(tmp_path / "m.pt2").forward(x)[0], as_network(reference).forward(x)[0], atol=1e-5
+    )
 
 
 def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_by_name():
@@ -296,13 +328,14 @@ def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_
 
     network = as_network(TinyViT().eval())
     inner = [layer.name for layer in network.graph.layers if layer.windows == 0]
-    assert "blocks.0.attn.linear" in inner   # the input projection, on (tokens, batch, dims)
+    assert "blocks.0.attn.linear" in inner  # the input projection, on (tokens, batch, dims)
     assert not set(inner) & (set(network.subject_layers()) | set(network.neuron_layers()))
     with pytest.raises(LayerError, match=f"layer '{inner[0]}' .* does not keep the images on its first axis"):
         network.forward(images(2), (inner[0],))
     from idcgen.criteria import CRITERIA, make_criterion
+
     x, y = images(40, seed=4), np.arange(40) % 10
-    for name in CRITERIA:   # every criterion on its default layers
+    for name in CRITERIA:  # every criterion on its default layers
         params = {"group": "label"} if name in ("lsc", "dsc") else {}
         assert make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5)).total > 0
 
@@ -314,14 +347,31 @@ def test_analyze_a_torch_jit_save_file_takes_the_input_shape_from_the_training_i
     from typer.testing import CliRunner
 
     from idcgen.cli import app
+
     module = randomise(ResNet18(), 5)
     torch.jit.trace(module, torch.zeros(1, 3, 32, 32)).save(str(tmp_path / "traced.pt"))
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "x.npz", x=rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8), y=np.arange(40) % 10)
     runner = CliRunner()
-    done = runner.invoke(app, [str(a) for a in ("analyze", "--model", tmp_path / "traced.pt", "--train",
-                                                tmp_path / "x.npz", "--layer", "layer2", "--m", 2, "--out",
-                                                tmp_path / "an")])
+    done = runner.invoke(
+        app,
+        [
+            str(a)
+            for a in (
+                "analyze",
+                "--model",
+                tmp_path / "traced.pt",
+                "--train",
+                tmp_path / "x.npz",
+                "--layer",
+                "layer2",
+                "--m",
+                2,
+                "--out",
+                tmp_path / "an",
+            )
+        ],
+    )
     assert done.exit_code == 0, done.output
     assert "layer layer2.1.relu.relu_8: important neurons" in done.output
     done = runner.invoke(app, ["layers", "--model", str(tmp_path / "traced.pt")])

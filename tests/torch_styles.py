@@ -66,13 +66,15 @@ class ResNet18(nn.Module):
 
 #: in-place operation kinds as the model zoos write them, each with its out-of-place form
 IN_PLACE = {
-    "relu_": (lambda m, x: m.act(x), lambda m, x: m.act(x)),   # nn.ReLU(inplace=True), nn.ReLU()
-    "add_": (lambda m, x: x.__iadd__(m.skip), lambda m, x: x + m.skip),   # out += identity
+    "relu_": (lambda m, x: m.act(x), lambda m, x: m.act(x)),  # nn.ReLU(inplace=True), nn.ReLU()
+    "add_": (lambda m, x: x.__iadd__(m.skip), lambda m, x: x + m.skip),  # out += identity
     "silu_": (lambda m, x: F.silu(x, inplace=True), lambda m, x: F.silu(x)),
     "hardswish_": (lambda m, x: F.hardswish(x, inplace=True), lambda m, x: F.hardswish(x)),
-    "mul_": (lambda m, x: x.mul_(m.scale), lambda m, x: x * m.scale),   # a layer scale
-    "mul_ gate": (lambda m, x: x.mul_(torch.sigmoid(x.mean((2, 3), keepdim=True))),   # squeeze-excitation
-                  lambda m, x: x * torch.sigmoid(x.mean((2, 3), keepdim=True))),
+    "mul_": (lambda m, x: x.mul_(m.scale), lambda m, x: x * m.scale),  # a layer scale
+    "mul_ gate": (
+        lambda m, x: x.mul_(torch.sigmoid(x.mean((2, 3), keepdim=True))),  # squeeze-excitation
+        lambda m, x: x * torch.sigmoid(x.mean((2, 3), keepdim=True)),
+    ),
     "clamp_": (lambda m, x: x.clamp_(min=0.0, max=6.0), lambda m, x: x.clamp(min=0.0, max=6.0)),
     "dropout_": (lambda m, x: F.dropout(x, 0.2, m.training, inplace=True), lambda m, x: F.dropout(x, 0.2, m.training)),
 }
@@ -160,13 +162,13 @@ class Windows(nn.Module):
         self.fc1, self.fc2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
         self.head = nn.Linear(dim, classes)
 
-    def forward(self, x):   # (n, 3, 8, 8)
-        x = self.embed(x.permute(0, 2, 3, 1))   # (n, 8, 8, dim)
+    def forward(self, x):  # (n, 3, 8, 8)
+        x = self.embed(x.permute(0, 2, 3, 1))  # (n, 8, 8, dim)
         n, h, w, c = x.shape
         k = self.window
         shifted = torch.roll(x, shifts=(-2, -2), dims=(1, 2))
         win = shifted.view(n, h // k, k, w // k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, k * k, c)
-        win = win + self.fc2(F.relu(self.fc1(win)))   # (n * windows, tokens, dim)
+        win = win + self.fc2(F.relu(self.fc1(win)))  # (n * windows, tokens, dim)
         back = win.view(n, h // k, w // k, k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(n, h, w, c)
         x = torch.roll(back, shifts=(2, 2), dims=(1, 2))
         return self.head(x.mean((1, 2)))
@@ -184,9 +186,9 @@ class Masked(nn.Module):
 
     def forward(self, x):
         h = self.conv(x)
-        mask = h > 0                            # bool
-        top = h.flatten(2).argmax(-1)           # int64 (n, 4)
-        h = h * mask                            # a where written as a product
+        mask = h > 0  # bool
+        top = h.flatten(2).argmax(-1)  # int64 (n, 4)
+        h = h * mask  # a where written as a product
         picked = h.flatten(2).gather(2, top[..., None])[..., 0]
         return self.fc(picked + h.mean((2, 3)))
 
@@ -213,9 +215,15 @@ class InvertedResidual(nn.Module):
         super().__init__()
         hidden = dim * expand
         self.conv = nn.Sequential(
-            nn.Conv2d(dim, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True),
-            nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
-            nn.ReLU6(inplace=True), nn.Conv2d(hidden, dim, 1, bias=False), nn.BatchNorm2d(dim))
+            nn.Conv2d(dim, hidden, 1, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(inplace=True),
+            nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(inplace=True),
+            nn.Conv2d(hidden, dim, 1, bias=False),
+            nn.BatchNorm2d(dim),
+        )
 
     def forward(self, x):
         return x + self.conv(x)
@@ -230,7 +238,9 @@ class MobileNetV2(nn.Module):
         super().__init__()
         self.features = nn.Sequential(
             nn.Sequential(nn.Conv2d(3, dim, 3, 2, 1, bias=False), nn.BatchNorm2d(dim), nn.ReLU6(inplace=True)),
-            InvertedResidual(dim), InvertedResidual(dim))
+            InvertedResidual(dim),
+            InvertedResidual(dim),
+        )
         self.classifier = nn.Sequential(nn.Dropout(0.2, inplace=True), nn.Linear(dim, classes))
 
     def forward(self, x):

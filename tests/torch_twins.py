@@ -52,6 +52,7 @@ class Branches(nn.Module):
 
 def keras_residual(classes: int = 10):
     import keras
+
     L = keras.layers
     x = keras.Input((8, 8, 3))
     s = L.ReLU(name="stem_relu")(L.Conv2D(8, 3, padding="same", name="stem")(x))
@@ -66,13 +67,15 @@ def keras_residual(classes: int = 10):
 
 def keras_branches(classes: int = 10):
     import keras
+
     L = keras.layers
     x = keras.Input((8, 8, 3))
     a = L.ReLU(name="a_relu")(L.Conv2D(4, 3, padding="same", name="a")(x))
     b = L.ReLU(name="b_relu")(L.Conv2D(4, 1, name="b")(x))
     out = L.Concatenate(name="cat")([a, b])
-    out = L.ReLU(name="relu")(L.BatchNormalization(epsilon=1e-3, name="bn")(L.Conv2D(8, 3, padding="same",
-                                                                                      name="mix")(out)))
+    out = L.ReLU(name="relu")(
+        L.BatchNormalization(epsilon=1e-3, name="bn")(L.Conv2D(8, 3, padding="same", name="mix")(out))
+    )
     out = L.GlobalAveragePooling2D(name="gap")(out)
     return keras.Model(x, L.Dense(classes, name="fc")(out))
 
@@ -144,8 +147,15 @@ class TinyViT(nn.Module):
 
     input_shape = (8, 8, 3)
 
-    def __init__(self, d: int = 16, heads: int = 2, classes: int = 5, act=F.gelu, need_weights: bool = False,
-                 position: bool = True):
+    def __init__(
+        self,
+        d: int = 16,
+        heads: int = 2,
+        classes: int = 5,
+        act=F.gelu,
+        need_weights: bool = False,
+        position: bool = True,
+    ):
         super().__init__()
         self.embed = nn.Conv2d(3, d, 4, 4)
         self.pos = nn.Parameter(torch.randn(1, 4, d) * 0.1) if position else None
@@ -161,6 +171,7 @@ class TinyViT(nn.Module):
 def detached_vit_taps(model: TinyViT, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """The TinyViT's logits computed by hand with every LayerNorm's 1/std and the attention weights
     detached, and the tensors of three layers inside its blocks (for gradient x input)."""
+
     def norm(ln, t):
         centred = t - t.mean(-1, keepdim=True)
         return centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + ln.eps).detach() * ln.weight + ln.bias
@@ -187,6 +198,7 @@ def keras_vit_twin(module: TinyViT):
     ``in_proj_weight`` (3d, d) and heads into columns; Keras keeps a (d, heads, head_dim) kernel per
     projection and an output kernel (heads, head_dim, d)."""
     import keras
+
     L = keras.layers
     d, heads = module.embed.out_channels, module.blocks[0].attn.num_heads
     hd = d // heads
@@ -208,16 +220,23 @@ def keras_vit_twin(module: TinyViT):
     x = L.GlobalAveragePooling1D(name="mean")(x)
     model = keras.Model(inputs, L.Dense(module.head.out_features, name="head")(x))
     model.get_layer("embed").set_weights([numpy["embed.weight"].transpose(2, 3, 1, 0), numpy["embed.bias"]])
-    for name, prefix in [("norm", "norm")] + [(f"block{i}_ln{j}", f"blocks.{i}.ln{j}")
-                                              for i in range(len(module.blocks)) for j in (1, 2)]:
+    for name, prefix in [("norm", "norm")] + [
+        (f"block{i}_ln{j}", f"blocks.{i}.ln{j}") for i in range(len(module.blocks)) for j in (1, 2)
+    ]:
         model.get_layer(name).set_weights([numpy[f"{prefix}.weight"], numpy[f"{prefix}.bias"]])
-    for name, prefix in [("head", "head")] + [(f"block{i}_fc{j}", f"blocks.{i}.fc{j}")
-                                              for i in range(len(module.blocks)) for j in (1, 2)]:
+    for name, prefix in [("head", "head")] + [
+        (f"block{i}_fc{j}", f"blocks.{i}.fc{j}") for i in range(len(module.blocks)) for j in (1, 2)
+    ]:
         model.get_layer(name).set_weights([numpy[f"{prefix}.weight"].T, numpy[f"{prefix}.bias"]])
     for i in range(len(module.blocks)):
         w, b = numpy[f"blocks.{i}.attn.in_proj_weight"], numpy[f"blocks.{i}.attn.in_proj_bias"]
-        qkv = [(w[j * d:(j + 1) * d].T.reshape(d, heads, hd), b[j * d:(j + 1) * d].reshape(heads, hd))
-               for j in range(3)]
-        out = (numpy[f"blocks.{i}.attn.out_proj.weight"].T.reshape(heads, hd, d), numpy[f"blocks.{i}.attn.out_proj.bias"])
+        qkv = [
+            (w[j * d : (j + 1) * d].T.reshape(d, heads, hd), b[j * d : (j + 1) * d].reshape(heads, hd))
+            for j in range(3)
+        ]
+        out = (
+            numpy[f"blocks.{i}.attn.out_proj.weight"].T.reshape(heads, hd, d),
+            numpy[f"blocks.{i}.attn.out_proj.bias"],
+        )
         model.get_layer(f"block{i}_attn").set_weights([a for pair in qkv + [out] for a in pair])
     return model

@@ -6,6 +6,17 @@ from .passes import LocalPasses, analyze, check_class_labels, cluster_neurons, n
 from .record import FORMAT_VERSION, SAME_ANALYSIS_KEYS, Analysis, check_save_target, data_fingerprint, versions
 from .search import find_analysis
 
-__all__ = ["Analysis", "FORMAT_VERSION", "LocalPasses", "SAME_ANALYSIS_KEYS", "analyze",
-           "check_class_labels", "check_save_target", "cluster_neurons", "data_fingerprint", "find_analysis",
-           "neuron_streams", "versions"]
+__all__ = [
+    "Analysis",
+    "FORMAT_VERSION",
+    "LocalPasses",
+    "SAME_ANALYSIS_KEYS",
+    "analyze",
+    "check_class_labels",
+    "check_save_target",
+    "cluster_neurons",
+    "data_fingerprint",
+    "find_analysis",
+    "neuron_streams",
+    "versions",
+]

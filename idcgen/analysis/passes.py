@@ -50,7 +50,8 @@ class LocalPasses:
     def totals(self, target, *, labels, keep_activations, progress):
         """(signed sums, absolute sums, inputs used, predictions); keeps the layer's activations if asked."""
         signed, absolute, n_used, predictions, self.kept = relevance_totals(
-            self.rel, self.x, target, labels=labels, keep_activations=keep_activations, progress=progress)
+            self.rel, self.x, target, labels=labels, keep_activations=keep_activations, progress=progress
+        )
         return signed, absolute, n_used, predictions
 
     def activations(self, neurons: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -60,8 +61,9 @@ class LocalPasses:
             return self.kept[:, neurons]
         return self.network.activations(self.x, self.layer, neurons, rows=rows)
 
-    def clusters(self, acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
-                 progress: bool) -> list:
+    def clusters(
+        self, acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int, progress: bool
+    ) -> list:
         """Each important neuron's clusters, one after the other here (Ray workers cluster them side by side)."""
         return cluster_neurons(acts, neurons, ks, method, random_state, progress)
 
@@ -93,23 +95,29 @@ def supported_clusters(ks, n_inputs: int) -> tuple[list[int], str | None]:
     most = max(2, n_inputs // MIN_INPUTS_PER_CLUSTER)
     kept = [k for k in ks if k <= most]
     if not kept:
-        raise ParameterError(f"the 'clusters' parameter asks for at least {min(ks)} clusters of {n_inputs} inputs, "
-                             f"which support at most {most} ({MIN_INPUTS_PER_CLUSTER} inputs a cluster): give "
-                             "smaller k values or more inputs")
+        raise ParameterError(
+            f"the 'clusters' parameter asks for at least {min(ks)} clusters of {n_inputs} inputs, "
+            f"which support at most {most} ({MIN_INPUTS_PER_CLUSTER} inputs a cluster): give "
+            "smaller k values or more inputs"
+        )
     if len(kept) == len(ks):
         return kept, None
-    return kept, (f"k above {most} not tried ({len(ks) - len(kept)} of the {len(ks)} k values asked): {n_inputs} "
-                  f"inputs support at most {most} clusters ({MIN_INPUTS_PER_CLUSTER} inputs a cluster)")
+    return kept, (
+        f"k above {most} not tried ({len(ks) - len(kept)} of the {len(ks)} k values asked): {n_inputs} "
+        f"inputs support at most {most} clusters ({MIN_INPUTS_PER_CLUSTER} inputs a cluster)"
+    )
 
 
-def cluster_neurons(acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int,
-                    progress: bool = False) -> list:
+def cluster_neurons(
+    acts: np.ndarray, neurons: np.ndarray, ks: tuple[int, ...], method: str, random_state: int, progress: bool = False
+) -> list:
     """:func:`idcgen.clusters.cluster_neuron` of each column of ``acts`` (neuron ``neurons[i]``), each from
     its own stream (:func:`neuron_streams`)."""
     streams = neuron_streams(random_state, len(neurons))
-    return [cluster_neuron(acts[:, i], neuron=int(n), ks=ks, rng=np.random.default_rng(streams[i]), method=method)
-            for i, n in tqdm(list(enumerate(neurons)), desc="clusters", unit="neuron", disable=not progress,
-                             leave=False)]
+    return [
+        cluster_neuron(acts[:, i], neuron=int(n), ks=ks, rng=np.random.default_rng(streams[i]), method=method)
+        for i, n in tqdm(list(enumerate(neurons)), desc="clusters", unit="neuron", disable=not progress, leave=False)
+    ]
 
 
 def neuron_streams(random_state: int, m: int) -> list[np.random.SeedSequence]:
@@ -122,21 +130,40 @@ def neuron_streams(random_state: int, m: int) -> list[np.random.SeedSequence]:
 def _in_fp32(func):
     """An analysis runs in fp32 (relevance must conserve; its clusters are fp32 activations) whatever
     precision the network's forward-only work uses (docs/design.md, "Devices")."""
+
     @functools.wraps(func)
     def run(model, *args, **kwargs):
         from ..framework.device import full_precision
+
         with full_precision(model):
             return func(model, *args, **kwargs)
+
     return run
 
 
 @_in_fp32
-def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | None = None, m: int = 8,
-            clusters: Sequence[int] = (2, 3, 4, 5), cluster_method: str = "silhouette",
-            relevance_of: str = "predicted", correct_only: bool = False,
-            only_class: int | None = None, aggregate: str = "sum", eps: float = 1e-7, random_state: int = 0,
-            value_range=None, preprocess=None, image_shape=None, data_summary: dict | None = None,
-            progress: bool = True, passes=None) -> Analysis:
+def analyze(
+    model,
+    x: np.ndarray,
+    y: np.ndarray | None = None,
+    *,
+    layer: str | None = None,
+    m: int = 8,
+    clusters: Sequence[int] = (2, 3, 4, 5),
+    cluster_method: str = "silhouette",
+    relevance_of: str = "predicted",
+    correct_only: bool = False,
+    only_class: int | None = None,
+    aggregate: str = "sum",
+    eps: float = 1e-7,
+    random_state: int = 0,
+    value_range=None,
+    preprocess=None,
+    image_shape=None,
+    data_summary: dict | None = None,
+    progress: bool = True,
+    passes=None,
+) -> Analysis:
     """Find the m most important neurons of ``layer`` over ``x`` and cluster their activations.
 
     Parameters
@@ -165,14 +192,16 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
         :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
         object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
     """
-    network, convention = network_with_convention(model, value_range=value_range, preprocess=preprocess,
-                                                  image_shape=image_shape)
+    network, convention = network_with_convention(
+        model, value_range=value_range, preprocess=preprocess, image_shape=image_shape
+    )
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
     _check_options(width, m, relevance_of, aggregate, cluster_method, random_state)
-    sharded = getattr(x, "read_by_workers", False)   # shards Ray workers read and hold (idcgen.distributed.shards)
-    x, y = _training_inputs(network, convention, x, y, sharded, selecting=relevance_of == "label" or correct_only
-                            or only_class is not None)
+    sharded = getattr(x, "read_by_workers", False)  # shards Ray workers read and hold (idcgen.distributed.shards)
+    x, y = _training_inputs(
+        network, convention, x, y, sharded, selecting=relevance_of == "label" or correct_only or only_class is not None
+    )
     regression = network.task == "regression"
     # of the inputs as given, before correct_only / only_class select (sharded: of the shards' own fingerprints)
     # hashed on a thread while the passes run (hashlib lets go of the GIL): 0.3 s for 60,000 MNIST images,
@@ -201,66 +230,112 @@ def analyze(model, x: np.ndarray, y: np.ndarray | None = None, *, layer: str | N
     one_pass = len(x) * width * 4 <= ACTIVATIONS_IN_ONE_PASS
     with tqdm(total=len(x), desc="relevance", unit="input", disable=not progress, leave=False) as bar:
         signed, absolute, n_used, predictions = passes.totals(
-            y if relevance_of == "label" else None, labels=y if correct_only else None,
-            keep_activations=one_pass, progress=bar)
+            y if relevance_of == "label" else None,
+            labels=y if correct_only else None,
+            keep_activations=one_pass,
+            progress=bar,
+        )
     timings["relevance"] = time.perf_counter() - start
     if n_used == 0:
         names = (data_summary or {}).get("class_names")
-        mapping = "" if not names else (
-            " (here the labels come from class folders: " + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
-            + (", ..." if len(names) > 4 else "")
-            + "; give the names in the model's class order, --class-names, if that differs)")
-        raise InputError(f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
-                         f"number the classes as the model does{mapping}")
+        mapping = (
+            ""
+            if not names
+            else (
+                " (here the labels come from class folders: "
+                + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
+                + (", ..." if len(names) > 4 else "")
+                + "; give the names in the model's class order, --class-names, if that differs)"
+            )
+        )
+        raise InputError(
+            f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
+            f"number the classes as the model does{mapping}"
+        )
     scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
     neurons = top_neurons(scores, m)
     start = time.perf_counter()
     acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
     timings["activations"] = time.perf_counter() - start
     broken = ~np.isfinite(acts).all(axis=1) if len(acts) else np.zeros(0, bool)
-    if broken.any():   # said as the model's fault, before clustering would call it a value error
-        raise InputError(f"the model gives NaN or infinite values at layer {layer!r} for {int(broken.sum())} of "
-                         f"{len(acts)} training inputs: its activations cannot be clustered; check the model's "
-                         "weights and the inputs' scale (--scale, --value-range, --preprocess)")
+    if broken.any():  # said as the model's fault, before clustering would call it a value error
+        raise InputError(
+            f"the model gives NaN or infinite values at layer {layer!r} for {int(broken.sum())} of "
+            f"{len(acts)} training inputs: its activations cannot be clustered; check the model's "
+            "weights and the inputs' scale (--scale, --value-range, --preprocess)"
+        )
     if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
         # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
-        raise LayerError(f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {len(neurons)} "
-                         "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
-                         "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model")
+        raise LayerError(
+            f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {len(neurons)} "
+            "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
+            "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model"
+        )
 
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
-    notes = network.rule_notes(layer) + ([cluster_note] if cluster_note else []) + \
-        [f"neuron {c.neuron}: {c.note}" for c in found if c.note] + \
-        ([network.head_note] if getattr(network, "head_note", None) else [])
+    notes = (
+        network.rule_notes(layer)
+        + ([cluster_note] if cluster_note else [])
+        + [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
+        + ([network.head_note] if getattr(network, "head_note", None) else [])
+    )
 
     data = dict(data_summary or {})
     accuracy = None if y is None or regression else float((predictions == y).mean())
     low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
-    data.update(n_inputs=int(len(x)), n_used=n_used, accuracy=accuracy, fingerprint=fingerprint.result(),
-                observed_range=[low, high])
+    data.update(
+        n_inputs=int(len(x)),
+        n_used=n_used,
+        accuracy=accuracy,
+        fingerprint=fingerprint.result(),
+        observed_range=[low, high],
+    )
     if regression and y is not None:  # the model's error on the labels, in the output's units
         outputs = x.predict() if sharded else network.predict(x)
         data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
     warnings = _diagnostics(network, convention, data, y, predictions, accuracy)
-    config = dict(task=network.task, layer=layer, m=int(m), clusters=[int(k) for k in clusters], cluster_method=cluster_method,
-                  relevance_of=relevance_of,
-                  correct_only=correct_only, only_class=only_class, aggregate=aggregate, eps=eps,
-                  random_state=random_state, rule="LRP-epsilon", neuron="channel (spatial mean)"
-                  if len(network.output_shape(layer)) > 2 else "unit",
-                  input_convention=convention.to_dict())
-    return Analysis(layer=layer, neurons=neurons, importance=scores, clusters=found,
-                    fingerprint=network.fingerprint(), config=config, data=data, timings=timings,
-                    versions=versions(), notes=notes + warnings, warnings=warnings, network=network,
-                    device=network.device_info())
+    config = dict(
+        task=network.task,
+        layer=layer,
+        m=int(m),
+        clusters=[int(k) for k in clusters],
+        cluster_method=cluster_method,
+        relevance_of=relevance_of,
+        correct_only=correct_only,
+        only_class=only_class,
+        aggregate=aggregate,
+        eps=eps,
+        random_state=random_state,
+        rule="LRP-epsilon",
+        neuron="channel (spatial mean)" if len(network.output_shape(layer)) > 2 else "unit",
+        input_convention=convention.to_dict(),
+    )
+    return Analysis(
+        layer=layer,
+        neurons=neurons,
+        importance=scores,
+        clusters=found,
+        fingerprint=network.fingerprint(),
+        config=config,
+        data=data,
+        timings=timings,
+        versions=versions(),
+        notes=notes + warnings,
+        warnings=warnings,
+        network=network,
+        device=network.device_info(),
+    )
 
 
 def _check_options(width: int, m, relevance_of, aggregate, cluster_method, random_state) -> None:
     """The analysis' own options, each refused in one line before any pass."""
     top_neurons(np.zeros(width), m)  # validates m against the layer before any work
     if relevance_of not in ("predicted", "label"):
-        raise ParameterError(f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead.")
+        raise ParameterError(
+            f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead."
+        )
     if aggregate not in AGGREGATES:
         raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
     check_cluster_method(cluster_method)
@@ -280,8 +355,10 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
     check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
     regression = network.task == "regression"
     if regression and selecting:
-        raise InputError("relevance_of='label', correct_only and only_class are for classifiers; a regression "
-                         "model's relevance starts from its one output, and its inputs have no class")
+        raise InputError(
+            "relevance_of='label', correct_only and only_class are for classifiers; a regression "
+            "model's relevance starts from its one output, and its inputs have no class"
+        )
     if y is not None:
         y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
     elif selecting:
@@ -296,23 +373,32 @@ def _diagnostics(network, convention, data: dict, y, predictions, accuracy) -> l
     low, high = data["observed_range"]
     n_classes = network.n_classes
     lo, hi = convention.value_range
-    scaled = (f"the inputs are likely scaled twice or not at all (they span [{low:g}, {high:g}]; the model is taken "
-              f"to want images in [{lo:g}, {hi:g}], {convention.source}); check --scale, --value-range and --preprocess")
-    remapped = None if accuracy is None or n_classes <= 2 or accuracy >= 1.5 / n_classes else \
-        label_mapping(y, predictions)
-    if remapped is not None:   # consistent predictions under other names: the labels, not the scale
+    scaled = (
+        f"the inputs are likely scaled twice or not at all (they span [{low:g}, {high:g}]; the model is taken "
+        f"to want images in [{lo:g}, {hi:g}], {convention.source}); check --scale, --value-range and --preprocess"
+    )
+    remapped = (
+        None if accuracy is None or n_classes <= 2 or accuracy >= 1.5 / n_classes else label_mapping(y, predictions)
+    )
+    if remapped is not None:  # consistent predictions under other names: the labels, not the scale
         share, pairs = remapped
-        warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
-                        f"{n_classes} classes, but predicts one class per label for {share:.0%} of them "
-                        f"({', '.join(f'label {a} -> predicted {b}' for a, b in pairs[:3])}, ...): the labels are "
-                        "likely mapped to other classes than the model's (class folders with word names are "
-                        "numbered in sorted order); name the folders by class index or give --class-names in "
-                        "the model's label order")
+        warnings.append(
+            f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
+            f"{n_classes} classes, but predicts one class per label for {share:.0%} of them "
+            f"({', '.join(f'label {a} -> predicted {b}' for a, b in pairs[:3])}, ...): the labels are "
+            "likely mapped to other classes than the model's (class folders with word names are "
+            "numbered in sorted order); name the folders by class index or give --class-names in "
+            "the model's label order"
+        )
     elif accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
-        warnings.append(f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
-                        f"{n_classes} classes: {scaled}")
+        warnings.append(
+            f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
+            f"{n_classes} classes: {scaled}"
+        )
     if data.get("mse") is not None and len(y) > 1 and data["mse"] >= np.var(y.astype(np.float64)) > 0:
         # the regression counterpart of near chance: no better than always predicting the labels' mean
-        warnings.append(f"the model's MSE on the training labels, {data['mse']:.4g}, is not below their variance "
-                        f"{np.var(y.astype(np.float64)):.4g} (predicting their mean would do as well): {scaled}")
+        warnings.append(
+            f"the model's MSE on the training labels, {data['mse']:.4g}, is not below their variance "
+            f"{np.var(y.astype(np.float64)):.4g} (predicting their mean would do as well): {scaled}"
+        )
     return warnings

@@ -31,8 +31,15 @@ from ..framework import ForwardNetwork, network_with_convention
 
 FORMAT_VERSION = 1
 #: What makes two saved analyses the same one (with the training data's fingerprint): see Analysis.matches_saved.
-SAME_ANALYSIS_KEYS = ("format_version", "model_fingerprint", "layer", "important_neurons", "clusters",
-                      "combinations_total", "config")
+SAME_ANALYSIS_KEYS = (
+    "format_version",
+    "model_fingerprint",
+    "layer",
+    "important_neurons",
+    "clusters",
+    "combinations_total",
+    "config",
+)
 
 
 def versions() -> dict:
@@ -43,9 +50,15 @@ def versions() -> dict:
             return version(name)
         except PackageNotFoundError:
             return None
-    return {"idcgen": __version__, "python": platform.python_version(),
-            "tensorflow": installed("tensorflow-cpu") or installed("tensorflow"), "keras": installed("keras"),
-            "numpy": np.__version__, "scikit-learn": installed("scikit-learn")}
+
+    return {
+        "idcgen": __version__,
+        "python": platform.python_version(),
+        "tensorflow": installed("tensorflow-cpu") or installed("tensorflow"),
+        "keras": installed("keras"),
+        "numpy": np.__version__,
+        "scikit-learn": installed("scikit-learn"),
+    }
 
 
 @dataclass
@@ -53,9 +66,9 @@ class Analysis:
     """Important neurons of ``layer`` with their centroids, for one model (by weights fingerprint)."""
 
     layer: str
-    neurons: np.ndarray                     # (m,) indices of the important neurons, most important first
-    importance: np.ndarray                  # (layer neurons,) importance of every neuron of the layer
-    clusters: list[NeuronClusters]          # one per important neuron, same order
+    neurons: np.ndarray  # (m,) indices of the important neurons, most important first
+    importance: np.ndarray  # (layer neurons,) importance of every neuron of the layer
+    clusters: list[NeuronClusters]  # one per important neuron, same order
     fingerprint: str
     config: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
@@ -64,7 +77,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     network: ForwardNetwork | None = field(default=None, repr=False, compare=False)
-    device: dict = field(default_factory=dict, compare=False)   # where it was made: information only
+    device: dict = field(default_factory=dict, compare=False)  # where it was made: information only
 
     def __post_init__(self):
         self.combinations = Combinations([c.centroids for c in self.clusters])
@@ -107,16 +120,19 @@ class Analysis:
             if have != want:
                 raise AnalysisMismatchError(
                     f"this analysis was made with preprocessing {want or 'none'} but the model is given with "
-                    f"{have or 'none'}; pass --preprocess {want} (or the model wrapped with it)" if want else
-                    f"this analysis was made without preprocessing but the model is given with {have}; drop --preprocess")
+                    f"{have or 'none'}; pass --preprocess {want} (or the model wrapped with it)"
+                    if want
+                    else f"this analysis was made without preprocessing but the model is given with {have}; drop --preprocess"
+                )
         else:  # a framework's model: put the recorded preprocessing in front of it (the image shape is the fuzzer's)
             network, _ = network_with_convention(model, recorded=dataclasses.replace(recorded, image_shape=None))
         got = network.fingerprint()
         if got != self.fingerprint:
             raise AnalysisMismatchError(
                 f"this analysis was made for another model (weights fingerprint {self.fingerprint[:12]}, "
-                f"this model {got[:12]}); run `idcgen analyze` on this model first")
-        network.step(self.layer)   # LayerError for a layer the model lacks
+                f"this model {got[:12]}); run `idcgen analyze` on this model first"
+            )
+        network.step(self.layer)  # LayerError for a layer the model lacks
         self.network = network
         return self
 
@@ -160,10 +176,17 @@ class Analysis:
             "m": self.m,
             "important_neurons": [int(n) for n in self.neurons],
             "importance_of_important_neurons": [float(self.importance[n]) for n in self.neurons],
-            "clusters": [{"neuron": int(c.neuron), "k": c.k, "centroids": [float(v) for v in c.centroids],
-                          "silhouette": c.silhouette,
-                          "silhouette_per_k": {str(k): float(v) for k, v in c.scores.items()},
-                          "note": c.note} for c in self.clusters],
+            "clusters": [
+                {
+                    "neuron": int(c.neuron),
+                    "k": c.k,
+                    "centroids": [float(v) for v in c.centroids],
+                    "silhouette": c.silhouette,
+                    "silhouette_per_k": {str(k): float(v) for k, v in c.scores.items()},
+                    "note": c.note,
+                }
+                for c in self.clusters
+            ],
             "combinations_total": int(self.total),
             "model_fingerprint": self.fingerprint,
             "config": self.config,
@@ -188,8 +211,11 @@ class Analysis:
             return False
         mine = json.loads(json.dumps(self.summary()))  # as it would read back from disk
         same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # noqa: E731 (NaN == NaN)
-        return isinstance(meta, dict) and all(same(meta.get(k), mine[k]) for k in SAME_ANALYSIS_KEYS) \
+        return (
+            isinstance(meta, dict)
+            and all(same(meta.get(k), mine[k]) for k in SAME_ANALYSIS_KEYS)
             and same((meta.get("data") or {}).get("fingerprint"), mine["data"].get("fingerprint"))
+        )
 
     def save(self, folder: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write ``analysis.json`` (for people) and ``arrays.npz`` into ``folder``, atomically.
@@ -237,8 +263,11 @@ class Analysis:
         two of one model made on different data or settings do not share a folder."""
         method = self.config.get("cluster_method", "silhouette")
         fingerprint = self.data.get("fingerprint")
-        return (f"{model_name}_{self.layer}_m{self.m}" + ("" if method == "silhouette" else f"_{method}")
-                + ("" if fingerprint is None else f"_{fingerprint}"))
+        return (
+            f"{model_name}_{self.layer}_m{self.m}"
+            + ("" if method == "silhouette" else f"_{method}")
+            + ("" if fingerprint is None else f"_{fingerprint}")
+        )
 
     @classmethod
     def load(cls, folder: str | os.PathLike, model=None) -> "Analysis":
@@ -250,31 +279,60 @@ class Analysis:
             meta = json.loads(meta_path.read_text())
             version = meta.get("format_version") if isinstance(meta, dict) else None
             if isinstance(version, int) and version > FORMAT_VERSION:
-                raise InputError(f"analysis {folder} was saved by a newer idcgen (format version {version}; this "
-                                 f"one reads {FORMAT_VERSION}): upgrade idcgen, or run `idcgen analyze` again")
+                raise InputError(
+                    f"analysis {folder} was saved by a newer idcgen (format version {version}; this "
+                    f"one reads {FORMAT_VERSION}): upgrade idcgen, or run `idcgen analyze` again"
+                )
             with np.load(folder / "arrays.npz") as arrays:
                 neurons, imp = arrays["neurons"], arrays["importance"]
                 kept = str(arrays["digest"]) if "digest" in arrays.files else None
-            clusters = [NeuronClusters(neuron=c["neuron"], centroids=np.asarray(c["centroids"], np.float64),
-                                       silhouette=c["silhouette"],
-                                       scores={int(k): v for k, v in c["silhouette_per_k"].items()},
-                                       note=c["note"]) for c in meta["clusters"]]
+            clusters = [
+                NeuronClusters(
+                    neuron=c["neuron"],
+                    centroids=np.asarray(c["centroids"], np.float64),
+                    silhouette=c["silhouette"],
+                    scores={int(k): v for k, v in c["silhouette_per_k"].items()},
+                    note=c["note"],
+                )
+                for c in meta["clusters"]
+            ]
             if meta.get("format_version") != FORMAT_VERSION:
                 raise ValueError(f"format version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
             if len(clusters) != len(neurons):
                 raise ValueError(f"{len(neurons)} important neurons but {len(clusters)} cluster sets")
-            recorded = meta.pop("digest", None)   # analyses saved before digests were recorded have none
+            recorded = meta.pop("digest", None)  # analyses saved before digests were recorded have none
             if recorded is None and kept is not None:
-                raise InputError(f"analysis {folder} was edited or damaged since it was saved (the digest line of its "
-                                 "analysis.json is gone): run `idcgen analyze` again, or restore the folder")
+                raise InputError(
+                    f"analysis {folder} was edited or damaged since it was saved (the digest line of its "
+                    "analysis.json is gone): run `idcgen analyze` again, or restore the folder"
+                )
             if recorded is not None and content_digest(meta, neurons, imp) != recorded:
-                raise InputError(f"analysis {folder} was edited or damaged since it was saved (its digest no "
-                                 "longer matches): run `idcgen analyze` again, or restore the folder")
-            analysis = cls(layer=meta["layer"], neurons=neurons, importance=imp, clusters=clusters,
-                           fingerprint=meta["model_fingerprint"], config=meta["config"], data=meta["data"],
-                           timings=meta["timings_seconds"], versions=meta["versions"], notes=meta["notes"],
-                           warnings=meta.get("warnings", []), device=meta.get("device", {}))
-        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:  # truncated or empty npz
+                raise InputError(
+                    f"analysis {folder} was edited or damaged since it was saved (its digest no "
+                    "longer matches): run `idcgen analyze` again, or restore the folder"
+                )
+            analysis = cls(
+                layer=meta["layer"],
+                neurons=neurons,
+                importance=imp,
+                clusters=clusters,
+                fingerprint=meta["model_fingerprint"],
+                config=meta["config"],
+                data=meta["data"],
+                timings=meta["timings_seconds"],
+                versions=meta["versions"],
+                notes=meta["notes"],
+                warnings=meta.get("warnings", []),
+                device=meta.get("device", {}),
+            )
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            TypeError,
+            EOFError,
+            zipfile.BadZipFile,
+        ) as exc:  # truncated or empty npz
             raise InputError(f"analysis folder {folder} is incomplete or corrupt: {exc}") from None
         return analysis.bind(model) if model is not None else analysis
 
@@ -283,13 +341,13 @@ def check_save_target(folder: str | os.PathLike, *, overwrite: bool = False) -> 
     """Refuse to save an analysis into ``folder`` when that would lose something: a folder holding other
     files, or (unless ``overwrite``) one holding an analysis. Callers check before a long analysis."""
     folder = Path(folder)
-    if folder.exists() and (not folder.is_dir() or (any(folder.iterdir())
-                                                    and not (folder / "analysis.json").exists())):
-        raise InputError(f"{folder} exists and is not an analysis folder: refusing to replace it; "
-                         "choose another --out")
+    if folder.exists() and (not folder.is_dir() or (any(folder.iterdir()) and not (folder / "analysis.json").exists())):
+        raise InputError(f"{folder} exists and is not an analysis folder: refusing to replace it; choose another --out")
     if (folder / "analysis.json").exists() and not overwrite:
-        raise InputError(f"{folder} already holds an analysis: refusing to replace it; pass overwrite=True to "
-                         "replace it, or save elsewhere")
+        raise InputError(
+            f"{folder} already holds an analysis: refusing to replace it; pass overwrite=True to "
+            "replace it, or save elsewhere"
+        )
 
 
 def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray) -> str:
@@ -312,5 +370,3 @@ def data_fingerprint(x: np.ndarray, y: np.ndarray | None = None) -> str:
         digest.update(f"{a.shape}{a.dtype}".encode())
         digest.update(memoryview(a).cast("B"))
     return digest.hexdigest()
-
-

@@ -11,9 +11,15 @@ from ..framework import Network
 from .record import Analysis
 
 
-def find_analysis(network: Network, folders: Sequence[str | os.PathLike], *, layer: str | None = None,
-                  m: int | None = None, cluster_method: str | None = None,
-                  clusters: Sequence[int] | None = None) -> tuple[Analysis | None, Path | None, list[Path]]:
+def find_analysis(
+    network: Network,
+    folders: Sequence[str | os.PathLike],
+    *,
+    layer: str | None = None,
+    m: int | None = None,
+    cluster_method: str | None = None,
+    clusters: Sequence[int] | None = None,
+) -> tuple[Analysis | None, Path | None, list[Path]]:
     """Look for a saved analysis of this model (same weights fingerprint) in ``folders`` and their
     subfolders (with ``layer``, ``m``, ``cluster_method`` and the k values tried, ``clusters``, if given);
     returns the newest match and its folder (or None, None) and the folders searched."""

@@ -28,14 +28,36 @@ from .neurons import (
 )
 from .surprise import DistanceSurpriseCoverage, LikelihoodSurpriseCoverage
 
-__all__ = ["CRITERIA", "Criterion", "CriterionResult", "CriterionTracker", "DistanceSurpriseCoverage",
-           "KMultisectionCoverage", "LikelihoodSurpriseCoverage", "NeuronBoundaryCoverage", "NeuronCoverage",
-           "StrongNeuronActivationCoverage", "TopKNeuronCoverage", "default_neuron_layers", "make_criterion",
-           "parse_criteria", "parse_spec"]
+__all__ = [
+    "CRITERIA",
+    "Criterion",
+    "CriterionResult",
+    "CriterionTracker",
+    "DistanceSurpriseCoverage",
+    "KMultisectionCoverage",
+    "LikelihoodSurpriseCoverage",
+    "NeuronBoundaryCoverage",
+    "NeuronCoverage",
+    "StrongNeuronActivationCoverage",
+    "TopKNeuronCoverage",
+    "default_neuron_layers",
+    "make_criterion",
+    "parse_criteria",
+    "parse_spec",
+]
 
-CRITERIA: dict[str, type[Criterion]] = {cls.name: cls for cls in (
-    NeuronCoverage, KMultisectionCoverage, NeuronBoundaryCoverage, StrongNeuronActivationCoverage,
-    TopKNeuronCoverage, LikelihoodSurpriseCoverage, DistanceSurpriseCoverage)}
+CRITERIA: dict[str, type[Criterion]] = {
+    cls.name: cls
+    for cls in (
+        NeuronCoverage,
+        KMultisectionCoverage,
+        NeuronBoundaryCoverage,
+        StrongNeuronActivationCoverage,
+        TopKNeuronCoverage,
+        LikelihoodSurpriseCoverage,
+        DistanceSurpriseCoverage,
+    )
+}
 
 #: every name ``parse_criteria`` accepts: IDC first, then those ``make_criterion`` builds
 ALL_NAMES = ("idc",) + tuple(CRITERIA)
@@ -66,8 +88,12 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     ``layers=conv1+fc`` gives ``layers=["conv1", "fc"]``. The CLI's ``--criteria`` takes comma-separated specs.
     """
     parsed = parse(spec, "criterion", words=True, positional=False)
-    params = {key: _spec_value(key, value) if isinstance(value, str) else
-              (str(value) if key == "layer" and value is not None else value) for key, value in parsed.kwargs.items()}
+    params = {
+        key: _spec_value(key, value)
+        if isinstance(value, str)
+        else (str(value) if key == "layer" and value is not None else value)
+        for key, value in parsed.kwargs.items()
+    }
     return parsed.name.strip().lower(), params
 
 
@@ -87,8 +113,10 @@ def make_criterion(name: str, **params: Any) -> Criterion:
     valid = cls._param_names()
     unknown = sorted(set(params) - set(valid))
     if unknown:
-        raise ParameterError(f"{cls.__name__} ({key}) got unknown parameter(s) {', '.join(map(repr, unknown))}; "
-                             f"valid parameters: {', '.join(valid)}.")
+        raise ParameterError(
+            f"{cls.__name__} ({key}) got unknown parameter(s) {', '.join(map(repr, unknown))}; "
+            f"valid parameters: {', '.join(valid)}."
+        )
     criterion = cls(**params)
     criterion._validate_params()
     return criterion
@@ -101,20 +129,23 @@ def parse_criteria(text: str) -> list[str]:
     it, without parameters); every other spec is checked by building it (:func:`make_criterion`).
     """
     if not isinstance(text, str):
-        raise ParameterError(f"The 'criteria' parameter must be a comma-separated string such as 'idc,nc,kmnc'. "
-                             f"Got {text!r} instead.")
+        raise ParameterError(
+            f"The 'criteria' parameter must be a comma-separated string such as 'idc,nc,kmnc'. Got {text!r} instead."
+        )
     specs = [part for part in split_specs(text) if part]
     if not specs:
-        raise ParameterError(f"The 'criteria' parameter must name at least one of {', '.join(ALL_NAMES)}. "
-                             f"Got {text!r} instead.")
+        raise ParameterError(
+            f"The 'criteria' parameter must name at least one of {', '.join(ALL_NAMES)}. Got {text!r} instead."
+        )
     names = [spec_name(spec) for spec in specs]
     unknown = [n for n in names if n not in ALL_NAMES]
     if unknown:
-        raise ParameterError(f"unknown criteria {', '.join(map(repr, unknown))} in {text!r}; "
-                             f"known criteria: {', '.join(ALL_NAMES)}.")
+        raise ParameterError(
+            f"unknown criteria {', '.join(map(repr, unknown))} in {text!r}; known criteria: {', '.join(ALL_NAMES)}."
+        )
     out = []
     for name, spec in zip(names, specs):
-        rest = spec.strip()[len(spec.strip().split(":")[0].split("(")[0]):]
+        rest = spec.strip()[len(spec.strip().split(":")[0].split("(")[0]) :]
         if name == "idc" and rest:
             raise ParameterError(f"criterion spec {spec!r}: IDC takes no parameters here (its analysis sets them).")
         if name != "idc":

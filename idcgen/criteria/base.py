@@ -84,8 +84,9 @@ class CriterionTracker:
         return self._items.score
 
     def result(self) -> CriterionResult:
-        return CriterionResult(score=self.score, covered=self.covered, total=self.total,
-                               criterion=self.criterion, unit=self.unit)
+        return CriterionResult(
+            score=self.score, covered=self.covered, total=self.total, criterion=self.criterion, unit=self.unit
+        )
 
     def __repr__(self) -> str:
         return f"CriterionTracker(criterion={self.criterion!r}, total={self.total}, covered={self.covered})"
@@ -102,7 +103,8 @@ class CriterionTracker:
             raise InputError(
                 f"{where}: item ids must be in [0, {self.total}) or -1 for none; got {int(outside.sum())} "
                 f"outside, the first {ids[row, col]} in row {row}. Were the features made by another criterion "
-                "or fit?")
+                "or fit?"
+            )
         hit = ids != -1
         return ids[hit], np.nonzero(hit)[0], len(ids)
 
@@ -132,7 +134,8 @@ class CriterionTracker:
         if other.criterion != self.criterion or other.total != self.total:
             raise ParameterError(
                 f"CriterionTracker.merge: the trackers measure different things ({self.criterion!r} with "
-                f"{self.total} {self.unit} vs {other.criterion!r} with {other.total} {other.unit}).")
+                f"{self.total} {self.unit} vs {other.criterion!r} with {other.total} {other.unit})."
+            )
         merged = CriterionTracker(self.total, criterion=self.criterion, unit=self.unit)
         merged._items = self._items.merge(other._items)
         return merged
@@ -141,11 +144,17 @@ class CriterionTracker:
 def check_layer_names(owner: str, layers: Any) -> None:
     if layers is None:
         return
-    if isinstance(layers, str) or not isinstance(layers, Sequence) or not layers \
-            or not all(isinstance(name, str) for name in layers):
+    if (
+        isinstance(layers, str)
+        or not isinstance(layers, Sequence)
+        or not layers
+        or not all(isinstance(name, str) for name in layers)
+    ):
         hint = f" (write layers=[{layers!r}])" if isinstance(layers, str) else ""
-        raise ParameterError(f"The 'layers' parameter of {owner} must be a non-empty list of layer names or "
-                             f"None. Got {layers!r} instead{hint}.")
+        raise ParameterError(
+            f"The 'layers' parameter of {owner} must be a non-empty list of layer names or "
+            f"None. Got {layers!r} instead{hint}."
+        )
     if len(set(layers)) != len(layers):
         raise ParameterError(f"The 'layers' parameter of {owner} names a layer twice. Got {list(layers)!r} instead.")
 
@@ -158,6 +167,7 @@ def default_neuron_layers(network) -> list[str]:
 
 def as_network(model):
     from idcgen.framework import as_network
+
     return as_network(model)
 
 
@@ -232,7 +242,7 @@ class Criterion:
         network = as_network(network)
         layers = self._fit_layers(network)
         x = raw_inputs(x_train, network)  # InputError when empty or mis-shaped
-        y = None if y_train is None else check_labels(x, y_train, network.task)   # floats for regression
+        y = None if y_train is None else check_labels(x, y_train, network.task)  # floats for regression
         state = self._fit_start(network, layers)
         if self.needs_data:
             with tqdm(total=len(x), desc=f"{self.name} fit", unit="input", disable=not progress, leave=False) as bar:
@@ -266,8 +276,9 @@ class Criterion:
         """(n, slots) int64 item ids hit by each input (-1 for none), from one forward pass."""
         self._check_fitted()
         network = as_network(network)
-        probs, acts = network.forward(fit_to_model(x.x if isinstance(x, Dataset) else x, network.input_shape),
-                                      self.forward_layers())
+        probs, acts = network.forward(
+            fit_to_model(x.x if isinstance(x, Dataset) else x, network.input_shape), self.forward_layers()
+        )
         return self.features_from(probs, acts)
 
     def tracker(self) -> CriterionTracker:
@@ -283,14 +294,18 @@ class Criterion:
         x = raw_inputs(x, network)
         tracker = self.tracker()
         for start in range(0, len(x), batch_size):
-            tracker.update(self.features(network, x[start:start + batch_size]))
+            tracker.update(self.features(network, x[start : start + batch_size]))
         return tracker.result()
 
     def _check_widths(self, acts: Sequence[np.ndarray], widths: Sequence[int], layers: Sequence[str]) -> None:
         if len(acts) != len(widths):
-            raise InputError(f"{type(self).__name__}: expected the activations of {len(widths)} layer(s) "
-                             f"{list(layers)}; got {len(acts)}.")
+            raise InputError(
+                f"{type(self).__name__}: expected the activations of {len(widths)} layer(s) "
+                f"{list(layers)}; got {len(acts)}."
+            )
         for a, w, name in zip(acts, widths, layers):
             if a.ndim != 2 or a.shape[1] != w:
-                raise InputError(f"{type(self).__name__}: the activations of layer {name!r} must have shape "
-                                 f"(n, {w}) as when fitted; got {a.shape}. Is this the fitted model?")
+                raise InputError(
+                    f"{type(self).__name__}: the activations of layer {name!r} must have shape "
+                    f"(n, {w}) as when fitted; got {a.shape}. Is this the fitted model?"
+                )

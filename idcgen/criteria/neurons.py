@@ -17,8 +17,13 @@ from idcgen.errors import InputError
 from ..checks import check_choice, check_int, check_real
 from .base import Criterion, check_layer_names, default_neuron_layers
 
-__all__ = ["NeuronCoverage", "KMultisectionCoverage", "NeuronBoundaryCoverage",
-           "StrongNeuronActivationCoverage", "TopKNeuronCoverage"]
+__all__ = [
+    "NeuronCoverage",
+    "KMultisectionCoverage",
+    "NeuronBoundaryCoverage",
+    "StrongNeuronActivationCoverage",
+    "TopKNeuronCoverage",
+]
 
 
 class _NeuronCriterion(Criterion):
@@ -86,8 +91,7 @@ class NeuronCoverage(_NeuronCriterion):
     needs_data = False
     SCALINGS = ("feature-maps", "channel-means")
 
-    def __init__(self, *, threshold: float = 0.75, layers: Sequence[str] | None = None,
-                 scaling: str = "feature-maps"):
+    def __init__(self, *, threshold: float = 0.75, layers: Sequence[str] | None = None, scaling: str = "feature-maps"):
         self.threshold = threshold
         self.layers = layers
         self.scaling = scaling
@@ -100,12 +104,16 @@ class NeuronCoverage(_NeuronCriterion):
     def _fit_layers(self, network) -> tuple[str, ...]:
         layers = super()._fit_layers(network)
         # the layers whose output range differs from their neurons' range: those with feature maps
-        self.map_layers_ = tuple(i for i, name in enumerate(layers) if len(network.output_shape(name)) > 2) \
-            if self.scaling == "feature-maps" else ()
+        self.map_layers_ = (
+            tuple(i for i, name in enumerate(layers) if len(network.output_shape(name)) > 2)
+            if self.scaling == "feature-maps"
+            else ()
+        )
         return layers
 
     def forward_layers(self) -> tuple[str, ...]:
         from idcgen.framework import RANGE_TAP
+
         return self.layers_ + tuple(self.layers_[i] + RANGE_TAP for i in self.map_layers_)
 
     def features_from(self, probs, acts) -> np.ndarray:
@@ -113,8 +121,10 @@ class NeuronCoverage(_NeuronCriterion):
         acts = list(acts)
         n = len(self.layers_)
         if len(acts) != n + len(self.map_layers_):
-            raise InputError(f"NeuronCoverage: expected the activations of {list(self.forward_layers())} "
-                             f"(from network.forward(x, nc.forward_layers())); got {len(acts)} arrays.")
+            raise InputError(
+                f"NeuronCoverage: expected the activations of {list(self.forward_layers())} "
+                f"(from network.forward(x, nc.forward_layers())); got {len(acts)} arrays."
+            )
         ranges = dict(zip(self.map_layers_, acts[n:]))
         parts = []
         for i, (offset, a) in enumerate(self._per_layer(acts[:n])):
@@ -254,5 +264,10 @@ class TopKNeuronCoverage(_NeuronCriterion):
         check_int("k", self.k, 1, owner=type(self).__name__)
 
     def features_from(self, probs, acts) -> np.ndarray:
-        return np.concatenate([offset + np.argsort(-a, axis=1, kind="stable")[:, :self.k].astype(np.int64)
-                               for offset, a in self._per_layer(acts)], axis=1)
+        return np.concatenate(
+            [
+                offset + np.argsort(-a, axis=1, kind="stable")[:, : self.k].astype(np.int64)
+                for offset, a in self._per_layer(acts)
+            ],
+            axis=1,
+        )

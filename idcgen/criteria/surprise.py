@@ -53,8 +53,9 @@ def search_keys(ref: np.ndarray) -> np.ndarray:
     return _augment(-2.0 * ref, np.einsum("ij,ij->i", ref, ref))
 
 
-def nearest(queries: np.ndarray, ref: np.ndarray, keys: np.ndarray | None = None,
-            exclude: slice | None = None) -> tuple[np.ndarray, np.ndarray]:
+def nearest(
+    queries: np.ndarray, ref: np.ndarray, keys: np.ndarray | None = None, exclude: slice | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Nearest reference point of each query: (index (n,) int64, Euclidean distance (n,) float64).
 
     ``keys``: ``search_keys(ref)`` if already made. ``exclude``: a slice of reference points not to
@@ -119,8 +120,9 @@ class _SurpriseCriterion(Criterion):
     def _validate_params(self) -> None:
         owner = type(self).__name__
         if self.layer is not None and not isinstance(self.layer, str):
-            raise ParameterError(f"The 'layer' parameter of {owner} must be a layer name or None. "
-                                 f"Got {self.layer!r} instead.")
+            raise ParameterError(
+                f"The 'layer' parameter of {owner} must be a layer name or None. Got {self.layer!r} instead."
+            )
         check_int("n_buckets", self.n_buckets, 1, owner=owner)
         check_real("lower", self.lower, owner=owner)
         check_real("upper", self.upper, self.lower, None, closed="neither", owner=owner)
@@ -130,11 +132,15 @@ class _SurpriseCriterion(Criterion):
         """As :meth:`Criterion.fit`; ``y_train`` is needed with ``group="label"`` and unused otherwise."""
         self._validate_params()
         if self.group == "label" and y_train is None:
-            raise ParameterError(f"{type(self).__name__} with group='label' groups the training inputs by "
-                                 "their labels: pass y_train (or use group='predicted').")
+            raise ParameterError(
+                f"{type(self).__name__} with group='label' groups the training inputs by "
+                "their labels: pass y_train (or use group='predicted')."
+            )
         if self.group == "label" and as_network(network).task == "regression":
-            raise ParameterError(f"{type(self).__name__} with group='label' groups inputs by class, and a regression "
-                                 "model has none: use group='predicted' (one group)")
+            raise ParameterError(
+                f"{type(self).__name__} with group='label' groups inputs by class, and a regression "
+                "model has none: use group='predicted' (one group)"
+            )
         return super().fit(network, x_train, y_train, **kwargs)
 
     def _fit_layers(self, network) -> tuple[str, ...]:
@@ -179,8 +185,9 @@ class _SurpriseCriterion(Criterion):
         x = raw_inputs(x, network)
         out = []
         for start in range(0, len(x), batch_size):
-            probs, acts = network.forward(fit_to_model(x[start:start + batch_size], network.input_shape),
-                                          self.forward_layers())
+            probs, acts = network.forward(
+                fit_to_model(x[start : start + batch_size], network.input_shape), self.forward_layers()
+            )
             out.append(self.surprise_from(probs, acts))
         return np.concatenate(out) if out else np.zeros(0)
 
@@ -227,9 +234,17 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
 
     name = "lsc"
 
-    def __init__(self, *, layer: str | None = None, n_buckets: int = 1000, lower: float = 0.0,
-                 upper: float = 2000.0, var_threshold: float = 1e-5, group: str = "predicted",
-                 components: int | str = "auto"):
+    def __init__(
+        self,
+        *,
+        layer: str | None = None,
+        n_buckets: int = 1000,
+        lower: float = 0.0,
+        upper: float = 2000.0,
+        var_threshold: float = 1e-5,
+        group: str = "predicted",
+        components: int | str = "auto",
+    ):
         self.layer = layer
         self.n_buckets = n_buckets
         self.lower = lower
@@ -242,10 +257,16 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
         super()._validate_params()
         owner = type(self).__name__
         check_real("var_threshold", self.var_threshold, 0.0, None, owner=owner)
-        if not (self.components in ("auto", "none", None) or isinstance(self.components, (int, np.integer))
-                and not isinstance(self.components, bool) and self.components >= 1):
-            raise ParameterError(f"The 'components' parameter of {owner} must be 'auto', 'none' (or None) or an int >= 1. "
-                                 f"Got {self.components!r} instead.")
+        if not (
+            self.components in ("auto", "none", None)
+            or isinstance(self.components, (int, np.integer))
+            and not isinstance(self.components, bool)
+            and self.components >= 1
+        ):
+            raise ParameterError(
+                f"The 'components' parameter of {owner} must be 'auto', 'none' (or None) or an int >= 1. "
+                f"Got {self.components!r} instead."
+            )
 
     def _projection(self, acts: np.ndarray, classes: np.ndarray, kept: np.ndarray, notes: list):
         """(mean, basis) of the principal components the kept neurons are projected onto, or None."""
@@ -255,7 +276,7 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
             return None
         if self.components == "auto":
             want = int(np.median(sizes)) - 1
-            if kept.size <= want or want < 1:   # the KDEs fit as they are (or cannot, however projected)
+            if kept.size <= want or want < 1:  # the KDEs fit as they are (or cannot, however projected)
                 return None
             why = f"more than the {int(np.median(sizes))} inputs of the median class"
         else:
@@ -265,9 +286,11 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
         rows = acts[:, kept].astype(np.float64)
         mean = rows.mean(axis=0)
         _, vectors = np.linalg.eigh(np.cov(rows - mean, rowvar=False))
-        basis = vectors[:, ::-1][:, :want]   # eigh: ascending eigenvalues
-        notes.append(f"{kept.size} neurons projected onto their {want} principal components ({why}); "
-                     "components=none keeps them all")
+        basis = vectors[:, ::-1][:, :want]  # eigh: ascending eigenvalues
+        notes.append(
+            f"{kept.size} neurons projected onto their {want} principal components ({why}); "
+            "components=none keeps them all"
+        )
         return mean, basis
 
     def _features(self, acts: np.ndarray) -> np.ndarray:
@@ -287,12 +310,16 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
                 low_variance |= rows.var(axis=0) < self.var_threshold
         kept = np.flatnonzero(~low_variance)
         if kept.size == 0:
-            raise InputError(f"LSC: every neuron of layer {self.layer_!r} varies less than var_threshold="
-                             f"{self.var_threshold} within some class; choose another layer.")
+            raise InputError(
+                f"LSC: every neuron of layer {self.layer_!r} varies less than var_threshold="
+                f"{self.var_threshold} within some class; choose another layer."
+            )
         densities, notes = {}, []
         if low_variance.any():
-            notes.append(f"{int(low_variance.sum())} of {acts.shape[1]} neurons dropped (variance below "
-                         f"{self.var_threshold} within some class)")
+            notes.append(
+                f"{int(low_variance.sum())} of {acts.shape[1]} neurons dropped (variance below "
+                f"{self.var_threshold} within some class)"
+            )
         self.kept_neurons_ = kept
         self.projection_ = self._projection(acts, classes, kept, notes)
         features = self._features(acts)
@@ -301,13 +328,17 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
             try:
                 densities[int(label)] = ClassDensity(rows)
             except (np.linalg.LinAlgError, ValueError) as exc:
-                note = (f"class {int(label)}: no KDE from {len(rows)} inputs x {rows.shape[1]} dimensions "
-                        f"({str(exc).splitlines()[0][:120]}); its inputs get no LSA")
+                note = (
+                    f"class {int(label)}: no KDE from {len(rows)} inputs x {rows.shape[1]} dimensions "
+                    f"({str(exc).splitlines()[0][:120]}); its inputs get no LSA"
+                )
                 logger.warning("LSC: %s", note)
                 notes.append(note)
         if not densities:
-            raise InputError(f"LSC: no class of the training data gives a KDE on layer {self.layer_!r} "
-                             f"({notes[-1]}); give more training inputs or choose a narrower layer.")
+            raise InputError(
+                f"LSC: no class of the training data gives a KDE on layer {self.layer_!r} "
+                f"({notes[-1]}); give more training inputs or choose a narrower layer."
+            )
         self.densities_ = densities
         self.classes_ = np.array(sorted(densities), dtype=np.int64)
         self.notes_ = notes
@@ -345,8 +376,15 @@ class DistanceSurpriseCoverage(_SurpriseCriterion):
 
     name = "dsc"
 
-    def __init__(self, *, layer: str | None = None, n_buckets: int = 1000, lower: float = 0.0,
-                 upper: float = 2.0, group: str = "predicted"):
+    def __init__(
+        self,
+        *,
+        layer: str | None = None,
+        n_buckets: int = 1000,
+        lower: float = 0.0,
+        upper: float = 2.0,
+        group: str = "predicted",
+    ):
         self.layer = layer
         self.n_buckets = n_buckets
         self.lower = lower

@@ -73,6 +73,24 @@ from .loading import check_source, load_for_model, load_inputs
 from .named import DATASETS, embedded_mnist, register_dataset
 from .readers import READERS, SPLITS, ReadOptions, image_names, is_image_folder, register_reader
 
-__all__ = ["Dataset", "check_source", "load_inputs", "load_for_model", "fit_to_model", "check_labels", "embedded_mnist",
-           "parse_resize", "parse_crop", "parse_class_names", "scale_inputs", "is_image_folder", "SPLITS",
-           "DATASETS", "register_dataset", "READERS", "ReadOptions", "register_reader", "image_names"]
+__all__ = [
+    "Dataset",
+    "check_source",
+    "load_inputs",
+    "load_for_model",
+    "fit_to_model",
+    "check_labels",
+    "embedded_mnist",
+    "parse_resize",
+    "parse_crop",
+    "parse_class_names",
+    "scale_inputs",
+    "is_image_folder",
+    "SPLITS",
+    "DATASETS",
+    "register_dataset",
+    "READERS",
+    "ReadOptions",
+    "register_reader",
+    "image_names",
+]

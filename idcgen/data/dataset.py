@@ -41,7 +41,7 @@ class Dataset:
     def summary(self) -> dict:
         """JSON-able description: source, n, per-item shape, dtype, scaling, value range, label counts."""
         empty = self.x.size == 0
-        classes = self.y is not None and self.y.dtype.kind in "iu"   # float labels: a regression target
+        classes = self.y is not None and self.y.dtype.kind in "iu"  # float labels: a regression target
         labels, counts = np.unique(self.y, return_counts=True) if classes else ((), ())
         return {
             "source": self.source,
@@ -55,5 +55,8 @@ class Dataset:
             "class_counts": None if not classes else {str(k): int(c) for k, c in zip(labels, counts)},
             "class_names": None if self.class_names is None else list(self.class_names),
             "notes": list(self.notes),
-        } | ({"label_range": [float(self.y.min()), float(self.y.max())]}   # a regression target's span
-             if self.y is not None and not classes and len(self.y) else {})
+        } | (
+            {"label_range": [float(self.y.min()), float(self.y.max())]}  # a regression target's span
+            if self.y is not None and not classes and len(self.y)
+            else {}
+        )

@@ -33,8 +33,9 @@ def fit_to_model(ds_or_x, input_shape: tuple) -> np.ndarray:
     x = ds_or_x.x if isinstance(ds_or_x, Dataset) else np.asarray(ds_or_x)
     want = tuple(None if d is None else int(d) for d in input_shape)
     if x.ndim < 2 or len(x) == 0:
-        raise InputError(f"no inputs to feed the model: got an array of shape {x.shape}, "
-                         f"expected (n, {_dims(want)}) with n >= 1")
+        raise InputError(
+            f"no inputs to feed the model: got an array of shape {x.shape}, expected (n, {_dims(want)}) with n >= 1"
+        )
     item = x.shape[1:]
     if _shape_matches(item, want):
         return x.astype(np.float32, copy=False)
@@ -80,8 +81,10 @@ def check_labels(x, y, task: str = "classification") -> np.ndarray:
         whole = np.isfinite(y) & (y == np.round(y))
         if not whole.all():
             i = int(np.argmin(whole))
-            raise InputError(f"labels must be whole numbers; got {y[i]} at index {i} (a classifier takes class "
-                             "indices; float labels are for regression models: one output unit, or --task regression)")
+            raise InputError(
+                f"labels must be whole numbers; got {y[i]} at index {i} (a classifier takes class "
+                "indices; float labels are for regression models: one output unit, or --task regression)"
+            )
     elif y.dtype.kind not in "iu":
         raise InputError(f"labels must be integers; got dtype {y.dtype}")
     if len(y) and y.min() < 0:
@@ -109,12 +112,15 @@ def check_raw(x: np.ndarray, source: str) -> None:
 
 
 def parse_resize(resize) -> tuple[int, int] | None:
-    """"66x200" (height x width) or (66, 200) -> (66, 200); None stays None."""
+    """ "66x200" (height x width) or (66, 200) -> (66, 200); None stays None."""
     if resize is None:
         return None
     try:
-        dims = [int(v) for v in re.split(r"[x,\s]+", resize.strip().lower())] if isinstance(resize, str) \
+        dims = (
+            [int(v) for v in re.split(r"[x,\s]+", resize.strip().lower())]
+            if isinstance(resize, str)
             else [int(v) for v in resize]
+        )
     except (TypeError, ValueError, AttributeError):
         dims = []
     if len(dims) != 2 or min(dims) < 1:
@@ -123,16 +129,19 @@ def parse_resize(resize) -> tuple[int, int] | None:
 
 
 def parse_crop(crop) -> tuple[int, int, int, int] | None:
-    """"60,25,0,0" or (60, 25, 0, 0): pixels cut from the top, bottom, left and right; None stays None."""
+    """ "60,25,0,0" or (60, 25, 0, 0): pixels cut from the top, bottom, left and right; None stays None."""
     if crop is None:
         return None
     try:
-        values = [int(v) for v in re.split(r"[,\s]+", crop.strip())] if isinstance(crop, str) else [int(v) for v in crop]
+        values = (
+            [int(v) for v in re.split(r"[,\s]+", crop.strip())] if isinstance(crop, str) else [int(v) for v in crop]
+        )
     except (TypeError, ValueError, AttributeError):
         values = []
     if len(values) != 4 or min(values) < 0:
-        raise ParameterError(f"crop must be TOP,BOTTOM,LEFT,RIGHT (pixels cut from each side, e.g. 60,25,0,0). "
-                             f"Got {crop!r} instead.")
+        raise ParameterError(
+            f"crop must be TOP,BOTTOM,LEFT,RIGHT (pixels cut from each side, e.g. 60,25,0,0). Got {crop!r} instead."
+        )
     return tuple(values)
 
 
@@ -150,8 +159,9 @@ def parse_class_names(spec) -> tuple[str, ...] | None:
         names, where = [str(n) for n in spec], ""
     names = [n.strip() for n in names if n.strip()]
     if not names:
-        raise ParameterError(f"class names{where} are empty; give them in label order, e.g. cat,dog "
-                             "or a file with one name per line")
+        raise ParameterError(
+            f"class names{where} are empty; give them in label order, e.g. cat,dog or a file with one name per line"
+        )
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ParameterError(f"class names{where} repeat {', '.join(repeated)}; each class needs one name")
@@ -165,7 +175,9 @@ def check_value_range(value_range) -> tuple[float, float]:
     except (TypeError, ValueError):
         lo = hi = float("nan")
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-        raise ParameterError(f"The 'value_range' parameter must be (low, high) with low < high. Got {value_range!r} instead.")
+        raise ParameterError(
+            f"The 'value_range' parameter must be (low, high) with low < high. Got {value_range!r} instead."
+        )
     return lo, hi
 
 
@@ -181,8 +193,10 @@ def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.
     elif x.dtype.kind in "ui":
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi > 255:
-            raise InputError(f"integer inputs range over [{lo}, {hi}], beyond 0..255, so scale='auto' cannot map them "
-                             f"to {target}; pass scale='none' to keep them unscaled")
+            raise InputError(
+                f"integer inputs range over [{lo}, {hi}], beyond 0..255, so scale='auto' cannot map them "
+                f"to {target}; pass scale='none' to keep them unscaled"
+            )
         if (vlo, vhi) == (0.0, 255.0):
             out, how = x.astype(np.float32), f"{x.dtype} kept in 0..255 (the model takes [0, 255])"
         elif (vlo, vhi) == (0.0, 1.0):
@@ -192,21 +206,30 @@ def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.
             how = f"{x.dtype} 0..255 -> {target} (linear)"
     else:
         out, how = x.astype(np.float32), f"none (float input already in {target})"
-    lo, hi = float(out.min()), float(out.max())   # NaN and Inf show in the extremes: no mask unless needed
+    lo, hi = float(out.min()), float(out.max())  # NaN and Inf show in the extremes: no mask unless needed
     if not (np.isfinite(lo) and np.isfinite(hi)):
         bad = ~np.isfinite(out)
         n_nan = int(np.isnan(out).sum())
         first = np.unravel_index(int(np.argmax(bad)), out.shape)
-        raise InputError(f"inputs contain {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values; the first is in "
-                         f"input {first[0]} at index {tuple(int(i) for i in first)}; fix or drop those inputs")
+        raise InputError(
+            f"inputs contain {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values; the first is in "
+            f"input {first[0]} at index {tuple(int(i) for i in first)}; fix or drop those inputs"
+        )
     if scale == "auto" and x.dtype.kind == "f" and (lo < vlo or hi > vhi):
-        hint = ("pass scale='255' to divide them by 255" if hi > vhi and (vlo, vhi) == (0.0, 1.0) else
-                "give the value range the model takes (--value-range LO,HI)")
-        raise InputError(f"float inputs lie in [{lo:g}, {hi:g}], outside {target}; {hint}, "
-                         "or pass scale='none' to keep them as they are")
+        hint = (
+            "pass scale='255' to divide them by 255"
+            if hi > vhi and (vlo, vhi) == (0.0, 1.0)
+            else "give the value range the model takes (--value-range LO,HI)"
+        )
+        raise InputError(
+            f"float inputs lie in [{lo:g}, {hi:g}], outside {target}; {hint}, "
+            "or pass scale='none' to keep them as they are"
+        )
     if scale == "255" and (lo < vlo or hi > vhi):
-        raise InputError(f"inputs lie in [{lo:g}, {hi:g}] after dividing by 255, outside the value range {target}; "
-                         "pass scale='none' to keep them as they are")
+        raise InputError(
+            f"inputs lie in [{lo:g}, {hi:g}] after dividing by 255, outside the value range {target}; "
+            "pass scale='none' to keep them as they are"
+        )
     return out, how
 
 
@@ -215,8 +238,8 @@ def _divided_by_255(x: np.ndarray, rows: int = 4096) -> np.ndarray:
     result, never a second float32 temporary (614 MB for CIFAR-10's training set)."""
     out = np.empty(x.shape, np.float32)
     for start in range(0, len(x), rows):
-        block = out[start:start + rows]
-        block[...] = x[start:start + rows]
+        block = out[start : start + rows]
+        block[...] = x[start : start + rows]
         block /= np.float32(255)
     return out
 
@@ -235,12 +258,14 @@ def _shape_difference(item: tuple, want: tuple) -> str:
         have = item if len(item) == 3 else item + (1,)
         problems = []
         if not _shape_matches(have[:2], want[:2]):
-            problems.append(f"spatial size differs ({have[0]}x{have[1]} vs {_dims(want[:2]).replace(', ', 'x')}); "
-                            "resize the inputs")
+            problems.append(
+                f"spatial size differs ({have[0]}x{have[1]} vs {_dims(want[:2]).replace(', ', 'x')}); resize the inputs"
+            )
         if want[2] is not None and have[2] != want[2]:
-            problems.append(f"channel count differs ({have[2]} vs {want[2]}); load images with channels={want[2]} "
-                            "or convert the arrays")
+            problems.append(
+                f"channel count differs ({have[2]} vs {want[2]}); load images with channels={want[2]} "
+                "or convert the arrays"
+            )
         if problems:
             return "; ".join(problems)
-    return (f"{int(np.prod(item))} values per item cannot be reshaped to {want}; "
-            "give inputs of the model's input shape")
+    return f"{int(np.prod(item))} values per item cannot be reshaped to {want}; give inputs of the model's input shape"

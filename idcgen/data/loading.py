@@ -27,8 +27,9 @@ from .named import DATASETS, find_dataset
 from .readers import SPLITS, ReadOptions, is_image_folder, read_path
 
 
-def check_source(spec: str | os.PathLike, *, scale: str = "auto", limit=None, resize=None, crop=None,
-                 class_names=None) -> None:
+def check_source(
+    spec: str | os.PathLike, *, scale: str = "auto", limit=None, resize=None, crop=None, class_names=None
+) -> None:
     """Refuse an input spec naming no file, folder or dataset (or an unknown split), or a loading option
     that does not parse, in one line, before a command spends seconds importing the framework and loading
     its model. Shard patterns are the workers'."""
@@ -51,10 +52,21 @@ def check_source(spec: str | os.PathLike, *, scale: str = "auto", limit=None, re
         raise InputError(f"unknown split {colon_split!r} in {text!r}; expected one of {', '.join(SPLITS)}")
 
 
-def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str = "auto",
-                channels: int | None = None, limit: int | None = None, value_range=(0.0, 1.0),
-                resize: tuple[int, int] | str | None = None, class_names=None,
-                n_classes: int | None = None, labels=None, crop=None, task: str | None = None) -> Dataset:
+def load_inputs(
+    spec: str | os.PathLike,
+    *,
+    split: str | None = None,
+    scale: str = "auto",
+    channels: int | None = None,
+    limit: int | None = None,
+    value_range=(0.0, 1.0),
+    resize: tuple[int, int] | str | None = None,
+    class_names=None,
+    n_classes: int | None = None,
+    labels=None,
+    crop=None,
+    task: str | None = None,
+) -> Dataset:
     """Load inputs and optional labels from `spec` (see :mod:`idcgen.data` for the forms).
 
     Args:
@@ -93,7 +105,7 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
     path = Path(text).expanduser()
     head, _, tail = text.rpartition(":")
     if not path.exists() and tail in SPLITS and Path(head).expanduser().exists():
-        path, split = Path(head).expanduser(), tail   # "train.npz:train": a file's part, as for a named dataset
+        path, split = Path(head).expanduser(), tail  # "train.npz:train": a file's part, as for a named dataset
     image_folder = is_image_folder(path)
     if resize is not None and not image_folder:
         raise InputError(f"resize applies to folders of images; {text} is not one (resize arrays before saving them)")
@@ -102,9 +114,19 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
             raise InputError(f"--{name} applies to folders of images; {text} is not one")
     notes = ()
     if path.exists():
-        x, y, source, found_names, notes = read_path(path, ReadOptions(
-            split=split, channels=channels, limit=limit, resize=resize, class_names=class_names,
-            n_classes=n_classes, labels=labels, crop=crop))
+        x, y, source, found_names, notes = read_path(
+            path,
+            ReadOptions(
+                split=split,
+                channels=channels,
+                limit=limit,
+                resize=resize,
+                class_names=class_names,
+                n_classes=n_classes,
+                labels=labels,
+                crop=crop,
+            ),
+        )
     else:
         name, _, colon_split = text.partition(":")
         load = find_dataset(name)
@@ -124,16 +146,29 @@ def load_inputs(spec: str | os.PathLike, *, split: str | None = None, scale: str
         y = check_labels(x, y, task=task)[:limit]
         if task == "classification" and n_classes is not None and n_classes >= 2 and len(y) and y.max() >= n_classes:
             i = int(np.argmax(y))
-            raise InputError(f"labels from {source} reach {y[i]} (input {i}) but the model has {n_classes} classes "
-                             f"(0..{n_classes - 1}); give labels the model's class indices")
+            raise InputError(
+                f"labels from {source} reach {y[i]} (input {i}) but the model has {n_classes} classes "
+                f"(0..{n_classes - 1}); give labels the model's class indices"
+            )
     x = x[:limit]
     x, scaling = scale_inputs(x, scale, value_range)
     return Dataset(x=x, y=y, source=source, scaling=scaling, class_names=found_names, notes=tuple(notes))
 
 
-def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int | None = None,
-                   value_range=(0.0, 1.0), resize=None, class_names=None, n_classes: int | None = None,
-                   labels=None, crop=None, task: str | None = None):
+def load_for_model(
+    spec,
+    input_shape: tuple,
+    *,
+    scale: str = "auto",
+    limit: int | None = None,
+    value_range=(0.0, 1.0),
+    resize=None,
+    class_names=None,
+    n_classes: int | None = None,
+    labels=None,
+    crop=None,
+    task: str | None = None,
+):
     """``load_inputs`` for a model taking ``input_shape`` and images in ``value_range``: images
     converted to its channel count (and resized to ``resize``, (h, w), for image folders; without it, the
     images of a folder that differ from the model's input size are resized to it), labels
@@ -141,7 +176,18 @@ def load_for_model(spec, input_shape: tuple, *, scale: str = "auto", limit: int 
     ``Dataset.notes`` to the user."""
     channels = input_shape[-1] if len(input_shape) == 3 and input_shape[-1] in (1, 3) else None
     if resize is None and len(input_shape) == 3 and None not in input_shape[:2] and is_image_folder(spec):
-        resize = tuple(input_shape[:2])   # frames of another size are resized to the model's input, said in a note
-    ds = load_inputs(spec, scale=scale, channels=channels, limit=limit, value_range=value_range, resize=resize,
-                     class_names=class_names, n_classes=n_classes, labels=labels, crop=crop, task=task)
+        resize = tuple(input_shape[:2])  # frames of another size are resized to the model's input, said in a note
+    ds = load_inputs(
+        spec,
+        scale=scale,
+        channels=channels,
+        limit=limit,
+        value_range=value_range,
+        resize=resize,
+        class_names=class_names,
+        n_classes=n_classes,
+        labels=labels,
+        crop=crop,
+        task=task,
+    )
     return ds, fit_to_model(ds, input_shape)

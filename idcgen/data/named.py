@@ -29,10 +29,12 @@ ALIASES: dict[str, str] = {}
 
 def register_dataset(name: str, *, aliases: tuple[str, ...] = ()):
     """Decorator registering ``load(split) -> (x, y, source)`` as the dataset ``name`` (lower case)."""
+
     def register(load):
         DATASETS[name] = load
         ALIASES.update(dict.fromkeys(aliases, name))
         return load
+
     return register
 
 
@@ -94,8 +96,9 @@ def _mnist(split: str):
 @register_dataset("fashion-mnist")
 def _fashion_mnist(split: str):
     if not idx_folder_files(FASHION_MNIST_DIR):
-        raise InputError(f"fashion-mnist not found in {FASHION_MNIST_DIR}; "
-                         "install it with: apt-get install dataset-fashion-mnist")
+        raise InputError(
+            f"fashion-mnist not found in {FASHION_MNIST_DIR}; install it with: apt-get install dataset-fashion-mnist"
+        )
     x, y, _ = split_parts(lambda s: load_idx_folder(FASHION_MNIST_DIR, s), split)
     return x, y, f"fashion-mnist:{split} from {FASHION_MNIST_DIR}"
 
@@ -120,9 +123,11 @@ def _find_cifar10() -> Path:
     place = Path("~/.keras/datasets/cifar-10-batches-py").expanduser()
     if place.is_dir():
         return place.resolve()
-    raise InputError(f"cifar10 not found; searched IDCGEN_CIFAR10 (unset), {place}. Set IDCGEN_CIFAR10 to a folder "
-                     "holding CIFAR-10's python batches (data_batch_1..5, test_batch), or a zip of "
-                     "train/<class>/*.jpg and an .npz of the test images (x, y)")
+    raise InputError(
+        f"cifar10 not found; searched IDCGEN_CIFAR10 (unset), {place}. Set IDCGEN_CIFAR10 to a folder "
+        "holding CIFAR-10's python batches (data_batch_1..5, test_batch), or a zip of "
+        "train/<class>/*.jpg and an .npz of the test images (x, y)"
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -131,7 +136,7 @@ def _cifar10_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray]:
     training images takes seconds). The JPEG layout is stored grouped by class, so it is put in one fixed
     random order (seed 0): the first N inputs mix the classes."""
     root = Path(folder)
-    if (root / "test_batch").is_file():   # the official python version
+    if (root / "test_batch").is_file():  # the official python version
         names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
         parts = []
         for name in names:
@@ -166,6 +171,7 @@ def _cifar10_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def _cifar10_zip(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Images ``train/<class>/NAME.jpg`` in name order; labels the class folders' index in CIFAR10_CLASSES."""
     from PIL import Image
+
     with zipfile.ZipFile(path) as archive:
         names = sorted(n for n in archive.namelist() if n.lower().endswith((".jpg", ".jpeg", ".png")))
         classes = [n.split("/")[-2] for n in names]
@@ -187,5 +193,7 @@ def _find_mnist() -> Path:
         if place.is_file() or (place.is_dir() and (idx_folder_files(place) or (place / "mnist.npz").is_file())):
             return place.resolve()
     searched = ", ".join(str(p) for p in candidates)
-    raise InputError(f"mnist not found; searched IDCGEN_MNIST (unset), {searched}. Set IDCGEN_MNIST to a keras "
-                     "mnist.npz or a folder of the four IDX .gz files, or use embedded-mnist")
+    raise InputError(
+        f"mnist not found; searched IDCGEN_MNIST (unset), {searched}. Set IDCGEN_MNIST to a keras "
+        "mnist.npz or a folder of the four IDX .gz files, or use embedded-mnist"
+    )

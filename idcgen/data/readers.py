@@ -29,6 +29,7 @@ _GRAY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # PIL modes kept as one channe
 
 # --- the registry ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ReadOptions:
     """What `load_inputs` asks of a reader; each reader takes the options that apply to its format."""
@@ -50,8 +51,8 @@ class Reader:
     kind: str
     matches: Callable[[Path], bool]
     read: Callable[[Path, ReadOptions], tuple]
-    splits: bool = False    # it has train/test parts; the other formats refuse a split
-    images: bool = False    # resize, crop and a labels file apply to it
+    splits: bool = False  # it has train/test parts; the other formats refuse a split
+    images: bool = False  # resize, crop and a labels file apply to it
 
 
 #: the readers, tried in order: the first whose ``matches`` takes an existing path reads it
@@ -61,9 +62,11 @@ READERS: list[Reader] = []
 def register_reader(kind: str, matches: Callable[[Path], bool], *, splits: bool = False, images: bool = False):
     """Decorator registering ``read(path, options)`` for the existing paths ``matches`` takes, after the
     readers registered before it."""
+
     def register(read):
         READERS.append(Reader(kind, matches, read, splits, images))
         return read
+
     return register
 
 
@@ -78,8 +81,9 @@ def read_path(path: Path, options: ReadOptions):
     if reader is None or not reader.splits:
         no_split(options.split, path)
     if reader is None:
-        raise InputError(f"unsupported file type: {path}; expected a folder of images, .npz, .npy "
-                         "or an IDX file (*-ubyte.gz)")
+        raise InputError(
+            f"unsupported file type: {path}; expected a folder of images, .npz, .npy or an IDX file (*-ubyte.gz)"
+        )
     return reader.read(path, options)
 
 
@@ -93,6 +97,7 @@ def is_image_folder(spec) -> bool:
 
 
 # --- splits ------------------------------------------------------------------------------------------
+
 
 def split_parts(load_one, split: str):
     """Load one split, or "all" as train followed by test."""
@@ -110,6 +115,7 @@ def no_split(split, path):
 
 
 # --- npz / npy ---------------------------------------------------------------------------------------
+
 
 def _read_array(path: Path, key: str | None = None) -> np.ndarray:
     try:
@@ -142,8 +148,10 @@ def load_npz(path: Path, split):
         note = "" if split else f" (no split given: used {part})"
         x_key, y_key = f"x_{part}", f"y_{part}"
     else:
-        raise InputError(f"{path} has keys {', '.join(keys) or '(none)'}; expected x (optional y), "
-                         "x_test/y_test and x_train/y_train, or images (optional labels)")
+        raise InputError(
+            f"{path} has keys {', '.join(keys) or '(none)'}; expected x (optional y), "
+            "x_test/y_test and x_train/y_train, or images (optional labels)"
+        )
     has_y = y_key in keys
     x = _read_array(path, x_key)
     y = _read_array(path, y_key) if has_y else None
@@ -151,6 +159,7 @@ def load_npz(path: Path, split):
 
 
 # --- IDX ---------------------------------------------------------------------------------------------
+
 
 def _is_idx_name(name: str) -> bool:
     return name.endswith(("-ubyte", "-ubyte.gz")) or re.search(r"\.idx\d", name) is not None
@@ -171,8 +180,10 @@ def _read_idx(path: Path) -> np.ndarray:
     shape = tuple(int(d) for d in np.frombuffer(data[4:offset], dtype=">u4")) if len(data) >= offset else ()
     expected = offset + int(np.prod(shape)) * dtype.itemsize
     if len(shape) != ndim or len(data) != expected:
-        raise InputError(f"IDX file {path} is truncated or padded: header says shape {shape} "
-                         f"({expected} bytes), file holds {len(data)} bytes")
+        raise InputError(
+            f"IDX file {path} is truncated or padded: header says shape {shape} "
+            f"({expected} bytes), file holds {len(data)} bytes"
+        )
     return np.frombuffer(data, dtype=dtype, offset=offset).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -192,8 +203,10 @@ def idx_folder_files(folder: Path) -> dict[str, tuple[Path, Path]]:
     for split, (images, labels) in IDX_FILES.items():
         for suffix in (".gz", ""):
             if (folder / (images.removesuffix(".gz") + suffix)).is_file():
-                found[split] = (folder / (images.removesuffix(".gz") + suffix),
-                                folder / (labels.removesuffix(".gz") + suffix))
+                found[split] = (
+                    folder / (images.removesuffix(".gz") + suffix),
+                    folder / (labels.removesuffix(".gz") + suffix),
+                )
                 break
     return found
 
@@ -208,6 +221,7 @@ def load_idx_folder(folder: Path, split: str):
 
 
 # --- image folders -----------------------------------------------------------------------------------
+
 
 def _image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
@@ -231,41 +245,52 @@ def _folder_labels(folder: Path, names: list[str], class_names, n_classes):
         index = {n: i for i, n in enumerate(class_names)}
         unknown = [n for n in names if n not in index]
         if unknown:
-            raise InputError(f"class subfolder {folder / unknown[0]} is not among the class names "
-                             f"({', '.join(class_names)}); add its name or remove the folder")
+            raise InputError(
+                f"class subfolder {folder / unknown[0]} is not among the class names "
+                f"({', '.join(class_names)}); add its name or remove the folder"
+            )
         labels, by_label, how = {n: index[n] for n in names}, tuple(class_names), "class names given"
     elif integer and len(integer) == len(names):
         labels, by_label, how = {n: int(n) for n in names}, None, "integer folder names"
     elif integer:
         other = [n for n in names if n not in integer]
-        raise InputError(f"class subfolders of {folder} mix integers ({integer[0]}) and other names ({other[0]}); "
-                         "name every folder by its class index, or give the class names in label order "
-                         "(--class-names)")
+        raise InputError(
+            f"class subfolders of {folder} mix integers ({integer[0]}) and other names ({other[0]}); "
+            "name every folder by its class index, or give the class names in label order "
+            "(--class-names)"
+        )
     else:
         labels, by_label, how = {n: i for i, n in enumerate(names)}, tuple(names), "sorted folder names"
     if n_classes is not None and n_classes >= 2:
         beyond = [n for n in names if labels[n] >= n_classes]
         if beyond:
-            raise InputError(f"class subfolder {folder / beyond[0]} has label {labels[beyond[0]]} ({how}) but the "
-                             f"model has {n_classes} classes (0..{n_classes - 1}); name folders by class index "
-                             "or give the class names in label order (--class-names)")
+            raise InputError(
+                f"class subfolder {folder / beyond[0]} has label {labels[beyond[0]]} ({how}) but the "
+                f"model has {n_classes} classes (0..{n_classes - 1}); name folders by class index "
+                "or give the class names in label order (--class-names)"
+            )
     shown = ", ".join(f"{n}={labels[n]}" for n in sorted(names, key=lambda n: (labels[n], n)))
     return labels, by_label, f"labels: {shown} ({how})"
 
 
-def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=None, n_classes=None, labels=None,
-                       crop=None):
+def _load_image_folder(
+    folder: Path, channels, limit, resize=None, class_names=None, n_classes=None, labels=None, crop=None
+):
     direct = _image_files(folder)
     subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     per_class = [_image_files(d) for d in subfolders]
     if direct and any(per_class):
-        raise InputError(f"{folder} holds both images and class subfolders with images; "
-                         "move the images into class subfolders or point at a folder with one kind")
+        raise InputError(
+            f"{folder} holds both images and class subfolders with images; "
+            "move the images into class subfolders or point at a folder with one kind"
+        )
     notes = []
     label_file, labels = labels, None
     if label_file is not None and any(per_class):
-        raise InputError(f"{folder} has class subfolders, which give the labels; --labels takes a folder with the "
-                         "images directly in it")
+        raise InputError(
+            f"{folder} has class subfolders, which give the labels; --labels takes a folder with the "
+            "images directly in it"
+        )
     if direct:
         files, by_label = direct, None
         if class_names is not None:
@@ -280,6 +305,7 @@ def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=N
     files = files[:limit]  # decode only what is kept
     if label_file is not None and files:
         from ..labelfile import read_labels
+
         labels, line = read_labels(label_file, files)
         notes.append(line)
     read = [_read_image(f, channels, resize, crop) for f in files]
@@ -287,21 +313,29 @@ def _load_image_folder(folder: Path, channels, limit, resize=None, class_names=N
     converted = sum(changed for _, changed, _ in read)
     resized = sum(sized for _, _, sized in read)
     if resized:
-        notes.append(f"{resized} of {len(files)} images resized to {resize[0]}x{resize[1]} (HxW, PIL bilinear"
-                     + (f", after cropping by {crop}" if crop else "") + "); --resize HxW chooses the size")
+        notes.append(
+            f"{resized} of {len(files)} images resized to {resize[0]}x{resize[1]} (HxW, PIL bilinear"
+            + (f", after cropping by {crop}" if crop else "")
+            + "); --resize HxW chooses the size"
+        )
     if converted:
         kind = ("colour", "grayscale") if channels == 1 else ("grayscale", "RGB")
-        notes.append(f"{converted} of {len(files)} images converted from {kind[0]} to {kind[1]} "
-                     f"({channels} channel{'s' if channels > 1 else ''} wanted)")
+        notes.append(
+            f"{converted} of {len(files)} images converted from {kind[0]} to {kind[1]} "
+            f"({channels} channel{'s' if channels > 1 else ''} wanted)"
+        )
     for f, image in zip(files, images):
         if image.shape != images[0].shape:
-            raise InputError(f"images differ in size: {files[0]} is {_image_size(images[0])} but {f} is "
-                             f"{_image_size(image)}; resize them to one size (--resize HxW)"
-                             + ("" if channels else " (or pass channels=1 or 3 to convert them to one mode)"))
-    source = f"{folder} (image folder" + (f", {len(subfolders)} classes" if labels is not None and
-                                          label_file is None else "")
+            raise InputError(
+                f"images differ in size: {files[0]} is {_image_size(images[0])} but {f} is "
+                f"{_image_size(image)}; resize them to one size (--resize HxW)"
+                + ("" if channels else " (or pass channels=1 or 3 to convert them to one mode)")
+            )
+    source = f"{folder} (image folder" + (
+        f", {len(subfolders)} classes" if labels is not None and label_file is None else ""
+    )
     source += f", cropped by {crop} (top, bottom, left, right)" if crop else ""
-    source += (f", resized to {resize[0]}x{resize[1]} (HxW) with PIL bilinear)" if resized else ")")
+    source += f", resized to {resize[0]}x{resize[1]} (HxW) with PIL bilinear)" if resized else ")"
     return np.stack(images), None if labels is None else labels[:limit], source, by_label, tuple(notes)
 
 
@@ -317,8 +351,10 @@ def _read_image(path: Path, channels, resize=None, crop=None) -> tuple[np.ndarra
                 top, bottom, left, right = crop
                 width, height = image.size
                 if top + bottom >= height or left + right >= width:
-                    raise InputError(f"crop {crop} (top, bottom, left, right) leaves nothing of {path} "
-                                     f"({width}x{height}); crop fewer pixels")
+                    raise InputError(
+                        f"crop {crop} (top, bottom, left, right) leaves nothing of {path} "
+                        f"({width}x{height}); crop fewer pixels"
+                    )
                 image = image.crop((left, top, width - right, height - bottom))
             resized = resize is not None and image.size != (resize[1], resize[0])
             if resized:
@@ -335,6 +371,7 @@ def _image_size(image: np.ndarray) -> str:
 
 # --- the formats, in the order they are tried ---------------------------------------------------------
 
+
 @register_reader("IDX folder", lambda path: path.is_dir() and bool(idx_folder_files(path)), splits=True)
 def _idx_folder(path: Path, options: ReadOptions):
     x, y, source = split_parts(lambda s: load_idx_folder(path, s), options.split or "test")
@@ -343,8 +380,16 @@ def _idx_folder(path: Path, options: ReadOptions):
 
 @register_reader("image folder", Path.is_dir, images=True)
 def _image_folder(path: Path, options: ReadOptions):
-    return _load_image_folder(path, options.channels, options.limit, options.resize, options.class_names,
-                              options.n_classes, options.labels, options.crop)
+    return _load_image_folder(
+        path,
+        options.channels,
+        options.limit,
+        options.resize,
+        options.class_names,
+        options.n_classes,
+        options.labels,
+        options.crop,
+    )
 
 
 @register_reader("npz", lambda path: path.name.lower().endswith(".npz"), splits=True)

@@ -47,5 +47,16 @@ from .statistics import (
 )
 from .units import UnitGroup, parse_measures, parse_units
 
-__all__ = ["affinity", "AffinityResult", "UnitGroup", "parse_units", "parse_measures", "MEASURES",
-           "pearson", "spearman", "mutual_information", "linear_fit", "write_report"]
+__all__ = [
+    "affinity",
+    "AffinityResult",
+    "UnitGroup",
+    "parse_units",
+    "parse_measures",
+    "MEASURES",
+    "pearson",
+    "spearman",
+    "mutual_information",
+    "linear_fit",
+    "write_report",
+]

@@ -28,9 +28,22 @@ from .statistics import (
 from .units import UnitGroup, parse_measures, parse_units
 
 
-def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, measures=MEASURES,
-             tol: float | None = 0.05, batch_size: int = 256, first_check: int = 500, random_state: int = 0,
-             progress: bool = True, forward=None) -> AffinityResult:
+def affinity(
+    model,
+    x,
+    y=None,
+    *,
+    analysis=None,
+    units=None,
+    hypotheses=None,
+    measures=MEASURES,
+    tol: float | None = 0.05,
+    batch_size: int = 256,
+    first_check: int = 500,
+    random_state: int = 0,
+    progress: bool = True,
+    forward=None,
+) -> AffinityResult:
     """Affinity of unit groups with hypotheses over the inputs ``x`` (labels ``y`` optional).
 
     ``analysis``: an `Analysis` whose important neurons form one group; ``units``: a spec string
@@ -47,10 +60,11 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
 
     from ..data import fit_to_model
     from ..framework import as_network
+
     start = time.perf_counter()
     network = as_network(model) if analysis is None else analysis._network(model)
     measures = parse_measures(measures)
-    tol = None if tol in (None, 0) else check_real("tol", tol, 0.0, None, closed="left")   # 0: every input scored
+    tol = None if tol in (None, 0) else check_real("tol", tol, 0.0, None, closed="left")  # 0: every input scored
     batch_size = check_int("batch_size", batch_size, 1)
     first_check = check_int("first_check", first_check, 10)
     x = fit_to_model(x, network.input_shape)
@@ -67,8 +81,13 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     layers = tuple(dict.fromkeys(layer for layer, _ in unit_list))
     column = {u: c for c, u in enumerate(unit_list)}
     group_cols = [np.array([column[(g.layer, i)] for i in g.neurons]) for g in groups]
-    unit_pos = {layer: (np.array([c for c, (l, _) in enumerate(unit_list) if l == layer]),
-                        np.array([i for l, i in unit_list if l == layer])) for layer in layers}
+    unit_pos = {
+        layer: (
+            np.array([c for c, (l, _) in enumerate(unit_list) if l == layer]),
+            np.array([i for l, i in unit_list if l == layer]),
+        )
+        for layer in layers
+    }
     U, K, G = len(unit_list), len(hyps), len(groups)
     cells = _Cells.empty(measures, U, G, K, tol)
     scores, widths, used, final = cells.scores, cells.widths, cells.used, cells.final
@@ -78,17 +97,19 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
     spatial = {layer: unit_pos[layer] for layer in layers if len(network.output_shape(layer)) == 4}
     is_mask, maps, masks = np.zeros(K, bool), {layer: [] for layer in spatial}, {}
     timings = {"forward": 0.0, "hypotheses": 0.0, "measures": 0.0}
-    next_check = n if tol is None else min(-(-first_check // batch_size) * batch_size, n)   # whole batches
+    next_check = n if tol is None else min(-(-first_check // batch_size) * batch_size, n)  # whole batches
     bar = tqdm(total=n, desc="affinity", unit="input", disable=not progress, leave=False)
     while seen < n:
         active = [j for j in range(K) if not all(final[m][:, j].all() for m in measures)]
         if not active:
             break
-        active = sorted(set(active) | set(np.flatnonzero(is_mask)))   # masks: every input streamed
-        rows = order[seen:min(seen + batch_size, next_check)]
+        active = sorted(set(active) | set(np.flatnonzero(is_mask)))  # masks: every input streamed
+        rows = order[seen : min(seen + batch_size, next_check)]
         xb = x[rows]
         t = time.perf_counter()
-        probs, taps = network.forward(xb, layers) if forward is None else forward(rows, layers)   # every layer any group needs
+        probs, taps = (
+            network.forward(xb, layers) if forward is None else forward(rows, layers)
+        )  # every layer any group needs
         timings["forward"] += time.perf_counter() - t
         block = np.empty((len(rows), U), np.float64)
         for layer, values in zip(layers, taps):
@@ -97,17 +118,18 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         acts.append(block)
         yb = y[rows] if y is not None else (probs[:, 0] if network.task == "regression" else probs.argmax(axis=1))
         t = time.perf_counter()
-        for j in active:                                 # each hypothesis once per batch, for every group
+        for j in active:  # each hypothesis once per batch, for every group
             value = evaluate(hyps[j], xb, yb, masks=True)
-            if value.ndim == 3:                          # a mask: its area share stands in for the unit measures
+            if value.ndim == 3:  # a mask: its area share stands in for the unit measures
                 is_mask[j] = True
                 for layer in spatial:
                     masks.setdefault((layer, j), []).append(
-                        resize_mask(value, network.output_shape(layer)[1:3]).astype(np.float32))
+                        resize_mask(value, network.output_shape(layer)[1:3]).astype(np.float32)
+                    )
                 value = value.mean(axis=(1, 2))
             hvals[j].append(value)
         timings["hypotheses"] += time.perf_counter() - t
-        if spatial and is_mask.any():                    # the maps themselves (a second pass, masks only)
+        if spatial and is_mask.any():  # the maps themselves (a second pass, masks only)
             t = time.perf_counter()
             for layer, out in zip(spatial, network.feature_maps(tuple(spatial))(xb)):
                 maps[layer].append(out[..., unit_pos[layer][1]])
@@ -120,7 +142,7 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         last = seen >= n
         a_all = np.concatenate(acts)
         h_all = {j: np.concatenate(hvals[j]) for j in active}
-        with threadpool_limits(1, user_api="blas"):   # small matrices: BLAS threads only wait on each other
+        with threadpool_limits(1, user_api="blas"):  # small matrices: BLAS threads only wait on each other
             _check(cells, measures, a_all, h_all, group_cols, last, random_state, timings, n)
         checks.append(seen)
         timings["measures"] += time.perf_counter() - t
@@ -131,10 +153,14 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         notes.append("the inputs have no labels: the hypotheses were given the model's predictions as y")
     late = {m: int((used[m] == n).sum()) for m in measures} if tol is not None else {}
     if any(late.values()):
-        notes.append(f"not within +-{tol} before the end of the inputs, so computed on all {n}: "
-                     + ", ".join(f"{k} of {used[m].size} {TITLES[m]}" for m, k in late.items() if k) + " scores")
-    undefined = [hyps[j].name for j in range(K) if not is_mask[j]
-                 and any(np.isnan(scores[m][:, j]).all() for m in measures)]
+        notes.append(
+            f"not within +-{tol} before the end of the inputs, so computed on all {n}: "
+            + ", ".join(f"{k} of {used[m].size} {TITLES[m]}" for m, k in late.items() if k)
+            + " scores"
+        )
+    undefined = [
+        hyps[j].name for j in range(K) if not is_mask[j] and any(np.isnan(scores[m][:, j]).all() for m in measures)
+    ]
     if undefined:
         notes.append(f"constant on the inputs (no score): {', '.join(undefined)}")
     if spatial and is_mask.any():
@@ -144,37 +170,57 @@ def affinity(model, x, y=None, *, analysis=None, units=None, hypotheses=None, me
         mask_scores(spatial, maps, masks, scores, used, seen)
         measures = measures + MASK_MEASURES
         timings["measures"] += time.perf_counter() - t
-        notes.append(f"masks ({', '.join(hyps[j].name for j in np.flatnonzero(is_mask))}) scored pixel by pixel on "
-                     f"the {seen} inputs streamed; their area share stands in for them in the other measures")
+        notes.append(
+            f"masks ({', '.join(hyps[j].name for j in np.flatnonzero(is_mask))}) scored pixel by pixel on "
+            f"the {seen} inputs streamed; their area share stands in for them in the other measures"
+        )
     channels = {layer for layer in layers if len(network.output_shape(layer)) > 2}
-    return AffinityResult(units=unit_list, groups=groups, hypotheses=hyps, measures=measures, scores=scores,
-                          half_widths=widths, n_used=used, baselines=cells.baselines, binary=cells.binary, n_inputs=n,
-                          n_seen=seen, tol=tol, y_source="labels" if y is not None else "predictions",
-                          seconds=time.perf_counter() - start, timings=timings, checks=checks, channels=channels,
-                          notes=notes)
+    return AffinityResult(
+        units=unit_list,
+        groups=groups,
+        hypotheses=hyps,
+        measures=measures,
+        scores=scores,
+        half_widths=widths,
+        n_used=used,
+        baselines=cells.baselines,
+        binary=cells.binary,
+        n_inputs=n,
+        n_seen=seen,
+        tol=tol,
+        y_source="labels" if y is not None else "predictions",
+        seconds=time.perf_counter() - start,
+        timings=timings,
+        checks=checks,
+        channels=channels,
+        notes=notes,
+    )
 
 
 def _groups(network, analysis, units) -> list[UnitGroup]:
     groups = []
     if analysis is not None:
-        groups.append(UnitGroup(f"important neurons of {analysis.layer}", analysis.layer,
-                                tuple(int(i) for i in analysis.neurons)))
+        groups.append(
+            UnitGroup(f"important neurons of {analysis.layer}", analysis.layer, tuple(int(i) for i in analysis.neurons))
+        )
     if isinstance(units, str):
         groups += parse_units(units, network)
     elif units is not None:
         groups += list(units)
     if not groups:
         layer = network.default_layer()
-        groups.append(UnitGroup(f"{layer} (all {network.neuron_count(layer)})", layer,
-                                tuple(range(network.neuron_count(layer)))))
+        groups.append(
+            UnitGroup(f"{layer} (all {network.neuron_count(layer)})", layer, tuple(range(network.neuron_count(layer))))
+        )
     return groups
 
 
 def _hypotheses(hypotheses, network, x) -> list[Hypothesis]:
     if hypotheses is None:
         channels = x.shape[-1] if x.ndim == 4 else 1
-        return builtin_hypotheses(task=network.task, n_classes=network.n_classes if network.task != "regression"
-                                  else 0, channels=channels)
+        return builtin_hypotheses(
+            task=network.task, n_classes=network.n_classes if network.task != "regression" else 0, channels=channels
+        )
     if isinstance(hypotheses, dict):
         hypotheses = [Hypothesis(k, f) for k, f in hypotheses.items()]
     out = []
@@ -188,9 +234,11 @@ def _hypotheses(hypotheses, network, x) -> list[Hypothesis]:
             raise ParameterError(f"a hypothesis must be a function f(x, y) or a Hypothesis; got {type(h).__name__}")
     names = [h.name for h in out]
     if not out or len(set(names)) != len(names):
-        raise ParameterError("no hypotheses given" if not out else
-                             f"two hypotheses are named {next(n for n in names if names.count(n) > 1)!r}; "
-                             "names must be distinct")
+        raise ParameterError(
+            "no hypotheses given"
+            if not out
+            else f"two hypotheses are named {next(n for n in names if names.count(n) > 1)!r}; names must be distinct"
+        )
     return out
 
 
@@ -212,12 +260,16 @@ class _Cells:
     @classmethod
     def empty(cls, measures, units: int, groups: int, hypotheses: int, tol) -> "_Cells":
         shapes = {m: ((groups if m == "linear" else units), hypotheses) for m in measures}
-        return cls(scores={m: np.full(shapes[m], np.nan) for m in measures},
-                   widths={m: np.full(shapes[m], np.inf) for m in measures},
-                   used={m: np.zeros(shapes[m], np.int64) for m in measures},
-                   final={m: np.zeros(shapes[m], bool) for m in measures},
-                   due={m: np.zeros(shapes[m], np.float64) for m in measures},
-                   baselines=np.full((groups, hypotheses), np.nan), binary=np.zeros(hypotheses, bool), tol=tol)
+        return cls(
+            scores={m: np.full(shapes[m], np.nan) for m in measures},
+            widths={m: np.full(shapes[m], np.inf) for m in measures},
+            used={m: np.zeros(shapes[m], np.int64) for m in measures},
+            final={m: np.zeros(shapes[m], bool) for m in measures},
+            due={m: np.zeros(shapes[m], np.float64) for m in measures},
+            baselines=np.full((groups, hypotheses), np.nan),
+            binary=np.zeros(hypotheses, bool),
+            tol=tol,
+        )
 
 
 def _check(cells: _Cells, measures, a, h_all, group_cols, last, random_state, timings, n_total=None):
@@ -266,8 +318,16 @@ def _check(cells: _Cells, measures, a, h_all, group_cols, last, random_state, ti
             rows = np.flatnonzero(todo[:, j])
             if len(rows):
                 s, w = mutual_information(a[:, rows], h_all[j], random_state=random_state)
-                w, mi_due = mi_half_width(s, w, scores["mi"][rows, j], used["mi"][rows, j], n, n_total or n,
-                                          final=last or tol is None, tol=tol)
+                w, mi_due = mi_half_width(
+                    s,
+                    w,
+                    scores["mi"][rows, j],
+                    used["mi"][rows, j],
+                    n,
+                    n_total or n,
+                    final=last or tol is None,
+                    tol=tol,
+                )
                 record("mi", (rows, j), s, w)
                 due["mi"][rows, j] = mi_due
         lap("mi")
@@ -291,4 +351,4 @@ def _next_check(cells: _Cells, seen, n, measures, batch_size) -> int:
     open_due = np.concatenate([cells.due[m][~cells.final[m]] for m in measures])
     need = float(open_due.min()) if len(open_due) else n
     need = min(max(math.ceil(need), math.ceil(1.25 * seen)), 2 * seen)
-    return int(min(n, -(-need // batch_size) * batch_size))   # whole batches: one traced shape for the model
+    return int(min(n, -(-need // batch_size) * batch_size))  # whole batches: one traced shape for the model

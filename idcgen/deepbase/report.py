@@ -33,16 +33,16 @@ class AffinityResult:
     scores: dict
     half_widths: dict
     n_used: dict
-    baselines: np.ndarray                    # (groups, hypotheses): majority share (0/1 hypotheses) or 0 (R^2)
-    binary: np.ndarray                       # (hypotheses,) bool: a 0/1 hypothesis on the inputs used
+    baselines: np.ndarray  # (groups, hypotheses): majority share (0/1 hypotheses) or 0 (R^2)
+    binary: np.ndarray  # (hypotheses,) bool: a 0/1 hypothesis on the inputs used
     n_inputs: int
     n_seen: int
     tol: float | None
-    y_source: str                            # "labels" or "predictions": what the hypotheses got as y
+    y_source: str  # "labels" or "predictions": what the hypotheses got as y
     seconds: float
     timings: dict = field(default_factory=dict)
-    checks: list = field(default_factory=list)   # input counts at which scores were checked
-    channels: set = field(default_factory=set)   # layers whose neurons are channels (conv)
+    checks: list = field(default_factory=list)  # input counts at which scores were checked
+    channels: set = field(default_factory=set)  # layers whose neurons are channels (conv)
     notes: list = field(default_factory=list)
 
     # -- words --
@@ -76,30 +76,37 @@ class AffinityResult:
         return found
 
     def describe(self, k: int = 1, measure: str | None = None) -> list[str]:
-        """"neuron 71 of fc2: class 1 one-vs-rest, Spearman 0.83" per unit; then each group's best
+        """ "neuron 71 of fc2: class 1 one-vs-rest, Spearman 0.83" per unit; then each group's best
         hypothesis by the linear model."""
         measure = measure or self.headline()
         lines = []
         if measure is not None:
             constant = self.constant_units()
             for u, best in self.top(k, measure):
-                if u in constant:   # its correlations are 0/0: "nan" read as a bug, or as a finding
-                    lines.append(f"{self.unit_name(u)}: constant unit (the same activation on every input: no "
-                                 "hypothesis can explain it)")
+                if u in constant:  # its correlations are 0/0: "nan" read as a bug, or as a finding
+                    lines.append(
+                        f"{self.unit_name(u)}: constant unit (the same activation on every input: no "
+                        "hypothesis can explain it)"
+                    )
                     continue
-                said = "; ".join(f"{self.hypotheses[j].words}, {TITLES[measure].capitalize() if measure != 'mi' else 'MI'} "
-                                 f"{_fmt(v)}" for j, v in best)
+                said = "; ".join(
+                    f"{self.hypotheses[j].words}, {TITLES[measure].capitalize() if measure != 'mi' else 'MI'} {_fmt(v)}"
+                    for j, v in best
+                )
                 lines.append(f"{self.unit_name(u)}: {said}")
         if "linear" in self.measures:
             s = self.scores["linear"]
             for g, group in enumerate(self.groups):
-                for kind in (True, False):   # the best 0/1 hypothesis (accuracy above the majority share), then R^2
+                for kind in (True, False):  # the best 0/1 hypothesis (accuracy above the majority share), then R^2
                     gain = np.where(self.binary == kind, s[g] - self.baselines[g], np.nan)
                     if np.isnan(gain).all():
                         continue
                     j = int(np.nanargmax(gain))
-                    what = (f"logistic accuracy {_fmt(s[g, j])} (majority {_fmt(self.baselines[g, j])})" if kind
-                            else f"linear R^2 {_fmt(s[g, j])}")
+                    what = (
+                        f"logistic accuracy {_fmt(s[g, j])} (majority {_fmt(self.baselines[g, j])})"
+                        if kind
+                        else f"linear R^2 {_fmt(s[g, j])}"
+                    )
                     lines.append(f"{group.name} ({len(group.neurons)} units): {self.hypotheses[j].words}, {what}")
         return lines
 
@@ -109,14 +116,27 @@ class AffinityResult:
         out = []
         for m in self.measures:
             s, w, n = self.scores[m], self.half_widths[m], self.n_used[m]
-            owners = ([(self.unit_name(i), self.units[i][0], self.units[i][1], "") for i in range(len(self.units))]
-                      if m != "linear" else [(g.name, g.layer, "", g.name) for g in self.groups])
+            owners = (
+                [(self.unit_name(i), self.units[i][0], self.units[i][1], "") for i in range(len(self.units))]
+                if m != "linear"
+                else [(g.name, g.layer, "", g.name) for g in self.groups]
+            )
             for i, (who, layer, neuron, group) in enumerate(owners):
                 for j, hyp in enumerate(self.hypotheses):
-                    out.append({"unit": who, "layer": layer, "neuron": neuron, "group": group,
-                                "hypothesis": hyp.name, "measure": m, "score": _num(s[i, j]),
-                                "half_width": _num(w[i, j]), "inputs": int(n[i, j]),
-                                "baseline": _num(self.baselines[i, j]) if m == "linear" else ""})
+                    out.append(
+                        {
+                            "unit": who,
+                            "layer": layer,
+                            "neuron": neuron,
+                            "group": group,
+                            "hypothesis": hyp.name,
+                            "measure": m,
+                            "score": _num(s[i, j]),
+                            "half_width": _num(w[i, j]),
+                            "inputs": int(n[i, j]),
+                            "baseline": _num(self.baselines[i, j]) if m == "linear" else "",
+                        }
+                    )
         return out
 
     def to_frame(self):
@@ -131,43 +151,63 @@ class AffinityResult:
         return self.scores[measure]
 
     def to_dict(self) -> dict:
-        return {"units": [self.unit_name(i) for i in range(len(self.units))],
-                "groups": [{"name": g.name, "layer": g.layer, "neurons": list(g.neurons)} for g in self.groups],
-                "hypotheses": [{"name": h.name, "description": h.words, "binary": bool(b)}
-                               for h, b in zip(self.hypotheses, self.binary)],
-                "measures": list(self.measures),
-                "scores": {m: _nested(self.scores[m]) for m in self.measures},
-                "half_widths": {m: _nested(self.half_widths[m]) for m in self.measures},
-                "inputs_used": {m: self.n_used[m].tolist() for m in self.measures},
-                "inputs": self.n_inputs, "inputs_seen": self.n_seen, "tol": self.tol, "y": self.y_source,
-                "checks": self.checks, "seconds": round(self.seconds, 3),
-                "timings": {k: round(v, 3) for k, v in self.timings.items()},
-                "top": self.describe(), "notes": self.notes}
+        return {
+            "units": [self.unit_name(i) for i in range(len(self.units))],
+            "groups": [{"name": g.name, "layer": g.layer, "neurons": list(g.neurons)} for g in self.groups],
+            "hypotheses": [
+                {"name": h.name, "description": h.words, "binary": bool(b)}
+                for h, b in zip(self.hypotheses, self.binary)
+            ],
+            "measures": list(self.measures),
+            "scores": {m: _nested(self.scores[m]) for m in self.measures},
+            "half_widths": {m: _nested(self.half_widths[m]) for m in self.measures},
+            "inputs_used": {m: self.n_used[m].tolist() for m in self.measures},
+            "inputs": self.n_inputs,
+            "inputs_seen": self.n_seen,
+            "tol": self.tol,
+            "y": self.y_source,
+            "checks": self.checks,
+            "seconds": round(self.seconds, 3),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            "top": self.describe(),
+            "notes": self.notes,
+        }
 
     def table(self, measure: str | None = None) -> str:
         """The hypothesis x unit matrix of one measure as aligned text (hypotheses as rows)."""
         measure = measure or self.headline() or self.measures[0]
         s = self.scores[measure]
-        cols = ([f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups])
+        cols = [f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups]
         head = [f"{TITLES[measure]}"] + cols
-        body = [[h.name] + [_fmt(v) for v in s[:, j]] for j, h in enumerate(self.hypotheses)
-                if measure not in MASK_MEASURES or not np.isnan(s[:, j]).all()]   # mask measures: the masks only
+        body = [
+            [h.name] + [_fmt(v) for v in s[:, j]]
+            for j, h in enumerate(self.hypotheses)
+            if measure not in MASK_MEASURES or not np.isnan(s[:, j]).all()
+        ]  # mask measures: the masks only
         widths = [max(len(r[c]) for r in [head] + body) for c in range(len(head))]
-        return "\n".join("  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths))).rstrip()
-                         for r in [head] + body)
+        return "\n".join(
+            "  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths))).rstrip()
+            for r in [head] + body
+        )
 
     def plot(self, path=None, measure: str | None = None):
         """Heatmap of one measure (hypotheses x units; the linear measure: x groups); saved to ``path`` if
         given. Returns the matplotlib figure."""
         from ..plots import pyplot
+
         plt = pyplot()
         measure = measure or self.headline() or self.measures[0]
         s = self.scores[measure].T
-        cols = ([f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups])
+        cols = [f"{l}:{n}" for l, n in self.units] if measure != "linear" else [g.name for g in self.groups]
         fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(cols) + 2.5), max(3.0, 0.32 * len(self.hypotheses) + 1.5)))
         signed = measure in ("pearson", "spearman", "pixel")
-        image = ax.imshow(np.ma.masked_invalid(s), cmap="RdBu_r" if signed else "viridis", aspect="auto",
-                          vmin=-1 if signed else None, vmax=1 if signed else None)
+        image = ax.imshow(
+            np.ma.masked_invalid(s),
+            cmap="RdBu_r" if signed else "viridis",
+            aspect="auto",
+            vmin=-1 if signed else None,
+            vmax=1 if signed else None,
+        )
         ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(len(self.hypotheses)), [h.name for h in self.hypotheses], fontsize=7)
         fig.colorbar(image, ax=ax, label=TITLES[measure])
@@ -184,8 +224,11 @@ class AffinityResult:
 
 
 def _num(v):
-    return "" if v is None or (isinstance(v, float) and math.isnan(v)) or (np.ndim(v) == 0 and np.isnan(v)) \
+    return (
+        ""
+        if v is None or (isinstance(v, float) and math.isnan(v)) or (np.ndim(v) == 0 and np.isnan(v))
         else round(float(v), 6)
+    )
 
 
 def _nested(a: np.ndarray) -> list:
@@ -200,6 +243,7 @@ def write_report(result: AffinityResult, folder) -> Path:
     """``affinity.csv`` (every score), ``affinity.json``, one heatmap per measure and ``report.md`` /
     ``report.html`` (the heatmaps inlined) into ``folder``; returns the report.md path."""
     from ..files import atomic_text
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rows = result.rows()
@@ -209,24 +253,40 @@ def write_report(result: AffinityResult, folder) -> Path:
     writer.writerows(rows)
     atomic_text(folder / "affinity.csv", buffer.getvalue())
     atomic_text(folder / "affinity.json", json.dumps(result.to_dict(), indent=2) + "\n")
-    lines = ["# Affinity of hidden units with hypotheses (DeepBase)", "",
-             f"- inputs: {result.n_seen} of {result.n_inputs} streamed in a random order; hypotheses got the "
-             f"{result.y_source} as y",
-             "- early stopping: " + (f"a score is final once its 95 % interval is within +-{result.tol}; checks at "
-                                      f"{', '.join(map(str, result.checks))} inputs" if result.tol else "off (every "
-                                      "score on all inputs)"),
-             f"- time: {result.seconds:.1f} s (forward {result.timings.get('forward', 0):.1f} s, hypotheses "
-             f"{result.timings.get('hypotheses', 0):.1f} s, measures {result.timings.get('measures', 0):.1f} s)"]
+    lines = [
+        "# Affinity of hidden units with hypotheses (DeepBase)",
+        "",
+        f"- inputs: {result.n_seen} of {result.n_inputs} streamed in a random order; hypotheses got the "
+        f"{result.y_source} as y",
+        "- early stopping: "
+        + (
+            f"a score is final once its 95 % interval is within +-{result.tol}; checks at "
+            f"{', '.join(map(str, result.checks))} inputs"
+            if result.tol
+            else "off (every score on all inputs)"
+        ),
+        f"- time: {result.seconds:.1f} s (forward {result.timings.get('forward', 0):.1f} s, hypotheses "
+        f"{result.timings.get('hypotheses', 0):.1f} s, measures {result.timings.get('measures', 0):.1f} s)",
+    ]
     lines += [f"- note: {n}" for n in result.notes]
     lines += ["", "## Top hypotheses per unit", ""] + [f"- {line}" for line in result.describe(k=3)]
     for m in result.measures:
         path = folder / f"heatmap_{m}.png"
         result.plot(path, m)
-        owners = ([f"{l}:{n}" for l, n in result.units] if m != "linear" else [g.name for g in result.groups])
-        lines += ["", f"## {TITLES[m].capitalize()}", "", f"![{TITLES[m]}]({path.name})", "",
-                  "| hypothesis | " + " | ".join(owners) + " |", "|---|" + "---|" * len(owners)]
-        lines += [f"| {h.name} | " + " | ".join(_fmt(v) for v in result.scores[m][:, j]) + " |"
-                  for j, h in enumerate(result.hypotheses)]
+        owners = [f"{l}:{n}" for l, n in result.units] if m != "linear" else [g.name for g in result.groups]
+        lines += [
+            "",
+            f"## {TITLES[m].capitalize()}",
+            "",
+            f"![{TITLES[m]}]({path.name})",
+            "",
+            "| hypothesis | " + " | ".join(owners) + " |",
+            "|---|" + "---|" * len(owners),
+        ]
+        lines += [
+            f"| {h.name} | " + " | ".join(_fmt(v) for v in result.scores[m][:, j]) + " |"
+            for j, h in enumerate(result.hypotheses)
+        ]
     md = "\n".join(lines) + "\n"
     atomic_text(folder / "report.md", md)
     atomic_text(folder / "report.html", to_html(md, folder, title="idcgen affinity"))

@@ -12,20 +12,27 @@ import numpy as np
 MEASURES = ("pearson", "spearman", "mi", "linear")
 #: measures of one unit against one hypothesis; "linear" is a measure of a group
 UNIT_MEASURES = ("pearson", "spearman", "mi")
-TITLES = {"pearson": "Pearson", "spearman": "Spearman", "mi": "mutual information", "linear": "linear model",
-          "pixel": "pixel Pearson", "iou": "IoU"}
+TITLES = {
+    "pearson": "Pearson",
+    "spearman": "Spearman",
+    "mi": "mutual information",
+    "linear": "linear model",
+    "pixel": "pixel Pearson",
+    "iou": "IoU",
+}
 #: measures of a spatial unit's activation map against a per-pixel hypothesis (a mask), on the inputs streamed
 MASK_MEASURES = ("pixel", "iou")
 #: NetDissect's top quantile: a unit's region is where its activation is among the top 0.5 % of all its values
 IOU_TOP = 0.005
 Z95 = 1.959963984540054
-T95_4 = 2.7764451051977987   # t quantile 0.975 with 4 degrees of freedom: 5 parts or folds
+T95_4 = 2.7764451051977987  # t quantile 0.975 with 4 degrees of freedom: 5 parts or folds
 PARTS = 5
 #: a unit or hypothesis constant on the inputs seen has no correlation (NaN): final at once
 _TINY = 1e-12
 
 
 # ---- measures: (n, U) units and (n,) or (n, K) hypotheses -> (score, half-width of the 95 % interval) ------
+
 
 def _correlation(a: np.ndarray, h: np.ndarray) -> np.ndarray:
     a = a - a.mean(axis=0)
@@ -56,6 +63,7 @@ def pearson(a, h) -> tuple[np.ndarray, np.ndarray]:
 
 def _ranks(a: np.ndarray) -> np.ndarray:
     from scipy.stats import rankdata
+
     return rankdata(a, axis=0, method="average")
 
 
@@ -64,7 +72,7 @@ def spearman(a, h) -> tuple[np.ndarray, np.ndarray]:
     the variance 1.06 / (n - 3) of Fieller, Hartley and Pearson (1957)."""
     a, h = np.asarray(a, np.float64), np.asarray(h, np.float64)
     r = _correlation(_ranks(a), _ranks(h))
-    r[np.isnan(_correlation(a, h))] = np.nan   # constant columns stay undefined
+    r[np.isnan(_correlation(a, h))] = np.nan  # constant columns stay undefined
     return r, _fisher_half_width(r, len(a), 1.06)
 
 
@@ -95,8 +103,9 @@ def _mi_cc(x: np.ndarray, y: np.ndarray, k: int) -> tuple[float, float]:
     standard error of the mean of its per-input terms."""
     from scipy.spatial import cKDTree
     from scipy.special import digamma
+
     xy = np.stack([x, y], axis=1)
-    radius = cKDTree(xy).query(xy, k=k + 1, p=np.inf)[0][:, -1]   # the k-th neighbour other than itself
+    radius = cKDTree(xy).query(xy, k=k + 1, p=np.inf)[0][:, -1]  # the k-th neighbour other than itself
     radius = np.nextafter(radius, 0)
     nx = _within(np.sort(x), x, radius) - 1.0
     ny = _within(np.sort(y), y, radius) - 1.0
@@ -109,6 +118,7 @@ def _mi_cd(c: np.ndarray, d: np.ndarray, k: int) -> tuple[float, float]:
     """Ross' estimate for a continuous variable and a discrete one, and the standard error of the mean of its
     per-input terms."""
     from scipy.special import digamma
+
     radius, counts, ks = np.empty(len(c)), np.empty(len(c)), np.empty(len(c))
     for label in np.unique(d):
         mask = d == label
@@ -144,7 +154,7 @@ def _mi(a: np.ndarray, h: np.ndarray, random_state: int, k: int = 3) -> tuple[np
     rng = np.random.RandomState(random_state)
     discrete = is_binary(h)
     std = a.std(axis=0)
-    a = a / np.where(std == 0, 1.0, std)                     # sklearn.preprocessing.scale(with_mean=False)
+    a = a / np.where(std == 0, 1.0, std)  # sklearn.preprocessing.scale(with_mean=False)
     a = a + 1e-10 * np.maximum(1, np.abs(a).mean(axis=0)) * rng.standard_normal(a.shape)
     # a constant unit carries no information (the jitter alone would give it a spurious estimate)
     varies = std > 0
@@ -196,6 +206,7 @@ def _logistic(x: np.ndarray, t: np.ndarray, c: float = 1.0) -> np.ndarray:
     """Weights (intercept last) of L2-regularised logistic regression, scikit-learn's default objective
     (sum of log-losses + ||w||^2 / 2C, intercept not penalised), by Newton's method with step halving."""
     from scipy.special import expit, log_expit
+
     d = x.shape[1]
     reg = np.full(d, 1.0 / c)
     reg[-1] = 0.0
@@ -204,6 +215,7 @@ def _logistic(x: np.ndarray, t: np.ndarray, c: float = 1.0) -> np.ndarray:
 
     def loss(w):
         return -log_expit(sign * (x @ w)).sum() + 0.5 * (reg * w * w).sum()
+
     current = loss(w)
     for _ in range(100):
         p = expit(x @ w)
@@ -255,12 +267,13 @@ def linear_fit(a, h, *, random_state: int = 0) -> tuple[float, float, float]:
             coef = np.linalg.solve(xtr.T @ xtr + 1e-9 * np.eye(xtr.shape[1]), xtr.T @ h[train])
             resid = h[test] - xte @ coef
             total = ((h[test] - h[test].mean()) ** 2).sum()
-            scores[f] = 1 - (resid ** 2).sum() / total if total > 0 else float("nan")
+            scores[f] = 1 - (resid**2).sum() / total if total > 0 else float("nan")
     return float(scores.mean()), float(T95_4 * scores.std(ddof=1) / math.sqrt(PARTS)), baseline
 
 
-def mi_half_width(score, half_width, previous, n_previous, n: int, n_total: int, *, final: bool = False,
-                  tol: float | None = None):
+def mi_half_width(
+    score, half_width, previous, n_previous, n: int, n_total: int, *, final: bool = False, tol: float | None = None
+):
     """The early-stopping half-width of mutual-information scores computed on the first ``n`` of ``n_total``
     streamed inputs (docs/design.md, "Early stopping of mutual information"): a bound on |estimate at n -
     estimate on all n_total inputs|; and the input count at which an open one is computed again.
@@ -294,10 +307,11 @@ def mi_half_width(score, half_width, previous, n_previous, n: int, n_total: int,
     width = half_width * math.sqrt(1 - n / n_total) + math.log2(n_total / n) * (drift + se)
     due = np.full(score.shape, float(n_total))
     if tol is not None:
-        for later in reversed(n * 2.0 ** np.arange(1, math.log2(n_total / n), 0.25)):   # the first fit wins
+        for later in reversed(n * 2.0 ** np.arange(1, math.log2(n_total / n), 0.25)):  # the first fit wins
             shrink = math.sqrt(n / later)
-            bound = (half_width * shrink * math.sqrt(1 - later / n_total)
-                     + math.log2(n_total / later) * (np.where(first, 0.0, drift) + se * shrink))
+            bound = half_width * shrink * math.sqrt(1 - later / n_total) + math.log2(n_total / later) * (
+                np.where(first, 0.0, drift) + se * shrink
+            )
             due = np.where(bound <= tol, math.ceil(later), due)
     return width, due
 
@@ -308,7 +322,7 @@ def mask_scores(spatial, maps, masks, scores, used, n):
     of the unit's region (its top IOU_TOP of values over all pixels and inputs) with the mask (resized, above
     one half)."""
     for layer, (cols, _) in spatial.items():
-        stack = np.concatenate(maps[layer])                              # (n, h, w, units of the layer) float32
+        stack = np.concatenate(maps[layer])  # (n, h, w, units of the layer) float32
         found = []
         for (where, j), pieces in masks.items():
             if where == layer:

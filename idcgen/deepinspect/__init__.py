@@ -35,5 +35,18 @@ from .statistics import (
     type1_confusion,
 )
 
-__all__ = ["inspect", "InspectResult", "napv_from_counts", "napvd", "cutoffs", "avg_bias", "type1_confusion",
-           "avg_confusion_difference", "ground_truth", "precision_recall", "aucec", "spearman", "SCALINGS"]
+__all__ = [
+    "inspect",
+    "InspectResult",
+    "napv_from_counts",
+    "napvd",
+    "cutoffs",
+    "avg_bias",
+    "type1_confusion",
+    "avg_confusion_difference",
+    "ground_truth",
+    "precision_recall",
+    "aucec",
+    "spearman",
+    "SCALINGS",
+]

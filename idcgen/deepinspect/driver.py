@@ -23,13 +23,13 @@ class ClassCounts:
 
     n_classes: int
     widths: tuple
-    low: np.ndarray = None        # (neurons,) running min / max of each neuron
+    low: np.ndarray = None  # (neurons,) running min / max of each neuron
     high: np.ndarray = None
-    active: np.ndarray = None     # (classes, neurons) active counts (scaling "input": filled as it goes)
+    active: np.ndarray = None  # (classes, neurons) active counts (scaling "input": filled as it goes)
     per_class: np.ndarray = None  # (classes,) inputs predicted each class
     predictions: list = field(default_factory=list)
     runner_up: list = field(default_factory=list)
-    second: list = field(default_factory=list)      # the runner-up's probability
+    second: list = field(default_factory=list)  # the runner-up's probability
 
     def __post_init__(self):
         n = int(sum(self.widths))
@@ -51,10 +51,10 @@ def _scale_rows_per_layer(a: np.ndarray, widths) -> np.ndarray:
     out = np.empty_like(a)
     start = 0
     for w in widths:
-        part = a[:, start:start + w]
+        part = a[:, start : start + w]
         lo, hi = part.min(axis=1, keepdims=True), part.max(axis=1, keepdims=True)
         span = hi - lo
-        out[:, start:start + w] = np.divide(part - lo, span, out=np.zeros_like(part), where=span > 0)
+        out[:, start : start + w] = np.divide(part - lo, span, out=np.zeros_like(part), where=span > 0)
         start += w
     return out
 
@@ -66,7 +66,10 @@ def activation_limits(low: np.ndarray, high: np.ndarray, widths, threshold: floa
     if scaling == "layer":
         start = 0
         for w in widths:
-            low[start:start + w], high[start:start + w] = low[start:start + w].min(), high[start:start + w].max()
+            low[start : start + w], high[start : start + w] = (
+                low[start : start + w].min(),
+                high[start : start + w].max(),
+            )
             start += w
     return np.where(high > low, low + threshold * (high - low), np.inf)
 
@@ -75,24 +78,27 @@ def _check_layers_vary(low, high, widths, names) -> int:
     """InputError for a layer whose every neuron is constant over the inputs; returns the constant neurons."""
     start = 0
     for w, name in zip(widths, names):
-        if not np.any(high[start:start + w] > low[start:start + w]):
-            raise InputError(f"layer {name!r} gives the same activations for every input (all {w} neurons "
-                             "constant), so no neuron can be active on some classes and not others; leave it out "
-                             "of layers, or check the inputs (are they all alike?)")
+        if not np.any(high[start : start + w] > low[start : start + w]):
+            raise InputError(
+                f"layer {name!r} gives the same activations for every input (all {w} neurons "
+                "constant), so no neuron can be active on some classes and not others; leave it out "
+                "of layers, or check the inputs (are they all alike?)"
+            )
         start += w
     return int(np.sum(high <= low))
 
 
-def first_pass(network, x, taps, widths, state: ClassCounts, *, threshold: float, scaling: str, batch: int,
-                keep: bool, bar=None):
+def first_pass(
+    network, x, taps, widths, state: ClassCounts, *, threshold: float, scaling: str, batch: int, keep: bool, bar=None
+):
     """The forward pass that folds each batch into ``state``: predictions, runner-up, each neuron's min and
     max, and (scaling "input") the active counts. Returns the (inputs x neurons) activations if ``keep``."""
     store = np.empty((len(x), int(sum(widths))), np.float32) if keep else None
     k = state.n_classes
     for start in range(0, len(x), batch):
-        probs, acts = network.forward(x[start:start + batch], taps)
+        probs, acts = network.forward(x[start : start + batch], taps)
         a = np.concatenate(acts, axis=1) if len(acts) > 1 else acts[0]
-        top2 = np.argsort(-probs, axis=1, kind="stable")[:, :2]   # ties: the lower class, in both passes
+        top2 = np.argsort(-probs, axis=1, kind="stable")[:, :2]  # ties: the lower class, in both passes
         pred = top2[:, 0]
         state.predictions.append(pred)
         state.runner_up.append(top2[:, 1] if k > 1 else top2[:, 0])
@@ -102,7 +108,7 @@ def first_pass(network, x, taps, widths, state: ClassCounts, *, threshold: float
         if scaling == "input":
             _count_active(state.active, pred, _scale_rows_per_layer(a, widths) > threshold)
         elif store is not None:
-            store[start:start + len(a)] = a
+            store[start : start + len(a)] = a
         if bar is not None:
             bar.update(len(a))
     return store
@@ -118,31 +124,73 @@ def count_pass(network, x, taps, state: ClassCounts, limits: np.ndarray, *, batc
             _count_active(state.active, predictions[rows], store[rows] > limits)
         return
     for start in range(0, len(x), batch):
-        probs, acts = network.forward(x[start:start + batch], taps)
+        probs, acts = network.forward(x[start : start + batch], taps)
         a = np.concatenate(acts, axis=1) if len(acts) > 1 else acts[0]
         _count_active(state.active, np.argsort(-probs, axis=1, kind="stable")[:, 0], a > limits)
         if bar is not None:
             bar.update(len(a))
 
 
-def _count_locally(network, x, taps, widths, state: ClassCounts, *, threshold: float, scaling: str, batch: int,
-                   memory_budget: int, progress: bool) -> int:
+def _count_locally(
+    network,
+    x,
+    taps,
+    widths,
+    state: ClassCounts,
+    *,
+    threshold: float,
+    scaling: str,
+    batch: int,
+    memory_budget: int,
+    progress: bool,
+) -> int:
     """The pass (or two) over ``x`` in this process; returns the number of forward passes."""
     from tqdm.auto import tqdm
+
     one_pass = scaling == "input" or len(x) * int(sum(widths)) * 4 <= memory_budget
     passes = 1 if one_pass else 2
     with tqdm(total=len(x) * passes, desc="inspect", unit="input", disable=not progress, leave=False) as bar:
-        store = first_pass(network, x, taps, widths, state, threshold=threshold, scaling=scaling, batch=batch,
-                            keep=one_pass and scaling != "input", bar=bar)
+        store = first_pass(
+            network,
+            x,
+            taps,
+            widths,
+            state,
+            threshold=threshold,
+            scaling=scaling,
+            batch=batch,
+            keep=one_pass and scaling != "input",
+            bar=bar,
+        )
         if scaling != "input":
-            count_pass(network, x, taps, state, activation_limits(state.low, state.high, widths, threshold, scaling),
-                        batch=batch, store=store, bar=bar)
+            count_pass(
+                network,
+                x,
+                taps,
+                state,
+                activation_limits(state.low, state.high, widths, threshold, scaling),
+                batch=batch,
+                store=store,
+                bar=bar,
+            )
     return passes
 
 
-def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: str = "neuron", analysis=None,
-            batch_size: int | None = None, memory_budget: int = MEMORY_BUDGET, progress: bool = False,
-            class_names=None, counting=None) -> "InspectResult":
+def inspect(
+    model,
+    x,
+    y=None,
+    *,
+    layers=None,
+    threshold: float = 0.5,
+    scaling: str = "neuron",
+    analysis=None,
+    batch_size: int | None = None,
+    memory_budget: int = MEMORY_BUDGET,
+    progress: bool = False,
+    class_names=None,
+    counting=None,
+) -> "InspectResult":
     """DeepInspect on ``model`` over the inputs ``x`` (labels ``y`` optional): NAPV, NAPVD, confusion and
     bias predictions at both cut-offs and, with labels, their precision, recall, Spearman and AUCEC.
 
@@ -166,14 +214,16 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
     """
     from ..criteria.base import as_network, check_layer_names, default_neuron_layers
     from ..data import Dataset, check_labels, fit_to_model
+
     started = time.perf_counter()
     threshold = check_real("threshold", threshold, 0.0, 1.0, closed="left")
     scaling = check_choice("scaling", scaling, SCALINGS)
     check_int("memory_budget", memory_budget, 0)
     network = as_network(model)
     if network.task != "classification":
-        raise ParameterError("inspect compares classes and needs a classifier; this model is a regression model "
-                             "(one output unit)")
+        raise ParameterError(
+            "inspect compares classes and needs a classifier; this model is a regression model (one output unit)"
+        )
     batch = network.batch_size if batch_size is None else check_int("batch_size", batch_size, 1)
     if layers is not None:
         layers = [layers] if isinstance(layers, str) else list(layers)
@@ -181,12 +231,15 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
     names = tuple(network.step(n).name for n in (default_neuron_layers(network) if layers is None else layers))
     for name in names:
         if not network.is_hidden(name):
-            network.check_subject_layer(name)   # LayerError naming the hidden layers
-    class_names = tuple(class_names) if class_names is not None else \
-        (tuple(x.class_names) if isinstance(x, Dataset) and getattr(x, "class_names", None) else None)
+            network.check_subject_layer(name)  # LayerError naming the hidden layers
+    class_names = (
+        tuple(class_names)
+        if class_names is not None
+        else (tuple(x.class_names) if isinstance(x, Dataset) and getattr(x, "class_names", None) else None)
+    )
     if isinstance(x, Dataset):
         y = x.y if y is None else y
-    if getattr(x, "read_by_workers", False):   # shards Ray workers read and hold (idcgen.distributed.shards)
+    if getattr(x, "read_by_workers", False):  # shards Ray workers read and hold (idcgen.distributed.shards)
         labels = x.load()
         y = labels if y is None else y
     else:
@@ -201,27 +254,41 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
     taps = names
     important = None
     if analysis is not None:
-        analysis.bind(network)   # AnalysisMismatchError for an analysis of another model
+        analysis.bind(network)  # AnalysisMismatchError for an analysis of another model
         if analysis.layer not in names:
             taps = names + (analysis.layer,)
         important = (analysis.layer, np.asarray(analysis.neurons, np.int64))
     widths = tuple(network.neuron_count(n) for n in taps)
-    kept_widths = widths[:len(names)]
+    kept_widths = widths[: len(names)]
     state = ClassCounts(k, widths)
-    passes = (counting or _count_locally)(network, x, taps, widths, state, threshold=threshold, scaling=scaling,
-                                          batch=batch, memory_budget=memory_budget, progress=progress)
+    passes = (counting or _count_locally)(
+        network,
+        x,
+        taps,
+        widths,
+        state,
+        threshold=threshold,
+        scaling=scaling,
+        batch=batch,
+        memory_budget=memory_budget,
+        progress=progress,
+    )
     predictions, runner_up = np.concatenate(state.predictions), np.concatenate(state.runner_up)
     state.per_class = np.bincount(predictions, minlength=k)
     if len(k_present := np.flatnonzero(state.per_class > 0)) < 2:
-        raise InputError(f"the model predicts only class {k_present.tolist()} on these {len(x)} inputs; "
-                         "comparing classes needs inputs predicted as at least two (give more or varied inputs)")
-    constant = _check_layers_vary(state.low[:sum(kept_widths)], state.high[:sum(kept_widths)], kept_widths, names)
+        raise InputError(
+            f"the model predicts only class {k_present.tolist()} on these {len(x)} inputs; "
+            "comparing classes needs inputs predicted as at least two (give more or varied inputs)"
+        )
+    constant = _check_layers_vary(state.low[: sum(kept_widths)], state.high[: sum(kept_widths)], kept_widths, names)
     rho_all = napv_from_counts(state.active, state.per_class)
     notes = []
     empty = np.flatnonzero(state.per_class == 0)
     if len(empty):
-        notes.append(f"no input is predicted as class {', '.join(map(str, empty))}: NAPVD and avg_bias of "
-                     f"{'its' if len(empty) == 1 else 'their'} pairs are undefined (NaN, left out of the cut-offs)")
+        notes.append(
+            f"no input is predicted as class {', '.join(map(str, empty))}: NAPVD and avg_bias of "
+            f"{'its' if len(empty) == 1 else 'their'} pairs are undefined (NaN, left out of the cut-offs)"
+        )
     if constant:
         notes.append(f"{constant} of {sum(kept_widths)} neurons are constant over the inputs (never active)")
     conf = None
@@ -230,22 +297,39 @@ def inspect(model, x, y=None, *, layers=None, threshold: float = 0.5, scaling: s
         conf = type1_confusion(matrix)
         missing = np.flatnonzero(matrix.sum(axis=1) == 0)
         if len(missing):
-            notes.append(f"no labelled input of class {', '.join(map(str, missing))}: its type-1 confusion "
-                         "is undefined (NaN)")
+            notes.append(
+                f"no labelled input of class {', '.join(map(str, missing))}: its type-1 confusion is undefined (NaN)"
+            )
     columns, metrics = {}, {}
-    columns["all"], metrics["all"] = evaluate(rho_all[:sum(kept_widths)], conf)
+    columns["all"], metrics["all"] = evaluate(rho_all[: sum(kept_widths)], conf)
     if important is not None:
-        offset = int(sum(widths[:taps.index(important[0])]))
+        offset = int(sum(widths[: taps.index(important[0])]))
         rows = offset + important[1]
         columns["important"], metrics["important"] = evaluate(rho_all[rows], conf)
         if analysis.layer not in names:
-            notes.append(f"the analysis' layer {analysis.layer!r} is not among the inspected layers: it was "
-                         "tapped for the important neurons only")
+            notes.append(
+                f"the analysis' layer {analysis.layer!r} is not among the inspected layers: it was "
+                "tapped for the important neurons only"
+            )
     return InspectResult(
-        layers=names, widths=kept_widths, threshold=threshold, scaling=scaling, n_inputs=len(x), n_classes=k,
-        napv=rho_all[:sum(kept_widths)], per_class=state.per_class, columns=columns, metrics=metrics,
-        predictions=predictions, runner_up=runner_up, runner_up_probability=np.concatenate(state.second), labels=y,
-        notes=notes, passes=passes,
-        seconds=time.perf_counter() - started, class_names=class_names,
+        layers=names,
+        widths=kept_widths,
+        threshold=threshold,
+        scaling=scaling,
+        n_inputs=len(x),
+        n_classes=k,
+        napv=rho_all[: sum(kept_widths)],
+        per_class=state.per_class,
+        columns=columns,
+        metrics=metrics,
+        predictions=predictions,
+        runner_up=runner_up,
+        runner_up_probability=np.concatenate(state.second),
+        labels=y,
+        notes=notes,
+        passes=passes,
+        seconds=time.perf_counter() - started,
+        class_names=class_names,
         important=None if important is None else {"layer": important[0], "neurons": important[1].tolist()},
-        napv_important=None if important is None else rho_all[rows])
+        napv_important=None if important is None else rho_all[rows],
+    )

@@ -66,7 +66,7 @@ class InspectResult:
                 prefix = "" if view == "all" else f"{view}_"
                 for key, values in cols.items():
                     if prefix and key in ("type1conf", "avg_cd", "confused", "biased"):
-                        continue   # the ground truth does not depend on the neurons
+                        continue  # the ground truth does not depend on the neurons
                     value = values[i]
                     row[prefix + key] = bool(value) if values.dtype == bool else json_number(value)
             rows.append(row)
@@ -78,15 +78,25 @@ class InspectResult:
 
     def top(self, k: int = 10) -> list[dict]:
         """The ``k`` pairs with the smallest NAPVD (the likeliest confusions)."""
-        return self.pairs[:check_int("k", k, 1)]
+        return self.pairs[: check_int("k", k, 1)]
 
     def summary(self) -> dict:
         """Everything but the per-pair table, JSON-ready."""
-        return {"inputs": self.n_inputs, "classes": self.n_classes, "layers": list(self.layers),
-                "neurons": int(sum(self.widths)), "threshold": self.threshold, "scaling": self.scaling,
-                "labels": self.labels is not None, "predicted_per_class": self.per_class.tolist(),
-                "passes": self.passes, "seconds": round(self.seconds, 3), "important": self.important,
-                "metrics": self.metrics, "notes": list(self.notes)}
+        return {
+            "inputs": self.n_inputs,
+            "classes": self.n_classes,
+            "layers": list(self.layers),
+            "neurons": int(sum(self.widths)),
+            "threshold": self.threshold,
+            "scaling": self.scaling,
+            "labels": self.labels is not None,
+            "predicted_per_class": self.per_class.tolist(),
+            "passes": self.passes,
+            "seconds": round(self.seconds, 3),
+            "important": self.important,
+            "metrics": self.metrics,
+            "notes": list(self.notes),
+        }
 
     def to_dict(self) -> dict:
         return dict(self.summary(), pairs=self.pairs)
@@ -104,13 +114,17 @@ class InspectResult:
 
     def __repr__(self) -> str:
         m = self.metrics["all"]
-        line = (f"InspectResult({self.n_inputs} inputs, {self.n_classes} classes, {m['neurons']} neurons of "
-                f"{len(self.layers)} layers; {m['predicted']['confusion_std']} pairs predicted confused "
-                f"(mean - 1 std), {m['predicted']['confusion_top']} at the top 1 %")
+        line = (
+            f"InspectResult({self.n_inputs} inputs, {self.n_classes} classes, {m['neurons']} neurons of "
+            f"{len(self.layers)} layers; {m['predicted']['confusion_std']} pairs predicted confused "
+            f"(mean - 1 std), {m['predicted']['confusion_top']} at the top 1 %"
+        )
         if "confusion" in m:
             c = m["confusion"]
-            line += f"; precision {_fmt(c['std']['precision'])}, recall {_fmt(c['std']['recall'])}, " \
-                    f"Spearman {_fmt(c['spearman'])}"
+            line += (
+                f"; precision {_fmt(c['std']['precision'])}, recall {_fmt(c['std']['recall'])}, "
+                f"Spearman {_fmt(c['spearman'])}"
+            )
         return line + ")"
 
     # ---- plots and report --------------------------------------------------------------------------
@@ -118,6 +132,7 @@ class InspectResult:
         """Save the NAPVD heatmap (``napvd.png``) and, with labels, the NAPVD-vs-type-1-confusion scatter
         (``scatter.png``) into ``folder`` (default the working folder); returns their paths."""
         from ..plots import pyplot
+
         plt = pyplot()
         folder = Path(folder or ".")
         folder.mkdir(parents=True, exist_ok=True)
@@ -142,10 +157,20 @@ class InspectResult:
             for ax, view in zip(axes[0], views):
                 cols = self.columns[view]
                 truth = self.columns["all"]["confused"]
-                ax.scatter(cols["napvd"][~truth], self.columns["all"]["type1conf"][~truth], s=12, c="tab:blue",
-                           label="not confused")
-                ax.scatter(cols["napvd"][truth], self.columns["all"]["type1conf"][truth], s=16, c="tab:red",
-                           label="confused (ground truth)")
+                ax.scatter(
+                    cols["napvd"][~truth],
+                    self.columns["all"]["type1conf"][~truth],
+                    s=12,
+                    c="tab:blue",
+                    label="not confused",
+                )
+                ax.scatter(
+                    cols["napvd"][truth],
+                    self.columns["all"]["type1conf"][truth],
+                    s=16,
+                    c="tab:red",
+                    label="confused (ground truth)",
+                )
                 ax.set_xlabel(f"NAPVD ({view} neurons)")
                 ax.set_ylabel("type-1 confusion")
                 rho = self.metrics[view]["confusion"]["spearman"]
@@ -177,41 +202,63 @@ class InspectResult:
         lines = [f"# DeepInspect report{': ' + title if title else ''}", ""]
         lines += [f"- note: {n}" for n in self.notes]
         m = self.metrics["all"]
-        lines += [f"- {self.n_inputs} inputs, {self.n_classes} classes; layers {', '.join(self.layers)} "
-                  f"({m['neurons']} neurons); active = above {self.threshold:g} after min-max scaling per "
-                  f"{self.scaling}; {self.passes} pass(es), {self.seconds:.1f} s",
-                  f"- inputs predicted per class: {', '.join(f'{self.name(c)}: {n}' for c, n in enumerate(self.per_class))}",
-                  f"- NAPVD mean {_fmt(m['napvd_mean'])}, std {_fmt(m['napvd_std'])}; predicted confused: "
-                  f"{m['predicted']['confusion_std']} pairs below mean - 1 std, {m['predicted']['confusion_top']} "
-                  f"at the top 1 %; predicted biased: {m['predicted']['bias_std']} above mean + 1 std, "
-                  f"{m['predicted']['bias_top']} at the top 1 %"]
+        lines += [
+            f"- {self.n_inputs} inputs, {self.n_classes} classes; layers {', '.join(self.layers)} "
+            f"({m['neurons']} neurons); active = above {self.threshold:g} after min-max scaling per "
+            f"{self.scaling}; {self.passes} pass(es), {self.seconds:.1f} s",
+            f"- inputs predicted per class: {', '.join(f'{self.name(c)}: {n}' for c, n in enumerate(self.per_class))}",
+            f"- NAPVD mean {_fmt(m['napvd_mean'])}, std {_fmt(m['napvd_std'])}; predicted confused: "
+            f"{m['predicted']['confusion_std']} pairs below mean - 1 std, {m['predicted']['confusion_top']} "
+            f"at the top 1 %; predicted biased: {m['predicted']['bias_std']} above mean + 1 std, "
+            f"{m['predicted']['bias_top']} at the top 1 %",
+        ]
         if self.important:
-            lines.append(f"- important neurons: {len(self.important['neurons'])} of layer "
-                         f"`{self.important['layer']}` {self.important['neurons']}")
+            lines.append(
+                f"- important neurons: {len(self.important['neurons'])} of layer "
+                f"`{self.important['layer']}` {self.important['neurons']}"
+            )
         if "confusion" in m:
-            lines += ["", "## Against the labels", "",
-                      "Ground truth: type-1 confusion and avg_cd above mean + 1 std (docs/design.md, "
-                      "\"Confusion and bias (DeepInspect)\").", "",
-                      "| neurons | errors | actual | precision (mean - 1 std) | recall (mean - 1 std) | "
-                      "precision (top 1 %) | recall (top 1 %) | Spearman | AUCEC | gain over random |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                "## Against the labels",
+                "",
+                "Ground truth: type-1 confusion and avg_cd above mean + 1 std (docs/design.md, "
+                '"Confusion and bias (DeepInspect)").',
+                "",
+                "| neurons | errors | actual | precision (mean - 1 std) | recall (mean - 1 std) | "
+                "precision (top 1 %) | recall (top 1 %) | Spearman | AUCEC | gain over random |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for view, vm in self.metrics.items():
                 for what in ("confusion", "bias"):
                     e = vm[what]
-                    lines.append(f"| {view} ({vm['neurons']}) | {what} | {e['actual']} | {_fmt(e['std']['precision'])} | "
-                                 f"{_fmt(e['std']['recall'])} | {_fmt(e['top']['precision'])} | "
-                                 f"{_fmt(e['top']['recall'])} | {_fmt(e['spearman'])} | {_fmt(e['aucec'])} | "
-                                 f"{_fmt(e['gain'], pct=True)} |")
-        lines += ["", f"## The {min(top, len(self.pairs))} pairs with the smallest NAPVD", "", *_pair_table(self, top),
-                  "", "![NAPVD heatmap](napvd.png)"]
+                    lines.append(
+                        f"| {view} ({vm['neurons']}) | {what} | {e['actual']} | {_fmt(e['std']['precision'])} | "
+                        f"{_fmt(e['std']['recall'])} | {_fmt(e['top']['precision'])} | "
+                        f"{_fmt(e['top']['recall'])} | {_fmt(e['spearman'])} | {_fmt(e['aucec'])} | "
+                        f"{_fmt(e['gain'], pct=True)} |"
+                    )
+        lines += [
+            "",
+            f"## The {min(top, len(self.pairs))} pairs with the smallest NAPVD",
+            "",
+            *_pair_table(self, top),
+            "",
+            "![NAPVD heatmap](napvd.png)",
+        ]
         if "scatter" in plots:
             lines += ["", "![NAPVD against type-1 confusion](scatter.png)"]
         if x is not None:
             shown = self._example_plot(folder, x, value_range)
             if shown:
-                lines += ["", "## Examples of the predicted confusion pairs", "",
-                          "Per pair: inputs predicted a with b as the runner-up (top row), and the reverse "
-                          "(bottom row).", "", "![Examples](examples.png)"]
+                lines += [
+                    "",
+                    "## Examples of the predicted confusion pairs",
+                    "",
+                    "Per pair: inputs predicted a with b as the runner-up (top row), and the reverse (bottom row).",
+                    "",
+                    "![Examples](examples.png)",
+                ]
         md = "\n".join(lines) + "\n"
         _write(folder / "report.md", md)
         _write(folder / "report.html", to_html(md, folder, title="idcgen inspect"))
@@ -219,6 +266,7 @@ class InspectResult:
 
     def _example_plot(self, folder: Path, x: np.ndarray, value_range) -> bool:
         from ..plots import pyplot
+
         cols = self.columns["all"]
         ia, ib = class_pairs(self.n_classes)
         chosen = np.flatnonzero(cols["confusion_std"] | cols["confusion_top"])
@@ -227,8 +275,7 @@ class InspectResult:
             return False
         plt = pyplot()
         per_side = 4
-        fig, axes = plt.subplots(2 * len(chosen), per_side, figsize=(1.3 * per_side, 2.6 * len(chosen)),
-                                 squeeze=False)
+        fig, axes = plt.subplots(2 * len(chosen), per_side, figsize=(1.3 * per_side, 2.6 * len(chosen)), squeeze=False)
         lo, hi = value_range
         for row, i in enumerate(chosen):
             a, b = int(ia[i]), int(ib[i])
@@ -253,8 +300,13 @@ def _pair_table(result: InspectResult, top: int) -> list[str]:
     flags = [k for k in ("confusion_std", "confusion_top", "confused") if k in rows[0]]
     out = ["| a | b | " + " | ".join(keys + flags) + " |", "|---" * (2 + len(keys) + len(flags)) + "|"]
     for r in rows:
-        out.append(f"| {result.name(r['a'])} | {result.name(r['b'])} | " + " | ".join(_fmt(r[k]) for k in keys) +
-                   (" | " if flags else "") + " | ".join("yes" if r[k] else "" for k in flags) + " |")
+        out.append(
+            f"| {result.name(r['a'])} | {result.name(r['b'])} | "
+            + " | ".join(_fmt(r[k]) for k in keys)
+            + (" | " if flags else "")
+            + " | ".join("yes" if r[k] else "" for k in flags)
+            + " |"
+        )
     return out
 
 
@@ -266,6 +318,7 @@ def _fmt(value, pct: bool = False) -> str:
 
 def _write(path, text: str) -> Path:
     from ..files import atomic_text
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_text(path, text)

@@ -61,7 +61,7 @@ def cutoffs(scores: np.ndarray, *, low: bool, share: float = TOP_SHARE) -> dict[
         with np.errstate(invalid="ignore"):
             std_mask = ok & ((scores < mean - std) if low else (scores > mean + std))
         order = np.flatnonzero(ok)[np.argsort(values if low else -values, kind="stable")]
-        top_mask[order[:top_count(int(ok.sum()), share)]] = True
+        top_mask[order[: top_count(int(ok.sum()), share)]] = True
     return {"std": std_mask, "top": top_mask}
 
 
@@ -91,8 +91,9 @@ def avg_bias(distances: np.ndarray) -> tuple[np.ndarray, float]:
 
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> np.ndarray:
     """(classes, classes) counts: row = true class, column = predicted class."""
-    return np.bincount(np.asarray(y_true) * n_classes + np.asarray(y_pred), minlength=n_classes ** 2
-                       ).reshape(n_classes, n_classes)
+    return np.bincount(np.asarray(y_true) * n_classes + np.asarray(y_pred), minlength=n_classes**2).reshape(
+        n_classes, n_classes
+    )
 
 
 def type1_confusion(matrix: np.ndarray) -> np.ndarray:
@@ -154,6 +155,7 @@ def aucec(scores: np.ndarray, actual: np.ndarray, *, low: bool) -> dict:
     def area(hits):
         y = np.concatenate([[0.0], np.cumsum(hits) / found])
         return float(np.sum((y[1:] + y[:-1]) / 2) / n)
+
     value = area(actual[order])
     return {"aucec": value, "random": 0.5, "optimal": area(np.sort(actual)[::-1]), "gain": value / 0.5 - 1}
 
@@ -166,6 +168,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
         return float("nan")
     from scipy.stats import spearmanr
+
     return float(spearmanr(a[ok], b[ok]).statistic)
 
 
@@ -180,26 +183,41 @@ def evaluate(rho: np.ndarray, conf: np.ndarray | None = None) -> tuple[dict, dic
     bias, th = avg_bias(d)
     cols = {"napvd": d[ia, ib], "avg_bias": bias[ia, ib]}
     conf_cut, bias_cut = cutoffs(cols["napvd"], low=True), cutoffs(cols["avg_bias"], low=False)
-    cols.update(confusion_std=conf_cut["std"], confusion_top=conf_cut["top"],
-                bias_std=bias_cut["std"], bias_top=bias_cut["top"])
+    cols.update(
+        confusion_std=conf_cut["std"], confusion_top=conf_cut["top"], bias_std=bias_cut["std"], bias_top=bias_cut["top"]
+    )
     defined = np.isfinite(cols["napvd"])
-    metrics = {"neurons": int(rho.shape[0]), "pairs": int(defined.sum()), "top_pairs": top_count(int(defined.sum())),
-               "napvd_mean": json_number(np.nanmean(cols["napvd"]) if defined.any() else np.nan),
-               "napvd_std": json_number(np.nanstd(cols["napvd"]) if defined.any() else np.nan),
-               "bias_threshold": json_number(th),
-               "predicted": {"confusion_std": int(conf_cut["std"].sum()), "confusion_top": int(conf_cut["top"].sum()),
-                             "bias_std": int(bias_cut["std"].sum()), "bias_top": int(bias_cut["top"].sum())}}
+    metrics = {
+        "neurons": int(rho.shape[0]),
+        "pairs": int(defined.sum()),
+        "top_pairs": top_count(int(defined.sum())),
+        "napvd_mean": json_number(np.nanmean(cols["napvd"]) if defined.any() else np.nan),
+        "napvd_std": json_number(np.nanstd(cols["napvd"]) if defined.any() else np.nan),
+        "bias_threshold": json_number(th),
+        "predicted": {
+            "confusion_std": int(conf_cut["std"].sum()),
+            "confusion_top": int(conf_cut["top"].sum()),
+            "bias_std": int(bias_cut["std"].sum()),
+            "bias_top": int(bias_cut["top"].sum()),
+        },
+    }
     if conf is not None:
         cd = avg_confusion_difference(conf)
         cols.update(type1conf=conf[ia, ib], avg_cd=cd[ia, ib])
         cols["confused"], cols["biased"] = ground_truth(cols["type1conf"]), ground_truth(cols["avg_cd"])
-        for what, score, truth, low, cut in (("confusion", "napvd", "confused", True, conf_cut),
-                                             ("bias", "avg_bias", "biased", False, bias_cut)):
+        for what, score, truth, low, cut in (
+            ("confusion", "napvd", "confused", True, conf_cut),
+            ("bias", "avg_bias", "biased", False, bias_cut),
+        ):
             out = {"actual": int(cols[truth].sum())}
             for name, mask in cut.items():
                 p, r, hit = precision_recall(mask, cols[truth])
-                out[name] = {"predicted": int(mask.sum()), "hits": hit, "precision": json_number(p),
-                             "recall": json_number(r)}
+                out[name] = {
+                    "predicted": int(mask.sum()),
+                    "hits": hit,
+                    "precision": json_number(p),
+                    "recall": json_number(r),
+                }
             against = "type1conf" if what == "confusion" else "avg_cd"
             out["spearman"] = json_number(spearman(cols[score], cols[against]))
             out.update({k2: json_number(v) for k2, v in aucec(cols[score], cols[truth], low=low).items()})

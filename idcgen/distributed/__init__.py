@@ -34,13 +34,21 @@ def check_pool(ray: str | None = None, workers: int | None = None) -> None:
     """Ray options checked before anything is loaded: a worker count of at least 1, Ray installed."""
     if workers is not None:
         from ..checks import check_int
+
         check_int("workers", workers, 1)
     if ray is not None or workers is not None:
         require_ray("--ray" if ray is not None else "--workers")
 
 
-_NAMES = {"Workers": "workers", "analyze": "workers", "coverage": "workers", "connect": "cluster",
-          "ModelRecipe": "cluster", "fuzz": "parallel", "ShardedInputs": "shards"}
+_NAMES = {
+    "Workers": "workers",
+    "analyze": "workers",
+    "coverage": "workers",
+    "connect": "cluster",
+    "ModelRecipe": "cluster",
+    "fuzz": "parallel",
+    "ShardedInputs": "shards",
+}
 
 __all__ = sorted(_NAMES) + ["INSTALL", "RayNotInstalledError", "check_pool", "require_ray"]
 

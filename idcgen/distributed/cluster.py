@@ -31,8 +31,7 @@ def connect(address: str | None = LOCAL, *, what: str = "--ray"):
     if ray.is_initialized():
         return ray, False
     if address is not None and not isinstance(address, str):
-        raise ParameterError(f"{what} takes 'local', 'auto' or a Ray address such as ray://head:10001; "
-                             f"got {address!r}")
+        raise ParameterError(f"{what} takes 'local', 'auto' or a Ray address such as ray://head:10001; got {address!r}")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     kwargs = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     try:
@@ -42,8 +41,10 @@ def connect(address: str | None = LOCAL, *, what: str = "--ray"):
             ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise IdcgenError(f"could not join the Ray cluster at {address!r}: {first}; start one with `ray start "
-                          f"--head` or pass {what} local") from None
+        raise IdcgenError(
+            f"could not join the Ray cluster at {address!r}: {first}; start one with `ray start "
+            f"--head` or pass {what} local"
+        ) from None
     return ray, True
 
 
@@ -77,8 +78,10 @@ def check_gpus_per_worker(gpus_per_worker) -> float:
     """A worker's share of GPUs: 0 (none), a fraction (workers share a GPU) or a whole number of GPUs."""
     share = float(gpus_per_worker)
     if not share >= 0 or (share > 1 and share != int(share)):
-        raise ParameterError(f"The 'gpus_per_worker' parameter must be 0, a fraction of one GPU or a whole number "
-                             f"of GPUs. Got {gpus_per_worker!r} instead.")
+        raise ParameterError(
+            f"The 'gpus_per_worker' parameter must be 0, a fraction of one GPU or a whole number "
+            f"of GPUs. Got {gpus_per_worker!r} instead."
+        )
     return share
 
 
@@ -88,6 +91,7 @@ def hold_threads(threads: int | None) -> None:
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     if threads:
         from ..framework import limit_threads
+
         limit_threads(int(threads))
 
 
@@ -103,17 +107,25 @@ class ModelRecipe:
     task: str
     fingerprint: str
     safe_mode: bool = True
-    device: str = "auto"   # the driver's setting: cpu keeps the workers on their CPUs too
+    device: str = "auto"  # the driver's setting: cpu keeps the workers on their CPUs too
 
     @classmethod
     def of(cls, network, *, safe_mode: bool = True) -> "ModelRecipe":
         """The recipe of a Network as :func:`idcgen.framework.network_with_convention` returned it."""
         from ..framework import network_with_convention
+
         network, convention = network_with_convention(network)
         suffix, data = network.recipe()
         device = "cpu" if getattr(network, "device_asked", "auto") == "cpu" else "auto"
-        return cls(model_bytes=data, suffix=suffix, convention=convention.to_dict(), task=network.task,
-                   fingerprint=network.fingerprint(), safe_mode=safe_mode, device=device)
+        return cls(
+            model_bytes=data,
+            suffix=suffix,
+            convention=convention.to_dict(),
+            task=network.task,
+            fingerprint=network.fingerprint(),
+            safe_mode=safe_mode,
+            device=device,
+        )
 
     def worker_device(self) -> str:
         """Where a worker runs the model: its own GPU when Ray gave it a share of one (Ray makes that GPU the
@@ -122,26 +134,31 @@ class ModelRecipe:
             return "cpu"
         try:
             import ray
+
             return "cuda" if ray.get_gpu_ids() else "cpu"
-        except Exception:   # not in a Ray worker (a recipe built in the driver): the driver's own choice
+        except Exception:  # not in a Ray worker (a recipe built in the driver): the driver's own choice
             return self.device
 
     def build(self):
         """The Network, as the driver has it (refused if the weights came out otherwise)."""
         from ..convention import InputConvention
         from ..framework import Network, framework_of_path, load_model, network_with_convention, resolve_device
+
         device = self.worker_device()
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"model{self.suffix}"
             path.write_bytes(self.model_bytes)
-            resolve_device(framework_of_path(path), device)   # before the load: TensorFlow's GPU hidden in time
+            resolve_device(framework_of_path(path), device)  # before the load: TensorFlow's GPU hidden in time
             model = load_model(path, safe_mode=self.safe_mode)
-        network, _ = network_with_convention(Network(model, task=self.task, device=device),
-                                             recorded=InputConvention.from_dict(self.convention))
+        network, _ = network_with_convention(
+            Network(model, task=self.task, device=device), recorded=InputConvention.from_dict(self.convention)
+        )
         if network.fingerprint() != self.fingerprint:
-            raise IdcgenError("a Ray worker rebuilt the model with other weights than the driver's (fingerprint "
-                              f"{network.fingerprint()[:12]}, expected {self.fingerprint[:12]}): the same idcgen "
-                              "and framework (Keras, TensorFlow) versions are needed on every node")
+            raise IdcgenError(
+                "a Ray worker rebuilt the model with other weights than the driver's (fingerprint "
+                f"{network.fingerprint()[:12]}, expected {self.fingerprint[:12]}): the same idcgen "
+                "and framework (Keras, TensorFlow) versions are needed on every node"
+            )
         return network
 
 
@@ -176,6 +193,7 @@ def cluster_on(pool, acts: np.ndarray, neurons, ks, method: str, random_state: i
     from tqdm.auto import tqdm
 
     from ..analysis.passes import neuron_streams
+
     streams = neuron_streams(random_state, len(neurons))
     waiting, running, found = list(range(len(neurons)))[::-1], {}, [None] * len(neurons)
 

@@ -22,12 +22,15 @@ def spans(pool, x, batch_size: int) -> list[tuple]:
     """(actor, key, x or None, start, stop) of each shard of ``x``: an array (put once in the object store,
     cut into whole batches) or :class:`~idcgen.distributed.shards.ShardedInputs` the workers hold."""
     from .cluster import shard_bounds
+
     if getattr(x, "read_by_workers", False):
         x.load()
         return [(x.actor(i), x.key(i), None, 0, size) for i, size in enumerate(x.sizes)]
     token, ref = ("array", next(_TOKENS)), pool.ray.put(np.ascontiguousarray(x))
-    return [(pool.actor(i), token + (i,), ref, start, stop)
-            for i, (start, stop) in enumerate(shard_bounds(len(x), batch_size, len(pool.actors)))]
+    return [
+        (pool.actor(i), token + (i,), ref, start, stop)
+        for i, (start, stop) in enumerate(shard_bounds(len(x), batch_size, len(pool.actors)))
+    ]
 
 
 def inspect_counting(pool):
@@ -38,6 +41,7 @@ def inspect_counting(pool):
         from tqdm.auto import tqdm
 
         from ..deepinspect import activation_limits
+
         parts = spans(pool, x, batch)
         # the budget is a worker's: its shards' activations are kept while their sum fits (shard i on actor
         # i mod workers, as spans gives them), the others counted in a second pass
@@ -49,9 +53,12 @@ def inspect_counting(pool):
         passes = 1 if scaling == "input" or all(keep) else 2
         sizes = [stop - start for *_, start, stop in parts]
         with tqdm(total=len(x) * passes, desc="inspect", unit="input", disable=not progress, leave=False) as bar:
-            refs = [actor.inspect_first.remote(key, xs, start, stop, taps, widths, state.n_classes, threshold,
-                                               scaling, batch, kept)
-                    for (actor, key, xs, start, stop), kept in zip(parts, keep)]
+            refs = [
+                actor.inspect_first.remote(
+                    key, xs, start, stop, taps, widths, state.n_classes, threshold, scaling, batch, kept
+                )
+                for (actor, key, xs, start, stop), kept in zip(parts, keep)
+            ]
             for found in gather(pool.ray, refs, sizes, bar):
                 if not len(found["pred"]):
                     continue
@@ -64,8 +71,10 @@ def inspect_counting(pool):
                     state.active += found["active"]
             if scaling != "input":
                 limits = activation_limits(state.low, state.high, widths, threshold, scaling)
-                refs = [actor.inspect_count.remote(key, xs, start, stop, taps, widths, state.n_classes, limits, batch)
-                        for actor, key, xs, start, stop in parts]
+                refs = [
+                    actor.inspect_count.remote(key, xs, start, stop, taps, widths, state.n_classes, limits, batch)
+                    for actor, key, xs, start, stop in parts
+                ]
                 for active in gather(pool.ray, refs, [0 if k else s for k, s in zip(keep, sizes)], bar):
                     state.active += active
         return passes
@@ -76,8 +85,10 @@ def inspect_counting(pool):
 def affinity_forward(pool, x, layers, batch_size: int):
     """(outputs (n, outputs), [(n, width) activations of each layer]) of every input, from the workers."""
     from .cluster import fetch
+
     parts = spans(pool, x, batch_size)
-    found = fetch(pool.ray, [actor.unit_activations.remote(key, xs, start, stop, tuple(layers))
-                             for actor, key, xs, start, stop in parts])
-    return np.concatenate([f[0] for f in found]), [np.concatenate([f[1][i] for f in found])
-                                                   for i in range(len(layers))]
+    found = fetch(
+        pool.ray,
+        [actor.unit_activations.remote(key, xs, start, stop, tuple(layers)) for actor, key, xs, start, stop in parts],
+    )
+    return np.concatenate([f[0] for f in found]), [np.concatenate([f[1][i] for f in found]) for i in range(len(layers))]

@@ -48,6 +48,7 @@ class Coordinator:
 
     def __init__(self, total: int):
         from ..coverage import CoverageTracker
+
         self.tracker = CoverageTracker(total)
         self.log: list[tuple[int, dict]] = []
         self.progress: dict = {}
@@ -76,14 +77,16 @@ class FuzzWorker:
     def __init__(self, index: int, recipe: ModelRecipe, analysis, settings, coordinator, threads, sync_every: int):
         hold_threads(threads)
         from ..fuzz.fuzzer import Fuzzer
+
         self.index, self.coordinator = index, coordinator
         self.settings, self.sync_every = settings, int(sync_every)
         network = recipe.build()
-        self.fuzzer = Fuzzer.from_settings(analysis.bind(network), settings,
-                                           random_state=worker_seed(settings.random_state, index))
+        self.fuzzer = Fuzzer.from_settings(
+            analysis.bind(network), settings, random_state=worker_seed(settings.random_state, index)
+        )
         self.published = self.cursor = 0
         self.imports = 0
-        self.sync_wait = 0.0   # seconds spent waiting for the coordinator's answer
+        self.sync_wait = 0.0  # seconds spent waiting for the coordinator's answer
         self._warm_up(settings.batch_size)
 
     def _warm_up(self, batch_size: int) -> None:
@@ -101,19 +104,27 @@ class FuzzWorker:
         """Start (or resume, when ``folder`` holds the campaign) and fuzz to ``budget`` execs."""
         from ..fuzz.campaign import MutatorStats
         from ..fuzz.statefile import STATE_FILES
+
         folder = Path(folder)
         resumed = any((folder / name).exists() for name in ("campaign.json", *STATE_FILES))
-        if not resumed and folder.exists():   # killed while the folder was made: nothing was committed
+        if not resumed and folder.exists():  # killed while the folder was made: nothing was committed
             shutil.rmtree(folder)
         if resumed:
             campaign = self.fuzzer.resume(folder)
             campaign.set_budget(max(budget, campaign.execs))
         else:
-            campaign = self.fuzzer.start(x, y, folder, budget=budget, sources=self.settings.sources,
-                                         measure_specs=self.settings.measure_specs, parallel=parallel)
+            campaign = self.fuzzer.start(
+                x,
+                y,
+                folder,
+                budget=budget,
+                sources=self.settings.sources,
+                measure_specs=self.settings.measure_specs,
+                parallel=parallel,
+            )
         resumed_at = campaign.step if resumed else None
         campaign.mutator_stats.setdefault(SYNC, MutatorStats())
-        self.published, self.cursor = campaign.corpus.n_seeds, 0   # (re)publish every own entry: a new coordinator
+        self.published, self.cursor = campaign.corpus.n_seeds, 0  # (re)publish every own entry: a new coordinator
         campaign.open()
         try:
             self._sync(campaign)
@@ -121,20 +132,25 @@ class FuzzWorker:
             campaign.close()
         self.fuzzer.run(campaign, progress=False, on_step=self._on_step)
         self._publish(campaign)
-        return dict(campaign.state(), resumed_at=resumed_at, imports=self.imports,
-                    sync_wait_seconds=round(self.sync_wait, 3))
+        return dict(
+            campaign.state(), resumed_at=resumed_at, imports=self.imports, sync_wait_seconds=round(self.sync_wait, 3)
+        )
 
     # ---- syncing ------------------------------------------------------------------------------
     def _on_step(self, campaign) -> None:
-        self.coordinator.report.remote(self.index, {"step": campaign.step, "execs": campaign.execs,
-                                                    "covered": campaign.tracker.covered, "pid": os.getpid()})
+        self.coordinator.report.remote(
+            self.index,
+            {"step": campaign.step, "execs": campaign.execs, "covered": campaign.tracker.covered, "pid": os.getpid()},
+        )
         if campaign.step % self.sync_every == 0 and campaign.execs < campaign.budget:
             self._sync(campaign)
 
     def _own(self, campaign) -> dict | None:
         """The entries this worker kept (not imported) since it last published."""
         corpus = campaign.corpus
-        ids = [i for i in range(self.published, len(corpus)) if corpus.parent[i] >= 0 and corpus.chains[i][-1:] != [SYNC]]
+        ids = [
+            i for i in range(self.published, len(corpus)) if corpus.parent[i] >= 0 and corpus.chains[i][-1:] != [SYNC]
+        ]
         self.published = len(corpus)
         if not ids:
             return None
@@ -143,36 +159,48 @@ class FuzzWorker:
 
     def _publish(self, campaign) -> None:
         import ray
+
         fetch(ray, self.coordinator.exchange.remote(self.index, self._own(campaign), 1 << 62))
 
     def _sync(self, campaign) -> None:
         import ray
+
         own = self._own(campaign)
         started = time.perf_counter()
         incoming, self.cursor = fetch(ray, self.coordinator.exchange.remote(self.index, own, self.cursor))
         self.sync_wait += time.perf_counter() - started
         if incoming is not None:
             self._import(campaign, incoming)
-        self.published = len(campaign.corpus)   # what the import added is not this worker's to publish
+        self.published = len(campaign.corpus)  # what the import added is not this worker's to publish
 
     def _import(self, campaign, incoming: dict) -> None:
         """Run the others' entries through the model; record those still new here as ``sync`` steps."""
         from ..fuzz.campaign import Step
+
         started = time.perf_counter()
         fuzzer = self.fuzzer
         probs, (acts,) = fuzzer.network.forward(incoming["x"], (fuzzer.analysis.layer,))
         ids = fuzzer.analysis.combinations.ids(fuzzer.analysis.select(acts))
         predictions = probs[:, 0].astype(np.float64) if fuzzer.regression else probs.argmax(1)
         seconds = time.perf_counter() - started
-        for affine in (False, True):   # an entry with an affine transform keeps its descendants from another
+        for affine in (False, True):  # an entry with an affine transform keeps its descendants from another
             rows = np.flatnonzero(incoming["affine"] == affine)
             if not len(rows):
                 continue
             n = len(rows)
-            step = Step(number=campaign.step + 1, mutator=SYNC, affine=affine, parents=incoming["root"][rows],
-                        mutants=incoming["x"][rows], references=incoming["reference"][rows],
-                        predictions=predictions[rows], combinations=ids[rows], features={"idc": ids[rows]},
-                        valid=np.ones(n, bool), flagged=np.zeros(n, bool))
+            step = Step(
+                number=campaign.step + 1,
+                mutator=SYNC,
+                affine=affine,
+                parents=incoming["root"][rows],
+                mutants=incoming["x"][rows],
+                references=incoming["reference"][rows],
+                predictions=predictions[rows],
+                combinations=ids[rows],
+                features={"idc": ids[rows]},
+                valid=np.ones(n, bool),
+                flagged=np.zeros(n, bool),
+            )
             step.keep = campaign.tracker.would_cover(ids[rows])
             self.imports += int(step.keep.sum())
             campaign.record(step, seconds * n / len(ids))
@@ -186,33 +214,63 @@ class ParallelRecord:
     workers: int
     budget: int
     sync_every: int
-    settings: object   # CampaignSettings
+    settings: object  # CampaignSettings
 
     def to_dict(self) -> dict:
-        return {"workers": self.workers, "budget": self.budget, "sync_every": self.sync_every,
-                "settings": self.settings.to_dict()}
+        return {
+            "workers": self.workers,
+            "budget": self.budget,
+            "sync_every": self.sync_every,
+            "settings": self.settings.to_dict(),
+        }
 
     @classmethod
     def read(cls, out) -> "ParallelRecord":
         """The record in folder ``out`` (one of an earlier idcgen, with loose loop settings beside an
         ``extra_config`` of sources, read as the same)."""
         from ..fuzz.settings import CampaignSettings
+
         data = json.loads((Path(out) / PARALLEL_FILE).read_text())
         settings = data["settings"]
-        if "extra_config" in data:   # the earlier format
-            settings = dict(data["extra_config"], **settings, budget=data["budget"],
-                            input_shape=settings.get("image_shape") or ())
-        return cls(workers=int(data["workers"]), budget=int(data["budget"]),
-                   sync_every=int(data.get("sync_every", settings.get("sync_every", 4))),
-                   settings=CampaignSettings.from_dict(settings))
+        if "extra_config" in data:  # the earlier format
+            settings = dict(
+                data["extra_config"], **settings, budget=data["budget"], input_shape=settings.get("image_shape") or ()
+            )
+        return cls(
+            workers=int(data["workers"]),
+            budget=int(data["budget"]),
+            sync_every=int(data.get("sync_every", settings.get("sync_every", 4))),
+            settings=CampaignSettings.from_dict(settings),
+        )
 
 
-def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int = 2, ray: str | None = LOCAL,
-         threads: int = 1, sync_every: int = 4, mutators=None, oracle: str = "misclassification",
-         scheduler: str = "prioritized", batch_size: int = 256, validity: dict | None = None,
-         random_state: int = 0, value_range=None, image_shape=None, rounding: bool = True,
-         settings=None, safe_mode: bool = True, on_progress=None, echo=None,
-         gpus_per_worker: float | None = None) -> dict:
+def fuzz(
+    model,
+    analysis,
+    seeds,
+    labels=None,
+    *,
+    budget: int,
+    out,
+    workers: int = 2,
+    ray: str | None = LOCAL,
+    threads: int = 1,
+    sync_every: int = 4,
+    mutators=None,
+    oracle: str = "misclassification",
+    scheduler: str = "prioritized",
+    batch_size: int = 256,
+    validity: dict | None = None,
+    random_state: int = 0,
+    value_range=None,
+    image_shape=None,
+    rounding: bool = True,
+    settings=None,
+    safe_mode: bool = True,
+    on_progress=None,
+    echo=None,
+    gpus_per_worker: float | None = None,
+) -> dict:
     """Run ``workers`` campaigns on Ray into ``out/worker-<i>`` and write the merged view ``out/merged``.
 
     ``model``: a model file, Keras model or Network (with the analysis' input convention); ``analysis``:
@@ -230,16 +288,19 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     from ..fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
     from ..fuzz.validity import Validity
     from .workers import network_of
+
     check_budget(budget)
     workers = check_int("workers", workers, 1)
     sync_every = check_int("sync_every", sync_every, 1)
     if budget < workers:
-        raise ParameterError(f"a budget of {budget} execs cannot be shared by {workers} workers; give at least "
-                             f"{workers}")
-    out = Path(out).resolve()   # the workers' own working directory may differ from this process'
+        raise ParameterError(
+            f"a budget of {budget} execs cannot be shared by {workers} workers; give at least {workers}"
+        )
+    out = Path(out).resolve()  # the workers' own working directory may differ from this process'
     say = echo or (lambda *_: None)
-    network, _ = network_of(model, safe_mode=safe_mode,
-                            recorded=dataclasses.replace(analysis.convention, image_shape=None))
+    network, _ = network_of(
+        model, safe_mode=safe_mode, recorded=dataclasses.replace(analysis.convention, image_shape=None)
+    )
     analysis.bind(network)
     if (out / PARALLEL_FILE).exists():
         saved = ParallelRecord.read(out)
@@ -250,12 +311,23 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
         settings, sync_every = saved.settings, saved.sync_every
     elif out.exists() and any(out.iterdir()):
         raise InputError(f"{out} exists and is not empty: choose another --out")
-    elif settings is None:   # the settings a Fuzzer with these keywords records (checked and made canonical)
+    elif settings is None:  # the settings a Fuzzer with these keywords records (checked and made canonical)
         v = dict(dict(enabled=True, alpha=0.02, beta=0.2), **(validity or {}))
-        mutators = list(mutators) if isinstance(mutators, (list, tuple)) else parse_mutators(mutators or DEFAULT_MUTATORS)
-        settings = Fuzzer(analysis, mutators=mutators, oracle=oracle, scheduler=scheduler,
-                          batch_size=batch_size, validity=Validity(**v), random_state=random_state,
-                          value_range=value_range, image_shape=image_shape, rounding=rounding).settings(budget)
+        mutators = (
+            list(mutators) if isinstance(mutators, (list, tuple)) else parse_mutators(mutators or DEFAULT_MUTATORS)
+        )
+        settings = Fuzzer(
+            analysis,
+            mutators=mutators,
+            oracle=oracle,
+            scheduler=scheduler,
+            batch_size=batch_size,
+            validity=Validity(**v),
+            random_state=random_state,
+            value_range=value_range,
+            image_shape=image_shape,
+            rounding=rounding,
+        ).settings(budget)
     settings = settings.replace(budget=int(budget))
     out.mkdir(parents=True, exist_ok=True)
     record = ParallelRecord(workers=workers, budget=int(budget), sync_every=sync_every, settings=settings)
@@ -265,7 +337,7 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     recipe = pool_ray.put(ModelRecipe.of(network, safe_mode=safe_mode))
     light = pool_ray.put(dataclasses.replace(analysis, network=None))
     coordinator = pool_ray.remote(Coordinator).options(num_cpus=0).remote(analysis.total)
-    gpus = 0.0 if gpus_per_worker is None else check_gpus_per_worker(gpus_per_worker)   # each its own GPU share
+    gpus = 0.0 if gpus_per_worker is None else check_gpus_per_worker(gpus_per_worker)  # each its own GPU share
     actor = pool_ray.remote(FuzzWorker).options(num_cpus=threads, num_gpus=gpus)
     x_ref = pool_ray.put(None if seeds is None else np.asarray(seeds))
     y_ref = pool_ray.put(None if labels is None else np.asarray(labels))
@@ -273,8 +345,12 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     folders = [out / f"worker-{i}" for i in range(workers)]
 
     def start(i, a):
-        parallel = {"workers": workers, "budget": int(budget), "worker": i,
-                    "random_state": worker_seed(settings.random_state, i)}
+        parallel = {
+            "workers": workers,
+            "budget": int(budget),
+            "worker": i,
+            "random_state": worker_seed(settings.random_state, i),
+        }
         return a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], parallel)
 
     died = (pool_ray.exceptions.RayActorError, pool_ray.exceptions.WorkerCrashedError)
@@ -314,7 +390,7 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     except KeyboardInterrupt:
         say(f"interrupted; the workers' folders hold their last commits; continue with: idcgen fuzz --resume {out}")
         raise
-    finally:   # also when a worker failed: the others stop at once (their folders keep their last commit)
+    finally:  # also when a worker failed: the others stop at once (their folders keep their last commit)
         for a in [*actors.values(), coordinator]:
             pool_ray.kill(a)
         if started:
@@ -322,8 +398,9 @@ def fuzz(model, analysis, seeds, labels=None, *, budget: int, out, workers: int 
     for r in restarts:
         r["resumed_at"] = results[r["worker"]].get("resumed_at")
     merged = merge(out, network, workers)
-    return dict(merged.state(), workers=[results[i] for i in range(workers)], restarts=restarts,
-                folder=str(merged.folder))
+    return dict(
+        merged.state(), workers=[results[i] for i in range(workers)], restarts=restarts, folder=str(merged.folder)
+    )
 
 
 def merge(out: Path, network, workers: int):
@@ -333,6 +410,7 @@ def merge(out: Path, network, workers: int):
     from ..coverage import CoverageTracker
     from ..fuzz.campaign import Campaign, MutatorStats
     from ..fuzz.corpus import Corpus
+
     parts = [Campaign.load(out / f"worker-{i}", network) for i in range(workers)]
     first = parts[0]
     n_seeds = first.corpus.n_seeds
@@ -345,14 +423,18 @@ def merge(out: Path, network, workers: int):
     def merged_step(w, step):
         return int(np.searchsorted(event_times, times[w].get(int(step), 0.0), side="left")) + 1
 
-    own = sorted((merged_step(w, c.corpus.step[i]), w, i) for w, c in enumerate(parts)
-                 for i in range(n_seeds, len(c.corpus)) if c.corpus.chains[i][-1:] != [SYNC])
+    own = sorted(
+        (merged_step(w, c.corpus.step[i]), w, i)
+        for w, c in enumerate(parts)
+        for i in range(n_seeds, len(c.corpus))
+        if c.corpus.chains[i][-1:] != [SYNC]
+    )
     remap = [np.concatenate([np.arange(n_seeds), np.full(len(c.corpus) - n_seeds, -1)]).astype(np.int64) for c in parts]
     by_combination = {}
     for k, (_, w, i) in enumerate(own):
         remap[w][i] = n_seeds + k
         by_combination.setdefault(int(parts[w].corpus.combination[i]), n_seeds + k)
-    for w, c in enumerate(parts):   # an import stands for the entry it came from
+    for w, c in enumerate(parts):  # an import stands for the entry it came from
         for i in range(n_seeds, len(c.corpus)):
             if c.corpus.chains[i][-1:] == [SYNC]:
                 remap[w][i] = by_combination.get(int(c.corpus.combination[i]), int(c.corpus.root[i]))
@@ -370,11 +452,14 @@ def merge(out: Path, network, workers: int):
     for w, c in enumerate(parts):
         f = c.findings()
         for j in range(len(f.get("id", ()))):
-            key = (int(f["combination"][j]), int(f["root"][j]) if regression else int(f["label"][j]),
-                   -1 if regression else int(f["prediction"][j]))
+            key = (
+                int(f["combination"][j]),
+                int(f["root"][j]) if regression else int(f["label"][j]),
+                -1 if regression else int(f["prediction"][j]),
+            )
             if key not in seen:
                 seen.add(key)
-                row = {k: v[j:j + 1].copy() for k, v in f.items()}
+                row = {k: v[j : j + 1].copy() for k, v in f.items()}
                 for col in ("corpus_id", "parent"):
                     row[col] = np.where(row[col] >= 0, remap[w][np.maximum(row[col], 0)], -1)
                 row["step"] = np.asarray([merged_step(w, f["step"][j])])
@@ -396,13 +481,26 @@ def merge(out: Path, network, workers: int):
                 setattr(total, key, getattr(total, key) + getattr(s, key))
             total.last_error = s.last_error or total.last_error
     recorded = ParallelRecord.read(out)
-    settings = first.settings.replace(budget=sum(c.budget for c in parts), random_state=recorded.settings.random_state,
-                                      parallel={"workers": workers, "budget": recorded.budget})
-    merged = Campaign(settings=settings, analysis=first.analysis, corpus=corpus, coverage={"idc": tracker},
-                      rng=np.random.default_rng(0), mutator_stats=mutator_stats, step=len(events),
-                      execs=sum(c.execs for c in parts), seed_execs=first.seed_execs,
-                      flagged=sum(c.flagged for c in parts), elapsed=max(c.elapsed for c in parts), stats=stats,
-                      finding_parts=parts_found)
+    settings = first.settings.replace(
+        budget=sum(c.budget for c in parts),
+        random_state=recorded.settings.random_state,
+        parallel={"workers": workers, "budget": recorded.budget},
+    )
+    merged = Campaign(
+        settings=settings,
+        analysis=first.analysis,
+        corpus=corpus,
+        coverage={"idc": tracker},
+        rng=np.random.default_rng(0),
+        mutator_stats=mutator_stats,
+        step=len(events),
+        execs=sum(c.execs for c in parts),
+        seed_execs=first.seed_execs,
+        flagged=sum(c.flagged for c in parts),
+        elapsed=max(c.elapsed for c in parts),
+        stats=stats,
+        finding_parts=parts_found,
+    )
     folder = out / "merged"
     shutil.rmtree(folder, ignore_errors=True)
     merged.save(folder)
@@ -414,23 +512,48 @@ def _merged_stats(parts, events, corpus, n_seeds: int, found: list) -> list[dict
     """stats.jsonl of the merged view: one row per worker step in time order, with the execs of all
     workers by then and the union's corpus, coverage and findings."""
     from ..coverage import CoverageTracker
+
     tracker = CoverageTracker(parts[0].tracker.total, corpus.combination[:n_seeds])
     entry_steps = corpus.step[n_seeds:]
     finding_steps = found[0]["step"] if found else np.zeros(0, np.int64)
-    rows = [dict(parts[0].stats[0], step=0, execs=0, execs_per_s=0.0, corpus=n_seeds, idc=tracker.score,
-                 covered=tracker.covered, findings=0, flagged=0, unique_pairs=0)]
+    rows = [
+        dict(
+            parts[0].stats[0],
+            step=0,
+            execs=0,
+            execs_per_s=0.0,
+            corpus=n_seeds,
+            idc=tracker.score,
+            covered=tracker.covered,
+            findings=0,
+            flagged=0,
+            unique_pairs=0,
+        )
+    ]
     latest = [{"execs": 0, "flagged": 0} for _ in parts]
     by_step = [{row["step"]: row for row in c.stats} for c in parts]
     done = 0
     for k, (t, w, step) in enumerate(events, start=1):
         latest[w] = row = by_step[w][step]
         upto = int(np.searchsorted(entry_steps, k, side="right"))
-        tracker.update(corpus.combination[n_seeds + done:n_seeds + upto])
+        tracker.update(corpus.combination[n_seeds + done : n_seeds + upto])
         done = upto
         execs = sum(r["execs"] for r in latest)
-        rows.append({"step": k, "time": t, "execs": execs, "execs_per_s": round(execs / t, 1) if t > 0 else 0.0,
-                     "corpus": n_seeds + upto, "idc": tracker.score, "covered": tracker.covered,
-                     "findings": int(np.searchsorted(finding_steps, k, side="right")),
-                     "flagged": sum(r["flagged"] for r in latest), "unique_pairs": 0,
-                     "mutator": row["mutator"], "seconds": row["seconds"], "worker": w})
+        rows.append(
+            {
+                "step": k,
+                "time": t,
+                "execs": execs,
+                "execs_per_s": round(execs / t, 1) if t > 0 else 0.0,
+                "corpus": n_seeds + upto,
+                "idc": tracker.score,
+                "covered": tracker.covered,
+                "findings": int(np.searchsorted(finding_steps, k, side="right")),
+                "flagged": sum(r["flagged"] for r in latest),
+                "unique_pairs": 0,
+                "mutator": row["mutator"],
+                "seconds": row["seconds"],
+                "worker": w,
+            }
+        )
     return rows

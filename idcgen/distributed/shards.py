@@ -32,8 +32,10 @@ def shard_files(pattern) -> list[str]:
     if isinstance(pattern, (str, os.PathLike)):
         found = sorted(glob.glob(str(pattern)))
         if not found:
-            raise InputError(f"no file or folder matches {str(pattern)!r}; give a pattern such as 'shards/*.npz' "
-                             "(quoted, so the shell leaves it to idcgen)")
+            raise InputError(
+                f"no file or folder matches {str(pattern)!r}; give a pattern such as 'shards/*.npz' "
+                "(quoted, so the shell leaves it to idcgen)"
+            )
         return found
     found = [str(p) for p in pattern]
     if not found:
@@ -43,22 +45,25 @@ def shard_files(pattern) -> list[str]:
 
 def is_ray_dataset(x) -> bool:
     """Whether ``x`` is a Ray Data dataset (without importing Ray Data when it is not)."""
-    return any(c.__module__.startswith("ray.data") and c.__name__ in ("Dataset", "MaterializedDataset")
-               for c in type(x).__mro__)
+    return any(
+        c.__module__.startswith("ray.data") and c.__name__ in ("Dataset", "MaterializedDataset")
+        for c in type(x).__mro__
+    )
 
 
 def read_shard(source, network, load: dict):
     """(x fitted to the model, labels or None) of one shard: a file or folder path, read as
     :func:`idcgen.data.load_for_model` reads it, or a Ray Data block (a dict of columns, or one array)."""
     from ..data import check_labels, fit_to_model, load_for_model, scale_inputs
+
     if isinstance(source, (str, os.PathLike)):
         options = {k: v for k, v in load.items() if k not in ("x_column", "y_column")}
-        ds, x = load_for_model(source, network.input_shape, n_classes=network.n_classes, task=network.task,
-                               **options)
+        ds, x = load_for_model(source, network.input_shape, n_classes=network.n_classes, task=network.task, **options)
         return x, ds.y
     x_column, y_column = load.get("x_column"), load.get("y_column")
-    if not isinstance(source, (dict, np.ndarray)):   # a Ray Data block (Arrow or pandas): its columns
+    if not isinstance(source, (dict, np.ndarray)):  # a Ray Data block (Arrow or pandas): its columns
         from ray.data.block import BlockAccessor
+
         source = BlockAccessor.for_block(source).to_numpy()
     if isinstance(source, dict):
         columns = sorted(source)
@@ -85,19 +90,25 @@ def folder_class_names(sources) -> tuple[str, ...] | None:
     words (None when integer-named, or no folder): every shard then labels a class as the others do,
     not by its index among its own subfolders (a shard lacking a class would shift the labels)."""
     from ..data import is_image_folder
+
     names = set()
     for source in sources:
         if isinstance(source, (str, os.PathLike)) and is_image_folder(source):
-            names.update(p.name for p in Path(os.fspath(source)).expanduser().iterdir()
-                         if p.is_dir() and not p.name.startswith("."))
+            names.update(
+                p.name
+                for p in Path(os.fspath(source)).expanduser().iterdir()
+                if p.is_dir() and not p.name.startswith(".")
+            )
     words = sorted(n for n in names if not re.fullmatch(r"\d+", n))
     if not words:
         return None
     if len(words) < len(names):
         number = min(n for n in names if n not in words)
-        raise InputError(f"the shards' class subfolders mix integers ({number}) and other names ({words[0]}); "
-                         "name every folder by its class index, or give the class names in label order "
-                         "(--class-names)")
+        raise InputError(
+            f"the shards' class subfolders mix integers ({number}) and other names ({words[0]}); "
+            "name every folder by its class index, or give the class names in label order "
+            "(--class-names)"
+        )
     return tuple(words)
 
 
@@ -114,14 +125,14 @@ class ShardedInputs:
             raise InputError(f"{description} holds no inputs")
         self.pool, self.sources, self.names, self.load_options = pool, sources, names, dict(load)
         self.description = description
-        self.class_names = load.get("class_names")   # the folders' classes by label (given, or their union)
+        self.class_names = load.get("class_names")  # the folders' classes by label (given, or their union)
         self.token = next(_TOKENS)
         self.sizes: list[int] | None = None
         self.y = None
         self.observed_range = None
         self.fingerprint = None
         self.shape = None
-        self.selected = False   # some inputs dropped by select(): read again to measure them all
+        self.selected = False  # some inputs dropped by select(): read again to measure them all
 
     # ---- the shards on the workers ---------------------------------------------------------------
     def key(self, i: int):
@@ -142,28 +153,33 @@ class ShardedInputs:
         one line a shard that cannot be read or fitted to the model (naming it), and shards of which some
         carry labels and some do not."""
         from .cluster import fetch
-        if self.selected:   # an analysis of one class (only_class) kept only its inputs: read them all again
+
+        if self.selected:  # an analysis of one class (only_class) kept only its inputs: read them all again
             self.release()
         if self.sizes is not None:
             return self.y
-        refs = [self.actor(i).hold.remote(self.key(i), source, self.load_options)
-                for i, source in enumerate(self.sources)]
+        refs = [
+            self.actor(i).hold.remote(self.key(i), source, self.load_options) for i, source in enumerate(self.sources)
+        ]
         found = fetch(self.pool.ray, refs)
         errors = [(name, f[1]) for name, f in zip(self.names, found) if f[0] == "error"]
         if errors:
             name, error = errors[0]
-            raise InputError(f"shard {name}: {error}" + (f" ({len(errors) - 1} more shards refused)"
-                                                           if len(errors) > 1 else ""))
+            raise InputError(
+                f"shard {name}: {error}" + (f" ({len(errors) - 1} more shards refused)" if len(errors) > 1 else "")
+            )
         facts = [f[1] for f in found]
         labelled = [f["y"] is not None for f in facts]
         if any(labelled) and not all(labelled):
-            raise InputError(f"shard {self.names[labelled.index(False)]} has no labels but shard "
-                             f"{self.names[labelled.index(True)]} has: give every shard its labels, or none")
+            raise InputError(
+                f"shard {self.names[labelled.index(False)]} has no labels but shard "
+                f"{self.names[labelled.index(True)]} has: give every shard its labels, or none"
+            )
         self.sizes = [f["n"] for f in facts]
         self.y = np.concatenate([f["y"] for f in facts]) if all(labelled) else None
         self.observed_range = (min(f["min"] for f in facts), max(f["max"] for f in facts))
         self.shape = facts[0]["shape"]
-        digest = hashlib.blake2b(digest_size=4)   # of the shards' digests, in order: inputs and labels
+        digest = hashlib.blake2b(digest_size=4)  # of the shards' digests, in order: inputs and labels
         for f in facts:
             digest.update(f["digest"].encode())
         self.fingerprint = digest.hexdigest()
@@ -173,9 +189,11 @@ class ShardedInputs:
     def select(self, keep: np.ndarray) -> None:
         """Keep only the inputs where ``keep`` (n,) is true, on the workers (``only_class``)."""
         from .cluster import fetch
+
         bounds = self.offsets
-        refs = [self.actor(i).select.remote(self.key(i), keep[bounds[i]:bounds[i + 1]])
-                for i in range(len(self.sources))]
+        refs = [
+            self.actor(i).select.remote(self.key(i), keep[bounds[i] : bounds[i + 1]]) for i in range(len(self.sources))
+        ]
         facts = fetch(self.pool.ray, refs)
         self.selected = True
         self.sizes = [f["n"] for f in facts]
@@ -186,8 +204,8 @@ class ShardedInputs:
     def predict(self) -> np.ndarray:
         """The model's outputs of every input, in order (a regression model's MSE)."""
         from .cluster import fetch
-        parts = fetch(self.pool.ray, [self.actor(i).predict_held.remote(self.key(i))
-                                      for i in range(len(self.sources))])
+
+        parts = fetch(self.pool.ray, [self.actor(i).predict_held.remote(self.key(i)) for i in range(len(self.sources))])
         return np.concatenate(parts)
 
     def passes(self, network, layer: str, eps: float, x=None) -> "ShardPasses":
@@ -198,17 +216,23 @@ class ShardedInputs:
         """What an analysis records of its training inputs (like ``Dataset.summary``, counted on the workers)."""
         classes = self.y is not None and self.y.dtype.kind in "iu"
         labels, counts = np.unique(self.y, return_counts=True) if classes else ((), ())
-        return {"source": self.description, "n": len(self), "shards": len(self.sources),
-                "shape": None if self.shape is None else list(self.shape), "dtype": "float32",
-                "scaling": f"scale={self.load_options.get('scale', 'none')} on each shard",
-                "min": None if self.observed_range is None else self.observed_range[0],
-                "max": None if self.observed_range is None else self.observed_range[1],
-                "n_labels": 0 if self.y is None else len(self.y),
-                "class_counts": None if not classes else {str(k): int(c) for k, c in zip(labels, counts)}}
+        return {
+            "source": self.description,
+            "n": len(self),
+            "shards": len(self.sources),
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": "float32",
+            "scaling": f"scale={self.load_options.get('scale', 'none')} on each shard",
+            "min": None if self.observed_range is None else self.observed_range[0],
+            "max": None if self.observed_range is None else self.observed_range[1],
+            "n_labels": 0 if self.y is None else len(self.y),
+            "class_counts": None if not classes else {str(k): int(c) for k, c in zip(labels, counts)},
+        }
 
     def release(self) -> None:
         """Free the workers' copies of the shards."""
         from .cluster import fetch
+
         if self.pool.actors:
             fetch(self.pool.ray, [a.drop.remote(self.token) for a in self.pool.actors])
         self.sizes, self.selected = None, False
@@ -227,38 +251,63 @@ class ShardPasses:
 
     def __init__(self, inputs: ShardedInputs, layer: str, eps: float):
         from ..relevance import batch_size_for
+
         self.inputs, self.layer, self.eps = inputs, layer, eps
         self.batch_size = batch_size_for(inputs.pool.network)
 
     def totals(self, target, *, labels, keep_activations, progress):
         from ..relevance import sum_totals
         from .cluster import fetch, gather
+
         inputs, ray = self.inputs, self.inputs.pool.ray
         bounds = inputs.offsets
         fetch(ray, [a.forget.remote() for a in inputs.pool.actors])
 
         def part(a, i):
-            return None if a is None else np.asarray(a)[bounds[i]:bounds[i + 1]]
-        refs = [inputs.actor(i).totals.remote(inputs.key(i), None, 0, inputs.sizes[i], self.layer, self.eps,
-                                              self.batch_size, part(target, i), part(labels, i), keep_activations)
-                for i in range(len(inputs.sources))]
+            return None if a is None else np.asarray(a)[bounds[i] : bounds[i + 1]]
+
+        refs = [
+            inputs.actor(i).totals.remote(
+                inputs.key(i),
+                None,
+                0,
+                inputs.sizes[i],
+                self.layer,
+                self.eps,
+                self.batch_size,
+                part(target, i),
+                part(labels, i),
+                keep_activations,
+            )
+            for i in range(len(inputs.sources))
+        ]
         parts = gather(ray, refs, inputs.sizes, progress)
         signed, absolute, n_used, predictions, _ = sum_totals([b for p in parts for b in p])
         return signed, absolute, n_used, predictions
 
     def activations(self, neurons: np.ndarray, rows: np.ndarray) -> np.ndarray:
         from .cluster import fetch
+
         inputs, rows = self.inputs, np.asarray(rows)
         bounds = inputs.offsets
-        refs = [inputs.actor(i).activations.remote(
-                    inputs.key(i), None, 0, inputs.sizes[i], self.layer, np.asarray(neurons),
-                    rows[(rows >= bounds[i]) & (rows < bounds[i + 1])] - bounds[i])
-                for i in range(len(inputs.sources))]
+        refs = [
+            inputs.actor(i).activations.remote(
+                inputs.key(i),
+                None,
+                0,
+                inputs.sizes[i],
+                self.layer,
+                np.asarray(neurons),
+                rows[(rows >= bounds[i]) & (rows < bounds[i + 1])] - bounds[i],
+            )
+            for i in range(len(inputs.sources))
+        ]
         found = fetch(inputs.pool.ray, refs)
         return np.concatenate(found) if found else np.zeros((0, len(neurons)), np.float32)
 
     def clusters(self, acts, neurons, ks, method, random_state, progress):
         from .cluster import cluster_on
+
         return cluster_on(self.inputs.pool, acts, neurons, ks, method, random_state, progress)
 
 
@@ -280,12 +329,18 @@ def sources_of(x, ray, *, x_column=None, y_column=None):
     blocks' references: the workers convert them, no Ray Data task runs once the dataset is computed)."""
     if is_ray_dataset(x):
         if type(x).__name__ != "MaterializedDataset" and ray.available_resources().get("CPU", 0) < 1:
-            raise ParameterError("the Ray dataset is still to be computed and the workers hold every CPU of the "
-                                 "cluster; call ds.materialize() before starting them, or start fewer workers")
-        with in_order(x):   # a lazy dataset computed here (free CPUs): its blocks in the dataset's order
+            raise ParameterError(
+                "the Ray dataset is still to be computed and the workers hold every CPU of the "
+                "cluster; call ds.materialize() before starting them, or start fewer workers"
+            )
+        with in_order(x):  # a lazy dataset computed here (free CPUs): its blocks in the dataset's order
             refs = [ref for bundle in x.iter_internal_ref_bundles() for ref in bundle.block_refs]
-        return refs, [f"block {i}" for i in range(len(refs))], f"Ray dataset ({len(refs)} blocks)", \
-            dict(x_column=x_column, y_column=y_column)
+        return (
+            refs,
+            [f"block {i}" for i in range(len(refs))],
+            f"Ray dataset ({len(refs)} blocks)",
+            dict(x_column=x_column, y_column=y_column),
+        )
     if x_column is not None or y_column is not None:
         raise ParameterError("x_column and y_column are for a Ray dataset; shard files carry x and y themselves")
     files = shard_files(x)

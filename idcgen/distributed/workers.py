@@ -32,7 +32,7 @@ class AnalysisWorker(HeldInputs, RelevancePasses, CoverageIds, MeasurePasses):
     def __init__(self, recipe: ModelRecipe, threads: int | None):
         hold_threads(threads)
         self.network = recipe.build()
-        self.kept = {}   # a relevance pass's activations per shard, inspect's per ("inspect", shard)
+        self.kept = {}  # a relevance pass's activations per shard, inspect's per ("inspect", shard)
         HeldInputs.__init__(self)
         RelevancePasses.__init__(self)
         CoverageIds.__init__(self)
@@ -49,8 +49,9 @@ class RayPasses:
 
     def __init__(self, pool: "Workers", network, layer: str, eps: float, x: np.ndarray):
         from ..relevance import batch_size_for
+
         self.pool, self.layer, self.eps = pool, layer, eps
-        self.batch_size = batch_size_for(network)   # the single-process batches: the same sums
+        self.batch_size = batch_size_for(network)  # the single-process batches: the same sums
         self.x, self.parts = x, {}
         self.shards = shard_bounds(len(x), self.batch_size, len(pool.actors))
 
@@ -65,25 +66,46 @@ class RayPasses:
 
     def totals(self, target, *, labels, keep_activations, progress):
         from ..relevance import sum_totals
+
         ray = self.pool.ray
         fetch(ray, [a.forget.remote() for a in self.pool.actors])
 
-        def cut(a, start, stop):   # a shard's labels or targets (small: sent with the call)
+        def cut(a, start, stop):  # a shard's labels or targets (small: sent with the call)
             return None if a is None else np.asarray(a)[start:stop]
-        refs = [self.pool.actor(i).totals.remote(i, self.part(i), 0, stop - start, self.layer, self.eps,
-                                                 self.batch_size, cut(target, start, stop), cut(labels, start, stop),
-                                                 keep_activations)
-                for i, (start, stop) in enumerate(self.shards)]
+
+        refs = [
+            self.pool.actor(i).totals.remote(
+                i,
+                self.part(i),
+                0,
+                stop - start,
+                self.layer,
+                self.eps,
+                self.batch_size,
+                cut(target, start, stop),
+                cut(labels, start, stop),
+                keep_activations,
+            )
+            for i, (start, stop) in enumerate(self.shards)
+        ]
         parts = gather(ray, refs, [stop - start for start, stop in self.shards], progress)
         signed, absolute, n_used, predictions, _ = sum_totals([b for found in parts for b in found])
         return signed, absolute, n_used, predictions
 
     def activations(self, neurons: np.ndarray, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
-        refs = [self.pool.actor(i).activations.remote(
-                    i, self.part(i), 0, stop - start, self.layer, np.asarray(neurons),
-                    rows[(rows >= start) & (rows < stop)] - start)
-                for i, (start, stop) in enumerate(self.shards)]
+        refs = [
+            self.pool.actor(i).activations.remote(
+                i,
+                self.part(i),
+                0,
+                stop - start,
+                self.layer,
+                np.asarray(neurons),
+                rows[(rows >= start) & (rows < stop)] - start,
+            )
+            for i, (start, stop) in enumerate(self.shards)
+        ]
         found = fetch(self.pool.ray, refs)
         return np.concatenate(found) if found else np.zeros((0, len(neurons)), np.float32)
 
@@ -94,6 +116,7 @@ class RayPasses:
 def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
     """(Network, input convention) of a model file, Keras model or Network, as the driver measures it."""
     from ..framework import ForwardNetwork, Network, load_model, network_with_convention
+
     if isinstance(model, (str, os.PathLike)):
         model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
     elif not isinstance(model, ForwardNetwork):
@@ -117,14 +140,35 @@ class Workers:
         worker with a share runs its model on its own GPU
     """
 
-    def __init__(self, model, *, ray: str | None = LOCAL, workers: int | None = None, threads: int = 1,
-                 value_range=None, preprocess=None, image_shape=None, recorded=None, task: str | None = None,
-                 safe_mode: bool = True, what: str = "idcgen.distributed", gpus_per_worker: float | None = None):
+    def __init__(
+        self,
+        model,
+        *,
+        ray: str | None = LOCAL,
+        workers: int | None = None,
+        threads: int = 1,
+        value_range=None,
+        preprocess=None,
+        image_shape=None,
+        recorded=None,
+        task: str | None = None,
+        safe_mode: bool = True,
+        what: str = "idcgen.distributed",
+        gpus_per_worker: float | None = None,
+    ):
         from ..checks import check_int
+
         self.ray, self._started = connect(ray, what=what)
         check_int("threads", threads, 1)
-        self.network, self.convention = network_of(model, task=task, safe_mode=safe_mode, value_range=value_range,
-                                                   preprocess=preprocess, image_shape=image_shape, recorded=recorded)
+        self.network, self.convention = network_of(
+            model,
+            task=task,
+            safe_mode=safe_mode,
+            value_range=value_range,
+            preprocess=preprocess,
+            image_shape=image_shape,
+            recorded=recorded,
+        )
         count, gpus = cluster_workers(self.ray, workers, gpus_per_worker)
         recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=safe_mode))
         actor = self.ray.remote(AnalysisWorker).options(num_cpus=threads, num_gpus=gpus)
@@ -140,19 +184,30 @@ class Workers:
             return x.passes(network, layer, eps)
         return RayPasses(self, network, layer, eps, x)
 
-    def shards(self, source, *, scale: str = "auto", resize=None, class_names=None, crop=None, labels=None,
-               x_column: str | None = None, y_column: str | None = None):
+    def shards(
+        self,
+        source,
+        *,
+        scale: str = "auto",
+        resize=None,
+        class_names=None,
+        crop=None,
+        labels=None,
+        x_column: str | None = None,
+        y_column: str | None = None,
+    ):
         """:class:`~idcgen.distributed.shards.ShardedInputs` the workers read themselves: a pattern such as
         ``'shards/*.npz'`` (``.npz``/``.npy`` files or image folders, one a shard, in sorted order), a list of
         paths, or a Ray Data dataset (one shard per block; ``x_column``/``y_column`` name its columns, by
         default its one column; ``scale`` as for files, "auto" maps uint8 0..255 onto the model's range).
         Loaded as ``idcgen.load_for_model`` loads one input set (on a cluster the paths must reach every node)."""
         from .shards import ShardedInputs, folder_class_names, sources_of
-        sources, names, description, options = sources_of(source, self.ray, x_column=x_column,
-                                                          y_column=y_column)
+
+        sources, names, description, options = sources_of(source, self.ray, x_column=x_column, y_column=y_column)
         load = dict(scale=scale, value_range=tuple(self.convention.value_range), **options)
-        if not options:   # files and folders: word-named class subfolders labelled alike in every shard
+        if not options:  # files and folders: word-named class subfolders labelled alike in every shard
             from ..data import parse_class_names
+
             class_names = parse_class_names(class_names) or folder_class_names(sources)
             load.update(resize=resize, class_names=class_names, crop=crop, labels=labels)
         return ShardedInputs(self, sources, names, load, description)
@@ -160,20 +215,21 @@ class Workers:
     def _held(self, x, **load):
         """(ShardedInputs, whether made here) for a pattern, list of paths or Ray dataset; else (x, False)."""
         from .shards import is_ray_dataset
+
         if getattr(x, "read_by_workers", False):
             return x, False
         paths = isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(p, (str, os.PathLike)) for p in x)
         if isinstance(x, (str, os.PathLike)) or paths or is_ray_dataset(x):
             return self.shards(x, **load), True
-        return x, False   # an array, or a Python list of images
+        return x, False  # an array, or a Python list of images
 
     # ---- what it computes --------------------------------------------------------------------
-    def analyze(self, x, y: np.ndarray | None = None, *, scale: str = "auto", x_column=None, y_column=None,
-                **kwargs):
+    def analyze(self, x, y: np.ndarray | None = None, *, scale: str = "auto", x_column=None, y_column=None, **kwargs):
         """:func:`idcgen.analyze` of this pool's model with its passes over ``x`` on the workers: an array
         (sent to them), or shards they read themselves (a pattern, a list of paths, a Ray Data dataset or
         :meth:`shards`; their labels are the shards' own)."""
         from ..analysis import analyze
+
         x, made = self._held(x, scale=scale, x_column=x_column, y_column=y_column)
         try:
             return analyze(self.network, x, y, passes=self.passes, **kwargs)
@@ -188,6 +244,7 @@ class Workers:
 
         from ..coverage import CoverageTracker
         from ..data import fit_to_model
+
         analysis.bind(self.network)
         held, made = self._held(x, scale=scale, x_column=x_column, y_column=y_column)
         if getattr(held, "read_by_workers", False):
@@ -212,10 +269,13 @@ class Workers:
         from tqdm.auto import tqdm
 
         from ..coverage import CoverageTracker
+
         inputs.load()
         light = self.ray.put(dataclasses.replace(analysis, network=None))
-        refs = [inputs.actor(i).held_ids.remote(light, inputs.key(i), f"the inputs of shard {name}")
-                for i, name in enumerate(inputs.names)]
+        refs = [
+            inputs.actor(i).held_ids.remote(light, inputs.key(i), f"the inputs of shard {name}")
+            for i, name in enumerate(inputs.names)
+        ]
         tracker = CoverageTracker(analysis.total)
         with tqdm(total=len(inputs), desc="coverage", unit="input", disable=not progress, leave=False) as bar:
             for ids in gather(self.ray, refs, inputs.sizes, bar):
@@ -227,6 +287,7 @@ class Workers:
         summed here): ``x`` an array or shards the workers read themselves (as for :meth:`analyze`)."""
         from ..deepinspect import inspect
         from .measures import inspect_counting
+
         x, made = self._held(x, scale=scale, x_column=x_column, y_column=y_column)
         try:
             return inspect(self.network, x, y, counting=inspect_counting(self), **kwargs)
@@ -240,6 +301,7 @@ class Workers:
         from ..data import fit_to_model
         from ..deepbase import affinity
         from .measures import affinity_forward
+
         x = fit_to_model(x, self.network.input_shape)
         gathered = {}
 
@@ -248,6 +310,7 @@ class Workers:
                 gathered[tuple(layers)] = affinity_forward(self, x, layers, self.network.batch_size)
             outputs, taps = gathered[tuple(layers)]
             return outputs[rows], [t[rows] for t in taps]
+
         return affinity(self.network, x, y, forward=forward, **kwargs)
 
     def coverage(self, analysis, x, *, progress: bool = False, **load):
@@ -271,27 +334,59 @@ class Workers:
         self.close()
 
 
-def analyze(model, x, y: np.ndarray | None = None, *, ray: str | None = LOCAL,
-            workers: int | None = None, threads: int = 1, value_range=None, preprocess=None, image_shape=None,
-            task: str | None = None, safe_mode: bool = True, **kwargs):
+def analyze(
+    model,
+    x,
+    y: np.ndarray | None = None,
+    *,
+    ray: str | None = LOCAL,
+    workers: int | None = None,
+    threads: int = 1,
+    value_range=None,
+    preprocess=None,
+    image_shape=None,
+    task: str | None = None,
+    safe_mode: bool = True,
+    **kwargs,
+):
     """:func:`idcgen.analyze` with its passes over ``x`` on Ray workers; the same analysis (the same important
     neurons and k, centroids up to the order of float sums, docs/design.md "Scale-out on Ray"). ``x`` is an
     array, or shards the workers read themselves: a pattern such as ``'shards/*.npz'``, a list of paths, or a
     Ray Data dataset (``x_column=``, ``y_column=``, ``scale=`` as for :meth:`Workers.shards`)."""
     x = _computed(x)
-    with Workers(model, ray=ray, workers=workers, threads=threads, value_range=value_range, preprocess=preprocess,
-                 image_shape=image_shape, task=task, safe_mode=safe_mode) as pool:
-        return pool.analyze(x, y, **kwargs)   # bound to the driver's copy of the model
+    with Workers(
+        model,
+        ray=ray,
+        workers=workers,
+        threads=threads,
+        value_range=value_range,
+        preprocess=preprocess,
+        image_shape=image_shape,
+        task=task,
+        safe_mode=safe_mode,
+    ) as pool:
+        return pool.analyze(x, y, **kwargs)  # bound to the driver's copy of the model
 
 
-def coverage(analysis, model, x, *, ray: str | None = LOCAL, workers: int | None = None,
-             threads: int = 1, task: str | None = None, safe_mode: bool = True, **load):
+def coverage(
+    analysis,
+    model,
+    x,
+    *,
+    ray: str | None = LOCAL,
+    workers: int | None = None,
+    threads: int = 1,
+    task: str | None = None,
+    safe_mode: bool = True,
+    **load,
+):
     """IDC of ``x`` measured on Ray workers: the same covered set as ``analysis.coverage(x)``; ``x`` an array
     or shards the workers read themselves (as for :func:`analyze`)."""
     recorded = dataclasses.replace(analysis.convention, image_shape=None)
     x = _computed(x)
-    with Workers(model, ray=ray, workers=workers, threads=threads, recorded=recorded, task=task,
-                 safe_mode=safe_mode) as pool:
+    with Workers(
+        model, ray=ray, workers=workers, threads=threads, recorded=recorded, task=task, safe_mode=safe_mode
+    ) as pool:
         return pool.coverage(analysis, x, **load)
 
 
@@ -299,6 +394,7 @@ def _computed(x):
     """A Ray dataset computed (materialized, its blocks in its order) before the workers take the CPUs its
     tasks need; else ``x``."""
     from .shards import in_order, is_ray_dataset
+
     if not is_ray_dataset(x) or type(x).__name__ == "MaterializedDataset":
         return x
     with in_order(x):

@@ -35,9 +35,23 @@ if "torch" not in sys.modules:
 # quiet TensorFlow's C++ start-up logs, before any implementation module imports it
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-__all__ = ["Network", "ForwardNetwork", "DifferentiableNetwork", "Backend", "BACKENDS", "LayerInfo", "RANGE_TAP",
-           "TASKS", "load_model", "load_network", "as_network", "network_with_convention", "convert", "limit_threads",
-           "resolve_device"]
+__all__ = [
+    "Network",
+    "ForwardNetwork",
+    "DifferentiableNetwork",
+    "Backend",
+    "BACKENDS",
+    "LayerInfo",
+    "RANGE_TAP",
+    "TASKS",
+    "load_model",
+    "load_network",
+    "as_network",
+    "network_with_convention",
+    "convert",
+    "limit_threads",
+    "resolve_device",
+]
 
 TASKS = ("classification", "regression")
 
@@ -179,8 +193,8 @@ class ForwardNetwork(metaclass=_Dispatching):
         columns = np.asarray(neurons)
         out = np.empty((len(rows), len(columns)), np.float32)
         for start in range(0, len(rows), self.batch_size):
-            _, (acts,) = self.forward(x[rows[start:start + self.batch_size]], (layer,))
-            out[start:start + len(acts)] = acts[:, columns]
+            _, (acts,) = self.forward(x[rows[start : start + self.batch_size]], (layer,))
+            out[start : start + len(acts)] = acts[:, columns]
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
@@ -260,7 +274,6 @@ class DifferentiableNetwork(ForwardNetwork):
         ``labels``); ``params`` as the attack mutators pass them (idcgen/fuzz/mutators/attacks.py)."""
 
 
-
 class Network(DifferentiableNetwork):
     """A model under test with every capability: forward taps, relevance and gradients
     (:class:`DifferentiableNetwork`) and a training step for ``harden``; the attributes of
@@ -270,8 +283,9 @@ class Network(DifferentiableNetwork):
     capabilities = frozenset({"forward", "differentiable", "trainable"})
 
     @abc.abstractmethod
-    def retrained(self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
-                  random_state: int = 0) -> "Network":
+    def retrained(
+        self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0
+    ) -> "Network":
         """A copy fine-tuned ("finetune") or trained from scratch ("scratch") on (x, y), for ``harden``."""
 
 
@@ -289,34 +303,56 @@ class Backend:
     roots: tuple[str, ...]
     requires: tuple[str, ...]
     extra: str
-    needs: str   # what a missing requirement is said to be for
+    needs: str  # what a missing requirement is said to be for
 
     def require(self) -> None:
         """One line naming the extra when a package this backend needs is not installed."""
         import importlib.util
+
         if any(importlib.util.find_spec(name) is None for name in self.requires):
-            raise ModelError(f"{self.needs}: pip install \"idcgen[{self.extra}]\"")
+            raise ModelError(f'{self.needs}: pip install "idcgen[{self.extra}]"')
 
     def implementation(self):
         from importlib import import_module
 
         from .quiet import quiet_start
-        with quiet_start():   # the framework's start-up lines dropped, anything else written back
+
+        with quiet_start():  # the framework's start-up lines dropped, anything else written back
             return import_module(self.module, __name__)
 
     def available(self) -> bool:
         import importlib.util
+
         return all(importlib.util.find_spec(name) is not None for name in self.requires)
 
 
 #: the backends, by name; the first whose suffixes name a file reads it (Keras reads what no backend names,
 #: to say in its words what it cannot read)
-BACKENDS = {b.name: b for b in (
-    Backend("keras", ".keras_network", "KerasNetwork", (".keras", ".h5", ".hdf5"), ("keras", "tf_keras", "tensorflow"),
-            ("tensorflow", "keras"), "keras", "Keras models need TensorFlow and Keras"),
-    Backend("torch", ".torch_network", "TorchNetwork", (".pt", ".pth", ".pt2", ".onnx"),
-            ("torch", "idcgen.framework.torch_load"), ("torch",), "torch", "PyTorch models need torch"),
-)}
+BACKENDS = {
+    b.name: b
+    for b in (
+        Backend(
+            "keras",
+            ".keras_network",
+            "KerasNetwork",
+            (".keras", ".h5", ".hdf5"),
+            ("keras", "tf_keras", "tensorflow"),
+            ("tensorflow", "keras"),
+            "keras",
+            "Keras models need TensorFlow and Keras",
+        ),
+        Backend(
+            "torch",
+            ".torch_network",
+            "TorchNetwork",
+            (".pt", ".pth", ".pt2", ".onnx"),
+            ("torch", "idcgen.framework.torch_load"),
+            ("torch",),
+            "torch",
+            "PyTorch models need torch",
+        ),
+    )
+}
 DEFAULT_BACKEND = "keras"
 
 
@@ -330,12 +366,14 @@ def _framework_of(model) -> str:
         for backend in BACKENDS.values():
             if any(cls.__module__ == root or cls.__module__.startswith(root + ".") for root in backend.roots):
                 return backend.name
-    raise ModelError(f"idcgen cannot run a {type(model).__module__}.{type(model).__name__}: expected a Keras "
-                     "model, a torch.nn.Module (or a Network)")
+    raise ModelError(
+        f"idcgen cannot run a {type(model).__module__}.{type(model).__name__}: expected a Keras "
+        "model, a torch.nn.Module (or a Network)"
+    )
 
 
 def framework_of_path(path) -> str:
-    """"keras" or "torch" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
+    """ "keras" or "torch" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
     if is_factory(path):
         return "torch"
     suffix = Path(str(path)).suffix.lower()
@@ -349,15 +387,22 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     state_dict file as ``architecture`` (:func:`idcgen.framework.torch_load.load`; ``input_shape`` (H, W, C)
     where the file does not record it)."""
     framework = framework_of_path(path)
-    BACKENDS[framework].require()   # each framework an extra: a missing one said in one line naming it
+    BACKENDS[framework].require()  # each framework an extra: a missing one said in one line naming it
     if framework == "torch":
         return _implementation("torch").load_model(path, architecture=architecture, input_shape=input_shape)
     return _implementation(framework).load_model(path, safe_mode=safe_mode, architecture=architecture)
 
 
-def as_network(model, *, batch_size: int | None = None, task: str | None = None,
-               convention: InputConvention | None = None, input_shape=None, device=None,
-               precision=None) -> Network:
+def as_network(
+    model,
+    *,
+    batch_size: int | None = None,
+    task: str | None = None,
+    convention: InputConvention | None = None,
+    input_shape=None,
+    device=None,
+    precision=None,
+) -> Network:
     """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation
     (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``).
     ``device`` (``auto|cpu|cuda|cuda:N``, default ``IDCGEN_DEVICE`` or auto) and ``precision`` (``fp32``,
@@ -367,9 +412,17 @@ def as_network(model, *, batch_size: int | None = None, task: str | None = None,
     framework = _framework_of(model)
     network_class = getattr(_implementation(framework), BACKENDS[framework].network_class)
     if framework == "torch":
-        return network_class(model, batch_size=batch_size, task=task, convention=convention, input_shape=input_shape,
-                             device=device, precision=precision)
+        return network_class(
+            model,
+            batch_size=batch_size,
+            task=task,
+            convention=convention,
+            input_shape=input_shape,
+            device=device,
+            precision=precision,
+        )
     from .device import requested_device
+
     where = resolve_device("keras", device, precision)
     network = network_class(model, batch_size=batch_size, task=task, convention=convention)
     network._device_info = {"device": where}
@@ -382,6 +435,7 @@ def resolve_device(framework: str, device=None, precision=None):
     a ``torch.device``, or "cpu"/"cuda:N" for Keras (``cpu`` hides the GPU from TensorFlow). A GPU asked for
     and not seen, or a precision other than fp32 for a Keras model, is one line."""
     from .device import check_precision, keras_device, torch_device
+
     precision = check_precision(precision)
     BACKENDS[framework].require()
     if framework == "torch":
@@ -391,15 +445,28 @@ def resolve_device(framework: str, device=None, precision=None):
     return keras_device(device)
 
 
-def load_network(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, task: str | None = None,
-                 batch_size: int | None = None, input_shape=None, device=None, precision=None) -> Network:
-    resolve_device(framework_of_path(path), device, precision)   # a GPU asked for and not seen: before the load
-    return as_network(load_model(path, safe_mode=safe_mode, architecture=architecture, input_shape=input_shape),
-                      task=task, batch_size=batch_size, device=device, precision=precision)
+def load_network(
+    path: str | os.PathLike,
+    *,
+    safe_mode: bool = True,
+    architecture=None,
+    task: str | None = None,
+    batch_size: int | None = None,
+    input_shape=None,
+    device=None,
+    precision=None,
+) -> Network:
+    resolve_device(framework_of_path(path), device, precision)  # a GPU asked for and not seen: before the load
+    return as_network(
+        load_model(path, safe_mode=safe_mode, architecture=architecture, input_shape=input_shape),
+        task=task,
+        batch_size=batch_size,
+        device=device,
+        precision=precision,
+    )
 
 
-def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False,
-            input_shape=None) -> str:
+def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: bool = False, input_shape=None) -> str:
     """Re-save a model file in a format idcgen reads fully (``idcgen convert``); a one-line summary. Keras:
     a Keras 2.x or weights-only file as ``.keras``/``.h5``; PyTorch: a TorchScript file (with ``input_shape``)
     or a factory as a ``.pt2`` program. An existing ``new`` is replaced only with ``overwrite=True``."""
@@ -407,23 +474,28 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
     BACKENDS[framework].require()
     if framework == "torch":
         from .torch_load import convert as torch_convert
+
         return torch_convert(old, new, weights=architecture, input_shape=input_shape, overwrite=overwrite)
-    if input_shape is not None:   # a Keras file records its input shape: a given one would be ignored
-        raise ParameterError(f"an input shape (--input-shape) is for PyTorch TorchScript files, which do not record "
-                             f"theirs; {old} is a Keras model, which does: drop --input-shape")
-    return _implementation("keras").convert(old, new, architecture=architecture, safe_mode=safe_mode,
-                                            overwrite=overwrite)
+    if input_shape is not None:  # a Keras file records its input shape: a given one would be ignored
+        raise ParameterError(
+            f"an input shape (--input-shape) is for PyTorch TorchScript files, which do not record "
+            f"theirs; {old} is a Keras model, which does: drop --input-shape"
+        )
+    return _implementation("keras").convert(
+        old, new, architecture=architecture, safe_mode=safe_mode, overwrite=overwrite
+    )
 
 
 def limit_threads(threads: int) -> None:
     """``threads`` intra- and inter-op threads for the frameworks in this process (a Ray worker), before they run."""
-    for backend in BACKENDS.values():   # each an extra: either may be missing
+    for backend in BACKENDS.values():  # each an extra: either may be missing
         if backend.available():
             backend.implementation().limit_threads(threads)
 
 
-def network_with_convention(model, *, value_range=None, preprocess=None, image_shape=None,
-                            recorded: InputConvention | None = None) -> tuple[Network, InputConvention]:
+def network_with_convention(
+    model, *, value_range=None, preprocess=None, image_shape=None, recorded: InputConvention | None = None
+) -> tuple[Network, InputConvention]:
     """The Network to measure (the model with what its input convention puts in front of it, see
     :mod:`idcgen.convention`) and that convention, which is also the network's ``convention`` field. A
     Network passed with no choices is kept."""
@@ -434,6 +506,11 @@ def network_with_convention(model, *, value_range=None, preprocess=None, image_s
         return network, network.convention
     # a network idcgen wrapped keeps its convention unless a choice given here changes it
     wrapped = network.convention if network.model is not network.inner else None
-    convention = resolve(network.own_convention(), value_range=value_range, preprocess=preprocess,
-                         image_shape=image_shape, recorded=recorded if recorded is not None else wrapped)
+    convention = resolve(
+        network.own_convention(),
+        value_range=value_range,
+        preprocess=preprocess,
+        image_shape=image_shape,
+        recorded=recorded if recorded is not None else wrapped,
+    )
     return network.measured_as(convention, wrapped=wrapped), convention

@@ -24,7 +24,7 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     the affinity mask does not show."""
     try:
         cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):   # not on Linux
+    except (AttributeError, OSError):  # not on Linux
         cpus = os.cpu_count() or 1
     quota = None
     try:
@@ -82,6 +82,7 @@ class BatchedRelevance:
     def batcher(self):
         """The Batches this pass runs with (halved sizes are kept for the next pass where it is shared)."""
         from .device import Batches
+
         batches = getattr(self, "batches", None)
         if batches is None:
             batches = self.batches = Batches(self.batch_size, what="relevance", device="its device")
@@ -98,8 +99,12 @@ class BatchedRelevance:
         if len(x) == 0:
             return np.zeros_like(x)
         parts = []
-        self._run(len(x), lambda start, stop: parts.append(_numpy(self.raw(
-            x[start:stop], None if target is None else target[start:stop])[0])))
+        self._run(
+            len(x),
+            lambda start, stop: parts.append(
+                _numpy(self.raw(x[start:stop], None if target is None else target[start:stop])[0])
+            ),
+        )
         return np.concatenate(parts)
 
     def __call__(self, x: np.ndarray, target: np.ndarray | None = None, *, progress=None):
@@ -114,6 +119,7 @@ class BatchedRelevance:
             logits.append(z)
             if progress is not None:
                 progress.update(stop - start)
+
         self._run(len(x), step)
         return np.concatenate(rel), np.concatenate(act), np.concatenate(logits)
 
@@ -131,7 +137,11 @@ def rule_label_notes(entries) -> list[str]:
     notes = ["LRP rules: " + "; ".join(f"{label} for {', '.join(sorted(k))}" for label, k in sorted(kinds.items()))]
     for how, names in approximated.items():
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        exact = ("; exact for ReLU-like activations only, and the identity rule CP-LRP and AttnLRP prescribe "
-                 "for element-wise activations" if "passed through" in how else "")
+        exact = (
+            "; exact for ReLU-like activations only, and the identity rule CP-LRP and AttnLRP prescribe "
+            "for element-wise activations"
+            if "passed through" in how
+            else ""
+        )
         notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
     return notes

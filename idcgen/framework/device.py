@@ -72,8 +72,11 @@ def check_precision(precision) -> str:
 def _torch_cuda_seen(torch) -> str:
     """What torch sees, for a message: its version and why no GPU is there."""
     build = getattr(torch.version, "cuda", None)
-    why = ("a CPU-only build of torch" if build is None
-           else f"built for CUDA {build}, torch.cuda.device_count() is {torch.cuda.device_count()}")
+    why = (
+        "a CPU-only build of torch"
+        if build is None
+        else f"built for CUDA {build}, torch.cuda.device_count() is {torch.cuda.device_count()}"
+    )
     return f"torch {torch.__version__} ({why})"
 
 
@@ -81,7 +84,8 @@ def torch_device(device=None):
     """The ``torch.device`` a PyTorch model runs on: auto is the current CUDA GPU when torch sees one, else
     the CPU; ``cuda``/``cuda:N`` where torch sees no such GPU is a DeviceError naming what it sees."""
     import torch
-    if isinstance(device, torch.device):   # placed by the caller (a Ray worker's own GPU, a test's meta device)
+
+    if isinstance(device, torch.device):  # placed by the caller (a Ray worker's own GPU, a test's meta device)
         return device
     setting = requested_device(device)
     if setting.kind == "cpu":
@@ -90,19 +94,23 @@ def torch_device(device=None):
     if setting.kind == "auto":
         return torch.device("cuda", torch.cuda.current_device()) if available else torch.device("cpu")
     if not available:
-        raise DeviceError(f"{setting.given_as()}: no CUDA GPU is visible to {_torch_cuda_seen(torch)}; "
-                          "give cpu or auto")
+        raise DeviceError(
+            f"{setting.given_as()}: no CUDA GPU is visible to {_torch_cuda_seen(torch)}; give cpu or auto"
+        )
     count = torch.cuda.device_count()
     index = torch.cuda.current_device() if setting.index is None else setting.index
     if index >= count:
-        raise DeviceError(f"{setting.given_as()}: torch {torch.__version__} sees {count} CUDA GPU(s) "
-                          f"(cuda:0{f' .. cuda:{count - 1}' if count > 1 else ''})")
+        raise DeviceError(
+            f"{setting.given_as()}: torch {torch.__version__} sees {count} CUDA GPU(s) "
+            f"(cuda:0{f' .. cuda:{count - 1}' if count > 1 else ''})"
+        )
     return torch.device("cuda", index)
 
 
 def describe_torch_device(device) -> dict:
     """What analysis.json and campaign.json record of a device (information only, never compared)."""
     import torch
+
     info = {"device": str(device), "framework": f"torch {torch.__version__}"}
     if device.type == "cuda":
         info["name"] = torch.cuda.get_device_name(device)
@@ -114,6 +122,7 @@ def free_memory(device) -> int | None:
     if getattr(device, "type", None) != "cuda":
         return None
     import torch
+
     free, _ = torch.cuda.mem_get_info(device)
     return int(free)
 
@@ -125,24 +134,29 @@ def keras_device(device=None) -> str:
     when a GPU build sees one); ``cuda`` where TensorFlow sees no GPU is a DeviceError."""
     setting = requested_device(device)
     from .quiet import quiet_start
-    with quiet_start():   # TensorFlow's start-up lines dropped (it may start here, before the model loads)
+
+    with quiet_start():  # TensorFlow's start-up lines dropped (it may start here, before the model loads)
         import tensorflow as tf
     if setting.kind == "cpu":
         try:
             tf.config.set_visible_devices([], "GPU")
-        except RuntimeError:   # TensorFlow already initialised its devices in this process
+        except RuntimeError:  # TensorFlow already initialised its devices in this process
             if tf.config.get_visible_devices("GPU"):
-                raise DeviceError(f"{setting.given_as()}: TensorFlow already runs on its GPU in this process; "
-                                  f"set {DEVICE_ENV}=cpu before it starts") from None
+                raise DeviceError(
+                    f"{setting.given_as()}: TensorFlow already runs on its GPU in this process; "
+                    f"set {DEVICE_ENV}=cpu before it starts"
+                ) from None
         return "cpu"
     gpus = tf.config.list_physical_devices("GPU")
     if setting.kind == "auto":
         return "cuda:0" if gpus else "cpu"
     index = setting.index or 0
     if not gpus:
-        raise DeviceError(f"{setting.given_as()}: no GPU is visible to TensorFlow {tf.__version__} "
-                          f"({'a build without CUDA' if not tf.test.is_built_with_cuda() else 'built with CUDA'}); "
-                          "give cpu or auto (a GPU needs TensorFlow's CUDA build: pip install \"idcgen[gpu]\")")
+        raise DeviceError(
+            f"{setting.given_as()}: no GPU is visible to TensorFlow {tf.__version__} "
+            f"({'a build without CUDA' if not tf.test.is_built_with_cuda() else 'built with CUDA'}); "
+            'give cpu or auto (a GPU needs TensorFlow\'s CUDA build: pip install "idcgen[gpu]")'
+        )
     if index >= len(gpus):
         raise DeviceError(f"{setting.given_as()}: TensorFlow sees {len(gpus)} GPU(s)")
     if setting.index is not None:
@@ -174,7 +188,7 @@ class Batches:
 
     def __init__(self, size: int, *, what: str, device: str, explicit: bool = False):
         self.size, self.what, self.device, self.explicit = int(size), what, str(device), explicit
-        self._halved_from = None   # the size that first ran out of memory, until said
+        self._halved_from = None  # the size that first ran out of memory, until said
 
     def run(self, n: int, step, *, release=None) -> None:
         """``step(start, stop)`` over ``n`` inputs, ``size`` at a time; a batch out of memory is run again at
@@ -193,8 +207,10 @@ class Batches:
     def settle(self) -> None:
         """Say once what the halving came to (after a pass: one note, however many halvings it took)."""
         if self._halved_from is not None:
-            say_once(f"{self.what} batches of {self._halved_from} inputs ran out of memory on {self.device}: "
-                     f"halved to {self.size}")
+            say_once(
+                f"{self.what} batches of {self._halved_from} inputs ran out of memory on {self.device}: "
+                f"halved to {self.size}"
+            )
             self._halved_from = None
 
     def failed(self, exc: BaseException, tried: int, *, release=None) -> None:
@@ -206,14 +222,16 @@ class Batches:
             release()
         if self.explicit or tried <= 1:
             fix = f"give batch_size={tried // 2}" if self.explicit and tried > 1 else "free the device's memory"
-            raise DeviceError(f"out of memory on {self.device} at a {self.what} batch of {tried} input(s): "
-                              f"{fix}, or run on another device: device='cpu'") from None
+            raise DeviceError(
+                f"out of memory on {self.device} at a {self.what} batch of {tried} input(s): "
+                f"{fix}, or run on another device: device='cpu'"
+            ) from None
         self._halved_from = self._halved_from or tried
         self.size = max(1, tried // 2)
 
 
 def device_line(info: dict) -> str | None:
-    """"device: cuda:0 (NVIDIA H200), bf16" for a network's device_info(); None for the CPU in fp32 (said
+    """ "device: cuda:0 (NVIDIA H200), bf16" for a network's device_info(); None for the CPU in fp32 (said
     nowhere: today's output stays as it was)."""
     precision = info.get("precision", "fp32")
     if info.get("device", "cpu") == "cpu" and precision == "fp32":
@@ -244,6 +262,21 @@ def memory_batch_size(floats_per_input: int, free_bytes: int, *, largest: int = 
     return max(smallest, min(largest, fit))
 
 
-__all__ = ["DEVICE_ENV", "PRECISIONS", "DeviceSetting", "parse_device", "requested_device", "check_precision",
-           "torch_device", "keras_device", "describe_torch_device", "free_memory", "is_out_of_memory", "Batches",
-           "memory_batch_size", "say_once", "full_precision", "device_line"]
+__all__ = [
+    "DEVICE_ENV",
+    "PRECISIONS",
+    "DeviceSetting",
+    "parse_device",
+    "requested_device",
+    "check_precision",
+    "torch_device",
+    "keras_device",
+    "describe_torch_device",
+    "free_memory",
+    "is_out_of_memory",
+    "Batches",
+    "memory_batch_size",
+    "say_once",
+    "full_precision",
+    "device_line",
+]

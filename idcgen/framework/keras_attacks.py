@@ -27,36 +27,61 @@ def _targets(network, y: np.ndarray):
 
 def fgsm(network, x: np.ndarray, y: np.ndarray, *, eps: float, clip: tuple) -> np.ndarray:
     from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
+
     y, loss_fn = _targets(network, y)
-    adv = fast_gradient_method(network.logits_model(), tf.constant(x), eps, np.inf, loss_fn=loss_fn,
-                               clip_min=clip[0], clip_max=clip[1], y=y, targeted=False)
+    adv = fast_gradient_method(
+        network.logits_model(),
+        tf.constant(x),
+        eps,
+        np.inf,
+        loss_fn=loss_fn,
+        clip_min=clip[0],
+        clip_max=clip[1],
+        y=y,
+        targeted=False,
+    )
     return adv.numpy()
 
 
-def bim(network, x: np.ndarray, y: np.ndarray, *, eps: float, eps_iter: float, nb_iter: int,
-        clip: tuple) -> np.ndarray:
+def bim(network, x: np.ndarray, y: np.ndarray, *, eps: float, eps_iter: float, nb_iter: int, clip: tuple) -> np.ndarray:
     from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent
+
     y, loss_fn = _targets(network, y)
     # cleverhans' basic_iterative_method is this call without a loss_fn argument (needed for regression);
     # sanity_checks=True ends in np.all over a list of differently shaped tensors: a NumPy error
-    adv = projected_gradient_descent(network.logits_model(), tf.constant(x), eps, eps_iter, nb_iter, np.inf,
-                                     loss_fn=loss_fn, clip_min=clip[0], clip_max=clip[1], y=y, targeted=False,
-                                     rand_init=False, sanity_checks=False)
+    adv = projected_gradient_descent(
+        network.logits_model(),
+        tf.constant(x),
+        eps,
+        eps_iter,
+        nb_iter,
+        np.inf,
+        loss_fn=loss_fn,
+        clip_min=clip[0],
+        clip_max=clip[1],
+        y=y,
+        targeted=False,
+        rand_init=False,
+        sanity_checks=False,
+    )
     return adv.numpy()
 
 
-def pgd(network, x: np.ndarray, y: np.ndarray, *, start: np.ndarray, eps: float, eps_iter: float,
-        nb_iter: int, clip: tuple) -> np.ndarray:
+def pgd(
+    network, x: np.ndarray, y: np.ndarray, *, start: np.ndarray, eps: float, eps_iter: float, nb_iter: int, clip: tuple
+) -> np.ndarray:
     """cleverhans' own PGD steps (an FGSM step, then projection onto the ball and the value range) from
     ``start``, which the mutator draws."""
     from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
     from cleverhans.tf2.utils import clip_eta
+
     lo, hi = clip
     model, (y, loss_fn) = network.logits_model(), _targets(network, y)
     x_t, adv = tf.constant(x), tf.constant(start)
     for _ in range(nb_iter):
-        adv = fast_gradient_method(model, adv, eps_iter, np.inf, loss_fn=loss_fn, clip_min=lo, clip_max=hi, y=y,
-                                   targeted=False)
+        adv = fast_gradient_method(
+            model, adv, eps_iter, np.inf, loss_fn=loss_fn, clip_min=lo, clip_max=hi, y=y, targeted=False
+        )
         adv = tf.clip_by_value(x_t + clip_eta(adv - x_t, np.inf, eps), lo, hi)
     return adv.numpy()
 
@@ -104,18 +129,38 @@ def _carlini_wagner_class():
     return PerExampleConstCW
 
 
-def cw(network, x: np.ndarray, labels: np.ndarray, *, chunk: int, clip: tuple, lr: float,
-       binary_search_steps: int, max_iterations: int, abort_early: bool, confidence: float,
-       initial_const: float) -> np.ndarray:
+def cw(
+    network,
+    x: np.ndarray,
+    labels: np.ndarray,
+    *,
+    chunk: int,
+    clip: tuple,
+    lr: float,
+    binary_search_steps: int,
+    max_iterations: int,
+    abort_early: bool,
+    confidence: float,
+    initial_const: float,
+) -> np.ndarray:
     """Untargeted C&W-L2 in chunks of ``chunk`` inputs (see the CW mutator for why chunks)."""
     b, shape = len(x), x.shape[1:]
     d = int(np.prod(shape))
     model = network.logits_model()
     attack = _carlini_wagner_class()(
-        lambda t: model(tf.reshape(t, (-1, *shape))), y=labels, batch_size=chunk, clip_min=clip[0],
-        clip_max=clip[1], binary_search_steps=binary_search_steps, max_iterations=max_iterations,
-        abort_early=abort_early, confidence=confidence, initial_const=initial_const, learning_rate=lr)
-    attack.targeted = False          # cleverhans sets targeted = (y is not None), ignoring its argument
+        lambda t: model(tf.reshape(t, (-1, *shape))),
+        y=labels,
+        batch_size=chunk,
+        clip_min=clip[0],
+        clip_max=clip[1],
+        binary_search_steps=binary_search_steps,
+        max_iterations=max_iterations,
+        abort_early=abort_early,
+        confidence=confidence,
+        initial_const=initial_const,
+        learning_rate=lr,
+    )
+    attack.targeted = False  # cleverhans sets targeted = (y is not None), ignoring its argument
     flat, out = x.reshape(b, d, 1, 1), np.empty((b, d, 1, 1), np.float32)
     for start in range(0, b, chunk):
         part = slice(start, start + chunk)
@@ -154,17 +199,22 @@ def art_classifier(network, value_range):
 
     def build():
         _, TensorFlowV2Classifier = _art()
-        return TensorFlowV2Classifier(model=network.logits_model(), nb_classes=network.n_classes,
-                                      input_shape=tuple(network.input_shape), clip_values=clip)
+        return TensorFlowV2Classifier(
+            model=network.logits_model(),
+            nb_classes=network.n_classes,
+            input_shape=tuple(network.input_shape),
+            clip_values=clip,
+        )
+
     return network.cached(("art", clip), build)
 
 
-def jsma(network, x: np.ndarray, targets: np.ndarray, *, theta: float, gamma: float,
-         clip: tuple) -> np.ndarray:
+def jsma(network, x: np.ndarray, targets: np.ndarray, *, theta: float, gamma: float, clip: tuple) -> np.ndarray:
     """Targeted JSMA towards ``targets`` (one class per input)."""
     SaliencyMapMethod, _ = _art()
-    attack = SaliencyMapMethod(art_classifier(network, clip), theta=theta, gamma=gamma, batch_size=len(x),
-                               verbose=False)
+    attack = SaliencyMapMethod(
+        art_classifier(network, clip), theta=theta, gamma=gamma, batch_size=len(x), verbose=False
+    )
     with _quiet_tensorflow():
         return attack.generate(x, y=np.eye(network.n_classes, dtype=np.float32)[targets])
 

@@ -18,6 +18,7 @@ __all__ = ["preprocess_layers", "wrap", "leading_preprocessing", "from_model", "
 def preprocess_layers(preprocess: Preprocess, channels: int) -> list:
     """Keras layers computing ``preprocess``: a fixed 1x1 convolution for the channel flip, then a Rescaling."""
     import keras
+
     preprocess.check_channels(channels)
     out = []
     if preprocess.bgr:
@@ -25,9 +26,13 @@ def preprocess_layers(preprocess: Preprocess, channels: int) -> list:
     mean, std = np.asarray(preprocess.mean, np.float64), np.asarray(preprocess.std, np.float64)
     scale, offset = 1.0 / std, -mean / std
     scalar = len(scale) == 1
-    out.append(keras.layers.Rescaling(scale=float(scale[0]) if scalar else scale.tolist(),
-                                      offset=float(offset[0]) if scalar else offset.tolist(),
-                                      name=f"{WRAPPER_PREFIX}_preprocess"))
+    out.append(
+        keras.layers.Rescaling(
+            scale=float(scale[0]) if scalar else scale.tolist(),
+            offset=float(offset[0]) if scalar else offset.tolist(),
+            name=f"{WRAPPER_PREFIX}_preprocess",
+        )
+    )
     return out
 
 
@@ -35,21 +40,31 @@ def _channel_flip():
     """RGB -> BGR as a 1x1 convolution with fixed weights (a built-in layer: serialises, and LRP treats
     it as the linear layer it is)."""
     import keras
-    return keras.layers.Conv2D(3, 1, use_bias=False, trainable=False, name=f"{WRAPPER_PREFIX}_bgr",
-                               kernel_initializer=keras.initializers.Constant(np.eye(3)[::-1].reshape(1, 1, 3, 3)))
+
+    return keras.layers.Conv2D(
+        3,
+        1,
+        use_bias=False,
+        trainable=False,
+        name=f"{WRAPPER_PREFIX}_bgr",
+        kernel_initializer=keras.initializers.Constant(np.eye(3)[::-1].reshape(1, 1, 3, 3)),
+    )
 
 
 def wrap(model, convention: InputConvention):
     """``model`` with what ``convention`` puts in front of it (the model itself if nothing): a functional
     model image -> [Reshape] -> [preprocessing layers] -> ``model``."""
     import keras
+
     want = tuple(model.inputs[0].shape[1:])
     if not convention.needs_wrapper(want):
         return model
     image = tuple(convention.image_shape) if convention.image_shape is not None else want
     if convention.image_shape is not None and None not in want and int(np.prod(image)) != int(np.prod(want)):
-        raise ParameterError(f"image shape {image} holds {int(np.prod(image))} values but the model takes "
-                             f"{want} ({int(np.prod(want))} values); give a matching --image-shape")
+        raise ParameterError(
+            f"image shape {image} holds {int(np.prod(image))} values but the model takes "
+            f"{want} ({int(np.prod(want))} values); give a matching --image-shape"
+        )
     inputs = keras.Input(image, name=f"{WRAPPER_PREFIX}_image")
     x = inputs
     if convention.preprocess is not None:
@@ -117,8 +132,11 @@ def from_model(model) -> InputConvention:
         if type(layer).__name__ == "Normalization":
             found = _normalization_range(layer)
             if found is not None:
-                return InputConvention(found[0], source=f"read from the model's Normalization layer {layer.name!r}, "
-                                       f"{found[1]}", model_layers=names)
+                return InputConvention(
+                    found[0],
+                    source=f"read from the model's Normalization layer {layer.name!r}, {found[1]}",
+                    model_layers=names,
+                )
             break
         if type(layer).__name__ == "Rescaling":
             found = _rescaling_range(layer)
@@ -126,8 +144,9 @@ def from_model(model) -> InputConvention:
                 scale = np.atleast_1d(np.asarray(layer.scale, np.float64))
                 offset = np.atleast_1d(np.asarray(layer.offset, np.float64))
                 how = f"scale {scale[0]:.6g}" + (f", offset {offset[0]:g}" if np.any(offset != 0) else "")
-                return InputConvention(found, source=f"read from the model's Rescaling layer {layer.name!r}, {how}",
-                                       model_layers=names)
+                return InputConvention(
+                    found, source=f"read from the model's Rescaling layer {layer.name!r}, {how}", model_layers=names
+                )
             break
     return InputConvention(model_layers=names)
 
@@ -136,6 +155,8 @@ def prepare(model, *, value_range=None, preprocess=None, image_shape=None, recor
     """(Keras model to measure, its convention): :func:`idcgen.framework.network_with_convention` on a Keras
     model or a Network, as the Keras model it runs."""
     from . import network_with_convention
-    network, convention = network_with_convention(model, value_range=value_range, preprocess=preprocess,
-                                                  image_shape=image_shape, recorded=recorded)
+
+    network, convention = network_with_convention(
+        model, value_range=value_range, preprocess=preprocess, image_shape=image_shape, recorded=recorded
+    )
     return network.model, convention

@@ -16,6 +16,7 @@ def _float32(*arrays):
 
 def logit_sum(network):
     """(x, weights) -> (gradient of sum(weights * logits) w.r.t. x, logits)."""
+
     def build():
         @tf.function(reduce_retracing=True)
         def grad(x, weights):
@@ -24,12 +25,15 @@ def logit_sum(network):
                 z = network.logits(x)
                 total = tf.reduce_sum(weights * z)
             return tape.gradient(total, x), z
+
         return grad
+
     traced = network.cached(("deepxplore-output",), build)
 
     def run(x, weights):
         g, z = traced(*_float32(x, weights))
         return g.numpy(), z.numpy()
+
     return run
 
 
@@ -47,12 +51,15 @@ def neuron_sum(network, *, layers: tuple[str, ...]):
                 acts = tf.concat([neuron_activations(o) for o in outs], axis=1)
                 total = tf.reduce_sum(mask * acts)
             return tape.gradient(total, x), acts
+
         return grad
+
     traced = network.cached(("deepxplore-nc", layers), build)
 
     def run(x, mask):
         g, acts = traced(*_float32(x, mask))
         return g.numpy(), acts.numpy()
+
     return run
 
 
@@ -71,7 +78,9 @@ def centroid_pull(network, *, layer: str, neurons):
                 acts = tf.gather(neuron_activations(out), idx, axis=1)
                 loss = tf.reduce_sum(tf.square((acts - target) / scale))
             return tape.gradient(loss, x)
+
         return grad
+
     traced = network.cached(("directed", layer, neurons), build)
     return lambda x, target, scale: traced(*_float32(x, target, scale)).numpy()
 

@@ -31,6 +31,7 @@ def without_activation(layer):
         yield
         return
     import keras
+
     with TRACE_LOCK:
         layer.activation = keras.activations.linear
         try:
@@ -42,6 +43,7 @@ def without_activation(layer):
 def neuron_activations(outputs):
     """(n, ..., C) layer output -> (n, C): dense units as they are, channels by spatial mean."""
     import tensorflow as tf
+
     if len(outputs.shape) > 2:
         return tf.reduce_mean(outputs, axis=list(range(1, len(outputs.shape) - 1)))
     return outputs
@@ -53,8 +55,8 @@ class Step:
 
     name: str
     layer: object
-    node: object | None            # the Keras node of this call; None: a plain one-input call
-    inputs: tuple[int, ...]        # input tensor keys, in the order of ``node.input_tensors``
+    node: object | None  # the Keras node of this call; None: a plain one-input call
+    inputs: tuple[int, ...]  # input tensor keys, in the order of ``node.input_tensors``
     outputs: tuple[int, ...]
     output_shapes: tuple[tuple, ...]
     kind: str = field(default="")  # the layer's class name
@@ -62,11 +64,13 @@ class Step:
     def call(self, inputs, *, linear: bool = False):
         """Run this step on ``inputs`` (tensors in ``self.inputs`` order); ``linear``: pre-activation."""
         import keras
+
         if self.node is None:
             args, kwargs = (inputs[0],), {}
         else:
             args, kwargs = self.node.arguments.fill_in(
-                {id(kt): value for kt, value in zip(self.node.input_tensors, inputs)})
+                {id(kt): value for kt, value in zip(self.node.input_tensors, inputs)}
+            )
         if isinstance(self.layer, keras.layers.Layer):
             kwargs = dict(kwargs, training=False)
         context = without_activation(self.layer) if linear else contextlib.nullcontext()
@@ -84,9 +88,12 @@ class Graph:
 
     def __init__(self, model):
         import keras
+
         if len(model.inputs) != 1 or len(model.outputs) != 1:
-            raise ModelError(f"the model has {len(model.inputs)} inputs and {len(model.outputs)} outputs; "
-                             "idcgen expects one image input and one output")
+            raise ModelError(
+                f"the model has {len(model.inputs)} inputs and {len(model.outputs)} outputs; "
+                "idcgen expects one image input and one output"
+            )
         self.steps: list[Step] = []
         self._keys = 0
         self._names: dict[str, int] = {}
@@ -114,7 +121,7 @@ class Graph:
     def _expand(self, model, in_keys: list[int], keras) -> list[int]:
         functional = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
         if isinstance(model, keras.Sequential) and functional is None:
-            key = in_keys[0]                 # an unbuilt-by-Input Sequential: its layers form a chain
+            key = in_keys[0]  # an unbuilt-by-Input Sequential: its layers form a chain
             for layer in model.layers:
                 key = self._add(layer, None, [key], [tuple(layer.output.shape)])[0]
             return [key]
@@ -134,8 +141,11 @@ class Graph:
 
     def _add(self, layer, node, in_keys, shapes) -> list[int]:
         outs = [self._new_key() for _ in shapes]
-        self.steps.append(Step(self._unique(layer.name), layer, node, tuple(in_keys), tuple(outs),
-                               tuple(shapes), type(layer).__name__))
+        self.steps.append(
+            Step(
+                self._unique(layer.name), layer, node, tuple(in_keys), tuple(outs), tuple(shapes), type(layer).__name__
+            )
+        )
         return outs
 
     # ---- queries --------------------------------------------------------------------------------
@@ -148,9 +158,11 @@ class Graph:
 
     def ancestors(self, key: int) -> set[int]:
         """Keys of every tensor ``key`` depends on, itself included."""
+
         def inputs(k):
             step = self.producer_of(k)
             return () if step is None else step.inputs
+
         return _closure(key, inputs)
 
     def descendants(self, key: int) -> set[int]:

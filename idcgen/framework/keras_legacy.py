@@ -54,11 +54,12 @@ def _keras3_weights(f: h5py.File) -> list[tuple[str, list[tuple]]]:
     found = []
 
     def visit(path, obj):
-        if path.split("/")[0] == "optimizer":   # a compiled model's save_weights keeps its optimizer state too
+        if path.split("/")[0] == "optimizer":  # a compiled model's save_weights keeps its optimizer state too
             return
         if isinstance(obj, h5py.Group) and path.split("/")[-1] == "vars" and len(obj):
             name = _text(obj.attrs.get("name", path.split("/")[-2]))
             found.append((name, [obj[k].shape for k in sorted(obj, key=int)]))
+
     f.visititems(visit)
     return found
 
@@ -87,9 +88,11 @@ def weights_only_summary(path) -> str | None:
 
 
 def weights_only_message(path, summary: str) -> str:
-    return (f"{path} holds weights only, no architecture ({summary}); load it with --architecture model.json "
-            "(a Keras JSON architecture, as model.to_json() writes), or build the model in Python and call "
-            "model.load_weights(path)")
+    return (
+        f"{path} holds weights only, no architecture ({summary}); load it with --architecture model.json "
+        "(a Keras JSON architecture, as model.to_json() writes), or build the model in Python and call "
+        "model.load_weights(path)"
+    )
 
 
 def full_legacy_model(path) -> str | None:
@@ -110,11 +113,13 @@ def model_from_architecture(architecture, *, safe_mode: bool = True) -> keras.Mo
     keys) with Keras' legacy one, the one its ``.h5`` loader uses.
     """
     text = str(architecture)
-    shown = "(JSON text)" if text.lstrip().startswith("{") else str(architecture)   # not the text in a message
+    shown = "(JSON text)" if text.lstrip().startswith("{") else str(architecture)  # not the text in a message
     if not text.lstrip().startswith("{"):
         path = Path(architecture)
         if not path.is_file():
-            raise ModelError(f"architecture file not found: {path} (expected a Keras JSON file, as model.to_json() writes)")
+            raise ModelError(
+                f"architecture file not found: {path} (expected a Keras JSON file, as model.to_json() writes)"
+            )
         try:
             text = path.read_text()
         except UnicodeDecodeError:
@@ -122,17 +127,25 @@ def model_from_architecture(architecture, *, safe_mode: bool = True) -> keras.Mo
     try:
         config = json.loads(text)
     except ValueError as exc:
-        raise ModelError(f"architecture {architecture} is not JSON ({exc}); expected a Keras JSON "
-                         "architecture, as model.to_json() writes") from None
+        raise ModelError(
+            f"architecture {architecture} is not JSON ({exc}); expected a Keras JSON "
+            "architecture, as model.to_json() writes"
+        ) from None
     if not isinstance(config, dict) or "class_name" not in config or "config" not in config:
-        raise ModelError(f"architecture {architecture} is JSON but not a Keras model architecture "
-                         "(no class_name/config); expected what model.to_json() writes")
+        raise ModelError(
+            f"architecture {architecture} is JSON but not a Keras model architecture "
+            "(no class_name/config); expected what model.to_json() writes"
+        )
     if isinstance(config["config"], list):
-        raise ModelError(f"architecture {architecture} is a Keras 2.1-era config (its layers are a bare list), "
-                         "which Keras 3 cannot read; convert the full model with `idcgen convert OLD NEW`")
+        raise ModelError(
+            f"architecture {architecture} is a Keras 2.1-era config (its layers are a bare list), "
+            "which Keras 3 cannot read; convert the full model with `idcgen convert OLD NEW`"
+        )
     if safe_mode and _has_lambda(config):
-        raise ModelError(f"architecture {architecture} has a Lambda layer (arbitrary code): pass --unsafe "
-                         "(safe_mode=False) only if you trust it")
+        raise ModelError(
+            f"architecture {architecture} has a Lambda layer (arbitrary code): pass --unsafe "
+            "(safe_mode=False) only if you trust it"
+        )
     # Keras 2.13+ writes "module" keys too (keras.src.engine.functional), which Keras 3's own reader cannot
     # import: its version, else the absence of module keys, tells a Keras 2 architecture
     keras2 = str(config.get("keras_version", "")).startswith("2.") or '"module"' not in text
@@ -143,6 +156,7 @@ def model_from_architecture(architecture, *, safe_mode: bool = True) -> keras.Mo
                 model = keras.saving.deserialize_keras_object(config, safe_mode=safe_mode)
         else:  # Keras 2 JSON; Keras 3 reads it only through its legacy loader (pinned keras, private path)
             from keras.src.legacy.saving.saving_utils import model_from_config
+
             with warnings.catch_warnings():  # Keras 2 configs give input_shape to the first layer, as they did
                 warnings.simplefilter("ignore")
                 with lambda_names():
@@ -150,8 +164,9 @@ def model_from_architecture(architecture, *, safe_mode: bool = True) -> keras.Mo
     except Exception as exc:  # Keras raises many types for a config it cannot build
         model = _with_tf_keras(text) if keras2 else None
         if model is None:
-            raise ModelError(f"could not build a model from architecture {shown}: "
-                             f"{_build_error(exc, config, keras2)}") from None
+            raise ModelError(
+                f"could not build a model from architecture {shown}: {_build_error(exc, config, keras2)}"
+            ) from None
     if not isinstance(model, keras.Model):
         raise ModelError(f"architecture {shown} describes a {type(model).__name__}, not a model")
     return restore_lambda_globals(model)
@@ -168,19 +183,22 @@ def _check_named_functions(config: dict, shown: str) -> None:
     """A Lambda calling a named function stores only its module and name: refuse, naming the layer, one
     whose function cannot be found here (Keras would say only that some object failed to deserialize)."""
     import importlib
+
     for name, function in _lambda_configs(config):
         if not (isinstance(function, dict) and function.get("class_name") == "function"):
             continue
         module, called = function.get("module"), function.get("config")
         try:
             found = hasattr(importlib.import_module(module), called)
-        except Exception:   # a missing module, or one that fails on import
+        except Exception:  # a missing module, or one that fails on import
             found = False
         if not found:
-            raise ModelError(f"could not build a model from architecture {shown}: Lambda layer {name!r} calls "
-                             f"function {called!r} of module {module!r}, stored by name only, which is not "
-                             "importable here; build the model in Python with the function defined and load "
-                             "the weights into it, or replace the Lambda with a Keras layer")
+            raise ModelError(
+                f"could not build a model from architecture {shown}: Lambda layer {name!r} calls "
+                f"function {called!r} of module {module!r}, stored by name only, which is not "
+                "importable here; build the model in Python with the function defined and load "
+                "the weights into it, or replace the Lambda with a Keras layer"
+            )
 
 
 def _build_error(exc: Exception, config: dict, keras2: bool) -> str:
@@ -189,13 +207,17 @@ def _build_error(exc: Exception, config: dict, keras2: bool) -> str:
     reason = _first_line(exc)
     undefined = re.search(r"name '(\w+)' is not defined", "".join(str(e) for e in _chain(exc)))
     if undefined and lambdas:
-        return (f"Lambda layer(s) {', '.join(repr(n) for n, _ in lambdas)} use {undefined.group(1)!r}, which Keras "
-                "does not store with their code; build the model in Python with that name defined and load the "
-                "weights into it, or replace the Lambda with a Keras layer")
+        return (
+            f"Lambda layer(s) {', '.join(repr(n) for n, _ in lambdas)} use {undefined.group(1)!r}, which Keras "
+            "does not store with their code; build the model in Python with that name defined and load the "
+            "weights into it, or replace the Lambda with a Keras layer"
+        )
     if lambdas:
         names = ", ".join(repr(n) for n, _ in lambdas)
-        return (f"{reason} (the architecture has Lambda layer(s) {names}, whose stored Python code may not load "
-                "here; build the model in Python and load the weights into it)")
+        return (
+            f"{reason} (the architecture has Lambda layer(s) {names}, whose stored Python code may not load "
+            "here; build the model in Python and load the weights into it)"
+        )
     if keras2 and _tf_keras_missing():
         return f"{reason}; a Keras 2 architecture that Keras 3 cannot read needs the legacy extra: {_TF_KERAS_FIX}"
     return reason
@@ -230,12 +252,14 @@ def _module_names() -> dict:
     import math
 
     import tensorflow as tf
+
     return {"tf": tf, "np": np, "math": math, "keras": keras, "ops": keras.ops}
 
 
 def _global_names(code) -> set[str]:
     """The global names ``code`` (and the code nested in it) reads."""
     import dis
+
     names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     for const in code.co_consts:
         if hasattr(const, "co_code"):
@@ -249,11 +273,17 @@ def lambda_names():
     math, keras, ops) as its globals. Keras 3 restores it with those of its own utility module, so
     ``lambda x: tf.atan(x) * 2`` (DeepXplore's Dave_orig head) fails with NameError: 'tf'."""
     from keras.src.utils import python_utils  # pinned keras; its Lambda layer calls python_utils.func_load
+
     original = python_utils.func_load
 
     def func_load(code, defaults=None, closure=None, globs=None):
-        return original(code, defaults=defaults, closure=closure,
-                        globs=globs if globs is not None else dict(vars(python_utils), **_module_names()))
+        return original(
+            code,
+            defaults=defaults,
+            closure=closure,
+            globs=globs if globs is not None else dict(vars(python_utils), **_module_names()),
+        )
+
     python_utils.func_load = func_load
     try:
         yield
@@ -266,6 +296,7 @@ def restore_lambda_globals(model: keras.Model) -> keras.Model:
     the layer and the name it lacks in one line: at load time, not as a NameError in the first predict."""
     import builtins
     import types
+
     known = None
     for layer in model._flatten_layers(include_self=False, recursive=True):
         function = getattr(layer, "function", None) if isinstance(layer, keras.layers.Lambda) else None
@@ -278,12 +309,13 @@ def restore_lambda_globals(model: keras.Model) -> keras.Model:
         known = known or _module_names()
         unknown = [n for n in missing if n not in known]
         if unknown:
-            raise ModelError(f"Lambda layer {layer.name!r} uses {unknown[0]!r}, which Keras does not store with its "
-                             "code; build the model in Python with that name defined and load the weights into "
-                             "it, or replace the Lambda with a Keras layer")
+            raise ModelError(
+                f"Lambda layer {layer.name!r} uses {unknown[0]!r}, which Keras does not store with its "
+                "code; build the model in Python with that name defined and load the weights into "
+                "it, or replace the Lambda with a Keras layer"
+            )
         names = dict(function.__globals__, **{n: known[n] for n in missing})
-        layer.function = types.FunctionType(code, names, function.__name__, function.__defaults__,
-                                            function.__closure__)
+        layer.function = types.FunctionType(code, names, function.__name__, function.__defaults__, function.__closure__)
     return model
 
 
@@ -292,6 +324,7 @@ _TF_KERAS_FIX = 'pip install --no-deps "tf-keras==2.21.0" (or pip install "idcge
 
 def _tf_keras_missing() -> bool:
     import importlib.util
+
     return importlib.util.find_spec("tf_keras") is None
 
 
@@ -301,6 +334,7 @@ def _with_tf_keras(text: str):
     if _tf_keras_missing():
         return None
     import tempfile
+
     tf_keras = _tf_keras()
     try:
         with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
@@ -308,7 +342,7 @@ def _with_tf_keras(text: str):
             old = tf_keras.models.model_from_json(text)
             old.save(Path(tmp) / "model.h5")
             return keras.models.load_model(Path(tmp) / "model.h5", compile=False, safe_mode=False)
-    except Exception:   # the caller reports Keras 3's reason
+    except Exception:  # the caller reports Keras 3's reason
         return None
 
 
@@ -325,14 +359,18 @@ def _match(model: keras.Model, stored: list[tuple[str, list[tuple]]], path, arch
     else:
         missing = sorted({layer.name for layer in layers} - set(names))
         extra = sorted(set(names) - {layer.name for layer in layers})
-        raise ModelError(f"{mismatch}: {len(stored)} layers with weights in the file, {len(layers)} in the "
-                         f"architecture (only in the architecture: {', '.join(missing) or '-'}; only in the file: "
-                         f"{', '.join(extra) or '-'})")
+        raise ModelError(
+            f"{mismatch}: {len(stored)} layers with weights in the file, {len(layers)} in the "
+            f"architecture (only in the architecture: {', '.join(missing) or '-'}; only in the file: "
+            f"{', '.join(extra) or '-'})"
+        )
     for layer, i in pairs:
         expected = [tuple(w.shape) for w in layer.weights]
         if [tuple(s) for s in stored[i][1]] != expected:
-            raise ModelError(f"{mismatch}: layer {layer.name!r} has weights {', '.join(map(str, stored[i][1]))} in "
-                             f"the file (layer {stored[i][0]!r}), {', '.join(map(str, expected))} in the architecture")
+            raise ModelError(
+                f"{mismatch}: layer {layer.name!r} has weights {', '.join(map(str, stored[i][1]))} in "
+                f"the file (layer {stored[i][0]!r}), {', '.join(map(str, expected))} in the architecture"
+            )
     return pairs
 
 
@@ -351,8 +389,10 @@ def load_with_architecture(path, architecture, *, safe_mode: bool = True) -> ker
             group = _legacy_group(f)
             stored = _legacy_weights(group) if group is not None else None
     except OSError:
-        raise ModelError(f"{path} is not an HDF5 weights file; --architecture goes with a weights-only .h5 "
-                         "(a .keras file holds its architecture already)") from None
+        raise ModelError(
+            f"{path} is not an HDF5 weights file; --architecture goes with a weights-only .h5 "
+            "(a .keras file holds its architecture already)"
+        ) from None
     if stored is not None:
         pairs = _match(model, [(n, [a.shape for a in arrays]) for n, arrays in stored], path, architecture)
         for layer, i in pairs:
@@ -361,13 +401,14 @@ def load_with_architecture(path, architecture, *, safe_mode: bool = True) -> ker
     with h5py.File(path, "r") as f:
         keras3 = "layers" in f or "vars" in f
         if not keras3:
-            raise ModelError(f"{path} holds no Keras weights layout idcgen knows (Keras 2 layer_names or a Keras 3 "
-                             ".weights.h5 file)")
+            raise ModelError(
+                f"{path} holds no Keras weights layout idcgen knows (Keras 2 layer_names or a Keras 3 .weights.h5 file)"
+            )
         if not any(isinstance(layer, keras.Model) for layer in model.layers):  # nested models: Keras' own check
             _match(model, _keras3_weights(f), path, architecture)  # a clear message; Keras loads by structure
     with tempfile.TemporaryDirectory() as tmp:
         source = path
-        if not path.name.endswith(".weights.h5"):   # Keras 3 reads its own layout only under that suffix
+        if not path.name.endswith(".weights.h5"):  # Keras 3 reads its own layout only under that suffix
             source = Path(tmp) / f"{path.stem}.weights.h5"
             os.symlink(path.resolve(), source)
         try:
@@ -383,13 +424,16 @@ def load_with_architecture(path, architecture, *, safe_mode: bool = True) -> ker
 def _tf_keras():
     """Import tf-keras, or say exactly what to install."""
     import tensorflow as tf
+
     major, minor = tf.__version__.split(".")[:2]
     try:
         import tf_keras
     except ImportError:
-        raise ModelError(f"converting a Keras 2.1-era file needs tf-keras, which is not installed: run "
-                         f"pip install --no-deps \"tf-keras=={major}.{minor}.*\" (the version matching TensorFlow "
-                         f"{tf.__version__}; --no-deps stops pip from adding the full tensorflow package)") from None
+        raise ModelError(
+            f"converting a Keras 2.1-era file needs tf-keras, which is not installed: run "
+            f'pip install --no-deps "tf-keras=={major}.{minor}.*" (the version matching TensorFlow '
+            f"{tf.__version__}; --no-deps stops pip from adding the full tensorflow package)"
+        ) from None
     return tf_keras
 
 
@@ -407,10 +451,12 @@ def _read_with_tf_keras(old: Path, tmp: Path, safe_mode: bool) -> tuple[keras.Mo
     with h5py.File(old, "r") as f:
         config = json.loads(_text(f.attrs["model_config"]))
     if safe_mode and _has_lambda(config):
-        raise ModelError(f"{old} has a Lambda layer, stored as code that loading runs: pass --unsafe only if you "
-                         "trust the file")
+        raise ModelError(
+            f"{old} has a Lambda layer, stored as code that loading runs: pass --unsafe only if you trust the file"
+        )
     tf_keras = _tf_keras()
     import tensorflow as tf
+
     level = tf.get_logger().level
     try:  # both Kerases warn about HDF5 being legacy and about the old input_shape argument: noise here
         tf.get_logger().setLevel("ERROR")

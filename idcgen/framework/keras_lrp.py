@@ -48,8 +48,16 @@ L = keras.layers
 #: keras.ops calls recorded in a functional graph (``x + y``) -> theirs.
 _LAYER_RULES: dict[str, "Rule"] = {}
 _OP_RULES: dict[str, "Rule"] = {}
-_LINEAR_WITH_KERNEL = (L.Dense, L.Conv1D, L.Conv2D, L.Conv3D, L.DepthwiseConv1D, L.DepthwiseConv2D,
-                       L.SeparableConv1D, L.SeparableConv2D)
+_LINEAR_WITH_KERNEL = (
+    L.Dense,
+    L.Conv1D,
+    L.Conv2D,
+    L.Conv3D,
+    L.DepthwiseConv1D,
+    L.DepthwiseConv2D,
+    L.SeparableConv1D,
+    L.SeparableConv2D,
+)
 _GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid", "hard_silu", "softmax")
 #: The attention rules: "cp" (CP-LRP: attention weights held constant) and "attnlrp" (AttnLRP: relevance
 #: also through the softmax and the query-key product). The default, unless a `Relevance` is given one;
@@ -73,6 +81,7 @@ class Rule:
 def register(*kinds: str, ops: tuple[str, ...] = ()):
     """Class decorator: its rule explains layers of these kinds (Keras class names; a subclass of a
     registered kind gets its rule unless registered itself) and the keras.ops calls named in ``ops``."""
+
     def add(cls):
         rule = cls()
         for name in kinds:
@@ -80,6 +89,7 @@ def register(*kinds: str, ops: tuple[str, ...] = ()):
         for name in ops:
             _OP_RULES[name] = rule
         return cls
+
     return add
 
 
@@ -104,9 +114,20 @@ _EXACT_ACTIVATIONS = ("linear", "relu", "relu6", "leaky_relu", "elu", "ReLU", "L
 
 
 #: keras.ops activations recorded in a functional graph (``ops.gelu(x)``) -> their activation names
-_OP_ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu", "Elu": "elu", "Gelu": "gelu",
-                   "Silu": "silu", "HardSilu": "hard_silu", "Mish": "mish", "Sigmoid": "sigmoid",
-                   "HardSigmoid": "hard_sigmoid", "Tanh": "tanh", "Softplus": "softplus"}
+_OP_ACTIVATIONS = {
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "LeakyRelu": "leaky_relu",
+    "Elu": "elu",
+    "Gelu": "gelu",
+    "Silu": "silu",
+    "HardSilu": "hard_silu",
+    "Mish": "mish",
+    "Sigmoid": "sigmoid",
+    "HardSigmoid": "hard_sigmoid",
+    "Tanh": "tanh",
+    "Softplus": "softplus",
+}
 
 
 def _activation(layer) -> str:
@@ -126,8 +147,8 @@ def rule_label(layer, *, logits: bool = False, n_inputs: int = 2) -> str:
     rule = rule_of(layer)
     if rule is None:
         return "none"
-    act = "linear" if logits else _activation(layer)   # the logits layer is explained without its activation
-    if isinstance(rule, Gate):   # one tensor input: a scaling by a constant, which keeps all the relevance
+    act = "linear" if logits else _activation(layer)  # the logits layer is explained without its activation
+    if isinstance(rule, Gate):  # one tensor input: a scaling by a constant, which keeps all the relevance
         return "gate (all relevance to the signal, none to the gate)" if n_inputs > 1 else "epsilon"
     if isinstance(rule, (PassThrough, Epsilon)) and act not in _EXACT_ACTIVATIONS:
         return f"{rule.label} ({act} passed through unchanged)"
@@ -138,20 +159,31 @@ def rule_notes(steps, logits_step, attention: str | None = None) -> list[str]:
     """Notes for an analysis: the rule of each layer kind on the relevance path (``steps``), and a note per
     approximation (a smooth activation taken as the identity, a gate given no relevance), the attention
     rule (``attention``, default ``ATTENTION_RULE``) if an attention layer is on the path."""
-    notes = rule_label_notes((step.name, step.kind, rule_label(step.layer, logits=step is logits_step,
-                                                                n_inputs=len(step.inputs))) for step in steps)
+    notes = rule_label_notes(
+        (step.name, step.kind, rule_label(step.layer, logits=step is logits_step, n_inputs=len(step.inputs)))
+        for step in steps
+    )
     if any(isinstance(rule_of(s.layer), Normalisation) for s in steps):
-        notes.append("LRP through normalisation layers: the epsilon rule with the normalising statistics "
-                     "(1/std, 1/rms) held constant, the identity rule for the division (CP-LRP, AttnLRP)")
+        notes.append(
+            "LRP through normalisation layers: the epsilon rule with the normalising statistics "
+            "(1/std, 1/rms) held constant, the identity rule for the division (CP-LRP, AttnLRP)"
+        )
     if any(len(s.output_shapes[0]) == 3 for s in steps):
-        notes.append("a neuron of a token layer (batch, tokens, dims) is one of its dims: its activation is the "
-                     "mean over tokens and its relevance the sum over tokens, as a channel's over positions")
+        notes.append(
+            "a neuron of a token layer (batch, tokens, dims) is one of its dims: its activation is the "
+            "mean over tokens and its relevance the sum over tokens, as a channel's over positions"
+        )
     if any(isinstance(rule_of(s.layer), Attention) for s in steps):
         rule = ATTENTION_RULE if attention is None else attention
-        notes.append(f"LRP attention rule: {rule}: " + (
-            "attention weights held constant, relevance along the value path only (CP-LRP, Ali et al. 2022)"
-            if rule == "cp" else "relevance also through the softmax and the query-key product, uniform rule "
-            "for the products (AttnLRP, Achtibat et al. 2024)"))
+        notes.append(
+            f"LRP attention rule: {rule}: "
+            + (
+                "attention weights held constant, relevance along the value path only (CP-LRP, Ali et al. 2022)"
+                if rule == "cp"
+                else "relevance also through the softmax and the query-key product, uniform rule "
+                "for the products (AttnLRP, Achtibat et al. 2024)"
+            )
+        )
     return notes
 
 
@@ -185,59 +217,115 @@ def gate_rule(step, graph, inputs, relevance):
     sizes = [int(np.prod([d for d in a.shape[1:] if d is not None])) for a in inputs]
     candidates = [i for i, s in enumerate(sizes) if s == max(sizes)]
     if len(candidates) > 1:
+
         def gated(i):
             producer = graph.producer_of(step.inputs[i])
-            return producer is not None and getattr(getattr(producer.layer, "activation", None), "__name__",
-                                                    "") in _GATE_ACTIVATIONS
+            return (
+                producer is not None
+                and getattr(getattr(producer.layer, "activation", None), "__name__", "") in _GATE_ACTIVATIONS
+            )
+
         candidates = [i for i in candidates if not gated(i)] or candidates
     signal = candidates[0]
     return [tf.reshape(relevance, tf.shape(a)) if i == signal else tf.zeros_like(a) for i, a in enumerate(inputs)]
 
 
-@register("InputLayer", "Activation", "ReLU", "LeakyReLU", "ELU", "PReLU", "Dropout", "SpatialDropout1D",
-          "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise", "GaussianDropout", "AlphaDropout",
-          "ActivityRegularization", ops=tuple(_OP_ACTIVATIONS))
+@register(
+    "InputLayer",
+    "Activation",
+    "ReLU",
+    "LeakyReLU",
+    "ELU",
+    "PReLU",
+    "Dropout",
+    "SpatialDropout1D",
+    "SpatialDropout2D",
+    "SpatialDropout3D",
+    "GaussianNoise",
+    "GaussianDropout",
+    "AlphaDropout",
+    "ActivityRegularization",
+    ops=tuple(_OP_ACTIVATIONS),
+)
 class PassThrough(Rule):
     """Elementwise or identity at inference: relevance passes unchanged."""
-    label = "pass-through"
 
+    label = "pass-through"
 
     def explain(self, step, inputs, relevance, lrp):
         return [tf.reshape(relevance, tf.shape(inputs[0]))]
 
 
-@register("Flatten", "Reshape", "Permute", "Concatenate", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-          "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "RepeatVector",
-          ops=("Reshape", "Concatenate", "Transpose", "ExpandDims", "Squeeze"))
+@register(
+    "Flatten",
+    "Reshape",
+    "Permute",
+    "Concatenate",
+    "ZeroPadding1D",
+    "ZeroPadding2D",
+    "ZeroPadding3D",
+    "Cropping1D",
+    "Cropping2D",
+    "Cropping3D",
+    "UpSampling1D",
+    "RepeatVector",
+    ops=("Reshape", "Concatenate", "Transpose", "ExpandDims", "Squeeze"),
+)
 class Routing(Rule):
     """Layers that move values without arithmetic: relevance goes back along the same paths."""
-    label = "routing"
 
+    label = "routing"
 
     def explain(self, step, inputs, relevance, lrp):
         return routing_rule(lambda a: step.call(a)[0], inputs, relevance)
 
 
-@register("Dense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D",
-          "SeparableConv2D", "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D", "AveragePooling2D",
-          "AveragePooling3D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
-          "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D", "BatchNormalization", "Add",
-          "Subtract", "Average", "Maximum", "Minimum", "Rescaling", "Normalization", "LayerScale",
-          ops=("Add", "Subtract", "Mean"))
+@register(
+    "Dense",
+    "Conv1D",
+    "Conv2D",
+    "Conv3D",
+    "DepthwiseConv1D",
+    "DepthwiseConv2D",
+    "SeparableConv1D",
+    "SeparableConv2D",
+    "MaxPooling1D",
+    "MaxPooling2D",
+    "MaxPooling3D",
+    "AveragePooling1D",
+    "AveragePooling2D",
+    "AveragePooling3D",
+    "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D",
+    "GlobalAveragePooling3D",
+    "GlobalMaxPooling1D",
+    "GlobalMaxPooling2D",
+    "GlobalMaxPooling3D",
+    "BatchNormalization",
+    "Add",
+    "Subtract",
+    "Average",
+    "Maximum",
+    "Minimum",
+    "Rescaling",
+    "Normalization",
+    "LayerScale",
+    ops=("Add", "Subtract", "Mean"),
+)
 class Epsilon(Rule):
     """Affine in the inputs once the activation is taken off (or max-pooling): the epsilon rule."""
-    label = "epsilon"
 
+    label = "epsilon"
 
     def explain(self, step, inputs, relevance, lrp):
         return epsilon_rule(lambda a: step.call(a, linear=True)[0], inputs, relevance, lrp.eps)
 
 
-@register("Multiply", ops=("Multiply",))   # the op: ``x * c`` (MobileNetV3's hard sigmoid) or ``x * y``
+@register("Multiply", ops=("Multiply",))  # the op: ``x * c`` (MobileNetV3's hard sigmoid) or ``x * y``
 class Gate(Rule):
     """``Multiply``: all relevance to the signal, none to the gate (see `gate_rule`)."""
-    label = "gate"
 
+    label = "gate"
 
     def explain(self, step, inputs, relevance, lrp):
         return gate_rule(step, lrp.network.graph, inputs, relevance)
@@ -246,8 +334,8 @@ class Gate(Rule):
 @register("UpSampling2D", "UpSampling3D")
 class Upsampling(Rule):
     """Nearest upsampling only copies values (routing); bilinear interpolation is affine (epsilon)."""
-    label = "routing or epsilon"
 
+    label = "routing or epsilon"
 
     def explain(self, step, inputs, relevance, lrp):
         nearest = getattr(step.layer, "interpolation", "nearest") == "nearest"
@@ -274,22 +362,22 @@ def held_normalisation(layer, x):
     if kind == "RMSNormalization":
         axes = _axes(layer.axis, rank)
         y = x * tf.stop_gradient(tf.math.rsqrt(tf.reduce_mean(x * x, axes, keepdims=True) + layer.epsilon))
-        return y * tf.cast(layer.scale, x.dtype)   # the scale is shaped to broadcast over the last axes
+        return y * tf.cast(layer.scale, x.dtype)  # the scale is shaped to broadcast over the last axes
     if kind == "GroupNormalization":
         shape, axis = tf.shape(x), layer.axis % rank
         grouped_shape = [shape[a] for a in range(rank)]
-        grouped_shape[axis:axis + 1] = [layer.groups, x.shape[axis] // layer.groups]
+        grouped_shape[axis : axis + 1] = [layer.groups, x.shape[axis] // layer.groups]
         g = tf.reshape(x, grouped_shape)
-        reduce = [a for a in range(1, rank + 1) if a != axis]   # all but the batch and the group axis
+        reduce = [a for a in range(1, rank + 1) if a != axis]  # all but the batch and the group axis
         mean, var = tf.nn.moments(g, reduce, keepdims=True)
         y = tf.reshape((g - mean) * tf.stop_gradient(tf.math.rsqrt(var + layer.epsilon)), shape)
         if layer.scale:
             y = y * _broadcast(layer.gamma, [axis], x.shape)
         return y + _broadcast(layer.beta, [axis], x.shape) if layer.center else y
-    axes = _axes(layer.axis, rank)   # LayerNormalization
+    axes = _axes(layer.axis, rank)  # LayerNormalization
     mean, var = tf.nn.moments(x, axes, keepdims=True)
     inv = tf.stop_gradient(tf.math.rsqrt(var + layer.epsilon))
-    if layer.rms_scaling:   # Keras' RMS scaling: x / std, not centred, no offset
+    if layer.rms_scaling:  # Keras' RMS scaling: x / std, not centred, no offset
         return x * inv * (_broadcast(layer.gamma, axes, x.shape) if layer.scale else 1.0)
     y = (x - mean) * inv
     if layer.scale:
@@ -302,6 +390,7 @@ class Normalisation(Rule):
     """The epsilon rule on the layer with its normalising statistics held constant (`held_normalisation`):
     the division by the standard deviation is a nonlinearity that the identity rule explains, as CP-LRP
     (Ali et al. 2022) and AttnLRP (Achtibat et al. 2024) do for LayerNorm; what is left is affine."""
+
     label = "normalisation"
 
     def explain(self, step, inputs, relevance, lrp):
@@ -310,6 +399,7 @@ class Normalisation(Rule):
 
 class _Slot:
     """Stands for the step's i-th input tensor when reading which argument of a call it was."""
+
     def __init__(self, index: int):
         self.index = index
 
@@ -320,11 +410,12 @@ def attention_roles(step) -> dict[str, int]:
     node = step.node
     args, kwargs = node.arguments.fill_in({id(t): _Slot(i) for i, t in enumerate(node.input_tensors)})
     given = dict(zip(("query", "value", "key"), args), **kwargs)
-    extra = [k for k, v in given.items() if k not in ("query", "value", "key", "training")
-             and v not in (None, False)]
+    extra = [k for k, v in given.items() if k not in ("query", "value", "key", "training") and v not in (None, False)]
     if extra or getattr(step.layer, "_use_gate", False):
-        raise LayerError(f"cannot propagate relevance through layer {step.name!r} (MultiHeadAttention): its "
-                         f"{', '.join(extra) or 'gate'} is not explained; only unmasked attention is")
+        raise LayerError(
+            f"cannot propagate relevance through layer {step.name!r} (MultiHeadAttention): its "
+            f"{', '.join(extra) or 'gate'} is not explained; only unmasked attention is"
+        )
     roles = {k: given[k].index for k in ("query", "value") if isinstance(given.get(k), _Slot)}
     roles["key"] = given["key"].index if isinstance(given.get("key"), _Slot) else roles["value"]
     return roles
@@ -354,6 +445,7 @@ class Attention(Rule):
     (output projection, weighted sum of values, value projection; CP-LRP, Ali et al. 2022);
     "attnlrp" also explains the weights: the output product A.V and the query-key product by the uniform
     rule, the softmax by ``R_s = s * (R_A - A * sum R_A)`` (AttnLRP, Achtibat et al. 2024, Prop. 3.1)."""
+
     label = "attention"
 
     def explain(self, step, inputs, relevance, lrp):
@@ -364,7 +456,7 @@ class Attention(Rule):
         q, k, v, weights = attention_parts(layer, query, value, key)
         o = tf.einsum(layer._combine_equation, weights, v)
         (r_o,) = epsilon_rule(lambda t: layer._output_dense(t[0]), [o], relevance, lrp.eps)
-        if lrp.attention == "cp":   # the epsilon rule at each linear step, as for a chain of layers
+        if lrp.attention == "cp":  # the epsilon rule at each linear step, as for a chain of layers
             held = tf.stop_gradient(weights)
             (r_v,) = epsilon_rule(lambda t: tf.einsum(layer._combine_equation, held, t[0]), [v], r_o, lrp.eps)
             out[roles["value"]] += epsilon_rule(lambda t: layer._value_dense(t[0]), [value], r_v, lrp.eps)[0]
@@ -374,10 +466,13 @@ class Attention(Rule):
         axes = list(layer._softmax.axis) if isinstance(layer._softmax.axis, (list, tuple)) else [layer._softmax.axis]
         r_scores = scores * (r_weights - weights * tf.reduce_sum(r_weights, axes, keepdims=True))
         r_k, r_q = _uniform_product(layer._dot_product_equation, k, q, r_scores, lrp.eps)
-        parts = {"value": epsilon_rule(lambda t: layer._value_dense(t[0]), [value], r_v, lrp.eps)[0],
-                 "query": epsilon_rule(lambda t: layer._query_dense(t[0]) * layer._inverse_sqrt_key_dim,
-                                       [query], r_q, lrp.eps)[0],
-                 "key": epsilon_rule(lambda t: layer._key_dense(t[0]), [key], r_k, lrp.eps)[0]}
+        parts = {
+            "value": epsilon_rule(lambda t: layer._value_dense(t[0]), [value], r_v, lrp.eps)[0],
+            "query": epsilon_rule(
+                lambda t: layer._query_dense(t[0]) * layer._inverse_sqrt_key_dim, [query], r_q, lrp.eps
+            )[0],
+            "key": epsilon_rule(lambda t: layer._key_dense(t[0]), [key], r_k, lrp.eps)[0],
+        }
         for role, r in parts.items():
             out[roles[role]] += r
         return out
@@ -404,8 +499,9 @@ class Relevance(BatchedRelevance):
         The rule for MultiHeadAttention layers (see `Attention`); None: ``ATTENTION_RULE``.
     """
 
-    def __init__(self, network, *, layer: str | None, eps: float = 1e-7, batch_size: int = 512,
-                 attention: str | None = None):
+    def __init__(
+        self, network, *, layer: str | None, eps: float = 1e-7, batch_size: int = 512, attention: str | None = None
+    ):
         attention = ATTENTION_RULE if attention is None else attention
         if attention not in ATTENTION_RULES:
             raise InputError(f"the attention rule must be one of {', '.join(ATTENTION_RULES)}; got {attention!r}")
@@ -419,20 +515,27 @@ class Relevance(BatchedRelevance):
         # the tensors relevance must reach: on a path from the subject to the logits
         self._needed = graph.descendants(self.subject_key) & graph.ancestors(network.logits_key)
         last = graph.steps.index(network.logits_step)
-        self._steps = [s for s in graph.steps[:last + 1] if s.outputs[0] in self._needed
-                       and s.outputs[0] != self.subject_key]
+        self._steps = [
+            s for s in graph.steps[: last + 1] if s.outputs[0] in self._needed and s.outputs[0] != self.subject_key
+        ]
         for step in self._steps:
             if rule_of(step.layer) is None:
-                if layer is None:   # to the pixels: no subject layer to move
-                    raise LayerError(f"cannot propagate relevance to the input through layer {step.name!r} "
-                                     f"({step.kind}): idcgen's LRP has no rule for {step.kind}")
-                raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): idcgen's "
-                                 f"LRP explains {supported()}; choose a subject layer after it (see `idcgen layers`)")
+                if layer is None:  # to the pixels: no subject layer to move
+                    raise LayerError(
+                        f"cannot propagate relevance to the input through layer {step.name!r} "
+                        f"({step.kind}): idcgen's LRP has no rule for {step.kind}"
+                    )
+                raise LayerError(
+                    f"cannot propagate relevance through layer {step.name!r} ({step.kind}): idcgen's "
+                    f"LRP explains {supported()}; choose a subject layer after it (see `idcgen layers`)"
+                )
             if isinstance(rule_of(step.layer), Attention):
-                attention_roles(step)   # refuses masks and gates now rather than at the first batch
+                attention_roles(step)  # refuses masks and gates now rather than at the first batch
             if len(step.outputs) != 1:
-                raise LayerError(f"cannot propagate relevance through layer {step.name!r} ({step.kind}): it has "
-                                 f"{len(step.outputs)} outputs")
+                raise LayerError(
+                    f"cannot propagate relevance through layer {step.name!r} ({step.kind}): it has "
+                    f"{len(step.outputs)} outputs"
+                )
         self.steps = self._steps
         self._folded = self._batchnorm_folds()
         self._last = last
@@ -446,18 +549,23 @@ class Relevance(BatchedRelevance):
             if not isinstance(step.layer, L.BatchNormalization) or len(step.inputs) != 1:
                 continue
             producer = graph.producer_of(step.inputs[0])
-            if (producer is not None and isinstance(producer.layer, _LINEAR_WITH_KERNEL)
-                    and getattr(producer.layer.activation, "__name__", "") == "linear"
-                    and len(graph.consumers[producer.outputs[0]]) == 1
-                    and producer.outputs[0] != self.subject_key and producer in self._steps):
+            if (
+                producer is not None
+                and isinstance(producer.layer, _LINEAR_WITH_KERNEL)
+                and getattr(producer.layer.activation, "__name__", "") == "linear"
+                and len(graph.consumers[producer.outputs[0]]) == 1
+                and producer.outputs[0] != self.subject_key
+                and producer in self._steps
+            ):
                 folds[step.name] = producer
         return folds
 
     def _pass(self, x, target):
         network, graph = self.network, self.network.graph
         with TRACE_LOCK:
-            values = graph.run(x, until=self._last,
-                               linear=network.logits_step if network.softmax_in_last_layer else None)
+            values = graph.run(
+                x, until=self._last, linear=network.logits_step if network.softmax_in_last_layer else None
+            )
             logits = values[network.logits_key]
             if network.task == "regression":  # the one output unit's pre-activation, whatever its sign
                 relevance = {network.logits_key: logits}

@@ -29,10 +29,18 @@ import tensorflow as tf  # noqa: E402
 
 #: Skipped when choosing the default subject layer: identity at inference, or a reshape whose
 #: "neurons" would be feature-map positions rather than channels (docs/design.md, "Relevance").
-_SKIP_BEFORE_LOGITS = (keras.layers.Dropout, keras.layers.SpatialDropout1D, keras.layers.SpatialDropout2D,
-                       keras.layers.SpatialDropout3D, keras.layers.GaussianNoise, keras.layers.GaussianDropout,
-                       keras.layers.AlphaDropout, keras.layers.ActivityRegularization, keras.layers.Flatten,
-                       keras.layers.Reshape)
+_SKIP_BEFORE_LOGITS = (
+    keras.layers.Dropout,
+    keras.layers.SpatialDropout1D,
+    keras.layers.SpatialDropout2D,
+    keras.layers.SpatialDropout3D,
+    keras.layers.GaussianNoise,
+    keras.layers.GaussianDropout,
+    keras.layers.AlphaDropout,
+    keras.layers.ActivityRegularization,
+    keras.layers.Flatten,
+    keras.layers.Reshape,
+)
 
 
 def check_container(path: Path) -> None:
@@ -41,16 +49,26 @@ def check_container(path: Path) -> None:
     import zipfile
 
     import h5py
-    kind = {".keras": ("a zip archive", zipfile.is_zipfile), ".h5": ("an HDF5 file", h5py.is_hdf5),
-            ".hdf5": ("an HDF5 file", h5py.is_hdf5)}.get(path.suffix.lower())
+
+    kind = {
+        ".keras": ("a zip archive", zipfile.is_zipfile),
+        ".h5": ("an HDF5 file", h5py.is_hdf5),
+        ".hdf5": ("an HDF5 file", h5py.is_hdf5),
+    }.get(path.suffix.lower())
     if kind is None:
         return
     what, is_kind = kind
     if not is_kind(path):
         size = path.stat().st_size
-        raise ModelError(f"{path} is not a Keras model file, or is damaged: " + (
-            "it is empty" if size == 0 else f"a {path.suffix} file is {what} and this one ({size:,} bytes) is not "
-            "(cut short in a copy or download, or another kind of file)"))
+        raise ModelError(
+            f"{path} is not a Keras model file, or is damaged: "
+            + (
+                "it is empty"
+                if size == 0
+                else f"a {path.suffix} file is {what} and this one ({size:,} bytes) is not "
+                "(cut short in a copy or download, or another kind of file)"
+            )
+        )
 
 
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None) -> keras.Model:
@@ -66,6 +84,7 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     if path.is_dir():
         raise ModelError(f"model path is a folder, expected a .keras or .h5 file: {path}")
     from . import keras_legacy as legacy
+
     if architecture is not None:
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
     check_container(path)
@@ -79,13 +98,17 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = ""
         if "pop expected at most 1 argument" in str(exc):
-            hint = (f" (a Keras {legacy.full_legacy_model(path)} file, which Keras 3 cannot read: re-save it with "
-                    f"`idcgen convert {path} NEW.keras`, which needs tf-keras)")
-        elif "Could not locate class" in str(exc):   # Keras puts the class name past its first line
+            hint = (
+                f" (a Keras {legacy.full_legacy_model(path)} file, which Keras 3 cannot read: re-save it with "
+                f"`idcgen convert {path} NEW.keras`, which needs tf-keras)"
+            )
+        elif "Could not locate class" in str(exc):  # Keras puts the class name past its first line
             name = re.search(r"Could not locate class '([^']+)'", str(exc))
-            first = (f"unknown layer class {name.group(1)!r}" if name else first)
-            hint = (" (a custom layer: idcgen can only load models of Keras' own layers; re-save the model "
-                    "without it, or load it in Python with its code and pass the model to idcgen's API)")
+            first = f"unknown layer class {name.group(1)!r}" if name else first
+            hint = (
+                " (a custom layer: idcgen can only load models of Keras' own layers; re-save the model "
+                "without it, or load it in Python with its code and pass the model to idcgen's API)"
+            )
         elif "safe_mode" in str(exc) or "Lambda" in str(exc):
             hint = " (the file has a Lambda layer: pass --unsafe only if you trust it)"
         raise ModelError(f"could not read model {path}: {first}{hint}") from None
@@ -102,6 +125,7 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
     one-line summary.
     """
     from . import keras_legacy as legacy
+
     old, new = Path(old), Path(new)
     if new.suffix not in (".keras", ".h5"):
         raise ModelError(f"the new file must end with .keras or .h5 (the format is chosen by its suffix), got {new}")
@@ -109,9 +133,10 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
         raise ModelError(f"model file not found: {old}")
     if new.resolve() == old.resolve():
         raise ModelError(f"the new file is the old one ({new}); give another name")
-    if new.exists() and not overwrite:   # a model file is often the only copy of days of training
-        raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, "
-                         "or give another name")
+    if new.exists() and not overwrite:  # a model file is often the only copy of days of training
+        raise ModelError(
+            f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give another name"
+        )
     new.parent.mkdir(parents=True, exist_ok=True)
     legacy_version = None if architecture is not None else legacy.full_legacy_model(old)
     check = ""
@@ -125,9 +150,12 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
             model, before, after = legacy._read_with_tf_keras(old, Path(tmp) / "tf_keras.h5", safe_mode)
             diff = float(np.max(np.abs(before - after)))
             if not np.allclose(before, after, atol=1e-5, rtol=1e-4):
-                raise ModelError(f"converting {old} changed its outputs (largest difference {diff:.3g} on a random "
-                                 "batch); the file was not written") from None
+                raise ModelError(
+                    f"converting {old} changed its outputs (largest difference {diff:.3g} on a random "
+                    "batch); the file was not written"
+                ) from None
             import tf_keras
+
             how = f"Keras {legacy_version} file read with tf-keras {tf_keras.__version__}"
             check = f"; outputs equal on a random batch (largest difference {diff:.1g})"
         staged = Path(tmp) / f"model{new.suffix}"
@@ -136,8 +164,10 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
             model.save(staged)
         os.replace(staged, new)
     fmt = "Keras 3 .keras archive" if new.suffix == ".keras" else "HDF5 .h5"
-    return (f"converted {old} ({how}) -> {new} ({fmt}): {len(model.layers)} layers, "
-            f"{model.count_params():,} parameters{check}")
+    return (
+        f"converted {old} ({how}) -> {new} ({fmt}): {len(model.layers)} layers, "
+        f"{model.count_params():,} parameters{check}"
+    )
 
 
 def limit_threads(threads: int) -> None:
@@ -152,7 +182,7 @@ def limit_threads(threads: int) -> None:
 def _tap_target(name: str, known) -> tuple[str, bool]:
     """(layer name, whether the tap is the layer's range): a real layer name wins over the suffix."""
     if name.endswith(RANGE_TAP) and name not in known:
-        return name[:-len(RANGE_TAP)], True
+        return name[: -len(RANGE_TAP)], True
     return name, False
 
 
@@ -163,22 +193,25 @@ def activation_name(layer) -> str:
 
 
 def _described(step) -> str:
-    """"Flatten 'flatten' (196 values)": a graph step as an error message names it."""
+    """ "Flatten 'flatten' (196 values)": a graph step as an error message names it."""
     shape = step.output_shapes[0]
     values = int(np.prod([d for d in shape[1:] if d is not None]))
     return f"{type(step.layer).__name__} {step.name!r} ({values} values, shape {tuple(shape)})"
 
 
 def _describe_layer(layer) -> str:
-    """"Rescaling 'rescaling' (scale=0.00392, offset=0.0)": a preprocessing layer with its settings."""
+    """ "Rescaling 'rescaling' (scale=0.00392, offset=0.0)": a preprocessing layer with its settings."""
     config = layer.get_config()
     keys = [k for k in ("scale", "offset", "mean", "variance", "height", "width") if config.get(k) is not None]
-    return f"{type(layer).__name__} {layer.name!r}" + (f" ({', '.join(f'{k}={config[k]}' for k in keys)})" if keys else "")
+    return f"{type(layer).__name__} {layer.name!r}" + (
+        f" ({', '.join(f'{k}={config[k]}' for k in keys)})" if keys else ""
+    )
 
 
 def _is_softmax(layer) -> bool:
     return isinstance(layer, keras.layers.Softmax) or (
-        isinstance(layer, keras.layers.Activation) and activation_name(layer) == "softmax")
+        isinstance(layer, keras.layers.Activation) and activation_name(layer) == "softmax"
+    )
 
 
 def _under_lambda(graph, last):
@@ -186,20 +219,26 @@ def _under_lambda(graph, last):
     if not isinstance(last.layer, keras.layers.Lambda) or len(last.inputs) != 1:
         return None
     below = graph.producer_of(last.inputs[0])
-    if below is None or not below.layer.weights or tuple(below.output_shapes[0][1:]) != (1,) \
-            or tuple(last.output_shapes[0][1:]) != (1,):
+    if (
+        below is None
+        or not below.layer.weights
+        or tuple(below.output_shapes[0][1:]) != (1,)
+        or tuple(last.output_shapes[0][1:]) != (1,)
+    ):
         return None
     return below
 
 
 def _detect_task(last, task: str | None) -> str:
-    """"regression" for a head of one output unit (linear, tanh or any other squashing), else
+    """ "regression" for a head of one output unit (linear, tanh or any other squashing), else
     "classification"; ``task`` overrides, and regression is refused for a head of several outputs."""
     shape = last.output_shapes[0]
     one_unit = len(shape) == 2 and shape[-1] == 1 and bool(last.layer.weights) and not _is_softmax(last.layer)
     if task == "regression" and not one_unit:
-        raise ModelError(f"--task regression needs a model whose last layer is one output unit (a Dense(1)); "
-                         f"this one ends with {_described(last)}; leave --task out or give classification")
+        raise ModelError(
+            f"--task regression needs a model whose last layer is one output unit (a Dense(1)); "
+            f"this one ends with {_described(last)}; leave --task out or give classification"
+        )
     if task is not None:
         return task
     return "regression" if one_unit and activation_name(last.layer) != "softmax" else "classification"
@@ -218,17 +257,25 @@ class KerasNetwork(Network):
     unit's pre-activation and `forward`'s first value is the model's output (n, 1) rather than probabilities.
     """
 
-    def __init__(self, model: keras.Model, *, batch_size: int | None = None, task: str | None = None,
-                 convention: InputConvention | None = None, inner: keras.Model | None = None):
+    def __init__(
+        self,
+        model: keras.Model,
+        *,
+        batch_size: int | None = None,
+        task: str | None = None,
+        convention: InputConvention | None = None,
+        inner: keras.Model | None = None,
+    ):
         from .keras_graph import Graph
+
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         self.model = model
-        self.inner = model if inner is None else inner   # the user's model under the convention's wrapper
+        self.inner = model if inner is None else inner  # the user's model under the convention's wrapper
         self.convention = convention
         self._task_given = task
         self.graph = Graph(model)
-        self._built: dict = {}   # functions built once per model (traced gradients, attack wrappers)
+        self._built: dict = {}  # functions built once per model (traced gradients, attack wrappers)
         self.batch_size = batch_size or self._forward_batch_size()
         if not self.graph.steps:
             raise ModelError("the model has no layers")
@@ -236,32 +283,38 @@ class KerasNetwork(Network):
         last = self.graph.producer_of(self.graph.output_key)
         self.head_note = None
         below = _under_lambda(self.graph, last)
-        if below is not None and task != "classification":   # DeepXplore's atan(x) * 2 after a Dense(1)
-            self.head_note = (f"the output comes from Lambda {last.name!r}, which idcgen cannot explain; relevance "
-                              f"starts from the pre-activation of {below.name!r}, the layer below it")
+        if below is not None and task != "classification":  # DeepXplore's atan(x) * 2 after a Dense(1)
+            self.head_note = (
+                f"the output comes from Lambda {last.name!r}, which idcgen cannot explain; relevance "
+                f"starts from the pre-activation of {below.name!r}, the layer below it"
+            )
             last = below
         self.task = _detect_task(last, task)
         if self.task == "regression":
             # relevance starts from the output unit's pre-activation (docs/design.md, "Regression models")
             self.logits_key = last.outputs[0]
-            self.softmax_in_last_layer = activation_name(last.layer) != "linear"   # run without its squashing
+            self.softmax_in_last_layer = activation_name(last.layer) != "linear"  # run without its squashing
         elif _is_softmax(last.layer):
-            self.logits_key = last.inputs[0]                      # drop the softmax layer
+            self.logits_key = last.inputs[0]  # drop the softmax layer
             self.softmax_in_last_layer = False
         elif activation_name(last.layer) == "softmax":
-            self.logits_key = last.outputs[0]                     # last layer called with its activation removed
+            self.logits_key = last.outputs[0]  # last layer called with its activation removed
             self.softmax_in_last_layer = True
         elif activation_name(last.layer) == "linear":
             if not last.layer.weights:  # Flatten, Reshape, pooling, Dropout ...: the output is not a head's
-                raise ModelError(f"the model's output comes from {_described(last)}, not a classifier or "
-                                 "regression head; expected a final Dense (logits, or one unit for regression) "
-                                 "or a softmax")
-            self.logits_key = last.outputs[0]                     # the model already outputs logits
+                raise ModelError(
+                    f"the model's output comes from {_described(last)}, not a classifier or "
+                    "regression head; expected a final Dense (logits, or one unit for regression) "
+                    "or a softmax"
+                )
+            self.logits_key = last.outputs[0]  # the model already outputs logits
             self.softmax_in_last_layer = False
         else:
-            raise ModelError(f"cannot find the logits: the last layer {last.name!r} has activation "
-                             f"{activation_name(last.layer)!r}; expected softmax (as a layer or an activation) "
-                             "or linear logits")
+            raise ModelError(
+                f"cannot find the logits: the last layer {last.name!r} has activation "
+                f"{activation_name(last.layer)!r}; expected softmax (as a layer or an activation) "
+                "or linear logits"
+            )
         self.logits_step = self.graph.producer_of(self.logits_key)
         if self.logits_step is None:
             raise ModelError("the model's softmax is applied to its input directly: there is no layer to explain")
@@ -269,8 +322,10 @@ class KerasNetwork(Network):
         self.classifier_step = self._classifier(self.logits_step)
         self.logits_layer = self.classifier_step.name
         if len(self.logits_step.output_shapes[0]) != 2:  # (batch, classes): one score per class and input
-            raise ModelError(f"the model's logits come from {_described(self.logits_step)}, not one score per "
-                             "class; expected a (batch, classes) output such as a final Dense's")
+            raise ModelError(
+                f"the model's logits come from {_described(self.logits_step)}, not one score per "
+                "class; expected a (batch, classes) output such as a final Dense's"
+            )
         self.n_classes = int(self.logits_step.output_shapes[0][-1])
         head = self.classifier_step.outputs[0]
         self._hidden = self.graph.ancestors(head) - {head, self.graph.input_key}
@@ -314,8 +369,11 @@ class KerasNetwork(Network):
             return self.graph.step(name)
         except KeyError:
             names = self.layer_names()
-            shown = ", ".join(names) if len(names) <= 40 else \
-                ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
+            shown = (
+                ", ".join(names)
+                if len(names) <= 40
+                else ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
+            )
             raise LayerError(f"unknown layer {name!r}; valid layers: {shown}") from None
 
     def layer(self, name: str):
@@ -325,9 +383,15 @@ class KerasNetwork(Network):
         return tuple(self.step(name).output_shapes[0])
 
     def layers_info(self) -> list[LayerInfo]:
-        return [LayerInfo(s.name, s.kind, tuple(s.output_shapes[0]),
-                          int(s.output_shapes[0][-1]) if s.output_shapes[0] and s.output_shapes[0][-1] else 0)
-                for s in self.graph.steps]
+        return [
+            LayerInfo(
+                s.name,
+                s.kind,
+                tuple(s.output_shapes[0]),
+                int(s.output_shapes[0][-1]) if s.output_shapes[0] and s.output_shapes[0][-1] else 0,
+            )
+            for s in self.graph.steps
+        ]
 
     def neuron_count(self, name: str) -> int:
         return int(self.output_shape(name)[-1])
@@ -351,33 +415,44 @@ class KerasNetwork(Network):
             hidden = [s.name for s in self.graph.steps if s.outputs[0] in self._hidden]
             shown = ", ".join(hidden) if len(hidden) <= 30 else ", ".join(hidden[:10] + ["..."] + hidden[-10:])
             head = self.classifier_step.outputs[0]
-            where = "is the logits or after them" if step.outputs[0] in self.graph.descendants(head) \
+            where = (
+                "is the logits or after them"
+                if step.outputs[0] in self.graph.descendants(head)
                 else "does not lead to the logits"
+            )
             raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
         return step.name
 
     def subject_layers(self) -> list[str]:
         from .keras_lrp import rule_of
+
         graph, blocked = self.graph, set()
-        for step in graph.steps:   # a layer without a rule blocks every layer below it on its way to the logits
-            if step.outputs[0] in graph.ancestors(self.logits_key) and step.outputs[0] not in blocked \
-                    and (rule_of(step.layer) is None or len(step.outputs) != 1):
+        for step in graph.steps:  # a layer without a rule blocks every layer below it on its way to the logits
+            if (
+                step.outputs[0] in graph.ancestors(self.logits_key)
+                and step.outputs[0] not in blocked
+                and (rule_of(step.layer) is None or len(step.outputs) != 1)
+            ):
                 for key in step.inputs:
                     blocked |= graph.ancestors(key)
         return [s.name for s in graph.steps if s.outputs[0] in self._hidden and s.outputs[0] not in blocked]
 
     def rule_label(self, name: str) -> str:
         from .keras_lrp import rule_label
+
         step = self.step(name)
         return rule_label(step.layer, logits=step is self.logits_step, n_inputs=len(step.inputs))
 
     def rule_notes(self, layer: str | None, *, attention: str | None = None) -> list[str]:
         from .keras_lrp import rule_notes
+
         if layer is not None:
             return rule_notes(self.relevance(layer, attention=attention).steps, self.logits_step, attention)
-        last = self.graph.steps.index(self.logits_step)   # the whole model, layers without a rule included
-        return rule_notes([s for s in self.graph.steps[:last + 1] if s.outputs[0] in self._hidden
-                           or s is self.logits_step], self.logits_step)
+        last = self.graph.steps.index(self.logits_step)  # the whole model, layers without a rule included
+        return rule_notes(
+            [s for s in self.graph.steps[: last + 1] if s.outputs[0] in self._hidden or s is self.logits_step],
+            self.logits_step,
+        )
 
     def is_hidden(self, name: str) -> bool:
         """Whether layer ``name``'s output is a hidden tensor the logits depend on."""
@@ -402,6 +477,7 @@ class KerasNetwork(Network):
         """Symbolic forward pass (for use under a GradientTape or in a tf.function): the raw outputs of
         ``layers`` and the model's output."""
         from .keras_graph import TRACE_LOCK
+
         keys = [self.key_of(name) for name in layers]
         with TRACE_LOCK:
             values = self.graph.run(x)
@@ -435,7 +511,7 @@ class KerasNetwork(Network):
         run = self._tap(tuple(layers))
         probs, acts = [], [[] for _ in layers]
         for start in range(0, len(x), self.batch_size):
-            a, p = run(tf.convert_to_tensor(x[start:start + self.batch_size], dtype=tf.float32))
+            a, p = run(tf.convert_to_tensor(x[start : start + self.batch_size], dtype=tf.float32))
             probs.append(p.numpy())
             for store, value in zip(acts, a):
                 store.append(value.numpy())
@@ -447,6 +523,7 @@ class KerasNetwork(Network):
     def logits(self, x, training=False):
         """Symbolic logits of ``x`` (differentiable; ``training`` is accepted and ignored: inference)."""
         from .keras_graph import TRACE_LOCK
+
         index = self.graph.steps.index(self.logits_step)
         with TRACE_LOCK:
             values = self.graph.run(x, until=index, linear=self.logits_step if self.softmax_in_last_layer else None)
@@ -473,14 +550,27 @@ class KerasNetwork(Network):
         as layers of their own.
         """
         L = keras.layers
-        followers = (L.BatchNormalization, L.LayerNormalization, L.GroupNormalization, L.Dropout,
-                     L.SpatialDropout1D, L.SpatialDropout2D, L.SpatialDropout3D, L.GaussianNoise,
-                     L.GaussianDropout, L.AlphaDropout, L.ActivityRegularization)
+        followers = (
+            L.BatchNormalization,
+            L.LayerNormalization,
+            L.GroupNormalization,
+            L.Dropout,
+            L.SpatialDropout1D,
+            L.SpatialDropout2D,
+            L.SpatialDropout3D,
+            L.GaussianNoise,
+            L.GaussianDropout,
+            L.AlphaDropout,
+            L.ActivityRegularization,
+        )
         activations = (L.Activation, L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)
         graph, chosen = self.graph, []
         for step in graph.steps:
-            if (not self.is_hidden(step.name) or not getattr(step.layer, "weights", None)
-                    or isinstance(step.layer, followers + activations)):
+            if (
+                not self.is_hidden(step.name)
+                or not getattr(step.layer, "weights", None)
+                or isinstance(step.layer, followers + activations)
+            ):
                 continue
             pick, key = step, step.outputs[0]
             while len(graph.consumers.get(key, ())) == 1:  # follow a single reader through norm/dropout/activation
@@ -492,34 +582,48 @@ class KerasNetwork(Network):
                 key = nxt.outputs[0]
             chosen.append(pick.name)
         if not chosen:
-            raise LayerError("the model has no hidden layer with weights before its logits; pass layers=[...] "
-                             f"from: {', '.join(self.layer_names())}")
+            raise LayerError(
+                "the model has no hidden layer with weights before its logits; pass layers=[...] "
+                f"from: {', '.join(self.layer_names())}"
+            )
         return chosen
 
     def weighted_layers(self) -> tuple[str, ...]:
         """The layers with weights before the logits layer (DeepXplore's neuron coverage counts these)."""
         steps = self.graph.steps
-        return tuple(step.name for step in steps[:steps.index(self.classifier_step)] if step.layer.weights)
+        return tuple(step.name for step in steps[: steps.index(self.classifier_step)] if step.layer.weights)
 
     def feature_maps(self, layers: tuple[str, ...]):
         """x -> the raw outputs (n, h, w, channels) of ``layers`` as numpy, traced once per model."""
+
         def build():
             run = tf.function(lambda x: self.outputs(x, layers)[0], reduce_retracing=True)
             return lambda x: [o.numpy() for o in run(tf.convert_to_tensor(x, dtype=tf.float32))]
+
         return self.cached(("feature-maps", tuple(layers)), build)
 
     def preprocessing(self) -> list[str]:
         from .keras_convention import leading_preprocessing
+
         return [_describe_layer(layer) for layer in leading_preprocessing(self.inner)]
 
     def head_activation(self) -> str:
         return activation_name(self.logits_step.layer)
 
     def dropout_layers(self) -> list[str]:
-        return [s.name for s in self.graph.steps if isinstance(s.layer, (keras.layers.Dropout,
-                                                                       keras.layers.SpatialDropout1D,
-                                                                       keras.layers.SpatialDropout2D,
-                                                                       keras.layers.SpatialDropout3D))]
+        return [
+            s.name
+            for s in self.graph.steps
+            if isinstance(
+                s.layer,
+                (
+                    keras.layers.Dropout,
+                    keras.layers.SpatialDropout1D,
+                    keras.layers.SpatialDropout2D,
+                    keras.layers.SpatialDropout3D,
+                ),
+            )
+        ]
 
     def dropout_outputs(self, x: np.ndarray, passes: int, rng: np.random.Generator) -> np.ndarray:
         dropped = set(self.dropout_layers())
@@ -531,10 +635,10 @@ class KerasNetwork(Network):
             values = {self.graph.input_key: batch}
             for step in self.graph.steps:
                 inputs = [values[k] for k in step.inputs]
-                if step.name in dropped:   # a mask of our own, drawn from rng: reproducible, unlike Keras' dropout
+                if step.name in dropped:  # a mask of our own, drawn from rng: reproducible, unlike Keras' dropout
                     a, rate = inputs[0], float(step.layer.rate)
                     shape = list(a.shape)
-                    if type(step.layer).__name__.startswith("SpatialDropout"):   # one mask per channel
+                    if type(step.layer).__name__.startswith("SpatialDropout"):  # one mask per channel
                         shape = [shape[0]] + [1] * (len(shape) - 2) + [shape[-1]]
                     outs = [a * ((rng.random(shape) >= rate).astype(np.float32) / max(1.0 - rate, 1e-12))]
                 else:
@@ -543,10 +647,12 @@ class KerasNetwork(Network):
             runs.append(np.asarray(values[self.graph.output_key], np.float64))
         return np.stack(runs)
 
-    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None,
-                  attention: str | None = None):
+    def relevance(
+        self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None, attention: str | None = None
+    ):
         """`keras_lrp.Relevance`; ``attention`` picks the MultiHeadAttention rule ("cp", "attnlrp")."""
         from .keras_lrp import Relevance
+
         return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or 512, attention=attention)
 
     def relevance_batch_size(self) -> int:
@@ -555,24 +661,28 @@ class KerasNetwork(Network):
 
     def gradients(self, kind: str, **spec):
         from .keras_gradients import gradient_function
+
         return gradient_function(self, kind, **spec)
 
     def attack(self, name: str, x: np.ndarray, labels: np.ndarray | None, **params) -> np.ndarray:
         from .keras_attacks import attack
+
         return attack(self, name, x, labels, **params)
 
     # ---- conventions, training, shipping -------------------------------------------------------
     def own_convention(self) -> InputConvention:
         from .keras_convention import from_model
+
         return from_model(self.inner)
 
     def measured_as(self, convention: InputConvention, *, wrapped: InputConvention | None) -> "KerasNetwork":
         if wrapped is not None and wrapped == convention:
             return self
         from .keras_convention import wrap
+
         model = wrap(self.inner, convention)
         if model is self.model:
-            self.convention = convention   # what later calls with this network fall back to
+            self.convention = convention  # what later calls with this network fall back to
             return self
         return KerasNetwork(model, task=self._task_given, convention=convention, inner=self.inner)
 
@@ -581,12 +691,14 @@ class KerasNetwork(Network):
         taking flat or channel-less inputs (docs/design.md), reshaped in front of the model."""
         if tuple(self.input_shape) == tuple(image_shape):
             return self
-        wrapper = keras.Sequential([keras.Input(tuple(image_shape)), keras.layers.Reshape(tuple(self.input_shape)),
-                                    self.model])
+        wrapper = keras.Sequential(
+            [keras.Input(tuple(image_shape)), keras.layers.Reshape(tuple(self.input_shape)), self.model]
+        )
         return KerasNetwork(wrapper)
 
-    def retrained(self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
-                  random_state: int = 0) -> "KerasNetwork":
+    def retrained(
+        self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0
+    ) -> "KerasNetwork":
         """A copy fine-tuned (Adam, lr 1e-4) or trained from scratch (the paper's Adadelta)."""
         keras.utils.set_random_seed(random_state)
         copy = keras.models.clone_model(self.model)

@@ -173,8 +173,18 @@ DRIVING_MODELS = {"dave2": dave2, "dave2_norminit": dave2_norminit, "dave2_dropo
 MODELS = {"lenet1": lenet1, "lenet4": lenet4, "lenet5": lenet5, "cifar10_cnn": cifar10_cnn, "resnet20": resnet20}
 
 
-def train(model: keras.Model, x, y, *, epochs: int = 10, batch_size: int = 256, optimizer: str = "adadelta",
-          validation=None, verbose: int = 0, random_state: int = 0) -> keras.callbacks.History:
+def train(
+    model: keras.Model,
+    x,
+    y,
+    *,
+    epochs: int = 10,
+    batch_size: int = 256,
+    optimizer: str = "adadelta",
+    validation=None,
+    verbose: int = 0,
+    random_state: int = 0,
+) -> keras.callbacks.History:
     """Train with the paper's settings (adadelta lr 1.0, rho 0.95, batch 256) or ``optimizer="adam"``."""
     keras.utils.set_random_seed(random_state)
     opt = keras.optimizers.Adadelta(learning_rate=1.0, rho=0.95) if optimizer == "adadelta" else optimizer
@@ -182,8 +192,17 @@ def train(model: keras.Model, x, y, *, epochs: int = 10, batch_size: int = 256, 
     return model.fit(x, y, epochs=epochs, batch_size=batch_size, validation_data=validation, verbose=verbose)
 
 
-def vit_tiny(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0, *, patch: int = 4,
-             dim: int = 64, depth: int = 4, heads: int = 4, mlp_ratio: int = 2) -> keras.Model:
+def vit_tiny(
+    input_shape=(32, 32, 3),
+    n_classes: int = 10,
+    random_state: int | None = 0,
+    *,
+    patch: int = 4,
+    dim: int = 64,
+    depth: int = 4,
+    heads: int = 4,
+    mlp_ratio: int = 2,
+) -> keras.Model:
     """A ViT-Tiny for 32x32 images (Dosovitskiy et al. 2021, scaled down): 4x4 patches embedded by a strided
     convolution (``patch_embed``, 64 tokens of ``dim`` values), a conditional position encoding added to
     them (``pos_conv``: a depthwise 3x3 convolution over the token grid, CPVT's PEG, Chu et al. 2023, so that
@@ -228,13 +247,20 @@ def convnext_block(x, dim: int, name: str, init: _Init, layer_scale: float = 1e-
     y = L.LayerNormalization(epsilon=1e-6, name=f"{name}_ln")(y)
     y = L.Dense(4 * dim, activation="gelu", name=f"{name}_pw1", **init())(y)
     y = L.Dense(dim, name=f"{name}_pw2", **init())(y)
-    y = L.DepthwiseConv2D(1, use_bias=False, name=f"{name}_scale",
-                          depthwise_initializer=keras.initializers.Constant(layer_scale))(y)
+    y = L.DepthwiseConv2D(
+        1, use_bias=False, name=f"{name}_scale", depthwise_initializer=keras.initializers.Constant(layer_scale)
+    )(y)
     return L.Add(name=f"{name}_add")([x, y])
 
 
-def convnext_micro(input_shape=(32, 32, 3), n_classes: int = 10, random_state: int | None = 0, *,
-                   dims: tuple = (32, 64, 128), depths: tuple = (1, 1, 2)) -> keras.Model:
+def convnext_micro(
+    input_shape=(32, 32, 3),
+    n_classes: int = 10,
+    random_state: int | None = 0,
+    *,
+    dims: tuple = (32, 64, 128),
+    depths: tuple = (1, 1, 2),
+) -> keras.Model:
     """A small ConvNeXt for 32x32 images: a 2x2 stride-2 stem with LayerNorm (16x16), three stages of
     `convnext_block` (``stage<s>_block<b>_*``) with ``dims`` channels, each later stage entered through
     LayerNorm and a 2x2 stride-2 convolution (``stage<s>_down_*``); global average pooling, LayerNorm
@@ -268,5 +294,9 @@ def mobilenet_v3_small(input_shape=(32, 32, 3), n_classes: int = 10, random_stat
 
 
 #: CIFAR-10 transformers and modern CNNs (recipes/train_transformers.py)
-TRANSFORMER_MODELS = {"vit_tiny": vit_tiny, "convnext_micro": convnext_micro, "efficientnet_b0": efficientnet_b0,
-                      "mobilenet_v3_small": mobilenet_v3_small}
+TRANSFORMER_MODELS = {
+    "vit_tiny": vit_tiny,
+    "convnext_micro": convnext_micro,
+    "efficientnet_b0": efficientnet_b0,
+    "mobilenet_v3_small": mobilenet_v3_small,
+}

@@ -16,17 +16,21 @@ import tempfile
 from contextlib import contextmanager
 
 #: the start-up lines dropped; anything else written during the import is written back
-NOISE = re.compile("|".join([
-    r"oneDNN custom operations are on",
-    r"All log messages before absl::InitializeLog\(\) is called",
-    r"This TensorFlow binary is optimized to use available CPU instructions",
-    r"rebuild TensorFlow with the appropriate compiler flags",
-    r"failed call to cuInit",
-    r"Could not find cuda drivers on your machine",
-    r"Unable to register cu(DNN|FFT|BLAS) factory",
-    r"computation placer already registered",
-    r"TF-TRT Warning: Could not find TensorRT",
-]))
+NOISE = re.compile(
+    "|".join(
+        [
+            r"oneDNN custom operations are on",
+            r"All log messages before absl::InitializeLog\(\) is called",
+            r"This TensorFlow binary is optimized to use available CPU instructions",
+            r"rebuild TensorFlow with the appropriate compiler flags",
+            r"failed call to cuInit",
+            r"Could not find cuda drivers on your machine",
+            r"Unable to register cu(DNN|FFT|BLAS) factory",
+            r"computation placer already registered",
+            r"TF-TRT Warning: Could not find TensorRT",
+        ]
+    )
+)
 
 
 @contextmanager
@@ -34,7 +38,7 @@ def quiet_start():
     """Run the block (a framework's first import) with stderr's descriptor caught; write back what is not noise."""
     try:
         descriptor = sys.__stderr__.fileno()
-    except (AttributeError, OSError, ValueError):   # no real stderr (an embedding host): nothing to catch
+    except (AttributeError, OSError, ValueError):  # no real stderr (an embedding host): nothing to catch
         yield
         return
     sys.stderr.flush()
@@ -47,8 +51,11 @@ def quiet_start():
             os.dup2(saved, descriptor)
             os.close(saved)
             caught.seek(0)
-            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
-                    if not NOISE.search(line)]
+            kept = [
+                line
+                for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                if not NOISE.search(line)
+            ]
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()

@@ -20,6 +20,7 @@ def _tensors(network, *arrays):
 
 def logit_sum(network):
     """(x, weights) -> (gradient of sum(weights * logits) w.r.t. x, logits)."""
+
     def run(x, weights):
         x, weights = _tensors(network, x, weights)
         with torch.enable_grad():
@@ -27,6 +28,7 @@ def logit_sum(network):
             z = network.logits(x)
             (g,) = torch.autograd.grad((weights * z).sum(), x)
         return network.to_host(g), network.to_host(z)
+
     return run
 
 
@@ -42,6 +44,7 @@ def neuron_sum(network, *, layers: tuple[str, ...]):
             acts = torch.cat([layer.neurons_of(env[layer.node]) for layer in chosen], dim=1)
             (g,) = torch.autograd.grad((mask * acts).sum(), x)
         return network.to_host(g), network.to_host(acts)
+
     return run
 
 
@@ -57,6 +60,7 @@ def centroid_pull(network, *, layer: str, neurons):
             acts = chosen.neurons_of(env[chosen.node])[:, index]
             (g,) = torch.autograd.grad((((acts - target) / scale) ** 2).sum(), x)
         return network.to_host(g)
+
     return run
 
 
@@ -87,9 +91,11 @@ def _fgsm_step(network, x, y, eps, lo, hi):
     has no argument for."""
     from cleverhans.torch.attacks.fast_gradient_method import fast_gradient_method
     from cleverhans.torch.utils import optimize_linear
+
     if network.task != "regression":
-        return fast_gradient_method(LogitsModule(network), x, eps, np.inf, clip_min=lo, clip_max=hi, y=y,
-                                    targeted=False)
+        return fast_gradient_method(
+            LogitsModule(network), x, eps, np.inf, clip_min=lo, clip_max=hi, y=y, targeted=False
+        )
     x = x.clone().detach().requires_grad_(True)
     with torch.enable_grad():
         (g,) = torch.autograd.grad((y * network.logits(x)[:, 0]).sum(), x)
@@ -107,6 +113,7 @@ def fgsm(network, x, y, *, eps, clip):
 def pgd(network, x, y, *, start, eps, eps_iter, nb_iter, clip):
     """cleverhans' PGD steps (an FGSM step, then projection onto the ball and the value range) from ``start``."""
     from cleverhans.torch.utils import clip_eta
+
     lo, hi = clip
     x_t, adv = _tensors(network, x, start)
     y = _labels(network, y)
@@ -121,21 +128,32 @@ def bim(network, x, y, *, eps, eps_iter, nb_iter, clip):
     return pgd(network, x, y, start=x, eps=eps, eps_iter=eps_iter, nb_iter=nb_iter, clip=clip)
 
 
-def cw(network, x, labels, *, chunk, clip, lr, binary_search_steps, max_iterations, abort_early, confidence,
-       initial_const):
+def cw(
+    network, x, labels, *, chunk, clip, lr, binary_search_steps, max_iterations, abort_early, confidence, initial_const
+):
     """Untargeted C&W-L2 (cleverhans' PyTorch implementation) in chunks of ``chunk`` inputs; cleverhans'
     PyTorch version always runs ``max_iterations`` (``abort_early`` does not apply)."""
     from cleverhans.torch.attacks.carlini_wagner_l2 import carlini_wagner_l2
+
     model = LogitsModule(network)
     out = np.empty_like(np.asarray(x, np.float32))
     for start in range(0, len(x), chunk):
         part = slice(start, start + chunk)
         with torch.enable_grad():
-            adv = carlini_wagner_l2(model, *_tensors(network, x[part]), network.n_classes,
-                                    y=network.to_device(labels[part], np.int64), targeted=False, lr=lr,
-                                    confidence=confidence, clip_min=clip[0], clip_max=clip[1],
-                                    initial_const=initial_const, binary_search_steps=binary_search_steps,
-                                    max_iterations=max_iterations)
+            adv = carlini_wagner_l2(
+                model,
+                *_tensors(network, x[part]),
+                network.n_classes,
+                y=network.to_device(labels[part], np.int64),
+                targeted=False,
+                lr=lr,
+                confidence=confidence,
+                clip_min=clip[0],
+                clip_max=clip[1],
+                initial_const=initial_const,
+                binary_search_steps=binary_search_steps,
+                max_iterations=max_iterations,
+            )
         out[part] = network.to_host(adv)
     return out
 
@@ -150,10 +168,16 @@ def jsma(network, x, targets, *, theta, gamma, clip):
     clip = tuple(float(v) for v in clip)
 
     def build():
-        return PyTorchClassifier(LogitsModule(network), loss=torch.nn.CrossEntropyLoss(),
-                                 input_shape=tuple(network.input_shape), nb_classes=network.n_classes,
-                                 clip_values=clip, channels_first=False,
-                                 device_type="gpu" if network.device.type == "cuda" else "cpu")
+        return PyTorchClassifier(
+            LogitsModule(network),
+            loss=torch.nn.CrossEntropyLoss(),
+            input_shape=tuple(network.input_shape),
+            nb_classes=network.n_classes,
+            clip_values=clip,
+            channels_first=False,
+            device_type="gpu" if network.device.type == "cuda" else "cpu",
+        )
+
     classifier = network.cached(("art", clip), build)
     attack = SaliencyMapMethod(classifier, theta=theta, gamma=gamma, batch_size=len(x), verbose=False)
     return attack.generate(np.asarray(x, np.float32), y=np.eye(network.n_classes, dtype=np.float32)[targets])

@@ -36,19 +36,50 @@ import torch
 from ..errors import LayerError
 
 #: ATen operations whose output keeps channels first (n, C, ...)
-CHANNELS_FIRST = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d",
-                  "conv_transpose2d", "conv_transpose3d", "batch_norm", "_native_batch_norm_legit_no_training",
-                  "max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d",
-                  "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-                  "adaptive_max_pool1d", "adaptive_max_pool2d", "upsample_nearest2d", "upsample_bilinear2d",
-                  "group_norm", "instance_norm", "pixel_shuffle"}
+CHANNELS_FIRST = {
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "convolution",
+    "_convolution",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "batch_norm",
+    "_native_batch_norm_legit_no_training",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "max_pool2d_with_indices",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "upsample_nearest2d",
+    "upsample_bilinear2d",
+    "group_norm",
+    "instance_norm",
+    "pixel_shuffle",
+}
 #: reductions over given axes: the neuron axis moves down by the axes removed before it
 _REDUCTIONS = {"mean", "sum", "amax", "amin", "var", "std", "prod", "logsumexp", "norm", "max", "min", "argmax"}
 #: the key ``run``'s ``after`` gets for the input convention's affine preprocessing in front of the model
 PREPROCESS = "preprocess"
 #: operations that only carry values: no tensor of their own worth a layer name
-_PLUMBING = {"getitem", "_assert_tensor_metadata", "sym_size", "sym_numel", "_guards_fn", "detach_", "lift_fresh_copy",
-             "alias"}
+_PLUMBING = {
+    "getitem",
+    "_assert_tensor_metadata",
+    "sym_size",
+    "sym_numel",
+    "_guards_fn",
+    "detach_",
+    "lift_fresh_copy",
+    "alias",
+}
 
 
 def mutates(node) -> bool:
@@ -66,12 +97,12 @@ def functional(program):
     if not any(mutates(n) for n in program.graph_module.graph.nodes):
         return program
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # torch's own pytree deprecation inside run_decompositions
+        warnings.simplefilter("ignore")  # torch's own pytree deprecation inside run_decompositions
         return program.run_decompositions({})
 
 
 def op_name(node) -> str:
-    """"conv2d" for ``aten.conv2d.default``, "getitem" for ``operator.getitem``: the operation of an fx node."""
+    """ "conv2d" for ``aten.conv2d.default``, "getitem" for ``operator.getitem``: the operation of an fx node."""
     target = node.target
     packet = getattr(target, "_overloadpacket", None)
     if packet is not None:
@@ -89,9 +120,9 @@ class Layer:
     op: str
     shape: tuple
     channel_axis: int
-    inputs: list = field(default_factory=list)   # the Layers whose outputs it reads
-    weighted: bool = False                       # reads a weight (or a tensor computed from weights only)
-    windows: int = 1                             # its first axis is batch x windows (Swin); 0: not a multiple
+    inputs: list = field(default_factory=list)  # the Layers whose outputs it reads
+    weighted: bool = False  # reads a weight (or a tensor computed from weights only)
+    windows: int = 1  # its first axis is batch x windows (Swin); 0: not a multiple
 
     @property
     def kind(self) -> str:
@@ -113,9 +144,11 @@ class Layer:
         if self.windows == 1:
             return value, self.channel_axis
         if self.windows == 0:
-            raise LayerError(f"layer {self.name!r} ({self.op}) does not keep the images on its first axis (neither the "
-                             "batch nor batch x windows): it has no per-image neurons; choose another layer (see "
-                             "`idcgen layers`)")
+            raise LayerError(
+                f"layer {self.name!r} ({self.op}) does not keep the images on its first axis (neither the "
+                "batch nor batch x windows): it has no per-image neurons; choose another layer (see "
+                "`idcgen layers`)"
+            )
         return value.reshape(len(value) // self.windows, self.windows, *value.shape[1:]), self.channel_axis + 1
 
     def neurons_of(self, value: torch.Tensor, *, reduce: str = "mean") -> torch.Tensor:
@@ -164,13 +197,13 @@ class TorchGraph:
     def __init__(self, program):
         self.program = program
         run = functional(program)
-        self.module = run.module()   # exported in inference mode (it refuses .eval())
+        self.module = run.module()  # exported in inference mode (it refuses .eval())
         graph = self.module.graph
         # functionalisation numbers its nodes by its own count (add_65): named again as export names them
         self._node_names = _op_numbered(graph) if run is not program else {}
-        for node in list(graph.nodes):   # an in-place write into the input, made a copy back into it: the
+        for node in list(graph.nodes):  # an in-place write into the input, made a copy back into it: the
             if node.op == "call_function" and op_name(node) == "copy_" and node.args[0].op == "placeholder":
-                node.replace_all_uses_with(node.args[1])   # value stays; the caller's images stay untouched
+                node.replace_all_uses_with(node.args[1])  # value stays; the caller's images stay untouched
                 graph.erase_node(node)
         self.fx_nodes = [n for n in graph.nodes if not (n.op == "call_module" and "guards" in str(n.target))]
         inputs = [n for n in self.fx_nodes if n.op == "placeholder"]
@@ -179,10 +212,11 @@ class TorchGraph:
         self.input_node = inputs[0]
         self.output_node = next(n for n in self.fx_nodes if n.op == "output")
         self.attrs = {n: self._fetch(n.target) for n in self.fx_nodes if n.op == "get_attr"}
-        self.constant = set()   # nodes that do not depend on the input: weights and what is computed from them
+        self.constant = set()  # nodes that do not depend on the input: weights and what is computed from them
         for node in self.fx_nodes:
-            if node.op == "get_attr" or (node.op == "call_function" and all(a in self.constant
-                                                                            for a in node.all_input_nodes)):
+            if node.op == "get_attr" or (
+                node.op == "call_function" and all(a in self.constant for a in node.all_input_nodes)
+            ):
                 self.constant.add(node)
         self.layers: list[Layer] = []
         self.by_node: dict = {}
@@ -199,18 +233,28 @@ class TorchGraph:
     def source(self, node):
         """The operation whose value ``node`` is: a tuple-valued operation (max pooling with indices, a
         decomposed batch norm) for the ``getitem`` taking its first value, else ``node`` itself."""
-        if op_name(node) == "getitem" and node.args[1] == 0 and isinstance(node.args[0], torch.fx.Node) \
-                and isinstance(node.args[0].meta.get("val"), (tuple, list)):
+        if (
+            op_name(node) == "getitem"
+            and node.args[1] == 0
+            and isinstance(node.args[0], torch.fx.Node)
+            and isinstance(node.args[0].meta.get("val"), (tuple, list))
+        ):
             return node.args[0]
         return node
 
     def _name_layers(self) -> None:
         # only floating-point values are layers: a boolean attention mask, int64 indices carry no activations
-        ops = [n for n in self.fx_nodes if n.op == "call_function" and n not in self.constant
-               and _shape(n) is not None and n.meta["val"].is_floating_point()
-               and (op_name(n) not in _PLUMBING or self.source(n) is not n)]
+        ops = [
+            n
+            for n in self.fx_nodes
+            if n.op == "call_function"
+            and n not in self.constant
+            and _shape(n) is not None
+            and n.meta["val"].is_floating_point()
+            and (op_name(n) not in _PLUMBING or self.source(n) is not n)
+        ]
         counts: dict[str, int] = {}
-        last_of: dict[str, object] = {}   # module path -> its last operation (its output)
+        last_of: dict[str, object] = {}  # module path -> its last operation (its output)
         calls: dict[str, set] = {}
         for node in ops:
             counts[_module_path(node)[0]] = counts.get(_module_path(node)[0], 0) + 1
@@ -230,8 +274,9 @@ class TorchGraph:
                 name += "_"
             taken.add(name)
             names[node] = name
-        self.aliases: dict[str, str] = {path: names[node] for path, node in last_of.items()
-                                        if path not in taken and len(calls[path]) == 1}
+        self.aliases: dict[str, str] = {
+            path: names[node] for path, node in last_of.items() if path not in taken and len(calls[path]) == 1
+        }
         axis = {self.input_node: 1 if len(_shape(self.input_node) or ()) >= 2 else -1}
         for node in self.fx_nodes:
             if node.op != "call_function":
@@ -242,8 +287,15 @@ class TorchGraph:
                 shape = _shape(node)
                 ax = axis[node] if axis[node] > 0 else len(shape) + 1 + axis[node]
                 weighted = any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes)
-                layer = Layer(names[node], node, op_name(source), shape, max(1, min(ax, len(shape))),
-                              weighted=weighted, windows=self._windows(node))
+                layer = Layer(
+                    names[node],
+                    node,
+                    op_name(source),
+                    shape,
+                    max(1, min(ax, len(shape))),
+                    weighted=weighted,
+                    windows=self._windows(node),
+                )
                 layer.inputs = [self.by_node[a] for a in self._tensor_inputs(source) if a in self.by_node]
                 self.layers.append(layer)
                 self.by_node[node] = layer
@@ -257,9 +309,9 @@ class TorchGraph:
         batch, first = self.input_node.meta["val"].shape[0], node.meta["val"].shape[0]
         if str(first) == str(batch):
             return 1
-        if str(batch).isdigit():   # a batch fixed at export (nn.MultiheadAttention's fast path fixes it): 4 rows
-            return 0                 # for 2 images may be 2 windows each or (tokens, batch, dims): no guess
-        ratio = first / batch   # s0 * 64 / s0: the windows of each image; 197 / s0 (tokens first): none
+        if str(batch).isdigit():  # a batch fixed at export (nn.MultiheadAttention's fast path fixes it): 4 rows
+            return 0  # for 2 images may be 2 windows each or (tokens, batch, dims): no guess
+        ratio = first / batch  # s0 * 64 / s0: the windows of each image; 197 / s0 (tokens first): none
         try:
             ratio = float(ratio)
         except TypeError:
@@ -270,8 +322,12 @@ class TorchGraph:
         """The producing nodes of ``node``'s tensor arguments, skipping plumbing (getitem) to its source."""
         found = []
         for arg in node.all_input_nodes:
-            while arg.op == "call_function" and arg not in self.by_node and op_name(arg) in _PLUMBING \
-                    and arg.all_input_nodes:
+            while (
+                arg.op == "call_function"
+                and arg not in self.by_node
+                and op_name(arg) in _PLUMBING
+                and arg.all_input_nodes
+            ):
                 arg = arg.all_input_nodes[0]
             if arg.op in ("call_function", "placeholder") and arg not in self.constant:
                 found.append(arg)
@@ -290,7 +346,7 @@ class TorchGraph:
         source = next((a for a in node.all_input_nodes if a in axis and a not in self.constant), None)
         inherited = axis.get(source, -1)
         src_shape = _shape(source) if source is not None else None
-        if inherited < 0 and src_shape:   # "the last axis" as a number, so a permute can move it
+        if inherited < 0 and src_shape:  # "the last axis" as a number, so a permute can move it
             inherited = len(src_shape) + 1 + inherited
         if op == "permute" and inherited > 0:
             dims = list(node.args[1])
@@ -299,10 +355,17 @@ class TorchGraph:
         if op in ("transpose", "swapaxes") and inherited > 0:
             a, b = (int(d) % (len(src_shape) + 1) for d in node.args[1:3])
             return b if inherited == a else a if inherited == b else inherited
-        if op in _REDUCTIONS and src_shape is not None and len(src_shape) != ndim and len(node.args) > 1 \
-                and isinstance(node.args[1], (int, list, tuple)):
-            dims = {int(d) % (len(src_shape) + 1) for d in ([node.args[1]] if isinstance(node.args[1], int)
-                                                            else node.args[1])}
+        if (
+            op in _REDUCTIONS
+            and src_shape is not None
+            and len(src_shape) != ndim
+            and len(node.args) > 1
+            and isinstance(node.args[1], (int, list, tuple))
+        ):
+            dims = {
+                int(d) % (len(src_shape) + 1)
+                for d in ([node.args[1]] if isinstance(node.args[1], int) else node.args[1])
+            }
             return -1 if inherited in dims else inherited - sum(d < inherited for d in dims)
         if src_shape is not None and len(src_shape) != ndim:
             # a reshape or a reduction that keeps the neuron axis and all before it (flatten(2) of a
@@ -350,7 +413,8 @@ class TorchGraph:
         seen = {layer} if layer is not None else set()
         for other in self.layers:
             if (layer is None and self.input_node in self._tensor_inputs(other.node)) or any(
-                    i in seen for i in other.inputs):
+                i in seen for i in other.inputs
+            ):
                 seen.add(other)
         return seen
 
@@ -373,7 +437,7 @@ class TorchGraph:
                 env[node] = torch.fx.node.map_arg(node.args[0], env.__getitem__)
             if node is until:
                 break
-            for arg in node.all_input_nodes:   # free what no later node reads
+            for arg in node.all_input_nodes:  # free what no later node reads
                 if self._last_use.get(arg) == i and arg not in keep and arg.op == "call_function":
                     del env[arg]
         return env

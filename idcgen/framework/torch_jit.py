@@ -22,12 +22,16 @@ _LOOKAHEAD = 12
 
 
 #: converted operations spelled otherwise in TorchScript
-_ALIASES = {"native_batch_norm_legit_no_training": "batch_norm", "conv2d": "convolution", "conv1d": "convolution",
-            "conv3d": "convolution"}
+_ALIASES = {
+    "native_batch_norm_legit_no_training": "batch_norm",
+    "conv2d": "convolution",
+    "conv1d": "convolution",
+    "conv3d": "convolution",
+}
 
 
 def _kind(name: str) -> str:
-    """"convolution" for aten::_convolution, aten::conv2d and aten.convolution, "relu" for relu_: one
+    """ "convolution" for aten::_convolution, aten::conv2d and aten.convolution, "relu" for relu_: one
     spelling per operation on both sides."""
     name = name.split("::")[-1].strip("_")
     return _ALIASES.get(name, name)
@@ -50,7 +54,7 @@ def module_ops(script) -> list[tuple[tuple, str]]:
                     if isinstance(sub, torch.jit.ScriptModule):
                         path = f"{owner[1]}.{node.s('name')}" if owner[1] else node.s("name")
                         values[node.output().debugName()] = (sub, path)
-            elif kind == "prim::CallMethod":   # forward, or forward1 (a traced module called twice), or a helper
+            elif kind == "prim::CallMethod":  # forward, or forward1 (a traced module called twice), or a helper
                 target = values.get(node.inputsAt(0).debugName())
                 method = None if target is None else getattr(target[0], node.s("name"), None)
                 if method is not None and hasattr(method, "graph"):
@@ -64,7 +68,7 @@ def module_ops(script) -> list[tuple[tuple, str]]:
                 found.append((stack, "*"))
             elif kind.startswith("aten::"):
                 found.append((stack, _kind(kind)))
-            elif any(True for _ in node.blocks()):   # an if or a loop: which branch runs is not known here
+            elif any(True for _ in node.blocks()):  # an if or a loop: which branch runs is not known here
                 found.append((stack, "*"))
 
     graph = script.forward.graph
@@ -78,8 +82,8 @@ def name_by_modules(program, ops) -> bool:
     operations, so that its layers are named by module path. Every operation reading a weight must land in
     the module owning it; where one does not (the two graphs did not line up) nothing is written and False
     is returned: names by operation rather than wrong ones."""
-    if any(kind == "*" for _, kind in ops):   # a scripted module: branches and function calls the converter
-        return False                           # resolved; which operations each became is not known here
+    if any(kind == "*" for _, kind in ops):  # a scripted module: branches and function calls the converter
+        return False  # resolved; which operations each became is not known here
     owners = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
     at, stacks = 0, {}
     for node in program.graph_module.graph.nodes:

@@ -69,12 +69,14 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
     if image_shape is None:
         image_shape = getattr(module, "input_shape", None)
     if image_shape is None:
-        raise ModelError(f"idcgen needs the input shape of this {type(module).__name__}: pass "
-                         "idcgen.Network(module, input_shape=(H, W, C)) where a model is asked for, or set the module's "
-                         "input_shape attribute (e.g. in its factory)")
+        raise ModelError(
+            f"idcgen needs the input shape of this {type(module).__name__}: pass "
+            "idcgen.Network(module, input_shape=(H, W, C)) where a model is asked for, or set the module's "
+            "input_shape attribute (e.g. in its factory)"
+        )
     try:
         module = module.eval()
-    except NotImplementedError:   # a torch.export program's module, already in inference mode
+    except NotImplementedError:  # a torch.export program's module, already in inference mode
         pass
     sample = torch.zeros((2, *_model_shape(image_shape)), device=device)
     try:
@@ -82,9 +84,11 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
             warnings.simplefilter("ignore")
             # the batch axis stays free: code such as x.view(x.size(0), -1) runs on any batch
             program = torch.export.export(module, (sample,), dynamic_shapes=({0: torch.export.Dim.AUTO},))
-    except Exception as exc:   # torch.export raises many kinds for code it cannot trace
-        raise ModelError(f"torch.export could not trace the {type(module).__name__} on inputs of shape "
-                         f"{tuple(sample.shape[1:])}: {_first_line(exc)}") from None
+    except Exception as exc:  # torch.export raises many kinds for code it cannot trace
+        raise ModelError(
+            f"torch.export could not trace the {type(module).__name__} on inputs of shape "
+            f"{tuple(sample.shape[1:])}: {_first_line(exc)}"
+        ) from None
     shape, channels_first = _image_shape(tuple(sample.shape[1:]))
     return TorchModel(program, shape, channels_first, module, origin)
 
@@ -104,9 +108,11 @@ def _torchscript_shape(extra: dict, path: Path, image_shape) -> tuple:
         return tuple(image_shape)
     if extra.get(_EXTRA):
         return tuple(json.loads(extra[_EXTRA])["input_shape"])
-    raise InputShapeError(f"{path} is a TorchScript file, which does not record the shape of its input: convert it once "
-                     f"with `idcgen convert {path} {path.with_suffix('.pt2')} --input-shape H,W,C` (a torch.export "
-                     "program records it), or save it with idcgen.framework.torch_load.save_torchscript")
+    raise InputShapeError(
+        f"{path} is a TorchScript file, which does not record the shape of its input: convert it once "
+        f"with `idcgen convert {path} {path.with_suffix('.pt2')} --input-shape H,W,C` (a torch.export "
+        "program records it), or save it with idcgen.framework.torch_load.save_torchscript"
+    )
 
 
 def load_torchscript(path: Path, image_shape=None) -> TorchModel:
@@ -118,24 +124,29 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
     given = image_shape is not None
     image_shape = _torchscript_shape(extra, path, image_shape)
     sample = torch.zeros((2, *_model_shape(image_shape)))
-    try:   # run once as it is: a shape it does not take is said in real sizes, not the converter's symbols
+    try:  # run once as it is: a shape it does not take is said in real sizes, not the converter's symbols
         with torch.inference_mode():
             script.eval()(sample)
     except Exception as exc:
         where = "the input shape given (--input-shape H,W,C)" if given else f"the input shape recorded in {path}"
-        raise ModelError(f"the TorchScript model {path} does not run on images of {tuple(image_shape)}, "
-                         f"{where}: {_script_error(exc)}") from None
+        raise ModelError(
+            f"the TorchScript model {path} does not run on images of {tuple(image_shape)}, "
+            f"{where}: {_script_error(exc)}"
+        ) from None
     from .torch_jit import module_ops, name_by_modules
-    ops = module_ops(script)   # before the converter inlines the module's graphs
+
+    ops = module_ops(script)  # before the converter inlines the module's graphs
     try:
         from torch._export.converter import TS2EPConverter
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = TS2EPConverter(script.eval(), (sample,)).convert()
     except Exception as exc:
-        raise ModelError(f"could not convert the TorchScript model {path} to a torch.export program: "
-                         f"{_first_line(exc)}") from None
-    name_by_modules(program, ops)   # layers named by the module paths the file keeps
+        raise ModelError(
+            f"could not convert the TorchScript model {path} to a torch.export program: {_first_line(exc)}"
+        ) from None
+    name_by_modules(program, ops)  # layers named by the module paths the file keeps
     model = from_program(program, f"TorchScript file {path}")
     return model
 
@@ -175,29 +186,38 @@ def _import_factory_module(module_name: str, spec: str):
             sys.path.insert(0, str(here))
             try:
                 return importlib.import_module(module_name)
-            except Exception as inner:   # the module's own code failed: said below as any import error
+            except Exception as inner:  # the module's own code failed: said below as any import error
                 exc = inner
-        raise ModelError(f"cannot import {module_name!r} for the model factory {spec}: {_first_line(exc)}; "
-                         "the module is looked up on Python's import path and in the current folder: run "
-                         "idcgen from the folder holding it, put that folder on PYTHONPATH "
-                         f"(PYTHONPATH=/path/to/folder idcgen ...), or pip install its package") from None
-    except Exception as exc:   # the module's code raised on import
-        raise ModelError(f"importing {module_name!r} for the model factory {spec} failed: "
-                         f"{type(exc).__name__}: {_first_line(exc)}") from None
+        raise ModelError(
+            f"cannot import {module_name!r} for the model factory {spec}: {_first_line(exc)}; "
+            "the module is looked up on Python's import path and in the current folder: run "
+            "idcgen from the folder holding it, put that folder on PYTHONPATH "
+            f"(PYTHONPATH=/path/to/folder idcgen ...), or pip install its package"
+        ) from None
+    except Exception as exc:  # the module's code raised on import
+        raise ModelError(
+            f"importing {module_name!r} for the model factory {spec} failed: {type(exc).__name__}: {_first_line(exc)}"
+        ) from None
 
 
 def _call_factory(factory, spec: str):
     """``factory()``: one that needs arguments, or raises, said in one line (idcgen calls it with none)."""
     import inspect
+
     try:
-        needed = [p.name for p in inspect.signature(factory).parameters.values()
-                  if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    except (TypeError, ValueError):   # no signature to read (a builtin): call it and see
+        needed = [
+            p.name
+            for p in inspect.signature(factory).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it and see
         needed = []
     if needed:
-        raise ModelError(f"the model factory {spec} needs arguments ({', '.join(needed)}); idcgen calls it with "
-                         "none: give defaults to its arguments, or write a function of no arguments that builds "
-                         "the model (def make_model(): return Net(...)) and name that")
+        raise ModelError(
+            f"the model factory {spec} needs arguments ({', '.join(needed)}); idcgen calls it with "
+            "none: give defaults to its arguments, or write a function of no arguments that builds "
+            "the model (def make_model(): return Net(...)) and name that"
+        )
     try:
         return factory()
     except Exception as exc:
@@ -206,23 +226,31 @@ def _call_factory(factory, spec: str):
 
 def _state_dict(weights: Path, spec: str) -> dict:
     if not weights.is_file():
-        raise ModelError(f"weights file not found: {weights}" if not weights.is_dir() else
-                         f"weights path is a folder, expected a state_dict file (torch.save(model.state_dict(), "
-                         f"PATH)): {weights}")
+        raise ModelError(
+            f"weights file not found: {weights}"
+            if not weights.is_dir()
+            else f"weights path is a folder, expected a state_dict file (torch.save(model.state_dict(), "
+            f"PATH)): {weights}"
+        )
     import zipfile
+
     if zipfile.is_zipfile(weights):
         with zipfile.ZipFile(weights) as archive:
             if any(n.endswith("/constants.pkl") or "/code/" in n for n in archive.namelist()):
-                raise ModelError(f"{weights} is a TorchScript model, not a state_dict: give it alone as --model "
-                                 f"{weights} (it holds its code), or save the weights with torch.save(model."
-                                 "state_dict(), PATH) for the factory")
+                raise ModelError(
+                    f"{weights} is a TorchScript model, not a state_dict: give it alone as --model "
+                    f"{weights} (it holds its code), or save the weights with torch.save(model."
+                    "state_dict(), PATH) for the factory"
+                )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise ModelError(f"could not read {weights} as a PyTorch state_dict (torch.save(model.state_dict(), PATH)): "
-                         f"{_first_line(exc)}") from None
+        raise ModelError(
+            f"could not read {weights} as a PyTorch state_dict (torch.save(model.state_dict(), PATH)): "
+            f"{_first_line(exc)}"
+        ) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
@@ -236,14 +264,20 @@ def _misfit(model, state: dict) -> str:
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
-    shapes = [f"{k} {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model" for k in own
-              if k in state and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(own[k].shape)]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model"
+        for k in own
+        if k in state and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(own[k].shape)
+    ]
 
     def some(names):
         return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    parts = ([f"{len(missing)} missing ({some(missing)})"] if missing else []) + \
-        ([f"{len(unexpected)} unexpected ({some(unexpected)})"] if unexpected else []) + \
-        ([f"{len(shapes)} of another shape ({some(shapes)})"] if shapes else [])
+
+    parts = (
+        ([f"{len(missing)} missing ({some(missing)})"] if missing else [])
+        + ([f"{len(unexpected)} unexpected ({some(unexpected)})"] if unexpected else [])
+        + ([f"{len(shapes)} of another shape ({some(shapes)})"] if shapes else [])
+    )
     return "; ".join(parts)
 
 
@@ -262,7 +296,7 @@ def load_factory(spec: str, weights=None, image_shape=None) -> TorchModel:
         state = _state_dict(weights, spec)
         try:
             model.load_state_dict(state)
-        except Exception as exc:   # names and shapes that do not fit: torch says them on lines after its first
+        except Exception as exc:  # names and shapes that do not fit: torch says them on lines after its first
             why = _misfit(model, state) or _first_line(exc)
             raise ModelError(f"the weights in {weights} do not fit the model of {spec}: {why}") from None
     return export(model, image_shape, origin=f"{spec}" + (f" with {weights}" if weights is not None else ""))
@@ -272,15 +306,18 @@ def load_onnx(path: Path, image_shape=None) -> TorchModel:
     try:
         from onnx2torch import convert
     except ImportError:
-        raise ModelError(f"{path}: reading .onnx files needs onnx2torch, which no idcgen extra installs (it "
-                         "requires torchvision): pip install onnx2torch torchvision, or export the model from "
-                         "PyTorch as a .pt2 program (torch.export) and give that") from None
+        raise ModelError(
+            f"{path}: reading .onnx files needs onnx2torch, which no idcgen extra installs (it "
+            "requires torchvision): pip install onnx2torch torchvision, or export the model from "
+            "PyTorch as a .pt2 program (torch.export) and give that"
+        ) from None
     try:
         module = convert(str(path))
     except Exception as exc:
         raise ModelError(f"could not convert the ONNX model {path}: {_first_line(exc)}") from None
     if image_shape is None:
         import onnx
+
         dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
         image_shape = _image_shape(tuple(d.dim_value for d in dims[1:]))[0]
     return export(module, image_shape, origin=f"ONNX file {path}")
@@ -291,7 +328,7 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
     if is_factory(path):
         return load_factory(str(path), weights, image_shape)
     path = Path(path)
-    if weights is not None and is_factory(weights):   # --model w.pt --architecture package.module:make_model
+    if weights is not None and is_factory(weights):  # --model w.pt --architecture package.module:make_model
         return load_factory(str(weights), path, image_shape)
     if not path.exists():
         raise ModelError(f"model file not found: {path}")
@@ -300,9 +337,12 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
     suffix = path.suffix.lower()
     if suffix == ".pt2":
         import zipfile
-        if not zipfile.is_zipfile(path):   # empty, cut short or not a program: said before torch logs a traceback
-            raise ModelError(f"{path} is not a torch.export program (.pt2), or is damaged: such a program is a zip "
-                             "archive and this file is not one (empty, cut short, or another kind of file)")
+
+        if not zipfile.is_zipfile(path):  # empty, cut short or not a program: said before torch logs a traceback
+            raise ModelError(
+                f"{path} is not a torch.export program (.pt2), or is damaged: such a program is a zip "
+                "archive and this file is not one (empty, cut short, or another kind of file)"
+            )
         try:
             with _quiet("torch.export"):
                 program = torch.export.load(str(path))
@@ -312,15 +352,20 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
     if suffix == ".onnx":
         return load_onnx(path, image_shape)
     import zipfile
+
     if not zipfile.is_zipfile(path):
-        raise ModelError(f"{path} is not a PyTorch model file, or is damaged: TorchScript and state_dict files are "
-                         "zip archives and this one is not")
+        raise ModelError(
+            f"{path} is not a PyTorch model file, or is damaged: TorchScript and state_dict files are "
+            "zip archives and this one is not"
+        )
     with zipfile.ZipFile(path) as archive:
         names = archive.namelist()
     if not any(n.endswith("/code/__torch__.py") or "/code/" in n for n in names):
-        raise ModelError(f"{path} holds PyTorch weights (a state_dict or a pickled object), not a model idcgen can "
-                         f"run without its code: give the code that builds it, --model package.module:make_model "
-                         f"--weights {path}")
+        raise ModelError(
+            f"{path} holds PyTorch weights (a state_dict or a pickled object), not a model idcgen can "
+            f"run without its code: give the code that builds it, --model package.module:make_model "
+            f"--weights {path}"
+        )
     return load_torchscript(path, image_shape)
 
 
@@ -330,20 +375,24 @@ def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False
     read back before this says it is done."""
     new = Path(new)
     if new.suffix != ".pt2":
-        raise ModelError(f"a PyTorch model is converted to a torch.export program: the new file must end with .pt2, "
-                         f"got {new}")
+        raise ModelError(
+            f"a PyTorch model is converted to a torch.export program: the new file must end with .pt2, got {new}"
+        )
     if new.exists() and not overwrite:
-        raise ModelError(f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give "
-                         "another name")
+        raise ModelError(
+            f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give another name"
+        )
     model = _logits_only(load(old, weights=weights, image_shape=input_shape))
     save_program(model.program, new)
-    try:   # a program returning a Python class (a ModelOutput) is written, but cannot be read back elsewhere
+    try:  # a program returning a Python class (a ModelOutput) is written, but cannot be read back elsewhere
         from .torch_graph import TorchGraph
+
         TorchGraph(load(new).program)
     except Exception as exc:
         new.unlink(missing_ok=True)
-        raise ModelError(f"the program written to {new} cannot be read back ({_first_line(exc)}): "
-                         "nothing kept") from None
+        raise ModelError(
+            f"the program written to {new} cannot be read back ({_first_line(exc)}): nothing kept"
+        ) from None
     return f"converted {old} ({model.origin}) -> {new} (torch.export program, input {model.image_shape})"
 
 
@@ -359,7 +408,7 @@ class _Logits(torch.nn.Module):
         out = self.model(x)
         if isinstance(out, torch.Tensor):
             return out
-        if isinstance(out, dict) and "logits" in out:   # Hugging Face's ModelOutput is a dict too
+        if isinstance(out, dict) and "logits" in out:  # Hugging Face's ModelOutput is a dict too
             return out["logits"]
         if getattr(out, "logits", None) is not None:
             return out.logits
@@ -370,8 +419,11 @@ class _Logits(torch.nn.Module):
 def _logits_only(model: TorchModel) -> TorchModel:
     """``model`` exported again returning its logits tensor where its forward returns a structure."""
     spec = model.program.call_spec.out_spec
-    if spec is None or spec.is_leaf() or (spec.num_children == 1 and spec.children_specs[0].is_leaf()
-                                          and spec.type in (tuple, list)):
+    if (
+        spec is None
+        or spec.is_leaf()
+        or (spec.num_children == 1 and spec.children_specs[0].is_leaf() and spec.type in (tuple, list))
+    ):
         return model
     module = model.module if model.module is not None else model.program.module()
     return export(_Logits(module), model.image_shape, origin=f"{model.origin}, its logits")
@@ -394,6 +446,7 @@ def program_bytes(program) -> bytes:
 def save_program(program, path) -> Path:
     """A torch.export program written to ``path`` (``.pt2``) whole or not at all."""
     from ..files import atomic_write
+
     data, path = program_bytes(program), Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda handle: handle.write(data))
@@ -408,6 +461,7 @@ def fit_threads() -> int:
     ran 30x slower on two threads than on one, BENCHMARKS.md). Never raised: a count set already
     (limit_threads in a Ray worker, OMP_NUM_THREADS, the caller) stays when lower."""
     from .common import free_cpus, usable_cpus
+
     threads = min(torch.get_num_threads(), usable_cpus(), free_cpus())
     if threads != torch.get_num_threads():
         torch.set_num_threads(threads)
@@ -418,9 +472,18 @@ def limit_threads(threads: int) -> None:
     torch.set_num_threads(int(threads))
     try:
         torch.set_num_interop_threads(int(threads))
-    except RuntimeError:   # set once per process, before any parallel work
+    except RuntimeError:  # set once per process, before any parallel work
         pass
 
 
-__all__ = ["TorchModel", "load", "export", "from_program", "convert", "save_torchscript", "program_bytes",
-           "limit_threads", "fit_threads"]
+__all__ = [
+    "TorchModel",
+    "load",
+    "export",
+    "from_program",
+    "convert",
+    "save_torchscript",
+    "program_bytes",
+    "limit_threads",
+    "fit_threads",
+]

@@ -32,17 +32,79 @@ from ..errors import InputError, LayerError
 from .common import BatchedRelevance, rule_label_notes
 from .torch_graph import PREPROCESS, Layer, neuron_values, op_name
 
-_WEIGHTED = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "linear", "addmm",
-             "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
-EPSILON = _WEIGHTED | {"batch_norm", "_native_batch_norm_legit_no_training", "max_pool1d", "max_pool2d", "max_pool3d",
-                       "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
-                       "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
-                       "mean", "sum", "add", "sub", "rsub", "upsample_bilinear2d"}
-ROUTING = {"view", "reshape", "_unsafe_view", "flatten", "permute", "transpose", "t", "contiguous", "clone", "squeeze",
-           "unsqueeze", "cat", "concat", "pad", "constant_pad_nd", "slice", "select", "narrow", "split", "chunk",
-           "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "pixel_shuffle", "getitem", "expand",
-           "split_with_sizes", "unflatten", "alias", "_to_copy", "to", "type_as", "roll",
-           "gather", "index_select", "index", "take_along_dim"}
+_WEIGHTED = {
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "convolution",
+    "_convolution",
+    "linear",
+    "addmm",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+}
+EPSILON = _WEIGHTED | {
+    "batch_norm",
+    "_native_batch_norm_legit_no_training",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "max_pool2d_with_indices",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "mean",
+    "sum",
+    "add",
+    "sub",
+    "rsub",
+    "upsample_bilinear2d",
+}
+ROUTING = {
+    "view",
+    "reshape",
+    "_unsafe_view",
+    "flatten",
+    "permute",
+    "transpose",
+    "t",
+    "contiguous",
+    "clone",
+    "squeeze",
+    "unsqueeze",
+    "cat",
+    "concat",
+    "pad",
+    "constant_pad_nd",
+    "slice",
+    "select",
+    "narrow",
+    "split",
+    "chunk",
+    "upsample_nearest1d",
+    "upsample_nearest2d",
+    "upsample_nearest3d",
+    "pixel_shuffle",
+    "getitem",
+    "expand",
+    "split_with_sizes",
+    "unflatten",
+    "alias",
+    "_to_copy",
+    "to",
+    "type_as",
+    "roll",
+    "gather",
+    "index_select",
+    "index",
+    "take_along_dim",
+}
 #: elementwise: relevance passes unchanged; the plain gradient already does so for these
 EXACT_ACTIVATIONS = {"relu", "leaky_relu", "dropout", "feature_dropout", "alpha_dropout", "native_dropout"}
 #: normalisations explained through their linear part, the normalising factor held constant (CP-LRP)
@@ -50,9 +112,26 @@ NORMALISATION = {"layer_norm", "rms_norm"}
 #: attention: the softmax weights held constant, relevance along the value path (CP-LRP)
 ATTENTION = {"scaled_dot_product_attention"}
 _WEIGHTS = {"softmax", "_softmax"}
-PASS_THROUGH = EXACT_ACTIVATIONS | {"relu6", "hardtanh", "elu", "selu", "celu", "gelu", "silu", "hardswish", "mish",
-                                    "sigmoid", "tanh", "softplus", "hardsigmoid", "prelu", "_prelu_kernel", "clamp",
-                                    "clamp_min", "clamp_max"}
+PASS_THROUGH = EXACT_ACTIVATIONS | {
+    "relu6",
+    "hardtanh",
+    "elu",
+    "selu",
+    "celu",
+    "gelu",
+    "silu",
+    "hardswish",
+    "mish",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "hardsigmoid",
+    "prelu",
+    "_prelu_kernel",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+}
 
 
 def _stabilise(z, eps):
@@ -99,7 +178,7 @@ def _normalised(node, args):
     eps = args[4] if len(args) > 4 else (1e-5 if op_name(node) == "layer_norm" else None)
     dims = tuple(range(-len(shape), 0))
     if op_name(node) == "layer_norm":
-        centred = x - x.mean(dim=dims, keepdim=True)   # centring is linear in x: it stays in the graph
+        centred = x - x.mean(dim=dims, keepdim=True)  # centring is linear in x: it stays in the graph
         y = centred * torch.rsqrt(centred.pow(2).mean(dim=dims, keepdim=True) + eps).detach()
     else:
         eps = torch.finfo(x.dtype).eps if eps is None else eps
@@ -151,7 +230,7 @@ def gate_of(layer: Layer) -> int:
     if layer.op == "div":
         return 1
     floats = [a.meta["val"].is_floating_point() for a in args]
-    if floats[0] != floats[1]:   # a boolean mask (a where written as a product)
+    if floats[0] != floats[1]:  # a boolean mask (a where written as a product)
         return floats.index(False)
     sizes = [int(np.prod(a.meta["val"].shape[1:])) for a in args]
     if sizes[0] != sizes[1]:
@@ -199,20 +278,19 @@ def relevant_ancestors(layer: Layer, graph) -> set:
 
 
 def rule_of(layer: Layer, graph) -> str | None:
-    """"epsilon", "routing", "pass-through", "gate", "normalisation", "attention" or None (no rule)."""
+    """ "epsilon", "routing", "pass-through", "gate", "normalisation", "attention" or None (no rule)."""
     op = layer.op
     if op in NORMALISATION:
         return "normalisation"
-    if op in ATTENTION or (op in ("matmul", "bmm") and any(_attention_weights(a, graph)
-                                                            for a in layer.node.args[:2])):
+    if op in ATTENTION or (op in ("matmul", "bmm") and any(_attention_weights(a, graph) for a in layer.node.args[:2])):
         return "attention"
     if op in _WEIGHTS:
         return "constant"
     if op in ("mul", "div"):
         constant = [_is_constant(a, graph) for a in layer.node.args[:2]]
         if any(constant):
-            return "epsilon"            # a scale by a constant or a learned vector (layer scale)
-        return "gate"   # a product: the gate held constant; a quotient: its divisor (a hand-written norm's std)
+            return "epsilon"  # a scale by a constant or a learned vector (layer scale)
+        return "gate"  # a product: the gate held constant; a quotient: its divisor (a hand-written norm's std)
     if op in EPSILON:
         return "epsilon"
     if op in ROUTING:
@@ -259,19 +337,23 @@ class Relevance(BatchedRelevance):
         self.subject = None if layer is None else graph.layer(network.check_subject_layer(layer))
         reached = relevant_ancestors(network.logits_layer_, graph)
         if self.subject is not None and self.subject not in reached:
-            raise LayerError(f"relevance does not reach layer {self.subject.name!r}: it feeds only attention weights "
-                             "or gates, which the attention and gate rules hold constant (choose a layer on the "
-                             "value or signal path: see `idcgen layers`)")
+            raise LayerError(
+                f"relevance does not reach layer {self.subject.name!r}: it feeds only attention weights "
+                "or gates, which the attention and gate rules hold constant (choose a layer on the "
+                "value or signal path: see `idcgen layers`)"
+            )
         needed = graph.descendants(self.subject) & reached
         self.steps = [s for s in graph.layers if s in needed and s is not self.subject]
         for step in self.steps:
             if rule_of(step, graph) is None:
                 where = " to the input" if layer is None else ""
-                raise LayerError(f"cannot propagate relevance{where} through layer {step.name!r} ({step.op}): "
-                                 f"idcgen's LRP has no rule for {step.op}"
-                                 + ("" if layer is None else "; choose a subject layer after it (see `idcgen layers`)"))
+                raise LayerError(
+                    f"cannot propagate relevance{where} through layer {step.name!r} ({step.op}): "
+                    f"idcgen's LRP has no rule for {step.op}"
+                    + ("" if layer is None else "; choose a subject layer after it (see `idcgen layers`)")
+                )
         self._rules = {s.node: rule_of(s, graph) for s in self.steps}
-        self._rules[PREPROCESS] = "epsilon"   # the convention's (x - mean) / std, as a Keras Rescaling
+        self._rules[PREPROCESS] = "epsilon"  # the convention's (x - mean) / std, as a Keras Rescaling
         self._folded = self._batchnorm_folds()
         self._gates = {s.node: gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
 
@@ -292,7 +374,7 @@ class Relevance(BatchedRelevance):
             return value
         if rule == "epsilon" and node not in self._folded:
             return _EpsilonScale.apply(value, self.eps)
-        if rule == "pass-through" and op_name(node) not in EXACT_ACTIVATIONS:   # (PREPROCESS is epsilon)
+        if rule == "pass-through" and op_name(node) not in EXACT_ACTIVATIONS:  # (PREPROCESS is epsilon)
             return _PassThrough.apply(args[0], value.detach())
         if rule == "gate":
             gate = self._gates[node]
@@ -332,7 +414,7 @@ class Relevance(BatchedRelevance):
     def batch(self, x: np.ndarray, target: np.ndarray | None = None, *, activations: bool = True):
         """One batch as numpy: per-neuron relevance (n, neurons), activations (n, neurons) or None, logits."""
         r, a, z = self.raw(x, target)
-        host = self.network.to_host   # back to the host once per batch
+        host = self.network.to_host  # back to the host once per batch
         if self.subject is None:
             acts = host(neuron_values(a, -1)) if activations else None
             return host(neuron_values(r, -1, reduce="sum")), acts, host(z)

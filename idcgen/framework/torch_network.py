@@ -37,8 +37,18 @@ from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
 _SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
-_SKIP_BEFORE_LOGITS = ("dropout", "feature_dropout", "alpha_dropout", "native_dropout", "flatten", "view", "reshape",
-                       "_unsafe_view", "clone", "contiguous")
+_SKIP_BEFORE_LOGITS = (
+    "dropout",
+    "feature_dropout",
+    "alpha_dropout",
+    "native_dropout",
+    "flatten",
+    "view",
+    "reshape",
+    "_unsafe_view",
+    "clone",
+    "contiguous",
+)
 _DROPOUT = ("dropout", "feature_dropout", "native_dropout")
 _FOLLOWERS = ("batch_norm", "_native_batch_norm_legit_no_training", "layer_norm", "group_norm") + _DROPOUT
 _ACTIVATIONS = tuple(sorted(PASS_THROUGH - set(_DROPOUT) - {"alpha_dropout"}))
@@ -53,6 +63,7 @@ def load_model(path, *, safe_mode: bool = True, architecture=None, input_shape=N
 
 def limit_threads(threads: int) -> None:
     from .torch_load import limit_threads as limit
+
     limit(threads)
 
 
@@ -67,7 +78,7 @@ def _trainable(module) -> list:
     for name, buffer in list(module.named_buffers()):
         if buffer.is_floating_point() and "running_" not in name:
             owner, _, leaf = name.rpartition(".")
-            weight = buffer.detach().clone().requires_grad_(True)   # the converter's buffers are not leaves
+            weight = buffer.detach().clone().requires_grad_(True)  # the converter's buffers are not leaves
             setattr(module.get_submodule(owner) if owner else module, leaf, weight)
             found.append(weight)
     return found
@@ -76,8 +87,17 @@ def _trainable(module) -> list:
 class TorchNetwork(Network):
     """A PyTorch classifier or regression model, exported, with logits exposed and taps on named layers."""
 
-    def __init__(self, model, *, batch_size: int | None = None, task: str | None = None,
-                 convention: InputConvention | None = None, input_shape=None, device=None, precision=None):
+    def __init__(
+        self,
+        model,
+        *,
+        batch_size: int | None = None,
+        task: str | None = None,
+        convention: InputConvention | None = None,
+        input_shape=None,
+        device=None,
+        precision=None,
+    ):
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         if isinstance(model, torch.nn.Module):
@@ -86,12 +106,12 @@ class TorchNetwork(Network):
             model = from_program(model, "torch.export program")
         if not isinstance(model, TorchModel):
             raise ModelError(f"expected a torch.nn.Module or torch.export program, got {type(model).__name__}")
-        fit_threads()   # before the first parallel operation (docs/design.md, "PyTorch")
-        self.source = model   # kept on the CPU: what ships the model to another process (recipe)
+        fit_threads()  # before the first parallel operation (docs/design.md, "PyTorch")
+        self.source = model  # kept on the CPU: what ships the model to another process (recipe)
         self.model = self.inner = model
         self.convention = convention
         self._task_given = task
-        self.device = torch_device(device)   # before anything is placed: a missing GPU is one line
+        self.device = torch_device(device)  # before anything is placed: a missing GPU is one line
         # what was asked ("cpu", "auto", "cuda"): a Ray worker runs where its driver was asked to
         self.device_asked = device.type if isinstance(device, torch.device) else requested_device(device).kind
         self.precision = check_precision(precision)
@@ -103,8 +123,9 @@ class TorchNetwork(Network):
         self._preprocess = self._preprocess_of(convention)
         self._find_head(task)
         where = str(self.device)
-        self._forward_batches = Batches(batch_size or self._forward_batch_size(), what="forward", device=where,
-                                        explicit=batch_size is not None)
+        self._forward_batches = Batches(
+            batch_size or self._forward_batch_size(), what="forward", device=where, explicit=batch_size is not None
+        )
         self._relevance_batches = Batches(self._memory_relevance_batch_size(), what="relevance", device=where)
 
     def _placed(self, program):
@@ -113,6 +134,7 @@ class TorchNetwork(Network):
         if self.device.type == "cpu":
             return program
         from torch.export.passes import move_to_device_pass
+
         return move_to_device_pass(torch.export.load(io.BytesIO(program_bytes(program))), self.device)
 
     @property
@@ -154,6 +176,7 @@ class TorchNetwork(Network):
     def _autocast(self):
         """bf16/fp16 for forward-only work (coverage, the fuzz loop's forward); fp32 does nothing."""
         import contextlib
+
         if self.precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=_AUTOCAST[self.precision])
@@ -162,7 +185,7 @@ class TorchNetwork(Network):
     def _find_head(self, task: str | None) -> None:
         graph = self.graph
         out = graph.output_node.all_input_nodes[0]
-        while out not in graph.by_node and out.all_input_nodes:   # a getitem of a tuple output
+        while out not in graph.by_node and out.all_input_nodes:  # a getitem of a tuple output
             out = out.all_input_nodes[0]
         last = graph.by_node.get(out)
         if last is None:
@@ -172,28 +195,36 @@ class TorchNetwork(Network):
         if last.op in _SOFTMAX:
             logits = last.inputs[0]
         elif one_unit and not _has_weights(last) and task != "classification":
-            logits = last   # a squashing (tanh, atan * 2) after the one output unit: explained from below it
+            logits = last  # a squashing (tanh, atan * 2) after the one output unit: explained from below it
             while logits.inputs and not _has_weights(logits) and logits.shape == (1,):
                 logits = logits.inputs[0]
             if logits is not last:
-                self.head_note = (f"the output comes from {last.name!r} ({last.op}); relevance starts from the "
-                                  f"pre-activation of {logits.name!r}")
+                self.head_note = (
+                    f"the output comes from {last.name!r} ({last.op}); relevance starts from the "
+                    f"pre-activation of {logits.name!r}"
+                )
         else:
             logits = last
         if len(logits.shape) != 1:
-            raise ModelError(f"the model's logits come from {logits.name!r} ({logits.op}, shape {logits.shape}), not "
-                             "one score per class; expected a final linear layer")
+            raise ModelError(
+                f"the model's logits come from {logits.name!r} ({logits.op}, shape {logits.shape}), not "
+                "one score per class; expected a final linear layer"
+            )
         self.logits_layer_ = logits
         classifier = self._classifier(logits)
         if not _has_weights(classifier):
-            raise ModelError(f"the model's output comes from {classifier.name!r} ({classifier.op}), not a classifier or "
-                             "regression head; expected a final linear layer (logits) or a softmax")
+            raise ModelError(
+                f"the model's output comes from {classifier.name!r} ({classifier.op}), not a classifier or "
+                "regression head; expected a final linear layer (logits) or a softmax"
+            )
         self.classifier_ = classifier
         self.logits_layer = classifier.name
         self.n_classes = int(logits.shape[0])
         if task == "regression" and self.n_classes != 1:
-            raise ModelError(f"--task regression needs a model whose output is one unit; this one gives "
-                             f"{self.n_classes}; leave --task out or give classification")
+            raise ModelError(
+                f"--task regression needs a model whose output is one unit; this one gives "
+                f"{self.n_classes}; leave --task out or give classification"
+            )
         self.task = task or ("regression" if self.n_classes == 1 and last.op not in _SOFTMAX else "classification")
         self._hidden = graph.ancestors(classifier) - {classifier}
 
@@ -210,7 +241,7 @@ class TorchNetwork(Network):
     def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
         """The CPU: a fixed budget; a GPU: its free memory over a few live values of the widest layer (the
         executor frees each value after its last reader)."""
-        largest = max(layer.size for layer in self.graph.layers)   # a windowed layer: all its windows
+        largest = max(layer.size for layer in self.graph.layers)  # a windowed layer: all its windows
         free = free_memory(self.device)
         if free is not None:
             return memory_batch_size(4 * largest, free, smallest=32)
@@ -273,20 +304,23 @@ class TorchNetwork(Network):
                     else:
                         values.append(layer.neurons_of(value))
                 del env
-            host = [self.to_host(v) for v in values]   # appended only once the whole batch is done
+            host = [self.to_host(v) for v in values]  # appended only once the whole batch is done
             outs.append(host[0])
             for store, value in zip(acts, host[1:]):
                 store.append(value)
             if progress is not None:
                 progress.update(stop - start)
+
         self._forward_batches.run(len(x), step, release=self._release)
         out = np.concatenate(outs) if outs else np.zeros((0, self.n_classes), np.float32)
-        return out, [np.concatenate(a) if a else np.zeros((0, 2 if span else layer.neurons), np.float32)
-                     for a, (layer, span) in zip(acts, targets)]
+        return out, [
+            np.concatenate(a) if a else np.zeros((0, 2 if span else layer.neurons), np.float32)
+            for a, (layer, span) in zip(acts, targets)
+        ]
 
     def _tap_target(self, name: str):
         if name.endswith(RANGE_TAP) and not self.graph.has(name):
-            return self.graph.layer(self._check_rows(self.check_layer(name[:-len(RANGE_TAP)]))), True
+            return self.graph.layer(self._check_rows(self.check_layer(name[: -len(RANGE_TAP)]))), True
         return self.graph.layer(self._check_rows(self.check_layer(name))), False
 
     #: a probe batch size that a layer's first axis matches only when it is the batch's (a prime: not a
@@ -297,6 +331,7 @@ class TorchNetwork(Network):
         """The layers whose first axis is the batch's, by one run on a probe batch. Inside some modules the
         rows are not inputs: nn.MultiheadAttention (batch_first=True) runs on (tokens, batch, d) and
         (tokens x batch, d) tensors, so one input would count as several (docs/design.md, "PyTorch")."""
+
         def build():
             sizes = {}
 
@@ -304,39 +339,49 @@ class TorchNetwork(Network):
                 if isinstance(value, torch.Tensor):
                     sizes[node] = int(value.shape[0]) if value.dim() else None
                 return value
+
             try:
                 with torch.inference_mode():
                     self.run(torch.zeros((self._PROBE, *self.input_shape)), after=after)
-            except Exception:   # a program that runs one batch size only: its layers' rows cannot be told apart
+            except Exception:  # a program that runs one batch size only: its layers' rows cannot be told apart
                 return frozenset(layer.name for layer in self.graph.layers)
             # a windowed layer (Swin) holds its windows on the first axis, batch-major: probe x windows rows
-            return frozenset(layer.name for layer in self.graph.layers
-                             if sizes.get(layer.node) == self._PROBE * max(layer.windows, 1))
+            return frozenset(
+                layer.name
+                for layer in self.graph.layers
+                if sizes.get(layer.node) == self._PROBE * max(layer.windows, 1)
+            )
+
         return self.cached("batch-first layers", build)
 
     def _check_rows(self, name: str) -> str:
         if name not in self._batch_first():
             shape = self.graph.layer(name).node.meta.get("val")
             shape = tuple(shape.shape) if isinstance(shape, torch.Tensor) else "?"
-            raise LayerError(f"layer {name!r} has no row per input: it does not keep the images on its first axis "
-                             f"(traced shape "
-                             f"{shape} for a batch of the program's example; inside nn.MultiheadAttention the tensors "
-                             "are (tokens, batch, ...) or (tokens x batch, ...)), so its neurons cannot be measured "
-                             "per input; choose a layer outside it, such as the block's output (see `idcgen layers`, "
-                             "'subject layers')")
+            raise LayerError(
+                f"layer {name!r} has no row per input: it does not keep the images on its first axis "
+                f"(traced shape "
+                f"{shape} for a batch of the program's example; inside nn.MultiheadAttention the tensors "
+                "are (tokens, batch, ...) or (tokens x batch, ...)), so its neurons cannot be measured "
+                "per input; choose a layer outside it, such as the block's output (see `idcgen layers`, "
+                "'subject layers')"
+            )
         return name
 
     def feature_maps(self, layers: tuple[str, ...]):
         chosen = [self.graph.layer(self.check_layer(name)) for name in layers]
         for layer in chosen:
             if layer.windows != 1:
-                raise LayerError(f"layer {layer.name!r} is computed per window (its first axis is batch x windows): "
-                                 "it has no per-image feature map; choose a layer after the windows are merged back")
+                raise LayerError(
+                    f"layer {layer.name!r} is computed per window (its first axis is batch x windows): "
+                    "it has no per-image feature map; choose a layer after the windows are merged back"
+                )
 
         def run(x):
             with torch.inference_mode(), self._autocast():
                 env = self.run(self.to_device(x), keep=tuple(layer.node for layer in chosen))
             return [self.to_host(torch.movedim(env[layer.node], layer.channel_axis, -1)) for layer in chosen]
+
         return run
 
     # ---- layers -------------------------------------------------------------------------------
@@ -346,8 +391,11 @@ class TorchNetwork(Network):
     def check_layer(self, name: str) -> str:
         if not self.graph.has(name):
             names = self.layer_names()
-            shown = ", ".join(names) if len(names) <= 40 else \
-                ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
+            shown = (
+                ", ".join(names)
+                if len(names) <= 40
+                else ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
+            )
             raise LayerError(f"unknown layer {name!r}; valid layers: {shown}")
         return self.graph.layer(name).name
 
@@ -382,24 +430,30 @@ class TorchNetwork(Network):
         if layer not in self._hidden:
             hidden = [s.name for s in self.graph.layers if s in self._hidden]
             shown = ", ".join(hidden) if len(hidden) <= 30 else ", ".join(hidden[:10] + ["..."] + hidden[-10:])
-            where = ("is the logits or after them" if layer in self.graph.descendants(self.classifier_)
-                     else "does not lead to the logits")
+            where = (
+                "is the logits or after them"
+                if layer in self.graph.descendants(self.classifier_)
+                else "does not lead to the logits"
+            )
             raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
         if layer not in relevant_ancestors(self.logits_layer_, self.graph):
-            return layer.name   # off relevance's path (attention scores): the relevance pass says so, better
+            return layer.name  # off relevance's path (attention scores): the relevance pass says so, better
         return self._check_rows(layer.name)
 
     def subject_layers(self) -> list[str]:
         graph, blocked = self.graph, set()
-        on_path = relevant_ancestors(self.logits_layer_, graph)   # not what only feeds attention weights
+        on_path = relevant_ancestors(self.logits_layer_, graph)  # not what only feeds attention weights
         for layer in graph.layers:
             if layer in on_path and layer not in blocked and rule_of(layer, graph) is None:
                 for below in layer.inputs:
                     blocked |= graph.ancestors(below)
         rows = self._batch_first()
         # a layer without the images on its first axis (windows 0) has no per-image neurons
-        return [s.name for s in graph.layers if s in self._hidden and s in on_path and s not in blocked
-                and s.windows != 0 and s.name in rows]
+        return [
+            s.name
+            for s in graph.layers
+            if s in self._hidden and s in on_path and s not in blocked and s.windows != 0 and s.name in rows
+        ]
 
     def rule_label(self, name: str) -> str:
         return rule_label(self.step(name), self.graph)
@@ -413,8 +467,12 @@ class TorchNetwork(Network):
     def neuron_layers(self) -> list[str]:
         graph, chosen = self.graph, []
         for layer in graph.layers:
-            if layer not in self._hidden or not _has_weights(layer) or layer.op in _FOLLOWERS + _ACTIVATIONS \
-                    or layer.windows == 0:   # no per-image neurons (nn.MultiheadAttention's (tokens, batch, dims))
+            if (
+                layer not in self._hidden
+                or not _has_weights(layer)
+                or layer.op in _FOLLOWERS + _ACTIVATIONS
+                or layer.windows == 0
+            ):  # no per-image neurons (nn.MultiheadAttention's (tokens, batch, dims))
                 continue
             pick, cur = layer, layer
             while len(graph.consumers(cur)) == 1:
@@ -426,15 +484,17 @@ class TorchNetwork(Network):
                 cur = nxt
             chosen.append(pick.name)
         rows = self._batch_first()
-        chosen = [name for name in chosen if name in rows]   # not what has no row per input (attention inside)
+        chosen = [name for name in chosen if name in rows]  # not what has no row per input (attention inside)
         if not chosen:
-            raise LayerError("the model has no hidden layer with weights before its logits; pass layers=[...] "
-                             f"from: {', '.join(self.layer_names())}")
+            raise LayerError(
+                "the model has no hidden layer with weights before its logits; pass layers=[...] "
+                f"from: {', '.join(self.layer_names())}"
+            )
         return chosen
 
     def weighted_layers(self) -> tuple[str, ...]:
         layers = self.graph.layers
-        return tuple(s.name for s in layers[:layers.index(self.classifier_)] if _has_weights(s))
+        return tuple(s.name for s in layers[: layers.index(self.classifier_)] if _has_weights(s))
 
     # ---- identity -----------------------------------------------------------------------------
     def fingerprint(self) -> str:
@@ -446,15 +506,17 @@ class TorchNetwork(Network):
         return digest.hexdigest()
 
     # ---- relevance and gradients ----------------------------------------------------------------
-    def relevance(self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None,
-                  attention: str | None = None):
+    def relevance(
+        self, layer: str | None, *, eps: float = 1e-7, batch_size: int | None = None, attention: str | None = None
+    ):
         """`torch_lrp.Relevance`. Attention takes CP-LRP's rule (its weights held constant); AttnLRP's rule,
         an option on Keras models (``attention="attnlrp"``, IDCGEN_ATTENTION_RULE), is not implemented here."""
         sized = self._relevance_batches
-        explicit = batch_size is not None and batch_size != sized.size   # passes.py asks with the sized one
+        explicit = batch_size is not None and batch_size != sized.size  # passes.py asks with the sized one
         rel = Relevance(self, layer=layer, eps=eps, batch_size=batch_size if explicit else sized.size)
-        rel.batches = Batches(batch_size, what="relevance", device=str(self.device), explicit=True) if explicit \
-            else sized   # halved here, halved for the next pass too
+        rel.batches = (
+            Batches(batch_size, what="relevance", device=str(self.device), explicit=True) if explicit else sized
+        )  # halved here, halved for the next pass too
         rel.release = self._release
         chosen = attention or os.environ.get("IDCGEN_ATTENTION_RULE") or "cp"
         if chosen != "cp" and any(rule_of(step, self.graph) == "attention" for step in rel.steps):
@@ -466,10 +528,12 @@ class TorchNetwork(Network):
 
     def gradients(self, kind: str, **spec):
         from .torch_attacks import gradient_function
+
         return gradient_function(self, kind, **spec)
 
     def attack(self, name: str, x: np.ndarray, labels: np.ndarray | None, **params) -> np.ndarray:
         from .torch_attacks import attack
+
         return attack(self, name, x, labels, **params)
 
     def head_activation(self) -> str:
@@ -494,7 +558,7 @@ class TorchNetwork(Network):
 
         runs = []
         with torch.inference_mode():
-            images = self.to_device(x)   # once for every pass
+            images = self.to_device(x)  # once for every pass
             for _ in range(passes):
                 env = self.run(images, after=after)
                 runs.append(self.graph.output_value(env))
@@ -506,12 +570,14 @@ class TorchNetwork(Network):
 
     def measured_as(self, convention: InputConvention, *, wrapped: InputConvention | None) -> "TorchNetwork":
         if convention.image_shape is not None and tuple(convention.image_shape) != tuple(self.input_shape):
-            raise ModelError(f"--image-shape is for Keras models taking flat inputs; this PyTorch model takes "
-                             f"{self.input_shape}")
+            raise ModelError(
+                f"--image-shape is for Keras models taking flat inputs; this PyTorch model takes {self.input_shape}"
+            )
         if wrapped is not None and wrapped == convention:
             return self
-        placed = TorchNetwork(self.source, task=self._task_given, convention=convention, device=self.device,
-                              precision=self.precision)
+        placed = TorchNetwork(
+            self.source, task=self._task_given, convention=convention, device=self.device, precision=self.precision
+        )
         placed.device_asked = self.device_asked
         return placed
 
@@ -520,15 +586,18 @@ class TorchNetwork(Network):
             return self
         raise ModelError(f"the images are {tuple(image_shape)} and this PyTorch model takes {self.input_shape}")
 
-    def retrained(self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256,
-                  random_state: int = 0) -> "TorchNetwork":
+    def retrained(
+        self, x: np.ndarray, y: np.ndarray, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0
+    ) -> "TorchNetwork":
         """A copy fine-tuned (Adam, lr 1e-4) or trained from scratch (Adadelta, lr 1.0, as the Keras side)
         with cross-entropy on the logits; from scratch needs the module's code (a factory or nn.Module)."""
         torch.manual_seed(random_state)
         if mode == "scratch":
             if self.source.module is None:
-                raise ModelError("training from scratch rebuilds the model from its code: give it as "
-                                 "--model package.module:make_model (a TorchScript or .pt2 file can be fine-tuned)")
+                raise ModelError(
+                    "training from scratch rebuilds the model from its code: give it as "
+                    "--model package.module:make_model (a TorchScript or .pt2 file can be fine-tuned)"
+                )
             module = copy.deepcopy(self.source.module)
             for sub in module.modules():
                 if hasattr(sub, "reset_parameters"):
@@ -537,18 +606,18 @@ class TorchNetwork(Network):
         else:
             if self.source.module is not None:
                 module = copy.deepcopy(self.source.module).to(self.device)
-            else:   # a fresh copy of a program (re-read), with its device arguments on the device too
+            else:  # a fresh copy of a program (re-read), with its device arguments on the device too
                 program = torch.export.load(io.BytesIO(program_bytes(self.source.program)))
                 module = self._placed(program).module() if self.device.type != "cpu" else program.module()
-            optimizer = torch.optim.Adam(_trainable(module), lr=1e-4)   # once placed: it holds the tensors
-        if self.source.module is not None:   # a program's module stays in the mode it was exported in
+            optimizer = torch.optim.Adam(_trainable(module), lr=1e-4)  # once placed: it holds the tensors
+        if self.source.module is not None:  # a program's module stays in the mode it was exported in
             module.train()
         images, labels = np.asarray(x, np.float32), np.asarray(y, np.int64)
-        generator = torch.Generator().manual_seed(random_state)   # on the CPU: the same order on every device
+        generator = torch.Generator().manual_seed(random_state)  # on the CPU: the same order on every device
         for _ in range(epochs):
             order = torch.randperm(len(images), generator=generator).numpy()
             for start in range(0, len(images), batch_size):
-                idx = order[start:start + batch_size]
+                idx = order[start : start + batch_size]
                 batch = self._prepare(self.to_device(images[idx]))
                 loss = torch.nn.functional.cross_entropy(module(batch), self.to_device(labels[idx], np.int64))
                 optimizer.zero_grad()
@@ -557,11 +626,13 @@ class TorchNetwork(Network):
         for buffer in module.buffers():
             buffer.requires_grad_(False)
         model = export(module, self.input_shape, origin=f"{self.source.origin}, retrained", device=self.device)
-        if self.device.type != "cpu":   # the source program stays on the CPU (what recipe ships)
+        if self.device.type != "cpu":  # the source program stays on the CPU (what recipe ships)
             from torch.export.passes import move_to_device_pass
+
             model.program = move_to_device_pass(model.program, "cpu")
-        trained = TorchNetwork(model, task=self._task_given, convention=self.convention, device=self.device,
-                               precision=self.precision)
+        trained = TorchNetwork(
+            model, task=self._task_given, convention=self.convention, device=self.device, precision=self.precision
+        )
         trained.device_asked = self.device_asked
         return trained
 
@@ -571,4 +642,3 @@ class TorchNetwork(Network):
     def save(self, path) -> Path:
         """The user's model as a ``.pt2`` program file (what load_model reads back)."""
         return save_program(self.source.program, path)
-

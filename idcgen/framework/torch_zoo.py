@@ -82,7 +82,7 @@ class ResNet18(nn.Module):
         self.bn1 = nn.BatchNorm2d(width)
         stages, cin = [], width
         for i, stride in enumerate((1, 2, 2, 2)):
-            cout = width * 2 ** i
+            cout = width * 2**i
             stages.append(nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)))
             cin = cout
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
@@ -104,12 +104,23 @@ def _channels_first(x) -> torch.Tensor:
     return torch.as_tensor(x[..., None] if x.ndim == 3 else x).permute(0, 3, 1, 2).contiguous()
 
 
-def train(module: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int = 10, batch_size: int = 128,
-          lr: float = 1e-3, augment: bool = False, minutes: float | None = None, random_state: int = 0,
-          progress: bool = True) -> dict:
+def train(
+    module: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int = 10,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    augment: bool = False,
+    minutes: float | None = None,
+    random_state: int = 0,
+    progress: bool = True,
+) -> dict:
     """Train ``module`` on images ``x`` (n, H, W, C) in [0, 1] with Adam and a cosine schedule (random crops
     and flips with ``augment``), stopping after ``minutes`` if given; returns the epochs run and seconds."""
     from tqdm import tqdm
+
     torch.manual_seed(random_state)
     images = _channels_first(x)
     labels = torch.as_tensor(np.asarray(y, np.int64))
@@ -121,12 +132,13 @@ def train(module: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int = 10, 
     module.train()
     for epoch in range(epochs):
         order = torch.randperm(len(images), generator=generator)
-        bar = tqdm(range(0, len(images), batch_size), desc=f"epoch {epoch + 1}/{epochs}", disable=not progress,
-                   leave=False)
+        bar = tqdm(
+            range(0, len(images), batch_size), desc=f"epoch {epoch + 1}/{epochs}", disable=not progress, leave=False
+        )
         for begin in bar:
-            idx = order[begin:begin + batch_size]
+            idx = order[begin : begin + batch_size]
             batch = images[idx]
-            if augment:   # a random 4-pixel shift (padded crop) and a horizontal flip per batch
+            if augment:  # a random 4-pixel shift (padded crop) and a horizontal flip per batch
                 dx, dy = (int(v) for v in torch.randint(-4, 5, (2,), generator=generator))
                 batch = torch.roll(F.pad(batch, (4, 4, 4, 4)), (dy, dx), (2, 3))[:, :, 4:-4, 4:-4]
                 if torch.rand(1, generator=generator) < 0.5:
@@ -148,12 +160,13 @@ def accuracy(module: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 
     right = 0
     with torch.inference_mode():
         for start in range(0, len(x), batch_size):
-            batch = _channels_first(x[start:start + batch_size])
-            right += int((module(batch).argmax(1).numpy() == np.asarray(y[start:start + batch_size])).sum())
+            batch = _channels_first(x[start : start + batch_size])
+            right += int((module(batch).argmax(1).numpy() == np.asarray(y[start : start + batch_size])).sum())
     return right / max(len(x), 1)
 
 
 def export_program(module: nn.Module, path) -> None:
     """``module`` saved as a torch.export program (``.pt2``), the file `idcgen --model` reads."""
     from .torch_load import export, save_program
+
     save_program(export(module, module.input_shape).program, path)

@@ -49,12 +49,12 @@ class Step:
     mutants: np.ndarray | None = None
     references: np.ndarray | None = None
     predictions: np.ndarray | None = None
-    combinations: np.ndarray | None = None    # IDC combination ids
-    features: dict = field(default_factory=dict)   # criterion name -> what its tracker takes
+    combinations: np.ndarray | None = None  # IDC combination ids
+    features: dict = field(default_factory=dict)  # criterion name -> what its tracker takes
     valid: np.ndarray | None = None
-    keep: np.ndarray | None = None            # joins the corpus (new coverage of the guiding criterion)
-    flagged: np.ndarray | None = None         # the oracle's verdict (valid mutants only)
-    error: str | None = None                  # the mutator failed on this batch
+    keep: np.ndarray | None = None  # joins the corpus (new coverage of the guiding criterion)
+    flagged: np.ndarray | None = None  # the oracle's verdict (valid mutants only)
+    error: str | None = None  # the mutator failed on this batch
 
     @property
     def execs(self) -> int:
@@ -68,21 +68,21 @@ class Campaign:
     settings: CampaignSettings
     analysis: Analysis
     corpus: Corpus
-    coverage: dict            # criterion name -> tracker; "idc" first
+    coverage: dict  # criterion name -> tracker; "idc" first
     rng: np.random.Generator
     mutator_stats: dict
     step: int = 0
     execs: int = 0
     seed_execs: int = 0
-    flagged: int = 0        # valid mutants the oracle flagged, before findings are made unique
+    flagged: int = 0  # valid mutants the oracle flagged, before findings are made unique
     elapsed: float = 0.0
-    stats: list = field(default_factory=list)        # one row per recorded step
-    finding_parts: list = field(default_factory=list, repr=False)   # one dict of arrays per step with findings
+    stats: list = field(default_factory=list)  # one row per recorded step
+    finding_parts: list = field(default_factory=list, repr=False)  # one dict of arrays per step with findings
     finding_keys: set = field(default_factory=set, repr=False)
-    finding_pairs: set = field(default_factory=set, repr=False)   # the keys without their combination
-    folder: Path | None = None     # where it is saved (None: in memory only)
-    notes: list = field(default_factory=list)   # damage found when it was read, and what was rebuilt
-    store: CampaignStore | None = field(default=None, repr=False)   # writes its steps there (None: read only)
+    finding_pairs: set = field(default_factory=set, repr=False)  # the keys without their combination
+    folder: Path | None = None  # where it is saved (None: in memory only)
+    notes: list = field(default_factory=list)  # damage found when it was read, and what was rebuilt
+    store: CampaignStore | None = field(default=None, repr=False)  # writes its steps there (None: read only)
 
     # ---- views ------------------------------------------------------------------------------
     @property
@@ -115,20 +115,32 @@ class Campaign:
 
     def state(self) -> dict:
         """The counters as a new dict (a snapshot: later steps do not change it)."""
-        return {"step": self.step, "execs": self.execs, "seed_execs": self.seed_execs, "flagged": self.flagged,
-                "elapsed_seconds": round(self.elapsed, 3), "corpus": len(self.corpus),
-                "seeds": self.corpus.n_seeds, "findings": self.n_findings,
-                "idc": self.tracker.score, "covered": self.tracker.covered, "total": self.tracker.total,
-                "coverage": {name: {"covered": t.covered, "total": t.total, "score": t.score}
-                             for name, t in self.coverage.items()},
-                "mutators": {k: dict(vars(v)) for k, v in self.mutator_stats.items()}}
+        return {
+            "step": self.step,
+            "execs": self.execs,
+            "seed_execs": self.seed_execs,
+            "flagged": self.flagged,
+            "elapsed_seconds": round(self.elapsed, 3),
+            "corpus": len(self.corpus),
+            "seeds": self.corpus.n_seeds,
+            "findings": self.n_findings,
+            "idc": self.tracker.score,
+            "covered": self.tracker.covered,
+            "total": self.tracker.total,
+            "coverage": {
+                name: {"covered": t.covered, "total": t.total, "score": t.score} for name, t in self.coverage.items()
+            },
+            "mutators": {k: dict(vars(v)) for k, v in self.mutator_stats.items()},
+        }
 
     def set_budget(self, budget: int) -> None:
         """A new total of execs; it cannot be below what is done."""
         check_budget(budget)
         if budget < self.execs:
-            raise ParameterError(f"budget {budget} is below the {self.execs} execs this campaign has already done; "
-                                 f"give a budget above {self.execs}")
+            raise ParameterError(
+                f"budget {budget} is below the {self.execs} execs this campaign has already done; "
+                f"give a budget above {self.execs}"
+            )
         self.settings = self.settings.replace(budget=int(budget))
 
     # ---- recording --------------------------------------------------------------------------
@@ -164,9 +176,18 @@ class Campaign:
         n = len(x)
         for name, tracker in self.coverage.items():
             tracker.update(features[name])
-        ids = self.corpus.add(x, x, [[] for _ in range(n)], parent=np.full(n, -1), root=np.arange(n),
-                              label=labels, prediction=predictions, combination=features["idc"],
-                              affine=np.zeros(n, bool), step=np.zeros(n, np.int64))
+        ids = self.corpus.add(
+            x,
+            x,
+            [[] for _ in range(n)],
+            parent=np.full(n, -1),
+            root=np.arange(n),
+            label=labels,
+            prediction=predictions,
+            combination=features["idc"],
+            affine=np.zeros(n, bool),
+            step=np.zeros(n, np.int64),
+        )
         self.seed_execs = n
         self.elapsed += seconds
         self._log(None, 0.0, ids, None)
@@ -174,12 +195,20 @@ class Campaign:
     def _log(self, mutator, seconds, new_ids, findings) -> None:
         if findings is not None:
             self.finding_parts.append(findings)
-        row = {"step": self.step, "time": round(self.elapsed, 4), "execs": self.execs,
-               "execs_per_s": round(self.execs / self.elapsed, 1) if self.elapsed > 0 else 0.0,
-               "corpus": len(self.corpus), "idc": self.tracker.score, "covered": self.tracker.covered,
-               "findings": self.n_findings, "flagged": self.flagged,
-               "unique_pairs": len(self.finding_pairs),   # regression: seeds with a finding
-               "mutator": mutator, "seconds": round(seconds, 4)}
+        row = {
+            "step": self.step,
+            "time": round(self.elapsed, 4),
+            "execs": self.execs,
+            "execs_per_s": round(self.execs / self.elapsed, 1) if self.elapsed > 0 else 0.0,
+            "corpus": len(self.corpus),
+            "idc": self.tracker.score,
+            "covered": self.tracker.covered,
+            "findings": self.n_findings,
+            "flagged": self.flagged,
+            "unique_pairs": len(self.finding_pairs),  # regression: seeds with a finding
+            "mutator": mutator,
+            "seconds": round(seconds, 4),
+        }
         row.update({f"{name}_coverage": t.score for name, t in self.coverage.items() if name != "idc"})
         self.stats.append(row)
         if self.store is not None:
@@ -189,10 +218,18 @@ class Campaign:
         corpus, parents = self.corpus, step.parents[kept]
         chains = [corpus.chains[p] + [step.mutator] for p in parents]
         roots = corpus.root[parents]
-        return corpus.add(step.mutants[kept], step.references[kept], chains, parent=parents, root=roots,
-                          label=corpus.label[roots], prediction=step.predictions[kept],
-                          combination=step.combinations[kept], affine=corpus.affine[parents] | step.affine,
-                          step=np.full(len(kept), step.number))
+        return corpus.add(
+            step.mutants[kept],
+            step.references[kept],
+            chains,
+            parent=parents,
+            root=roots,
+            label=corpus.label[roots],
+            prediction=step.predictions[kept],
+            combination=step.combinations[kept],
+            affine=corpus.affine[parents] | step.affine,
+            step=np.full(len(kept), step.number),
+        )
 
     def _new_findings(self, step: Step, kept: np.ndarray, new_ids: np.ndarray) -> dict | None:
         """Flagged mutants whose (combination, true label, prediction) is new: a finding is saved once."""
@@ -215,13 +252,20 @@ class Campaign:
         parents = step.parents[chosen]
         # how far each finding is from its root seed (the failure's naturalness)
         far = distances(step.mutants[chosen], corpus.x[roots[chosen]], self.value_range)
-        return {"id": np.arange(first, first + len(chosen)), "x": step.mutants[chosen],
-                **{k: far[k].astype(np.float32) for k in ("l0", "l2", "linf", "ssim")},
-                "corpus_id": corpus_id[chosen], "parent": parents, "root": roots[chosen],
-                "label": labels[chosen], "root_prediction": corpus.prediction[roots[chosen]],
-                "prediction": step.predictions[chosen], "combination": step.combinations[chosen],
-                "step": np.full(len(chosen), step.number),
-                "chain": np.array(["|".join(corpus.chains[p] + [step.mutator]) for p in parents], dtype=str)}
+        return {
+            "id": np.arange(first, first + len(chosen)),
+            "x": step.mutants[chosen],
+            **{k: far[k].astype(np.float32) for k in ("l0", "l2", "linf", "ssim")},
+            "corpus_id": corpus_id[chosen],
+            "parent": parents,
+            "root": roots[chosen],
+            "label": labels[chosen],
+            "root_prediction": corpus.prediction[roots[chosen]],
+            "prediction": step.predictions[chosen],
+            "combination": step.combinations[chosen],
+            "step": np.full(len(chosen), step.number),
+            "chain": np.array(["|".join(corpus.chains[p] + [step.mutator]) for p in parents], dtype=str),
+        }
 
     # ---- saving and loading -----------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> Path:
@@ -260,7 +304,8 @@ class Campaign:
                 except AnalysisMismatchError:
                     raise AnalysisMismatchError(
                         f"the campaign in {saved.folder} was run on another model (fingerprint "
-                        f"{analysis.fingerprint[:12]}); pass the model it was made with") from None
+                        f"{analysis.fingerprint[:12]}); pass the model it was made with"
+                    ) from None
             settings = CampaignSettings.from_dict(saved.config)
             corpus = Corpus(settings.input_shape, regression=settings.regression)
             for part in saved.corpus_parts:
@@ -273,14 +318,26 @@ class Campaign:
                 if name != "idc":
                     coverage[name] = CriterionTracker(saved.state["coverage"][name]["total"], ids, criterion=name)
             state = saved.state
-            campaign = cls(settings=settings, analysis=analysis, corpus=corpus, coverage=coverage, rng=rng,
-                           mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()},
-                           step=state["step"], execs=state["execs"], seed_execs=state["seed_execs"],
-                           flagged=state.get("flagged", 0),
-                           elapsed=state["elapsed_seconds"], stats=saved.stats, finding_parts=saved.finding_parts)
-            for part in campaign.finding_parts:   # a finding is saved once per (combination, label, prediction)
-                campaign.finding_keys.update(_finding_key(corpus, *row) for row in zip(
-                    part["combination"], part["label"], part["prediction"], part["root"]))
+            campaign = cls(
+                settings=settings,
+                analysis=analysis,
+                corpus=corpus,
+                coverage=coverage,
+                rng=rng,
+                mutator_stats={k: MutatorStats(**v) for k, v in state["mutators"].items()},
+                step=state["step"],
+                execs=state["execs"],
+                seed_execs=state["seed_execs"],
+                flagged=state.get("flagged", 0),
+                elapsed=state["elapsed_seconds"],
+                stats=saved.stats,
+                finding_parts=saved.finding_parts,
+            )
+            for part in campaign.finding_parts:  # a finding is saved once per (combination, label, prediction)
+                campaign.finding_keys.update(
+                    _finding_key(corpus, *row)
+                    for row in zip(part["combination"], part["label"], part["prediction"], part["root"])
+                )
             campaign.finding_pairs = {key[1:] for key in campaign.finding_keys}
         except BaseException:
             if saved.store is not None:

@@ -11,8 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 #: per-entry columns besides the images: name -> dtype
-COLUMNS = {"parent": np.int64, "root": np.int64, "label": np.int64, "prediction": np.int64,
-           "combination": np.int64, "affine": bool, "fuzz_count": np.int64, "step": np.int64}
+COLUMNS = {
+    "parent": np.int64,
+    "root": np.int64,
+    "label": np.int64,
+    "prediction": np.int64,
+    "combination": np.int64,
+    "affine": bool,
+    "fuzz_count": np.int64,
+    "step": np.int64,
+}
 
 
 class Corpus:
@@ -25,8 +33,10 @@ class Corpus:
         self._x = np.zeros((0, *self.input_shape), dtype)
         self._reference = np.zeros((0, *self.input_shape), dtype)
         # a regression model's labels and predictions are output values (NaN: no label), not classes
-        self._cols = {name: np.zeros(0, np.float64 if regression and name in ("label", "prediction") else dt)
-                      for name, dt in COLUMNS.items()}
+        self._cols = {
+            name: np.zeros(0, np.float64 if regression and name in ("label", "prediction") else dt)
+            for name, dt in COLUMNS.items()
+        }
         self.chains: list[list[str]] = []
 
     def __len__(self) -> int:
@@ -40,8 +50,9 @@ class Corpus:
 
         def grow(a):
             out = np.zeros((cap, *a.shape[1:]), a.dtype)
-            out[:self._size] = a[:self._size]
+            out[: self._size] = a[: self._size]
             return out
+
         self._x, self._reference = grow(self._x), grow(self._reference)
         self._cols = {k: grow(v) for k, v in self._cols.items()}
 
@@ -59,11 +70,11 @@ class Corpus:
 
     @property
     def x(self) -> np.ndarray:
-        return self._x[:self._size]
+        return self._x[: self._size]
 
     @property
     def reference(self) -> np.ndarray:
-        return self._reference[:self._size]
+        return self._reference[: self._size]
 
     # the per-entry columns, as views of the filled part
     parent = property(lambda self: self._column("parent"))
@@ -76,21 +87,26 @@ class Corpus:
     step = property(lambda self: self._column("step"))
 
     def _column(self, name: str) -> np.ndarray:
-        return self._cols[name][:self._size]
+        return self._cols[name][: self._size]
 
     def entries(self, ids: np.ndarray) -> dict:
         """Everything about ``ids`` as arrays (for saving a chunk)."""
         ids = np.asarray(ids, np.int64)
         out = {name: self._cols[name][ids] for name in COLUMNS if name != "fuzz_count"}
-        out.update(x=self._x[ids], reference=self._reference[ids], id=ids,
-                   chain=np.array(["|".join(self.chains[i]) for i in ids], dtype=str))
+        out.update(
+            x=self._x[ids],
+            reference=self._reference[ids],
+            id=ids,
+            chain=np.array(["|".join(self.chains[i]) for i in ids], dtype=str),
+        )
         return out
 
     def add_entries(self, arrays: dict) -> None:
         """Inverse of ``entries`` (used when a campaign is loaded)."""
         chains = [c.split("|") if c else [] for c in arrays["chain"].tolist()]
-        self.add(arrays["x"], arrays["reference"], chains,
-                 **{name: arrays[name] for name in COLUMNS if name != "fuzz_count"})
+        self.add(
+            arrays["x"], arrays["reference"], chains, **{name: arrays[name] for name in COLUMNS if name != "fuzz_count"}
+        )
 
     @property
     def n_seeds(self) -> int:

@@ -29,8 +29,10 @@ def seed_mse(predictions, labels) -> float:
     """The model's mean squared error on the labelled seeds (DeepTest's MSE of the original test frames)."""
     predictions, labels = np.asarray(predictions, np.float64).ravel(), np.asarray(labels, np.float64).ravel()
     if predictions.dtype.kind != "f" or len(labels) == 0 or np.any(np.isnan(labels)):
-        raise InputError("the deeptest oracle measures the model's MSE on labelled seeds: give every seed its "
-                         "angle (e.g. --labels FILE.csv)")
+        raise InputError(
+            "the deeptest oracle measures the model's MSE on labelled seeds: give every seed its "
+            "angle (e.g. --labels FILE.csv)"
+        )
     return float(np.mean((predictions - labels) ** 2))
 
 
@@ -38,12 +40,15 @@ def calibrate(oracle: Oracle, predictions, labels, *, regression: bool) -> Oracl
     """``oracle`` with every DeepTest term that has no MSE given the MSE measured on the seeds (their
     ``predictions`` and ``labels``); other oracles come back as they are. A classifier is refused."""
     if isinstance(oracle, DeepTest):
-        if not regression:   # the oracle's own one-line refusal of a classifier
+        if not regression:  # the oracle's own one-line refusal of a classifier
             oracle(Execution(np.empty(0), np.empty((0, 2)), np.empty(0, np.int64), np.empty(0), np.empty(0)))
         return oracle if oracle.mse is not None else dataclasses.replace(oracle, mse=seed_mse(predictions, labels))
     if isinstance(oracle, Combined):
-        return dataclasses.replace(oracle, left=calibrate(oracle.left, predictions, labels, regression=regression),
-                                   right=calibrate(oracle.right, predictions, labels, regression=regression))
+        return dataclasses.replace(
+            oracle,
+            left=calibrate(oracle.left, predictions, labels, regression=regression),
+            right=calibrate(oracle.right, predictions, labels, regression=regression),
+        )
     if isinstance(oracle, Not):
         return dataclasses.replace(oracle, inner=calibrate(oracle.inner, predictions, labels, regression=regression))
     return oracle
@@ -54,6 +59,7 @@ def keep_calibration(oracle: Oracle, recorded: Oracle) -> Oracle:
     campaign resumed with the spec as typed (``deeptest(lam=5)``, what a parallel run gives its workers)
     keeps the bound it measured when it started; else ``oracle`` unchanged (and the resume sees the
     difference)."""
+
     def calibrated(mine, theirs) -> bool:
         if type(mine) is not type(theirs):
             return False
@@ -64,4 +70,5 @@ def keep_calibration(oracle: Oracle, recorded: Oracle) -> Oracle:
         if isinstance(mine, Not):
             return calibrated(mine.inner, theirs.inner)
         return mine == theirs
+
     return recorded if calibrated(oracle, recorded) else oracle

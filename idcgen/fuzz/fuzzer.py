@@ -75,10 +75,23 @@ class Fuzzer:
         inputs; default: inferred (see :func:`idcgen.convention.infer_image_shape`)
     """
 
-    def __init__(self, analysis: Analysis, *, mutators: Sequence, oracle="misclassification", others: Sequence = (),
-                 scheduler="prioritized", validity: Validity | None = None, guide: str = "idc",
-                 measure: Sequence = (), batch_size: int = 256, random_state: int = 0, rounding: bool = True,
-                 value_range=None, image_shape=None):
+    def __init__(
+        self,
+        analysis: Analysis,
+        *,
+        mutators: Sequence,
+        oracle="misclassification",
+        others: Sequence = (),
+        scheduler="prioritized",
+        validity: Validity | None = None,
+        guide: str = "idc",
+        measure: Sequence = (),
+        batch_size: int = 256,
+        random_state: int = 0,
+        rounding: bool = True,
+        value_range=None,
+        image_shape=None,
+    ):
         if analysis.network is None:
             raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
         if not mutators:
@@ -91,13 +104,15 @@ class Fuzzer:
             analysis, others = self._as_images(analysis, others, image_shape)
         for other in others:  # differential testing needs models that read and answer alike
             if other.input_shape != analysis.network.input_shape or other.n_classes != analysis.network.n_classes:
-                raise ParameterError(f"every model must take inputs {analysis.network.input_shape} and give "
-                                     f"{analysis.network.n_classes} classes; one takes {other.input_shape} and gives "
-                                     f"{other.n_classes}")
+                raise ParameterError(
+                    f"every model must take inputs {analysis.network.input_shape} and give "
+                    f"{analysis.network.n_classes} classes; one takes {other.input_shape} and gives "
+                    f"{other.n_classes}"
+                )
         self.analysis, self.network = analysis, analysis.network
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
         check_tasks(self.mutators, self.network.task)
-        for mutator in self.mutators:   # before any step: not an error in every batch and only in report.md
+        for mutator in self.mutators:  # before any step: not an error in every batch and only in report.md
             mutator.check_capability(analysis.network)
             mutator.check_model(analysis.network)
         self.others = tuple(others)
@@ -122,41 +137,86 @@ class Fuzzer:
         return dataclasses.replace(analysis, network=None).bind(network), wrapped
 
     @classmethod
-    def from_settings(cls, analysis: Analysis, settings: CampaignSettings, *, others: Sequence = (),
-                      measure: Sequence = (), random_state: int | None = None) -> "Fuzzer":
+    def from_settings(
+        cls,
+        analysis: Analysis,
+        settings: CampaignSettings,
+        *,
+        others: Sequence = (),
+        measure: Sequence = (),
+        random_state: int | None = None,
+    ) -> "Fuzzer":
         """The fuzzer a campaign's settings describe (``random_state``: a parallel worker's own stream); it
         keeps them, made canonical, as the record :meth:`start` writes (budget, sources and all)."""
         v = settings.validity
-        fuzzer = cls(analysis, mutators=list(settings.mutators), oracle=settings.oracle, others=others,
-                     scheduler=settings.scheduler, validity=Validity(alpha=v.alpha, beta=v.beta, enabled=v.enabled),
-                     guide=settings.guide, measure=measure, batch_size=settings.batch_size,
-                     random_state=settings.random_state if random_state is None else random_state,
-                     rounding=settings.rounding, value_range=settings.value_range,
-                     image_shape=settings.input_shape or None)
-        fuzzer.record = fuzzer.settings(settings.budget, sources=settings.sources,
-                                        measure_specs=settings.measure_specs).replace(parallel=settings.parallel)
+        fuzzer = cls(
+            analysis,
+            mutators=list(settings.mutators),
+            oracle=settings.oracle,
+            others=others,
+            scheduler=settings.scheduler,
+            validity=Validity(alpha=v.alpha, beta=v.beta, enabled=v.enabled),
+            guide=settings.guide,
+            measure=measure,
+            batch_size=settings.batch_size,
+            random_state=settings.random_state if random_state is None else random_state,
+            rounding=settings.rounding,
+            value_range=settings.value_range,
+            image_shape=settings.input_shape or None,
+        )
+        fuzzer.record = fuzzer.settings(
+            settings.budget, sources=settings.sources, measure_specs=settings.measure_specs
+        ).replace(parallel=settings.parallel)
         return fuzzer
 
-    def settings(self, budget: int, *, sources: Sources | None = None, measure_specs: Sequence[str] = (),
-                 rounding: bool | None = None, storage: str = "uint8") -> CampaignSettings:
+    def settings(
+        self,
+        budget: int,
+        *,
+        sources: Sources | None = None,
+        measure_specs: Sequence[str] = (),
+        rounding: bool | None = None,
+        storage: str = "uint8",
+    ) -> CampaignSettings:
         """The settings a campaign of this fuzzer records (and a resumed one must keep)."""
         return CampaignSettings(
-            budget=int(budget), mutators=tuple(repr(m) for m in self.mutators), oracle=str(self.oracle),
-            scheduler=scheduler_spec(self.scheduler), guide=self.guide, measure=tuple(m.name for m in self.measures[1:]),
+            budget=int(budget),
+            mutators=tuple(repr(m) for m in self.mutators),
+            oracle=str(self.oracle),
+            scheduler=scheduler_spec(self.scheduler),
+            guide=self.guide,
+            measure=tuple(m.name for m in self.measures[1:]),
             measure_specs=tuple(measure_specs),
             validity=ValiditySettings(self.validity.enabled, self.validity.alpha, self.validity.beta),
-            batch_size=self.batch_size, random_state=self.random_state,
-            rounding=self.rounding if rounding is None else rounding, storage=storage,
-            value_range=tuple(self.value_range), input_shape=tuple(self.network.input_shape),
-            input_convention=dict(self.analysis.convention.to_dict(), value_range=list(self.value_range),
-                                  image_shape=list(self.network.input_shape)),
-            layer=self.analysis.layer, m=self.analysis.m, task="regression" if self.regression else "classification",
-            sources=sources or Sources())
+            batch_size=self.batch_size,
+            random_state=self.random_state,
+            rounding=self.rounding if rounding is None else rounding,
+            storage=storage,
+            value_range=tuple(self.value_range),
+            input_shape=tuple(self.network.input_shape),
+            input_convention=dict(
+                self.analysis.convention.to_dict(),
+                value_range=list(self.value_range),
+                image_shape=list(self.network.input_shape),
+            ),
+            layer=self.analysis.layer,
+            m=self.analysis.m,
+            task="regression" if self.regression else "classification",
+            sources=sources or Sources(),
+        )
 
     # ---- starting and resuming --------------------------------------------------------------
-    def start(self, x_seeds: np.ndarray, y_seeds: np.ndarray | None, out: str | Path | None = None, *,
-              budget: int | None = None, sources: Sources | None = None, measure_specs: Sequence[str] = (),
-              parallel: dict | None = None) -> Campaign:
+    def start(
+        self,
+        x_seeds: np.ndarray,
+        y_seeds: np.ndarray | None,
+        out: str | Path | None = None,
+        *,
+        budget: int | None = None,
+        sources: Sources | None = None,
+        measure_specs: Sequence[str] = (),
+        parallel: dict | None = None,
+    ) -> Campaign:
         """Run the seeds and mark what they cover: a campaign at step 0, in memory, or saved in ``out``.
         A fuzzer built :meth:`from_settings` records those settings (``budget``, if given, replaces theirs);
         otherwise ``budget``, ``sources`` (where the inputs came from), ``measure_specs`` and ``parallel`` are
@@ -167,37 +227,59 @@ class Fuzzer:
             parallel = self.record.parallel if parallel is None else parallel
         check_budget(budget)
         x = fit_to_model(x_seeds, self.network.input_shape)
-        if self.regression:   # labels are output values; NaN marks a seed without one
+        if self.regression:  # labels are output values; NaN marks a seed without one
             y = np.full(len(x), np.nan) if y_seeds is None else check_labels(x, y_seeds, task="regression")
         else:
-            y = np.full(len(x), -1, np.int64) if y_seeds is None else check_class_labels(x, y_seeds, self.network.n_classes)
+            y = (
+                np.full(len(x), -1, np.int64)
+                if y_seeds is None
+                else check_class_labels(x, y_seeds, self.network.n_classes)
+            )
         if y_seeds is None and needs_labels(self.oracle):
             if self.regression:
-                raise InputError(f"the seeds have no labels, which the {self.oracle} oracle needs (give --labels "
-                                 "FILE.csv); or use --oracle deviation (or disagreement with several models)")
-            raise InputError("the seeds have no labels, which the misclassification oracle needs; "
-                             "use --oracle prediction-change (or disagreement with several models)")
+                raise InputError(
+                    f"the seeds have no labels, which the {self.oracle} oracle needs (give --labels "
+                    "FILE.csv); or use --oracle deviation (or disagreement with several models)"
+                )
+            raise InputError(
+                "the seeds have no labels, which the misclassification oracle needs; "
+                "use --oracle prediction-change (or disagreement with several models)"
+            )
         lo, hi = self.value_range
         if x.min() < lo or x.max() > hi:
-            raise InputError(f"seed values span [{x.min():g}, {x.max():g}], outside the value range [{lo:g}, {hi:g}]; "
-                             f"load them in that range (--scale) or give the model's range (--value-range LO,HI)")
-        check_scale(x, dataclasses.replace(self.analysis.convention, value_range=self.value_range),
-                    self.analysis.observed_range, "the seeds")
+            raise InputError(
+                f"seed values span [{x.min():g}, {x.max():g}], outside the value range [{lo:g}, {hi:g}]; "
+                f"load them in that range (--scale) or give the model's range (--value-range LO,HI)"
+            )
+        check_scale(
+            x,
+            dataclasses.replace(self.analysis.convention, value_range=self.value_range),
+            self.analysis.observed_range,
+            "the seeds",
+        )
         on_grid = np.array_equal(quantise(x, self.value_range), x)
-        settings = self.settings(budget, sources=sources, measure_specs=measure_specs,
-                                 rounding=self.rounding and on_grid, storage="uint8" if on_grid else "float32")
-        campaign = Campaign(settings=settings.replace(parallel=parallel), analysis=self.analysis,
-                            corpus=Corpus(self.network.input_shape, regression=self.regression),
-                            coverage={m.name: m.tracker() for m in self.measures},
-                            rng=np.random.default_rng(self.random_state),
-                            mutator_stats={repr(m): MutatorStats() for m in self.mutators})
+        settings = self.settings(
+            budget,
+            sources=sources,
+            measure_specs=measure_specs,
+            rounding=self.rounding and on_grid,
+            storage="uint8" if on_grid else "float32",
+        )
+        campaign = Campaign(
+            settings=settings.replace(parallel=parallel),
+            analysis=self.analysis,
+            corpus=Corpus(self.network.input_shape, regression=self.regression),
+            coverage={m.name: m.tracker() for m in self.measures},
+            rng=np.random.default_rng(self.random_state),
+            mutator_stats={repr(m): MutatorStats() for m in self.mutators},
+        )
         started = time.perf_counter()
         probs, features = self._execute(x)
         predictions = self._predictions(probs)
         # DeepTest's oracle: the model's MSE on the labelled seeds, measured now and recorded with the oracle
         self.oracle = calibrate(self.oracle, predictions, y, regression=self.regression)
         campaign.settings = campaign.settings.replace(oracle=str(self.oracle))
-        if self.regression:   # an oracle that cannot judge output values says so now, not at the first step
+        if self.regression:  # an oracle that cannot judge output values says so now, not at the first step
             self.oracle(Execution(x[:0], probs[:0], predictions[:0], y[:0], predictions[:0]))
         campaign.record_seeds(x, y, predictions, features, time.perf_counter() - started)
         if out is not None:
@@ -211,18 +293,27 @@ class Fuzzer:
         try:
             mine, theirs = self.analysis.summary(), campaign.analysis.summary()
             if any(mine[k] != theirs[k] for k in ("layer", "important_neurons", "clusters", "combinations_total")):
-                raise ParameterError(f"campaign {folder} was made with another analysis (layer {theirs['layer']}, "
-                                     f"neurons {theirs['important_neurons']}); resume it with its own "
-                                     f"({Path(folder) / 'analysis'})")
+                raise ParameterError(
+                    f"campaign {folder} was made with another analysis (layer {theirs['layer']}, "
+                    f"neurons {theirs['important_neurons']}); resume it with its own "
+                    f"({Path(folder) / 'analysis'})"
+                )
             saved = campaign.settings
-            if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:   # typed without the seeds' MSE
+            if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
                 self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
-            ours = self.settings(saved.budget, sources=saved.sources, measure_specs=saved.measure_specs,
-                                 rounding=saved.rounding, storage=saved.storage).replace(parallel=saved.parallel)
+            ours = self.settings(
+                saved.budget,
+                sources=saved.sources,
+                measure_specs=saved.measure_specs,
+                rounding=saved.rounding,
+                storage=saved.storage,
+            ).replace(parallel=saved.parallel)
             changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
             if changed:
-                raise ParameterError(f"campaign {folder} was made with other settings ({', '.join(changed)}); "
-                                     "a resumed campaign keeps its own")
+                raise ParameterError(
+                    f"campaign {folder} was made with other settings ({', '.join(changed)}); "
+                    "a resumed campaign keeps its own"
+                )
         except BaseException:
             campaign.close()
             raise
@@ -230,8 +321,16 @@ class Fuzzer:
         return campaign
 
     # ---- the loop ---------------------------------------------------------------------------
-    def run(self, seeds, labels=None, *, budget: int | None = None, out: str | Path | None = None,
-            progress: bool = True, on_step: Callable[[Campaign], None] | None = None) -> Campaign:
+    def run(
+        self,
+        seeds,
+        labels=None,
+        *,
+        budget: int | None = None,
+        out: str | Path | None = None,
+        progress: bool = True,
+        on_step: Callable[[Campaign], None] | None = None,
+    ) -> Campaign:
         """Fuzz until the campaign has made ``budget`` execs (mutants run through the model).
 
         ``seeds``: a :class:`Campaign` to continue (``budget``: its new total; default its own), or seed
@@ -245,8 +344,17 @@ class Fuzzer:
         idle = 0
         c.open()
         try:
-            with _Interrupts() as interrupts, tqdm(total=c.budget, initial=min(c.execs, c.budget), unit="exec",
-                                                   desc="fuzz", disable=not progress, dynamic_ncols=True) as bar:
+            with (
+                _Interrupts() as interrupts,
+                tqdm(
+                    total=c.budget,
+                    initial=min(c.execs, c.budget),
+                    unit="exec",
+                    desc="fuzz",
+                    disable=not progress,
+                    dynamic_ncols=True,
+                ) as bar,
+            ):
                 while c.execs < c.budget:
                     started, rng_before = time.perf_counter(), c.rng.bit_generator.state
                     try:
@@ -257,14 +365,21 @@ class Fuzzer:
                     computed = time.perf_counter()
                     with interrupts.held():  # a step is recorded whole; Ctrl-C is raised after it
                         c.record(step, computed - started)
-                    c.elapsed += time.perf_counter() - computed   # recording is the campaign's time too
+                    c.elapsed += time.perf_counter() - computed  # recording is the campaign's time too
                     bar.update(step.execs)
-                    bar.set_postfix(IDC=f"{c.tracker.score:.1%}", corpus=len(c.corpus), findings=c.n_findings,
-                                    execs_s=f"{c.execs / max(c.elapsed, 1e-9):.0f}", refresh=False)
+                    bar.set_postfix(
+                        IDC=f"{c.tracker.score:.1%}",
+                        corpus=len(c.corpus),
+                        findings=c.n_findings,
+                        execs_s=f"{c.execs / max(c.elapsed, 1e-9):.0f}",
+                        refresh=False,
+                    )
                     idle = 0 if step.execs else idle + 1
                     if idle >= MAX_IDLE_STEPS:
-                        raise ParameterError(f"{MAX_IDLE_STEPS} steps in a row made no mutant (every mutator failed; "
-                                             "see the errors in the report or campaign.json)")
+                        raise ParameterError(
+                            f"{MAX_IDLE_STEPS} steps in a row made no mutant (every mutator failed; "
+                            "see the errors in the report or campaign.json)"
+                        )
                     if on_step is not None:
                         on_step(c)
         finally:  # also on Ctrl-C: what was recorded gets its previews and a readable state
@@ -283,13 +398,13 @@ class Fuzzer:
             message = str(exc).strip()
             step.error = f"{type(exc).__name__}: {message.splitlines()[0] if message else ''}"
             return step
-        if c.settings.rounding:   # what runs is what the exported PNG holds
+        if c.settings.rounding:  # what runs is what the exported PNG holds
             mutants = quantise(mutants, self.value_range)
         probs, step.features = self._execute(mutants)
         step.mutants, step.references, step.predictions = mutants, references, self._predictions(probs)
         step.combinations = step.features["idc"]
-        step.valid = self.validity.check(mutants, references, mutator)   # the mutator's rule: pixel or scene
-        if mutator.moves_reference and not mutator.affine:   # the changed scene is the chain's reference from now on
+        step.valid = self.validity.check(mutants, references, mutator)  # the mutator's rule: pixel or scene
+        if mutator.moves_reference and not mutator.affine:  # the changed scene is the chain's reference from now on
             step.references = mutants
         step.keep = new_coverage(self.guide, c.coverage, step.features, step.valid)
         roots = c.corpus.root[parents]
@@ -301,7 +416,7 @@ class Fuzzer:
         """Mutators take turns in an order shuffled every round, so each gets an equal share of the budget
         and the per-mutator table compares like with like (derived from the step: resumable)."""
         round_, turn = divmod(step - 1, len(self.mutators))
-        if self._order is None or self._order[0] != round_:   # seeding a generator costs 0.3 ms: once a round
+        if self._order is None or self._order[0] != round_:  # seeding a generator costs 0.3 ms: once a round
             self._order = (round_, np.random.default_rng([self.random_state, round_]).permutation(len(self.mutators)))
         return self.mutators[self._order[1][turn]]
 
@@ -316,9 +431,15 @@ class Fuzzer:
 
     def _mutate(self, c: Campaign, mutator: Mutator, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         corpus = c.corpus
-        ctx = FuzzContext(network=self.network, labels=corpus.label[corpus.root[parents]],
-                          value_range=self.value_range, analysis=self.analysis, tracker=c.tracker,
-                          parent_combinations=corpus.combination[parents], others=self.others)
+        ctx = FuzzContext(
+            network=self.network,
+            labels=corpus.label[corpus.root[parents]],
+            value_range=self.value_range,
+            analysis=self.analysis,
+            tracker=c.tracker,
+            parent_combinations=corpus.combination[parents],
+            others=self.others,
+        )
         if mutator.affine:  # the reference moves with the same transform (DeepHunter)
             return mutator.mutate_with_reference(corpus.x[parents], corpus.reference[parents], c.rng, ctx)
         return mutator.mutate(corpus.x[parents], c.rng, ctx), corpus.reference[parents]

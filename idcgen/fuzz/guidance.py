@@ -20,6 +20,7 @@ from ..errors import ParameterError
 def guide_names() -> tuple[str, ...]:
     """Every guidance name: IDC, each registered criterion (idcgen.criteria.CRITERIA), and "none"."""
     from ..criteria import CRITERIA
+
     return ("idc", *CRITERIA, "none")
 
 
@@ -72,9 +73,11 @@ def check_guide(guide: str, measures: Sequence) -> str:
     if guide == "none" or guide in names:
         return guide
     if guide in guide_names():
-        raise ParameterError(f"guidance by {guide} needs that criterion fitted: pass "
-                             f"measure=[make_criterion({guide!r}).fit(network, x_train)] (the command line fits it "
-                             "on --train)")
+        raise ParameterError(
+            f"guidance by {guide} needs that criterion fitted: pass "
+            f"measure=[make_criterion({guide!r}).fit(network, x_train)] (the command line fits it "
+            "on --train)"
+        )
     raise ParameterError(f"The 'guide' parameter must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
 
 

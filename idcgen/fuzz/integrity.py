@@ -26,7 +26,7 @@ from .statefile import FORMAT_VERSION, STATE_FILES, read_state, torn_states
 #: what reading a damaged file can raise (a truncated npz: BadZipFile; an empty one: EOFError)
 UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
 CANNOT = "it cannot be rebuilt from the other files: restore it from a backup, or start a new campaign"
-PNG_END = b"IEND\xaeB`\x82"   # the last 8 bytes of every whole PNG
+PNG_END = b"IEND\xaeB`\x82"  # the last 8 bytes of every whole PNG
 
 
 class CampaignDamaged(InputError):
@@ -58,21 +58,31 @@ def read_meta(folder: Path, *, repair: bool = False) -> tuple[dict, list[str]]:
         newest = read_state(folder)
         config = None if newest is None else _payload(folder, newest).get("config")
         if newest is None and problem.endswith("missing"):
-            if (folder / "corpus" / "step-000000.npz").exists():   # killed while the seeds were committed
-                raise InputError(f"campaign {folder} has no state file: its start was interrupted before the "
-                                 f"seeds were committed; delete {folder} and start again")
+            if (folder / "corpus" / "step-000000.npz").exists():  # killed while the seeds were committed
+                raise InputError(
+                    f"campaign {folder} has no state file: its start was interrupted before the "
+                    f"seeds were committed; delete {folder} and start again"
+                )
             raise InputError(f"not a campaign folder (no campaign.json): {folder}")
         if config is None:
-            raise damaged(folder, problem, "its settings are in no other file (the state files predate idcgen's "
-                          "copy of them): restore it from a backup, or start a new campaign")
+            raise damaged(
+                folder,
+                problem,
+                "its settings are in no other file (the state files predate idcgen's "
+                "copy of them): restore it from a backup, or start a new campaign",
+            )
         meta = {"format_version": FORMAT_VERSION, "config": json.loads(str(config))}
-        notes.append(f"{problem}: its settings were read from the state file; "
-                     + ("it is rewritten when this run ends" if repair else "resuming the campaign rewrites it"))
+        notes.append(
+            f"{problem}: its settings were read from the state file; "
+            + ("it is rewritten when this run ends" if repair else "resuming the campaign rewrites it")
+        )
     if meta.get("format_version") != FORMAT_VERSION:
         made_by = meta.get("versions", {}).get("idcgen", "?")
-        raise InputError(f"campaign {folder} has folder format {meta.get('format_version')!r}; this idcgen "
-                         f"reads format {FORMAT_VERSION} (it was made by idcgen {made_by}: open it with that "
-                         "version, or start a new campaign)")
+        raise InputError(
+            f"campaign {folder} has folder format {meta.get('format_version')!r}; this idcgen "
+            f"reads format {FORMAT_VERSION} (it was made by idcgen {made_by}: open it with that "
+            "version, or start a new campaign)"
+        )
     check_analysis(folder, meta)
     return meta, notes
 
@@ -80,9 +90,11 @@ def read_meta(folder: Path, *, repair: bool = False) -> tuple[dict, list[str]]:
 def check_analysis(folder: Path, meta: dict) -> None:
     """The campaign's copy of its analysis is whole (it cannot be rebuilt from the campaign)."""
     fingerprint = meta.get("model_fingerprint")
-    advice = ("the analysis cannot be rebuilt from the campaign: copy the analysis it was made with"
-              + (f" (model fingerprint {fingerprint[:12]})" if fingerprint else "")
-              + f" into {folder / 'analysis'}, or start a new campaign")
+    advice = (
+        "the analysis cannot be rebuilt from the campaign: copy the analysis it was made with"
+        + (f" (model fingerprint {fingerprint[:12]})" if fingerprint else "")
+        + f" into {folder / 'analysis'}, or start a new campaign"
+    )
     for name in ("analysis.json", "arrays.npz"):
         path = folder / "analysis" / name
         if not path.is_file():
@@ -114,26 +126,38 @@ def newest_state(folder: Path, meta: dict) -> tuple[int, dict, list[str]]:
     if newest is None:
         present = [name for name in STATE_FILES if (folder / name).exists()]
         later = any(p.name != "step-000000.npz" for p in (folder / "corpus").glob("step-*.npz"))
-        if later or (meta.get("state") or {}).get("step", 0) > 0:   # not an interrupted start: steps were committed
-            what = (f"{' and '.join(present)} {'is' if len(present) == 1 else 'are'} torn" if present
-                    else f"{' and '.join(STATE_FILES)} are missing")
-            raise damaged(folder, f"{what}, and the last commit (counters, random state) is in no other file",
-                          "restore them from a backup, or start a new campaign")
-        raise InputError(f"campaign {folder} has no whole state file ({' or '.join(STATE_FILES)}): its start "
-                         f"was interrupted before the seeds were committed; delete {folder} and start again")
+        if later or (meta.get("state") or {}).get("step", 0) > 0:  # not an interrupted start: steps were committed
+            what = (
+                f"{' and '.join(present)} {'is' if len(present) == 1 else 'are'} torn"
+                if present
+                else f"{' and '.join(STATE_FILES)} are missing"
+            )
+            raise damaged(
+                folder,
+                f"{what}, and the last commit (counters, random state) is in no other file",
+                "restore them from a backup, or start a new campaign",
+            )
+        raise InputError(
+            f"campaign {folder} has no whole state file ({' or '.join(STATE_FILES)}): its start "
+            f"was interrupted before the seeds were committed; delete {folder} and start again"
+        )
     commit, payload = newest
     arrays = _payload(folder, newest)
     notes = []
     state = json.loads(str(arrays["state"]))
-    shown = (meta.get("state") or {}).get("step", 0)   # campaign.json never runs ahead of the state files
+    shown = (meta.get("state") or {}).get("step", 0)  # campaign.json never runs ahead of the state files
     if shown > state["step"]:
-        notes.append(f"{STATE_FILES[(commit + 1) % 2]} is missing or torn: the campaign was read at step "
-                     f"{state['step']} (the commit before; campaign.json shows step {shown}); "
-                     "resuming redoes the steps after it")
-    elif STATE_FILES[(commit + 1) % 2] in torn_states(folder):   # an interrupted run: campaign.json is older
-        notes.append(f"{STATE_FILES[(commit + 1) % 2]} is torn (cut short while it was written: a kill or a full "
-                     f"disk): the campaign was read at step {state['step']}, the commit before; resuming redoes "
-                     "the steps after it")
+        notes.append(
+            f"{STATE_FILES[(commit + 1) % 2]} is missing or torn: the campaign was read at step "
+            f"{state['step']} (the commit before; campaign.json shows step {shown}); "
+            "resuming redoes the steps after it"
+        )
+    elif STATE_FILES[(commit + 1) % 2] in torn_states(folder):  # an interrupted run: campaign.json is older
+        notes.append(
+            f"{STATE_FILES[(commit + 1) % 2]} is torn (cut short while it was written: a kill or a full "
+            f"disk): the campaign was read at step {state['step']}, the commit before; resuming redoes "
+            "the steps after it"
+        )
     return commit, arrays, notes
 
 
@@ -146,7 +170,7 @@ def step_files(folder: Path, kind: str, last_step: int, repair: bool) -> list[tu
         try:
             found.append((int(path.stem.split("-")[1]), path))
         except (IndexError, ValueError):
-            continue   # not a name idcgen writes
+            continue  # not a name idcgen writes
     parts = []
     for step, path in sorted(found):
         if step > last_step:
@@ -175,15 +199,19 @@ def check_ids(folder: Path, kind: str, parts: list, committed: int) -> None:
         if ids[0] > expected:
             raise _missing(folder, kind, noun, expected, int(ids[0]), after)
         if not np.array_equal(ids, np.arange(expected, expected + len(ids))):
-            raise damaged(folder, f"{kind}/{path.name} holds {noun} {int(ids[0])}-{int(ids[-1])}, expected from "
-                          f"{expected} on (the folder holds files of another run)")
+            raise damaged(
+                folder,
+                f"{kind}/{path.name} holds {noun} {int(ids[0])}-{int(ids[-1])}, expected from "
+                f"{expected} on (the folder holds files of another run)",
+            )
         expected += len(ids)
         after = path.name
     if expected < committed:
         raise _missing(folder, kind, noun, expected, committed, after)
     if expected > committed:
-        raise damaged(folder, f"{kind}/ holds {expected} {noun} up to the committed step, the state committed "
-                      f"{committed}")
+        raise damaged(
+            folder, f"{kind}/ holds {expected} {noun} up to the committed step, the state committed {committed}"
+        )
 
 
 def _missing(folder: Path, kind: str, noun: str, first: int, end: int, after: str | None) -> CampaignDamaged:
@@ -194,8 +222,10 @@ def _missing(folder: Path, kind: str, noun: str, first: int, end: int, after: st
         names = ", ".join(f"{kind}/step-{s:06d}.npz" for s in steps)
         what = f"{names} {'is' if len(steps) == 1 else 'are'} missing ({end - first} committed {noun}, ids {ids})"
     else:
-        what = (f"{end - first} committed {noun} (ids {ids}) are in no step file "
-                f"({'after ' + after if after else 'the first'} step file is missing)")
+        what = (
+            f"{end - first} committed {noun} (ids {ids}) are in no step file "
+            f"({'after ' + after if after else 'the first'} step file is missing)"
+        )
     return damaged(folder, what)
 
 
@@ -225,14 +255,14 @@ def log_problem(path: Path, committed: tuple | None, rows: int) -> tuple[str | N
         return "is missing", b""
     except OSError as exc:
         return f"is unreadable ({_why(exc)})", b""
-    if committed is not None:   # the length and checksum at the last commit
+    if committed is not None:  # the length and checksum at the last commit
         size, crc = committed
         if len(data) < size:
             return ("is empty" if not data else f"is truncated ({len(data)} of {size} committed bytes)"), b""
         if zlib.crc32(data[:size]) != crc:
             return "does not match its committed checksum (changed after it was written)", b""
         return None, data[:size]
-    lines = data.split(b"\n")   # a campaign of an earlier idcgen: only the row count was committed
+    lines = data.split(b"\n")  # a campaign of an earlier idcgen: only the row count was committed
     if len(lines) <= rows:
         return f"is truncated ({len(lines) - 1} of {rows} committed rows)", b""
     return None, b"\n".join(lines[:rows]) + b"\n" if rows else b""
@@ -253,17 +283,43 @@ def minimal_stats(state: dict, corpus_parts: list, finding_parts: list) -> list[
     combos = np.concatenate([p["combination"][p["step"] == 0] for p in seeds]) if seeds else np.zeros(0)
     covered = int(len(np.unique(combos)))
     total = max(int(state.get("total", 1)), 1)
-    rows = [{"step": 0, "time": 0.0, "execs": 0, "execs_per_s": 0.0, "corpus": int(len(combos)),
-             "idc": covered / total, "covered": covered, "findings": 0, "unique_pairs": 0, "mutator": None,
-             "seconds": 0.0, "rebuilt": True}]
+    rows = [
+        {
+            "step": 0,
+            "time": 0.0,
+            "execs": 0,
+            "execs_per_s": 0.0,
+            "corpus": int(len(combos)),
+            "idc": covered / total,
+            "covered": covered,
+            "findings": 0,
+            "unique_pairs": 0,
+            "mutator": None,
+            "seconds": 0.0,
+            "rebuilt": True,
+        }
+    ]
     if state["step"] > 0:
-        pairs = {(float(a), float(b)) for _, p in finding_parts if "label" in p and "prediction" in p   # floats: regression
-                 for a, b in zip(p["label"], p["prediction"])}
+        pairs = {
+            (float(a), float(b))
+            for _, p in finding_parts
+            if "label" in p and "prediction" in p  # floats: regression
+            for a, b in zip(p["label"], p["prediction"])
+        }
         elapsed = float(state.get("elapsed_seconds", 0.0))
-        row = {"step": state["step"], "time": round(elapsed, 4), "execs": state["execs"],
-               "execs_per_s": round(state["execs"] / elapsed, 1) if elapsed > 0 else 0.0, "corpus": state["corpus"],
-               "idc": state["idc"], "covered": state["covered"], "findings": state["findings"],
-               "unique_pairs": len(pairs), "mutator": None, "seconds": 0.0}
+        row = {
+            "step": state["step"],
+            "time": round(elapsed, 4),
+            "execs": state["execs"],
+            "execs_per_s": round(state["execs"] / elapsed, 1) if elapsed > 0 else 0.0,
+            "corpus": state["corpus"],
+            "idc": state["idc"],
+            "covered": state["covered"],
+            "findings": state["findings"],
+            "unique_pairs": len(pairs),
+            "mutator": None,
+            "seconds": 0.0,
+        }
         row.update({f"{name}_coverage": c["score"] for name, c in state.get("coverage", {}).items() if name != "idc"})
         rows.append(dict(row, rebuilt=True))
     return rows

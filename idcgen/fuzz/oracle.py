@@ -27,11 +27,11 @@ from ..spec import parse
 class Execution:
     """One batch as the oracle sees it (one row per mutant)."""
 
-    x: np.ndarray                  # the mutants as run
-    probabilities: np.ndarray      # (n, classes); a regression model's outputs (n, 1)
-    predictions: np.ndarray        # classes (int); a regression model's output values (float)
-    root_labels: np.ndarray        # the root seeds' labels, -1 where unknown (NaN for regression)
-    root_predictions: np.ndarray   # the model's predictions on the root seeds
+    x: np.ndarray  # the mutants as run
+    probabilities: np.ndarray  # (n, classes); a regression model's outputs (n, 1)
+    predictions: np.ndarray  # classes (int); a regression model's output values (float)
+    root_labels: np.ndarray  # the root seeds' labels, -1 where unknown (NaN for regression)
+    root_predictions: np.ndarray  # the model's predictions on the root seeds
 
     @property
     def regression(self) -> bool:
@@ -40,8 +40,10 @@ class Execution:
 
 def _regression_only(name: str, run: Execution) -> None:
     if not run.regression:
-        raise InputError(f"the {name} oracle compares output values and is for regression models (one output "
-                         "unit); for a classifier use misclassification or prediction-change")
+        raise InputError(
+            f"the {name} oracle compares output values and is for regression models (one output "
+            "unit); for a classifier use misclassification or prediction-change"
+        )
 
 
 def _threshold(name: str, value) -> float:
@@ -50,8 +52,10 @@ def _threshold(name: str, value) -> float:
     except (TypeError, ValueError):
         value = float("nan")
     if not (np.isfinite(value) and value >= 0):
-        raise ParameterError(f"The 'threshold' of the {name} oracle must be a number >= 0 (in the model's output "
-                             f"units). Got {value!r} instead.")
+        raise ParameterError(
+            f"The 'threshold' of the {name} oracle must be a number >= 0 (in the model's output "
+            f"units). Got {value!r} instead."
+        )
     return value
 
 
@@ -59,10 +63,10 @@ class Oracle:
     """Base class: ``oracle(execution) -> bool mask``; ``&``, ``|`` and ``~`` compose oracles."""
 
     name = "oracle"
-    runs_models = False            # it runs models of its own to decide
-    needs_labels = False           # it reads the seeds' labels
-    positional: tuple = ()         # what an unnamed value in its spec sets, e.g. uncertain(0.7)
-    usage = "no parameter"         # what its spec takes, for messages
+    runs_models = False  # it runs models of its own to decide
+    needs_labels = False  # it reads the seeds' labels
+    positional: tuple = ()  # what an unnamed value in its spec sets, e.g. uncertain(0.7)
+    usage = "no parameter"  # what its spec takes, for messages
 
     def __call__(self, run: Execution) -> np.ndarray:
         raise NotImplementedError
@@ -99,8 +103,10 @@ class Misclassification(Oracle):
 
     def __call__(self, run: Execution) -> np.ndarray:
         if run.regression:
-            raise InputError("the misclassification oracle is for classifiers; for a regression model use "
-                             "deviation(threshold=...) or error(threshold=...)")
+            raise InputError(
+                "the misclassification oracle is for classifiers; for a regression model use "
+                "deviation(threshold=...) or error(threshold=...)"
+            )
         if np.any(run.root_labels < 0):
             raise InputError("the misclassification oracle needs labelled seeds; use --oracle prediction-change")
         return (run.predictions != run.root_labels) & (run.root_predictions == run.root_labels)
@@ -114,8 +120,10 @@ class PredictionChange(Oracle):
 
     def __call__(self, run: Execution) -> np.ndarray:
         if run.regression:
-            raise InputError("the prediction-change oracle never fires on a regression model's output; use "
-                             "deviation(threshold=...) (the output moved by more than the threshold)")
+            raise InputError(
+                "the prediction-change oracle never fires on a regression model's output; use "
+                "deviation(threshold=...) (the output moved by more than the threshold)"
+            )
         return run.predictions != run.root_predictions
 
 
@@ -134,8 +142,10 @@ class Deviation(Oracle):
 
     def __post_init__(self):
         if (self.lam is None) != (self.mse is None):
-            raise ParameterError("the deviation oracle takes lam=L, mse=M together (DeepTest's bound lam x test MSE), "
-                                 "e.g. deviation(lam=5, mse=0.1), or a threshold alone")
+            raise ParameterError(
+                "the deviation oracle takes lam=L, mse=M together (DeepTest's bound lam x test MSE), "
+                "e.g. deviation(lam=5, mse=0.1), or a threshold alone"
+            )
         if self.lam is not None:
             lam, mse = _threshold("deviation", self.lam), _threshold("deviation", self.mse)
             object.__setattr__(self, "lam", lam)
@@ -175,8 +185,10 @@ class Error(Oracle):
         _regression_only("error", run)
         labels = np.asarray(run.root_labels, np.float64)
         if np.any(np.isnan(labels)):
-            raise InputError("the error oracle needs labelled seeds (e.g. --labels FILE.csv); "
-                             "use deviation(threshold=...) without labels")
+            raise InputError(
+                "the error oracle needs labelled seeds (e.g. --labels FILE.csv); "
+                "use deviation(threshold=...) without labels"
+            )
         right = np.abs(np.asarray(run.root_predictions, np.float64) - labels) <= self.threshold
         return (np.abs(np.asarray(run.predictions, np.float64) - labels) > self.threshold) & right
 
@@ -189,11 +201,13 @@ class Uncertain(Oracle):
     threshold: float = 0.5
     positional = ("threshold",)
     usage = "one number, e.g. uncertain(threshold=0.7)"
-    aliases = {"p": "threshold"}   # uncertain(p=0.7), an earlier spelling
+    aliases = {"p": "threshold"}  # uncertain(p=0.7), an earlier spelling
 
     def __post_init__(self):
         if not 0 < self.threshold <= 1:
-            raise ParameterError(f"The 'threshold' of the uncertain oracle must be in (0, 1]. Got {self.threshold!r} instead.")
+            raise ParameterError(
+                f"The 'threshold' of the uncertain oracle must be in (0, 1]. Got {self.threshold!r} instead."
+            )
 
     @property
     def name(self) -> str:
@@ -208,8 +222,8 @@ class Disagreement(Oracle):
     """The models disagree on the mutant (DeepXplore's differential oracle): another class, or for
     regression models outputs further apart than ``threshold`` (default 0.2, in the output's units)."""
 
-    others: tuple = field(default=())   # Network objects of the other models
-    threshold: float | None = None      # regression only; None: 0.2
+    others: tuple = field(default=())  # Network objects of the other models
+    threshold: float | None = None  # regression only; None: 0.2
     runs_models = True
     positional = ("threshold",)
     usage = "one number for regression models, e.g. disagreement(threshold=0.3)"
@@ -227,8 +241,10 @@ class Disagreement(Oracle):
     def __call__(self, run: Execution) -> np.ndarray:
         flagged = np.zeros(len(run.x), bool)
         if not run.regression and self.threshold is not None:
-            raise InputError("the disagreement oracle's threshold is for regression models; classifiers disagree "
-                             "on the class: give disagreement without a threshold")
+            raise InputError(
+                "the disagreement oracle's threshold is for regression models; classifiers disagree "
+                "on the class: give disagreement without a threshold"
+            )
         limit = 0.2 if self.threshold is None else self.threshold
         for network in self.others:
             theirs = network.predict(run.x)
@@ -255,8 +271,9 @@ class Confusion(Oracle):
     def __post_init__(self):
         for value in (self.a, self.b):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise ParameterError(f"the confusion oracle takes two class numbers >= 0, e.g. confusion(3,5); "
-                                     f"got {value!r}")
+                raise ParameterError(
+                    f"the confusion oracle takes two class numbers >= 0, e.g. confusion(3,5); got {value!r}"
+                )
         if self.a == self.b:
             raise ParameterError(f"the confusion oracle needs two different classes; got confusion({self.a},{self.b})")
 
@@ -266,8 +283,10 @@ class Confusion(Oracle):
 
     def __call__(self, run: Execution) -> np.ndarray:
         if run.regression:
-            raise InputError("the confusion oracle compares classes and is for classifiers; for a regression "
-                             "model use deviation(threshold=...)")
+            raise InputError(
+                "the confusion oracle compares classes and is for classifiers; for a regression "
+                "model use deviation(threshold=...)"
+            )
         classes = np.asarray(run.probabilities).shape[1]
         if max(self.a, self.b) >= classes:
             raise ParameterError(f"{self.name}: the model has classes 0..{classes - 1} only")
@@ -306,18 +325,23 @@ class DeepTest(Oracle):
     def bound(self) -> float:
         """The largest squared error that is not an erroneous behaviour: lam * mse."""
         if self.mse is None:
-            raise ParameterError("the deeptest oracle has no MSE yet: give deeptest(lam=L, mse=M), or let the fuzzer "
-                                 "measure it on the labelled seeds when the campaign starts")
+            raise ParameterError(
+                "the deeptest oracle has no MSE yet: give deeptest(lam=L, mse=M), or let the fuzzer "
+                "measure it on the labelled seeds when the campaign starts"
+            )
         return self.lam * self.mse
 
     def __call__(self, run: Execution) -> np.ndarray:
         if not run.regression:
-            raise InputError("the deeptest oracle compares steering angles with their labels and is for regression "
-                             "models (one output unit); for a classifier use misclassification")
+            raise InputError(
+                "the deeptest oracle compares steering angles with their labels and is for regression "
+                "models (one output unit); for a classifier use misclassification"
+            )
         labels = np.asarray(run.root_labels, np.float64)
         if np.any(np.isnan(labels)):
-            raise InputError("the deeptest oracle compares angles with their labels: give labelled seeds "
-                             "(e.g. --labels FILE.csv)")
+            raise InputError(
+                "the deeptest oracle compares angles with their labels: give labelled seeds (e.g. --labels FILE.csv)"
+            )
         return (np.asarray(run.predictions, np.float64) - labels) ** 2 > self.bound
 
 
@@ -327,8 +351,10 @@ def _deeptest_number(name: str, value, *, positive: bool) -> float:
     except (TypeError, ValueError):
         value = float("nan")
     if not np.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ParameterError(f"The '{name}' parameter of the deeptest oracle must be a number "
-                             f"{'> 0' if positive else '>= 0'}. Got {value!r} instead.")
+        raise ParameterError(
+            f"The '{name}' parameter of the deeptest oracle must be a number "
+            f"{'> 0' if positive else '>= 0'}. Got {value!r} instead."
+        )
     return value
 
 
@@ -378,9 +404,16 @@ class Not(Oracle):
 
 
 #: every oracle by its spec name (:func:`make_oracle`); a new oracle is one class added here
-ORACLES: dict[str, type[Oracle]] = {"misclassification": Misclassification, "prediction-change": PredictionChange,
-                                    "disagreement": Disagreement, "uncertain": Uncertain, "deviation": Deviation,
-                                    "error": Error, "confusion": Confusion, "deeptest": DeepTest}
+ORACLES: dict[str, type[Oracle]] = {
+    "misclassification": Misclassification,
+    "prediction-change": PredictionChange,
+    "disagreement": Disagreement,
+    "uncertain": Uncertain,
+    "deviation": Deviation,
+    "error": Error,
+    "confusion": Confusion,
+    "deeptest": DeepTest,
+}
 
 
 def make_oracle(spec, others=()) -> Oracle:
@@ -393,8 +426,9 @@ def make_oracle(spec, others=()) -> Oracle:
     if isinstance(spec, Oracle):
         return spec
     if not isinstance(spec, str) or not spec.strip():
-        raise ParameterError(f"The 'oracle' parameter must be an Oracle or a spec such as 'misclassification'. "
-                             f"Got {spec!r} instead.")
+        raise ParameterError(
+            f"The 'oracle' parameter must be an Oracle or a spec such as 'misclassification'. Got {spec!r} instead."
+        )
     parts = re.split(r"([&|])", spec)
     oracle = _term(parts[0], spec, others)
     for op, text in zip(parts[1::2], parts[2::2]):
@@ -410,8 +444,10 @@ def _term(text: str, spec: str, others) -> Oracle:
     except ParameterError:
         parsed = None
     if parsed is None or parsed.name not in ORACLES:
-        raise ParameterError(f"The 'oracle' parameter must be one of {', '.join(ORACLES)}, or names joined by & "
-                             f"and | with ~ for not. Got {spec!r} instead.")
+        raise ParameterError(
+            f"The 'oracle' parameter must be one of {', '.join(ORACLES)}, or names joined by & "
+            f"and | with ~ for not. Got {spec!r} instead."
+        )
     cls, name = ORACLES[parsed.name], parsed.name
     allowed = {f.name for f in fields(cls)} - {"others"}
     refused = f"the {name} oracle takes {cls.usage}; got {text.strip()!r}"
@@ -425,7 +461,7 @@ def _term(text: str, spec: str, others) -> Oracle:
         kwargs[key] = value
     if any(key not in kwargs for key in getattr(cls, "required", ())):
         raise ParameterError(refused)
-    for key, value in kwargs.items():   # numbers where numbers are meant
+    for key, value in kwargs.items():  # numbers where numbers are meant
         if key in ("threshold", "lam", "mse") and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ParameterError(refused)
     oracle = cls(tuple(others), **kwargs) if cls.runs_models else cls(**kwargs)

@@ -53,8 +53,10 @@ def make_scheduler(spec):
     if not isinstance(spec, str):
         if callable(getattr(spec, "pick", None)) and isinstance(getattr(spec, "name", None), str):
             return spec
-        raise ParameterError(f"The 'scheduler' parameter must be a scheduler (with name and pick) or one of "
-                             f"{sorted(SCHEDULERS)}. Got {spec!r} instead.")
+        raise ParameterError(
+            f"The 'scheduler' parameter must be a scheduler (with name and pick) or one of "
+            f"{sorted(SCHEDULERS)}. Got {spec!r} instead."
+        )
     parsed = parse(spec, "scheduler", positional=False)
     if parsed.name not in SCHEDULERS:
         raise ParameterError(f"The 'scheduler' parameter must be one of {sorted(SCHEDULERS)}. Got {spec!r} instead.")

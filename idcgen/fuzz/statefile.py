@@ -27,7 +27,7 @@ def is_whole(data: bytes) -> bool:
     if len(data) < _STATE_HEADER.size:
         return False
     magic, _, length, crc = _STATE_HEADER.unpack_from(data)
-    payload = data[_STATE_HEADER.size:_STATE_HEADER.size + length]
+    payload = data[_STATE_HEADER.size : _STATE_HEADER.size + length]
     return magic == _STATE_MAGIC and len(payload) == length and zlib.crc32(payload) == crc
 
 
@@ -56,7 +56,7 @@ def read_state(folder: Path) -> tuple[int, bytes] | None:
         if len(data) < _STATE_HEADER.size:
             continue
         magic, commit, length, crc = _STATE_HEADER.unpack_from(data)
-        payload = data[_STATE_HEADER.size:_STATE_HEADER.size + length]
+        payload = data[_STATE_HEADER.size : _STATE_HEADER.size + length]
         if magic != _STATE_MAGIC or len(payload) != length or zlib.crc32(payload) != crc:
             continue  # half written when the process was killed: the other file holds the commit before
         if newest is None or commit > newest[0]:

@@ -75,8 +75,10 @@ class WriterLock:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise CampaignLocked(f"campaign {self.path.parent} is being written by {holder}; wait for it to "
-                                 "finish (reading it, as `idcgen harden --campaign` does, needs no wait)") from None
+            raise CampaignLocked(
+                f"campaign {self.path.parent} is being written by {holder}; wait for it to "
+                "finish (reading it, as `idcgen harden --campaign` does, needs no wait)"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"process {os.getpid()}\n")
@@ -85,7 +87,7 @@ class WriterLock:
 
     def release(self) -> None:
         if self._handle is not None:
-            self._handle.close()   # closing the descriptor releases the lock
+            self._handle.close()  # closing the descriptor releases the lock
             self._handle = None
 
 
@@ -98,12 +100,12 @@ class Saved:
     state: dict
     rng_state: dict
     fuzz_count: np.ndarray
-    covered: dict           # criterion name -> covered item ids
-    corpus_parts: list      # dicts of arrays, one per step with new entries
+    covered: dict  # criterion name -> covered item ids
+    corpus_parts: list  # dicts of arrays, one per step with new entries
     finding_parts: list
     stats: list
-    store: "CampaignStore | None"   # open for writing when resuming
-    notes: list = field(default_factory=list)   # damage found, and what was rebuilt (or, read only, is to be)
+    store: "CampaignStore | None"  # open for writing when resuming
+    notes: list = field(default_factory=list)  # damage found, and what was rebuilt (or, read only, is to be)
 
 
 class CampaignStore:
@@ -112,23 +114,24 @@ class CampaignStore:
     def __init__(self, folder: Path, *, commits: int = 0, logs: dict | None = None):
         self.folder = folder
         self.lock = WriterLock(folder)
-        self._commits = commits     # state files written (the next goes to the older one)
-        self._logs = dict(logs or {name: (0, 0) for name in LOGS})   # committed (bytes, crc32) of each log
+        self._commits = commits  # state files written (the next goes to the older one)
+        self._logs = dict(logs or {name: (0, 0) for name in LOGS})  # committed (bytes, crc32) of each log
         self._handles: dict = {}
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list = []
         self._json_written = -float("inf")
-        self._previews_from = {"corpus": 0, "findings": 0}   # ids below have their PNG
+        self._previews_from = {"corpus": 0, "findings": 0}  # ids below have their PNG
         self._versions: dict | None = None
-        self.notes: list[str] = []     # what reading the folder for a resume found damaged and rebuilt
+        self.notes: list[str] = []  # what reading the folder for a resume found damaged and rebuilt
 
     # ---- creating ---------------------------------------------------------------------------
     @classmethod
     def create(cls, folder: Path, campaign) -> "CampaignStore":
         """Make the folder of a new campaign and write everything it holds so far as one commit."""
         if any((folder / name).exists() for name in (*STATE_FILES, "campaign.json")):
-            raise InputError(f"{folder} already holds a campaign: resume it with --resume {folder}, "
-                             "or choose another --out")
+            raise InputError(
+                f"{folder} already holds a campaign: resume it with --resume {folder}, or choose another --out"
+            )
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise InputError(f"{folder} exists and is not empty: choose another --out")
         existed = folder.exists()
@@ -165,7 +168,7 @@ class CampaignStore:
         """
         tag = f"step-{campaign.step:06d}.npz"
         entries = campaign.corpus.entries(new_ids) if len(new_ids) else None
-        state = self._state_snapshot(campaign)   # arrays copied now; encoded on the writer thread
+        state = self._state_snapshot(campaign)  # arrays copied now; encoded on the writer thread
         commit = self._next_commit()
 
         def write():
@@ -175,6 +178,7 @@ class CampaignStore:
                 self._write_findings(tag, findings)
             self._append("stats.jsonl", jsonl([stats_row]))
             self._write_state(commit, self._encode(state))
+
         self._submit(write)
         if time.monotonic() - self._json_written >= JSON_EVERY_SECONDS:
             self.flush()  # campaign.json must not run ahead of the state files
@@ -205,15 +209,24 @@ class CampaignStore:
 
     @staticmethod
     def _state_snapshot(campaign) -> dict:
-        return {"state": campaign.state(), "rng": campaign.rng.bit_generator.state,
-                "config": json.dumps(campaign.settings.to_dict()),   # campaign.json's settings, should it be lost
-                "n_stats_rows": len(campaign.stats), "fuzz_count": campaign.corpus.fuzz_count.copy(),
-                "covered": {name: t.covered_ids() for name, t in campaign.coverage.items()}}
+        return {
+            "state": campaign.state(),
+            "rng": campaign.rng.bit_generator.state,
+            "config": json.dumps(campaign.settings.to_dict()),  # campaign.json's settings, should it be lost
+            "n_stats_rows": len(campaign.stats),
+            "fuzz_count": campaign.corpus.fuzz_count.copy(),
+            "covered": {name: t.covered_ids() for name, t in campaign.coverage.items()},
+        }
 
     def _encode(self, snapshot: dict) -> bytes:
-        arrays = {"state": json.dumps(snapshot["state"]), "rng": json.dumps(snapshot["rng"]),
-                  "n_stats_rows": snapshot["n_stats_rows"], "fuzz_count": snapshot["fuzz_count"],
-                  "logs": json.dumps(self._logs), "config": snapshot["config"]}
+        arrays = {
+            "state": json.dumps(snapshot["state"]),
+            "rng": json.dumps(snapshot["rng"]),
+            "n_stats_rows": snapshot["n_stats_rows"],
+            "fuzz_count": snapshot["fuzz_count"],
+            "logs": json.dumps(self._logs),
+            "config": snapshot["config"],
+        }
         for name, ids in snapshot["covered"].items():
             arrays["covered" if name == "idc" else f"covered_{name}"] = ids
         return npz_bytes(arrays)
@@ -298,12 +311,18 @@ class CampaignStore:
         """Rewrite ``campaign.json``, the readable copy of the config and the last committed state
         (throttled: indented JSON is encoded in pure Python, slow enough to show in the loop)."""
         from ..analysis import versions
+
         if self._versions is None:
             self._versions = versions()
         network = getattr(campaign, "network", None) or campaign.analysis.network
-        meta = {"format_version": FORMAT_VERSION, "config": campaign.settings.to_dict(), "versions": self._versions,
-                "device": {} if network is None else network.device_info(),   # information only, never compared
-                "model_fingerprint": campaign.analysis.fingerprint, "state": campaign.state()}
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "config": campaign.settings.to_dict(),
+            "versions": self._versions,
+            "device": {} if network is None else network.device_info(),  # information only, never compared
+            "model_fingerprint": campaign.analysis.fingerprint,
+            "state": campaign.state(),
+        }
         atomic_text(self.folder / "campaign.json", json.dumps(meta, indent=2) + "\n")
         self._json_written = time.monotonic()
 
@@ -337,7 +356,7 @@ class CampaignStore:
         state = json.loads(str(arrays["state"]))
         rng_state = json.loads(str(arrays["rng"]))
         covered = {"idc": arrays["covered"]}
-        covered.update({k[len("covered_"):]: v for k, v in arrays.items() if k.startswith("covered_")})
+        covered.update({k[len("covered_") :]: v for k, v in arrays.items() if k.startswith("covered_")})
         n_rows = int(arrays["n_stats_rows"])
         logs = {k: tuple(v) for k, v in json.loads(str(arrays["logs"])).items()} if "logs" in arrays else None
         if repair:
@@ -347,8 +366,9 @@ class CampaignStore:
         integrity.check_ids(folder, "corpus", corpus, state["corpus"])
         integrity.check_ids(folder, "findings", found, state["findings"])
         if len(arrays["fuzz_count"]) != state["corpus"]:
-            raise integrity.damaged(folder, f"the state holds {len(arrays['fuzz_count'])} fuzz counts for "
-                                 f"{state['corpus']} corpus entries")
+            raise integrity.damaged(
+                folder, f"the state holds {len(arrays['fuzz_count'])} fuzz counts for {state['corpus']} corpus entries"
+            )
 
         committed = {"manifest.jsonl": state["corpus"], "findings.jsonl": state["findings"], "stats.jsonl": n_rows}
         rebuilt, stats = {}, None
@@ -368,10 +388,18 @@ class CampaignStore:
             else:
                 stats = integrity.minimal_stats(state, corpus, found)
                 rebuilt[name] = jsonl(stats)
-                how = ("rebuilt with two rows only (the seeds' and the last step's, marked \"rebuilt\"): the "
-                       "per-step statistics are in no other file, so the report's curves start again from here")
-            notes.append(f"{name} {problem}: " + (how if repair else
-                         f"the campaign was read without it; resuming it {how.replace('rebuilt', 'rebuilds it')}"))
+                how = (
+                    "rebuilt with two rows only (the seeds' and the last step's, marked \"rebuilt\"): the "
+                    "per-step statistics are in no other file, so the report's curves start again from here"
+                )
+            notes.append(
+                f"{name} {problem}: "
+                + (
+                    how
+                    if repair
+                    else f"the campaign was read without it; resuming it {how.replace('rebuilt', 'rebuilds it')}"
+                )
+            )
 
         if repair:
             new_logs = dict(logs) if logs else {}
@@ -381,18 +409,31 @@ class CampaignStore:
                     new_logs[name] = integrity.rewrite(path, rebuilt[name])
                 elif logs:
                     integrity.truncate(path, logs[name][0])
-                else:   # a campaign of an earlier idcgen: the checksums start here
+                else:  # a campaign of an earlier idcgen: the checksums start here
                     lines = path.read_text().splitlines(keepends=True)
-                    text = "".join(lines[:committed[name]])
-                    new_logs[name] = integrity.rewrite(path, text) if len(lines) != committed[name] else \
-                        (len(text.encode()), zlib.crc32(text.encode()))
-            store._commits, store._logs = commits, new_logs   # the next commit overwrites the older state file
-            if new_logs != logs or len(stats) != n_rows:   # commit what was rebuilt, so the state matches it
+                    text = "".join(lines[: committed[name]])
+                    new_logs[name] = (
+                        integrity.rewrite(path, text)
+                        if len(lines) != committed[name]
+                        else (len(text.encode()), zlib.crc32(text.encode()))
+                    )
+            store._commits, store._logs = commits, new_logs  # the next commit overwrites the older state file
+            if new_logs != logs or len(stats) != n_rows:  # commit what was rebuilt, so the state matches it
                 arrays = dict(arrays, logs=json.dumps(new_logs), n_stats_rows=len(stats))
                 store._write_state(store._next_commit(), npz_bytes(arrays))
-        return Saved(folder=folder, config=meta["config"], state=state, rng_state=rng_state,
-                     fuzz_count=arrays["fuzz_count"], covered=covered, corpus_parts=[p for _, p in corpus],
-                     finding_parts=[p for _, p in found], stats=stats, store=store, notes=notes)
+        return Saved(
+            folder=folder,
+            config=meta["config"],
+            state=state,
+            rng_state=rng_state,
+            fuzz_count=arrays["fuzz_count"],
+            covered=covered,
+            corpus_parts=[p for _, p in corpus],
+            finding_parts=[p for _, p in found],
+            stats=stats,
+            store=store,
+            notes=notes,
+        )
 
 
 def read_meta(folder: Path) -> dict:
@@ -420,15 +461,23 @@ def json_value(v):
 def _manifest_row(entries: dict, j: int) -> dict:
     """The manifest.jsonl row of the j-th of a step's new corpus entries."""
     chain = str(entries["chain"][j])
-    return {"id": int(entries["id"][j]), "parent": int(entries["parent"][j]), "root": int(entries["root"][j]),
-            "chain": chain.split("|") if chain else [], "combination": int(entries["combination"][j]),
-            "prediction": json_value(entries["prediction"][j]), "label": json_value(entries["label"][j]),
-            "step": int(entries["step"][j]), "seed": bool(entries["parent"][j] < 0)}
+    return {
+        "id": int(entries["id"][j]),
+        "parent": int(entries["parent"][j]),
+        "root": int(entries["root"][j]),
+        "chain": chain.split("|") if chain else [],
+        "combination": int(entries["combination"][j]),
+        "prediction": json_value(entries["prediction"][j]),
+        "label": json_value(entries["label"][j]),
+        "step": int(entries["step"][j]),
+        "seed": bool(entries["parent"][j] < 0),
+    }
 
 
 def _remove_new(folder: Path, existed: bool) -> None:
     """Delete what ``create`` made (it only writes into a new or empty folder)."""
     import shutil
+
     shutil.rmtree(folder, ignore_errors=True)
     if existed:
         folder.mkdir(parents=True, exist_ok=True)

@@ -44,8 +44,10 @@ class Validity:
         """One line; with ``mutators`` given, the scene rule is named when one of them uses it."""
         if not self.enabled:
             return "validity bounds: off (every mutant inside the value range is accepted)"
-        text = (f"validity bounds (DeepHunter): L0 < {self.alpha:g} x pixels, or else L-inf <= {self.beta:g} x "
-                f"value range ({self.beta * 255:.0f}/255), measured against the reference image")
+        text = (
+            f"validity bounds (DeepHunter): L0 < {self.alpha:g} x pixels, or else L-inf <= {self.beta:g} x "
+            f"value range ({self.beta * 255:.0f}/255), measured against the reference image"
+        )
         scene = [m.name for m in mutators if getattr(m, "validity", "pixel") == "scene"]
         if scene:
             text += f"; {', '.join(scene)}: SSIM >= {self.ssim:g} against the reference instead"
@@ -62,8 +64,7 @@ class Validity:
                 return np.ones(len(mutants), bool)
             return _ssim(mutants, references, self.value_range) >= self.ssim
         if rule != "pixel":
-            raise ParameterError(f"{mutator!r} asks for the validity rule {rule!r}; the rules are 'pixel' and "
-                                 f"'scene'.")
+            raise ParameterError(f"{mutator!r} asks for the validity rule {rule!r}; the rules are 'pixel' and 'scene'.")
         span = self.value_range[1] - self.value_range[0]
         diff = np.subtract(mutants, references).reshape(len(mutants), -1)
         np.abs(diff, out=diff)

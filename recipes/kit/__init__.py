@@ -42,7 +42,29 @@ from .paths import (
 )
 from .tables import Timer, cell, command_line, mean_std, save_json, write_table
 
-__all__ = ["CIFAR10_CLASSES", "cifar10", "load_data", "udacity", "load_model", "model_path", "models_for", "CIFAR10",
-           "CIFAR10_MODELS",
-           "DATASETS", "MODELS", "OUTPUTS", "ROOT", "SHARED", "UDACITY", "UDACITY_CROP", "UDACITY_MODELS",
-           "UDACITY_RESIZE", "Timer", "cell", "command_line", "mean_std", "save_json", "write_table"]
+__all__ = [
+    "CIFAR10_CLASSES",
+    "cifar10",
+    "load_data",
+    "udacity",
+    "load_model",
+    "model_path",
+    "models_for",
+    "CIFAR10",
+    "CIFAR10_MODELS",
+    "DATASETS",
+    "MODELS",
+    "OUTPUTS",
+    "ROOT",
+    "SHARED",
+    "UDACITY",
+    "UDACITY_CROP",
+    "UDACITY_MODELS",
+    "UDACITY_RESIZE",
+    "Timer",
+    "cell",
+    "command_line",
+    "mean_std",
+    "save_json",
+    "write_table",
+]

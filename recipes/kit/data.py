@@ -39,6 +39,7 @@ def load_data(split: str, dataset: str = "mnist", limit: int | None = None):
     """(x, y) of the named dataset's "train" or "test" split, float32 in [0, 1], channels-last (MNIST-like
     images get one channel); the first ``limit`` inputs only if given."""
     from idcgen.data import fit_to_model, load_inputs
+
     ds = load_inputs(f"{dataset}:{split}", limit=limit)
     return (ds.x if ds.x.ndim == 4 else fit_to_model(ds, ds.x.shape[1:] + (1,))), ds.y
 
@@ -57,7 +58,7 @@ def blocked_split(n: int, *, blocks: int = BLOCKS, test_blocks=TEST_BLOCKS, gap:
     for b in test_blocks:
         start, stop = (b - 1) * n // blocks, b * n // blocks
         test[start:stop] = True
-        left_out[max(0, start - gap):min(n, stop + gap)] = True
+        left_out[max(0, start - gap) : min(n, stop + gap)] = True
     return np.flatnonzero(~left_out), np.flatnonzero(test)
 
 
@@ -76,8 +77,10 @@ def check_labels(path: Path = LABELS) -> dict:
     placeholder angles of ``final_example.csv`` do (lag-1 autocorrelation 0.02)."""
     found = label_check(read_angles(path)[1])
     if abs(found["lag1_autocorrelation"]) < 0.3:
-        raise SystemExit(f"{path.name}: {found['verdict']} (lag-1 autocorrelation {found['lag1_autocorrelation']}); "
-                         f"use {LABELS.name}")
+        raise SystemExit(
+            f"{path.name}: {found['verdict']} (lag-1 autocorrelation {found['lag1_autocorrelation']}); "
+            f"use {LABELS.name}"
+        )
     return found
 
 
@@ -98,16 +101,16 @@ def udacity_folder(split: str) -> Path:
         if sorted(names) != ids.tolist():
             raise SystemExit(f"{archive}: its frames are not the {len(ids)} frames of {LABELS.name}")
         stems = {len(str(i)) for i in ids}
-        if len(stems) != 1:   # the loader reads a folder in name order: equal lengths make it time order
+        if len(stems) != 1:  # the loader reads a folder in name order: equal lengths make it time order
             raise SystemExit(f"{archive}: frame ids of different lengths; name order would not be time order")
         train, test = blocked_split(len(ids))
-        tmp = folder.with_name(f"{split}.partial{os.getpid()}")   # another run may extract at the same time
+        tmp = folder.with_name(f"{split}.partial{os.getpid()}")  # another run may extract at the same time
         tmp.mkdir(parents=True, exist_ok=True)
-        for i in (train if split == "train" else test):
+        for i in train if split == "train" else test:
             (tmp / f"{ids[i]}.jpg").write_bytes(z.read(names[int(ids[i])]))
     try:
         tmp.rename(folder)
-    except OSError:          # another run finished first
+    except OSError:  # another run finished first
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
@@ -116,9 +119,16 @@ def udacity(split: str, limit: int | None = None):
     """(x, y) of the blocked split's ``split``: float32 (n, 66, 200, 3) in [0, 1] (the top 40 rows, sky,
     cropped), the real steering angles in radians (float64), in time order."""
     from idcgen.data import load_inputs
+
     check_labels()
-    ds = load_inputs(udacity_folder(split), labels=str(LABELS), crop=UDACITY_CROP, resize=UDACITY_RESIZE,
-                     task="regression", limit=limit)
+    ds = load_inputs(
+        udacity_folder(split),
+        labels=str(LABELS),
+        crop=UDACITY_CROP,
+        resize=UDACITY_RESIZE,
+        task="regression",
+        limit=limit,
+    )
     return ds.x, ds.y
 
 

@@ -32,4 +32,5 @@ def load_model(name: str, dataset: str = "mnist"):
     if not path.exists():
         raise SystemExit(f"{path} not found: train it first with `{training_command(name, dataset)}`")
     from idcgen.framework import load_model as load
+
     return load(path)

@@ -9,6 +9,7 @@ import numpy as np
 def correlation(a, b) -> float:
     """Pearson's r of two series (idcgen.deepbase.statistics.pearson); NaN when one is constant."""
     from idcgen.deepbase.statistics import pearson
+
     r, _ = pearson(np.asarray(a, np.float64)[:, None], np.asarray(b, np.float64)[:, None])
     return float(r[0, 0])
 
@@ -33,6 +34,7 @@ def holm(p: dict) -> dict:
 
 def mann_whitney(a, b) -> float:
     from scipy.stats import mannwhitneyu
+
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) < 2 or len(b) < 2:
         return float("nan")
@@ -53,9 +55,13 @@ def steering_scores(predicted: np.ndarray, y: np.ndarray, baseline: float, prefi
     and the spread (std) of the predictions; column names start with ``prefix``."""
     predicted = np.asarray(predicted, np.float64)
     mse = float(np.mean((predicted - y) ** 2))
-    return {f"{prefix} MSE": round(mse, 4), f"{prefix} RMSE": round(mse ** 0.5, 4),
-            f"{prefix} x mean": round(mse / baseline, 3),
-            f"{prefix} corr": round(correlation(predicted, y), 3), f"{prefix} std": round(float(predicted.std()), 3)}
+    return {
+        f"{prefix} MSE": round(mse, 4),
+        f"{prefix} RMSE": round(mse**0.5, 4),
+        f"{prefix} x mean": round(mse / baseline, 3),
+        f"{prefix} corr": round(correlation(predicted, y), 3),
+        f"{prefix} std": round(float(predicted.std()), 3),
+    }
 
 
 def label_check(y: np.ndarray) -> dict:
@@ -65,9 +71,17 @@ def label_check(y: np.ndarray) -> dict:
     y = np.asarray(y, np.float64)
     lag1 = float(correlation(y[1:], y[:-1]))
     kurtosis = float(((y - y.mean()) ** 4).mean() / y.var() ** 2 - 3)
-    verdict = ("the angles of neighbouring frames are unrelated: these labels look like random values, not a "
-               "recorded drive; a model cannot learn them and any test MSE is at best the labels' variance"
-               if abs(lag1) < 0.3 else "neighbouring frames' angles agree, as a recorded drive's do")
-    return {"lag1_autocorrelation": round(lag1, 3), "excess_kurtosis": round(kurtosis, 2),
-            "min": round(float(y.min()), 3), "max": round(float(y.max()), 3), "std": round(float(y.std()), 4),
-            "verdict": verdict}
+    verdict = (
+        "the angles of neighbouring frames are unrelated: these labels look like random values, not a "
+        "recorded drive; a model cannot learn them and any test MSE is at best the labels' variance"
+        if abs(lag1) < 0.3
+        else "neighbouring frames' angles agree, as a recorded drive's do"
+    )
+    return {
+        "lag1_autocorrelation": round(lag1, 3),
+        "excess_kurtosis": round(kurtosis, 2),
+        "min": round(float(y.min()), 3),
+        "max": round(float(y.max()), 3),
+        "std": round(float(y.std()), 4),
+        "verdict": verdict,
+    }

@@ -24,6 +24,7 @@ ROBUSTNESS = ("clean", "gauss (std 0.3)", "rotate (±30°)", "shift (±10 %)", "
 
 def default_mutators() -> str:
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS
+
     return ",".join(s for s in DEFAULT_MUTATORS.split(",") if s != "directed")
 
 
@@ -51,11 +52,11 @@ class Study:
         x_train, y_train = load_data("train", args.dataset)
         x_test, y_test = load_data("test", args.dataset)
         rng = np.random.default_rng(0)
-        fit = rng.permutation(len(x_train))[:args.fit_train]
+        fit = rng.permutation(len(x_train))[: args.fit_train]
         self.x_train, self.y_train = x_train[fit], y_train[fit]
         seeds = stratified(y_test, args.seeds, rng)
-        rest = np.setdiff1d(np.arange(len(x_test)), seeds)   # never a seed: the robustness test set
-        rest = rng.permutation(rest)[:args.eval]
+        rest = np.setdiff1d(np.arange(len(x_test)), seeds)  # never a seed: the robustness test set
+        rest = rng.permutation(rest)[: args.eval]
         self.x_seeds, self.y_seeds = x_test[seeds], y_test[seeds]
         self.analysis = analyze(self.network, self.x_train, self.y_train, m=args.m, random_state=0, progress=False)
         self.criteria = [make_criterion(name).fit(self.network, self.x_train) for name in CRITERIA]
@@ -67,26 +68,45 @@ class Study:
         images = on_images(self.network, self.image_shape)
         ctx = MutationContext(network=images, labels=self.y_eval, value_range=self.value_range)
         self.specs = {name: EVALUATIONS[name] for name in ROBUSTNESS}
-        self.fixed = {name: make_mutator(spec).mutate(self.x_eval, np.random.default_rng(0), ctx)
-                      for name, spec in self.specs.items() if spec and not make_mutator(spec).needs_model}
+        self.fixed = {
+            name: make_mutator(spec).mutate(self.x_eval, np.random.default_rng(0), ctx)
+            for name, spec in self.specs.items()
+            if spec and not make_mutator(spec).needs_model
+        }
 
     def settings(self) -> dict:
         a = self.args
-        return {"dataset": a.dataset, "model": a.model_file or a.model, "seeds": a.seeds, "budget": a.budget,
-                "mutators": a.mutators, "m": a.m, "fit_train": len(self.x_train), "eval": len(self.y_eval),
-                "batch_size": a.batch_size}
+        return {
+            "dataset": a.dataset,
+            "model": a.model_file or a.model,
+            "seeds": a.seeds,
+            "budget": a.budget,
+            "mutators": a.mutators,
+            "m": a.m,
+            "fit_train": len(self.x_train),
+            "eval": len(self.y_eval),
+            "batch_size": a.batch_size,
+        }
 
     def fuzzer(self, guide: str, random_state: int):
         from idcgen.fuzz.fuzzer import Fuzzer
         from idcgen.fuzz.mutators import parse_mutators
-        return Fuzzer(self.analysis, mutators=parse_mutators(self.args.mutators), guide=guide,
-                      measure=self.criteria, batch_size=self.args.batch_size, random_state=random_state)
+
+        return Fuzzer(
+            self.analysis,
+            mutators=parse_mutators(self.args.mutators),
+            guide=guide,
+            measure=self.criteria,
+            batch_size=self.args.batch_size,
+            random_state=random_state,
+        )
 
     def robustness(self, model) -> dict:
         """Accuracy (%) on the held-out test sets; FGSM attacks this model (white-box)."""
         from idcgen.framework import Network
         from idcgen.fuzz.mutators import MutationContext, make_mutator
         from idcgen.hardening import on_images
+
         images = on_images(Network(model), self.image_shape)
         out = {}
         for name, spec in self.specs.items():
@@ -103,12 +123,14 @@ class Study:
     def retrain(self, x_extra: np.ndarray, y_extra: np.ndarray, random_state: int):
         """Fine-tune (Adam lr 1e-4, idcgen.hardening.retrain) 1 epoch on the training subset plus ``x_extra``."""
         from idcgen.hardening import retrain
+
         x = np.concatenate([self.x_train.reshape(self.model_shape), x_extra.reshape(self.model_shape)])
         y = np.concatenate([self.y_train, y_extra])
         return retrain(self.model, x, y, mode="finetune", epochs=1, random_state=random_state)
 
     def run(self, guide: str, r: int) -> dict:
         from idcgen.faults import distinct_faults, failure_features
+
         started = time.perf_counter()
         fuzzer = self.fuzzer(guide, r)
         campaign = fuzzer.run(self.x_seeds, self.y_seeds, budget=self.args.budget, progress=False)
@@ -119,18 +141,27 @@ class Study:
         c = campaign.corpus
         kept = np.flatnonzero(c.parent >= 0)
         robust = self.robustness(self.retrain(c.x[kept], c.label[kept], r))
-        row = {"guide": guide, "repetition": r, "execs": campaign.execs, "findings": n,
-               "findings_per_1k": 1000.0 * n / campaign.execs,
-               # criterion-neutral: every valid mutant the oracle flagged, before findings are made unique per
-               # IDC combination (a count that could favour IDC guidance)
-               "flagged_per_1k": 1000.0 * campaign.flagged / campaign.execs,
-               "reproduce_%": 100.0 * reproduce / n if n else 100.0,
-               "unique_pairs": len({(int(a), int(b)) for a, b in zip(f.get("label", ()), f.get("prediction", ()))}),
-               "distinct_faults": distinct_faults(failure_features(self.network, f["x"]), f["label"],
-                                                  f["prediction"]).count if n else 0,   # idcgen/faults.py
-               "seeds_failed": len(np.unique(f["root"])) if n else 0,
-               "mean_ssim": float(np.mean(f["ssim"])) if n else float("nan"),
-               "kept": len(kept), "fuzz_s": round(fuzz_seconds, 1)}
+        row = {
+            "guide": guide,
+            "repetition": r,
+            "execs": campaign.execs,
+            "findings": n,
+            "findings_per_1k": 1000.0 * n / campaign.execs,
+            # criterion-neutral: every valid mutant the oracle flagged, before findings are made unique per
+            # IDC combination (a count that could favour IDC guidance)
+            "flagged_per_1k": 1000.0 * campaign.flagged / campaign.execs,
+            "reproduce_%": 100.0 * reproduce / n if n else 100.0,
+            "unique_pairs": len({(int(a), int(b)) for a, b in zip(f.get("label", ()), f.get("prediction", ()))}),
+            "distinct_faults": distinct_faults(
+                failure_features(self.network, f["x"]), f["label"], f["prediction"]
+            ).count
+            if n
+            else 0,  # idcgen/faults.py
+            "seeds_failed": len(np.unique(f["root"])) if n else 0,
+            "mean_ssim": float(np.mean(f["ssim"])) if n else float("nan"),
+            "kept": len(kept),
+            "fuzz_s": round(fuzz_seconds, 1),
+        }
         row.update({f"cov_{name}": 100.0 * t.score for name, t in campaign.coverage.items()})
         row.update({f"acc {name}": value for name, value in robust.items()})
         row["seconds"] = round(time.perf_counter() - started, 1)
@@ -142,6 +173,7 @@ def reproduced(network, findings: dict, value_range) -> int:
     from PIL import Image
 
     from idcgen.imageio import to_png
+
     lo, hi = value_range
     back = []
     for x in findings["x"]:

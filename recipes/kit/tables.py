@@ -56,8 +56,9 @@ def cell(values, digits: int = 1) -> str:
 
 
 def command_line() -> str:
-    return "python " + " ".join([str(Path(sys.argv[0]).relative_to(ROOT)) if Path(sys.argv[0]).is_absolute()
-                                 else sys.argv[0]] + sys.argv[1:])
+    return "python " + " ".join(
+        [str(Path(sys.argv[0]).relative_to(ROOT)) if Path(sys.argv[0]).is_absolute() else sys.argv[0]] + sys.argv[1:]
+    )
 
 
 class Timer:
@@ -77,14 +78,27 @@ def save_json(path: Path, data) -> None:
     tmp.replace(path)
 
 
-def write_training_tables(folder: Path, dataset: str, summary: str, row: dict, name: str, *, title: str, notes: str,
-                          model_column: bool = False) -> dict:
+def write_training_tables(
+    folder: Path,
+    dataset: str,
+    summary: str,
+    row: dict,
+    name: str,
+    *,
+    title: str,
+    notes: str,
+    model_column: bool = False,
+) -> dict:
     """Write a trained model's per-epoch history (``history_<dataset>``) and its summary row (``summary``),
     keeping the rows of models trained by other runs; returns the row with the command, without history."""
     row = dict(row, command=command_line())
     history = [dict(h, **({"model": name} if model_column else {}), command=row["command"]) for h in row.pop("history")]
-    write_table(folder, f"history_{dataset}", merged(folder / f"history_{dataset}.csv", history, name),
-                title=f"{title}, per epoch")
+    write_table(
+        folder,
+        f"history_{dataset}",
+        merged(folder / f"history_{dataset}.csv", history, name),
+        title=f"{title}, per epoch",
+    )
     write_table(folder, summary, merged(folder / f"{summary}.csv", [row], name), title=title, notes=notes)
     return row
 

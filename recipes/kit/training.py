@@ -12,9 +12,16 @@ import numpy as np
 from .tables import Timer
 
 
-def train_epochs(name: str, epochs: float, one_epoch: Callable[[float], float], score: Callable[[], dict],
-                 describe: Callable[[dict], str] = str, *, stop: Callable[[float], bool] = lambda seconds: False,
-                 after_epoch: Callable[[dict], None] = lambda row: None) -> list[dict]:
+def train_epochs(
+    name: str,
+    epochs: float,
+    one_epoch: Callable[[float], float],
+    score: Callable[[], dict],
+    describe: Callable[[dict], str] = str,
+    *,
+    stop: Callable[[float], bool] = lambda seconds: False,
+    after_epoch: Callable[[dict], None] = lambda row: None,
+) -> list[dict]:
     """Train for ``epochs`` (a fraction ends the last epoch early): per epoch ``one_epoch(fraction)`` (the
     training loss), then ``score()`` on the test data, timed and printed, then ``after_epoch(row)`` (save the
     model, log the row); stop early after the first epoch for which ``stop(seconds so far)`` holds. Returns the
@@ -26,8 +33,13 @@ def train_epochs(name: str, epochs: float, one_epoch: Callable[[float], float], 
         with Timer() as t:
             loss = one_epoch(fraction)
         seconds += t.seconds
-        row = {"model": name, "epoch": epoch if fraction == 1 else round(epoch - 1 + fraction, 2),
-               "train loss": round(loss, 4), **score(), "epoch seconds": round(t.seconds, 1)}
+        row = {
+            "model": name,
+            "epoch": epoch if fraction == 1 else round(epoch - 1 + fraction, 2),
+            "train loss": round(loss, 4),
+            **score(),
+            "epoch seconds": round(t.seconds, 1),
+        }
         history.append(row)
         print(f"{name} epoch {row['epoch']}/{total}: {describe(row)} ({t.seconds:.0f} s)", flush=True)
         after_epoch(row)
@@ -36,29 +48,36 @@ def train_epochs(name: str, epochs: float, one_epoch: Callable[[float], float], 
     return history
 
 
-def keras_epoch(model, x, y, batch_size: int, augment: Callable | None = None,
-                rng: np.random.Generator | None = None) -> Callable[[float], float]:
+def keras_epoch(
+    model, x, y, batch_size: int, augment: Callable | None = None, rng: np.random.Generator | None = None
+) -> Callable[[float], float]:
     """``one_epoch`` for ``train_epochs``: a Keras model fitted one epoch (or a random ``fraction`` of one) on
     ``augment(x, y, rng)`` (a fresh draw each epoch) or on (x, y); returns the training loss."""
+
     def one_epoch(fraction: float = 1.0) -> float:
         xs, ys = x, y
         if fraction < 1.0:
-            keep = rng.permutation(len(x))[:max(1, round(fraction * len(x)))]
+            keep = rng.permutation(len(x))[: max(1, round(fraction * len(x)))]
             xs, ys = x[keep], y[keep]
         if augment is not None:
             xs, ys = augment(xs, ys, rng)
         fit = model.fit(xs, ys, batch_size=batch_size, epochs=1, shuffle=True, verbose=0)
         one_epoch.history = fit.history
         return float(fit.history["loss"][-1])
+
     return one_epoch
 
 
 def classifier_score(model, one_epoch, x_test, y_test) -> Callable[[], dict]:
     """``score`` for ``train_epochs`` of a classifier: the last epoch's training accuracy and the test accuracy."""
+
     def score() -> dict:
         accuracy = float((model.predict(x_test, batch_size=500, verbose=0).argmax(1) == y_test).mean())
-        return {"train accuracy %": round(100 * one_epoch.history["accuracy"][-1], 2),
-                "test accuracy %": round(100 * accuracy, 2)}
+        return {
+            "train accuracy %": round(100 * one_epoch.history["accuracy"][-1], 2),
+            "test accuracy %": round(100 * accuracy, 2),
+        }
+
     return score
 
 
@@ -73,12 +92,13 @@ def flip_and_shift(x: np.ndarray, rng: np.random.Generator, shift: int = 4) -> n
     out = np.zeros_like(x)
     flipped = np.where((rng.random(n) < 0.5)[:, None, None, None], x[:, :, ::-1], x)
     dy, dx = rng.integers(-shift, shift + 1, size=(2, n))
-    for sy in range(-shift, shift + 1):       # one slice assignment per offset instead of one per image
+    for sy in range(-shift, shift + 1):  # one slice assignment per offset instead of one per image
         for sx in range(-shift, shift + 1):
             idx = np.flatnonzero((dy == sy) & (dx == sx))
             if idx.size:
-                out[idx, max(sy, 0):h + min(sy, 0), max(sx, 0):w + min(sx, 0)] = \
-                    flipped[idx, max(-sy, 0):h + min(-sy, 0), max(-sx, 0):w + min(-sx, 0)]
+                out[idx, max(sy, 0) : h + min(sy, 0), max(sx, 0) : w + min(sx, 0)] = flipped[
+                    idx, max(-sy, 0) : h + min(-sy, 0), max(-sx, 0) : w + min(-sx, 0)
+                ]
     return out
 
 
@@ -102,7 +122,7 @@ def shift(x: np.ndarray, y: np.ndarray, rng: np.random.Generator, limit: int, pe
     n, w = len(x), x.shape[2]
     dx = rng.integers(-limit, limit + 1, n)
     out = np.empty_like(x)
-    for d in np.unique(dx):   # one gather per offset instead of one per frame
+    for d in np.unique(dx):  # one gather per offset instead of one per frame
         idx = np.flatnonzero(dx == d)
         out[idx] = x[idx][:, :, np.clip(np.arange(w) - d, 0, w - 1)]
     return out, y - per_px * dx
@@ -127,6 +147,7 @@ def build(name: str, input_shape, settings: dict, random_state: int = 0):
     import keras
 
     from idcgen.framework.keras_zoo import DRIVING_MODELS
+
     keras.utils.set_random_seed(random_state)
     model = DRIVING_MODELS[name](tuple(input_shape), random_state=random_state)
     head = model.get_layer("steering")

@@ -8,7 +8,7 @@ class CoverageIds:
     """Combination ids of sent or held inputs."""
 
     def __init__(self):
-        self._bound = {}   # analysis key -> the analysis bound to the worker's model
+        self._bound = {}  # analysis key -> the analysis bound to the worker's model
 
     def _bind(self, analysis):
         key = (analysis.fingerprint, analysis.layer, tuple(int(n) for n in analysis.neurons), analysis.total)

@@ -22,13 +22,20 @@ class HeldInputs:
         from ...analysis import data_fingerprint
         from ...errors import IdcgenError
         from ..shards import read_shard
+
         try:
             x, y = read_shard(source, self.network, load)
-        except IdcgenError as exc:   # reported by the driver, naming the shard
+        except IdcgenError as exc:  # reported by the driver, naming the shard
             return "error", str(exc)
         self._held[shard] = (x, y)
-        return "ok", dict(n=len(x), y=y, min=float(x.min()), max=float(x.max()), shape=tuple(x.shape[1:]),
-                          digest=data_fingerprint(x, y))
+        return "ok", dict(
+            n=len(x),
+            y=y,
+            min=float(x.min()),
+            max=float(x.max()),
+            shape=tuple(x.shape[1:]),
+            digest=data_fingerprint(x, y),
+        )
 
     def select(self, shard, keep):
         """Keep the rows ``keep`` of a held shard; returns its size and value range."""

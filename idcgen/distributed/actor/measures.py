@@ -13,15 +13,21 @@ class MeasurePasses:
         """DeepInspect's first pass over a shard: predictions, runner-ups, min/max (and counts, scaling
         "input"); with ``keep`` the activations stay here for :meth:`inspect_count`."""
         from ...deepinspect import ClassCounts, first_pass
+
         state = ClassCounts(n_classes, tuple(widths))
         x = self.inputs(shard, x)[start:stop]
-        store = first_pass(self.network, x, taps, widths, state, threshold=threshold, scaling=scaling,
-                           batch=batch, keep=keep)
+        store = first_pass(
+            self.network, x, taps, widths, state, threshold=threshold, scaling=scaling, batch=batch, keep=keep
+        )
         none = np.zeros(0, np.int64)
-        found = dict(pred=np.concatenate(state.predictions) if state.predictions else none,
-                     runner_up=np.concatenate(state.runner_up) if state.runner_up else none,
-                     second=np.concatenate(state.second) if state.second else np.zeros(0),
-                     low=state.low, high=state.high, active=state.active if scaling == "input" else None)
+        found = dict(
+            pred=np.concatenate(state.predictions) if state.predictions else none,
+            runner_up=np.concatenate(state.runner_up) if state.runner_up else none,
+            second=np.concatenate(state.second) if state.second else np.zeros(0),
+            low=state.low,
+            high=state.high,
+            active=state.active if scaling == "input" else None,
+        )
         if store is not None:
             self.kept[("inspect", shard)] = (store, found["pred"])
         return found
@@ -29,6 +35,7 @@ class MeasurePasses:
     def inspect_count(self, shard, x, start, stop, taps, widths, n_classes, limits, batch):
         """(classes, neurons) counts of the shard's inputs above ``limits``, per predicted class."""
         from ...deepinspect import ClassCounts, count_pass
+
         state = ClassCounts(n_classes, tuple(widths))
         store, pred = self.kept.pop(("inspect", shard), (None, None))
         if store is not None:
@@ -41,7 +48,7 @@ class MeasurePasses:
         x = self.inputs(shard, x)[start:stop]
         outputs, taps = [], [[] for _ in layers]
         for begin in range(0, len(x), self.network.batch_size):
-            out, acts = self.network.forward(x[begin:begin + self.network.batch_size], layers)
+            out, acts = self.network.forward(x[begin : begin + self.network.batch_size], layers)
             outputs.append(out)
             for i, a in enumerate(acts):
                 taps[i].append(a)

@@ -11,24 +11,33 @@ class RelevancePasses:
     gather."""
 
     def __init__(self):
-        self._relevance = {}   # (layer, eps, batch size) -> Relevance of the worker's model
+        self._relevance = {}  # (layer, eps, batch size) -> Relevance of the worker's model
 
     def cluster(self, column, neuron: int, ks, stream, method: str):
         """One important neuron's clusters, from its own random stream (:func:`idcgen.analysis.neuron_streams`)."""
         from ...clusters import cluster_neuron
+
         return cluster_neuron(column, neuron=neuron, ks=ks, rng=np.random.default_rng(stream), method=method)
 
     def totals(self, shard, x, start, stop, layer, eps, batch_size, target, labels, keep):
         """The relevance pass over ``x[start:stop]``: per-batch (signed, abs, n used, predictions, None);
         with ``keep`` the layer's activations of the inputs used stay here for :meth:`activations`."""
         from ...relevance import Relevance, batch_totals
+
         key = (layer, eps, batch_size)
         if key not in self._relevance:
             self._relevance[key] = Relevance(self.network, layer=layer, eps=eps, batch_size=batch_size)
         x, part = self.inputs(shard, x), slice(start, stop)
-        batches = list(batch_totals(self._relevance[key], x[part], None if target is None else target[part],
-                                    labels=None if labels is None else labels[part], keep_activations=keep))
-        if keep and batches:   # (a shard left empty by only_class has none)
+        batches = list(
+            batch_totals(
+                self._relevance[key],
+                x[part],
+                None if target is None else target[part],
+                labels=None if labels is None else labels[part],
+                keep_activations=keep,
+            )
+        )
+        if keep and batches:  # (a shard left empty by only_class has none)
             self.kept[shard] = np.concatenate([b[4] for b in batches])
         return [b[:4] + (None,) for b in batches]
 

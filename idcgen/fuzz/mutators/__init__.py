@@ -23,22 +23,64 @@ from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare
 from .image import Blur, Brightness, Contrast, Elastic, Noise, Rotate, Scale, Shear, Shift
 from .noise import Gauss, RandomPixels, RelevantPixels
 
-__all__ = ["DEFAULT_MUTATORS", "REGISTRY", "MutationContext", "Mutator", "Param", "check_tasks", "default_mutators",
-           "describe_mutators", "make_mutator", "parse_mutators", "split_specs"]
+__all__ = [
+    "DEFAULT_MUTATORS",
+    "REGISTRY",
+    "MutationContext",
+    "Mutator",
+    "Param",
+    "check_tasks",
+    "default_mutators",
+    "describe_mutators",
+    "make_mutator",
+    "parse_mutators",
+    "split_specs",
+]
 
 #: Every mutator by its spec name, in listing order.
-REGISTRY: dict[str, type[Mutator]] = {cls.name: cls for cls in (
-    Gauss, RelevantPixels, RandomPixels, Rotate, Shift, Scale, Shear, Brightness, Contrast, Noise, Blur, Elastic,
-    Rain, Fog, SunFlare, Shadow, MotionBlur, GaussianBlur, Gain, Bias, MedianBlur, BilateralBlur, DeepTestBlur,
-    FGSM, BIM, PGD, CW, JSMA, CoverageDirected, DeepXplore)}
+REGISTRY: dict[str, type[Mutator]] = {
+    cls.name: cls
+    for cls in (
+        Gauss,
+        RelevantPixels,
+        RandomPixels,
+        Rotate,
+        Shift,
+        Scale,
+        Shear,
+        Brightness,
+        Contrast,
+        Noise,
+        Blur,
+        Elastic,
+        Rain,
+        Fog,
+        SunFlare,
+        Shadow,
+        MotionBlur,
+        GaussianBlur,
+        Gain,
+        Bias,
+        MedianBlur,
+        BilateralBlur,
+        DeepTestBlur,
+        FGSM,
+        BIM,
+        PGD,
+        CW,
+        JSMA,
+        CoverageDirected,
+        DeepXplore,
+    )
+}
 
 #: The fuzz default: every cheap mutator. ``cw`` (10-20 s per 100 MNIST images) and ``jsma`` (0.3-0.5 s
 #: per image) are left out for cost; add them explicitly.
 #: ``blur`` and ``elastic`` are left out too: on MNIST almost none of their mutants pass DeepHunter's
 #: default L-inf bound (they move stroke edges by more than 0.2); use them with a larger ``--beta``.
-DEFAULT_MUTATORS = ("gauss,relevant_pixels,random_pixels,rotate,shift,scale,shear,brightness,contrast,"
-                    "noise,fgsm,bim,pgd,directed")
-
+DEFAULT_MUTATORS = (
+    "gauss,relevant_pixels,random_pixels,rotate,shift,scale,shear,brightness,contrast,noise,fgsm,bim,pgd,directed"
+)
 
 
 def make_mutator(spec: str) -> Mutator:
@@ -51,8 +93,9 @@ def make_mutator(spec: str) -> Mutator:
     known = parameter_names(cls)
     unknown = [key for key in parsed.kwargs if key not in known]
     if unknown:
-        raise ParameterError(f"{parsed.name} has no parameter {unknown[0]!r}; its parameters are: "
-                             f"{', '.join(known) or '(none)'}.")
+        raise ParameterError(
+            f"{parsed.name} has no parameter {unknown[0]!r}; its parameters are: {', '.join(known) or '(none)'}."
+        )
     return cls(**parsed.kwargs)
 
 
@@ -60,8 +103,9 @@ def parse_mutators(text: str) -> list[Mutator]:
     """Mutators from a comma-separated list of specs, e.g. ``"gauss(std=0.05),rotate,fgsm(eps=0.1)"``."""
     specs = split_specs(text)
     if any(not spec for spec in specs):
-        raise ParameterError(f"empty mutator spec in {text!r}; expected a comma-separated list such as "
-                             f"'gauss(std=0.05),rotate'")
+        raise ParameterError(
+            f"empty mutator spec in {text!r}; expected a comma-separated list such as 'gauss(std=0.05),rotate'"
+        )
     return [make_mutator(spec) for spec in specs]
 
 
@@ -71,17 +115,21 @@ def default_mutators(network) -> tuple[list[Mutator], list[str]]:
     attack on a regression model); mutators the user lists are refused instead (Fuzzer, check_tasks)."""
     kept, notes = [], []
     for mutator in parse_mutators(DEFAULT_MUTATORS):
-        reason = (mutator.capability_gap(network) or mutator.cannot_run(network) if network.task in mutator.tasks else
-                  f"it works on {' and '.join(mutator.tasks)} models only, and this one is a {network.task} model")
+        reason = (
+            mutator.capability_gap(network) or mutator.cannot_run(network)
+            if network.task in mutator.tasks
+            else f"it works on {' and '.join(mutator.tasks)} models only, and this one is a {network.task} model"
+        )
         if reason is None:
             kept.append(mutator)
         else:
-            notes.append(f"default mutator {mutator.name} left out: {reason}"
-                         + (f" ({mutator.instead})" if mutator.instead else ""))
+            notes.append(
+                f"default mutator {mutator.name} left out: {reason}"
+                + (f" ({mutator.instead})" if mutator.instead else "")
+            )
     return kept, notes
 
 
 def describe_mutators() -> list[tuple[str, str, dict]]:
     """(name, kind, default parameters) of every registered mutator, for listings."""
     return [(name, cls.kind, cls().params()) for name, cls in REGISTRY.items()]
-

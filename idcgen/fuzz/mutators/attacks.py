@@ -71,7 +71,7 @@ class _Attack(Mutator):
     instead = "for a regression model use fgsm, bim or pgd"
 
     def mutate(self, x, rng, ctx):
-        if ctx.network.task not in self.tasks:   # a campaign refuses it before starting (check_tasks)
+        if ctx.network.task not in self.tasks:  # a campaign refuses it before starting (check_tasks)
             raise InputError(f"{self.name} works on classifiers only (it is built on class scores); {self.instead}")
         return super().mutate(x, rng, ctx)
 
@@ -98,14 +98,23 @@ class BIM(_IterativeAttack):
     """Basic iterative method (Kurakin et al.): nb_iter steps of eps_iter inside the L-inf eps ball."""
 
     name = "bim"
-    parameters = {"eps": Param(0.15, float, 0.0, 1.0, closed="right"),
-                  "eps_iter": Param(0.02, float, 0.0, 1.0, closed="right"),
-                  "nb_iter": Param(10, int, 1, None)}
+    parameters = {
+        "eps": Param(0.15, float, 0.0, 1.0, closed="right"),
+        "eps_iter": Param(0.02, float, 0.0, 1.0, closed="right"),
+        "nb_iter": Param(10, int, 1, None),
+    }
 
     def _mutate(self, x, rng, ctx):
         lo, hi = ctx.value_range
-        return ctx.network.attack("bim", x, attack_targets(x, ctx), eps=self.eps * (hi - lo),
-                                  eps_iter=self.eps_iter * (hi - lo), nb_iter=self.nb_iter, clip=(lo, hi))
+        return ctx.network.attack(
+            "bim",
+            x,
+            attack_targets(x, ctx),
+            eps=self.eps * (hi - lo),
+            eps_iter=self.eps_iter * (hi - lo),
+            nb_iter=self.nb_iter,
+            clip=(lo, hi),
+        )
 
 
 class PGD(_IterativeAttack):
@@ -118,17 +127,20 @@ class PGD(_IterativeAttack):
 
     name = "pgd"
     stochastic = True
-    parameters = {"eps": Param(0.15, float, 0.0, 1.0, closed="right"),
-                  "eps_iter": Param(0.02, float, 0.0, 1.0, closed="right"),
-                  "nb_iter": Param(10, int, 1, None)}
+    parameters = {
+        "eps": Param(0.15, float, 0.0, 1.0, closed="right"),
+        "eps_iter": Param(0.02, float, 0.0, 1.0, closed="right"),
+        "nb_iter": Param(10, int, 1, None),
+    }
 
     def _mutate(self, x, rng, ctx):
         lo, hi = ctx.value_range
         eps, eps_iter = self.eps * (hi - lo), self.eps_iter * (hi - lo)
         y = attack_targets(x, ctx)
         start = x + rng.uniform(-eps, eps, size=x.shape).astype(np.float32)
-        return ctx.network.attack("pgd", x, y, start=np.clip(start, lo, hi), eps=eps, eps_iter=eps_iter,
-                                  nb_iter=self.nb_iter, clip=(lo, hi))
+        return ctx.network.attack(
+            "pgd", x, y, start=np.clip(start, lo, hi), eps=eps, eps_iter=eps_iter, nb_iter=self.nb_iter, clip=(lo, hi)
+        )
 
 
 # ---- Carlini & Wagner L2 ------------------------------------------------------------------------
@@ -148,23 +160,34 @@ class CW(_Attack):
     """
 
     name = "cw"
-    tasks = ("classification",)   # built on class margins
-    parameters = {"confidence": Param(0.0, float, 0.0, None),
-                  "lr": Param(0.1, float, 0.0, None, closed="neither"),
-                  "binary_search_steps": Param(5, int, 1, None),
-                  "max_iterations": Param(100, int, 1, None),
-                  "initial_const": Param(1e-2, float, 0.0, None, closed="neither"),
-                  "abort_early": Param(True, bool)}
-    chunk_values: ClassVar[int] = 8_000_000   # at most b * b * d values per chunk (32 MB as float32)
+    tasks = ("classification",)  # built on class margins
+    parameters = {
+        "confidence": Param(0.0, float, 0.0, None),
+        "lr": Param(0.1, float, 0.0, None, closed="neither"),
+        "binary_search_steps": Param(5, int, 1, None),
+        "max_iterations": Param(100, int, 1, None),
+        "initial_const": Param(1e-2, float, 0.0, None, closed="neither"),
+        "abort_early": Param(True, bool),
+    }
+    chunk_values: ClassVar[int] = 8_000_000  # at most b * b * d values per chunk (32 MB as float32)
 
     def _mutate(self, x, rng, ctx):
         lo, hi = ctx.value_range
         d = int(np.prod(x.shape[1:]))
         chunk = max(1, min(len(x), int(np.sqrt(self.chunk_values / d))))
-        return ctx.network.attack("cw", x, attack_labels(x, ctx), chunk=chunk, clip=(lo, hi), lr=self.lr,
-                                  binary_search_steps=self.binary_search_steps, max_iterations=self.max_iterations,
-                                  abort_early=self.abort_early, confidence=self.confidence,
-                                  initial_const=self.initial_const)
+        return ctx.network.attack(
+            "cw",
+            x,
+            attack_labels(x, ctx),
+            chunk=chunk,
+            clip=(lo, hi),
+            lr=self.lr,
+            binary_search_steps=self.binary_search_steps,
+            max_iterations=self.max_iterations,
+            abort_early=self.abort_early,
+            confidence=self.confidence,
+            initial_const=self.initial_const,
+        )
 
 
 # ---- ART's JSMA ---------------------------------------------------------------------------------
@@ -178,13 +201,16 @@ class JSMA(_Attack):
 
     name = "jsma"
     stochastic = True
-    tasks = ("classification",)   # built on class margins
-    parameters = {"theta": Param(1.0, float, 0.0, 1.0, closed="right"),
-                  "gamma": Param(0.1, float, 0.0, 1.0, closed="right")}
+    tasks = ("classification",)  # built on class margins
+    parameters = {
+        "theta": Param(1.0, float, 0.0, 1.0, closed="right"),
+        "gamma": Param(0.1, float, 0.0, 1.0, closed="right"),
+    }
 
     def _mutate(self, x, rng, ctx):
         lo, hi = ctx.value_range
         n = ctx.network.n_classes
         target = (ctx.network.predict(x) + rng.integers(1, n, size=len(x))) % n
-        return ctx.network.attack("jsma", x, target, theta=self.theta * (hi - lo), gamma=self.gamma,
-                                  clip=tuple(ctx.value_range))
+        return ctx.network.attack(
+            "jsma", x, target, theta=self.theta * (hi - lo), gamma=self.gamma, clip=tuple(ctx.value_range)
+        )

@@ -53,8 +53,9 @@ class Param:
             return isinstance(value, bool) and self.type is bool
         if self.type is int and not isinstance(value, (int, np.integer)):
             return False
-        if self.type is float and (not isinstance(value, (int, float, np.integer, np.floating))
-                                   or not math.isfinite(value)):
+        if self.type is float and (
+            not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value)
+        ):
             return False
         if self.low is not None and (value < self.low or value == self.low and self.closed in ("right", "neither")):
             return False
@@ -93,8 +94,9 @@ class MutationContext:
     def __post_init__(self):
         lo, hi = self.value_range
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise ParameterError(f"value_range must be two finite numbers (low, high) with low < high. "
-                                 f"Got {self.value_range!r} instead.")
+            raise ParameterError(
+                f"value_range must be two finite numbers (low, high) with low < high. Got {self.value_range!r} instead."
+            )
 
 
 class Mutator:
@@ -105,10 +107,10 @@ class Mutator:
     """
 
     name: ClassVar[str]
-    kind: ClassVar[str]                 # "noise" | "attack" | "transform"
-    affine: ClassVar[bool] = False      # rotate/shift/scale/shear: at most one per chain (DeepHunter)
+    kind: ClassVar[str]  # "noise" | "attack" | "transform"
+    affine: ClassVar[bool] = False  # rotate/shift/scale/shear: at most one per chain (DeepHunter)
     needs_model: ClassVar[bool] = False
-    stochastic: ClassVar[bool] = True   # False: the output does not depend on rng (fgsm, bim, cw)
+    stochastic: ClassVar[bool] = True  # False: the output does not depend on rng (fgsm, bim, cw)
     #: which validity rule judges its mutants (docs/design.md, "Mutations"; idcgen.fuzz.validity):
     #: "pixel" = DeepHunter's L0/L-inf bounds, "scene" = an SSIM floor (weather, light, camera transforms)
     validity: ClassVar[str] = "pixel"
@@ -125,8 +127,10 @@ class Mutator:
     def __init__(self, **params):
         unknown = [key for key in params if key not in self.parameters]
         if unknown:
-            raise ParameterError(f"{self.name} has no parameter {unknown[0]!r}; its parameters are: "
-                                 f"{', '.join(self.parameters) or '(none)'}.")
+            raise ParameterError(
+                f"{self.name} has no parameter {unknown[0]!r}; its parameters are: "
+                f"{', '.join(self.parameters) or '(none)'}."
+            )
         for key, spec in self.parameters.items():
             value = params.get(key, spec.default)
             if not spec.accepts(value):
@@ -147,8 +151,10 @@ class Mutator:
         it before starting rather than failing every batch."""
         reason = self.cannot_run(network)
         if reason is not None:
-            raise ParameterError(f"mutator {self.name} cannot run on this model: {reason}; leave it out of the "
-                                 "mutators" + (f" ({self.instead})" if self.instead else ""))
+            raise ParameterError(
+                f"mutator {self.name} cannot run on this model: {reason}; leave it out of the "
+                "mutators" + (f" ({self.instead})" if self.instead else "")
+            )
 
     def cannot_run(self, network) -> str | None:
         """Why this mutator cannot run on ``network`` at all, or None (override)."""
@@ -165,8 +171,10 @@ class Mutator:
         """A one-line error when ``network`` lacks the capability this mutator needs."""
         gap = self.capability_gap(network)
         if gap is not None:
-            raise ParameterError(f"mutator {self.name} takes the model's gradients, which this model's backend "
-                                 "cannot give (it runs the model forward only): leave it out of the mutators")
+            raise ParameterError(
+                f"mutator {self.name} takes the model's gradients, which this model's backend "
+                "cannot give (it runs the model forward only): leave it out of the mutators"
+            )
 
     def _check_params(self) -> None:
         """Constraints between parameters (override)."""
@@ -212,8 +220,10 @@ class Mutator:
 
     def _check_batch(self, x, rng, ctx) -> np.ndarray:
         if not isinstance(rng, np.random.Generator):
-            raise ParameterError(f"{self.name}: rng must be a numpy Generator (np.random.default_rng(...)). "
-                                 f"Got {type(rng).__name__} instead.")
+            raise ParameterError(
+                f"{self.name}: rng must be a numpy Generator (np.random.default_rng(...)). "
+                f"Got {type(rng).__name__} instead."
+            )
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 4:
             raise InputError(f"{self.name}: expected a batch of images (b, h, w, c); got shape {x.shape}")
@@ -223,8 +233,10 @@ class Mutator:
         tol = 1e-6 * (hi - lo)
         low, high = x.min(), x.max()
         if not (lo - tol <= low and high <= hi + tol):  # NaN fails both comparisons
-            raise InputError(f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "
-                             f"values in [{np.nanmin(x):g}, {np.nanmax(x):g}]")
+            raise InputError(
+                f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "
+                f"values in [{np.nanmin(x):g}, {np.nanmax(x):g}]"
+            )
         if low < lo or high > hi:  # rounding error only: clip (on a copy), as cleverhans' C&W insists
             x = np.clip(x, lo, hi)
         if self.needs_model and len(ctx.labels) != len(x):
@@ -232,11 +244,12 @@ class Mutator:
         return x
 
 
-
 def check_tasks(mutators, task: str) -> None:
     """Refuse, before a campaign starts, a mutator that cannot run on a model of ``task``."""
     for mutator in mutators:
         if task not in mutator.tasks:
             instead = f"; {mutator.instead}" if mutator.instead else ""
-            raise ParameterError(f"{mutator.name} cannot run on a {task} model (it works on "
-                                 f"{' and '.join(mutator.tasks)} models only){instead}")
+            raise ParameterError(
+                f"{mutator.name} cannot run on a {task} model (it works on "
+                f"{' and '.join(mutator.tasks)} models only){instead}"
+            )

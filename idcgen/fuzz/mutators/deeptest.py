@@ -26,8 +26,18 @@ from .geometry import per_image
 from .image import BatchedTransform, in_unit_range
 
 #: DeepTest's ten blur settings: (kind, kernel size)
-DEEPTEST_BLURS = (("average", 3), ("average", 4), ("average", 5), ("average", 6), ("gaussian", 3), ("gaussian", 5),
-                  ("gaussian", 7), ("median", 3), ("median", 5), ("bilateral", 9))
+DEEPTEST_BLURS = (
+    ("average", 3),
+    ("average", 4),
+    ("average", 5),
+    ("average", 6),
+    ("gaussian", 3),
+    ("gaussian", 5),
+    ("gaussian", 7),
+    ("median", 3),
+    ("median", 5),
+    ("bilateral", 9),
+)
 
 
 def _low_high(mutator: Mutator) -> None:
@@ -41,8 +51,10 @@ class Gain(BatchedTransform):
 
     name = "gain"
     validity = "scene"
-    parameters = {"low": Param(1.2, float, 0.0, 10.0, closed="right"),
-                  "high": Param(3.0, float, 0.0, 10.0, closed="right")}
+    parameters = {
+        "low": Param(1.2, float, 0.0, 10.0, closed="right"),
+        "high": Param(3.0, float, 0.0, 10.0, closed="right"),
+    }
 
     def _check_params(self):
         _low_high(self)
@@ -57,8 +69,7 @@ class Bias(BatchedTransform):
 
     name = "bias"
     validity = "scene"
-    parameters = {"low": Param(10 / 255, float, -1.0, 1.0),
-                  "high": Param(100 / 255, float, -1.0, 1.0)}
+    parameters = {"low": Param(10 / 255, float, -1.0, 1.0), "high": Param(100 / 255, float, -1.0, 1.0)}
 
     def _check_params(self):
         _low_high(self)
@@ -67,13 +78,15 @@ class Bias(BatchedTransform):
         return unit + per_image(rng.uniform(self.low, self.high, len(unit)))
 
 
-def blur_image(image: np.ndarray, kind: str, size: int, *, sigma_color: float = 75.0,
-               sigma_space: float = 75.0) -> np.ndarray:
+def blur_image(
+    image: np.ndarray, kind: str, size: int, *, sigma_color: float = 75.0, sigma_space: float = 75.0
+) -> np.ndarray:
     """One float32 (h, w, c) image in [0, 1] blurred as OpenCV's ``blur`` ("average", any size),
     ``GaussianBlur`` ("gaussian", odd size, sigma from the size), ``medianBlur`` ("median", 3 or 5) or
     ``bilateralFilter`` ("bilateral", diameter ``size``; ``sigma_color`` in 8-bit units, as DeepTest
     gave it, so divided by 255 here)."""
     import cv2
+
     image = np.ascontiguousarray(image, dtype=np.float32)
     if kind == "average":
         out = cv2.blur(image, (size, size))
@@ -85,7 +98,7 @@ def blur_image(image: np.ndarray, kind: str, size: int, *, sigma_color: float = 
         out = cv2.bilateralFilter(image, size, sigma_color / 255.0, sigma_space)
     else:
         raise ValueError(f"kind must be average, gaussian, median or bilateral; got {kind!r}")
-    return out.reshape(image.shape)   # OpenCV drops a single channel's axis
+    return out.reshape(image.shape)  # OpenCV drops a single channel's axis
 
 
 class _PerImageBlur(Mutator):
@@ -123,9 +136,11 @@ class BilateralBlur(_PerImageBlur):
 
     name = "bilateral_blur"
     stochastic = False
-    parameters = {"diameter": Param(9, int, 1, 31),
-                  "sigma_color": Param(75.0, float, 0.0, 255.0, closed="right"),
-                  "sigma_space": Param(75.0, float, 0.0, None, closed="neither")}
+    parameters = {
+        "diameter": Param(9, int, 1, 31),
+        "sigma_color": Param(75.0, float, 0.0, 255.0, closed="right"),
+        "sigma_space": Param(75.0, float, 0.0, None, closed="neither"),
+    }
 
     def _settings(self, n, rng):
         return [("bilateral", self.diameter)] * n

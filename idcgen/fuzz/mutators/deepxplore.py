@@ -51,16 +51,23 @@ class DeepXplore(Mutator):
     kind: ClassVar[str] = "attack"
     needs_model: ClassVar[bool] = True
     needs: ClassVar[str] = "differentiable"
-    validity: ClassVar[str] = "scene"   # a lighting change or a black box is not a small L-inf change
+    validity: ClassVar[str] = "scene"  # a lighting change or a black box is not a small L-inf change
     #: the generator's output is a test input made from the seed, not a new scene: another pass on it
     #: searches further and stays judged against the chain's reference, so the total change is bounded
     moves_reference: ClassVar[bool] = False
     parameters: ClassVar[dict] = {
-        "constraint": Param("occl", str), "coverage": Param("nc", str),
-        "step": Param(0.1, float, 0.0, 1.0, closed="right"), "iterations": Param(20, int, 1, 1000),
-        "lambda1": Param(1.0, float, 0.0, None), "lambda2": Param(0.1, float, 0.0, None),
-        "threshold": Param(0.0, float, 0.0, 1.0), "rect": Param(10, int, 1, 4096),
-        "patch": Param(6, int, 1, 4096), "patches": Param(2, int, 1, 1000), "stop": Param(True, bool)}
+        "constraint": Param("occl", str),
+        "coverage": Param("nc", str),
+        "step": Param(0.1, float, 0.0, 1.0, closed="right"),
+        "iterations": Param(20, int, 1, 1000),
+        "lambda1": Param(1.0, float, 0.0, None),
+        "lambda2": Param(0.1, float, 0.0, None),
+        "threshold": Param(0.0, float, 0.0, 1.0),
+        "rect": Param(10, int, 1, 4096),
+        "patch": Param(6, int, 1, 4096),
+        "patches": Param(2, int, 1, 1000),
+        "stop": Param(True, bool),
+    }
 
     def _check_params(self):
         for key, choices in (("constraint", CONSTRAINTS), ("coverage", COVERAGE)):
@@ -100,6 +107,7 @@ class DeepXplore(Mutator):
             if not z_others:
                 return mine != c
             return np.any([z.argmax(1) != mine for z in z_others], axis=0)
+
         return [-self.lambda1 * onehot] + [onehot for _ in others], differs
 
     def _coverage_setup(self, x, rng, ctx):
@@ -111,6 +119,7 @@ class DeepXplore(Mutator):
             if analysis is None or tracker is None:  # a plain context: no combinations to aim at
                 return None
             from .directed import CoverageDirected
+
             combos = analysis.combinations
             current = getattr(ctx, "parent_combinations", None)
             if current is None:
@@ -119,7 +128,7 @@ class DeepXplore(Mutator):
             target = np.stack([combos.centroid_vector(t) for t in target_ids]).astype(np.float32)
             spread = np.array([max(float(np.ptp(c.centroids)), 1e-3) for c in analysis.clusters], np.float32)
             pull = CoverageDirected()._gradient_fn(ctx.network, analysis.layer, analysis.neurons)
-            return lambda v: -pull(v, target, spread)   # ascent on minus the squared distance
+            return lambda v: -pull(v, target, spread)  # ascent on minus the squared distance
         layers = nc_layers(ctx.network)
         if not layers:
             return None
@@ -129,9 +138,9 @@ class DeepXplore(Mutator):
         inactive = np.zeros_like(acts, bool)
         start = 0
         for width in widths:  # DeepXplore scales each layer's activations to [0, 1] per input
-            part = acts[:, start:start + width]
+            part = acts[:, start : start + width]
             low, high = part.min(1, keepdims=True), part.max(1, keepdims=True)
-            inactive[:, start:start + width] = (part - low) / np.where(high > low, high - low, 1.0) <= self.threshold
+            inactive[:, start : start + width] = (part - low) / np.where(high > low, high - low, 1.0) <= self.threshold
             start += width
         mask = np.zeros_like(acts, np.float32)
         for i in range(len(x)):
@@ -168,7 +177,7 @@ class DeepXplore(Mutator):
             top, left = rng.integers(0, h - rh + 1, size=b), rng.integers(0, w - rw + 1, size=b)
             region = np.zeros(x.shape, bool)
             for i in range(b):
-                region[i, top[i]:top[i] + rh, left[i]:left[i] + rw] = True
+                region[i, top[i] : top[i] + rh, left[i] : left[i] + rw] = True
         out = np.array(x, np.float32, copy=True)
         active, started = np.ones(b, bool), None
         for _ in range(self.iterations):
@@ -190,7 +199,7 @@ class DeepXplore(Mutator):
                 for i in np.flatnonzero(active).tolist():
                     for _p in range(self.patches):
                         top, left = int(rng.integers(0, h - ph + 1)), int(rng.integers(0, w - pw + 1))
-                        if g[i, top:top + ph, left:left + pw].mean() < 0:
-                            out[i, top:top + ph, left:left + pw] = lo
+                        if g[i, top : top + ph, left : left + pw].mean() < 0:
+                            out[i, top : top + ph, left : left + pw] = lo
             out = np.clip(out, lo, hi)
         return out

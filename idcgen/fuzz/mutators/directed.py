@@ -23,12 +23,16 @@ class CoverageDirected(Mutator):
     kind: ClassVar[str] = "directed"
     needs: ClassVar[str] = "differentiable"
     needs_model: ClassVar[bool] = True
-    parameters: ClassVar[dict] = {"steps": Param(5, int, 1, 100), "step_size": Param(0.03, float, 0.0, 1.0, closed="right"),
-                                  "eps": Param(0.15, float, 0.0, 1.0, closed="right"), "tries": Param(16, int, 1, 1000)}
+    parameters: ClassVar[dict] = {
+        "steps": Param(5, int, 1, 100),
+        "step_size": Param(0.03, float, 0.0, 1.0, closed="right"),
+        "eps": Param(0.15, float, 0.0, 1.0, closed="right"),
+        "tries": Param(16, int, 1, 1000),
+    }
 
     def targets(self, current: np.ndarray, combinations, tracker, rng: np.random.Generator) -> np.ndarray:
         """An uncovered combination id per input, close to its current one where possible."""
-        digits = combinations.decode(current)                          # (n, m)
+        digits = combinations.decode(current)  # (n, m)
         n, m = digits.shape
         counts = np.asarray(combinations.cluster_counts)
         movable = np.flatnonzero(counts > 1)
@@ -40,7 +44,7 @@ class CoverageDirected(Mutator):
                 if not len(todo):
                     break
                 cand = digits[todo].copy()
-                for _flip in range(1 + int(rng.integers(2))):        # move one or two neurons
+                for _flip in range(1 + int(rng.integers(2))):  # move one or two neurons
                     j = movable[rng.integers(len(movable), size=len(todo))]
                     shift = rng.integers(1, counts[j])
                     cand[np.arange(len(todo)), j] = (cand[np.arange(len(todo)), j] + shift) % counts[j]
@@ -53,7 +57,7 @@ class CoverageDirected(Mutator):
             if len(pool):
                 chosen[left] = pool[rng.integers(len(pool), size=len(left))]
             else:
-                chosen[left] = current[left]                          # everything covered: stay put
+                chosen[left] = current[left]  # everything covered: stay put
         return chosen
 
     def _gradient_fn(self, network, layer: str, neurons: np.ndarray):

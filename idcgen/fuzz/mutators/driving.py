@@ -29,7 +29,7 @@ class _Driving(Mutator):
 
     kind = "transform"
     validity = "scene"
-    rgb_only: ClassVar[bool] = False     # albumentations refuses other channel counts
+    rgb_only: ClassVar[bool] = False  # albumentations refuses other channel counts
 
     def _build(self, height: int, width: int):
         """The albumentations transform for frames of this size."""
@@ -68,17 +68,25 @@ class Rain(_Driving):
 
     name = "rain"
     rgb_only = True
-    parameters = {"slant": Param(10.0, float, 0.0, 45.0),
-                  "drop_length": Param(0.15, float, 0.0, 1.0, closed="right"),
-                  "drop_width": Param(1, int, 1, 5),
-                  "blur": Param(3, int, 1, 15),
-                  "brightness": Param(0.8, float, 0.0, 1.0, closed="right")}
+    parameters = {
+        "slant": Param(10.0, float, 0.0, 45.0),
+        "drop_length": Param(0.15, float, 0.0, 1.0, closed="right"),
+        "drop_width": Param(1, int, 1, 5),
+        "blur": Param(3, int, 1, 15),
+        "brightness": Param(0.8, float, 0.0, 1.0, closed="right"),
+    }
 
     def _build(self, height, width):
         import albumentations as A
-        return A.RandomRain(slant_range=(-self.slant, self.slant), drop_length=max(1, round(self.drop_length * height)),
-                            drop_width=self.drop_width, blur_value=self.blur, brightness_coefficient=self.brightness,
-                            p=1.0)
+
+        return A.RandomRain(
+            slant_range=(-self.slant, self.slant),
+            drop_length=max(1, round(self.drop_length * height)),
+            drop_width=self.drop_width,
+            blur_value=self.blur,
+            brightness_coefficient=self.brightness,
+            p=1.0,
+        )
 
 
 class Fog(Mutator):
@@ -93,16 +101,18 @@ class Fog(Mutator):
     name = "fog"
     kind = "transform"
     validity = "scene"
-    parameters = {"fog_low": Param(0.3, float, 0.0, 10.0),
-                  "fog_high": Param(1.0, float, 0.0, 10.0),
-                  "airlight": Param(0.8, float, 0.0, 1.0)}
+    parameters = {
+        "fog_low": Param(0.3, float, 0.0, 10.0),
+        "fog_high": Param(1.0, float, 0.0, 10.0),
+        "airlight": Param(0.8, float, 0.0, 1.0),
+    }
 
     def _check_params(self):
         _range(self, "fog_low", "fog_high")
 
     def _mutate(self, x, rng, ctx):
         density = rng.uniform(self.fog_low, self.fog_high, len(x)).astype(np.float32)
-        depth = np.linspace(1.0, 0.5, x.shape[1], dtype=np.float32)          # top row furthest
+        depth = np.linspace(1.0, 0.5, x.shape[1], dtype=np.float32)  # top row furthest
         t = np.exp(-density[:, None, None, None] * depth[None, :, None, None])
         return in_unit_range(lambda unit: unit * t + np.float32(self.airlight) * (1 - t), x, ctx)
 
@@ -114,13 +124,17 @@ class SunFlare(_Driving):
 
     name = "sun_flare"
     rgb_only = True
-    parameters = {"radius": Param(0.25, float, 0.0, 1.0, closed="right"),
-                  "top": Param(0.5, float, 0.0, 1.0, closed="right")}
+    parameters = {
+        "radius": Param(0.25, float, 0.0, 1.0, closed="right"),
+        "top": Param(0.5, float, 0.0, 1.0, closed="right"),
+    }
 
     def _build(self, height, width):
         import albumentations as A
-        return A.RandomSunFlare(flare_roi=(0.0, 0.0, 1.0, self.top), src_radius=max(1, round(self.radius * width)),
-                                p=1.0)
+
+        return A.RandomSunFlare(
+            flare_roi=(0.0, 0.0, 1.0, self.top), src_radius=max(1, round(self.radius * width)), p=1.0
+        )
 
 
 class Shadow(_Driving):
@@ -129,20 +143,27 @@ class Shadow(_Driving):
     intensity drawn from [intensity_low, intensity_high]. Validity: scene."""
 
     name = "shadow"
-    parameters = {"max_shadows": Param(2, int, 1, 5),
-                  "vertices": Param(5, int, 3, 10),
-                  "intensity_low": Param(0.3, float, 0.0, 1.0),
-                  "intensity_high": Param(0.7, float, 0.0, 1.0),
-                  "top": Param(0.5, float, 0.0, 1.0, closed="left")}
+    parameters = {
+        "max_shadows": Param(2, int, 1, 5),
+        "vertices": Param(5, int, 3, 10),
+        "intensity_low": Param(0.3, float, 0.0, 1.0),
+        "intensity_high": Param(0.7, float, 0.0, 1.0),
+        "top": Param(0.5, float, 0.0, 1.0, closed="left"),
+    }
 
     def _check_params(self):
         _range(self, "intensity_low", "intensity_high")
 
     def _build(self, height, width):
         import albumentations as A
-        return A.RandomShadow(shadow_roi=(0.0, self.top, 1.0, 1.0), num_shadows_limit=(1, self.max_shadows),
-                              shadow_dimension=self.vertices,
-                              shadow_intensity_range=(self.intensity_low, self.intensity_high), p=1.0)
+
+        return A.RandomShadow(
+            shadow_roi=(0.0, self.top, 1.0, 1.0),
+            num_shadows_limit=(1, self.max_shadows),
+            shadow_dimension=self.vertices,
+            shadow_intensity_range=(self.intensity_low, self.intensity_high),
+            p=1.0,
+        )
 
 
 class MotionBlur(_Driving):
@@ -154,6 +175,7 @@ class MotionBlur(_Driving):
 
     def _build(self, height, width):
         import albumentations as A
+
         return A.MotionBlur(blur_limit=(3, self.max_kernel | 1), p=1.0)
 
 
@@ -163,12 +185,15 @@ class GaussianBlur(_Driving):
     DeepHunter's pixel bounds, as before)."""
 
     name = "gaussian_blur"
-    parameters = {"sigma_low": Param(0.5, float, 0.0, 10.0, closed="right"),
-                  "sigma_high": Param(2.0, float, 0.0, 10.0, closed="right")}
+    parameters = {
+        "sigma_low": Param(0.5, float, 0.0, 10.0, closed="right"),
+        "sigma_high": Param(2.0, float, 0.0, 10.0, closed="right"),
+    }
 
     def _check_params(self):
         _range(self, "sigma_low", "sigma_high")
 
     def _build(self, height, width):
         import albumentations as A
+
         return A.GaussianBlur(blur_limit=0, sigma_limit=(self.sigma_low, self.sigma_high), p=1.0)

@@ -26,13 +26,15 @@ _PAD = 2
 _MAX_ROWS = 1_024
 
 
-def affine_matrices(height: int, width: int, *, rotate=0.0, scale=1.0, shear_x=0.0, shear_y=0.0,
-                    translate_x=0.0, translate_y=0.0) -> np.ndarray:
+def affine_matrices(
+    height: int, width: int, *, rotate=0.0, scale=1.0, shear_x=0.0, shear_y=0.0, translate_x=0.0, translate_y=0.0
+) -> np.ndarray:
     """(b, 2, 3) forward matrices (source -> destination pixel), as albumentations' ``Affine`` builds
     them: angles in degrees (rotation counter-clockwise on screen, as in albumentations), translations
     in pixels. Each argument is a scalar or a (b,) array."""
-    args = np.broadcast_arrays(*(np.asarray(a, np.float64) for a in
-                                 (rotate, scale, shear_x, shear_y, translate_x, translate_y)))
+    args = np.broadcast_arrays(
+        *(np.asarray(a, np.float64) for a in (rotate, scale, shear_x, shear_y, translate_x, translate_y))
+    )
     rotate, scale, shear_x, shear_y, tx, ty = (np.atleast_1d(a) for a in args)
     angle = np.deg2rad(rotate % 360)
     cos, sin = np.cos(angle), np.sin(angle)
@@ -77,7 +79,7 @@ def _warp_canvas(images: np.ndarray, inverse: np.ndarray, out: np.ndarray, start
     """Warp images[start:start + size] by their inverse matrices into out, as one canvas."""
     import cv2
 
-    images, inverse = images[start:start + size], inverse[start:start + size]
+    images, inverse = images[start : start + size], inverse[start : start + size]
     n, h, w, c = images.shape
     rows, cols = h + 2 * _PAD, w + 2 * _PAD
     xs, ys = np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32)
@@ -92,10 +94,16 @@ def _warp_canvas(images: np.ndarray, inverse: np.ndarray, out: np.ndarray, start
     c0 = 0
     for k in _channel_groups(c):
         canvas = np.zeros((n, rows, cols, k), np.float32)
-        canvas[:, _PAD:_PAD + h, _PAD:_PAD + w] = images[..., c0:c0 + k]
-        warped = cv2.remap(canvas.reshape(n * rows, cols, k), map_x, map_y, cv2.INTER_LINEAR,
-                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        out[start:start + n, :, :, c0:c0 + k] = warped.reshape(n, h, w, k)
+        canvas[:, _PAD : _PAD + h, _PAD : _PAD + w] = images[..., c0 : c0 + k]
+        warped = cv2.remap(
+            canvas.reshape(n * rows, cols, k),
+            map_x,
+            map_y,
+            cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_CONSTANT,
+            borderValue=0,
+        )
+        out[start : start + n, :, :, c0 : c0 + k] = warped.reshape(n, h, w, k)
         c0 += k
 
 

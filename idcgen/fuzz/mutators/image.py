@@ -47,8 +47,9 @@ class _AffineTransform(BatchedTransform):
     def _transform(self, unit, rng):
         return warp_affine(unit, self._matrices(len(unit), unit.shape[1], unit.shape[2], rng))
 
-    def mutate_with_reference(self, x: np.ndarray, reference: np.ndarray, rng: np.random.Generator,
-                              ctx: MutationContext) -> tuple[np.ndarray, np.ndarray]:
+    def mutate_with_reference(
+        self, x: np.ndarray, reference: np.ndarray, rng: np.random.Generator, ctx: MutationContext
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(mutate(x), reference moved by the same transforms)``, drawing from ``rng`` exactly as
         :meth:`mutate` does, in one warp (references equal to their image are not warped twice)."""
         x, reference = self._check_batch(x, rng, ctx), self._check_batch(reference, rng, ctx)
@@ -59,12 +60,11 @@ class _AffineTransform(BatchedTransform):
         matrices = self._matrices(len(x), x.shape[1], x.shape[2], rng)
         differ = np.flatnonzero((x != reference).reshape(len(x), -1).any(axis=1))
         both = np.concatenate([x, reference[differ]])
-        warped = in_unit_range(lambda unit: warp_affine(unit, np.concatenate([matrices, matrices[differ]])),
-                                both, ctx)
+        warped = in_unit_range(lambda unit: warp_affine(unit, np.concatenate([matrices, matrices[differ]])), both, ctx)
         warped = self._finish(both, warped, ctx)
-        mutants = warped[:len(x)]
+        mutants = warped[: len(x)]
         moved = mutants.copy()
-        moved[differ] = warped[len(x):]
+        moved[differ] = warped[len(x) :]
         return mutants, moved
 
 
@@ -87,16 +87,19 @@ class Shift(_AffineTransform):
 
     def _matrices(self, n, height, width, rng):
         dx, dy = max(1, round(self.limit * width)), max(1, round(self.limit * height))
-        return affine_matrices(height, width, translate_x=rng.integers(-dx, dx + 1, n),
-                               translate_y=rng.integers(-dy, dy + 1, n))
+        return affine_matrices(
+            height, width, translate_x=rng.integers(-dx, dx + 1, n), translate_y=rng.integers(-dy, dy + 1, n)
+        )
 
 
 class Scale(_AffineTransform):
     """Zoom about the centre by a factor drawn from [low, high], the same on both axes."""
 
     name = "scale"
-    parameters = {"low": Param(0.8, float, 0.0, None, closed="neither"),
-                  "high": Param(1.2, float, 0.0, None, closed="neither")}
+    parameters = {
+        "low": Param(0.8, float, 0.0, None, closed="neither"),
+        "high": Param(1.2, float, 0.0, None, closed="neither"),
+    }
 
     def _check_params(self):
         if self.high < self.low:
@@ -141,8 +144,7 @@ class Noise(BatchedTransform):
     then independent N(0, std) noise on every pixel and channel."""
 
     name = "noise"
-    parameters = {"std_low": Param(0.02, float, 0.0, 1.0),
-                  "std_high": Param(0.08, float, 0.0, 1.0)}
+    parameters = {"std_low": Param(0.02, float, 0.0, 1.0), "std_high": Param(0.08, float, 0.0, 1.0)}
 
     def _check_params(self):
         if self.std_high < self.std_low:
@@ -180,8 +182,8 @@ class _Albumentations(Mutator):
             starts = range(0, len(unit), self.group)
             for start, seed in zip(starts, rng.integers(0, 2**32, size=len(starts), dtype=np.uint64)):
                 transform.set_random_seed(int(seed))
-                chunk = np.ascontiguousarray(unit[start:start + self.group])
-                out[start:start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
+                chunk = np.ascontiguousarray(unit[start : start + self.group])
+                out[start : start + self.group] = transform(images=chunk)["images"].reshape(chunk.shape)
             return out
 
         return in_unit_range(in_groups, x, ctx)
@@ -195,6 +197,7 @@ class Blur(_Albumentations):
 
     def _build(self, height, width):
         import albumentations as A
+
         return A.Blur(blur_limit=(3, self.max_kernel), p=1.0)
 
 
@@ -205,12 +208,13 @@ class Elastic(_Albumentations):
 
     name = "elastic"
     group = 1
-    parameters = {"alpha": Param(8.0, float, 0.0, None, closed="neither"),
-                  "sigma": Param(4.0, float, 0.0, None, closed="neither")}
+    parameters = {
+        "alpha": Param(8.0, float, 0.0, None, closed="neither"),
+        "sigma": Param(4.0, float, 0.0, None, closed="neither"),
+    }
 
     def _build(self, height, width):
         import albumentations as A
         import cv2
-        return A.ElasticTransform(alpha=self.alpha, sigma=self.sigma, border_mode=cv2.BORDER_CONSTANT, fill=0,
-                                  p=1.0)
 
+        return A.ElasticTransform(alpha=self.alpha, sigma=self.sigma, border_mode=cv2.BORDER_CONSTANT, fill=0, p=1.0)

@@ -50,7 +50,7 @@ def standard_normal(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     bounds = np.linspace(0, flat.size, _NOISE_PARTS + 1).astype(int)
 
     def fill(i):
-        np.random.default_rng(seeds[i]).standard_normal(dtype=np.float32, out=flat[bounds[i]:bounds[i + 1]])
+        np.random.default_rng(seeds[i]).standard_normal(dtype=np.float32, out=flat[bounds[i] : bounds[i + 1]])
 
     if flat.size < 65_536:
         for i in range(_NOISE_PARTS):
@@ -98,29 +98,33 @@ class RelevantPixels(Mutator):
     name = "relevant_pixels"
     kind = "noise"
     needs_model = True
-    needs = "differentiable"   # the input relevance
+    needs = "differentiable"  # the input relevance
     stochastic = True
-    parameters = {"fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
-                  "std": Param(0.75, float, 0.0, None, closed="neither")}
+    parameters = {
+        "fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
+        "std": Param(0.75, float, 0.0, None, closed="neither"),
+    }
 
     instead = "random_pixels perturbs as many pixels without relevance"
 
     def cannot_run(self, network) -> str | None:
         from ...errors import LayerError
         from ...relevance import input_relevance_pass
+
         try:
             input_relevance_pass(network)
-        except LayerError as error:   # a layer without an LRP rule between the pixels and the logits
+        except LayerError as error:  # a layer without an LRP rule between the pixels and the logits
             return str(error)
         return None
 
     def positions(self, x: np.ndarray, network: Network) -> np.ndarray:
         """(b, k) flat indices of the most relevant pixel positions, most relevant first."""
         from ...relevance import input_relevance
+
         b, h, w, _ = x.shape
         score = np.abs(input_relevance(network, x).sum(axis=-1)).reshape(b, h * w)
         # the type ignore: numpy 2.4's stubs refuse a (slice, slice) index whose stop is an int (numpy accepts it)
-        return np.argsort(-score, axis=1, kind="stable")[:, :pixel_count(self.fraction, h, w)]  # type: ignore[index]
+        return np.argsort(-score, axis=1, kind="stable")[:, : pixel_count(self.fraction, h, w)]  # type: ignore[index]
 
     def _mutate(self, x, rng, ctx):
         lo, hi = ctx.value_range
@@ -132,12 +136,13 @@ class RandomPixels(Mutator):
 
     name = "random_pixels"
     kind = "noise"
-    parameters = {"fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
-                  "std": Param(0.75, float, 0.0, None, closed="neither")}
+    parameters = {
+        "fraction": Param(0.02, float, 0.0, 1.0, closed="right"),
+        "std": Param(0.75, float, 0.0, None, closed="neither"),
+    }
 
     def _mutate(self, x, rng, ctx):
         b, h, w, _ = x.shape
         k = pixel_count(self.fraction, h, w)
         lo, hi = ctx.value_range
         return noise_at(x, distinct_positions(rng, b, h * w, k), self.std * (hi - lo), rng)
-
