@@ -35,7 +35,7 @@ from .layers import GraphQueries, LayerGraph, LayerRecord
 from .torch_graph import PREPROCESS, TorchGraph, op_name
 from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
-from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
+from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
 _SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
 _SKIP_BEFORE_LOGITS = (
@@ -447,7 +447,7 @@ class TorchNetwork(GraphQueries, Network):
         )  # halved here, halved for the next pass too
         rel.release = self._release
         chosen = attention or os.environ.get("IDCGEN_ATTENTION_RULE") or "cp"
-        if chosen != "cp" and any(rule_of(step, self.graph) == "attention" for step in rel.steps):
+        if chosen != "cp" and any(isinstance(rule_of(step, self.graph), Attention) for step in rel.steps):
             raise LayerError(f"attention rule {chosen!r}: PyTorch models take CP-LRP's rule only ('cp')")
         return rel
 
