@@ -1,5 +1,5 @@
 """The framework-neutral layer graph (idcgen/framework/layers.py) on hand-built records, no framework: the queries
-both backends answer through it, with their messages."""
+both backends answer through it, with their messages; last, a Keras model and its PyTorch twin answering alike."""
 
 import pytest
 
@@ -189,3 +189,30 @@ def test_a_network_answers_the_queries_through_its_graph():
     assert network.dropout_layers() == ["drop"] and network.rule_label("dense") == "epsilon"
     with pytest.raises(LayerError, match="^unknown layer 'x'; valid layers: conv, bn"):
         network.check_layer("x")
+
+
+def test_a_keras_model_and_its_pytorch_twin_answer_alike():
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from idcgen.framework import as_network
+    from torch_twins import twins
+
+    module, model = twins("residual")
+    torch_net, keras_net = as_network(module), as_network(model)
+    names = dict(zip(torch_net.layer_names(), keras_net.layer_names()))  # the twins' layers, in the same order
+    assert len(names) == len(keras_net.layer_names()) == 11
+    for query in ("default_layer", "subject_layers", "neuron_layers", "weighted_layers", "dropout_layers"):
+        answer = getattr(torch_net, query)()
+        expected = getattr(keras_net, query)()
+        assert ([names[n] for n in answer] if isinstance(answer, (list, tuple)) else names[answer]) == (
+            list(expected) if isinstance(expected, (list, tuple)) else expected
+        ), query
+    for net in (torch_net, keras_net):
+        assert isinstance(net.layer_graph, LayerGraph) and net.neuron_count("conv1") == 8
+        with pytest.raises(LayerError, match="^layer 'fc' is the logits or after them; choose a hidden layer: stem, "):
+            net.check_subject_layer("fc")
+        with pytest.raises(LayerError, match="^unknown layer 'nope'; valid layers: stem, "):
+            net.check_layer("nope")
