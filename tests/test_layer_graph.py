@@ -124,8 +124,8 @@ def test_a_layer_without_a_rule_blocks_every_layer_below_it():
     blocked = LayerGraph(cnn(pool={"rule": "none"}), logits="logits")
     assert blocked.subject_layers() == ["pool", "drop", "flat", "dense", "act"]
     assert blocked.subject_layers(rows={"pool", "dense"}) == ["pool", "dense"]  # rows: one row per input
-    several = LayerGraph(cnn(flat={"outputs": 2}), logits="logits")  # a layer of two outputs blocks too
-    assert several.subject_layers() == ["flat", "dense", "act"]
+    several = LayerGraph(cnn(flat={"outputs": 2}), logits="logits")  # a layer of two outputs blocks too,
+    assert several.subject_layers() == ["dense", "act"]  # and is none itself
     not_per_input = LayerGraph(cnn(dense={"per_input": False}), logits="logits")
     assert "dense" not in not_per_input.subject_layers()
 

@@ -217,6 +217,7 @@ class LayerGraph:
             if r.name in self.hidden
             and r.name in reached
             and r.name not in blocked
+            and r.outputs == 1  # as `check_subject_layer` takes
             and r.per_input
             and (rows is None or r.name in rows)
         ]
