@@ -17,30 +17,51 @@ from pathlib import Path
 import numpy as np
 
 from ..convention import InputConvention
-from ..errors import LayerError, ModelError
+from ..errors import ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import relevance_batch_size
 from .keras_graph import neuron_activations
+from .layers import GraphQueries, LayerGraph, LayerRecord
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-#: Skipped when choosing the default subject layer: identity at inference, or a reshape whose
-#: "neurons" would be feature-map positions rather than channels (docs/design.md, "Relevance").
-_SKIP_BEFORE_LOGITS = (
+#: the layers that drop units in training (MC dropout samples them at test time)
+_DROPOUT = (
     keras.layers.Dropout,
     keras.layers.SpatialDropout1D,
     keras.layers.SpatialDropout2D,
     keras.layers.SpatialDropout3D,
+)
+_IDENTITY_AT_INFERENCE = _DROPOUT + (
     keras.layers.GaussianNoise,
     keras.layers.GaussianDropout,
     keras.layers.AlphaDropout,
     keras.layers.ActivityRegularization,
-    keras.layers.Flatten,
-    keras.layers.Reshape,
 )
+#: Skipped when choosing the default subject layer: identity at inference, or a reshape whose
+#: "neurons" would be feature-map positions rather than channels (docs/design.md, "Relevance").
+_SKIP_BEFORE_LOGITS = _IDENTITY_AT_INFERENCE + (keras.layers.Flatten, keras.layers.Reshape)
+#: counted with the weighted layer before them in `neuron_layers` (an activation's output taken instead)
+_FOLLOWERS = (
+    keras.layers.BatchNormalization,
+    keras.layers.LayerNormalization,
+    keras.layers.GroupNormalization,
+) + _IDENTITY_AT_INFERENCE
+_ACTIVATIONS = (
+    keras.layers.Activation,
+    keras.layers.ReLU,
+    keras.layers.LeakyReLU,
+    keras.layers.ELU,
+    keras.layers.PReLU,
+)
+
+
+def _role(layer) -> str:
+    """The layer's part in `LayerGraph.neuron_layers`: "activation", "follower" or none."""
+    return "activation" if isinstance(layer, _ACTIVATIONS) else "follower" if isinstance(layer, _FOLLOWERS) else ""
 
 
 def check_container(path: Path) -> None:
@@ -244,7 +265,7 @@ def _detect_task(last, task: str | None) -> str:
     return "regression" if one_unit and activation_name(last.layer) != "softmax" else "classification"
 
 
-class KerasNetwork(Network):
+class KerasNetwork(GraphQueries, Network):
     """A Keras classifier with its logits exposed and batched taps on named layers, for any functional graph.
 
     The model is read as a `Graph` (idcgen/framework/keras_graph.py): nested models are expanded, so every layer of a
@@ -318,8 +339,9 @@ class KerasNetwork(Network):
         self.logits_step = self.graph.producer_of(self.logits_key)
         if self.logits_step is None:
             raise ModelError("the model's softmax is applied to its input directly: there is no layer to explain")
+        self.layer_graph = self._layer_graph()
         # a conv classifier (MobileNet's 1x1 Conv2D "logits", then Flatten): its output is the logits, not hidden
-        self.classifier_step = self._classifier(self.logits_step)
+        self.classifier_step = self.layer_graph.classifier.ref
         self.logits_layer = self.classifier_step.name
         if len(self.logits_step.output_shapes[0]) != 2:  # (batch, classes): one score per class and input
             raise ModelError(
@@ -327,26 +349,8 @@ class KerasNetwork(Network):
                 "class; expected a (batch, classes) output such as a final Dense's"
             )
         self.n_classes = int(self.logits_step.output_shapes[0][-1])
-        head = self.classifier_step.outputs[0]
-        self._hidden = self.graph.ancestors(head) - {head, self.graph.input_key}
         self._taps: dict[tuple, object] = {}
         self._logits_fn = None
-
-    def _classifier(self, step):
-        """The layer that computes the class scores: ``step``, or, when ``step`` only reshapes or drops out
-        (Flatten, Reshape, Dropout), the layer with weights below it whose output holds exactly those scores
-        (a 1x1 convolution over a 1x1 map, as MobileNet V1 and V3 end)."""
-        scores = int(np.prod([d for d in step.output_shapes[0][1:] if d is not None]))
-        below = step
-        while isinstance(below.layer, _SKIP_BEFORE_LOGITS) and len(below.inputs) == 1:
-            below = self.graph.producer_of(below.inputs[0])
-            if below is None:
-                return step
-            if below.layer.weights:
-                shape = below.output_shapes[0][1:]
-                size = int(np.prod(shape)) if all(d is not None for d in shape) else -1
-                return below if size == scores and len(below.outputs) == 1 else step
-        return step
 
     def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
         """Inputs per forward batch: 1,024 for small models; fewer when the largest tensor of a batch (with
@@ -360,88 +364,42 @@ class KerasNetwork(Network):
         """Every layer in topological order (a shared layer once per call)."""
         return [step.layer for step in self.graph.steps]
 
-    def layer_names(self) -> list[str]:
-        return [step.name for step in self.graph.steps]
-
-    def step(self, name: str):
-        """The graph step (one layer call) named ``name``."""
-        try:
-            return self.graph.step(name)
-        except KeyError:
-            names = self.layer_names()
-            shown = (
-                ", ".join(names)
-                if len(names) <= 40
-                else ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
-            )
-            raise LayerError(f"unknown layer {name!r}; valid layers: {shown}") from None
-
     def layer(self, name: str):
         return self.step(name).layer
 
-    def output_shape(self, name: str) -> tuple:
-        return tuple(self.step(name).output_shapes[0])
-
-    def layers_info(self) -> list[LayerInfo]:
-        return [
-            LayerInfo(
-                s.name,
-                s.kind,
-                tuple(s.output_shapes[0]),
-                int(s.output_shapes[0][-1]) if s.output_shapes[0] and s.output_shapes[0][-1] else 0,
-            )
-            for s in self.graph.steps
-        ]
-
-    def neuron_count(self, name: str) -> int:
-        return int(self.output_shape(name)[-1])
-
-    def default_layer(self) -> str:
-        """The last hidden layer before the logits (the paper's penultimate layer), skipping dropout and
-        reshapes: walk back from the logits layer's input while the producer is one of those."""
-        key = self.classifier_step.inputs[0]
-        while True:
-            step = self.graph.producer_of(key)
-            if step is None:
-                raise LayerError("the model has no hidden layer before its logits")
-            if not isinstance(step.layer, _SKIP_BEFORE_LOGITS) or len(step.inputs) != 1:
-                return step.name
-            key = step.inputs[0]
-
-    def check_subject_layer(self, name: str) -> str:
-        """A layer whose output the logits depend on (a hidden layer): else a LayerError."""
-        step = self.step(name)
-        if len(step.outputs) != 1 or step.outputs[0] not in self._hidden:
-            hidden = [s.name for s in self.graph.steps if s.outputs[0] in self._hidden]
-            shown = ", ".join(hidden) if len(hidden) <= 30 else ", ".join(hidden[:10] + ["..."] + hidden[-10:])
-            head = self.classifier_step.outputs[0]
-            where = (
-                "is the logits or after them"
-                if step.outputs[0] in self.graph.descendants(head)
-                else "does not lead to the logits"
-            )
-            raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
-        return step.name
-
-    def subject_layers(self) -> list[str]:
-        from .keras_lrp import rule_of
-
-        graph, blocked = self.graph, set()
-        for step in graph.steps:  # a layer without a rule blocks every layer below it on its way to the logits
-            if (
-                step.outputs[0] in graph.ancestors(self.logits_key)
-                and step.outputs[0] not in blocked
-                and (rule_of(step.layer) is None or len(step.outputs) != 1)
-            ):
-                for key in step.inputs:
-                    blocked |= graph.ancestors(key)
-        return [s.name for s in graph.steps if s.outputs[0] in self._hidden and s.outputs[0] not in blocked]
-
-    def rule_label(self, name: str) -> str:
+    def _layer_graph(self) -> LayerGraph:
+        """The layer graph of the steps (idcgen/framework/layers.py); a step reads the model input as ""."""
         from .keras_lrp import rule_label
 
-        step = self.step(name)
-        return rule_label(step.layer, logits=step is self.logits_step, n_inputs=len(step.inputs))
+        graph = self.graph
+
+        def name_of(key) -> str:
+            producer = graph.producer_of(key)
+            return "" if producer is None else producer.name
+
+        return LayerGraph(
+            (
+                LayerRecord(
+                    s.name,
+                    s.kind,
+                    tuple(s.output_shapes[0][1:]),
+                    tuple(name_of(key) for key in s.inputs),
+                    weighted=bool(getattr(s.layer, "weights", None)),
+                    dropout=isinstance(s.layer, _DROPOUT),
+                    transparent=isinstance(s.layer, _SKIP_BEFORE_LOGITS),
+                    role=_role(s.layer),
+                    rule=rule_label(s.layer, logits=s is self.logits_step, n_inputs=len(s.inputs)),
+                    outputs=len(s.outputs),
+                    batch=s.output_shapes[0][0] if s.output_shapes[0] else None,
+                    ref=s,
+                )
+                for s in graph.steps
+            ),
+            logits=self.logits_step.name,
+        )
+
+    def layers_info(self) -> list[LayerInfo]:
+        return self.layer_graph.layers_info(batch_axis=True)
 
     def rule_notes(self, layer: str | None, *, attention: str | None = None) -> list[str]:
         from .keras_lrp import rule_notes
@@ -450,13 +408,9 @@ class KerasNetwork(Network):
             return rule_notes(self.relevance(layer, attention=attention).steps, self.logits_step, attention)
         last = self.graph.steps.index(self.logits_step)  # the whole model, layers without a rule included
         return rule_notes(
-            [s for s in self.graph.steps[: last + 1] if s.outputs[0] in self._hidden or s is self.logits_step],
+            [s for s in self.graph.steps[: last + 1] if s.name in self.layer_graph.hidden or s is self.logits_step],
             self.logits_step,
         )
-
-    def is_hidden(self, name: str) -> bool:
-        """Whether layer ``name``'s output is a hidden tensor the logits depend on."""
-        return self.step(name).outputs[0] in self._hidden
 
     def key_of(self, name: str) -> int:
         """The graph key of layer ``name``'s output tensor."""
@@ -537,62 +491,6 @@ class KerasNetwork(Network):
         return self._logits_fn
 
     # ---- what the rest of idcgen asks of a network, beyond forward taps -----------------------------
-    def check_layer(self, name: str) -> str:
-        """``name`` if the model has that layer (call), else a LayerError naming the valid ones."""
-        return self.step(name).name
-
-    def neuron_layers(self) -> list[str]:
-        """Every hidden layer with weights before the logits, as DeepXplore and DeepGauge count neurons.
-
-        When a weighted layer is followed (through normalisation or dropout layers) by an activation layer,
-        the activation layer's output is taken instead, so a ``Dense`` + ``Activation("relu")`` pair gives
-        the ReLU outputs. Normalisation layers and activation layers with weights (PReLU) are not counted
-        as layers of their own.
-        """
-        L = keras.layers
-        followers = (
-            L.BatchNormalization,
-            L.LayerNormalization,
-            L.GroupNormalization,
-            L.Dropout,
-            L.SpatialDropout1D,
-            L.SpatialDropout2D,
-            L.SpatialDropout3D,
-            L.GaussianNoise,
-            L.GaussianDropout,
-            L.AlphaDropout,
-            L.ActivityRegularization,
-        )
-        activations = (L.Activation, L.ReLU, L.LeakyReLU, L.ELU, L.PReLU)
-        graph, chosen = self.graph, []
-        for step in graph.steps:
-            if (
-                not self.is_hidden(step.name)
-                or not getattr(step.layer, "weights", None)
-                or isinstance(step.layer, followers + activations)
-            ):
-                continue
-            pick, key = step, step.outputs[0]
-            while len(graph.consumers.get(key, ())) == 1:  # follow a single reader through norm/dropout/activation
-                nxt = graph.steps[graph.consumers[key][0]]
-                if not self.is_hidden(nxt.name) or not isinstance(nxt.layer, followers + activations):
-                    break
-                if isinstance(nxt.layer, activations):
-                    pick = nxt
-                key = nxt.outputs[0]
-            chosen.append(pick.name)
-        if not chosen:
-            raise LayerError(
-                "the model has no hidden layer with weights before its logits; pass layers=[...] "
-                f"from: {', '.join(self.layer_names())}"
-            )
-        return chosen
-
-    def weighted_layers(self) -> tuple[str, ...]:
-        """The layers with weights before the logits layer (DeepXplore's neuron coverage counts these)."""
-        steps = self.graph.steps
-        return tuple(step.name for step in steps[: steps.index(self.classifier_step)] if step.layer.weights)
-
     def feature_maps(self, layers: tuple[str, ...]):
         """x -> the raw outputs (n, h, w, channels) of ``layers`` as numpy, traced once per model."""
 
@@ -609,21 +507,6 @@ class KerasNetwork(Network):
 
     def head_activation(self) -> str:
         return activation_name(self.logits_step.layer)
-
-    def dropout_layers(self) -> list[str]:
-        return [
-            s.name
-            for s in self.graph.steps
-            if isinstance(
-                s.layer,
-                (
-                    keras.layers.Dropout,
-                    keras.layers.SpatialDropout1D,
-                    keras.layers.SpatialDropout2D,
-                    keras.layers.SpatialDropout3D,
-                ),
-            )
-        ]
 
     def dropout_outputs(self, x: np.ndarray, passes: int, rng: np.random.Generator) -> np.ndarray:
         dropped = set(self.dropout_layers())

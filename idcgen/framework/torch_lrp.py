@@ -15,6 +15,10 @@ For every rule idcgen uses, the relevance of a tensor ``t`` on the path to the l
   is detached; likewise the divisor of a quotient of two (a normalisation written by hand, ``(x - u) / std``:
   its normalising factor held constant, as CP-LRP's layer norm rule).
 
+As on the Keras side, each rule is one `Rule` class, registered with `register` for the ATen operations it
+explains (docs/design.md, "How to add an LRP rule"); an operation with no registered rule has none, and
+relevance cannot pass it.
+
 In-place operations (``relu_``, ``out += identity``) take the rules of their out-of-place forms: the graph is
 functionalised first (torch_graph.functional).
 
@@ -239,23 +243,6 @@ def gate_of(layer: Layer) -> int:
     return 1 if gates[1] or not gates[0] else 0
 
 
-def relevance_inputs(layer: Layer, graph) -> list:
-    """The input layers relevance flows to from ``layer``: none from attention weights (a softmax inside
-    the model), only the value from attention, only the values from a product of weights and values, only
-    the signal from a gated product (the gate gets none)."""
-    op = layer.op
-    if op in _WEIGHTS:
-        return []
-    if rule_of(layer, graph) == "gate":
-        return [graph.by_node[a] for a in _sources([layer.node.args[1 - gate_of(layer)]], graph)]
-    if op in ATTENTION:
-        return [graph.by_node[a] for a in _sources([layer.node.args[2]], graph)]
-    if op in ("matmul", "bmm") and any(_attention_weights(a, graph) for a in layer.node.args[:2]):
-        values = [a for a in layer.node.args[:2] if not _attention_weights(a, graph)]
-        return [graph.by_node[a] for a in _sources(values, graph)]
-    return layer.inputs
-
-
 def _sources(args, graph) -> list:
     found = []
     for arg in args:
@@ -264,6 +251,179 @@ def _sources(args, graph) -> list:
         if arg in graph.by_node:
             found.append(arg)
     return found
+
+
+#: ATen operations (``op_name``) -> the rule explaining them
+_RULES: dict[str, "Rule"] = {}
+
+
+class Rule:
+    """How relevance goes back through one ATen operation. The relevance pass runs the model forward with
+    ``apply``'s value in place of each operation's: the same value, with the backward pass through it changed
+    so that a tensor's relevance is the tensor times the gradient arriving there (module docstring).
+    ``label`` names the rule in notes and in `idcgen layers`."""
+
+    label = "rule"
+
+    def resolve(self, layer: Layer, graph) -> "Rule | None":
+        """The rule for this call of the operation: itself, unless its arguments decide (a product)."""
+        return self
+
+    def label_of(self, layer: Layer) -> str:
+        return self.label
+
+    def inputs(self, layer: Layer, graph) -> list:
+        """The input layers relevance flows to from ``layer``."""
+        return layer.inputs
+
+    def apply(self, node, args, value, lrp: "Relevance"):
+        """The operation's value in the relevance pass (``args``: its arguments' values)."""
+        return value
+
+
+def register(*ops: str):
+    """Class decorator: its rule explains the ATen operations ``ops`` (as ``op_name`` names them)."""
+
+    def add(cls):
+        rule = cls()
+        for op in ops:
+            _RULES[op] = rule
+        return cls
+
+    return add
+
+
+def registered() -> dict[str, Rule]:
+    """Every operation with a rule, and its rule."""
+    return dict(_RULES)
+
+
+@register(*EPSILON)
+class Epsilon(Rule):
+    """Affine in the inputs: the gradient scaled by ``z / (z + eps sign z)`` at the output (none at a
+    convolution folded into the batch norm reading it)."""
+
+    label = "epsilon"
+
+    def apply(self, node, args, value, lrp):
+        return value if node in lrp._folded else _EpsilonScale.apply(value, lrp.eps)
+
+
+@register(*ROUTING)
+class Routing(Rule):
+    """Moves values without arithmetic: the plain gradient takes relevance back along the same paths."""
+
+    label = "routing"
+
+
+@register(*PASS_THROUGH)
+class PassThrough(Rule):
+    """Elementwise or identity at inference: relevance unchanged, the gradient times ``out / in`` (for ReLU and
+    leaky ReLU the plain gradient already is)."""
+
+    label = "pass-through"
+
+    def label_of(self, layer):
+        return self.label if layer.op in EXACT_ACTIVATIONS else f"{self.label} ({layer.op} passed through unchanged)"
+
+    def apply(self, node, args, value, lrp):
+        return value if op_name(node) in EXACT_ACTIVATIONS else _PassThrough.apply(args[0], value.detach())
+
+
+class Gate(Rule):
+    """A product of two activations: the signal takes all of the relevance, the gate (`gate_of`) none; a
+    quotient of two: the divisor held constant (a hand-written normalisation's std)."""
+
+    label = "gate"
+
+    def label_of(self, layer):
+        if layer.op == "div":
+            return "gate (the divisor held constant, as a normalising factor: all relevance to the dividend)"
+        return "gate (all relevance to the signal, none to the gate)"
+
+    def inputs(self, layer, graph):
+        return [graph.by_node[a] for a in _sources([layer.node.args[1 - gate_of(layer)]], graph)]
+
+    def apply(self, node, args, value, lrp):
+        gate = lrp._gates[node]
+        parts = [a.detach() if i == gate else a for i, a in enumerate(args[:2])]
+        return node.target(*parts, *args[2:])
+
+
+@register("mul", "div")
+class Product(Rule):
+    """A product or quotient: by a constant or a learned vector (layer scale) it is affine (`Epsilon`); of two
+    activations, a `Gate`."""
+
+    label = "epsilon or gate"
+
+    def resolve(self, layer, graph):
+        return Epsilon() if any(_is_constant(a, graph) for a in layer.node.args[:2]) else Gate()
+
+
+@register(*NORMALISATION)
+class Normalisation(Rule):
+    """Layer or RMS normalisation: the epsilon rule with the normalising factor held constant (CP-LRP)."""
+
+    label = "epsilon (normalising factor held constant, CP-LRP)"
+
+    def apply(self, node, args, value, lrp):
+        return _EpsilonScale.apply(_normalised(node, args), lrp.eps)
+
+
+@register(*ATTENTION)
+class Attention(Rule):
+    """Attention: the epsilon rule with the softmax weights held constant, relevance along the values only
+    (CP-LRP); fused (``scaled_dot_product_attention``) or a product of weights and values (`WeightedValues`)."""
+
+    label = "epsilon (attention weights held constant: relevance along the values, CP-LRP)"
+
+    def inputs(self, layer, graph):
+        if layer.op in ATTENTION:
+            return [graph.by_node[a] for a in _sources([layer.node.args[2]], graph)]
+        values = [a for a in layer.node.args[:2] if not _attention_weights(a, graph)]
+        return [graph.by_node[a] for a in _sources(values, graph)]
+
+    def apply(self, node, args, value, lrp):
+        return _EpsilonScale.apply(_attended(node, args, lrp.network.graph), lrp.eps)
+
+
+@register("matmul", "bmm")
+class WeightedValues(Rule):
+    """A matrix product: attention (`Attention`) when one factor is softmax weights; else no rule."""
+
+    label = "attention or none"
+
+    def resolve(self, layer, graph):
+        return Attention() if any(_attention_weights(a, graph) for a in layer.node.args[:2]) else None
+
+
+@register(*_WEIGHTS)
+class Constant(Rule):
+    """Attention weights (a softmax inside the model): held constant, no relevance flows into them."""
+
+    label = "constant (attention weights: no relevance)"
+
+    def inputs(self, layer, graph):
+        return []
+
+    def apply(self, node, args, value, lrp):
+        return value.detach()
+
+
+def rule_of(layer: Layer, graph) -> Rule | None:
+    """The rule explaining ``layer`` (an `Epsilon`, `Routing`, `PassThrough`, `Gate`, `Normalisation`,
+    `Attention` or `Constant`), or None for an operation relevance cannot be explained through."""
+    rule = _RULES.get(layer.op)
+    return None if rule is None else rule.resolve(layer, graph)
+
+
+def relevance_inputs(layer: Layer, graph) -> list:
+    """The input layers relevance flows to from ``layer``: none from attention weights (a softmax inside
+    the model), only the value from attention, only the values from a product of weights and values, only
+    the signal from a gated product (the gate gets none)."""
+    rule = rule_of(layer, graph)
+    return layer.inputs if rule is None else rule.inputs(layer, graph)
 
 
 def relevant_ancestors(layer: Layer, graph) -> set:
@@ -277,46 +437,9 @@ def relevant_ancestors(layer: Layer, graph) -> set:
     return seen
 
 
-def rule_of(layer: Layer, graph) -> str | None:
-    """ "epsilon", "routing", "pass-through", "gate", "normalisation", "attention" or None (no rule)."""
-    op = layer.op
-    if op in NORMALISATION:
-        return "normalisation"
-    if op in ATTENTION or (op in ("matmul", "bmm") and any(_attention_weights(a, graph) for a in layer.node.args[:2])):
-        return "attention"
-    if op in _WEIGHTS:
-        return "constant"
-    if op in ("mul", "div"):
-        constant = [_is_constant(a, graph) for a in layer.node.args[:2]]
-        if any(constant):
-            return "epsilon"  # a scale by a constant or a learned vector (layer scale)
-        return "gate"  # a product: the gate held constant; a quotient: its divisor (a hand-written norm's std)
-    if op in EPSILON:
-        return "epsilon"
-    if op in ROUTING:
-        return "routing"
-    if op in PASS_THROUGH:
-        return "pass-through"
-    return None
-
-
 def rule_label(layer: Layer, graph) -> str:
     rule = rule_of(layer, graph)
-    if rule is None:
-        return "none"
-    if rule == "pass-through" and layer.op not in EXACT_ACTIVATIONS:
-        return f"pass-through ({layer.op} passed through unchanged)"
-    if rule == "gate" and layer.op == "div":
-        return "gate (the divisor held constant, as a normalising factor: all relevance to the dividend)"
-    if rule == "gate":
-        return "gate (all relevance to the signal, none to the gate)"
-    if rule == "normalisation":
-        return "epsilon (normalising factor held constant, CP-LRP)"
-    if rule == "attention":
-        return "epsilon (attention weights held constant: relevance along the values, CP-LRP)"
-    if rule == "constant":
-        return "constant (attention weights: no relevance)"
-    return rule
+    return "none" if rule is None else rule.label_of(layer)
 
 
 def rule_notes(layers, graph) -> list[str]:
@@ -353,9 +476,9 @@ class Relevance(BatchedRelevance):
                     + ("" if layer is None else "; choose a subject layer after it (see `idcgen layers`)")
                 )
         self._rules = {s.node: rule_of(s, graph) for s in self.steps}
-        self._rules[PREPROCESS] = "epsilon"  # the convention's (x - mean) / std, as a Keras Rescaling
+        self._rules[PREPROCESS] = Epsilon()  # the convention's (x - mean) / std, as a Keras Rescaling
         self._folded = self._batchnorm_folds()
-        self._gates = {s.node: gate_of(s) for s in self.steps if self._rules[s.node] == "gate"}
+        self._gates = {s.node: gate_of(s) for s in self.steps if isinstance(self._rules[s.node], Gate)}
 
     def _batchnorm_folds(self) -> set:
         """Nodes of convolution/linear layers folded into the batch norm reading them (no scaling of their own)."""
@@ -372,21 +495,7 @@ class Relevance(BatchedRelevance):
         rule = self._rules.get(node)
         if rule is None or not isinstance(value, torch.Tensor):
             return value
-        if rule == "epsilon" and node not in self._folded:
-            return _EpsilonScale.apply(value, self.eps)
-        if rule == "pass-through" and op_name(node) not in EXACT_ACTIVATIONS:  # (PREPROCESS is epsilon)
-            return _PassThrough.apply(args[0], value.detach())
-        if rule == "gate":
-            gate = self._gates[node]
-            parts = [a.detach() if i == gate else a for i, a in enumerate(args[:2])]
-            return node.target(*parts, *args[2:])
-        if rule == "normalisation":
-            return _EpsilonScale.apply(_normalised(node, args), self.eps)
-        if rule == "attention":
-            return _EpsilonScale.apply(_attended(node, args, self.network.graph), self.eps)
-        if rule == "constant":
-            return value.detach()
-        return value
+        return rule.apply(node, args, value, self)
 
     def raw(self, x: np.ndarray, target: np.ndarray | None = None):
         """Unaggregated relevance (the subject layer's output shape, or the input's), its activations and

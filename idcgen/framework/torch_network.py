@@ -31,10 +31,11 @@ from .device import (
     requested_device,
     torch_device,
 )
+from .layers import GraphQueries, LayerGraph, LayerRecord
 from .torch_graph import PREPROCESS, TorchGraph, op_name
 from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
-from .torch_lrp import PASS_THROUGH, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
+from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
 _SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
 _SKIP_BEFORE_LOGITS = (
@@ -84,7 +85,7 @@ def _trainable(module) -> list:
     return found
 
 
-class TorchNetwork(Network):
+class TorchNetwork(GraphQueries, Network):
     """A PyTorch classifier or regression model, exported, with logits exposed and taps on named layers."""
 
     def __init__(
@@ -211,7 +212,8 @@ class TorchNetwork(Network):
                 "one score per class; expected a final linear layer"
             )
         self.logits_layer_ = logits
-        classifier = self._classifier(logits)
+        self.layer_graph = self._layer_graph(logits)
+        classifier = self.layer_graph.classifier.ref
         if not _has_weights(classifier):
             raise ModelError(
                 f"the model's output comes from {classifier.name!r} ({classifier.op}), not a classifier or "
@@ -226,17 +228,6 @@ class TorchNetwork(Network):
                 f"{self.n_classes}; leave --task out or give classification"
             )
         self.task = task or ("regression" if self.n_classes == 1 and last.op not in _SOFTMAX else "classification")
-        self._hidden = graph.ancestors(classifier) - {classifier}
-
-    def _classifier(self, layer):
-        """The layer computing the class scores: ``layer``, or the weighted layer of the same size under the
-        reshapes and dropout above it (a 1x1 convolution classifier)."""
-        below = layer
-        while below.op in _SKIP_BEFORE_LOGITS and len(below.inputs) == 1:
-            below = below.inputs[0]
-            if _has_weights(below):
-                return below if int(np.prod(below.shape)) == int(np.prod(layer.shape)) else layer
-        return layer
 
     def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
         """The CPU: a fixed budget; a GPU: its free memory over a few live values of the widest layer (the
@@ -384,117 +375,54 @@ class TorchNetwork(Network):
 
         return run
 
-    # ---- layers -------------------------------------------------------------------------------
-    def layer_names(self) -> list[str]:
-        return [layer.name for layer in self.graph.layers]
-
-    def check_layer(self, name: str) -> str:
-        if not self.graph.has(name):
-            names = self.layer_names()
-            shown = (
-                ", ".join(names)
-                if len(names) <= 40
-                else ", ".join(names[:20] + ["..."] + names[-10:]) + f" ({len(names)} in all: see `idcgen layers`)"
+    # ---- layers -----------------------------------------------------------------------------
+    def _layer_graph(self, logits) -> LayerGraph:
+        """The layer graph of the program's layers (idcgen/framework/layers.py)."""
+        graph = self.graph
+        records = (
+            LayerRecord(
+                layer.name,
+                layer.op,
+                layer.shape,
+                tuple(below.name for below in layer.inputs),
+                neurons=layer.neurons,
+                weighted=layer.weighted,
+                dropout=layer.op in _DROPOUT,
+                transparent=layer.op in _SKIP_BEFORE_LOGITS,
+                role="follower" if layer.op in _FOLLOWERS else "activation" if layer.op in _ACTIVATIONS else "",
+                rule=rule_label(layer, graph),
+                per_input=layer.windows != 0,  # (nn.MultiheadAttention's (tokens, batch, dims))
+                ref=layer,
             )
-            raise LayerError(f"unknown layer {name!r}; valid layers: {shown}")
-        return self.graph.layer(name).name
+            for layer in graph.layers
+        )
 
-    def step(self, name: str):
-        return self.graph.layer(self.check_layer(name))
+        def reached():  # not what only feeds attention weights or gates, which their rules hold constant
+            return [layer.name for layer in relevant_ancestors(logits, graph)]
 
-    layer = step
+        return LayerGraph(records, logits=logits.name, aliases=graph.aliases, reached=reached)
+
+    layer = GraphQueries.step
 
     def layers_info(self) -> list[LayerInfo]:
-        return [LayerInfo(layer.name, layer.op, layer.shape, layer.neurons) for layer in self.graph.layers]
-
-    def output_shape(self, name: str) -> tuple:
-        return (None, *self.step(name).shape)
-
-    def neuron_count(self, name: str) -> int:
-        return self.step(name).neurons
-
-    def default_layer(self) -> str:
-        layer = self.classifier_
-        while True:
-            if not layer.inputs:
-                raise LayerError("the model has no hidden layer before its logits")
-            layer = layer.inputs[0]
-            if layer.op not in _SKIP_BEFORE_LOGITS or len(layer.inputs) != 1:
-                return layer.name
-
-    def is_hidden(self, name: str) -> bool:
-        return self.step(name) in self._hidden
+        return self.layer_graph.layers_info(batch_axis=False)
 
     def check_subject_layer(self, name: str) -> str:
-        layer = self.step(name)
-        if layer not in self._hidden:
-            hidden = [s.name for s in self.graph.layers if s in self._hidden]
-            shown = ", ".join(hidden) if len(hidden) <= 30 else ", ".join(hidden[:10] + ["..."] + hidden[-10:])
-            where = (
-                "is the logits or after them"
-                if layer in self.graph.descendants(self.classifier_)
-                else "does not lead to the logits"
-            )
-            raise LayerError(f"layer {name!r} {where}; choose a hidden layer: {shown}")
-        if layer not in relevant_ancestors(self.logits_layer_, self.graph):
-            return layer.name  # off relevance's path (attention scores): the relevance pass says so, better
-        return self._check_rows(layer.name)
+        name = self.layer_graph.check_subject_layer(name).name
+        if name not in self.layer_graph.reached():
+            return name  # off relevance's path (attention scores): the relevance pass says so, better
+        return self._check_rows(name)
 
     def subject_layers(self) -> list[str]:
-        graph, blocked = self.graph, set()
-        on_path = relevant_ancestors(self.logits_layer_, graph)  # not what only feeds attention weights
-        for layer in graph.layers:
-            if layer in on_path and layer not in blocked and rule_of(layer, graph) is None:
-                for below in layer.inputs:
-                    blocked |= graph.ancestors(below)
-        rows = self._batch_first()
-        # a layer without the images on its first axis (windows 0) has no per-image neurons
-        return [
-            s.name
-            for s in graph.layers
-            if s in self._hidden and s in on_path and s not in blocked and s.windows != 0 and s.name in rows
-        ]
+        return self.layer_graph.subject_layers(rows=self._batch_first())
 
-    def rule_label(self, name: str) -> str:
-        return rule_label(self.step(name), self.graph)
+    def neuron_layers(self) -> list[str]:
+        return self.layer_graph.neuron_layers(rows=self._batch_first())  # not what has no row per input
 
     def rule_notes(self, layer: str | None) -> list[str]:
         if layer is not None:
             return rule_notes(self.relevance(layer).steps, self.graph)
-        on_path = relevant_ancestors(self.logits_layer_, self.graph)
-        return rule_notes([s for s in self.graph.layers if s in on_path], self.graph)
-
-    def neuron_layers(self) -> list[str]:
-        graph, chosen = self.graph, []
-        for layer in graph.layers:
-            if (
-                layer not in self._hidden
-                or not _has_weights(layer)
-                or layer.op in _FOLLOWERS + _ACTIVATIONS
-                or layer.windows == 0
-            ):  # no per-image neurons (nn.MultiheadAttention's (tokens, batch, dims))
-                continue
-            pick, cur = layer, layer
-            while len(graph.consumers(cur)) == 1:
-                nxt = graph.consumers(cur)[0]
-                if nxt not in self._hidden or nxt.op not in _FOLLOWERS + _ACTIVATIONS:
-                    break
-                if nxt.op in _ACTIVATIONS:
-                    pick = nxt
-                cur = nxt
-            chosen.append(pick.name)
-        rows = self._batch_first()
-        chosen = [name for name in chosen if name in rows]  # not what has no row per input (attention inside)
-        if not chosen:
-            raise LayerError(
-                "the model has no hidden layer with weights before its logits; pass layers=[...] "
-                f"from: {', '.join(self.layer_names())}"
-            )
-        return chosen
-
-    def weighted_layers(self) -> tuple[str, ...]:
-        layers = self.graph.layers
-        return tuple(s.name for s in layers[: layers.index(self.classifier_)] if _has_weights(s))
+        return rule_notes([record.ref for record in self.layer_graph.on_path()], self.graph)
 
     # ---- identity -----------------------------------------------------------------------------
     def fingerprint(self) -> str:
@@ -519,7 +447,7 @@ class TorchNetwork(Network):
         )  # halved here, halved for the next pass too
         rel.release = self._release
         chosen = attention or os.environ.get("IDCGEN_ATTENTION_RULE") or "cp"
-        if chosen != "cp" and any(rule_of(step, self.graph) == "attention" for step in rel.steps):
+        if chosen != "cp" and any(isinstance(rule_of(step, self.graph), Attention) for step in rel.steps):
             raise LayerError(f"attention rule {chosen!r}: PyTorch models take CP-LRP's rule only ('cp')")
         return rel
 
@@ -539,9 +467,6 @@ class TorchNetwork(Network):
     def head_activation(self) -> str:
         out = self.graph.output_node.all_input_nodes[0]
         return "linear" if out is self.logits_layer_.node else op_name(out)
-
-    def dropout_layers(self) -> list[str]:
-        return [layer.name for layer in self.graph.layers if layer.op in _DROPOUT]
 
     def dropout_outputs(self, x: np.ndarray, passes: int, rng: np.random.Generator) -> np.ndarray:
         dropped = {layer.node for layer in self.graph.layers if layer.op in _DROPOUT}
