@@ -137,6 +137,10 @@ def test_a_quantised_export_loads_and_mostly_agrees(files):
     assert export.default_layer() == "fc_relu" and export.neuron_count("fc1") == 16
     agree = (export.predict(x) == source.predict(x)).mean()
     assert agree > 0.9, agree
+    # dynamic quantisation scales each call's activations together: an input's outputs must not depend on
+    # the inputs batched with it (each runs alone, as deployed)
+    alone = np.concatenate([export.forward(x[i : i + 1])[0] for i in range(40)])
+    np.testing.assert_array_equal(export.forward(x[:40])[0], alone)
 
 
 def test_the_disagreement_oracle_finds_the_planted_difference(files, tmp_path):

@@ -28,7 +28,7 @@ import numpy as np
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, ForwardNetwork, LayerInfo
-from .device import requested_device
+from .device import requested_device, say_once
 
 #: operations a walk from the classifier down to the subject layer passes through (reshapes, dropout,
 #: the casts and dynamic quantisation a quantiser puts in front of an integer matmul)
@@ -36,6 +36,8 @@ _PASS = {"Flatten", "Reshape", "Dropout", "Identity", "Cast", "DynamicQuantizeLi
 _WEIGHTED = {"Conv", "ConvInteger", "Gemm", "MatMul", "MatMulInteger", "ConvTranspose", "QLinearConv", "QLinearMatMul"}
 _ACTIVATIONS = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid", "HardSwish", "Gelu", "Softplus"}
 _FOLLOWERS = {"BatchNormalization", "Add", "Mul", "Dropout"}  # a bias or a scale after a (quantised) matmul
+#: operations whose output for one input depends on the other inputs of the same call
+_COUPLED = {"DynamicQuantizeLinear"}
 #: the ATen name the torch backend gives an operation the TorchScript-based exporter names by ONNX type
 _ATEN = {
     "Conv": "conv2d",
@@ -174,6 +176,14 @@ class OnnxNetwork(ForwardNetwork):
         except Exception as exc:  # a truncated or foreign file: protobuf's own error
             raise ModelError(f"cannot read {model.origin}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
         self._built: dict = {}
+        # dynamic quantisation takes one scale per call over the whole input tensor: in a batch, an input's
+        # outputs would depend on the inputs beside it, so each runs alone, as a deployment at batch 1 does
+        self.coupled = any(node.op_type in _COUPLED for node in self.proto.graph.node)
+        if self.coupled:
+            say_once(
+                f"{model.origin} quantises its activations per call (DynamicQuantizeLinear): each input runs "
+                "alone, so its outputs do not depend on the other inputs of a batch"
+            )
         self._read_input()
         self._find_layers()
         self._find_head(task)
@@ -236,15 +246,15 @@ class OnnxNetwork(ForwardNetwork):
         """The model's first output and ``outputs`` on model inputs ``x``, one call (a fixed batch padded)."""
         session = self._session(outputs)
         names = [self.output_name, *outputs]
-        fixed = self._fixed_batch
+        fixed = self._fixed_batch or (1 if self.coupled else None)
         if fixed is None or len(x) == fixed:
             return session.run(names, {self.input_name: x})
         parts = []
         for start in range(0, len(x), fixed):
             chunk = x[start : start + fixed]
             padded = np.concatenate([chunk, np.repeat(chunk[-1:], fixed - len(chunk), axis=0)])
-            parts.append([v[: len(chunk)] for v in session.run(names, {self.input_name: padded})])
-        return [np.concatenate(vs) for vs in zip(*parts)]
+            parts.append([v[: len(chunk)] if v.ndim else v for v in session.run(names, {self.input_name: padded})])
+        return [np.concatenate(vs) if vs[0].ndim else vs[0] for vs in zip(*parts)]
 
     def _find_layers(self) -> None:
         graph = self.proto.graph
