@@ -104,6 +104,23 @@ def source_analysis(files):
     return out
 
 
+def test_the_default_exporter_names_layers_by_module_path_too(files, tmp_path):
+    """torch.onnx.export's default (dynamo=True) records module paths as node metadata, not node names."""
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    pt2, *_, x = files
+    source = load_network(pt2)
+    program = torch.export.load(str(pt2))
+    torch.onnx.export(program, f=str(tmp_path / "d.onnx"), dynamo=True, verbose=False)
+    export = load_network(tmp_path / "d.onnx")
+    for name in ("conv1", "relu", "pool", "fc1", "fc_relu", "fc2"):
+        assert export.neuron_count(name) == source.neuron_count(name), name
+    assert export.default_layer() == "fc_relu"
+    # a program exported at batch 2 keeps that batch: the export runs in batches of 2, the last one padded
+    _, (a,) = source.forward(x[:5], ("fc1",))
+    _, (b,) = export.forward(x[:5], ("fc1",))
+    np.testing.assert_allclose(b, a, atol=1e-5)
+
+
 def test_the_source_analysis_measures_the_export(files, source_analysis):
     pt2, onnx_file, int8, *_ = files
     lines = {}

@@ -36,6 +36,7 @@ _PASS = {"Flatten", "Reshape", "Dropout", "Identity", "Cast", "DynamicQuantizeLi
 _WEIGHTED = {"Conv", "ConvInteger", "Gemm", "MatMul", "MatMulInteger", "ConvTranspose", "QLinearConv", "QLinearMatMul"}
 _ACTIVATIONS = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid", "HardSwish", "Gelu", "Softplus"}
 _FOLLOWERS = {"BatchNormalization", "Add", "Mul", "Dropout"}  # a bias or a scale after a (quantised) matmul
+_QUANTISED = {"MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "DynamicQuantizeLinear"}
 #: operations whose output for one input depends on the other inputs of the same call
 _COUPLED = {"DynamicQuantizeLinear"}
 #: the ATen name the torch backend gives an operation the TorchScript-based exporter names by ONNX type
@@ -70,11 +71,20 @@ def load_model(path, *, safe_mode: bool = True, architecture=None, input_shape=N
     """The ONNX model in ``path``; ``safe_mode`` does not apply (an ONNX file holds no code)."""
     if architecture is not None:
         raise ModelError(f"{path}: an ONNX file holds its weights: drop --weights/--architecture")
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ModelError(f"cannot read the ONNX model {path}: {exc.strerror or exc}") from None
-    return OnnxModel(data, f"ONNX file {path}")
+    import onnx
+
+    if not Path(path).is_file():
+        raise ModelError(f"model file not found: {path}")
+    try:  # with the weights the exporter wrote beside it (m.onnx.data), so the model travels as one proto
+        proto = onnx.load(str(path))
+    except Exception as exc:  # a truncated or foreign file: protobuf's own error
+        raise ModelError(f"cannot read ONNX file {path}: {_first_line(exc)}") from None
+    return OnnxModel(proto.SerializeToString(), f"ONNX file {path}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def limit_threads(threads: int) -> None:
@@ -173,8 +183,8 @@ class OnnxNetwork(ForwardNetwork):
         self._device_info = {"device": "cuda" if self.providers[0].startswith("CUDA") else "cpu"}
         try:
             self.proto = onnx.load_from_string(model.data)
-        except Exception as exc:  # a truncated or foreign file: protobuf's own error
-            raise ModelError(f"cannot read {model.origin}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+        except Exception as exc:  # a truncated or foreign proto: protobuf's own error
+            raise ModelError(f"cannot read {model.origin}: {_first_line(exc)}") from None
         self._built: dict = {}
         # dynamic quantisation takes one scale per call over the whole input tensor: in a batch, an input's
         # outputs would depend on the inputs beside it, so each runs alone, as a deployment at batch 1 does
@@ -237,8 +247,7 @@ class OnnxNetwork(ForwardNetwork):
             try:
                 return ort.InferenceSession(proto.SerializeToString(), options, providers=self.providers)
             except Exception as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ModelError(f"onnxruntime cannot run {self.source.origin}: {first}") from None
+                raise ModelError(f"onnxruntime cannot run {self.source.origin}: {_first_line(exc)}") from None
 
         return self.cached(("session", outputs), build)
 
@@ -516,6 +525,12 @@ class OnnxNetwork(ForwardNetwork):
             return [np.moveaxis(np.asarray(v, np.float32), layer.channel_axis, -1) for v, layer in zip(values, chosen)]
 
         return run
+
+    def device_info(self) -> dict:
+        """Where it runs and in what precision, as analysis.json and campaign.json record them (information only):
+        "int8" for a quantised export."""
+        quantised = any(node.op_type in _QUANTISED for node in self.proto.graph.node)
+        return dict(self._device_info, precision="int8" if quantised else "fp32")
 
     def head_activation(self) -> str:
         return "softmax" if self._softmax_out else "linear"
