@@ -189,6 +189,9 @@ def test_gradient_mutators_are_dropped_with_a_note_and_refused_when_named(files,
     done = invoke("fuzz", "--model", int8, "--seeds", "embedded-mnist:test", "--analysis", source_analysis,
                   "--budget", 100, "--mutators", "fgsm", "--out", tmp_path / "D")  # fmt: skip
     assert done.exit_code == 1 and "error: mutator fgsm takes the model's gradients" in done.output
+    done = invoke("harden", "--model", int8, "--train", "embedded-mnist:train", "--test", "embedded-mnist:test",
+                  "--campaign", tmp_path / "C", "--out", tmp_path / "H")  # fmt: skip
+    assert done.exit_code == 1 and "error: hardening retrains the model, and this one runs forward only" in done.output
 
 
 def test_prioritisation_by_output_runs_on_an_export(files, tmp_path):
