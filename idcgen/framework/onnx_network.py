@@ -95,20 +95,19 @@ def limit_threads(threads: int) -> None:
 _THREADS = [0]  # 0: onnxruntime's default
 
 
-def _providers(device) -> list[str]:
-    """CUDA when asked for (or auto) and onnxruntime has it, else the CPU; an explicit cuda that onnxruntime
-    cannot give is one line."""
+def _providers(device) -> list:
+    """CUDA (device ``cuda:N``: that GPU) when asked for, or auto, and onnxruntime has it, else the CPU; an
+    explicit cuda that onnxruntime cannot give is one line."""
     import onnxruntime as ort
 
     setting = requested_device(device if device is None or isinstance(device, str) else str(device))
     have = ort.get_available_providers()
     if setting.kind != "cpu" and "CUDAExecutionProvider" in have:
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [("CUDAExecutionProvider", {"device_id": setting.index or 0}), "CPUExecutionProvider"]
     if setting.kind == "cuda":
         raise ModelError(
-            f"--device {setting.describe() if hasattr(setting, 'describe') else 'cuda'}: onnxruntime "
-            f"{ort.__version__} has no CUDA provider here (providers: {', '.join(have)}); install "
-            "onnxruntime-gpu, or run with --device cpu"
+            f"{setting.given_as()}: onnxruntime {ort.__version__} has no CUDA provider here (providers: "
+            f"{', '.join(have)}); install onnxruntime-gpu in its place, or run on the CPU (--device cpu)"
         )
     return ["CPUExecutionProvider"]
 
@@ -180,7 +179,8 @@ class OnnxNetwork(ForwardNetwork):
         self._device = device
         self.providers = _providers(device)
         self.device_asked = requested_device(device if device is None or isinstance(device, str) else str(device)).kind
-        self._device_info = {"device": "cuda" if self.providers[0].startswith("CUDA") else "cpu"}
+        gpu = self.providers[0][1]["device_id"] if isinstance(self.providers[0], tuple) else None
+        self._device_info = {"device": "cpu" if gpu is None else f"cuda:{gpu}"}
         try:
             self.proto = onnx.load_from_string(model.data)
         except Exception as exc:  # a truncated or foreign proto: protobuf's own error
