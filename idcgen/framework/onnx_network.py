@@ -452,7 +452,6 @@ class OnnxNetwork(ForwardNetwork):
                 if nxt.op in _ACTIVATIONS:
                     pick = nxt
                 after = consumers.get(nxt.value, [])
-                layer = nxt
             if pick.name not in chosen:
                 chosen.append(pick.name)
         if not chosen:
