@@ -95,6 +95,24 @@ def test_forward_taps_and_neurons_equal_the_source(files):
     assert export.fingerprint() == source.fingerprint()
 
 
+def test_a_convolution_with_its_batch_norm_folded_in_is_not_named_as_the_source_conv(tmp_path):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential()
+    net.conv = torch.nn.Conv2d(1, 4, 3)
+    net.bn = torch.nn.BatchNorm2d(4)
+    net.relu = torch.nn.ReLU()
+    net.flatten = torch.nn.Flatten()
+    net.fc = torch.nn.Linear(4 * 26 * 26, 10)
+    net.bn.running_mean.uniform_(-1, 1)  # statistics a trained model has: the norm is no identity
+    net.bn.running_var.uniform_(0.5, 2)
+    net.eval()
+    source = as_network(net, input_shape=(28, 28, 1))
+    export = load_network(_export(net, tmp_path / "bn.onnx"))
+    assert "conv" not in export.layer_names() and "conv.folded" in export.layer_names()
+    x = np.random.default_rng(0).random((4, 28, 28, 1)).astype(np.float32)
+    np.testing.assert_allclose(export.forward(x, ("conv.folded",))[1][0], source.forward(x, ("bn",))[1][0], atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def source_analysis(files):
     """The analysis of the source .pt2 (its folder)."""

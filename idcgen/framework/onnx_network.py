@@ -12,6 +12,8 @@ kept them, so ``--layer fc1`` names the same layer as on the ``.pt2``: the torch
 ``pkg.torch.onnx.name_scopes`` on each node, the TorchScript-based one names nodes ``/fc1/Gemm``. A module with
 one layer is named by its path, one with several by path and operation (``layer1.0.relu_1``), and the path is
 an alias of its last layer; a node without a recorded scope (what a quantiser adds) is named by its output.
+A convolution the exporter folded a batch norm into computes the norm's output, so it is ``conv1.folded``,
+never the source's ``conv1``.
 **Neurons** as on the torch backend: the channels (axis 1) of a 4-D or 5-D value, else the last axis; images
 stay (n, H, W, C) and are moved channels first in front of a model taking (n, C, H, W).
 """
@@ -289,6 +291,10 @@ class OnnxNetwork(ForwardNetwork):
             raise ModelError(f"{self.source.origin} has no floating-point layers with a row per input")
         # names: the module path of a module's only layer; path.operation where it has several
         scoped = {out: _scope(node) for node, out, _, _ in candidates}
+        for node, out, _, _ in candidates:  # a convolution with a batch norm folded in is not the source's conv
+            s = scoped[out]
+            if s is not None and s[0] and self._folded(node):
+                scoped[out] = (f"{s[0]}.folded", s[1])
         last = {s[0]: out for out, s in scoped.items() if s is not None and s[0]}  # a module's output: its path
         self.layers, self._by_name, taken = [], {}, set()
         for node, out, shape, axis in candidates:
@@ -312,6 +318,16 @@ class OnnxNetwork(ForwardNetwork):
             if s is not None and s[0]:
                 self._by_name.setdefault(f"{s[0]}.{s[1]}", layer)
         self._by_value = {layer.value: layer for layer in self.layers}
+
+    def _folded(self, node) -> bool:
+        """Whether the exporter folded what follows ``node`` (a batch norm) into its weights: they are then a
+        new constant (``onnx::Conv_12``), not the module's own, and its output is the batch norm's."""
+        if node.op_type not in ("Conv", "Gemm", "ConvTranspose") or len(node.input) < 2:
+            return False
+        weight = node.input[1]
+        while weight in self.producer and self.producer[weight].op_type == "Identity":
+            weight = self.producer[weight].input[0]
+        return weight.startswith("onnx::")
 
     def _ancestors(self, value: str) -> set[str]:
         """Every graph value ``value`` is computed from (itself included)."""
