@@ -20,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .checks import check_int
-from .errors import InputError, ParameterError
+from .errors import InputError, ModelError, ParameterError
 from .files import atomic_text
 from .framework import Network, as_network
 from .fuzz.campaign import Campaign
@@ -166,6 +166,11 @@ def harden(
     check_int("epochs", epochs, 1)
     check_int("repeats", repeats, 1)
     network = as_network(model)
+    if "trainable" not in network.capabilities:  # an ONNX export: forward only
+        raise ModelError(
+            "hardening retrains the model, and this one runs forward only (an ONNX export): harden its source "
+            "model (.pt2, .keras) and export the hardened copy again"
+        )
     pair = None if pair is None else check_pair(pair, network.n_classes)
     if network.fingerprint() != campaign.analysis.fingerprint:
         raise InputError("the campaign was run on another model than the one given to harden")

@@ -156,8 +156,8 @@ def _str(value):
 
 # ---- the groups -------------------------------------------------------------------------------------
 _MODEL_HELP = (
-    "Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, .onnx (needs onnx2torch, "
-    "installed by hand), or a factory package.module:make_model with --weights W.pt."
+    "Model: Keras .keras/.h5; PyTorch TorchScript .pt, torch.export .pt2, or a factory package.module:make_model "
+    "with --weights W.pt; ONNX .onnx (onnxruntime, forward only: no analyze, no gradient mutators)."
 )
 _WEIGHTS_HELP = (
     "Keras JSON architecture (as model.to_json() writes) for a weights-only .h5 model file; for a "

@@ -38,4 +38,5 @@ def test_backends_are_found_by_suffix_and_name_their_extra():
     assert framework_of_path("m.keras") == "keras" and framework_of_path("m.pt2") == "torch"
     assert framework_of_path("pkg.module:make_model") == "torch"
     assert framework_of_path("m.unknown") == "keras"  # the Keras loader says what it cannot read
-    assert {b.extra for b in BACKENDS.values()} == {"keras", "torch"}
+    assert framework_of_path("m.onnx") == "onnx"
+    assert {b.extra for b in BACKENDS.values()} == {"keras", "torch", "onnx"}

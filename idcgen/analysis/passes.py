@@ -18,7 +18,7 @@ from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
 from ..convention import check_scale
 from ..data import check_labels, fit_to_model
-from ..errors import InputError, LayerError, ParameterError
+from ..errors import InputError, LayerError, ModelError, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
 from ..relevance import Relevance, batch_size_for, relevance_totals
@@ -195,6 +195,11 @@ def analyze(
     network, convention = network_with_convention(
         model, value_range=value_range, preprocess=preprocess, image_shape=image_shape
     )
+    if "differentiable" not in network.capabilities:  # an ONNX export: relevance needs its source model
+        raise ModelError(
+            "the analysis takes relevance (LRP), and this model runs forward only (an ONNX export): analyse its "
+            "source model (.pt2, .keras) and pass that analysis with --analysis"
+        )
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
     _check_options(width, m, relevance_of, aggregate, cluster_method, random_state)

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from ..clusters import NeuronClusters
 from ..convention import InputConvention, check_scale
 from ..coverage import Combinations, CoverageResult, CoverageTracker
 from ..data import fit_to_model
-from ..errors import AnalysisMismatchError, InputError, ParameterError
+from ..errors import AnalysisMismatchError, InputError, LayerError, ParameterError
 from ..framework import ForwardNetwork, network_with_convention
 
 FORMAT_VERSION = 1
@@ -59,6 +60,10 @@ def versions() -> dict:
         "numpy": np.__version__,
         "scikit-learn": installed("scikit-learn"),
     }
+
+
+#: the notes of analyses bound by layer to an export, said once per process (Analysis._bind_by_layer)
+_SAID: set[str] = set()
 
 
 @dataclass
@@ -127,7 +132,9 @@ class Analysis:
         else:  # a framework's model: put the recorded preprocessing in front of it (the image shape is the fuzzer's)
             network, _ = network_with_convention(model, recorded=dataclasses.replace(recorded, image_shape=None))
         got = network.fingerprint()
-        if got != self.fingerprint:
+        if got != self.fingerprint and getattr(network, "analysis_by_layer", False):
+            self._bind_by_layer(network)
+        elif got != self.fingerprint:
             raise AnalysisMismatchError(
                 f"this analysis was made for another model (weights fingerprint {self.fingerprint[:12]}, "
                 f"this model {got[:12]}); run `idcgen analyze` on this model first"
@@ -135,6 +142,31 @@ class Analysis:
         network.step(self.layer)  # LayerError for a layer the model lacks
         self.network = network
         return self
+
+    def _bind_by_layer(self, network: ForwardNetwork) -> None:
+        """An export (ONNX) of the analysed model cannot carry its weights fingerprint (weights re-laid out,
+        folded or quantised): it takes the source's analysis when it has the subject layer by name with the
+        same neurons, said once on stderr (docs/models.md, "Deployed ONNX exports")."""
+        width = len(self.importance)
+        try:
+            have = network.neuron_count(self.layer)
+        except LayerError:
+            raise AnalysisMismatchError(
+                f"this analysis was made for another model (weights fingerprint {self.fingerprint[:12]}) and "
+                f"this export has no layer {self.layer!r} to take it by name; analyse a model with that layer"
+            ) from None
+        if have != width:
+            raise AnalysisMismatchError(
+                f"this analysis was made for another model (weights fingerprint {self.fingerprint[:12]}): its "
+                f"layer {self.layer!r} has {width} neurons, this export's {have}; it is not an export of that model"
+            )
+        note = (
+            f"analysis of another model (fingerprint {self.fingerprint[:12]}) used on this export by layer "
+            f"{self.layer!r} and its {width} neurons, not by weights"
+        )
+        if note not in _SAID:  # once per process, not per bind (a Ray worker, a campaign's resume bind again)
+            _SAID.add(note)
+            print(f"note: {note}", file=sys.stderr)
 
     def _network(self, model=None) -> ForwardNetwork:
         if model is not None:

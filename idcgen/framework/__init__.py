@@ -345,11 +345,21 @@ BACKENDS = {
             "torch",
             ".torch_network",
             "TorchNetwork",
-            (".pt", ".pth", ".pt2", ".onnx"),
+            (".pt", ".pth", ".pt2"),
             ("torch", "idcgen.framework.torch_load"),
             ("torch",),
             "torch",
             "PyTorch models need torch",
+        ),
+        Backend(  # forward only: a deployed export, tested against its source (idcgen/framework/onnx_network.py)
+            "onnx",
+            ".onnx_network",
+            "OnnxNetwork",
+            (".onnx",),
+            ("onnx", "idcgen.framework.onnx_network"),
+            ("onnx", "onnxruntime"),
+            "onnx",
+            "ONNX models need onnxruntime and onnx",
         ),
     )
 }
@@ -373,7 +383,7 @@ def _framework_of(model) -> str:
 
 
 def framework_of_path(path) -> str:
-    """ "keras" or "torch" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
+    """ "keras", "torch" or "onnx" for a model file (by its suffix) or a ``package.module:make_model`` factory."""
     if is_factory(path):
         return "torch"
     suffix = Path(str(path)).suffix.lower()
@@ -383,13 +393,13 @@ def framework_of_path(path) -> str:
 def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=None, input_shape=None):
     """The model in ``path``, as its framework's object: Keras ``.keras``/``.h5`` files, uncompiled (see
     :func:`idcgen.framework.keras_network.load_model`: ``safe_mode``, ``architecture``); PyTorch TorchScript
-    ``.pt``, ``torch.export`` ``.pt2``, ``.onnx`` files, or a factory ``package.module:make_model`` with its
+    ``.pt``, ``torch.export`` ``.pt2`` files, or a factory ``package.module:make_model`` with its
     state_dict file as ``architecture`` (:func:`idcgen.framework.torch_load.load`; ``input_shape`` (H, W, C)
-    where the file does not record it)."""
+    where the file does not record it); ONNX ``.onnx`` files, run by onnxruntime, forward only."""
     framework = framework_of_path(path)
     BACKENDS[framework].require()  # each framework an extra: a missing one said in one line naming it
-    if framework == "torch":
-        return _implementation("torch").load_model(path, architecture=architecture, input_shape=input_shape)
+    if framework in ("torch", "onnx"):
+        return _implementation(framework).load_model(path, architecture=architecture, input_shape=input_shape)
     return _implementation(framework).load_model(path, safe_mode=safe_mode, architecture=architecture)
 
 
@@ -421,6 +431,10 @@ def as_network(
             device=device,
             precision=precision,
         )
+    if framework == "onnx":
+        return network_class(
+            model, batch_size=batch_size, task=task, convention=convention, device=device, precision=precision
+        )
     from .device import requested_device
 
     where = resolve_device("keras", device, precision)
@@ -440,6 +454,10 @@ def resolve_device(framework: str, device=None, precision=None):
     BACKENDS[framework].require()
     if framework == "torch":
         return torch_device(device)
+    if framework == "onnx":  # the provider is chosen with the session (onnx_network._providers)
+        if precision != "fp32":
+            raise ModelError(f"precision={precision!r}: an ONNX model runs in the precision it was exported in")
+        return device
     if precision != "fp32":
         raise ModelError(f"precision={precision!r} is for PyTorch models; Keras models run in fp32")
     return keras_device(device)
@@ -471,6 +489,8 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
     a Keras 2.x or weights-only file as ``.keras``/``.h5``; PyTorch: a TorchScript file (with ``input_shape``)
     or a factory as a ``.pt2`` program. An existing ``new`` is replaced only with ``overwrite=True``."""
     framework = framework_of_path(old)
+    if framework == "onnx":
+        raise ParameterError(f"{old}: ONNX models are run as they are (onnxruntime, forward only): nothing to convert")
     BACKENDS[framework].require()
     if framework == "torch":
         from .torch_load import convert as torch_convert

@@ -1,6 +1,6 @@
 """Reading PyTorch models: TorchScript files (``.pt``, ``torch.jit.save``), ``torch.export`` programs
-(``.pt2``), a Python factory with a state_dict (``package.module:make_model`` and ``w.pt``), ONNX files
-through onnx2torch (an optional extra), and ``nn.Module`` objects. Each becomes a :class:`TorchModel`: one
+(``.pt2``), a Python factory with a state_dict (``package.module:make_model`` and ``w.pt``) and
+``nn.Module`` objects (ONNX files run on onnxruntime: idcgen/framework/onnx_network.py). Each becomes a :class:`TorchModel`: one
 ``ExportedProgram`` and the image shape it takes (docs/design.md, "PyTorch").
 
 A model's input shape is read from the program (``.pt2``), from the ``idcgen.json`` entry idcgen writes into
@@ -302,27 +302,6 @@ def load_factory(spec: str, weights=None, image_shape=None) -> TorchModel:
     return export(model, image_shape, origin=f"{spec}" + (f" with {weights}" if weights is not None else ""))
 
 
-def load_onnx(path: Path, image_shape=None) -> TorchModel:
-    try:
-        from onnx2torch import convert
-    except ImportError:
-        raise ModelError(
-            f"{path}: reading .onnx files needs onnx2torch, which no idcgen extra installs (it "
-            "requires torchvision): pip install onnx2torch torchvision, or export the model from "
-            "PyTorch as a .pt2 program (torch.export) and give that"
-        ) from None
-    try:
-        module = convert(str(path))
-    except Exception as exc:
-        raise ModelError(f"could not convert the ONNX model {path}: {_first_line(exc)}") from None
-    if image_shape is None:
-        import onnx
-
-        dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
-        image_shape = _image_shape(tuple(d.dim_value for d in dims[1:]))[0]
-    return export(module, image_shape, origin=f"ONNX file {path}")
-
-
 def load(path, *, weights=None, image_shape=None) -> TorchModel:
     """The PyTorch model in ``path`` (a file, or a factory spec with ``weights``)."""
     if is_factory(path):
@@ -349,8 +328,6 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
         except Exception as exc:
             raise ModelError(f"could not read {path} as a torch.export program (.pt2): {_first_line(exc)}") from None
         return from_program(program, f"torch.export program {path}")
-    if suffix == ".onnx":
-        return load_onnx(path, image_shape)
     import zipfile
 
     if not zipfile.is_zipfile(path):
