@@ -1,6 +1,7 @@
 """DeepTest's metamorphic oracle (idcgen.fuzz.deeptest), its transforms (idcgen.fuzz.mutators.deeptest) and
 the Udacity recipes' blocked split of the real steering angles (recipes/kit/data.py)."""
 
+import csv
 import sys
 from pathlib import Path
 
@@ -368,3 +369,30 @@ def test_the_grids_untransformed_frames_are_the_models_test_frames(recipe):
     assert len(frames) == 6 and (np.diff(ids) > 0).all()
     np.testing.assert_array_equal(deeptest.model_input(frames), x[::200])
     np.testing.assert_array_equal(angles, y[::200])
+
+
+def test_the_grid_on_a_small_steering_model(recipe, tmp_path):
+    import keras
+
+    from idcgen.framework import Network
+
+    deeptest = recipe("deeptest")
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((66, 200, 3))
+    h = keras.layers.Conv2D(2, 5, strides=4, activation="relu")(inp)
+    model = keras.Model(inp, keras.layers.Dense(1)(keras.layers.GlobalAveragePooling2D()(h)))
+    frames = np.random.default_rng(0).integers(0, 256, (4, 120, 160, 3), dtype=np.uint8)
+    y = np.array([0.0, 0.1, -0.1, 0.3])
+    result = deeptest.grid({"tiny": Network(model)}, frames, y)
+    rows = result["rows"]
+    assert len(rows) == 70 and {r["frames"] for r in rows} == {4}
+    clean = np.asarray(model.predict(deeptest.model_input(frames), verbose=0), np.float64).ravel()
+    assert result["mse"]["tiny"] == pytest.approx(np.mean((clean - y) ** 2))
+    for r in rows:  # a larger lambda never flags more
+        counts = [r[f"erroneous lambda={lam}"] for lam in range(1, 11)]
+        assert counts == sorted(counts, reverse=True) and counts[0] <= 4
+    deeptest.write_grid_tables(tmp_path, result, ["tiny"], "python recipes/deeptest.py --parts grid")
+    text = (tmp_path / "study.md").read_text()
+    assert "## Table 8" in text and "| translation | " in text and "| 0.03 | " in text
+    with open(tmp_path / "runs.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == 70
