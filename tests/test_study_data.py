@@ -33,3 +33,27 @@ def test_deeptests_table_7_by_epsilon_from_the_grids_runs():
         recomputed.append(sum(int(r["erroneous lambda=5"]) for r in kept))
     cells = published_row("idcgen, three Daves, 561 frames each, by epsilon")
     assert [int(c.replace(",", "")) for c in cells] == recomputed
+
+
+def section_row(heading: str, label: str) -> list[str]:
+    """The cells after the label of the first row labelled ``label`` under the heading ``heading``."""
+    text = (DOCS / "results.md").read_text()
+    section = text[text.index(heading) :]
+    row = next(line for line in section.splitlines() if line.startswith(f"| {label} |"))
+    return [cell.strip() for cell in row.strip("|").split("|")][1:]
+
+
+def test_udacity_prioritisation_apfd_from_the_runs():
+    import statistics
+
+    rows = read_csv(DOCS / "data" / "prioritization-udacity" / "runs.csv")
+    assert {float(r["failure_bound"]) for r in rows} == {0.111}  # the absolute bound, in radians
+    heading = "### Dave-2 on the real steering angles, with an absolute failure bound"
+    for ordering in ("random", "idc-rarity"):
+        cells = section_row(heading, ordering)
+        for k, name in enumerate(("clean", "corrupted", "adversarial")):
+            apfd = [float(r["apfd"]) for r in rows if r["ordering"] == ordering and r["set"] == name]
+            figure = (
+                f"{apfd[0]:.3f}" if len(apfd) == 1 else f"{statistics.mean(apfd):.3f} ± {statistics.stdev(apfd):.3f}"
+            )
+            assert cells[2 * k] == figure
