@@ -1,7 +1,8 @@
 """DeepTest's metamorphic testing of the three Daves (Tian et al., ICSE 2018), on the drive DeepTest used.
 
     python recipes/deeptest.py [--models dave2 dave2_norminit dave2_dropout] [--lambdas 1 2 ... 10]
-                               [--budget 2240] [--seeds 224] [--parts sweep guided retrain retrain-all]
+                               [--budget 2240] [--seeds 224] [--parts grid sweep guided retrain retrain-all]
+                               [--grid-stride 1]
                                [--random-states 0 1 ...] [--retrain-budget 8192] [--retrain-seeds 1024]
 
 The models are the three Daves of ``recipes/train_models.py --dataset udacity`` (trained on the real
@@ -13,6 +14,14 @@ The oracle is DeepTest's relation (idcgen.fuzz.deeptest): a transformed frame is
   DeepTest's ranges, ``TRANSFORMS``), erroneous behaviours counted per transform and per lambda; beside each
   count, how many of them come from frames whose untransformed version keeps the relation (the transform
   made the error, not the frame). Writes ``outputs/deeptest/sweep.{md,csv}`` and ``by_lambda.{md,csv}``.
+- ``grid``: DeepTest's own standard (docs/results.md, "DeepTest's own standard"): its seven simple
+  transformations at its ten parameter values each (``GRID``), applied to the 160x120 camera frame before
+  the model's crop and resize, as DeepTest applied them to its frames; every ``--grid-stride``-th test frame
+  under each of the 70 (transformation, value) pairs, for every model. Per pair: the MSE over its frames and
+  its erroneous behaviours per lambda; a pair counts at epsilon only when its MSE stays within epsilon of the
+  original frames' (DeepTest's Eq. 3: idcgen.fuzz.deeptest.erroneous_behaviours). Writes
+  ``outputs/deeptest/grid/runs.csv`` (one row per model and pair), ``study.{md,csv}`` (the paper's Tables 7
+  and 8 computed from it).
 - ``guided``: fuzz campaigns on dave2 with every DeepTest transform as a mutator (chains combine transforms)
   and the DeepTest oracle at lambda 5, ``--budget`` execs from ``--seeds`` test frames, guided by IDC
   (idcgen), by neuron coverage (DeepTest's guidance) and unguided; beside them the single transforms of the
@@ -38,7 +47,18 @@ from pathlib import Path
 
 import numpy as np
 
-from kit import OUTPUTS, UDACITY_MODELS, Timer, command_line, load_model, save_json, udacity, write_table
+from kit import (
+    OUTPUTS,
+    UDACITY_CROP,
+    UDACITY_MODELS,
+    UDACITY_RESIZE,
+    Timer,
+    command_line,
+    load_model,
+    save_json,
+    udacity,
+    write_table,
+)
 
 RECIPE = "deeptest"
 #: DeepTest's transforms with its parameter ranges, scaled from its 640x480 frames to fractions of the frame
@@ -56,6 +76,246 @@ TRANSFORMS = {
 }
 LAMBDAS = tuple(range(1, 11))
 GUIDE_LAMBDA = 5
+
+#: DeepTest's parameter grid for its seven simple transformations (its Table 3, and its generators in the
+#: ARiSE-Lab/deepTest repository): ten values each, applied to the camera frame before the model's crop and
+#: resize. Pixel values are of DeepTest's 640x480 frames (``grid_transform`` scales them to ours), brightness
+#: is of 8-bit values, blur kernels are in pixels of the frame it is applied to.
+GRID = {
+    "translation": tuple(10 * p for p in range(1, 11)),  # pixels right and down, both axes alike
+    "scale": tuple(1 + 0.5 * p for p in range(1, 11)),  # the whole frame resized, then cropped as usual
+    "shear": tuple(round(0.1 * p, 1) for p in range(1, 11)),  # x' = x - factor * y, about the top-left corner
+    "rotation": tuple(3 * p for p in range(1, 11)),  # degrees, counter-clockwise about the centre
+    "contrast": tuple(round(1 + 0.2 * p, 1) for p in range(1, 11)),  # gain
+    "brightness": tuple(10 * p for p in range(1, 11)),  # bias added to 8-bit values
+    # its ten blur settings (idcgen.fuzz.mutators.deeptest.DEEPTEST_BLURS; recipes import idcgen only in functions)
+    "blur": tuple(
+        f"{k} {s}"
+        for k, s in (("average", 3), ("average", 4), ("average", 5), ("average", 6), ("gaussian", 3))
+        + (("gaussian", 5), ("gaussian", 7), ("median", 3), ("median", 5), ("bilateral", 9))
+    ),
+}
+#: DeepTest's thresholds: epsilon of Eq. 3 (rad^2) and the lambdas of its Table 7; Table 8 is at (5, 0.03)
+EPSILONS = (0.01, 0.02, 0.03, 0.04, 0.05)
+GRID_LAMBDAS = (1, 2, 3, 4, 5, 6, 8, 10)
+PAPER_LAMBDA, PAPER_EPS = 5, 0.03
+#: DeepTest's camera frames were 640 pixels wide
+DEEPTEST_WIDTH = 640
+
+
+def grid_transform(frame: np.ndarray, transformation: str, value) -> np.ndarray:
+    """One uint8 camera frame (h, w, 3) under one of DeepTest's simple transformations at one value of its
+    grid (``GRID``), computed with OpenCV as DeepTest's generators compute it; pixel parameters scaled by
+    w / 640 (its frames were 640x480). Scale returns a larger frame (DeepTest cropped and resized it after)."""
+    import cv2
+
+    h, w = frame.shape[:2]
+    frame = np.ascontiguousarray(frame, np.uint8)
+
+    def warp(matrix) -> np.ndarray:
+        return cv2.warpAffine(frame, np.float32(matrix), (w, h))  # bilinear, black outside
+
+    if transformation == "translation":
+        t = value * w / DEEPTEST_WIDTH
+        return warp([[1, 0, t], [0, 1, t]])
+    if transformation == "scale":
+        return cv2.resize(frame, None, fx=value, fy=value, interpolation=cv2.INTER_CUBIC)
+    if transformation == "shear":
+        return warp([[1, -value, 0], [0, 1, 0]])
+    if transformation == "rotation":
+        return warp(cv2.getRotationMatrix2D((w / 2, h / 2), value, 1))
+    if transformation == "contrast":
+        return np.clip(np.rint(frame * np.float32(value)), 0, 255).astype(np.uint8)
+    if transformation == "brightness":
+        return np.clip(frame.astype(np.int16) + int(value), 0, 255).astype(np.uint8)
+    if transformation == "blur":
+        kind, size = value.split()
+        size = int(size)
+        if kind == "average":
+            return cv2.blur(frame, (size, size))
+        if kind == "gaussian":
+            return cv2.GaussianBlur(frame, (size, size), 0)
+        if kind == "median":
+            return cv2.medianBlur(frame, size)
+        return cv2.bilateralFilter(frame, size, 75, 75)
+    raise ValueError(f"transformation must be one of {', '.join(GRID)}; got {transformation!r}")
+
+
+def model_input(frames) -> np.ndarray:
+    """Camera frames (uint8) as Dave-2 sees them: the top rows cut and the rest resized exactly as the
+    recipes' ``udacity`` dataset reads its JPEGs (PIL, bilinear), float32 in [0, 1]."""
+    from PIL import Image
+
+    from idcgen.data.fitting import parse_crop, parse_resize
+
+    top = parse_crop(UDACITY_CROP)[0]
+    height, width = parse_resize(UDACITY_RESIZE)
+    out = np.empty((len(frames), height, width, 3), np.float32)
+    for i, frame in enumerate(frames):
+        image = Image.fromarray(frame).crop((0, top, frame.shape[1], frame.shape[0]))
+        out[i] = np.asarray(image.resize((width, height), Image.Resampling.BILINEAR), np.float32) / 255.0
+    return out
+
+
+def camera_frames(stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(uint8 frames (n, 120, 160, 3), real angles, frame ids): every ``stride``-th test frame, in time order."""
+    from PIL import Image
+
+    from kit.data import read_angles, udacity_folder
+
+    ids, angles = read_angles()
+    angle_of = dict(zip(ids.tolist(), angles.tolist()))
+    paths = sorted(udacity_folder("test").glob("*.jpg"))[::stride]
+    frames = np.stack([np.asarray(Image.open(p).convert("RGB"), np.uint8) for p in paths])
+    frame_ids = np.array([int(p.stem) for p in paths], np.int64)
+    return frames, np.array([angle_of[i] for i in frame_ids.tolist()]), frame_ids
+
+
+def grid(networks: dict, frames: np.ndarray, y: np.ndarray, lambdas=LAMBDAS) -> dict:
+    """DeepTest's grid on the camera ``frames`` (angles ``y``) for every model of ``networks`` (name -> network):
+    one row per (model, transformation, value) with the MSE over its frames and its erroneous behaviours per
+    lambda, unfiltered (the epsilon filter is applied per pair from the two MSEs: ``grid_tables``)."""
+    from idcgen.fuzz.deeptest import erroneous_behaviours
+
+    clean = model_input(frames)
+    mse = {name: float(np.mean((predict(net, clean) - y) ** 2)) for name, net in networks.items()}
+    print(f"grid: {len(frames)} frames; MSE on them: {mse}", flush=True)
+    rows = []
+    for transformation, values in GRID.items():
+        with Timer() as t:
+            for value in values:
+                x = model_input([grid_transform(f, transformation, value) for f in frames])
+                for name, net in networks.items():
+                    angles = predict(net, x)
+                    row = {
+                        "model": name,
+                        "transformation": transformation,
+                        "parameter": value,
+                        "frames": len(frames),
+                        "mse original": mse[name],
+                        "mse transformed": float(np.mean((angles - y) ** 2)),
+                    }
+                    for lam in lambdas:
+                        row[f"erroneous lambda={lam}"] = erroneous_behaviours(angles, y, mse=mse[name], lam=lam)
+                    rows.append(row)
+        print(f"grid: {transformation} in {t.seconds:.0f} s", flush=True)
+    return {"frames": len(frames), "mse": mse, "rows": rows}
+
+
+def grid_count(rows: list[dict], *, lam, eps=None) -> tuple[int, int]:
+    """(erroneous behaviours, pairs counted) over ``rows`` of ``grid``: the rows whose pair passes the epsilon
+    filter (DeepTest's Eq. 3; every row with ``eps`` None), their frames breaking the relation at ``lam``."""
+    from idcgen.fuzz.deeptest import within_eps
+
+    kept = [r for r in rows if eps is None or within_eps(float(r["mse transformed"]), float(r["mse original"]), eps)]
+    return sum(int(r[f"erroneous lambda={lam}"]) for r in kept), len(kept)
+
+
+def grid_tables(rows: list[dict], models: list[str]) -> list[dict]:
+    """The long summary of ``grid``'s rows: per model (and all models together), the erroneous behaviours per
+    transformation at DeepTest's Table 8 setting (lambda 5, epsilon 0.03; also unfiltered), and the totals
+    over the seven transformations per epsilon at lambda 5 and per lambda at epsilon 0.03 (its Table 7)."""
+    out = []
+    for model in [*models, "all"]:
+        mine = [r for r in rows if model in ("all", r["model"])]
+        settings = [("8", PAPER_LAMBDA, eps, t) for t in GRID for eps in (PAPER_EPS, None)]
+        settings += [("7", PAPER_LAMBDA, eps, "total") for eps in (*EPSILONS, None)]
+        settings += [("7", lam, PAPER_EPS, "total") for lam in GRID_LAMBDAS]
+        for table, lam, eps, transformation in settings:
+            chosen = [r for r in mine if transformation in ("total", r["transformation"])]
+            n, pairs = grid_count(chosen, lam=lam, eps=eps)
+            out.append(
+                {
+                    "table": table,
+                    "model": model,
+                    "transformation": transformation,
+                    "lambda": lam,
+                    "eps": "none" if eps is None else eps,
+                    "pairs counted": pairs,
+                    "pairs": len(chosen),
+                    "erroneous": n,
+                }
+            )
+    return out
+
+
+def write_grid_tables(folder: Path, result: dict, models: list[str], command: str) -> None:
+    """``runs.csv`` (every row of ``grid``), ``study.csv`` (``grid_tables``) and ``study.md`` (readable)."""
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = result["rows"]
+    with open(folder / "runs.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    study = grid_tables(rows, models)
+    with open(folder / "study.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(study[0]))
+        writer.writeheader()
+        writer.writerows(study)
+
+    def get(table, model, transformation, lam, eps):
+        eps = "none" if eps is None else eps
+        return next(
+            r
+            for r in study
+            if (r["table"], r["model"], r["transformation"], r["lambda"], r["eps"])
+            == (table, model, transformation, lam, eps)
+        )
+
+    def cell(r) -> str:
+        return f"{r['erroneous']} ({r['pairs counted']}/{r['pairs']})"
+
+    columns = [*models, "all"]
+    lines = [
+        "# DeepTest's grid with its epsilon filter",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{result['frames']} test frames per (transformation, value) pair; MSE on the untransformed frames: "
+        + ", ".join(f"{m} {result['mse'][m]:.4f}" for m in models)
+        + ". Cells: erroneous behaviours (pairs counted of the pairs).",
+        "",
+        f"## Table 8: per transformation, lambda {PAPER_LAMBDA}, epsilon {PAPER_EPS} (unfiltered in brackets)",
+        "",
+        "| transformation | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for t in [*GRID, "total"]:
+        lines.append(
+            f"| {t} | "
+            + " | ".join(
+                f"{get('8' if t != 'total' else '7', m, t, PAPER_LAMBDA, PAPER_EPS)['erroneous']} "
+                f"[{get('8' if t != 'total' else '7', m, t, PAPER_LAMBDA, None)['erroneous']}]"
+                for m in columns
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        f"## Table 7: totals over the seven transformations, lambda {PAPER_LAMBDA} per epsilon",
+        "",
+        "| epsilon | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for eps in (*EPSILONS, None):
+        lines.append(
+            f"| {eps if eps is not None else 'none'} | "
+            + " | ".join(cell(get("7", m, "total", PAPER_LAMBDA, eps)) for m in columns)
+            + " |"
+        )
+    lines += [
+        "",
+        f"## Table 7: totals over the seven transformations, epsilon {PAPER_EPS} per lambda",
+        "",
+        "| lambda | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for lam in GRID_LAMBDAS:
+        lines.append(f"| {lam} | " + " | ".join(cell(get("7", m, "total", lam, PAPER_EPS)) for m in columns) + " |")
+    (folder / "study.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def predict(network, x) -> np.ndarray:
@@ -366,8 +626,12 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=list(UDACITY_MODELS), choices=UDACITY_MODELS)
     parser.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS))
     parser.add_argument(
-        "--parts", nargs="+", default=["sweep", "guided"], choices=("sweep", "guided", "retrain", "retrain-all")
+        "--parts",
+        nargs="+",
+        default=["sweep", "guided"],
+        choices=("grid", "sweep", "guided", "retrain", "retrain-all"),
     )
+    parser.add_argument("--grid-stride", type=int, default=1, help="grid: every N-th test frame (default all 1,122)")
     parser.add_argument("--budget", type=int, default=2240, help="execs per guided campaign")
     parser.add_argument("--seeds", type=int, default=224, help="test frames the guided campaigns start from")
     parser.add_argument("--guided-models", nargs="+", default=["dave2"], choices=UDACITY_MODELS)
@@ -391,6 +655,15 @@ def main(argv=None):
     x_test, y_test = udacity("test")
     lambdas = [int(v) if float(v).is_integer() else v for v in args.lambdas]
     sweeps, guides, retrains, retrains_all = [], [], [], []
+    if "grid" in args.parts:
+        frames, y_grid, _ = camera_frames(args.grid_stride)
+        gap = float(np.abs(model_input(frames) - x_test[:: args.grid_stride]).max())
+        if gap > 1e-6:  # the grid's frames must be the model's test frames when untransformed
+            raise SystemExit(f"the grid's untransformed frames differ from udacity:test by up to {gap}")
+        networks = {name: Network(load_model(name, "udacity")) for name in args.models}
+        key = f"{'_'.join(args.models)}_stride{args.grid_stride}"
+        result = _once("grid", key, partial(grid, networks, frames, y_grid))
+        write_grid_tables(OUTPUTS / RECIPE / "grid", result, args.models, command_line())
     for name in args.models:
         network = Network(load_model(name, "udacity"))
         if "sweep" in args.parts:

@@ -1,6 +1,7 @@
 """DeepTest's metamorphic oracle (idcgen.fuzz.deeptest), its transforms (idcgen.fuzz.mutators.deeptest) and
 the Udacity recipes' blocked split of the real steering angles (recipes/kit/data.py)."""
 
+import csv
 import sys
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from idcgen.errors import InputError, ParameterError
-from idcgen.fuzz.deeptest import DeepTest, calibrate, seed_mse
+from idcgen.fuzz.deeptest import DeepTest, calibrate, erroneous_behaviours, seed_mse, within_eps
 from idcgen.fuzz.mutators import REGISTRY, MutationContext, make_mutator
 from idcgen.fuzz.oracle import Execution, make_oracle, needs_labels
 
@@ -54,6 +55,26 @@ def test_the_mse_is_measured_on_the_seeds_and_kept_in_the_spec():
         make_oracle("deeptest(lam=1) & ~deviation(threshold=0.1)"), predictions, labels, regression=True
     )
     assert str(combined) == f"deeptest(lam=1, mse={oracle.mse!r}) & ~deviation(threshold=0.1)"
+
+
+def test_the_epsilon_filter_by_hand():
+    # DeepTest's Eq. 3. Original MSE 1/16; lam 4: a frame breaks the relation when its squared error > 1/4.
+    labels = np.zeros(4)
+    raised = np.array([0.0, 0.25, -0.25, 0.75])  # squared 0, 1/16, 1/16, 9/16: MSE 11/64 = 0.171875
+    assert within_eps(0.171875, 0.0625, 0.109375)  # the change is 7/64 = 0.109375: equal passes
+    assert not within_eps(0.171875, 0.0625, 0.109374)
+    # the change just above epsilon: the transformation is left out, its one erroneous frame with it
+    assert erroneous_behaviours(raised, labels, mse=0.0625, lam=4, eps=0.109) == 0
+    # just below epsilon: counted
+    assert erroneous_behaviours(raised, labels, mse=0.0625, lam=4, eps=0.11) == 1
+    assert erroneous_behaviours(raised, labels, mse=0.0625, lam=4) == 1  # no filter
+    assert erroneous_behaviours(raised, labels, mse=0.0625, lam=10, eps=0.11) == 0  # 9/16 <= 10/16
+    # a transformation that lowers the MSE by more than epsilon is left out too: |MSE_t - MSE| counts
+    lowered = np.array([0.0, 0.0, 0.0, 0.75])  # MSE 9/64 against 1/4: 7/64 lower; lam 2 bound 1/2 < 9/16
+    assert erroneous_behaviours(lowered, labels, mse=0.25, lam=2, eps=0.109) == 0
+    assert erroneous_behaviours(lowered, labels, mse=0.25, lam=2, eps=0.11) == 1
+    with pytest.raises(ParameterError, match="eps"):
+        within_eps(0.1, 0.1, -0.01)
 
 
 def test_refuses_classifiers_unlabelled_seeds_and_bad_parameters_in_one_line():
@@ -262,3 +283,116 @@ def test_the_real_angles_pass_the_label_check_and_the_template_fails(udacity_dat
     train, test = udacity_data.blocked_split(len(ids))
     baseline = np.mean((angles[test] - angles[train].mean()) ** 2)  # the training mean as a predictor
     assert baseline == pytest.approx(0.0454, abs=5e-5)
+
+
+# ---- DeepTest's grid in recipes/deeptest.py ("grid") ---------------------------------------------
+@pytest.fixture()
+def recipe(tmp_path, monkeypatch):
+    """Import a recipe with IDCGEN_OUTPUTS in a temporary folder (as tests/test_recipes.py's fixture does)."""
+    import importlib
+
+    from test_recipes import forget_recipes
+
+    monkeypatch.setenv("IDCGEN_OUTPUTS", str(tmp_path / "outputs"))
+    monkeypatch.syspath_prepend(str(ROOT / "recipes"))
+    forget_recipes()
+    yield importlib.import_module
+    forget_recipes()
+
+
+def test_deeptests_grid_is_its_seven_transformations_at_ten_values(recipe):
+    from idcgen.fuzz.mutators.deeptest import DEEPTEST_BLURS
+
+    grid = recipe("deeptest").GRID
+    assert list(grid) == ["translation", "scale", "shear", "rotation", "contrast", "brightness", "blur"]
+    assert all(len(values) == 10 for values in grid.values())
+    assert grid["translation"][0] == 10 and grid["translation"][-1] == 100
+    assert grid["scale"][0] == 1.5 and grid["scale"][-1] == 6.0
+    assert grid["shear"][0] == 0.1 and grid["shear"][-1] == 1.0
+    assert grid["rotation"][0] == 3 and grid["rotation"][-1] == 30
+    assert grid["contrast"][0] == 1.2 and grid["contrast"][-1] == 3.0
+    assert grid["brightness"][0] == 10 and grid["brightness"][-1] == 100
+    assert grid["blur"] == tuple(f"{kind} {size}" for kind, size in DEEPTEST_BLURS)
+
+
+def test_grid_transforms_by_hand(recipe):
+    deeptest = recipe("deeptest")
+    frame = np.zeros((120, 160, 3), np.uint8)
+    frame[8, 20] = 200  # one bright pixel at x 20, y 8
+
+    def moved(transformation, value):
+        out = deeptest.grid_transform(frame, transformation, value)
+        return tuple(int(v) for v in np.argwhere(out[..., 0] == 200)[0]) if (out == 200).any() else None
+
+    assert moved("translation", 40) == (18, 30)  # 40 px of a 640-wide frame: 10 px of a 160-wide one
+    assert moved("shear", 0.5) == (8, 16)  # x' = x - 0.5 y
+    assert moved("rotation", 180) == (112, 140)  # about the centre (80, 60)
+    assert deeptest.grid_transform(frame, "scale", 2.0).shape == (240, 320, 3)
+    bright = deeptest.grid_transform(frame, "brightness", 100)
+    assert bright[8, 20, 0] == 255 and bright[0, 0, 0] == 100  # saturates at 255
+    assert deeptest.grid_transform(frame, "contrast", 1.2)[8, 20, 0] == 240
+    assert deeptest.grid_transform(frame, "contrast", 1.4)[8, 20, 0] == 255
+    assert deeptest.grid_transform(frame, "blur", "median 3")[8, 20, 0] == 0  # a lone pixel is no median
+    with pytest.raises(ValueError, match="transformation must be one of translation"):
+        deeptest.grid_transform(frame, "fog", 1)
+    sky = np.zeros((120, 160, 3), np.uint8)
+    sky[:40] = 255  # the rows Dave-2 never sees
+    x = deeptest.model_input([sky, np.full((120, 160, 3), 51, np.uint8)])
+    assert x.shape == (2, 66, 200, 3) and x.dtype == np.float32
+    assert x[0].max() == 0 and np.allclose(x[1], 0.2)
+
+
+def test_the_epsilon_filter_over_grid_rows(recipe):
+    deeptest = recipe("deeptest")
+    rows = [
+        {"mse original": 0.03, "mse transformed": 0.05, "erroneous lambda=5": 7},  # MSE 0.02 higher
+        {"mse original": 0.03, "mse transformed": 0.07, "erroneous lambda=5": 11},  # 0.04 higher
+    ]
+    assert deeptest.grid_count(rows, lam=5, eps=0.03) == (7, 1)
+    assert deeptest.grid_count(rows, lam=5, eps=0.05) == (18, 2)
+    assert deeptest.grid_count(rows, lam=5) == (18, 2)
+    with_every_lambda = [
+        dict(r, model="m", transformation=t, **{f"erroneous lambda={lam}": 1 for lam in (1, 2, 3, 4, 6, 8, 10)})
+        for r, t in zip(rows, ("blur", "shear"))
+    ]
+    summary = deeptest.grid_tables(with_every_lambda, ["m"])
+    assert len(summary) == 2 * (2 * 7 + 6 + 8)  # model m and all: Table 8 and both halves of Table 7
+    total = {(r["model"], r["lambda"], r["eps"]): r["erroneous"] for r in summary if r["transformation"] == "total"}
+    assert total["m", 5, 0.03] == 7 and total["all", 5, "none"] == 18
+
+
+@pytest.mark.skipif(not (UDACITY / "CH2_final_evaluation.csv").exists(), reason="../shared is not here")
+def test_the_grids_untransformed_frames_are_the_models_test_frames(recipe):
+    deeptest = recipe("deeptest")
+    frames, angles, ids = deeptest.camera_frames(200)
+    x, y = deeptest.udacity("test")
+    assert len(frames) == 6 and (np.diff(ids) > 0).all()
+    np.testing.assert_array_equal(deeptest.model_input(frames), x[::200])
+    np.testing.assert_array_equal(angles, y[::200])
+
+
+def test_the_grid_on_a_small_steering_model(recipe, tmp_path):
+    import keras
+
+    from idcgen.framework import Network
+
+    deeptest = recipe("deeptest")
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((66, 200, 3))
+    h = keras.layers.Conv2D(2, 5, strides=4, activation="relu")(inp)
+    model = keras.Model(inp, keras.layers.Dense(1)(keras.layers.GlobalAveragePooling2D()(h)))
+    frames = np.random.default_rng(0).integers(0, 256, (4, 120, 160, 3), dtype=np.uint8)
+    y = np.array([0.0, 0.1, -0.1, 0.3])
+    result = deeptest.grid({"tiny": Network(model)}, frames, y)
+    rows = result["rows"]
+    assert len(rows) == 70 and {r["frames"] for r in rows} == {4}
+    clean = np.asarray(model.predict(deeptest.model_input(frames), verbose=0), np.float64).ravel()
+    assert result["mse"]["tiny"] == pytest.approx(np.mean((clean - y) ** 2))
+    for r in rows:  # a larger lambda never flags more
+        counts = [r[f"erroneous lambda={lam}"] for lam in range(1, 11)]
+        assert counts == sorted(counts, reverse=True) and counts[0] <= 4
+    deeptest.write_grid_tables(tmp_path, result, ["tiny"], "python recipes/deeptest.py --parts grid")
+    text = (tmp_path / "study.md").read_text()
+    assert "## Table 8" in text and "| translation | " in text and "| 0.03 | " in text
+    with open(tmp_path / "runs.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == 70

@@ -53,7 +53,7 @@ def test_prioritization_smoke(recipe, outputs, monkeypatch, capsys, trained):
         s: np.mean([float(r["apfd"]) for r in runs if r["ordering"] == "random" and r["set"] == s]) for s in sizes
     }
     assert all(gini[s] > random[s] for s in sizes)  # the softmax knows where it is unsure
-    text = (folder / "prioritization.md").read_text()
+    text = (folder / "study.md").read_text()
     assert "| random | " in text and " ± " in text and "Best possible APFD" in text
     capsys.readouterr()
     run_recipe(module, argv, monkeypatch)  # resumable: nothing is ranked again
@@ -129,3 +129,27 @@ def test_guidance_study_smoke(recipe, outputs, monkeypatch, capsys, trained):
     np.savez(npz, **dict(older, prediction=older["prediction"][::-1] + 1))
     with pytest.raises(SystemExit, match="not reproducible"):
         run_recipe(module, argv, monkeypatch)
+
+
+def test_the_steering_failure_bound_is_absolute(recipe):
+    import math
+
+    import keras
+
+    from idcgen.prioritization import prioritize
+
+    module = recipe("prioritization")
+    # DeepTest's relation at lambda 5 for the challenge's best published RMSE on the drive (0.0498 rad)
+    assert module.FAILURE_BOUND == 0.111 == round(math.sqrt(5) * 0.0498, 3)
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((8, 8, 1))
+    model = keras.Model(inp, keras.layers.Dense(1)(keras.layers.Flatten()(inp)))
+    x = np.random.default_rng(0).random((6, 8, 8, 1)).astype(np.float32)
+    out = model.predict(x, verbose=0)[:, 0].astype(np.float64)
+    # frames just below and just above the bound, on both sides, one on the label, one far off
+    errors = np.array([0.1105, 0.1115, -0.1115, -0.1105, 0.0, 0.5])
+    ranking = prioritize(model, x, by="random", y=out - errors, tolerance=module.FAILURE_BOUND)
+    assert ranking.evaluation.failures == 3  # 0.1115, -0.1115 and 0.5
+    # the rule it replaces, twice the set's own RMSE (0.447 rad here), calls only the far one a failure
+    assert prioritize(model, x, by="random", y=out - errors).evaluation.failures == 1
+    assert 2 * math.sqrt(np.mean(errors**2)) == pytest.approx(0.4467, abs=1e-4)

@@ -10,7 +10,14 @@ The oracle itself is :class:`idcgen.fuzz.oracle.DeepTest` (registered with the o
 its MSE. ``deeptest(lam=5)`` leaves the MSE to be measured on the campaign's seeds when the campaign starts
 (:func:`calibrate`); the campaign then records ``deeptest(lam=5, mse=<measured>)`` as its oracle, so the
 report states both and a resumed campaign or an export re-check uses the same bound. ``mse=`` may also be
-given outright. Numpy only.
+given outright.
+
+DeepTest's second threshold, epsilon (its Eq. 3; docs/results.md, "DeepTest's own standard"), judges a
+transformation at one parameter value as a whole: its frames count as erroneous behaviours only when the
+MSE over all the frames it transformed stays within ``eps`` of the original MSE,
+``|MSE(transformed) - MSE(original)| <= eps`` (:func:`within_eps`, :func:`erroneous_behaviours`). A
+transformation that moves the whole set's error by more than ``eps`` is left out: it changes the scene
+too much for the original angles to hold. Numpy only.
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ import dataclasses
 
 import numpy as np
 
+from ..checks import check_real
 from ..errors import InputError
 from .oracle import Combined, DeepTest, Execution, Not, Oracle
 
-__all__ = ["DeepTest", "calibrate", "keep_calibration", "seed_mse"]
+__all__ = ["DeepTest", "calibrate", "erroneous_behaviours", "keep_calibration", "seed_mse", "within_eps"]
 
 
 def seed_mse(predictions, labels) -> float:
@@ -34,6 +42,24 @@ def seed_mse(predictions, labels) -> float:
             "angle (e.g. --labels FILE.csv)"
         )
     return float(np.mean((predictions - labels) ** 2))
+
+
+def within_eps(mse_transformed: float, mse: float, eps: float) -> bool:
+    """DeepTest's Eq. 3: whether a transformation at one parameter value keeps the MSE over the frames it
+    transformed within ``eps`` (rad^2) of the model's MSE on the original frames (equality passes)."""
+    check_real("eps", eps, 0.0, None)
+    return abs(float(mse_transformed) - float(mse)) <= eps
+
+
+def erroneous_behaviours(predictions, labels, *, mse: float, lam: float, eps: float | None = None) -> int:
+    """How many erroneous behaviours one transformation at one parameter value shows: of its transformed
+    frames (the model's ``predictions`` on them, the original frames' ``labels``), those breaking the relation
+    ``(prediction - label)^2 > lam * mse``; none at all when the transformation fails the ``eps`` filter
+    (:func:`within_eps`: the MSE over these frames against ``mse``). ``eps`` None: no filter."""
+    squared = (np.asarray(predictions, np.float64).ravel() - np.asarray(labels, np.float64).ravel()) ** 2
+    if eps is not None and not within_eps(float(np.mean(squared)) if len(squared) else mse, mse, eps):
+        return 0
+    return int(np.count_nonzero(squared > DeepTest(lam=lam, mse=mse).bound))
 
 
 def calibrate(oracle: Oracle, predictions, labels, *, regression: bool) -> Oracle:
