@@ -1,5 +1,5 @@
 """DeepTest's transforms that the other mutator modules lack (Tian et al., ICSE 2018; docs/design.md,
-"Regression and driving").
+"Regression models").
 
 DeepTest transformed each frame with one of: translation, scale, shear, rotation, contrast, brightness,
 blur (averaging, Gaussian, median, bilateral), fog and rain. Its parameter ranges (frames of 640x480,
