@@ -168,7 +168,7 @@ def main(argv=None):
     (out / "runs").mkdir(parents=True, exist_ok=True)
 
     from idcgen.framework import Network
-    from idcgen.prioritization import prioritize
+    from idcgen.prioritization import OrderingParameters, prioritize
 
     started = time.perf_counter()
     model = load_model(args.model, args.dataset)
@@ -219,7 +219,15 @@ def main(argv=None):
         x, y = sets[name]
         t = time.perf_counter()
         ranking = prioritize(
-            network, x, by=ordering, x_train=x_train, y_train=y_train, y=y, passes=PASSES, random_state=r, cache=cache
+            network,
+            x,
+            by=ordering,
+            x_train=x_train,
+            y_train=y_train,
+            y=y,
+            parameters=OrderingParameters(passes=PASSES),
+            random_state=r,
+            cache=cache,
         )
         row = {
             "set": name,

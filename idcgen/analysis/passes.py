@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
-from ..convention import check_scale
+from ..convention import InputConvention, check_scale
 from ..data import check_labels, fit_to_model
 from ..errors import InputError, LayerError, ParameterError
 from ..framework import Network, network_with_convention
@@ -141,6 +142,36 @@ def _in_fp32(func):
     return run
 
 
+@dataclass(frozen=True)
+class RelevanceSettings:
+    """How the relevance that ranks the neurons is taken: from the ``of`` logit ("predicted", the default, or
+    "label"), over the inputs the model classifies correctly (``correct_only``) or of one label (``only_class``,
+    the paper's per-class setting) or all, aggregated by ``aggregate`` ("sum": cumulative relevance, the default;
+    "abs" or "mean"), with LRP-epsilon's ``eps``."""
+
+    of: str = "predicted"
+    correct_only: bool = False
+    only_class: int | None = None
+    aggregate: str = "sum"
+    eps: float = 1e-7
+
+    def fields(self) -> tuple[str, bool, int | None, str, float]:
+        return self.of, bool(self.correct_only), self.only_class, self.aggregate, float(self.eps)
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """How each important neuron's activations are clustered: the k values ``ks`` tried (default 2..5) and the
+    ``method``: "silhouette" (DeepImportance's, default) or "zero-aware" (a ReLU's exact zeros form their own
+    cluster, k is chosen on the positive values; :func:`idcgen.clusters.cluster_neuron`)."""
+
+    ks: tuple[int, ...] = (2, 3, 4, 5)
+    method: str = "silhouette"
+
+    def checked(self) -> tuple[tuple[int, ...], str]:
+        return tuple(self.ks), self.method
+
+
 @_in_fp32
 def analyze(
     model,
@@ -149,17 +180,10 @@ def analyze(
     *,
     layer: str | None = None,
     m: int = 8,
-    clusters: Sequence[int] = (2, 3, 4, 5),
-    cluster_method: str = "silhouette",
-    relevance_of: str = "predicted",
-    correct_only: bool = False,
-    only_class: int | None = None,
-    aggregate: str = "sum",
-    eps: float = 1e-7,
+    clusters: Sequence[int] | Clustering = (2, 3, 4, 5),
+    relevance: RelevanceSettings | None = None,
     random_state: int = 0,
-    value_range=None,
-    preprocess=None,
-    image_shape=None,
+    convention: InputConvention | None = None,
     data_summary: dict | None = None,
     progress: bool = True,
     passes=None,
@@ -176,25 +200,22 @@ def analyze(
         Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
     layer : str, default: the last hidden layer before the logits
     m : int, default 8
-    clusters : the k values tried per neuron, default 2..5; the silhouette picks one
-    cluster_method : "silhouette" (DeepImportance's, default) or "zero-aware" (a ReLU's exact zeros form
-        their own cluster, k is chosen on the positive values; :func:`idcgen.clusters.cluster_neuron`)
-    relevance_of : "predicted" (default) or "label": which logit the relevance starts from
-    correct_only : keep only inputs the model classifies correctly
-    only_class : keep only inputs of this label (the paper's per-class setting)
-    aggregate : "sum" (cumulative relevance, default), "abs" or "mean"
-    value_range : (low, high) of the images the model takes; default: read from the model (0..255 when
-        it starts with ``Rescaling(1/255)``), else [0, 1]. Recorded, with the inputs' observed range.
-    preprocess : a spec such as "tf" or "mean=0.5,std=0.25" applied between image and model
-        (:func:`idcgen.convention.parse_preprocess`); recorded and re-applied when the analysis is loaded.
-    image_shape : (h, w, c) images for a model taking flat or channel-less inputs (for the fuzzer)
+    clusters : the k values tried per neuron, default 2..5 (the silhouette picks one), or a :class:`Clustering`
+        (the k values and the method)
+    relevance : how the relevance is taken and over which inputs (a :class:`RelevanceSettings`; default: from
+        the predicted logit, summed over every input)
+    convention : the :class:`~idcgen.convention.InputConvention` of the images (value range, preprocessing
+        such as "tf" or "mean=0.5,std=0.25" between image and model, image shape for a model taking flat or
+        channel-less inputs); default: read from the model (0..255 when it starts with ``Rescaling(1/255)``),
+        else [0, 1]. Recorded (with the inputs' observed range) and re-applied when the analysis is loaded.
     passes : what runs the passes over ``x``: :class:`LocalPasses` (default) or, from
         :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
         object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
     """
-    network, convention = network_with_convention(
-        model, value_range=value_range, preprocess=preprocess, image_shape=image_shape
-    )
+    network, convention = network_with_convention(model, recorded=convention)
+    ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(tuple(clusters))).checked()
+    relevance_of, correct_only, only_class, aggregate, eps = (relevance or RelevanceSettings()).fields()
+    clusters = ks
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
     _check_options(width, m, relevance_of, aggregate, cluster_method, random_state)

@@ -28,6 +28,33 @@ from .statistics import (
 from .units import UnitGroup, parse_measures, parse_units
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How `affinity` streams the inputs: in batches of ``batch_size`` (one traced shape for the model), the
+    scores first checked against ``tol`` after ``first_check`` inputs."""
+
+    batch_size: int = 256
+    first_check: int = 500
+
+    def checked(self) -> tuple[int, int]:
+        return check_int("batch_size", self.batch_size, 1), check_int("first_check", self.first_check, 10)
+
+
+def _checked_inputs(network, x, y):
+    """``x`` fitted to the model's input shape and ``y`` as an array: at least 10 inputs, one label each."""
+    from ..data import fit_to_model
+
+    x = fit_to_model(x, network.input_shape)
+    n = len(x)
+    if n < 10:
+        raise InputError(f"affinity needs at least 10 inputs to estimate correlations; got {n}")
+    if y is not None:
+        y = np.asarray(y)
+        if len(y) != n:
+            raise InputError(f"{len(y)} labels for {n} inputs; give one label per input or none")
+    return x, y
+
+
 def affinity(
     model,
     x,
@@ -38,8 +65,7 @@ def affinity(
     hypotheses=None,
     measures=MEASURES,
     tol: float | None = 0.05,
-    batch_size: int = 256,
-    first_check: int = 500,
+    sampling: Sampling | None = None,
     random_state: int = 0,
     progress: bool = True,
     forward=None,
@@ -51,30 +77,23 @@ def affinity(
     neither: all neurons of the model's default layer. ``hypotheses``: `Hypothesis` objects or a dict
     name -> f(x, y) (default: the built-in library). Without labels the hypotheses get the model's
     predictions as ``y``. ``tol``: a score is final once its 95 % interval is within +-tol (0 or None: every
-    score on all inputs). ``forward(rows, layers)``: the model's outputs and those layers' activations of
+    score on all inputs); ``sampling``: how the inputs are streamed (a `Sampling`).
+    ``forward(rows, layers)``: the model's outputs and those layers' activations of
     ``x[rows]`` (default: a forward pass here; ``idcgen.distributed`` gives the Ray workers'). Returns an
     `AffinityResult`.
     """
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
-    from ..data import fit_to_model
     from ..framework import as_network
 
     start = time.perf_counter()
     network = as_network(model) if analysis is None else analysis._network(model)
     measures = parse_measures(measures)
     tol = None if tol in (None, 0) else check_real("tol", tol, 0.0, None, closed="left")  # 0: every input scored
-    batch_size = check_int("batch_size", batch_size, 1)
-    first_check = check_int("first_check", first_check, 10)
-    x = fit_to_model(x, network.input_shape)
+    batch_size, first_check = (sampling or Sampling()).checked()
+    x, y = _checked_inputs(network, x, y)
     n = len(x)
-    if n < 10:
-        raise InputError(f"affinity needs at least 10 inputs to estimate correlations; got {n}")
-    if y is not None:
-        y = np.asarray(y)
-        if len(y) != n:
-            raise InputError(f"{len(y)} labels for {n} inputs; give one label per input or none")
     groups = _groups(network, analysis, units)
     hyps = _hypotheses(hypotheses, network, x)
     unit_list = list(dict.fromkeys((g.layer, i) for g in groups for i in g.neurons))
