@@ -214,7 +214,8 @@ def analyze(
     """
     network, convention = network_with_convention(model, recorded=convention)
     ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(tuple(clusters))).checked()
-    relevance_of, correct_only, only_class, aggregate, eps = (relevance or RelevanceSettings()).fields()
+    relevance = relevance or RelevanceSettings()
+    relevance_of, correct_only, only_class, aggregate, eps = relevance.fields()
     clusters = ks
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
@@ -231,15 +232,7 @@ def analyze(
     fingerprint = hashing.submit(str, x.fingerprint) if sharded else hashing.submit(data_fingerprint, x, y)
     hashing.shutdown(wait=False)
     if only_class is not None:
-        keep = y == only_class
-        if not keep.any():
-            raise InputError(f"no inputs of class {only_class} (classes present: {sorted(set(y.tolist()))})")
-        if sharded:
-            x.select(keep)
-            y = y[keep]
-        else:
-            x, y = x[keep], y[keep]
-
+        x, y = _of_class(x, y, only_class, sharded)
     clusters, cluster_note = supported_clusters(clusters, len(x))
 
     timings = {}
@@ -258,40 +251,13 @@ def analyze(
         )
     timings["relevance"] = time.perf_counter() - start
     if n_used == 0:
-        names = (data_summary or {}).get("class_names")
-        mapping = (
-            ""
-            if not names
-            else (
-                " (here the labels come from class folders: "
-                + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
-                + (", ..." if len(names) > 4 else "")
-                + "; give the names in the model's class order, --class-names, if that differs)"
-            )
-        )
-        raise InputError(
-            f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
-            f"number the classes as the model does{mapping}"
-        )
+        raise _none_correct(data_summary)
     scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
     neurons = top_neurons(scores, m)
     start = time.perf_counter()
     acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
     timings["activations"] = time.perf_counter() - start
-    broken = ~np.isfinite(acts).all(axis=1) if len(acts) else np.zeros(0, bool)
-    if broken.any():  # said as the model's fault, before clustering would call it a value error
-        raise InputError(
-            f"the model gives NaN or infinite values at layer {layer!r} for {int(broken.sum())} of "
-            f"{len(acts)} training inputs: its activations cannot be clustered; check the model's "
-            "weights and the inputs' scale (--scale, --value-range, --preprocess)"
-        )
-    if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
-        # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
-        raise LayerError(
-            f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {len(neurons)} "
-            "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
-            "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model"
-        )
+    _check_activations(acts, layer, len(neurons))
 
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
@@ -303,36 +269,12 @@ def analyze(
         + ([network.head_note] if getattr(network, "head_note", None) else [])
     )
 
-    data = dict(data_summary or {})
     accuracy = None if y is None or regression else float((predictions == y).mean())
-    low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
-    data.update(
-        n_inputs=int(len(x)),
-        n_used=n_used,
-        accuracy=accuracy,
-        fingerprint=fingerprint.result(),
-        observed_range=[low, high],
-    )
-    if regression and y is not None:  # the model's error on the labels, in the output's units
-        outputs = x.predict() if sharded else network.predict(x)
-        data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
+    data = _data_record(network, x, y, sharded, dict(data_summary or {}, n_used=n_used, accuracy=accuracy))
+    data.update(fingerprint=fingerprint.result())
     warnings = _diagnostics(network, convention, data, y, predictions, accuracy)
-    config = dict(
-        task=network.task,
-        layer=layer,
-        m=int(m),
-        clusters=[int(k) for k in clusters],
-        cluster_method=cluster_method,
-        relevance_of=relevance_of,
-        correct_only=correct_only,
-        only_class=only_class,
-        aggregate=aggregate,
-        eps=eps,
-        random_state=random_state,
-        rule="LRP-epsilon",
-        neuron="channel (spatial mean)" if len(network.output_shape(layer)) > 2 else "unit",
-        input_convention=convention.to_dict(),
-    )
+    config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
+    config.update(input_convention=convention.to_dict())
     return Analysis(
         layer=layer,
         neurons=neurons,
@@ -347,6 +289,85 @@ def analyze(
         warnings=warnings,
         network=network,
         device=network.device_info(),
+    )
+
+
+def _of_class(x, y, only_class: int, sharded: bool):
+    """The inputs of label ``only_class`` (the paper's per-class setting); shards select theirs in place."""
+    keep = y == only_class
+    if not keep.any():
+        raise InputError(f"no inputs of class {only_class} (classes present: {sorted(set(y.tolist()))})")
+    if sharded:
+        x.select(keep)
+        return x, y[keep]
+    return x[keep], y[keep]
+
+
+def _none_correct(data_summary: dict | None) -> InputError:
+    """The refusal when correct_only keeps no input: most often labels numbered unlike the model's classes."""
+    names = (data_summary or {}).get("class_names")
+    mapping = (
+        ""
+        if not names
+        else (
+            " (here the labels come from class folders: "
+            + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
+            + (", ..." if len(names) > 4 else "")
+            + "; give the names in the model's class order, --class-names, if that differs)"
+        )
+    )
+    return InputError(
+        f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
+        f"number the classes as the model does{mapping}"
+    )
+
+
+def _check_activations(acts: np.ndarray, layer: str, n_neurons: int) -> None:
+    """Refuse activations that cannot be clustered (NaN or infinite: the model's fault, said before clustering
+    would call it a value error) or that make IDC meaningless (a layer constant on every input)."""
+    broken = ~np.isfinite(acts).all(axis=1) if len(acts) else np.zeros(0, bool)
+    if broken.any():
+        raise InputError(
+            f"the model gives NaN or infinite values at layer {layer!r} for {int(broken.sum())} of "
+            f"{len(acts)} training inputs: its activations cannot be clustered; check the model's "
+            "weights and the inputs' scale (--scale, --value-range, --preprocess)"
+        )
+    if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
+        # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
+        raise LayerError(
+            f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {n_neurons} "
+            "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
+            "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model"
+        )
+
+
+def _data_record(network, x, y, sharded: bool, data: dict) -> dict:
+    """What the analysis records of its training inputs: ``data`` with their count, observed range and (a
+    regression model with labels) the model's error on them."""
+    low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
+    data.update(n_inputs=int(len(x)), observed_range=[low, high])
+    if network.task == "regression" and y is not None:  # the model's error on the labels, in the output's units
+        outputs = x.predict() if sharded else network.predict(x)
+        data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
+    return data
+
+
+def _config(network, layer: str, m: int, clustering: Clustering, relevance: RelevanceSettings, random_state) -> dict:
+    """The settings an analysis records (and a saved one is matched on)."""
+    return dict(
+        task=network.task,
+        layer=layer,
+        m=int(m),
+        clusters=[int(k) for k in clustering.ks],
+        cluster_method=clustering.method,
+        relevance_of=relevance.of,
+        correct_only=bool(relevance.correct_only),
+        only_class=relevance.only_class,
+        aggregate=relevance.aggregate,
+        eps=float(relevance.eps),
+        random_state=random_state,
+        rule="LRP-epsilon",
+        neuron="channel (spatial mean)" if len(network.output_shape(layer)) > 2 else "unit",
     )
 
 
