@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..analysis import Analysis, check_class_labels
 from ..checks import check_int
-from ..convention import InputConvention, as_value_range, check_scale, infer_image_shape, parse_image_shape
+from ..convention import InputConvention, as_image_shape, as_value_range, check_scale, infer_image_shape
 from ..data import check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import network_with_convention
@@ -100,7 +100,7 @@ class Fuzzer:
         value_range, image_shape = (
             (None, None) if convention is None else (convention.value_range, convention.image_shape)
         )
-        image_shape = parse_image_shape(image_shape)
+        image_shape = as_image_shape(image_shape)
         shape = tuple(analysis.network.input_shape)
         if len(shape) != 3 or (image_shape is not None and image_shape != shape):
             image_shape = image_shape or infer_image_shape(shape)
