@@ -727,7 +727,7 @@ class ParallelRunner:
         settings = fuzzer.record
         from tqdm.auto import tqdm
 
-        from .distributed.parallel import ParallelRunner, fuzz
+        from .distributed.parallel import WorkerSettings, fuzz
 
         with tqdm(total=settings.budget, unit="exec", desc="fuzz", dynamic_ncols=True) as bar:
 
@@ -746,7 +746,7 @@ class ParallelRunner:
                     budget=settings.budget,
                     out=out,
                     workers=self.workers,
-                    runner=ParallelRunner(ray=self.ray, gpus_per_worker=self.gpus_per_worker),
+                    runner=WorkerSettings(ray=self.ray, gpus_per_worker=self.gpus_per_worker),
                     settings=settings,
                     safe_mode=self.safe_mode,
                     on_progress=progress,

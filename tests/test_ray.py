@@ -563,7 +563,7 @@ def first_run(fuzz_setup, tmp_path_factory):
         out=out,
         settings=settings,
         workers=2,
-        runner=dist.ParallelRunner(sync_every=1),
+        runner=dist.WorkerSettings(sync_every=1),
     )
     return out, result
 

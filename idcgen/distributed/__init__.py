@@ -47,7 +47,7 @@ _NAMES = {
     "connect": "cluster",
     "ModelRecipe": "cluster",
     "fuzz": "parallel",
-    "ParallelRunner": "parallel",
+    "WorkerSettings": "parallel",
     "ShardedInputs": "shards",
 }
 

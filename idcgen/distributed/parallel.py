@@ -245,7 +245,7 @@ class ParallelRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class ParallelRunner:
+class WorkerSettings:
     """How the workers of a parallel campaign run: on which Ray (``local``: started here), with how many CPU
     threads and what share of a GPU each, and every how many steps they sync with the coordinator."""
 
@@ -265,7 +265,7 @@ def fuzz(
     out,
     settings=None,
     workers: int = 2,
-    runner: ParallelRunner = ParallelRunner(),
+    runner: WorkerSettings = WorkerSettings(),
     safe_mode: bool = True,
     on_progress=None,
     echo=None,
@@ -276,7 +276,7 @@ def fuzz(
     an Analysis of it; ``seeds``/``labels``: the seed inputs (the same for every worker). The campaign's
     settings are ``settings`` (a :class:`~idcgen.fuzz.settings.CampaignSettings`, as the command line makes
     them or ``Fuzzer(analysis, ...).settings(budget)`` does; default: the default mutators), run as ``runner``
-    says (a :class:`ParallelRunner`). A folder that already holds a parallel
+    says (a :class:`WorkerSettings`). A folder that already holds a parallel
     campaign is resumed (every worker from its last commit, with its recorded settings) to the new
     ``budget``. ``on_progress((states, covered))`` is called about four times a second with each worker's last
     step and the union's covered count.
@@ -331,7 +331,7 @@ class _Crew:
         self.restarts: list[dict] = []
         self.coordinator = None
 
-    def spawn(self, network, analysis, runner: ParallelRunner, safe_mode: bool, seeds, labels) -> None:
+    def spawn(self, network, analysis, runner: WorkerSettings, safe_mode: bool, seeds, labels) -> None:
         """The coordinator and one actor per worker, with the model, the analysis and the seeds put once."""
         put = self.ray.put
         self.recipe = put(ModelRecipe.of(network, safe_mode=safe_mode))
@@ -396,7 +396,7 @@ class _Crew:
             self.ray.kill(a)
 
 
-def _checked(budget, workers, runner: ParallelRunner) -> tuple[int, int, int, int]:
+def _checked(budget, workers, runner: WorkerSettings) -> tuple[int, int, int, int]:
     """The budget, workers, sync period and threads, checked: a budget every worker gets a share of."""
     from ..checks import check_int
     from ..fuzz.campaign import check_budget
