@@ -185,6 +185,8 @@ def bench_fuzz(analysis, x_test, budget: int, rounds: int) -> list[dict]:
     {workers: figures}. Alternating the two spreads the machine's drift over both."""
     from idcgen.distributed import fuzz
     from idcgen.fuzz.campaign import Campaign
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.fuzz.mutators import parse_mutators
 
     path = common.model_path("cifar10_cnn", "cifar10")
     _, y_test = common.load_data("test", "cifar10")
@@ -203,10 +205,7 @@ def bench_fuzz(analysis, x_test, budget: int, rounds: int) -> list[dict]:
                 budget=budget,
                 out=folder / "c",
                 workers=workers,
-                threads=1,
-                batch_size=128,
-                mutators=MUTATORS,
-                random_state=0,
+                settings=Fuzzer(analysis, mutators=parse_mutators(MUTATORS), batch_size=128).settings(budget),
             )
             merged = Campaign.load(folder / "c" / "merged")
             own = max(w["elapsed_seconds"] for w in result["workers"])

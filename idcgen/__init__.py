@@ -39,6 +39,8 @@ _NAMES = {
     "input_relevance": "relevance",
     "analyze": "analysis",
     "Analysis": "analysis",
+    "Clustering": "analysis",
+    "RelevanceSettings": "analysis",
     "Fuzzer": "fuzz.fuzzer",
     "Campaign": "fuzz.campaign",
     "Validity": "fuzz.validity",

@@ -462,7 +462,7 @@ def analyze(
     runner: RunnerOptions = None,
 ):
     """Find the m most important neurons of a layer and cluster their activations."""
-    from .analysis import check_save_target
+    from .analysis import Clustering, RelevanceSettings, check_save_target
 
     _need_ray(runner.ray, runner.workers)
     if out is not None:
@@ -482,11 +482,8 @@ def analyze(
             y,
             layer=wanted.layer,
             m=wanted.resolved("m"),
-            clusters=wanted.resolved("clusters"),
-            cluster_method=wanted.resolved("cluster_method"),
-            relevance_of=relevance_of,
-            correct_only=correct_only,
-            only_class=only_class,
+            clusters=Clustering(wanted.resolved("clusters"), wanted.resolved("cluster_method")),
+            relevance=RelevanceSettings(of=relevance_of, correct_only=correct_only, only_class=only_class),
             random_state=random_state,
             data_summary=summary,
         )
@@ -667,7 +664,7 @@ def prioritize(
 ):
     """Order a set of inputs so that those most likely to reveal a failure come first (which to label first);
     with labels, score the ordering by APFD and the share of failures in the first 1, 5 and 10 %."""
-    from .prioritization import check_ordering, check_ranking_target, input_names
+    from .prioritization import OrderingParameters, check_ordering, check_ranking_target, input_names
     from .prioritization import prioritize as run
 
     o = ordering
@@ -692,10 +689,8 @@ def prioritize(
         y_train=y_train,
         y=ds.y,
         analysis=found,
-        layer=o.layer,
         m=o.m,
-        passes=o.passes,
-        tolerance=o.tolerance,
+        parameters=OrderingParameters(layer=o.layer, passes=o.passes, tolerance=o.tolerance),
         random_state=o.random_state,
         progress=not as_json,
     )
@@ -767,7 +762,7 @@ def harden(
     from .checks import check_int
     from .fuzz.campaign import Campaign
     from .fuzz.store import read_meta
-    from .hardening import check_pair, format_table
+    from .hardening import Retraining, check_pair, format_table
     from .hardening import harden as run
 
     if limit_test is not None:
@@ -801,9 +796,7 @@ def harden(
         found,
         x_test,
         test_ds.y,
-        mode=r.mode,
-        epochs=r.epochs,
-        repeats=r.repeats,
+        retraining=Retraining(mode=r.mode, epochs=r.epochs, repeats=r.repeats),
         random_state=r.random_state,
         out=out,
         pair=classes,

@@ -160,6 +160,19 @@ def as_value_range(value) -> tuple[float, float] | None:
     return parse_value_range(value)
 
 
+def as_image_shape(value) -> tuple[int, int, int] | None:
+    """An image shape as parsed at the command line's edge (None, or H, W, C ints with C 1 or 3) taken as it is;
+    anything else (text, a list) goes through :func:`parse_image_shape`, so that an option is parsed once."""
+    parsed = isinstance(value, tuple) and len(value) == 3 and all(type(v) is int and v >= 1 for v in value)
+    return value if value is None or (parsed and value[2] in (1, 3)) else parse_image_shape(value)
+
+
+def as_preprocess(value) -> Preprocess | None:
+    """A preprocessing as parsed (None or a :class:`Preprocess`) taken as it is, text through
+    :func:`parse_preprocess`."""
+    return value if value is None or isinstance(value, Preprocess) else parse_preprocess(value)
+
+
 def parse_image_shape(text) -> tuple[int, int, int] | None:
     """``"28,28,1"`` (or ``28x28x1``) -> (28, 28, 1); ``"28,28"`` -> (28, 28, 1)."""
     if text is None:
@@ -237,7 +250,7 @@ class InputConvention:
             return cls()
         return cls(
             value_range=tuple(float(v) for v in data["value_range"]),
-            preprocess=parse_preprocess(data.get("preprocess")),
+            preprocess=as_preprocess(data.get("preprocess")),
             image_shape=None if data.get("image_shape") is None else tuple(data["image_shape"]),
             source=data.get("source", "recorded"),
         )
@@ -268,8 +281,8 @@ def resolve(
     """The convention for a model from explicit choices, else a recorded one (an analysis'), else ``own``,
     the one read from the model's layers. An explicit choice that contradicts ``recorded`` is refused."""
     value_range = as_value_range(value_range)
-    pre = parse_preprocess(preprocess)
-    image_shape = parse_image_shape(image_shape)
+    pre = as_preprocess(preprocess)
+    image_shape = as_image_shape(image_shape)
     if recorded is not None:
         if value_range is not None and value_range != tuple(recorded.value_range):
             raise ParameterError(

@@ -144,6 +144,19 @@ def robustness(
     return out
 
 
+@dataclass(frozen=True)
+class Retraining:
+    """How `harden` retrains: ``finetune`` (from the model's weights) or ``scratch``, for ``epochs`` epochs, both
+    retrainings ``repeats`` times (mean and std)."""
+
+    mode: str = "finetune"
+    epochs: int = 3
+    repeats: int = 1
+
+    def checked(self) -> tuple[str, int, int]:
+        return self.mode, check_int("epochs", self.epochs, 1), check_int("repeats", self.repeats, 1)
+
+
 def harden(
     model,
     x_train: np.ndarray,
@@ -152,9 +165,7 @@ def harden(
     x_test: np.ndarray,
     y_test: np.ndarray,
     *,
-    mode: str = "finetune",
-    epochs: int = 3,
-    repeats: int = 1,
+    retraining: Retraining | None = None,
     random_state: int = 0,
     out: str | Path | None = None,
     progress: bool = True,
@@ -162,9 +173,9 @@ def harden(
 ) -> dict:
     """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table.
     ``pair`` (a, b): also measure the pair's type-1 confusion (e.g. a pair ``idcgen inspect`` predicts, after
-    a campaign with the ``confusion(a,b)`` oracle)."""
-    check_int("epochs", epochs, 1)
-    check_int("repeats", repeats, 1)
+    a campaign with the ``confusion(a,b)`` oracle). ``retraining``: how (a `Retraining`; default: fine-tune
+    3 epochs, once)."""
+    mode, epochs, repeats = (retraining or Retraining()).checked()
     network = as_network(model)
     if "trainable" not in network.capabilities:  # an ONNX export: forward only
         raise ModelError(

@@ -349,6 +349,20 @@ def _training_groups(network, probs: np.ndarray) -> np.ndarray:
     return np.zeros(len(probs), np.int64) if network.task == "regression" else probs.argmax(axis=1)
 
 
+@dataclass(frozen=True)
+class OrderingParameters:
+    """The parameters particular to some orderings: ``layer`` of the surprise orderings (default: the last hidden
+    layer before the logits), the forward ``passes`` of mc-dropout, and a regression model's failure
+    ``tolerance`` on the absolute error (default: twice the RMSE, see :func:`failures_of`)."""
+
+    layer: str | None = None
+    passes: int = 20
+    tolerance: float | None = None
+
+    def checked(self) -> tuple[str | None, int, float | None]:
+        return self.layer, check_int("passes", self.passes, 2), self.tolerance
+
+
 def prioritize(
     model,
     x,
@@ -358,10 +372,8 @@ def prioritize(
     y_train=None,
     y=None,
     analysis=None,
-    layer: str | None = None,
     m: int = 8,
-    passes: int = 20,
-    tolerance: float | None = None,
+    parameters: OrderingParameters | None = None,
     random_state: int = 0,
     cache: dict | None = None,
     progress: bool = False,
@@ -378,9 +390,8 @@ def prioritize(
         no ``analysis`` is given (it is then made with ``m`` important neurons).
     y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early).
     analysis : an Analysis for the IDC orderings.
-    layer : the layer of the surprise orderings (default the last hidden layer before the logits).
-    passes : forward passes of ``mc-dropout``, default 20.
-    tolerance : a regression model's failure threshold on the absolute error (see :func:`failures_of`).
+    parameters : the parameters of some orderings (an :class:`OrderingParameters`): the surprise orderings'
+        layer, mc-dropout's passes, a regression model's failure tolerance.
     random_state : for ``random`` and ``mc-dropout``.
     cache : a dict to keep between calls on the same model and training inputs (and layer, m): fitted
         criteria, surprise densities, training activations and the analysis made from x_train are kept in
@@ -392,7 +403,7 @@ def prioritize(
 
     network = as_network(model)
     by = check_ordering(by, network.task)
-    check_int("passes", passes, 2)
+    layer, passes, tolerance = (parameters or OrderingParameters()).checked()
     check_int("random_state", random_state, 0)
     x = fit_to_model(raw_inputs(x, network), network.input_shape)  # InputError when empty or mis-shaped
     base = _criterion_of(by)

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .analysis import Analysis, analyze, find_analysis
+from .analysis import Analysis, Clustering, analyze, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source, fit_to_model, load_for_model
@@ -487,8 +487,7 @@ def _campaign_analysis(
         analyse,
         layer=wanted.layer,
         m=wanted.resolved("m"),
-        clusters=wanted.resolved("clusters"),
-        cluster_method=wanted.resolved("cluster_method"),
+        clusters=Clustering(wanted.resolved("clusters"), wanted.resolved("cluster_method")),
     )
     if train is not None:
         train_ds, x_train = _training_inputs(train, network, convention, sources, echo)
@@ -728,7 +727,7 @@ class ParallelRunner:
         settings = fuzzer.record
         from tqdm.auto import tqdm
 
-        from .distributed.parallel import fuzz
+        from .distributed.parallel import WorkerSettings, fuzz
 
         with tqdm(total=settings.budget, unit="exec", desc="fuzz", dynamic_ncols=True) as bar:
 
@@ -747,12 +746,11 @@ class ParallelRunner:
                     budget=settings.budget,
                     out=out,
                     workers=self.workers,
-                    ray=self.ray,
+                    runner=WorkerSettings(ray=self.ray, gpus_per_worker=self.gpus_per_worker),
                     settings=settings,
                     safe_mode=self.safe_mode,
                     on_progress=progress,
                     echo=echo,
-                    gpus_per_worker=self.gpus_per_worker,
                 )
             except KeyboardInterrupt:
                 return None

@@ -162,7 +162,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     files = dict(item.split("=", 1) for item in args.model_file)
 
-    from idcgen.analysis import analyze
+    from idcgen.analysis import Clustering, analyze
     from idcgen.framework import Network
 
     folder = OUTPUTS / "clusters_study"
@@ -181,7 +181,13 @@ def main(argv=None):
         with Timer() as t_an:
             analyses = {
                 method: analyze(
-                    network, x_train, y_train, layer=LAYER[name], m=m_max, cluster_method=method, progress=False
+                    network,
+                    x_train,
+                    y_train,
+                    layer=LAYER[name],
+                    m=m_max,
+                    clusters=Clustering(method=method),
+                    progress=False,
                 )
                 for method in METHODS
             }

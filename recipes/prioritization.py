@@ -191,7 +191,7 @@ def main(argv=None):
     (out / "runs").mkdir(parents=True, exist_ok=True)
 
     from idcgen.framework import Network
-    from idcgen.prioritization import prioritize
+    from idcgen.prioritization import OrderingParameters, prioritize
 
     started = time.perf_counter()
     model = load_model(args.model, args.dataset)
@@ -250,8 +250,7 @@ def main(argv=None):
             x_train=x_train,
             y_train=y_train,
             y=y,
-            passes=PASSES,
-            tolerance=bound,
+            parameters=OrderingParameters(passes=PASSES, tolerance=bound),
             random_state=r,
             cache=cache,
         )

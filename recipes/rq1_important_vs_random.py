@@ -35,7 +35,7 @@ def suffix(dataset: str) -> str:
 
 def run_model(name: str, args, x_train, y_train, x_test, y_test, rng) -> tuple[list[dict], list[dict], dict]:
     """(summary rows, per-repetition rows, facts for the notes) of one model."""
-    from idcgen.analysis import analyze
+    from idcgen.analysis import RelevanceSettings, analyze
     from idcgen.framework import Network
 
     network = Network(load_model(name, args.dataset))
@@ -55,7 +55,7 @@ def run_model(name: str, args, x_train, y_train, x_test, y_test, rng) -> tuple[l
             y_train,
             layer=layer,
             m=args.m,
-            only_class=cls,
+            relevance=RelevanceSettings(only_class=cls),
             random_state=args.random_state,
             progress=False,
         )

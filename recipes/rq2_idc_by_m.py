@@ -91,7 +91,7 @@ def main(argv=None):
         )
     train_limit = args.train_limit or (CIFAR10_TRAIN_LIMIT if args.dataset == "cifar10" else None)
 
-    from idcgen.analysis import analyze
+    from idcgen.analysis import RelevanceSettings, analyze
     from idcgen.framework import Network
 
     x_train, y_train = load_data("train", args.dataset, limit=train_limit)
@@ -112,7 +112,9 @@ def main(argv=None):
             for m in tqdm(args.m, desc=f"{name}: m"):
                 if args.per_class:
                     analyses = {
-                        c: analyze(network, x_train, y_train, m=m, only_class=c, progress=False)
+                        c: analyze(
+                            network, x_train, y_train, m=m, relevance=RelevanceSettings(only_class=c), progress=False
+                        )
                         for c in np.unique(y_train)
                     }
                 else:

@@ -36,7 +36,7 @@ def main(argv=None):
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
     from idcgen.fuzz.settings import Sources
-    from idcgen.hardening import format_table, harden
+    from idcgen.hardening import Retraining, format_table, harden
 
     out = OUTPUTS / "rq6_harden"
     model = load_model(args.model, args.dataset)
@@ -71,9 +71,7 @@ def main(argv=None):
             campaign,
             x_test[rest],
             y_test[rest],
-            mode=args.mode,
-            epochs=args.epochs,
-            repeats=args.repeats,
+            retraining=Retraining(mode=args.mode, epochs=args.epochs, repeats=args.repeats),
             random_state=args.random_state,
             out=out,
         )

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from conftest import small_cnn
 
+from idcgen.analysis import RelevanceSettings
 from idcgen.errors import AnalysisMismatchError, InputError, LayerError, ParameterError
 
 
@@ -94,11 +95,13 @@ def test_conv_subject_layer_and_options():
     assert a.importance.shape == (6,) and a.config["neuron"].startswith("channel")
     pred = model(x).numpy().argmax(1)
     cls = int(pred[0])
-    b = analyze(model, x, y, layer="fc", m=2, only_class=int(y[0]), relevance_of="label", progress=False)
+    b = analyze(
+        model, x, y, layer="fc", m=2, relevance=RelevanceSettings(of="label", only_class=int(y[0])), progress=False
+    )
     assert b.data["n_inputs"] == int((y == y[0]).sum())
-    c = analyze(model, x, y, layer="fc", m=2, correct_only=True, progress=False)
+    c = analyze(model, x, y, layer="fc", m=2, relevance=RelevanceSettings(correct_only=True), progress=False)
     assert c.data["n_used"] == int((pred == y).sum()) < 300
-    d = analyze(model, x, pred, layer="fc", m=2, correct_only=True, progress=False)
+    d = analyze(model, x, pred, layer="fc", m=2, relevance=RelevanceSettings(correct_only=True), progress=False)
     assert d.data["n_used"] == 300 and 0 <= cls < 10
 
 
@@ -112,7 +115,7 @@ def test_bad_parameters():
     with pytest.raises(LayerError, match="unknown layer 'nope'"):
         analyze(model, x, layer="nope", progress=False)
     with pytest.raises(InputError, match="labels are needed"):
-        analyze(model, x, correct_only=True, progress=False)
+        analyze(model, x, relevance=RelevanceSettings(correct_only=True), progress=False)
     with pytest.raises(InputError, match="got 19 labels for 20 inputs"):
         analyze(model, x, np.zeros(19, int), progress=False)
     with pytest.raises(InputError, match="channel count"):
@@ -229,7 +232,14 @@ def test_streamed_analysis_equals_the_relevance_matrix(trained_lenet, digits, mo
     neurons = top_neurons(importance(rel[keep], aggregate=aggregate), 3)
     for one_pass in (2**40, 0):
         monkeypatch.setattr(analysis_module, "ACTIVATIONS_IN_ONE_PASS", one_pass)
-        a = analysis_module.analyze(network, x, y, m=3, aggregate=aggregate, correct_only=correct_only, progress=False)
+        a = analysis_module.analyze(
+            network,
+            x,
+            y,
+            m=3,
+            relevance=RelevanceSettings(aggregate=aggregate, correct_only=correct_only),
+            progress=False,
+        )
         np.testing.assert_array_equal(a.neurons, neurons)
         np.testing.assert_allclose(a.importance, importance(rel[keep], aggregate=aggregate), rtol=1e-5)
         assert a.data["n_used"] == int(keep.sum())

@@ -452,11 +452,11 @@ def relu_mlp(digits, tmp_path_factory):
 
 
 def test_analyze_zero_aware_clusters_match_coverage(relu_mlp):
-    from idcgen.analysis import analyze
+    from idcgen.analysis import Clustering, analyze
 
     model, _, x, y = relu_mlp
     paper = analyze(model, x, y, layer="fc", m=6, progress=False)
-    variant = analyze(model, x, y, layer="fc", m=6, cluster_method="zero-aware", progress=False)
+    variant = analyze(model, x, y, layer="fc", m=6, clusters=Clustering(method="zero-aware"), progress=False)
     assert paper.config["cluster_method"] == "silhouette" and variant.config["cluster_method"] == "zero-aware"
     np.testing.assert_array_equal(paper.neurons, variant.neurons)  # only the clustering differs
     acts = variant.activations(x)
@@ -527,13 +527,13 @@ def test_cli_cluster_method(relu_mlp, tmp_path):
 def test_find_analysis_by_cluster_method(relu_mlp, tmp_path):
     import os
 
-    from idcgen.analysis import analyze, find_analysis
+    from idcgen.analysis import Clustering, analyze, find_analysis
     from idcgen.framework import Network
 
     model, _, x, y = relu_mlp
     network = Network(model)
     analyze(network, x[:400], y[:400], layer="fc", m=3, progress=False).save(tmp_path / "paper")
-    analyze(network, x[:400], y[:400], layer="fc", m=3, cluster_method="zero-aware", progress=False).save(
+    analyze(network, x[:400], y[:400], layer="fc", m=3, clusters=Clustering(method="zero-aware"), progress=False).save(
         tmp_path / "za"
     )
     os.utime(tmp_path / "paper" / "analysis.json", (1e9, 1e9))  # the zero-aware one is the newest

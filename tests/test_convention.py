@@ -498,7 +498,7 @@ def test_image_shape_must_hold_the_models_values(raw_digits):
     with pytest.raises(
         ParameterError, match=r"image shape \(27, 28, 1\) holds 756 values but the model takes \(784,\)"
     ):
-        idcgen.Fuzzer(analysis, mutators=["gauss"], image_shape="27,28,1")
+        idcgen.Fuzzer(analysis, mutators=["gauss"], convention=InputConvention(image_shape=(27, 28, 1)))
 
 
 # ---- resizing image folders -----------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
 
 
 def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
-    from idcgen.hardening import EVALUATIONS, harden
+    from idcgen.hardening import EVALUATIONS, Retraining, harden
 
     model, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
@@ -44,7 +44,7 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
         campaign,
         x_test[1::5],
         y_test[1::5],
-        epochs=1,
+        retraining=Retraining(epochs=1),
         out=tmp_path,
         progress=False,
     )
@@ -80,7 +80,7 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     from idcgen.framework import Network
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import MutationContext, make_mutator
-    from idcgen.hardening import EVALUATIONS, harden, robustness
+    from idcgen.hardening import EVALUATIONS, Retraining, harden, robustness
 
     lenet, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
@@ -94,7 +94,16 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     c = fuzzer.start(flat255(x_test[::20]), y_test[::20], tmp_path / "c", budget=256)
     fuzzer.run(c, progress=False)
     xt, yt = x_test[1::10], y_test[1::10]
-    summary = harden(wrapped, flat255(x_train[:300]), y_train[:300], c, flat255(xt), yt, epochs=1, progress=False)
+    summary = harden(
+        wrapped,
+        flat255(x_train[:300]),
+        y_train[:300],
+        c,
+        flat255(xt),
+        yt,
+        retraining=Retraining(epochs=1),
+        progress=False,
+    )
     original = summary["table"][0]
     rng = np.random.default_rng(0)
     plain = Network(lenet)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from idcgen.cli import app
 from idcgen.errors import InputError, ParameterError
 from idcgen.prioritization import (
+    OrderingParameters,
     additional_order,
     apfd,
     evaluate,
@@ -152,7 +153,7 @@ def test_orderings_refuse_bad_requests_in_one_line(classifier):
     with pytest.raises(InputError, match=r"inputs have shape \(5,\) per item but the model expects \(4,\)"):
         prioritize(model, np.zeros((3, 5), np.float32), by="gini")  # the model takes 4 values per input
     with pytest.raises(ParameterError, match="'passes' parameter must be an int >= 2"):
-        prioritize(model, x, by="mc-dropout", passes=1)
+        prioritize(model, x, by="mc-dropout", parameters=OrderingParameters(passes=1))
 
 
 # ---- a steering model ------------------------------------------------------------------------------------
@@ -191,8 +192,10 @@ def test_a_steering_model_ranks_by_surprise_and_mc_dropout(frames):
     assert np.array_equal(a.scores, b.scores) and (a.scores > 0).any()
     assert not np.array_equal(a.scores, prioritize(model, x, by="mc-dropout", random_state=6).scores)
     # the tolerance decides what a failure is
-    assert prioritize(model, x, by="random", y=y, tolerance=0.5).evaluation.failures == 6
-    assert prioritize(model, x, by="random", y=y, tolerance=0.001).evaluation.failures == 60
+    assert prioritize(model, x, by="random", y=y, parameters=OrderingParameters(tolerance=0.5)).evaluation.failures == 6
+    assert (
+        prioritize(model, x, by="random", y=y, parameters=OrderingParameters(tolerance=0.001)).evaluation.failures == 60
+    )
 
 
 def test_mc_dropout_is_refused_for_a_model_without_dropout(frames):

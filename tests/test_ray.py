@@ -12,6 +12,8 @@ import time
 import numpy as np
 import pytest
 
+from idcgen.analysis import RelevanceSettings
+
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
@@ -61,7 +63,9 @@ class TestOnTwoWorkers:
             assert len(set(workers.pids)) == 2 and os.getpid() not in workers.pids  # two other processes
             yield workers
 
-    @pytest.mark.parametrize("options", [dict(m=6), dict(m=4, relevance_of="label", correct_only=True)])
+    @pytest.mark.parametrize(
+        "options", [dict(m=6), dict(m=4, relevance=RelevanceSettings(of="label", correct_only=True))]
+    )
     def test_analysis_equals_the_single_process_one(self, pool, trained_lenet, digits, options):
         import idcgen
 
@@ -80,8 +84,10 @@ class TestOnTwoWorkers:
         monkeypatch.setattr(analysis_module, "ACTIVATIONS_IN_ONE_PASS", 0)
         model, _ = trained_lenet
         x, y = digits[0][:1500], digits[1][:1500]
-        single = idcgen.analyze(model, x, y, m=5, correct_only=True, progress=False)
-        assert_same_analysis(single, pool.analyze(x, y, m=5, correct_only=True, progress=False))
+        single = idcgen.analyze(model, x, y, m=5, relevance=RelevanceSettings(correct_only=True), progress=False)
+        assert_same_analysis(
+            single, pool.analyze(x, y, m=5, relevance=RelevanceSettings(correct_only=True), progress=False)
+        )
 
     def test_coverage_equals_the_single_process_one(self, pool, trained_lenet, digits):
         import idcgen
@@ -113,7 +119,12 @@ class TestOnTwoWorkers:
 
     # ---- shards the workers read and hold themselves (idcgen.distributed.shards) -------------------
     @pytest.mark.parametrize(
-        "options", [dict(m=6), dict(m=4, relevance_of="label", correct_only=True), dict(m=4, only_class=3)]
+        "options",
+        [
+            dict(m=6),
+            dict(m=4, relevance=RelevanceSettings(of="label", correct_only=True)),
+            dict(m=4, relevance=RelevanceSettings(only_class=3)),
+        ],
     )
     def test_analysis_of_shard_files_equals_the_in_memory_one(self, pool, trained_lenet, digits, tmp_path, options):
         import idcgen
@@ -128,7 +139,8 @@ class TestOnTwoWorkers:
             sharded = pool.analyze(held, progress=False, **options)
             assert_same_analysis(single, sharded, same_data_fingerprint=False)
             assert sharded.data["observed_range"] == single.data["observed_range"]
-            if "only_class" in options:  # reused after only_class: every input again, not class 3's
+            if "relevance" in options and options["relevance"].only_class is not None:
+                # reused after only_class: every input again, not class 3's
                 again = pool.analyze(held, m=4, progress=False)
                 assert again.data["n_inputs"] == len(x) and again.data["fingerprint"] == sharded.data["fingerprint"]
 
@@ -145,7 +157,9 @@ class TestOnTwoWorkers:
             single, pool.analyze(str(tmp_path / "train-*.npy"), m=4, progress=False), same_data_fingerprint=False
         )
         with pytest.raises(InputError, match="labels are needed"):
-            pool.analyze(str(tmp_path / "train-*.npy"), m=4, correct_only=True, progress=False)
+            pool.analyze(
+                str(tmp_path / "train-*.npy"), m=4, relevance=RelevanceSettings(correct_only=True), progress=False
+            )
         np.savez(tmp_path / "train-2.npz", x=x[:10], y=digits[1][:10])  # labelled beside unlabelled: refused
         with pytest.raises(InputError, match=r"^shard .*train-0\.npy has no labels but shard .*train-2\.npz has"):
             pool.analyze(str(tmp_path / "train-*"), m=4, progress=False)
@@ -158,8 +172,15 @@ class TestOnTwoWorkers:
         labelled = ray.data.from_items(
             [{"image": x[i], "label": int(y[i])} for i in range(len(x))], override_num_blocks=3
         )
-        single = idcgen.analyze(model, x, y, m=5, correct_only=True, progress=False)
-        sharded = pool.analyze(labelled, m=5, correct_only=True, x_column="image", y_column="label", progress=False)
+        single = idcgen.analyze(model, x, y, m=5, relevance=RelevanceSettings(correct_only=True), progress=False)
+        sharded = pool.analyze(
+            labelled,
+            m=5,
+            relevance=RelevanceSettings(correct_only=True),
+            x_column="image",
+            y_column="label",
+            progress=False,
+        )
         assert_same_analysis(single, sharded, same_data_fingerprint=False)
         test = digits[2]
         # one column, 4 blocks, no labels (from_items: a computed dataset, whose blocks need no CPU the pool holds)
@@ -528,9 +549,11 @@ def own_and_imported(campaign):
 @pytest.fixture(scope="module")
 def first_run(fuzz_setup, tmp_path_factory):
     import idcgen.distributed as dist
+    from idcgen.fuzz.fuzzer import Fuzzer
 
     path, analysis, x, y = fuzz_setup
     out = tmp_path_factory.mktemp("parallel") / "campaign"
+    settings = Fuzzer(analysis, mutators=["gauss(std=0.1)", "brightness"], batch_size=32, random_state=3).settings(1600)
     result = dist.fuzz(
         path,
         analysis,
@@ -538,11 +561,9 @@ def first_run(fuzz_setup, tmp_path_factory):
         y,
         budget=1600,
         out=out,
+        settings=settings,
         workers=2,
-        batch_size=32,
-        sync_every=1,
-        mutators="gauss(std=0.1),brightness",
-        random_state=3,
+        runner=dist.WorkerSettings(sync_every=1),
     )
     return out, result
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from idcgen.analysis import analyze
+from idcgen.analysis import RelevanceSettings, analyze
 from idcgen.cli import app
 from idcgen.data import check_labels, load_inputs
 from idcgen.errors import IdcgenError, InputError, ModelError, ParameterError
@@ -91,7 +91,7 @@ def test_analysis_of_a_regression_model_end_to_end():
     assert set(found.neurons.tolist()) == set(np.argsort(-rel.sum(0))[:3].tolist())
     assert found.total == np.prod([c.k for c in found.clusters]) and 0 < found.coverage(x).score <= 1
     with pytest.raises(InputError, match="relevance_of='label', correct_only and only_class are for classifiers"):
-        analyze(network, x, y, m=3, correct_only=True, progress=False)
+        analyze(network, x, y, m=3, relevance=RelevanceSettings(correct_only=True), progress=False)
 
 
 def test_float_labels_regression_yes_classifier_one_line():

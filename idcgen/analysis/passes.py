@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
-from ..convention import check_scale
+from ..convention import InputConvention, check_scale
 from ..data import check_labels, fit_to_model
 from ..errors import InputError, LayerError, ModelError, ParameterError
 from ..framework import Network, network_with_convention
@@ -141,6 +142,36 @@ def _in_fp32(func):
     return run
 
 
+@dataclass(frozen=True)
+class RelevanceSettings:
+    """How the relevance that ranks the neurons is taken: from the ``of`` logit ("predicted", the default, or
+    "label"), over the inputs the model classifies correctly (``correct_only``) or of one label (``only_class``,
+    the paper's per-class setting) or all, aggregated by ``aggregate`` ("sum": cumulative relevance, the default;
+    "abs" or "mean"), with LRP-epsilon's ``eps``."""
+
+    of: str = "predicted"
+    correct_only: bool = False
+    only_class: int | None = None
+    aggregate: str = "sum"
+    eps: float = 1e-7
+
+    def fields(self) -> tuple[str, bool, int | None, str, float]:
+        return self.of, bool(self.correct_only), self.only_class, self.aggregate, float(self.eps)
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """How each important neuron's activations are clustered: the k values ``ks`` tried (default 2..5) and the
+    ``method``: "silhouette" (DeepImportance's, default) or "zero-aware" (a ReLU's exact zeros form their own
+    cluster, k is chosen on the positive values; :func:`idcgen.clusters.cluster_neuron`)."""
+
+    ks: tuple[int, ...] = (2, 3, 4, 5)
+    method: str = "silhouette"
+
+    def checked(self) -> tuple[tuple[int, ...], str]:
+        return tuple(self.ks), self.method
+
+
 @_in_fp32
 def analyze(
     model,
@@ -149,17 +180,10 @@ def analyze(
     *,
     layer: str | None = None,
     m: int = 8,
-    clusters: Sequence[int] = (2, 3, 4, 5),
-    cluster_method: str = "silhouette",
-    relevance_of: str = "predicted",
-    correct_only: bool = False,
-    only_class: int | None = None,
-    aggregate: str = "sum",
-    eps: float = 1e-7,
+    clusters: Sequence[int] | Clustering = (2, 3, 4, 5),
+    relevance: RelevanceSettings | None = None,
     random_state: int = 0,
-    value_range=None,
-    preprocess=None,
-    image_shape=None,
+    convention: InputConvention | None = None,
     data_summary: dict | None = None,
     progress: bool = True,
     passes=None,
@@ -176,30 +200,28 @@ def analyze(
         Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
     layer : str, default: the last hidden layer before the logits
     m : int, default 8
-    clusters : the k values tried per neuron, default 2..5; the silhouette picks one
-    cluster_method : "silhouette" (DeepImportance's, default) or "zero-aware" (a ReLU's exact zeros form
-        their own cluster, k is chosen on the positive values; :func:`idcgen.clusters.cluster_neuron`)
-    relevance_of : "predicted" (default) or "label": which logit the relevance starts from
-    correct_only : keep only inputs the model classifies correctly
-    only_class : keep only inputs of this label (the paper's per-class setting)
-    aggregate : "sum" (cumulative relevance, default), "abs" or "mean"
-    value_range : (low, high) of the images the model takes; default: read from the model (0..255 when
-        it starts with ``Rescaling(1/255)``), else [0, 1]. Recorded, with the inputs' observed range.
-    preprocess : a spec such as "tf" or "mean=0.5,std=0.25" applied between image and model
-        (:func:`idcgen.convention.parse_preprocess`); recorded and re-applied when the analysis is loaded.
-    image_shape : (h, w, c) images for a model taking flat or channel-less inputs (for the fuzzer)
+    clusters : the k values tried per neuron, default 2..5 (the silhouette picks one), or a :class:`Clustering`
+        (the k values and the method)
+    relevance : how the relevance is taken and over which inputs (a :class:`RelevanceSettings`; default: from
+        the predicted logit, summed over every input)
+    convention : the :class:`~idcgen.convention.InputConvention` of the images (value range, preprocessing
+        such as "tf" or "mean=0.5,std=0.25" between image and model, image shape for a model taking flat or
+        channel-less inputs); default: read from the model (0..255 when it starts with ``Rescaling(1/255)``),
+        else [0, 1]. Recorded (with the inputs' observed range) and re-applied when the analysis is loaded.
     passes : what runs the passes over ``x``: :class:`LocalPasses` (default) or, from
         :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
         object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
     """
-    network, convention = network_with_convention(
-        model, value_range=value_range, preprocess=preprocess, image_shape=image_shape
-    )
+    network, convention = network_with_convention(model, recorded=convention)
     if "differentiable" not in network.capabilities:  # an ONNX export: relevance needs its source model
         raise ModelError(
             "the analysis takes relevance (LRP), and this model runs forward only (an ONNX export): analyse its "
             "source model (.pt2, .keras) and pass that analysis with --analysis"
         )
+    ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(tuple(clusters))).checked()
+    relevance = relevance or RelevanceSettings()
+    relevance_of, correct_only, only_class, aggregate, eps = relevance.fields()
+    clusters = ks
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
     _check_options(width, m, relevance_of, aggregate, cluster_method, random_state)
@@ -215,15 +237,7 @@ def analyze(
     fingerprint = hashing.submit(str, x.fingerprint) if sharded else hashing.submit(data_fingerprint, x, y)
     hashing.shutdown(wait=False)
     if only_class is not None:
-        keep = y == only_class
-        if not keep.any():
-            raise InputError(f"no inputs of class {only_class} (classes present: {sorted(set(y.tolist()))})")
-        if sharded:
-            x.select(keep)
-            y = y[keep]
-        else:
-            x, y = x[keep], y[keep]
-
+        x, y = _of_class(x, y, only_class, sharded)
     clusters, cluster_note = supported_clusters(clusters, len(x))
 
     timings = {}
@@ -242,40 +256,13 @@ def analyze(
         )
     timings["relevance"] = time.perf_counter() - start
     if n_used == 0:
-        names = (data_summary or {}).get("class_names")
-        mapping = (
-            ""
-            if not names
-            else (
-                " (here the labels come from class folders: "
-                + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
-                + (", ..." if len(names) > 4 else "")
-                + "; give the names in the model's class order, --class-names, if that differs)"
-            )
-        )
-        raise InputError(
-            f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
-            f"number the classes as the model does{mapping}"
-        )
+        raise _none_correct(data_summary)
     scores = {"sum": signed, "abs": absolute, "mean": signed / n_used}[aggregate]
     neurons = top_neurons(scores, m)
     start = time.perf_counter()
     acts = passes.activations(neurons, np.flatnonzero(predictions == y) if correct_only else np.arange(len(x)))
     timings["activations"] = time.perf_counter() - start
-    broken = ~np.isfinite(acts).all(axis=1) if len(acts) else np.zeros(0, bool)
-    if broken.any():  # said as the model's fault, before clustering would call it a value error
-        raise InputError(
-            f"the model gives NaN or infinite values at layer {layer!r} for {int(broken.sum())} of "
-            f"{len(acts)} training inputs: its activations cannot be clustered; check the model's "
-            "weights and the inputs' scale (--scale, --value-range, --preprocess)"
-        )
-    if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
-        # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
-        raise LayerError(
-            f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {len(neurons)} "
-            "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
-            "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model"
-        )
+    _check_activations(acts, layer, len(neurons))
 
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
@@ -287,36 +274,12 @@ def analyze(
         + ([network.head_note] if getattr(network, "head_note", None) else [])
     )
 
-    data = dict(data_summary or {})
     accuracy = None if y is None or regression else float((predictions == y).mean())
-    low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
-    data.update(
-        n_inputs=int(len(x)),
-        n_used=n_used,
-        accuracy=accuracy,
-        fingerprint=fingerprint.result(),
-        observed_range=[low, high],
-    )
-    if regression and y is not None:  # the model's error on the labels, in the output's units
-        outputs = x.predict() if sharded else network.predict(x)
-        data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
+    data = _data_record(network, x, y, sharded, dict(data_summary or {}, n_used=n_used, accuracy=accuracy))
+    data.update(fingerprint=fingerprint.result())
     warnings = _diagnostics(network, convention, data, y, predictions, accuracy)
-    config = dict(
-        task=network.task,
-        layer=layer,
-        m=int(m),
-        clusters=[int(k) for k in clusters],
-        cluster_method=cluster_method,
-        relevance_of=relevance_of,
-        correct_only=correct_only,
-        only_class=only_class,
-        aggregate=aggregate,
-        eps=eps,
-        random_state=random_state,
-        rule="LRP-epsilon",
-        neuron="channel (spatial mean)" if len(network.output_shape(layer)) > 2 else "unit",
-        input_convention=convention.to_dict(),
-    )
+    config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
+    config.update(input_convention=convention.to_dict())
     return Analysis(
         layer=layer,
         neurons=neurons,
@@ -331,6 +294,85 @@ def analyze(
         warnings=warnings,
         network=network,
         device=network.device_info(),
+    )
+
+
+def _of_class(x, y, only_class: int, sharded: bool):
+    """The inputs of label ``only_class`` (the paper's per-class setting); shards select theirs in place."""
+    keep = y == only_class
+    if not keep.any():
+        raise InputError(f"no inputs of class {only_class} (classes present: {sorted(set(y.tolist()))})")
+    if sharded:
+        x.select(keep)
+        return x, y[keep]
+    return x[keep], y[keep]
+
+
+def _none_correct(data_summary: dict | None) -> InputError:
+    """The refusal when correct_only keeps no input: most often labels numbered unlike the model's classes."""
+    names = (data_summary or {}).get("class_names")
+    mapping = (
+        ""
+        if not names
+        else (
+            " (here the labels come from class folders: "
+            + ", ".join(f"{i} = {n!r}" for i, n in enumerate(names[:4]))
+            + (", ..." if len(names) > 4 else "")
+            + "; give the names in the model's class order, --class-names, if that differs)"
+        )
+    )
+    return InputError(
+        f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
+        f"number the classes as the model does{mapping}"
+    )
+
+
+def _check_activations(acts: np.ndarray, layer: str, n_neurons: int) -> None:
+    """Refuse activations that cannot be clustered (NaN or infinite: the model's fault, said before clustering
+    would call it a value error) or that make IDC meaningless (a layer constant on every input)."""
+    broken = ~np.isfinite(acts).all(axis=1) if len(acts) else np.zeros(0, bool)
+    if broken.any():
+        raise InputError(
+            f"the model gives NaN or infinite values at layer {layer!r} for {int(broken.sum())} of "
+            f"{len(acts)} training inputs: its activations cannot be clustered; check the model's "
+            "weights and the inputs' scale (--scale, --value-range, --preprocess)"
+        )
+    if len(acts) and np.all(np.ptp(acts, axis=0) == 0):
+        # each neuron would get one cluster and every input the one combination: IDC 100 % that means nothing
+        raise LayerError(
+            f"layer {layer!r} is constant on the {len(acts)} training inputs: each of its {n_neurons} "
+            "most important neurons takes one value (a dead or collapsed layer), so IDC would be "
+            "100 % for any input; choose another layer (see `idcgen layers`) or retrain the model"
+        )
+
+
+def _data_record(network, x, y, sharded: bool, data: dict) -> dict:
+    """What the analysis records of its training inputs: ``data`` with their count, observed range and (a
+    regression model with labels) the model's error on them."""
+    low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
+    data.update(n_inputs=int(len(x)), observed_range=[low, high])
+    if network.task == "regression" and y is not None:  # the model's error on the labels, in the output's units
+        outputs = x.predict() if sharded else network.predict(x)
+        data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
+    return data
+
+
+def _config(network, layer: str, m: int, clustering: Clustering, relevance: RelevanceSettings, random_state) -> dict:
+    """The settings an analysis records (and a saved one is matched on)."""
+    return dict(
+        task=network.task,
+        layer=layer,
+        m=int(m),
+        clusters=[int(k) for k in clustering.ks],
+        cluster_method=clustering.method,
+        relevance_of=relevance.of,
+        correct_only=bool(relevance.correct_only),
+        only_class=relevance.only_class,
+        aggregate=relevance.aggregate,
+        eps=float(relevance.eps),
+        random_state=random_state,
+        rule="LRP-epsilon",
+        neuron="channel (spatial mean)" if len(network.output_shape(layer)) > 2 else "unit",
     )
 
 

@@ -111,6 +111,28 @@ def check_raw(x: np.ndarray, source: str) -> None:
         raise InputError(f"no inputs in {source}")
 
 
+def _ints(value, n: int) -> bool:
+    return isinstance(value, tuple) and len(value) == n and all(type(v) is int for v in value)
+
+
+def as_resize(value) -> tuple[int, int] | None:
+    """A resize as parsed at the command line's edge (None or a pair of ints) taken as it is; anything else
+    (text, a list) goes through :func:`parse_resize`, so that an option is parsed once."""
+    return value if value is None or (_ints(value, 2) and min(value) >= 1) else parse_resize(value)
+
+
+def as_crop(value) -> tuple[int, int, int, int] | None:
+    """A crop as parsed (None or four ints) taken as it is, anything else through :func:`parse_crop`."""
+    return value if value is None or (_ints(value, 4) and min(value) >= 0) else parse_crop(value)
+
+
+def as_class_names(value) -> tuple[str, ...] | None:
+    """Class names as parsed (None or a non-empty tuple of strings) taken as they are, anything else (a comma
+    list, a file, a list) through :func:`parse_class_names`."""
+    parsed = isinstance(value, tuple) and len(value) > 0 and all(type(v) is str and v.strip() == v for v in value)
+    return value if value is None or parsed else parse_class_names(value)
+
+
 def parse_resize(resize) -> tuple[int, int] | None:
     """ "66x200" (height x width) or (66, 200) -> (66, 200); None stays None."""
     if resize is None:

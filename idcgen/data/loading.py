@@ -13,14 +13,14 @@ from idcgen.errors import InputError, ParameterError
 from .dataset import Dataset
 from .fitting import (
     SCALES,
+    as_class_names,
+    as_crop,
+    as_resize,
     check_labels,
     check_option,
     check_raw,
     check_value_range,
     fit_to_model,
-    parse_class_names,
-    parse_crop,
-    parse_resize,
     scale_inputs,
 )
 from .named import DATASETS, find_dataset
@@ -36,9 +36,9 @@ def check_source(
     check_option("scale", scale, SCALES)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
         raise ParameterError(f"The 'limit' parameter must be a positive int or None. Got {limit!r} instead.")
-    parse_resize(resize)
-    parse_crop(crop)
-    parse_class_names(class_names)
+    as_resize(resize)
+    as_crop(crop)
+    as_class_names(class_names)
     text = os.fspath(spec)
     if any(c in text for c in "*?["):
         return
@@ -98,9 +98,9 @@ def load_inputs(
         raise ParameterError(f"The 'limit' parameter must be a positive int or None. Got {limit!r} instead.")
 
     value_range = check_value_range(value_range)
-    resize = parse_resize(resize)
-    crop = parse_crop(crop)
-    class_names = parse_class_names(class_names)
+    resize = as_resize(resize)
+    crop = as_crop(crop)
+    class_names = as_class_names(class_names)
     text = os.fspath(spec)
     path = Path(text).expanduser()
     head, _, tail = text.rpartition(":")

@@ -28,6 +28,33 @@ from .statistics import (
 from .units import UnitGroup, parse_measures, parse_units
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How `affinity` streams the inputs: in batches of ``batch_size`` (one traced shape for the model), the
+    scores first checked against ``tol`` after ``first_check`` inputs."""
+
+    batch_size: int = 256
+    first_check: int = 500
+
+    def checked(self) -> tuple[int, int]:
+        return check_int("batch_size", self.batch_size, 1), check_int("first_check", self.first_check, 10)
+
+
+def _checked_inputs(network, x, y):
+    """``x`` fitted to the model's input shape and ``y`` as an array: at least 10 inputs, one label each."""
+    from ..data import fit_to_model
+
+    x = fit_to_model(x, network.input_shape)
+    n = len(x)
+    if n < 10:
+        raise InputError(f"affinity needs at least 10 inputs to estimate correlations; got {n}")
+    if y is not None:
+        y = np.asarray(y)
+        if len(y) != n:
+            raise InputError(f"{len(y)} labels for {n} inputs; give one label per input or none")
+    return x, y
+
+
 def affinity(
     model,
     x,
@@ -38,8 +65,7 @@ def affinity(
     hypotheses=None,
     measures=MEASURES,
     tol: float | None = 0.05,
-    batch_size: int = 256,
-    first_check: int = 500,
+    sampling: Sampling | None = None,
     random_state: int = 0,
     progress: bool = True,
     forward=None,
@@ -51,43 +77,26 @@ def affinity(
     neither: all neurons of the model's default layer. ``hypotheses``: `Hypothesis` objects or a dict
     name -> f(x, y) (default: the built-in library). Without labels the hypotheses get the model's
     predictions as ``y``. ``tol``: a score is final once its 95 % interval is within +-tol (0 or None: every
-    score on all inputs). ``forward(rows, layers)``: the model's outputs and those layers' activations of
+    score on all inputs); ``sampling``: how the inputs are streamed (a `Sampling`).
+    ``forward(rows, layers)``: the model's outputs and those layers' activations of
     ``x[rows]`` (default: a forward pass here; ``idcgen.distributed`` gives the Ray workers'). Returns an
     `AffinityResult`.
     """
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
-    from ..data import fit_to_model
     from ..framework import as_network
 
     start = time.perf_counter()
     network = as_network(model) if analysis is None else analysis._network(model)
     measures = parse_measures(measures)
     tol = None if tol in (None, 0) else check_real("tol", tol, 0.0, None, closed="left")  # 0: every input scored
-    batch_size = check_int("batch_size", batch_size, 1)
-    first_check = check_int("first_check", first_check, 10)
-    x = fit_to_model(x, network.input_shape)
+    batch_size, first_check = (sampling or Sampling()).checked()
+    x, y = _checked_inputs(network, x, y)
     n = len(x)
-    if n < 10:
-        raise InputError(f"affinity needs at least 10 inputs to estimate correlations; got {n}")
-    if y is not None:
-        y = np.asarray(y)
-        if len(y) != n:
-            raise InputError(f"{len(y)} labels for {n} inputs; give one label per input or none")
     groups = _groups(network, analysis, units)
     hyps = _hypotheses(hypotheses, network, x)
-    unit_list = list(dict.fromkeys((g.layer, i) for g in groups for i in g.neurons))
-    layers = tuple(dict.fromkeys(layer for layer, _ in unit_list))
-    column = {u: c for c, u in enumerate(unit_list)}
-    group_cols = [np.array([column[(g.layer, i)] for i in g.neurons]) for g in groups]
-    unit_pos = {
-        layer: (
-            np.array([c for c, (l, _) in enumerate(unit_list) if l == layer]),
-            np.array([i for l, i in unit_list if l == layer]),
-        )
-        for layer in layers
-    }
+    unit_list, layers, group_cols, unit_pos = _layout(groups)
     U, K, G = len(unit_list), len(hyps), len(groups)
     cells = _Cells.empty(measures, U, G, K, tol)
     scores, widths, used, final = cells.scores, cells.widths, cells.used, cells.final
@@ -119,15 +128,7 @@ def affinity(
         yb = y[rows] if y is not None else (probs[:, 0] if network.task == "regression" else probs.argmax(axis=1))
         t = time.perf_counter()
         for j in active:  # each hypothesis once per batch, for every group
-            value = evaluate(hyps[j], xb, yb, masks=True)
-            if value.ndim == 3:  # a mask: its area share stands in for the unit measures
-                is_mask[j] = True
-                for layer in spatial:
-                    masks.setdefault((layer, j), []).append(
-                        resize_mask(value, network.output_shape(layer)[1:3]).astype(np.float32)
-                    )
-                value = value.mean(axis=(1, 2))
-            hvals[j].append(value)
+            hvals[j].append(_hypothesis_values(network, hyps, j, xb, yb, spatial, is_mask, masks))
         timings["hypotheses"] += time.perf_counter() - t
         if spatial and is_mask.any():  # the maps themselves (a second pass, masks only)
             t = time.perf_counter()
@@ -148,27 +149,10 @@ def affinity(
         timings["measures"] += time.perf_counter() - t
         next_check = _next_check(cells, seen, n, measures, batch_size)
     bar.close()
-    notes = []
-    if y is None:
-        notes.append("the inputs have no labels: the hypotheses were given the model's predictions as y")
-    late = {m: int((used[m] == n).sum()) for m in measures} if tol is not None else {}
-    if any(late.values()):
-        notes.append(
-            f"not within +-{tol} before the end of the inputs, so computed on all {n}: "
-            + ", ".join(f"{k} of {used[m].size} {TITLES[m]}" for m, k in late.items() if k)
-            + " scores"
-        )
-    undefined = [
-        hyps[j].name for j in range(K) if not is_mask[j] and any(np.isnan(scores[m][:, j]).all() for m in measures)
-    ]
-    if undefined:
-        notes.append(f"constant on the inputs (no score): {', '.join(undefined)}")
+    notes = _notes(y is None, tol, n, measures, used, scores, hyps, is_mask)
     if spatial and is_mask.any():
         t = time.perf_counter()
-        for m in MASK_MEASURES:
-            scores[m], widths[m], used[m] = np.full((U, K), np.nan), np.full((U, K), np.nan), np.zeros((U, K), np.int64)
-        mask_scores(spatial, maps, masks, scores, used, seen)
-        measures = measures + MASK_MEASURES
+        measures = _scored_masks(cells, (U, K), spatial, maps, masks, seen, measures)
         timings["measures"] += time.perf_counter() - t
         notes.append(
             f"masks ({', '.join(hyps[j].name for j in np.flatnonzero(is_mask))}) scored pixel by pixel on "
@@ -195,6 +179,67 @@ def affinity(
         channels=channels,
         notes=notes,
     )
+
+
+def _hypothesis_values(network, hyps, j: int, xb, yb, spatial, is_mask, masks) -> np.ndarray:
+    """Hypothesis ``j`` on one batch: a value per input; a mask (its pixels kept in ``masks`` at each spatial
+    layer's resolution) gives its area share, and is marked in ``is_mask``."""
+    value = evaluate(hyps[j], xb, yb, masks=True)
+    if value.ndim == 3:  # a mask: its area share stands in for the unit measures
+        is_mask[j] = True
+        for layer in spatial:
+            masks.setdefault((layer, j), []).append(
+                resize_mask(value, network.output_shape(layer)[1:3]).astype(np.float32)
+            )
+        value = value.mean(axis=(1, 2))
+    return value
+
+
+def _scored_masks(cells, shape: tuple[int, int], spatial, maps, masks, seen: int, measures) -> tuple:
+    """The mask measures scored pixel by pixel into ``cells``; returns the measures with them."""
+    scores, widths, used = cells.scores, cells.widths, cells.used
+    for m in MASK_MEASURES:
+        scores[m], widths[m], used[m] = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, np.int64)
+    mask_scores(spatial, maps, masks, scores, used, seen)
+    return measures + MASK_MEASURES
+
+
+def _layout(groups: list[UnitGroup]):
+    """The units of every group once each (their columns in the activation block), the layers they are in, each
+    group's columns, and per layer (columns, neuron indices)."""
+    unit_list = list(dict.fromkeys((g.layer, i) for g in groups for i in g.neurons))
+    layers = tuple(dict.fromkeys(layer for layer, _ in unit_list))
+    column = {u: c for c, u in enumerate(unit_list)}
+    group_cols = [np.array([column[(g.layer, i)] for i in g.neurons]) for g in groups]
+    unit_pos = {
+        layer: (
+            np.array([c for c, (l, _) in enumerate(unit_list) if l == layer]),
+            np.array([i for l, i in unit_list if l == layer]),
+        )
+        for layer in layers
+    }
+    return unit_list, layers, group_cols, unit_pos
+
+
+def _notes(unlabelled: bool, tol, n: int, measures, used, scores, hyps, is_mask) -> list[str]:
+    """What the result says of how it was computed: predictions for labels, scores that needed every input,
+    hypotheses constant on the inputs."""
+    notes = []
+    if unlabelled:
+        notes.append("the inputs have no labels: the hypotheses were given the model's predictions as y")
+    late = {m: int((used[m] == n).sum()) for m in measures} if tol is not None else {}
+    if any(late.values()):
+        notes.append(
+            f"not within +-{tol} before the end of the inputs, so computed on all {n}: "
+            + ", ".join(f"{k} of {used[m].size} {TITLES[m]}" for m, k in late.items() if k)
+            + " scores"
+        )
+    undefined = [
+        h.name for j, h in enumerate(hyps) if not is_mask[j] and any(np.isnan(scores[m][:, j]).all() for m in measures)
+    ]
+    if undefined:
+        notes.append(f"constant on the inputs (no score): {', '.join(undefined)}")
+    return notes
 
 
 def _groups(network, analysis, units) -> list[UnitGroup]:

@@ -176,6 +176,73 @@ def _count_locally(
     return passes
 
 
+def _inspected_layers(network, layers) -> tuple[str, ...]:
+    """The hidden layers inspected: those named, else every layer a neuron criterion uses."""
+    from ..criteria.base import check_layer_names, default_neuron_layers
+
+    if layers is not None:
+        layers = [layers] if isinstance(layers, str) else list(layers)
+        check_layer_names("inspect", layers)
+    names = tuple(network.step(n).name for n in (default_neuron_layers(network) if layers is None else layers))
+    for name in names:
+        if not network.is_hidden(name):
+            network.check_subject_layer(name)  # LayerError naming the hidden layers
+    return names
+
+
+def _inspected_inputs(network, x, y, class_names):
+    """(x, y, class names): the inputs fitted to the model (shards: loaded by their workers), the labels (a
+    Dataset's own when none are given) checked to be the model's classes, the class names given or the
+    Dataset's."""
+    from ..data import Dataset, check_labels, fit_to_model
+
+    class_names = (
+        tuple(class_names)
+        if class_names is not None
+        else (tuple(x.class_names) if isinstance(x, Dataset) and getattr(x, "class_names", None) else None)
+    )
+    if isinstance(x, Dataset):
+        y = x.y if y is None else y
+    if getattr(x, "read_by_workers", False):  # shards Ray workers read and hold (idcgen.distributed.shards)
+        labels = x.load()
+        y = labels if y is None else y
+    else:
+        x = fit_to_model(x, network.input_shape)
+    if len(x) == 0:
+        raise InputError("no inputs to inspect")
+    k = network.n_classes
+    if y is not None:
+        y = check_labels(x, y)
+        if y.min() < 0 or y.max() >= k:
+            raise InputError(f"labels must be classes 0..{k - 1} of the model; got {int(y.min())}..{int(y.max())}")
+    return x, y, class_names
+
+
+def _count_notes(per_class: np.ndarray, constant: int, n_neurons: int) -> list[str]:
+    """What the counts leave undefined: classes no input is predicted as, neurons never active."""
+    notes = []
+    empty = np.flatnonzero(per_class == 0)
+    if len(empty):
+        notes.append(
+            f"no input is predicted as class {', '.join(map(str, empty))}: NAPVD and avg_bias of "
+            f"{'its' if len(empty) == 1 else 'their'} pairs are undefined (NaN, left out of the cut-offs)"
+        )
+    if constant:
+        notes.append(f"{constant} of {n_neurons} neurons are constant over the inputs (never active)")
+    return notes
+
+
+def _type1_confusion(y: np.ndarray, predictions: np.ndarray, k: int, notes: list[str]) -> np.ndarray:
+    """The ground truth the predictions are evaluated on (a note added for each class without a labelled input)."""
+    matrix = confusion_matrix(y, predictions, k)
+    missing = np.flatnonzero(matrix.sum(axis=1) == 0)
+    if len(missing):
+        notes.append(
+            f"no labelled input of class {', '.join(map(str, missing))}: its type-1 confusion is undefined (NaN)"
+        )
+    return type1_confusion(matrix)
+
+
 def inspect(
     model,
     x,
@@ -212,8 +279,7 @@ def inspect(
     counting : what runs the passes (default: this process); ``idcgen.distributed`` maps them on Ray
         workers and sums their counts (docs/design.md, "Scale-out on Ray").
     """
-    from ..criteria.base import as_network, check_layer_names, default_neuron_layers
-    from ..data import Dataset, check_labels, fit_to_model
+    from ..criteria.base import as_network
 
     started = time.perf_counter()
     threshold = check_real("threshold", threshold, 0.0, 1.0, closed="left")
@@ -225,32 +291,9 @@ def inspect(
             "inspect compares classes and needs a classifier; this model is a regression model (one output unit)"
         )
     batch = network.batch_size if batch_size is None else check_int("batch_size", batch_size, 1)
-    if layers is not None:
-        layers = [layers] if isinstance(layers, str) else list(layers)
-        check_layer_names("inspect", layers)
-    names = tuple(network.step(n).name for n in (default_neuron_layers(network) if layers is None else layers))
-    for name in names:
-        if not network.is_hidden(name):
-            network.check_subject_layer(name)  # LayerError naming the hidden layers
-    class_names = (
-        tuple(class_names)
-        if class_names is not None
-        else (tuple(x.class_names) if isinstance(x, Dataset) and getattr(x, "class_names", None) else None)
-    )
-    if isinstance(x, Dataset):
-        y = x.y if y is None else y
-    if getattr(x, "read_by_workers", False):  # shards Ray workers read and hold (idcgen.distributed.shards)
-        labels = x.load()
-        y = labels if y is None else y
-    else:
-        x = fit_to_model(x, network.input_shape)
-    if len(x) == 0:
-        raise InputError("no inputs to inspect")
+    names = _inspected_layers(network, layers)
+    x, y, class_names = _inspected_inputs(network, x, y, class_names)
     k = network.n_classes
-    if y is not None:
-        y = check_labels(x, y)
-        if y.min() < 0 or y.max() >= k:
-            raise InputError(f"labels must be classes 0..{k - 1} of the model; got {int(y.min())}..{int(y.max())}")
     taps = names
     important = None
     if analysis is not None:
@@ -282,24 +325,8 @@ def inspect(
         )
     constant = _check_layers_vary(state.low[: sum(kept_widths)], state.high[: sum(kept_widths)], kept_widths, names)
     rho_all = napv_from_counts(state.active, state.per_class)
-    notes = []
-    empty = np.flatnonzero(state.per_class == 0)
-    if len(empty):
-        notes.append(
-            f"no input is predicted as class {', '.join(map(str, empty))}: NAPVD and avg_bias of "
-            f"{'its' if len(empty) == 1 else 'their'} pairs are undefined (NaN, left out of the cut-offs)"
-        )
-    if constant:
-        notes.append(f"{constant} of {sum(kept_widths)} neurons are constant over the inputs (never active)")
-    conf = None
-    if y is not None:
-        matrix = confusion_matrix(y, predictions, k)
-        conf = type1_confusion(matrix)
-        missing = np.flatnonzero(matrix.sum(axis=1) == 0)
-        if len(missing):
-            notes.append(
-                f"no labelled input of class {', '.join(map(str, missing))}: its type-1 confusion is undefined (NaN)"
-            )
+    notes = _count_notes(state.per_class, constant, sum(kept_widths))
+    conf = None if y is None else _type1_confusion(y, predictions, k, notes)
     columns, metrics = {}, {}
     columns["all"], metrics["all"] = evaluate(rho_all[: sum(kept_widths)], conf)
     if important is not None:

@@ -47,6 +47,7 @@ _NAMES = {
     "connect": "cluster",
     "ModelRecipe": "cluster",
     "fuzz": "parallel",
+    "WorkerSettings": "parallel",
     "ShardedInputs": "shards",
 }
 

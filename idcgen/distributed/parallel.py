@@ -244,6 +244,17 @@ class ParallelRecord:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerSettings:
+    """How the workers of a parallel campaign run: on which Ray (``local``: started here), with how many CPU
+    threads and what share of a GPU each, and every how many steps they sync with the coordinator."""
+
+    ray: str | None = LOCAL
+    threads: int = 1
+    sync_every: int = 4
+    gpus_per_worker: float | None = None
+
+
 def fuzz(
     model,
     analysis,
@@ -252,155 +263,173 @@ def fuzz(
     *,
     budget: int,
     out,
-    workers: int = 2,
-    ray: str | None = LOCAL,
-    threads: int = 1,
-    sync_every: int = 4,
-    mutators=None,
-    oracle: str = "misclassification",
-    scheduler: str = "prioritized",
-    batch_size: int = 256,
-    validity: dict | None = None,
-    random_state: int = 0,
-    value_range=None,
-    image_shape=None,
-    rounding: bool = True,
     settings=None,
+    workers: int = 2,
+    runner: WorkerSettings = WorkerSettings(),
     safe_mode: bool = True,
     on_progress=None,
     echo=None,
-    gpus_per_worker: float | None = None,
 ) -> dict:
     """Run ``workers`` campaigns on Ray into ``out/worker-<i>`` and write the merged view ``out/merged``.
 
     ``model``: a model file, Keras model or Network (with the analysis' input convention); ``analysis``:
     an Analysis of it; ``seeds``/``labels``: the seed inputs (the same for every worker). The campaign's
     settings are ``settings`` (a :class:`~idcgen.fuzz.settings.CampaignSettings`, as the command line makes
-    them) or the keywords, as for :class:`~idcgen.fuzz.fuzzer.Fuzzer`. A folder that already holds a parallel
+    them or ``Fuzzer(analysis, ...).settings(budget)`` does; default: the default mutators), run as ``runner``
+    says (a :class:`WorkerSettings`). A folder that already holds a parallel
     campaign is resumed (every worker from its last commit, with its recorded settings) to the new
     ``budget``. ``on_progress((states, covered))`` is called about four times a second with each worker's last
     step and the union's covered count.
     Returns the merged campaign's state with ``workers`` (each one's state) and ``restarts``.
     """
-    from ..checks import check_int
-    from ..fuzz.campaign import check_budget
-    from ..fuzz.fuzzer import Fuzzer
-    from ..fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
-    from ..fuzz.validity import Validity
     from .workers import network_of
 
-    check_budget(budget)
-    workers = check_int("workers", workers, 1)
-    sync_every = check_int("sync_every", sync_every, 1)
-    if budget < workers:
-        raise ParameterError(
-            f"a budget of {budget} execs cannot be shared by {workers} workers; give at least {workers}"
-        )
+    budget, workers, sync_every, threads = _checked(budget, workers, runner)
     out = Path(out).resolve()  # the workers' own working directory may differ from this process'
     say = echo or (lambda *_: None)
     network, _ = network_of(
         model, safe_mode=safe_mode, recorded=dataclasses.replace(analysis.convention, image_shape=None)
     )
     analysis.bind(network)
-    if (out / PARALLEL_FILE).exists():
-        saved = ParallelRecord.read(out)
-        if saved.workers != workers:
-            raise ParameterError(f"{out} was run with {saved.workers} workers; resume it with as many")
-        if saved.budget > budget:
-            raise ParameterError(f"budget {budget} is below this campaign's {saved.budget}; give a larger one")
-        settings, sync_every = saved.settings, saved.sync_every
-    elif out.exists() and any(out.iterdir()):
-        raise InputError(f"{out} exists and is not empty: choose another --out")
-    elif settings is None:  # the settings a Fuzzer with these keywords records (checked and made canonical)
-        v = dict(dict(enabled=True, alpha=0.02, beta=0.2), **(validity or {}))
-        mutators = (
-            list(mutators) if isinstance(mutators, (list, tuple)) else parse_mutators(mutators or DEFAULT_MUTATORS)
-        )
-        settings = Fuzzer(
-            analysis,
-            mutators=mutators,
-            oracle=oracle,
-            scheduler=scheduler,
-            batch_size=batch_size,
-            validity=Validity(**v),
-            random_state=random_state,
-            value_range=value_range,
-            image_shape=image_shape,
-            rounding=rounding,
-        ).settings(budget)
+    settings, sync_every = _settings_of(out, analysis, settings, budget, workers, sync_every)
     settings = settings.replace(budget=int(budget))
     out.mkdir(parents=True, exist_ok=True)
     record = ParallelRecord(workers=workers, budget=int(budget), sync_every=sync_every, settings=settings)
     (out / PARALLEL_FILE).write_text(json.dumps(record.to_dict(), indent=2) + "\n")
 
-    pool_ray, started = connect(ray, what="--ray" if ray not in (None, LOCAL) else "--workers")
-    recipe = pool_ray.put(ModelRecipe.of(network, safe_mode=safe_mode))
-    light = pool_ray.put(dataclasses.replace(analysis, network=None))
-    coordinator = pool_ray.remote(Coordinator).options(num_cpus=0).remote(analysis.total)
-    gpus = 0.0 if gpus_per_worker is None else check_gpus_per_worker(gpus_per_worker)  # each its own GPU share
-    actor = pool_ray.remote(FuzzWorker).options(num_cpus=threads, num_gpus=gpus)
-    x_ref = pool_ray.put(None if seeds is None else np.asarray(seeds))
-    y_ref = pool_ray.put(None if labels is None else np.asarray(labels))
-    shares = split_budget(int(budget), workers)
-    folders = [out / f"worker-{i}" for i in range(workers)]
-
-    def start(i, a):
-        parallel = {
-            "workers": workers,
-            "budget": int(budget),
-            "worker": i,
-            "random_state": worker_seed(settings.random_state, i),
-        }
-        return a.run.remote(str(folders[i]), x_ref, y_ref, shares[i], parallel)
-
-    died = (pool_ray.exceptions.RayActorError, pool_ray.exceptions.WorkerCrashedError)
-    running, results, restarts = {}, {}, []
-
-    def restart(i, exc):
-        if len(restarts) >= 3 * workers:
-            raise exc
-        say(f"worker {i} died ({type(exc).__name__}); starting it again from its last commit")
-        restarts.append({"worker": i})
-        actors[i] = actor.remote(i, recipe, light, settings, coordinator, threads, sync_every)
-        return actors[i]
-
-    actors = {i: actor.remote(i, recipe, light, settings, coordinator, threads, sync_every) for i in range(workers)}
+    pool_ray, started = connect(runner.ray, what="--ray" if runner.ray not in (None, LOCAL) else "--workers")
+    crew = _Crew(pool_ray, record, out, threads, say)
     try:
-        # a start barrier: every worker has loaded its model and traced its forward pass before any fuzzes
-        starting = {a.ready.remote(): i for i, a in actors.items()}
-        while starting:
-            done, _ = pool_ray.wait(list(starting), num_returns=1)
-            i = starting.pop(done[0])
-            try:
-                fetch(pool_ray, done[0])
-            except died as exc:
-                starting[restart(i, exc).ready.remote()] = i
-        for i, a in actors.items():
-            running[start(i, a)] = i
-        while running:
-            done, _ = pool_ray.wait(list(running), num_returns=1, timeout=0.25)
-            if on_progress is not None:
-                on_progress(fetch(pool_ray, coordinator.status.remote()))
-            for ref in done:
-                i = running.pop(ref)
-                try:
-                    results[i] = fetch(pool_ray, ref)
-                except died as exc:
-                    running[start(i, restart(i, exc))] = i
+        crew.spawn(network, analysis, runner, safe_mode, seeds, labels)
+        results = crew.run(on_progress)
     except KeyboardInterrupt:
         say(f"interrupted; the workers' folders hold their last commits; continue with: idcgen fuzz --resume {out}")
         raise
     finally:  # also when a worker failed: the others stop at once (their folders keep their last commit)
-        for a in [*actors.values(), coordinator]:
-            pool_ray.kill(a)
+        crew.kill()
         if started:
             pool_ray.shutdown()
+    restarts = crew.restarts
     for r in restarts:
         r["resumed_at"] = results[r["worker"]].get("resumed_at")
     merged = merge(out, network, workers)
     return dict(
         merged.state(), workers=[results[i] for i in range(workers)], restarts=restarts, folder=str(merged.folder)
     )
+
+
+class _Crew:
+    """The Ray actors of one run of a parallel campaign: the workers (each started again from its last commit
+    when it dies, at most three times per worker in all) and their coordinator."""
+
+    def __init__(self, pool_ray, record: ParallelRecord, out: Path, threads: int, say):
+        self.ray, self.record, self.threads, self.say = pool_ray, record, threads, say
+        self.folders = [out / f"worker-{i}" for i in range(record.workers)]
+        self.shares = split_budget(record.budget, record.workers)
+        self.died = (pool_ray.exceptions.RayActorError, pool_ray.exceptions.WorkerCrashedError)
+        self.actors: dict = {}
+        self.restarts: list[dict] = []
+        self.coordinator = None
+
+    def spawn(self, network, analysis, runner: WorkerSettings, safe_mode: bool, seeds, labels) -> None:
+        """The coordinator and one actor per worker, with the model, the analysis and the seeds put once."""
+        put = self.ray.put
+        self.recipe = put(ModelRecipe.of(network, safe_mode=safe_mode))
+        self.light = put(dataclasses.replace(analysis, network=None))
+        self.coordinator = self.ray.remote(Coordinator).options(num_cpus=0).remote(analysis.total)
+        gpus = 0.0 if runner.gpus_per_worker is None else check_gpus_per_worker(runner.gpus_per_worker)
+        self.actor = self.ray.remote(FuzzWorker).options(num_cpus=self.threads, num_gpus=gpus)  # each its own GPU share
+        self.x_ref = put(None if seeds is None else np.asarray(seeds))
+        self.y_ref = put(None if labels is None else np.asarray(labels))
+        self.actors = {i: self._actor(i) for i in range(self.record.workers)}
+
+    def _actor(self, i: int):
+        r = self.record
+        return self.actor.remote(i, self.recipe, self.light, r.settings, self.coordinator, self.threads, r.sync_every)
+
+    def _start(self, i: int):
+        r = self.record
+        parallel = {
+            "workers": r.workers,
+            "budget": r.budget,
+            "worker": i,
+            "random_state": worker_seed(r.settings.random_state, i),
+        }
+        return self.actors[i].run.remote(str(self.folders[i]), self.x_ref, self.y_ref, self.shares[i], parallel)
+
+    def _restart(self, i: int, exc: BaseException):
+        if len(self.restarts) >= 3 * self.record.workers:
+            raise exc
+        self.say(f"worker {i} died ({type(exc).__name__}); starting it again from its last commit")
+        self.restarts.append({"worker": i})
+        self.actors[i] = self._actor(i)
+        return self.actors[i]
+
+    def run(self, on_progress) -> dict:
+        """Every worker's final state by index, once all have fuzzed their share."""
+        pool_ray = self.ray
+        # a start barrier: every worker has loaded its model and traced its forward pass before any fuzzes
+        starting = {a.ready.remote(): i for i, a in self.actors.items()}
+        while starting:
+            done, _ = pool_ray.wait(list(starting), num_returns=1)
+            i = starting.pop(done[0])
+            try:
+                fetch(pool_ray, done[0])
+            except self.died as exc:
+                starting[self._restart(i, exc).ready.remote()] = i
+        running, results = {self._start(i): i for i in self.actors}, {}
+        while running:
+            done, _ = pool_ray.wait(list(running), num_returns=1, timeout=0.25)
+            if on_progress is not None:
+                on_progress(fetch(pool_ray, self.coordinator.status.remote()))
+            for ref in done:
+                i = running.pop(ref)
+                try:
+                    results[i] = fetch(pool_ray, ref)
+                except self.died as exc:
+                    self._restart(i, exc)
+                    running[self._start(i)] = i
+        return results
+
+    def kill(self) -> None:
+        for a in [*self.actors.values(), *([self.coordinator] if self.coordinator is not None else [])]:
+            self.ray.kill(a)
+
+
+def _checked(budget, workers, runner: WorkerSettings) -> tuple[int, int, int, int]:
+    """The budget, workers, sync period and threads, checked: a budget every worker gets a share of."""
+    from ..checks import check_int
+    from ..fuzz.campaign import check_budget
+
+    check_budget(budget)
+    workers = check_int("workers", workers, 1)
+    sync_every = check_int("sync_every", runner.sync_every, 1)
+    threads = check_int("threads", runner.threads, 1)
+    if budget < workers:
+        raise ParameterError(
+            f"a budget of {budget} execs cannot be shared by {workers} workers; give at least {workers}"
+        )
+    return int(budget), workers, sync_every, threads
+
+
+def _settings_of(out: Path, analysis, settings, budget: int, workers: int, sync_every: int):
+    """The campaign's settings and sync period: those recorded in ``out`` (a resume), else ``settings`` (default:
+    the settings a Fuzzer with the default mutators records)."""
+    from ..fuzz.fuzzer import Fuzzer
+    from ..fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
+
+    if (out / PARALLEL_FILE).exists():
+        saved = ParallelRecord.read(out)
+        if saved.workers != workers:
+            raise ParameterError(f"{out} was run with {saved.workers} workers; resume it with as many")
+        if saved.budget > budget:
+            raise ParameterError(f"budget {budget} is below this campaign's {saved.budget}; give a larger one")
+        return saved.settings, saved.sync_every
+    if out.exists() and any(out.iterdir()):
+        raise InputError(f"{out} exists and is not empty: choose another --out")
+    if settings is None:
+        settings = Fuzzer(analysis, mutators=parse_mutators(DEFAULT_MUTATORS)).settings(budget)
+    return settings, sync_every
 
 
 def merge(out: Path, network, workers: int):

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..analysis import Analysis, check_class_labels
 from ..checks import check_int
-from ..convention import as_value_range, check_scale, infer_image_shape, parse_image_shape
+from ..convention import InputConvention, as_image_shape, as_value_range, check_scale, infer_image_shape
 from ..data import check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import network_with_convention
@@ -70,9 +70,10 @@ class Fuzzer:
     rounding : round every mutant to the seeds' storage (uint8 seeds: the 256 levels of the value range)
         before it runs, so that every finding reproduces from its exported PNG; seeds that are not on
         that grid are left as they are
-    value_range : (low, high) of the images mutated; default: the analysis' recorded value range
-    image_shape : (h, w, c) of the images mutated when the model takes flat (d,) or channel-less (h, w)
-        inputs; default: inferred (see :func:`idcgen.convention.infer_image_shape`)
+    convention : the :class:`~idcgen.convention.InputConvention` of the images mutated: their value range and,
+        when the model takes flat (d,) or channel-less (h, w) inputs, their image shape (h, w, c); default: the
+        analysis' recorded value range, the image shape inferred (see
+        :func:`idcgen.convention.infer_image_shape`)
     """
 
     def __init__(
@@ -89,15 +90,17 @@ class Fuzzer:
         batch_size: int = 256,
         random_state: int = 0,
         rounding: bool = True,
-        value_range=None,
-        image_shape=None,
+        convention: InputConvention | None = None,
     ):
         if analysis.network is None:
             raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
         if not mutators:
             raise ParameterError("at least one mutator is needed")
         batch_size, random_state = check_int("batch_size", batch_size, 1), check_int("random_state", random_state, 0)
-        image_shape = parse_image_shape(image_shape)
+        value_range, image_shape = (
+            (None, None) if convention is None else (convention.value_range, convention.image_shape)
+        )
+        image_shape = as_image_shape(image_shape)
         shape = tuple(analysis.network.input_shape)
         if len(shape) != 3 or (image_shape is not None and image_shape != shape):
             image_shape = image_shape or infer_image_shape(shape)
@@ -161,8 +164,7 @@ class Fuzzer:
             batch_size=settings.batch_size,
             random_state=settings.random_state if random_state is None else random_state,
             rounding=settings.rounding,
-            value_range=settings.value_range,
-            image_shape=settings.input_shape or None,
+            convention=InputConvention(value_range=settings.value_range, image_shape=settings.input_shape or None),
         )
         fuzzer.record = fuzzer.settings(
             settings.budget, sources=settings.sources, measure_specs=settings.measure_specs
