@@ -188,6 +188,21 @@ def _precision_option():
     )
 
 
+def _input_shape(text):
+    from .convention import parse_image_shape
+
+    return parse_image_shape(text)
+
+
+def _input_shape_option():
+    return option(
+        "--input-shape",
+        parse=_input_shape,
+        help="H,W,C of a PyTorch model that records no input shape (a TorchScript file, a factory without an "
+        "input_shape attribute); default: the shape of the inputs the command is given.",
+    )
+
+
 def _unsafe_option():
     return option(
         "--unsafe",
@@ -207,6 +222,7 @@ class ModelOptions(Group):
     unsafe: bool = _unsafe_option()
     device: str | None = _device_option()
     precision: str | None = _precision_option()
+    input_shape: tuple | None = _input_shape_option()
 
     @property
     def safe_mode(self) -> bool:
@@ -239,6 +255,7 @@ class ModelsOptions(Group):
     unsafe: bool = _unsafe_option()
     device: str | None = _device_option()
     precision: str | None = _precision_option()
+    input_shape: tuple | None = _input_shape_option()
 
     @property
     def safe_mode(self) -> bool:

@@ -51,13 +51,22 @@ OUTPUTS = Path("outputs")
 
 # ---- models and inputs, for every command ---------------------------------------------------------
 def load_networks(
-    models, *, architectures=None, safe_mode: bool = True, task=None, device=None, precision=None, images=None
+    models,
+    *,
+    architectures=None,
+    safe_mode: bool = True,
+    task=None,
+    device=None,
+    precision=None,
+    images=None,
+    input_shape=None,
 ) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
     in order, one per model, ``-`` for a model file that holds its own architecture. ``device`` and
     ``precision``: :mod:`idcgen.framework.device` (a GPU asked for and not seen is said before any load); a
-    file that records no input shape (a TorchScript file) takes the shape of the inputs ``images`` (a source
-    spec) where given."""
+    PyTorch model that records no input shape (a TorchScript file, a factory without an ``input_shape``
+    attribute) takes ``input_shape`` (H, W, C), else the shape of the inputs ``images`` (a source spec) where
+    given."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
     if architectures and len(architectures) != len(models):
         raise InputError(
@@ -72,11 +81,19 @@ def load_networks(
     resolve_device(framework_of_path(models[0]), device, precision)  # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
     return [
-        Network(_load_model(p, a, safe_mode, images), task=task, device=device, precision=precision) for p, a in pairs
+        Network(_load_model(p, a, safe_mode, images, input_shape), task=task, device=device, precision=precision)
+        for p, a in pairs
     ]
 
 
-def _load_model(path, architecture, safe_mode: bool, images):
+def _load_model(path, architecture, safe_mode: bool, images, input_shape):
+    if input_shape is not None:
+        if framework_of_path(path) != "torch":
+            raise InputError(
+                f"--input-shape is for PyTorch models that do not record their input shape; {path} records "
+                "its own: drop --input-shape"
+            )
+        return load_model(path, safe_mode=safe_mode, architecture=architecture, input_shape=input_shape)
     try:
         return load_model(path, safe_mode=safe_mode, architecture=architecture)
     except InputShapeError:
@@ -112,6 +129,7 @@ def open_model(
     device=None,
     precision=None,
     images=None,
+    input_shape=None,
 ):
     """(Network measured in image space, its input convention, the Analysis or None) for a command: the
     model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
@@ -126,6 +144,7 @@ def open_model(
         device=device,
         precision=precision,
         images=images,
+        input_shape=input_shape,
     )[0]
     network, convention = network_with_convention(
         network, value_range=value_range, preprocess=preprocess, recorded=recorded
@@ -169,6 +188,7 @@ class Session:
             device=model.device,
             precision=model.precision,
             images=images,
+            input_shape=model.input_shape,
         )
         _say_device(self.network, self.status)
         self._executor = None
@@ -363,6 +383,7 @@ def new_campaign(
         device=models.device,
         precision=models.precision,
         images=options.seeds,
+        input_shape=models.input_shape,
     )
     _say_device(networks[0])
     if options.mutators is None:  # the default set less what cannot run on this model, each said once
@@ -563,6 +584,7 @@ def resume_campaign(
             task=src.task_given,
             device=models.device,
             precision=models.precision,
+            input_shape=models.input_shape,
         )
     except ModelError as exc:
         if models.model:

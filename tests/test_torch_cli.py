@@ -147,3 +147,54 @@ def test_every_command_on_a_torchscript_file(files, tmp_path):
     )
     assert done.exit_code == 0, done.output
     assert '"apfd"' in done.output
+
+
+SHAPELESS = """
+import torch
+from torch import nn
+
+
+class Shapeless(nn.Module):  # no input_shape attribute: the command line says it, or the images do
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.relu = nn.ReLU()
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(4 * 26 * 26, 10)
+
+    def forward(self, x):
+        return self.fc(self.flat(self.relu(self.conv(x))))
+"""
+
+
+def test_input_shape_on_every_command_for_a_factory_without_one(files, tmp_path, monkeypatch):
+    (tmp_path / "shapeless_net.py").write_text(SHAPELESS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("shapeless_net", None)
+    spec = "shapeless_net:Shapeless"
+    refused = invoke("layers", "--model", spec)
+    assert refused.exit_code == 1 and "give --input-shape H,W,C on the command line" in refused.output
+    done = invoke("layers", "--model", spec, "--input-shape", "28,28,1")
+    assert done.exit_code == 0, done.output
+    assert "(4, 26, 26)" in done.output and "default subject layer: relu" in done.output
+    bad = invoke("layers", "--model", spec, "--input-shape", "28,0")
+    assert bad.exit_code == 1 and "(--input-shape)" in bad.output
+    # a command given images takes their shape where the model records none
+    done = invoke("analyze", "--model", spec, "--train", files / "train.npz", "--m", 2, "--out", tmp_path / "an")
+    assert done.exit_code == 0, done.output
+    args = ("--analysis", tmp_path / "an", "--inputs", files / "test.npz", "--criteria", "idc,nc")
+    done = invoke("coverage", "--model", spec, "--input-shape", "28,28,1", *args)
+    assert done.exit_code == 0, done.output
+    assert "IDC" in done.output
+    keras_model = invoke("layers", "--model", files / "lenet5.pt2", "--input-shape", "28,28,1")
+    assert keras_model.exit_code == 0, keras_model.output  # a .pt2 records its shape: a matching one is fine
+
+
+def test_input_shape_is_refused_for_a_model_that_records_its_own(tmp_path):
+    import keras
+
+    model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    model.save(tmp_path / "m.keras")
+    refused = invoke("layers", "--model", tmp_path / "m.keras", "--input-shape", "4,4,1")
+    assert refused.exit_code == 1 and "records its own: drop --input-shape" in refused.output

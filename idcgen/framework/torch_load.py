@@ -69,10 +69,10 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
     if image_shape is None:
         image_shape = getattr(module, "input_shape", None)
     if image_shape is None:
-        raise ModelError(
-            f"idcgen needs the input shape of this {type(module).__name__}: pass "
-            "idcgen.Network(module, input_shape=(H, W, C)) where a model is asked for, or set the module's "
-            "input_shape attribute (e.g. in its factory)"
+        raise InputShapeError(  # a command given images loads it again at their shape
+            f"idcgen needs the input shape of this {type(module).__name__}: give --input-shape H,W,C on the "
+            "command line, pass idcgen.Network(module, input_shape=(H, W, C)) where a model is asked for, or set "
+            "the module's input_shape attribute (e.g. in its factory)"
         )
     try:
         module = module.eval()
