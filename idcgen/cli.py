@@ -389,6 +389,7 @@ def layers(model: ModelOptions):
         device=model.device,
         precision=model.precision,
         input_shape=model.input_shape,
+        batch_size=model.batch_size,
     )[0]
     rows = [(i.name, i.type, str(i.output_shape), str(i.neurons)) for i in network.layers_info()]
     widths = [max(len(r[c]) for r in rows + [("name", "type", "output shape", "neurons")]) for c in range(4)]

@@ -223,6 +223,12 @@ class ModelOptions(Group):
     device: str | None = _device_option()
     precision: str | None = _precision_option()
     input_shape: tuple | None = _input_shape_option()
+    batch_size: int | None = option(
+        "--batch-size",
+        cli_type=Optional[int],
+        parse=_positive("batch_size"),
+        help="Inputs per forward and relevance batch (default: sized from the model and the device's free memory).",
+    )
 
     @property
     def safe_mode(self) -> bool:

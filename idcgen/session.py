@@ -60,13 +60,14 @@ def load_networks(
     precision=None,
     images=None,
     input_shape=None,
+    batch_size=None,
 ) -> list:
     """One Network per model file; ``architectures`` (JSON files for weights-only files) pair with ``models``
     in order, one per model, ``-`` for a model file that holds its own architecture. ``device`` and
     ``precision``: :mod:`idcgen.framework.device` (a GPU asked for and not seen is said before any load); a
     PyTorch model that records no input shape (a TorchScript file, a factory without an ``input_shape``
     attribute) takes ``input_shape`` (H, W, C), else the shape of the inputs ``images`` (a source spec) where
-    given."""
+    given. ``batch_size``: inputs per forward and relevance batch (default: sized from memory)."""
     architectures = [None if str(a) == "-" else a for a in architectures or []]
     if architectures and len(architectures) != len(models):
         raise InputError(
@@ -81,7 +82,13 @@ def load_networks(
     resolve_device(framework_of_path(models[0]), device, precision)  # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
     return [
-        Network(_load_model(p, a, safe_mode, images, input_shape), task=task, device=device, precision=precision)
+        Network(
+            _load_model(p, a, safe_mode, images, input_shape),
+            task=task,
+            device=device,
+            precision=precision,
+            batch_size=batch_size,
+        )
         for p, a in pairs
     ]
 
@@ -130,6 +137,7 @@ def open_model(
     precision=None,
     images=None,
     input_shape=None,
+    batch_size=None,
 ):
     """(Network measured in image space, its input convention, the Analysis or None) for a command: the
     model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
@@ -145,6 +153,7 @@ def open_model(
         precision=precision,
         images=images,
         input_shape=input_shape,
+        batch_size=batch_size,
     )[0]
     network, convention = network_with_convention(
         network, value_range=value_range, preprocess=preprocess, recorded=recorded
@@ -189,6 +198,7 @@ class Session:
             precision=model.precision,
             images=images,
             input_shape=model.input_shape,
+            batch_size=model.batch_size,
         )
         _say_device(self.network, self.status)
         self._executor = None

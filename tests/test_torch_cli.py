@@ -198,3 +198,33 @@ def test_input_shape_is_refused_for_a_model_that_records_its_own(tmp_path):
     model.save(tmp_path / "m.keras")
     refused = invoke("layers", "--model", tmp_path / "m.keras", "--input-shape", "4,4,1")
     assert refused.exit_code == 1 and "records its own: drop --input-shape" in refused.output
+
+
+def test_batch_size_sets_the_forward_and_relevance_batches_and_changes_no_result(files, tmp_path):
+    from idcgen.session import load_networks
+
+    net = load_networks([files / "lenet5.pt2"], batch_size=7)[0]
+    assert net.batch_size == 7 and net.relevance_batch_size() == 7
+    default = load_networks([files / "lenet5.pt2"])[0]
+    assert default.batch_size != 7 and default.relevance_batch_size() != 7
+    runs = {}
+    for name, extra in (("sized", ()), ("seven", ("--batch-size", 7))):
+        args = ("analyze", "--model", files / "lenet5.pt2", "--train", files / "train.npz", "--m", 3)
+        done = invoke(*args, "--out", tmp_path / name, *extra)
+        assert done.exit_code == 0, done.output
+        runs[name] = [line.strip() for line in done.output.splitlines() if "important neurons" in line]
+    assert len(runs["sized"]) == 1 and runs["sized"] == runs["seven"]
+    bad = invoke("layers", "--model", files / "lenet5.pt2", "--batch-size", 0)
+    assert bad.exit_code == 1 and "--batch-size" in bad.output
+
+
+def test_batch_size_of_a_keras_model_is_its_relevance_batch_too(tmp_path):
+    import keras
+
+    from idcgen.session import load_networks
+
+    model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    model.save(tmp_path / "m.keras")
+    net = load_networks([tmp_path / "m.keras"], batch_size=5)[0]
+    assert net.batch_size == 5 and net.relevance_batch_size() == 5
+    assert load_networks([tmp_path / "m.keras"])[0].relevance_batch_size() != 5

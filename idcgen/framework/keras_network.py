@@ -298,6 +298,7 @@ class KerasNetwork(GraphQueries, Network):
         self.graph = Graph(model)
         self._built: dict = {}  # functions built once per model (traced gradients, attack wrappers)
         self.batch_size = batch_size or self._forward_batch_size()
+        self._batch_size_given = batch_size  # the relevance pass's too, when given
         if not self.graph.steps:
             raise ModelError("the model has no layers")
         self.input_shape = tuple(model.inputs[0].shape[1:])
@@ -539,6 +540,8 @@ class KerasNetwork(GraphQueries, Network):
         return Relevance(self, layer=layer, eps=eps, batch_size=batch_size or 512, attention=attention)
 
     def relevance_batch_size(self) -> int:
+        if self._batch_size_given is not None:
+            return self._batch_size_given
         floats = sum(int(np.prod([d or 1 for d in shape[1:]])) for s in self.graph.steps for shape in s.output_shapes)
         return relevance_batch_size(floats)
 

@@ -127,7 +127,12 @@ class TorchNetwork(GraphQueries, Network):
         self._forward_batches = Batches(
             batch_size or self._forward_batch_size(), what="forward", device=where, explicit=batch_size is not None
         )
-        self._relevance_batches = Batches(self._memory_relevance_batch_size(), what="relevance", device=where)
+        self._relevance_batches = Batches(  # a batch size given is the relevance pass's too
+            batch_size or self._memory_relevance_batch_size(),
+            what="relevance",
+            device=where,
+            explicit=batch_size is not None,
+        )
 
     def _placed(self, program):
         """The program with its weights, constants and device arguments on the network's device (a copy:
