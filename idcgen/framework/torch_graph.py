@@ -69,6 +69,8 @@ CHANNELS_FIRST = {
 _REDUCTIONS = {"mean", "sum", "amax", "amin", "var", "std", "prod", "logsumexp", "norm", "max", "min", "argmax"}
 #: the key ``run``'s ``after`` gets for the input convention's affine preprocessing in front of the model
 PREPROCESS = "preprocess"
+#: operations that read a tensor's shape, not its values
+_SHAPE_ONLY = {"sym_size", "sym_numel", "sym_stride", "sym_storage_offset"}
 #: operations that only carry values: no tensor of their own worth a layer name
 _PLUMBING = {
     "getitem",
@@ -212,10 +214,13 @@ class TorchGraph:
         self.input_node = inputs[0]
         self.output_node = next(n for n in self.fx_nodes if n.op == "output")
         self.attrs = {n: self._fetch(n.target) for n in self.fx_nodes if n.op == "get_attr"}
-        self.constant = set()  # nodes that do not depend on the input: weights and what is computed from them
+        # nodes that do not depend on the input's values: weights, what is computed from them and from the
+        # input's shape only (a class token expanded to the batch size is no layer: it is the same for every image)
+        self.constant = set()
         for node in self.fx_nodes:
             if node.op == "get_attr" or (
-                node.op == "call_function" and all(a in self.constant for a in node.all_input_nodes)
+                node.op == "call_function"
+                and (op_name(node) in _SHAPE_ONLY or all(a in self.constant for a in node.all_input_nodes))
             ):
                 self.constant.add(node)
         self.layers: list[Layer] = []

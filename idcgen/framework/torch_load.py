@@ -373,28 +373,23 @@ def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False
     return f"converted {old} ({model.origin}) -> {new} (torch.export program, input {model.image_shape})"
 
 
-class _Logits(torch.nn.Module):
-    """A classifier whose forward returns a ModelOutput, a dict or a tuple, made to return its logits: the
-    ``logits`` entry or attribute, else the first tensor."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        out = self.model(x)
-        if isinstance(out, torch.Tensor):
-            return out
-        if isinstance(out, dict) and "logits" in out:  # Hugging Face's ModelOutput is a dict too
-            return out["logits"]
-        if getattr(out, "logits", None) is not None:
-            return out.logits
-        values = out.values() if isinstance(out, dict) else out
-        return next(v for v in values if isinstance(v, torch.Tensor))
+def _logits(out):
+    """The logits of a classifier's output: the tensor itself, the ``logits`` entry or attribute of a
+    ModelOutput or dict, else its first tensor."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict) and "logits" in out:  # Hugging Face's ModelOutput is a dict too
+        return out["logits"]
+    if getattr(out, "logits", None) is not None:
+        return out.logits
+    values = out.values() if isinstance(out, dict) else out
+    return next(v for v in values if isinstance(v, torch.Tensor))
 
 
 def _logits_only(model: TorchModel) -> TorchModel:
-    """``model`` exported again returning its logits tensor where its forward returns a structure."""
+    """``model`` exported again returning its logits tensor where its forward returns a structure. Its own
+    forward is wrapped for the export (not the module in another one), so its layers, module paths and
+    weight names stay those of the model and an analysis made on it fits the program."""
     spec = model.program.call_spec.out_spec
     if (
         spec is None
@@ -403,7 +398,19 @@ def _logits_only(model: TorchModel) -> TorchModel:
     ):
         return model
     module = model.module if model.module is not None else model.program.module()
-    return export(_Logits(module), model.image_shape, origin=f"{model.origin}, its logits")
+    forward, own = module.forward, module.__dict__.get("forward")
+
+    def logits(x):
+        return _logits(forward(x))
+
+    module.forward = logits
+    try:
+        return export(module, model.image_shape, origin=f"{model.origin}, its logits")
+    finally:
+        if own is None:
+            del module.forward  # the class's forward again
+        else:
+            module.forward = own
 
 
 def save_torchscript(module, path, *, input_shape) -> None:
