@@ -421,10 +421,12 @@ def _subject_line(network) -> str:
         if network.rule_label(i.name) == "none" and (network.is_hidden(i.name) or i.name == network.logits_layer)
     ]
     shown = ", ".join(usable[:5]) + (f" ... {usable[-1]}" if len(usable) > 5 else "")
-    return (
-        f"subject layers: {len(usable)} of {len(hidden)} hidden layers, from the last layer without an LRP "
-        f"rule on ({', '.join(f'{b.name!r} ({b.type})' for b in blocked[-3:])}): {shown or 'none'}"
+    why = (
+        f"from the last layer without an LRP rule on ({', '.join(f'{b.name!r} ({b.type})' for b in blocked[-3:])})"
+        if blocked  # else: layers relevance does not reach (attention queries and keys) or without a row per input
+        else "the others reached by no relevance (attention weights are held constant) or without a row per input"
     )
+    return f"subject layers: {len(usable)} of {len(hidden)} hidden layers, {why}: {shown or 'none'}"
 
 
 def _task_line(network) -> str:

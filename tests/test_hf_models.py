@@ -126,6 +126,9 @@ def test_every_hidden_layer_of_hf_vit_on_the_relevance_path_is_a_subject_layer_w
         assert widths[network.graph.aliases[block]] == 32
         assert widths[f"{block}.mlp.fc1"] == widths[f"{block}.mlp.activation_fn"] == 64
         assert widths[f"{block}.layernorm_before"] == widths[f"{block}.attention.o_proj"] == 32
+    line = next(line for line in idcgen("layers", "--model", "hf_models:vit").splitlines() if "subject layers" in line)
+    assert f"{len(subject)} of {len(hidden)} hidden layers, the others reached by no relevance" in line, line
+    assert "()" not in line and "  " not in line.strip(), line
 
 
 @pytest.mark.parametrize("model", ["vit", *(pytest.param(m, marks=pytest.mark.slow) for m in ("deit", "beit", "swin"))])
