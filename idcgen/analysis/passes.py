@@ -212,12 +212,7 @@ def analyze(
         :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
         object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
     """
-    network, convention = network_with_convention(model, recorded=convention)
-    if "differentiable" not in network.capabilities:  # an ONNX export: relevance needs its source model
-        raise ModelError(
-            "the analysis takes relevance (LRP), and this model runs forward only (an ONNX export): analyse its "
-            "source model (.pt2, .keras) and pass that analysis with --analysis"
-        )
+    network, convention = _differentiable_network(model, convention)
     ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(tuple(clusters))).checked()
     relevance = relevance or RelevanceSettings()
     relevance_of, correct_only, only_class, aggregate, eps = relevance.fields()
@@ -230,12 +225,7 @@ def analyze(
         network, convention, x, y, sharded, selecting=relevance_of == "label" or correct_only or only_class is not None
     )
     regression = network.task == "regression"
-    # of the inputs as given, before correct_only / only_class select (sharded: of the shards' own fingerprints)
-    # hashed on a thread while the passes run (hashlib lets go of the GIL): 0.3 s for 60,000 MNIST images,
-    # which the driver would otherwise add to a sharded pass's time
-    hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idcgen-fingerprint")
-    fingerprint = hashing.submit(str, x.fingerprint) if sharded else hashing.submit(data_fingerprint, x, y)
-    hashing.shutdown(wait=False)
+    fingerprint = _fingerprint_in_background(x, y, sharded)
     if only_class is not None:
         x, y = _of_class(x, y, only_class, sharded)
     clusters, cluster_note = supported_clusters(clusters, len(x))
@@ -247,13 +237,9 @@ def analyze(
     # at most max(ACTIVATIONS_IN_ONE_PASS, inputs x m floats), whatever the layer's width.
     passes = (passes or (x.passes if sharded else LocalPasses))(network, layer, eps, x)
     one_pass = len(x) * width * 4 <= ACTIVATIONS_IN_ONE_PASS
-    with tqdm(total=len(x), desc="relevance", unit="input", disable=not progress, leave=False) as bar:
-        signed, absolute, n_used, predictions = passes.totals(
-            y if relevance_of == "label" else None,
-            labels=y if correct_only else None,
-            keep_activations=one_pass,
-            progress=bar,
-        )
+    signed, absolute, n_used, predictions = _relevance_pass(
+        passes, len(x), y, (relevance_of, correct_only), one_pass, progress
+    )
     timings["relevance"] = time.perf_counter() - start
     if n_used == 0:
         raise _none_correct(data_summary)
@@ -267,12 +253,7 @@ def analyze(
     start = time.perf_counter()
     found = passes.clusters(acts, neurons, tuple(clusters), cluster_method, random_state, progress)
     timings["clusters"] = time.perf_counter() - start
-    notes = (
-        network.rule_notes(layer)
-        + ([cluster_note] if cluster_note else [])
-        + [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
-        + ([network.head_note] if getattr(network, "head_note", None) else [])
-    )
+    notes = _notes(network, layer, cluster_note, found)
 
     accuracy = None if y is None or regression else float((predictions == y).mean())
     data = _data_record(network, x, y, sharded, dict(data_summary or {}, n_used=n_used, accuracy=accuracy))
@@ -280,6 +261,56 @@ def analyze(
     warnings = _diagnostics(network, convention, data, y, predictions, accuracy)
     config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
     config.update(input_convention=convention.to_dict())
+    return _analysis(network, layer, neurons, scores, found, config, data, timings, notes, warnings)
+
+
+def _differentiable_network(model, convention: InputConvention | None):
+    """The model as a `Network` with its input convention; an ONNX export runs forward only, and relevance
+    needs its source model."""
+    network, convention = network_with_convention(model, recorded=convention)
+    if "differentiable" not in network.capabilities:
+        raise ModelError(
+            "the analysis takes relevance (LRP), and this model runs forward only (an ONNX export): analyse its "
+            "source model (.pt2, .keras) and pass that analysis with --analysis"
+        )
+    return network, convention
+
+
+def _fingerprint_in_background(x, y, sharded: bool):
+    """A future of the inputs' fingerprint, as given, before correct_only / only_class select (sharded: of the
+    shards' own fingerprints), hashed on a thread while the passes run (hashlib lets go of the GIL): 0.3 s for
+    60,000 MNIST images, which the driver would otherwise add to a sharded pass's time."""
+    hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idcgen-fingerprint")
+    fingerprint = hashing.submit(str, x.fingerprint) if sharded else hashing.submit(data_fingerprint, x, y)
+    hashing.shutdown(wait=False)
+    return fingerprint
+
+
+def _relevance_pass(passes, n: int, y, taken: tuple[str, bool], one_pass: bool, progress: bool):
+    """The relevance pass over the ``n`` inputs, with a progress bar; ``taken`` is (relevance_of, correct_only).
+    Returns (signed totals, absolute totals, inputs used, predictions)."""
+    relevance_of, correct_only = taken
+    with tqdm(total=n, desc="relevance", unit="input", disable=not progress, leave=False) as bar:
+        return passes.totals(
+            y if relevance_of == "label" else None,
+            labels=y if correct_only else None,
+            keep_activations=one_pass,
+            progress=bar,
+        )
+
+
+def _notes(network, layer: str, cluster_note: str | None, found) -> list[str]:
+    """The analysis's notes: the relevance rules', the k values left out, each neuron's clustering, the head's."""
+    return (
+        network.rule_notes(layer)
+        + ([cluster_note] if cluster_note else [])
+        + [f"neuron {c.neuron}: {c.note}" for c in found if c.note]
+        + ([network.head_note] if getattr(network, "head_note", None) else [])
+    )
+
+
+def _analysis(network, layer: str, neurons, scores, found, config, data, timings, notes, warnings) -> Analysis:
+    """The `Analysis` record; the diagnostics' warnings are notes too."""
     return Analysis(
         layer=layer,
         neurons=neurons,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -82,7 +82,6 @@ def affinity(
     ``x[rows]`` (default: a forward pass here; ``idcgen.distributed`` gives the Ray workers'). Returns an
     `AffinityResult`.
     """
-    from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
     from ..framework import as_network
@@ -99,83 +98,141 @@ def affinity(
     unit_list, layers, group_cols, unit_pos = _layout(groups)
     U, K, G = len(unit_list), len(hyps), len(groups)
     cells = _Cells.empty(measures, U, G, K, tol)
-    scores, widths, used, final = cells.scores, cells.widths, cells.used, cells.final
     order = np.random.default_rng(random_state).permutation(n)
-    acts, hvals, seen, checks = [], [[] for _ in hyps], 0, []
     # per-pixel hypotheses (masks, found on the first batch) against the activation maps of spatial units
     spatial = {layer: unit_pos[layer] for layer in layers if len(network.output_shape(layer)) == 4}
-    is_mask, maps, masks = np.zeros(K, bool), {layer: [] for layer in spatial}, {}
-    timings = {"forward": 0.0, "hypotheses": 0.0, "measures": 0.0}
+    stream = _Stream.empty(K, spatial)
     next_check = n if tol is None else min(-(-first_check // batch_size) * batch_size, n)  # whole batches
     bar = tqdm(total=n, desc="affinity", unit="input", disable=not progress, leave=False)
-    while seen < n:
-        active = [j for j in range(K) if not all(final[m][:, j].all() for m in measures)]
+    while stream.seen < n:
+        active = [j for j in range(K) if not all(cells.final[m][:, j].all() for m in measures)]
         if not active:
             break
-        active = sorted(set(active) | set(np.flatnonzero(is_mask)))  # masks: every input streamed
-        rows = order[seen : min(seen + batch_size, next_check)]
+        active = sorted(set(active) | set(np.flatnonzero(stream.is_mask)))  # masks: every input streamed
+        rows = order[stream.seen : min(stream.seen + batch_size, next_check)]
         xb = x[rows]
-        t = time.perf_counter()
-        probs, taps = (
-            network.forward(xb, layers) if forward is None else forward(rows, layers)
-        )  # every layer any group needs
-        timings["forward"] += time.perf_counter() - t
-        block = np.empty((len(rows), U), np.float64)
-        for layer, values in zip(layers, taps):
-            cols, neurons = unit_pos[layer]
-            block[:, cols] = values[:, neurons]
-        acts.append(block)
+        probs = _stream_activations(network, forward, xb, rows, (layers, unit_pos, U), stream)
         yb = y[rows] if y is not None else (probs[:, 0] if network.task == "regression" else probs.argmax(axis=1))
-        t = time.perf_counter()
-        for j in active:  # each hypothesis once per batch, for every group
-            hvals[j].append(_hypothesis_values(network, hyps, j, xb, yb, spatial, is_mask, masks))
-        timings["hypotheses"] += time.perf_counter() - t
-        if spatial and is_mask.any():  # the maps themselves (a second pass, masks only)
-            t = time.perf_counter()
-            for layer, out in zip(spatial, network.feature_maps(tuple(spatial))(xb)):
-                maps[layer].append(out[..., unit_pos[layer][1]])
-            timings["forward"] += time.perf_counter() - t
-        seen += len(rows)
+        _stream_hypotheses(network, hyps, active, xb, yb, spatial, stream)
+        if spatial and stream.is_mask.any():  # the maps themselves (a second pass, masks only)
+            _stream_maps(network, spatial, xb, stream)
+        stream.seen += len(rows)
         bar.update(len(rows))
-        if seen < next_check:
+        if stream.seen < next_check:
             continue
-        t = time.perf_counter()
-        last = seen >= n
-        a_all = np.concatenate(acts)
-        h_all = {j: np.concatenate(hvals[j]) for j in active}
-        with threadpool_limits(1, user_api="blas"):  # small matrices: BLAS threads only wait on each other
-            _check(cells, measures, a_all, h_all, group_cols, last, random_state, timings, n)
-        checks.append(seen)
-        timings["measures"] += time.perf_counter() - t
-        next_check = _next_check(cells, seen, n, measures, batch_size)
+        _checkpoint(cells, measures, stream, active, group_cols, stream.seen >= n, random_state, n)
+        next_check = _next_check(cells, stream.seen, n, measures, batch_size)
     bar.close()
-    notes = _notes(y is None, tol, n, measures, used, scores, hyps, is_mask)
-    if spatial and is_mask.any():
-        t = time.perf_counter()
-        measures = _scored_masks(cells, (U, K), spatial, maps, masks, seen, measures)
-        timings["measures"] += time.perf_counter() - t
-        notes.append(
-            f"masks ({', '.join(hyps[j].name for j in np.flatnonzero(is_mask))}) scored pixel by pixel on "
-            f"the {seen} inputs streamed; their area share stands in for them in the other measures"
-        )
+    notes = _notes(y is None, tol, n, measures, cells.used, cells.scores, hyps, stream.is_mask)
+    if spatial and stream.is_mask.any():
+        measures = _scored_stream_masks(cells, (U, K), spatial, stream, measures, hyps, notes)
     channels = {layer for layer in layers if len(network.output_shape(layer)) > 2}
+    return _result(cells, stream, (unit_list, groups, hyps, channels), measures, n, y is not None, start, notes)
+
+
+@dataclass
+class _Stream:
+    """What `affinity` has streamed so far: the activation blocks, each hypothesis's values, the spatial units'
+    maps and the masks' pixels per batch, which hypotheses are masks, the inputs seen, the input counts at
+    which the scores were checked, and the seconds spent per stage."""
+
+    acts: list
+    hvals: list
+    maps: dict
+    masks: dict
+    is_mask: np.ndarray
+    timings: dict
+    seen: int = 0
+    checks: list = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, hypotheses: int, spatial) -> "_Stream":
+        return cls(
+            acts=[],
+            hvals=[[] for _ in range(hypotheses)],
+            maps={layer: [] for layer in spatial},
+            masks={},
+            is_mask=np.zeros(hypotheses, bool),
+            timings={"forward": 0.0, "hypotheses": 0.0, "measures": 0.0},
+        )
+
+
+def _stream_activations(network, forward, xb, rows, layout, stream: _Stream) -> np.ndarray:
+    """One forward pass over the batch ``xb`` (rows ``rows`` of the inputs) through every layer any group needs:
+    the units' activations appended to ``stream.acts``; returns the model's outputs."""
+    layers, unit_pos, n_units = layout
+    t = time.perf_counter()
+    probs, taps = network.forward(xb, layers) if forward is None else forward(rows, layers)
+    stream.timings["forward"] += time.perf_counter() - t
+    block = np.empty((len(rows), n_units), np.float64)
+    for layer, values in zip(layers, taps):
+        cols, neurons = unit_pos[layer]
+        block[:, cols] = values[:, neurons]
+    stream.acts.append(block)
+    return probs
+
+
+def _stream_hypotheses(network, hyps, active, xb, yb, spatial, stream: _Stream) -> None:
+    """Each active hypothesis once on the batch, for every group."""
+    t = time.perf_counter()
+    for j in active:
+        stream.hvals[j].append(_hypothesis_values(network, hyps, j, xb, yb, spatial, stream.is_mask, stream.masks))
+    stream.timings["hypotheses"] += time.perf_counter() - t
+
+
+def _stream_maps(network, spatial, xb, stream: _Stream) -> None:
+    """The spatial units' activation maps of the batch, for the masks."""
+    t = time.perf_counter()
+    for layer, out in zip(spatial, network.feature_maps(tuple(spatial))(xb)):
+        stream.maps[layer].append(out[..., spatial[layer][1]])
+    stream.timings["forward"] += time.perf_counter() - t
+
+
+def _checkpoint(cells, measures, stream: _Stream, active, group_cols, last: bool, random_state, n: int) -> None:
+    """Score the due cells of the active hypotheses on every input streamed so far."""
+    from threadpoolctl import threadpool_limits
+
+    t = time.perf_counter()
+    a_all = np.concatenate(stream.acts)
+    h_all = {j: np.concatenate(stream.hvals[j]) for j in active}
+    with threadpool_limits(1, user_api="blas"):  # small matrices: BLAS threads only wait on each other
+        _check(cells, measures, a_all, h_all, group_cols, last, random_state, stream.timings, n)
+    stream.checks.append(stream.seen)
+    stream.timings["measures"] += time.perf_counter() - t
+
+
+def _scored_stream_masks(cells, shape, spatial, stream: _Stream, measures, hyps, notes: list) -> tuple:
+    """The masks scored pixel by pixel on the inputs streamed, with a note saying so; returns the measures."""
+    t = time.perf_counter()
+    measures = _scored_masks(cells, shape, spatial, stream.maps, stream.masks, stream.seen, measures)
+    stream.timings["measures"] += time.perf_counter() - t
+    notes.append(
+        f"masks ({', '.join(hyps[j].name for j in np.flatnonzero(stream.is_mask))}) scored pixel by pixel on "
+        f"the {stream.seen} inputs streamed; their area share stands in for them in the other measures"
+    )
+    return measures
+
+
+def _result(cells, stream: _Stream, layout, measures, n: int, labelled: bool, start: float, notes) -> AffinityResult:
+    """The `AffinityResult` of a run: ``layout`` is (units, groups, hypotheses, channel layers)."""
+    unit_list, groups, hyps, channels = layout
     return AffinityResult(
         units=unit_list,
         groups=groups,
         hypotheses=hyps,
         measures=measures,
-        scores=scores,
-        half_widths=widths,
-        n_used=used,
+        scores=cells.scores,
+        half_widths=cells.widths,
+        n_used=cells.used,
         baselines=cells.baselines,
         binary=cells.binary,
         n_inputs=n,
-        n_seen=seen,
-        tol=tol,
-        y_source="labels" if y is not None else "predictions",
+        n_seen=stream.seen,
+        tol=cells.tol,
+        y_source="labels" if labelled else "predictions",
         seconds=time.perf_counter() - start,
-        timings=timings,
-        checks=checks,
+        timings=stream.timings,
+        checks=stream.checks,
         channels=channels,
         notes=notes,
     )

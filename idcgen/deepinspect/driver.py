@@ -279,28 +279,16 @@ def inspect(
     counting : what runs the passes (default: this process); ``idcgen.distributed`` maps them on Ray
         workers and sums their counts (docs/design.md, "Scale-out on Ray").
     """
-    from ..criteria.base import as_network
-
     started = time.perf_counter()
     threshold = check_real("threshold", threshold, 0.0, 1.0, closed="left")
     scaling = check_choice("scaling", scaling, SCALINGS)
     check_int("memory_budget", memory_budget, 0)
-    network = as_network(model)
-    if network.task != "classification":
-        raise ParameterError(
-            "inspect compares classes and needs a classifier; this model is a regression model (one output unit)"
-        )
+    network = _classifier(model)
     batch = network.batch_size if batch_size is None else check_int("batch_size", batch_size, 1)
     names = _inspected_layers(network, layers)
     x, y, class_names = _inspected_inputs(network, x, y, class_names)
     k = network.n_classes
-    taps = names
-    important = None
-    if analysis is not None:
-        analysis.bind(network)  # AnalysisMismatchError for an analysis of another model
-        if analysis.layer not in names:
-            taps = names + (analysis.layer,)
-        important = (analysis.layer, np.asarray(analysis.neurons, np.int64))
+    taps, important = _taps(network, names, analysis)
     widths = tuple(network.neuron_count(n) for n in taps)
     kept_widths = widths[: len(names)]
     state = ClassCounts(k, widths)
@@ -316,28 +304,12 @@ def inspect(
         memory_budget=memory_budget,
         progress=progress,
     )
-    predictions, runner_up = np.concatenate(state.predictions), np.concatenate(state.runner_up)
-    state.per_class = np.bincount(predictions, minlength=k)
-    if len(k_present := np.flatnonzero(state.per_class > 0)) < 2:
-        raise InputError(
-            f"the model predicts only class {k_present.tolist()} on these {len(x)} inputs; "
-            "comparing classes needs inputs predicted as at least two (give more or varied inputs)"
-        )
+    predictions, runner_up = _predicted_classes(state, k, len(x))
     constant = _check_layers_vary(state.low[: sum(kept_widths)], state.high[: sum(kept_widths)], kept_widths, names)
     rho_all = napv_from_counts(state.active, state.per_class)
     notes = _count_notes(state.per_class, constant, sum(kept_widths))
     conf = None if y is None else _type1_confusion(y, predictions, k, notes)
-    columns, metrics = {}, {}
-    columns["all"], metrics["all"] = evaluate(rho_all[: sum(kept_widths)], conf)
-    if important is not None:
-        offset = int(sum(widths[: taps.index(important[0])]))
-        rows = offset + important[1]
-        columns["important"], metrics["important"] = evaluate(rho_all[rows], conf)
-        if analysis.layer not in names:
-            notes.append(
-                f"the analysis' layer {analysis.layer!r} is not among the inspected layers: it was "
-                "tapped for the important neurons only"
-            )
+    columns, metrics, rows = _evaluations(rho_all, (names, taps, widths), important, conf, notes)
     return InspectResult(
         layers=names,
         widths=kept_widths,
@@ -360,3 +332,57 @@ def inspect(
         important=None if important is None else {"layer": important[0], "neurons": important[1].tolist()},
         napv_important=None if important is None else rho_all[rows],
     )
+
+
+def _classifier(model):
+    """The model as a `Network`; DeepInspect compares classes, so a regression model is refused."""
+    from ..criteria.base import as_network
+
+    network = as_network(model)
+    if network.task != "classification":
+        raise ParameterError(
+            "inspect compares classes and needs a classifier; this model is a regression model (one output unit)"
+        )
+    return network
+
+
+def _taps(network, names: tuple[str, ...], analysis) -> tuple[tuple[str, ...], tuple | None]:
+    """The layers tapped (the inspected ones, then the analysis' layer if not among them) and the important
+    neurons as (layer, neuron indices), None without an analysis."""
+    if analysis is None:
+        return names, None
+    analysis.bind(network)  # AnalysisMismatchError for an analysis of another model
+    taps = names if analysis.layer in names else names + (analysis.layer,)
+    return taps, (analysis.layer, np.asarray(analysis.neurons, np.int64))
+
+
+def _predicted_classes(state: ClassCounts, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each input's predicted and runner-up class; counts the inputs per predicted class into ``state`` and
+    refuses inputs predicted as fewer than two classes."""
+    predictions, runner_up = np.concatenate(state.predictions), np.concatenate(state.runner_up)
+    state.per_class = np.bincount(predictions, minlength=k)
+    if len(k_present := np.flatnonzero(state.per_class > 0)) < 2:
+        raise InputError(
+            f"the model predicts only class {k_present.tolist()} on these {n} inputs; "
+            "comparing classes needs inputs predicted as at least two (give more or varied inputs)"
+        )
+    return predictions, runner_up
+
+
+def _evaluations(rho_all: np.ndarray, layout, important, conf, notes: list[str]):
+    """The figures of all inspected neurons and, with an analysis, of its important ones: (columns, metrics,
+    the important neurons' rows in ``rho_all`` or None). ``layout`` is (inspected layers, tapped layers, the
+    tapped layers' widths)."""
+    names, taps, widths = layout
+    columns, metrics, rows = {}, {}, None
+    columns["all"], metrics["all"] = evaluate(rho_all[: sum(widths[: len(names)])], conf)
+    if important is not None:
+        offset = int(sum(widths[: taps.index(important[0])]))
+        rows = offset + important[1]
+        columns["important"], metrics["important"] = evaluate(rho_all[rows], conf)
+        if important[0] not in names:
+            notes.append(
+                f"the analysis' layer {important[0]!r} is not among the inspected layers: it was "
+                "tapped for the important neurons only"
+            )
+    return columns, metrics, rows
