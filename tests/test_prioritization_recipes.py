@@ -136,7 +136,7 @@ def test_the_steering_failure_bound_is_absolute(recipe):
 
     import keras
 
-    from idcgen.prioritization import prioritize
+    from idcgen.prioritization import OrderingParameters, prioritize
 
     module = recipe("prioritization")
     # DeepTest's relation at lambda 5 for the challenge's best published RMSE on the drive (0.0498 rad)
@@ -148,7 +148,9 @@ def test_the_steering_failure_bound_is_absolute(recipe):
     out = model.predict(x, verbose=0)[:, 0].astype(np.float64)
     # frames just below and just above the bound, on both sides, one on the label, one far off
     errors = np.array([0.1105, 0.1115, -0.1115, -0.1105, 0.0, 0.5])
-    ranking = prioritize(model, x, by="random", y=out - errors, tolerance=module.FAILURE_BOUND)
+    ranking = prioritize(
+        model, x, by="random", y=out - errors, parameters=OrderingParameters(tolerance=module.FAILURE_BOUND)
+    )
     assert ranking.evaluation.failures == 3  # 0.1115, -0.1115 and 0.5
     # the rule it replaces, twice the set's own RMSE (0.447 rad here), calls only the far one a failure
     assert prioritize(model, x, by="random", y=out - errors).evaluation.failures == 1
