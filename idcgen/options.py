@@ -188,16 +188,10 @@ def _precision_option():
     )
 
 
-def _input_shape(text):
-    from .convention import parse_image_shape
-
-    return parse_image_shape(text)
-
-
 def _input_shape_option():
     return option(
         "--input-shape",
-        parse=_input_shape,
+        parse=_image_shape,
         help="H,W,C of a PyTorch model that records no input shape (a TorchScript file, a factory without an "
         "input_shape attribute); default: the shape of the inputs the command is given.",
     )
