@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from pathlib import Path
 
@@ -52,7 +51,7 @@ import numpy as np
 from idcgen.files import atomic_npz
 from kit import OUTPUTS, command_line, load_model, save_json
 from kit.stats import a12, holm, mann_whitney
-from kit.study import GUIDES, Study, default_mutators
+from kit.study import GUIDES, Study, call_cost, default_mutators, run_calls
 
 NOISE = "gauss,random_pixels,noise"
 PGD = "pgd(eps=0.15, eps_iter=0.02, nb_iter=10)"
@@ -65,19 +64,6 @@ METRICS = (
     "validity_%",
     "mean_ssim",
 )
-
-
-def call_cost(spec: str) -> int:
-    """Model calls per mutant of a mutator spec (see the module's docstring)."""
-    name = spec.split("(")[0].strip()
-    iterations = re.search(r"nb_iter\s*=\s*(\d+)", spec)
-    if name in ("bim", "pgd"):
-        return 1 + (int(iterations.group(1)) if iterations else 10)
-    return 2 if name in ("fgsm", "relevant_pixels") else 1
-
-
-def run_calls(campaign) -> int:
-    return int(campaign.seed_execs + sum(s.execs * call_cost(name) for name, s in campaign.mutator_stats.items()))
 
 
 class GuidanceStudy(Study):

@@ -85,3 +85,16 @@ def label_check(y: np.ndarray) -> dict:
         "std": round(float(y.std()), 4),
         "verdict": verdict,
     }
+
+
+def wilcoxon(a, b) -> float:
+    """Two-sided Wilcoxon signed-rank p of paired runs (``a[i]`` and ``b[i]`` share model copy, seeds and random
+    state); 1.0 when every difference is zero, NaN under two pairs."""
+    from scipy.stats import wilcoxon as signed_rank
+
+    d = np.asarray(a, float) - np.asarray(b, float)
+    if len(d) < 2:
+        return float("nan")
+    if not np.any(d):
+        return 1.0
+    return float(signed_rank(d, alternative="two-sided").pvalue)

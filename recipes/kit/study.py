@@ -5,6 +5,7 @@ findings survive being written as PNG."""
 from __future__ import annotations
 
 import io
+import re
 import time
 
 import numpy as np
@@ -26,6 +27,21 @@ def default_mutators() -> str:
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS
 
     return ",".join(s for s in DEFAULT_MUTATORS.split(",") if s != "directed")
+
+
+def call_cost(spec: str) -> int:
+    """Model calls per mutant of a mutator spec: a forward pass of one input is one call, a gradient one call
+    (FGSM 2, BIM and PGD 1 + iterations, the relevance-targeted noise 2 for its relevance pass, others 1)."""
+    name = spec.split("(")[0].strip()
+    iterations = re.search(r"nb_iter\s*=\s*(\d+)", spec)
+    if name in ("bim", "pgd"):
+        return 1 + (int(iterations.group(1)) if iterations else 10)
+    return 2 if name in ("fgsm", "relevant_pixels") else 1
+
+
+def run_calls(campaign) -> int:
+    """A campaign's model calls: its seeds' passes plus, per mutator, its execs times its cost."""
+    return int(campaign.seed_execs + sum(s.execs * call_cost(name) for name, s in campaign.mutator_stats.items()))
 
 
 def stratified(y: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,412 @@
+"""The guidance study, third version: paired runs on independently trained subject copies, every flagged mutant
+counted, faults from an extractor the subjects never saw, and random-keep controls at the guides' keep rates.
+
+    python recipes/guidance_v3.py --dataset mnist|fashion-mnist|cifar10 [--copies 5] [--states 3] [--seeds 500]
+                                  [--budget 10000] [--arms idc nc none random-keep@idc random-keep@nc]
+                                  [--sizes 5 10 20 40] [--out outputs/guidance_v3/<dataset>] [--summary-only]
+
+Declared before the runs (docs/results.md, "The guidance study, third version"):
+
+- **Primary endpoint**: distinct valid faults per 1,000 model calls. A *failure* is any mutant the run's oracle
+  flagged (misclassified, of a seed the subject classifies correctly), kept in the corpus or not, so no arm is
+  credited only through what its own guide kept. It is *valid* when the extractor (another architecture,
+  trained on the half of the training set the subject never saw: recipes/kit/subjects.py) gives it the seed's
+  label. A *fault* is a cluster of valid failures (idcgen.faults: the extractor's penultimate-layer features,
+  PCA to 10 dimensions, HDBSCAN within each (true, predicted) pair) with min_cluster_size 5; the valid failures
+  of every run of a dataset are clustered together and a run counts the faults it reached. Model calls: a
+  forward pass of one input is one call, a gradient one call (kit.study.call_cost).
+- **Arms**: ``idc``, ``nc`` (neuron coverage, the guide that kept fewest mutants in the second version),
+  ``none`` (every valid mutant kept) and the controls ``random-keep@idc`` and ``random-keep@nc``, which keep
+  each valid mutant with probability kept / valid of the ``idc`` (``nc``) run of the same pair: as many mutants
+  as the guide kept, chosen without any criterion.
+- **Pairs**: a run is identified by (subject copy c, state r): copy c of the subject, seed set r (``--seeds``
+  test inputs, classes balanced, drawn with seed 100 + r) and fuzzing random state r. Every arm runs on every
+  pair, so arms are compared pair by pair: Wilcoxon signed-rank (two-sided), Vargha-Delaney A12, and Holm over
+  the **declared family** of four comparisons: idc vs none, idc vs nc, idc vs random-keep@idc, nc vs
+  random-keep@nc. Every other figure is exploratory.
+- **Sensitivity**: the primary count for each ``--sizes`` value of min_cluster_size, with faults per valid
+  failure (the count discriminates only well under 0.8).
+
+Writes ``<out>/runs/<arm>_c<c>_r<r>.json`` and ``.npz`` (the valid failures' extractor features, labels and
+predictions) as each run ends (an interrupted study resumes), then ``runs.csv``, ``study.csv`` and ``study.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from idcgen.files import atomic_npz
+from kit import OUTPUTS, command_line, load_data, save_json
+from kit.stats import a12, holm, wilcoxon
+from kit.study import default_mutators, run_calls, stratified
+from kit.subjects import ARCHITECTURES, halves, load_subject
+
+ARMS = ("idc", "nc", "none", "random-keep@idc", "random-keep@nc")
+FAMILY = (("idc", "none"), ("idc", "nc"), ("idc", "random-keep@idc"), ("nc", "random-keep@nc"))
+PRIMARY_SIZE = 5
+PRIMARY = "valid_faults_per_1k_calls"
+
+
+def study_fuzzer(analysis, *, keep_rate: float | None = None, **kwargs):
+    """idcgen's Fuzzer that also records every flagged mutant, kept or not, and, given ``keep_rate``, keeps each
+    valid mutant with that probability instead of by coverage (a random-keep control; guide "none")."""
+    from idcgen.fuzz.fuzzer import Fuzzer
+
+    class StudyFuzzer(Fuzzer):
+        def __init__(self):
+            super().__init__(analysis, **kwargs)
+            self.failures: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+        def step(self, c, left):
+            step = super().step(c, left)
+            if step.error is not None:
+                return step
+            if keep_rate is not None:  # drawn from (random state, step): the same draws on every rerun
+                draws = np.random.default_rng([self.random_state, step.number, 7]).random(len(step.valid))
+                step.keep = step.valid & (draws < keep_rate)
+            flagged = np.flatnonzero(step.flagged)
+            if flagged.size:
+                labels = c.corpus.label[c.corpus.root[step.parents[flagged]]]
+                self.failures.append((step.mutants[flagged], labels, step.predictions[flagged]))
+            return step
+
+    return StudyFuzzer()
+
+
+class Subject:
+    """One subject copy: the model, its IDC analysis and NC fitted on its own training half, the extractor."""
+
+    def __init__(self, args, copy: int, extractor):
+        from idcgen.analysis import analyze
+        from idcgen.criteria import make_criterion
+        from idcgen.framework import Network
+
+        self.args, self.copy, self.extractor = args, copy, extractor
+        self.network = Network(load_subject(args.dataset, copy))
+        (x_a, y_a), _ = halves(args.dataset)
+        x_fit, y_fit = x_a[: args.fit_train], y_a[: args.fit_train]
+        self.analysis = analyze(self.network, x_fit, y_fit, m=args.m, random_state=0, progress=False)
+        self.nc = make_criterion("nc").fit(self.network, x_fit)
+
+    def run(self, arm: str, r: int, seeds: tuple, keep_rate: float | None) -> tuple[dict, dict]:
+        from idcgen.data import fit_to_model
+        from idcgen.fuzz.mutators import parse_mutators
+
+        started = time.perf_counter()
+        guide = "none" if arm.startswith("random-keep") else arm
+        fuzzer = study_fuzzer(
+            self.analysis,
+            keep_rate=keep_rate,
+            mutators=parse_mutators(self.args.mutators),
+            guide=guide,
+            measure=[self.nc],
+            batch_size=self.args.batch_size,
+            random_state=r,
+        )
+        campaign = fuzzer.run(*seeds, budget=self.args.budget, progress=False)
+        calls = run_calls(campaign)
+        if fuzzer.failures:
+            x, labels, predictions = (np.concatenate(part) for part in zip(*fuzzer.failures))
+        else:
+            x, labels, predictions = np.zeros((0,) + seeds[0].shape[1:], np.float32), np.zeros(0, int), np.zeros(0, int)
+        layer = self.extractor.default_layer()
+        if len(x):
+            probs, (features,) = self.extractor.forward(fit_to_model(x, self.extractor.input_shape), (layer,))
+            valid = probs.argmax(1) == labels
+        else:
+            features, valid = np.zeros((0, self.extractor.neuron_count(layer)), np.float32), np.zeros(0, bool)
+        valid_mutants = sum(s.valid for s in campaign.mutator_stats.values())
+        kept = int((campaign.corpus.parent >= 0).sum())
+        row = {
+            "arm": arm,
+            "copy": self.copy,
+            "state": r,
+            "execs": campaign.execs,
+            "calls": calls,
+            "valid_mutants": int(valid_mutants),
+            "kept": kept,
+            "keep_rate": kept / max(1, valid_mutants),
+            "failures": len(x),
+            "flagged": campaign.flagged,  # the campaign's own count: equals failures (checked by the tests)
+            "valid_failures": int(valid.sum()),
+            "validity_%": 100.0 * float(valid.mean()) if len(x) else float("nan"),
+            "findings": campaign.n_findings,
+            "valid_pairs": len({(int(a), int(b)) for a, b in zip(labels[valid], predictions[valid])}),
+            "valid_failures_per_1k_calls": 1000.0 * float(valid.sum()) / calls,
+            "idc_%": 100.0 * campaign.tracker.score,
+            "nc_%": 100.0 * campaign.coverage["nc"].score,
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        arrays = {
+            "features": features[valid].astype(np.float32),
+            "label": labels[valid].astype(np.int64),
+            "prediction": predictions[valid].astype(np.int64),
+        }
+        return row, arrays
+
+
+def run_all(args, out: Path) -> tuple[list[dict], dict]:
+    """Every (copy, state, arm) run, resumed from ``out/runs``; a copy is set up only when one of its runs is
+    missing."""
+    from idcgen.framework import Network
+
+    x_test, y_test = load_data("test", args.dataset)
+    settings = {k: getattr(args, k) for k in ("dataset", "seeds", "budget", "m", "fit_train", "batch_size", "mutators")}
+    runs, arrays, extractor = [], {}, None
+    total, done = args.copies * args.states * len(args.arms), 0
+    for c in range(args.copies):
+        subject = None
+        for r in range(args.states):
+            seeds = stratified(y_test, args.seeds, np.random.default_rng(100 + r))
+            for arm in args.arms:
+                done += 1
+                path = out / "runs" / f"{arm}_c{c}_r{r}.json"
+                if path.exists():
+                    saved = json.loads(path.read_text())
+                    if saved["settings"] != settings:
+                        raise SystemExit(f"error: {path} was made with other settings; remove it or give another --out")
+                    row = saved["row"]
+                    with np.load(path.with_suffix(".npz")) as data:
+                        arrays[(arm, c, r)] = {k: data[k] for k in data.files}
+                else:
+                    if args.summary_only:
+                        continue
+                    if subject is None:
+                        extractor = extractor or Network(load_subject(args.dataset, None))
+                        took = time.perf_counter()
+                        subject = Subject(args, c, extractor)
+                        print(f"copy {c}: analysis and NC fitted ({time.perf_counter() - took:.0f} s)", flush=True)
+                    rate = None
+                    if arm.startswith("random-keep@"):
+                        source = next((x for x in runs if (x["arm"], x["copy"], x["state"]) == (arm[12:], c, r)), None)
+                        if source is None:
+                            raise SystemExit(
+                                f"error: {arm} needs the {arm[12:]} run of copy {c}, state {r}: add that arm"
+                            )
+                        rate = source["keep_rate"]
+                    row, arrays[(arm, c, r)] = subject.run(arm, r, (x_test[seeds], y_test[seeds]), rate)
+                    atomic_npz(path.with_suffix(".npz"), arrays[(arm, c, r)])
+                    save_json(path, {"settings": settings, "row": row})  # last: the run is done when it exists
+                    print(
+                        f"[{done}/{total}] {arm} c{c} r{r}: {row['calls']} calls, kept {row['kept']}, "
+                        f"{row['failures']} failures, {row['valid_failures']} valid "
+                        f"({row['valid_failures_per_1k_calls']:.1f}/1k calls), {row['seconds']:.0f} s",
+                        flush=True,
+                    )
+                runs.append(row)
+    return runs, arrays
+
+
+def add_faults(runs: list[dict], arrays: dict, sizes) -> list[dict]:
+    """Cluster the valid failures of every run together once per min_cluster_size; each run's faults reached
+    and faults per 1,000 calls (``faults_<size>``, ``valid_faults_per_1k_calls_<size>``). Returns one row per
+    size: faults, valid failures, faults per valid failure, pairs, seconds."""
+    from idcgen.faults import distinct_faults
+
+    keys = [(r["arm"], r["copy"], r["state"]) for r in runs]
+    sizes_of = [len(arrays[k]["label"]) for k in keys]
+    width = max((arrays[k]["features"].shape[1] for k, n in zip(keys, sizes_of) if n), default=1)
+    features = np.concatenate([arrays[k]["features"].reshape(-1, width) for k in keys])
+    labels = np.concatenate([arrays[k]["label"] for k in keys])
+    predictions = np.concatenate([arrays[k]["prediction"] for k in keys])
+    rows = []
+    for size in sizes:
+        started = time.perf_counter()
+        faults = distinct_faults(features, labels, predictions, min_cluster_size=size)
+        start = 0
+        for run, n in zip(runs, sizes_of):
+            run[f"faults_{size}"] = faults.hit(np.arange(start, start + n)) if n else 0
+            run[f"{PRIMARY}_{size}"] = 1000.0 * run[f"faults_{size}"] / run["calls"]
+            start += n
+        rows.append(
+            {
+                "min_cluster_size": size,
+                "faults": faults.count,
+                "valid_failures": len(labels),
+                "faults_per_valid_failure": faults.count / max(1, len(labels)),
+                "pairs": faults.pairs,
+                "seconds": round(time.perf_counter() - started, 1),
+                "method": faults.method,
+            }
+        )
+        print(
+            f"min_cluster_size {size}: {faults.count} faults among {len(labels)} valid failures "
+            f"({rows[-1]['faults_per_valid_failure']:.3f} a failure), {rows[-1]['seconds']:.0f} s",
+            flush=True,
+        )
+    return rows
+
+
+def paired(runs: list[dict], a: str, b: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """The values of ``key`` for arms a and b on the pairs (copy, state) both ran."""
+    by = {(r["arm"], r["copy"], r["state"]): r[key] for r in runs}
+    common = sorted({(c, s) for (arm, c, s) in by if arm == a} & {(c, s) for (arm, c, s) in by if arm == b})
+    return np.array([by[(a, *p)] for p in common], float), np.array([by[(b, *p)] for p in common], float)
+
+
+def comparisons(runs: list[dict], key: str) -> list[dict]:
+    """The declared family on ``key``: per comparison the pairs, means, median paired difference, A12, the
+    Wilcoxon p and its Holm adjustment over the family (comparisons with an arm not run are left out)."""
+    arms = {r["arm"] for r in runs}
+    family = [(a, b) for a, b in FAMILY if a in arms and b in arms]
+    tests = {}
+    for a, b in family:
+        x, y = paired(runs, a, b, key)
+        tests[(a, b)] = (x, y, wilcoxon(x, y))
+    adjusted = holm({k: v[2] for k, v in tests.items()})
+    return [
+        {
+            "comparison": f"{a} vs {b}",
+            "pairs": len(x),
+            "mean a": float(x.mean()) if len(x) else float("nan"),
+            "mean b": float(y.mean()) if len(y) else float("nan"),
+            "median difference": float(np.median(x - y)) if len(x) else float("nan"),
+            "a wins": int((x > y).sum()),
+            "A12": a12(x, y) if len(x) else float("nan"),
+            "p": p,
+            "Holm p": adjusted[(a, b)],
+        }
+        for (a, b), (x, y, p) in tests.items()
+    ]
+
+
+def shown_p(p: float) -> str:
+    return "" if np.isnan(p) else f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
+
+
+def mean_sd(values, digits: int) -> str:
+    v = np.asarray(values, float)
+    return f"{np.nanmean(v):.{digits}f} ± {np.nanstd(v, ddof=1):.{digits}f}" if len(v) > 1 else f"{v[0]:.{digits}f}"
+
+
+EXPLORATORY = (
+    ("calls", "calls", 0),
+    ("kept", "kept", 0),
+    ("failures", "failures", 0),
+    ("valid_failures", "valid failures", 0),
+    ("validity_%", "validity %", 1),
+    ("valid_failures_per_1k_calls", "valid failures / 1k calls", 2),
+    ("findings", "findings (unique per IDC combination)", 0),
+    ("valid_pairs", "valid (true, predicted) pairs", 1),
+)
+
+
+def summarise(runs, sensitivity, args, command: str, out: Path) -> None:
+    arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
+    by = {a: [r for r in runs if r["arm"] == a] for a in arms}
+    primary = f"{PRIMARY}_{PRIMARY_SIZE}"
+    tests = comparisons(runs, primary)
+    with open(out / "runs.csv", "w", newline="") as handle:  # the union of columns: older runs may lack one
+        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for run in runs for k in run)))
+        writer.writeheader()
+        writer.writerows(runs)
+    summary = []
+    for a in arms:
+        row = {"arm": a, "runs": len(by[a])}
+        for key in [primary] + [k for k, _, _ in EXPLORATORY]:
+            v = np.asarray([r[key] for r in by[a]], float)
+            row[key], row[key + " sd"] = float(np.nanmean(v)), float(np.nanstd(v, ddof=1)) if len(v) > 1 else 0.0
+        summary.append(row)
+    with open(out / "study.csv", "w", newline="") as handle:
+        rows = summary + [{"arm": "", **t} for t in tests] + [{"arm": "", **s} for s in sensitivity]
+        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
+        writer.writeheader()
+        writer.writerows(rows)
+    pairs = sorted({(r["copy"], r["state"]) for r in runs})
+    lines = [
+        f"# Guidance study, third version ({args.dataset})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{len(pairs)} pairs (subject copy, state), {args.seeds} seeds and {args.budget} execs per run. "
+        f"Primary endpoint: distinct valid faults per 1,000 model calls (min_cluster_size {PRIMARY_SIZE}), "
+        "every flagged mutant counted. Declared family: Wilcoxon signed-rank on the pairs, Holm over the "
+        f"{len(tests)} comparisons.",
+        "",
+        "| comparison | pairs | mean a | mean b | median difference | a wins | A12 | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in tests:
+        lines.append(
+            f"| {t['comparison']} | {t['pairs']} | {t['mean a']:.2f} | {t['mean b']:.2f} | "
+            f"{t['median difference']:+.2f} | {t['a wins']}/{t['pairs']} | {t['A12']:.2f} | {shown_p(t['p'])} | "
+            f"{shown_p(t['Holm p'])} |"
+        )
+    lines += [
+        "",
+        "## Per arm (mean ± sd over the runs; exploratory except the first column)",
+        "",
+        "| arm | runs | valid faults / 1k calls | " + " | ".join(name for _, name, _ in EXPLORATORY) + " |",
+        "|---|---|---|" + "---|" * len(EXPLORATORY),
+    ]
+    for a in arms:
+        cells = [mean_sd([r[primary] for r in by[a]], 2)]
+        cells += [mean_sd([r[k] for r in by[a]], d) for k, _, d in EXPLORATORY]
+        lines.append(f"| {a} | {len(by[a])} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Sensitivity to the clustering's size parameter (exploratory)",
+        "",
+        "| min_cluster_size | faults | valid failures | faults per valid failure | "
+        + " | ".join(f"{a} / 1k calls" for a in arms)
+        + " | "
+        + " | ".join(f"{t['comparison']} A12, p" for t in tests)
+        + " |",
+        "|---|---|---|---|" + "---|" * (len(arms) + len(tests)),
+    ]
+    for s in sensitivity:
+        size = s["min_cluster_size"]
+        key = f"{PRIMARY}_{size}"
+        cells = [f"{np.mean([r[key] for r in by[a]]):.2f}" for a in arms]
+        cells += [f"{t['A12']:.2f}, {shown_p(t['p'])}" for t in comparisons(runs, key)]
+        lines.append(
+            f"| {size} | {s['faults']} | {s['valid_failures']} | {s['faults_per_valid_failure']:.3f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    (out / "study.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="mnist", choices=tuple(ARCHITECTURES) + ("fashion",))
+    parser.add_argument("--copies", type=int, default=5, help="subject copies (recipes/subjects.py trains them)")
+    parser.add_argument("--states", type=int, default=3, help="seed sets and random states per copy")
+    parser.add_argument("--seeds", type=int, default=500)
+    parser.add_argument("--budget", type=int, default=10_000, help="execs of each run")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--sizes", nargs="+", type=int, default=[5, 10, 20, 40], help="min_cluster_size values")
+    parser.add_argument("--m", type=int, default=8)
+    parser.add_argument("--fit-train", type=int, default=10_000, help="training inputs for IDC and NC")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--summary-only", action="store_true", help="summarise the runs done, run nothing")
+    args = parser.parse_args(argv)
+    args.dataset = "fashion-mnist" if args.dataset == "fashion" else args.dataset
+    args.arms = [a for a in ARMS if a in args.arms]
+    args.mutators = default_mutators()
+    for name in ("copies", "states", "seeds", "budget", "m", "fit_train", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if PRIMARY_SIZE not in args.sizes or min(args.sizes) < 2:
+        parser.error(f"--sizes must include the primary {PRIMARY_SIZE}, and every size be at least 2")
+    out = Path(args.out) if args.out else OUTPUTS / "guidance_v3" / args.dataset
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    runs, arrays = run_all(args, out)
+    if not runs:
+        raise SystemExit(f"error: no runs in {out / 'runs'}")
+    sensitivity = add_faults(runs, arrays, sorted(set(args.sizes)))
+    summarise(runs, sensitivity, args, command_line(), out)
+    print(f"total {time.perf_counter() - started:.0f} s -> {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The guidance study's third version (recipes/guidance_v3.py) and its subjects (recipes/subjects.py): a smoke
+run on the embedded digits checked for pairing, the random-keep controls and the failure count; the paired
+statistics by hand."""
+
+import numpy as np
+import pytest
+
+from test_recipes import outputs, read_csv, recipe, run_recipe  # noqa: F401  (fixtures shared with test_recipes)
+
+pytestmark = pytest.mark.slow
+
+
+def test_wilcoxon_by_hand(recipe):
+    stats = recipe("kit.stats")
+    # differences 1, 2, 3, 4, 5: all positive, so the exact two-sided p is 2 / 2^5
+    assert stats.wilcoxon([2, 4, 6, 8, 10], [1, 2, 3, 4, 5]) == pytest.approx(2 / 32)
+    assert stats.wilcoxon([1, 2, 3], [1, 2, 3]) == 1.0 and np.isnan(stats.wilcoxon([1], [2]))
+
+
+def test_comparisons_pair_runs_by_copy_and_state(recipe):
+    v3 = recipe("guidance_v3")
+    runs = [
+        {
+            "arm": arm,
+            "copy": c,
+            "state": s,
+            "y": value + (1.0 if arm == "idc" else 0.0) + (0.5 * s if arm == "idc" else 0),
+        }
+        for c in range(2)
+        for s in range(3)
+        for arm, value in (("idc", 10.0 * c + s), ("none", 10.0 * c + s))
+    ]
+    runs.append({"arm": "none", "copy": 9, "state": 0, "y": 99.0})  # no idc run on that pair: left out
+    (test,) = v3.comparisons(runs, "y")
+    assert test["comparison"] == "idc vs none" and test["pairs"] == 6 and test["a wins"] == 6
+    assert test["median difference"] == pytest.approx(1.5)  # differences 1, 1.5, 2 on each copy
+    assert test["p"] == pytest.approx(2 / 64) and test["Holm p"] == pytest.approx(test["p"])
+
+
+def test_subjects_and_study_smoke(recipe, outputs, monkeypatch, capsys):
+    subjects = recipe("subjects")
+    run_recipe(subjects, ["--dataset", "embedded-mnist", "--copies", "2", "--epochs", "2"], monkeypatch)
+    folder = outputs / "subjects" / "embedded-mnist"
+    table = read_csv(folder / "subjects.csv")
+    assert sorted(r["file"] for r in table) == ["lenet4_extractor.keras", "lenet5_s0.keras", "lenet5_s1.keras"]
+    assert {r["training half"] for r in table if r["role"] == "subject"} == {"A"}
+    assert [r["training half"] for r in table if r["role"] == "extractor"] == ["B"]
+    (a, _), (b, _) = recipe("kit.subjects").halves("embedded-mnist")
+    assert not set(map(bytes, a.reshape(len(a), -1).round(3))) & set(map(bytes, b.reshape(len(b), -1).round(3)))
+
+    v3 = recipe("guidance_v3")
+    argv = ["--dataset", "embedded-mnist", "--copies", "2", "--states", "2", "--seeds", "30", "--budget", "512"]
+    argv += ["--fit-train", "1000", "--sizes", "2", "5"]
+    run_recipe(v3, argv, monkeypatch)
+    out = outputs / "guidance_v3" / "embedded-mnist"
+    runs = read_csv(out / "runs.csv")
+    assert [(r["arm"], r["copy"], r["state"]) for r in runs] == [
+        (arm, str(c), str(s)) for c in range(2) for s in range(2) for arm in v3.ARMS
+    ]
+    by = {(r["arm"], r["copy"], r["state"]): r for r in runs}
+    for r in runs:
+        # every flagged mutant is a failure of the run, kept or not; the valid ones are a part of them
+        assert int(r["failures"]) == int(r["flagged"]) >= int(r["valid_failures"]) >= int(r["faults_5"])
+        assert int(r["faults_2"]) >= int(r["faults_5"])  # smaller clusters: at least as many faults
+        if r["arm"].startswith("random-keep@"):
+            source = by[(r["arm"][12:], r["copy"], r["state"])]
+            assert int(r["calls"]) == int(source["calls"])  # the same mutators and budget: the same calls
+            rate, valid = float(source["keep_rate"]), int(r["valid_mutants"])
+            # kept ~ Binomial(valid, rate): within 5 standard deviations (and 3 mutants)
+            assert abs(int(r["kept"]) - rate * valid) <= 5 * np.sqrt(valid * rate * (1 - rate)) + 3
+        if r["arm"] == "none":
+            assert int(r["kept"]) == int(r["valid_mutants"])
+    text = (out / "study.md").read_text()
+    for comparison in ("idc vs none", "idc vs nc", "idc vs random-keep@idc", "nc vs random-keep@nc"):
+        assert f"| {comparison} | 4 |" in text
+    capsys.readouterr()
+    run_recipe(v3, argv, monkeypatch)  # resumed: nothing runs again
+    assert "[" not in "".join(line[:1] for line in capsys.readouterr().out.splitlines())
