@@ -4,6 +4,7 @@ counted, faults from an extractor the subjects never saw, and random-keep contro
     python recipes/guidance_v3.py --dataset mnist|fashion-mnist|cifar10 [--copies 5] [--states 3] [--seeds 500]
                                   [--budget 10000] [--arms idc nc none random-keep@idc random-keep@nc]
                                   [--sizes 5 10 20 40] [--out outputs/guidance_v3/<dataset>] [--summary-only]
+    python recipes/guidance_v3.py --verdicts mnist fashion-mnist cifar10      (the declared family, Holm over all)
 
 Declared before the runs (docs/results.md, "The guidance study, third version"):
 
@@ -19,11 +20,16 @@ Declared before the runs (docs/results.md, "The guidance study, third version"):
   ``none`` (every valid mutant kept) and the controls ``random-keep@idc`` and ``random-keep@nc``, which keep
   each valid mutant with probability kept / valid of the ``idc`` (``nc``) run of the same pair: as many mutants
   as the guide kept, chosen without any criterion.
-- **Pairs**: a run is identified by (subject copy c, state r): copy c of the subject, seed set r (``--seeds``
-  test inputs, classes balanced, drawn with seed 100 + r) and fuzzing random state r. Every arm runs on every
-  pair, so arms are compared pair by pair: Wilcoxon signed-rank (two-sided), Vargha-Delaney A12, and Holm over
-  the **declared family** of four comparisons: idc vs none, idc vs nc, idc vs random-keep@idc, nc vs
-  random-keep@nc. Every other figure is exploratory.
+- **Pairs**: a run is identified by (subject copy c, state r): copy c of the subject, a seed set of its own
+  (``--seeds`` test inputs, classes balanced, drawn with seed (100, c, r): no two pairs share one) and the
+  fuzzer's random state 1000 c + r. Every arm runs on every
+  pair, so arms are compared pair by pair: Wilcoxon signed-rank (two-sided) with the matched-pairs
+  rank-biserial correlation as its effect size (Vargha-Delaney A12, unpaired, beside it). The **declared
+  family**: four comparisons per dataset, idc vs none, idc vs nc, idc vs random-keep@idc, nc vs random-keep@nc,
+  Holm over all of them (twelve over MNIST, Fashion-MNIST and CIFAR-10: ``--verdicts``); each dataset's
+  study.md also shows Holm over its own four. Every other figure is exploratory. The three pairs of a copy share
+  its model, so pairs are independent in seeds and random state but not in the model: on how many copies the
+  arm's mean over the copy's pairs is ahead is reported beside the test.
 - **Sensitivity**: the primary count for each ``--sizes`` value of min_cluster_size, with faults per valid
   failure (the count discriminates only well under 0.8).
 
@@ -45,10 +51,11 @@ from idcgen.files import atomic_npz
 from kit import OUTPUTS, command_line, load_data, save_json
 from kit.stats import a12, holm, wilcoxon
 from kit.study import default_mutators, run_calls, stratified
-from kit.subjects import ARCHITECTURES, halves, load_subject
+from kit.subjects import ARCHITECTURES, halves, load_subject, subject_path
 
 ARMS = ("idc", "nc", "none", "random-keep@idc", "random-keep@nc")
 FAMILY = (("idc", "none"), ("idc", "nc"), ("idc", "random-keep@idc"), ("nc", "random-keep@nc"))
+SHOWN = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"}
 PRIMARY_SIZE = 5
 PRIMARY = "valid_faults_per_1k_calls"
 
@@ -79,6 +86,23 @@ def study_fuzzer(analysis, *, keep_rate: float | None = None, **kwargs):
     return StudyFuzzer()
 
 
+def pair_state(copy: int, state: int) -> int:
+    """The fuzzer's random state of pair (copy, state): different for every pair."""
+    return 1000 * copy + state
+
+
+def subjects_fingerprint(dataset: str, copies: int) -> str:
+    """A digest of the weight files of the copies and the extractor, so that runs made on other subjects are
+    never mixed in."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for copy in [*range(copies), None]:
+        path = subject_path(dataset, copy)
+        digest.update(path.read_bytes() if path.exists() else b"missing")
+    return digest.hexdigest()[:16]
+
+
 class Subject:
     """One subject copy: the model, its IDC analysis and NC fitted on its own training half, the extractor."""
 
@@ -95,6 +119,7 @@ class Subject:
         self.nc = make_criterion("nc").fit(self.network, x_fit)
 
     def run(self, arm: str, r: int, seeds: tuple, keep_rate: float | None) -> tuple[dict, dict]:
+        """One run of ``arm`` on pair (this copy, state ``r``) from its ``seeds``."""
         from idcgen.data import fit_to_model
         from idcgen.fuzz.mutators import parse_mutators
 
@@ -107,7 +132,7 @@ class Subject:
             guide=guide,
             measure=[self.nc],
             batch_size=self.args.batch_size,
-            random_state=r,
+            random_state=pair_state(self.copy, r),
         )
         campaign = fuzzer.run(*seeds, budget=self.args.budget, progress=False)
         calls = run_calls(campaign)
@@ -118,7 +143,7 @@ class Subject:
         layer = self.extractor.default_layer()
         if len(x):
             probs, (features,) = self.extractor.forward(fit_to_model(x, self.extractor.input_shape), (layer,))
-            valid = probs.argmax(1) == labels
+            features, valid = features.reshape(len(x), -1), probs.argmax(1) == labels
         else:
             features, valid = np.zeros((0, self.extractor.neuron_count(layer)), np.float32), np.zeros(0, bool)
         valid_mutants = sum(s.valid for s in campaign.mutator_stats.values())
@@ -133,7 +158,7 @@ class Subject:
             "kept": kept,
             "keep_rate": kept / max(1, valid_mutants),
             "failures": len(x),
-            "flagged": campaign.flagged,  # the campaign's own count: equals failures (checked by the tests)
+            "flagged": campaign.flagged,  # the campaign's own count of what the study recorded as failures
             "valid_failures": int(valid.sum()),
             "validity_%": 100.0 * float(valid.mean()) if len(x) else float("nan"),
             "findings": campaign.n_findings,
@@ -158,12 +183,14 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
 
     x_test, y_test = load_data("test", args.dataset)
     settings = {k: getattr(args, k) for k in ("dataset", "seeds", "budget", "m", "fit_train", "batch_size", "mutators")}
+    settings["subjects"] = subjects_fingerprint(args.dataset, args.copies)  # retrained subjects: runs made again
     runs, arrays, extractor = [], {}, None
     total, done = args.copies * args.states * len(args.arms), 0
     for c in range(args.copies):
         subject = None
         for r in range(args.states):
-            seeds = stratified(y_test, args.seeds, np.random.default_rng(100 + r))
+            # each pair its own seed set and random state: no seed set is shared between copies
+            seeds = stratified(y_test, args.seeds, np.random.default_rng([100, c, r]))
             for arm in args.arms:
                 done += 1
                 path = out / "runs" / f"{arm}_c{c}_r{r}.json"
@@ -212,7 +239,7 @@ def add_faults(runs: list[dict], arrays: dict, sizes) -> list[dict]:
     keys = [(r["arm"], r["copy"], r["state"]) for r in runs]
     sizes_of = [len(arrays[k]["label"]) for k in keys]
     width = max((arrays[k]["features"].shape[1] for k, n in zip(keys, sizes_of) if n), default=1)
-    features = np.concatenate([arrays[k]["features"].reshape(-1, width) for k in keys])
+    features = np.concatenate([arrays[k]["features"].reshape(len(arrays[k]["label"]), width) for k in keys])
     labels = np.concatenate([arrays[k]["label"] for k in keys])
     predictions = np.concatenate([arrays[k]["prediction"] for k in keys])
     rows = []
@@ -243,11 +270,22 @@ def add_faults(runs: list[dict], arrays: dict, sizes) -> list[dict]:
     return rows
 
 
-def paired(runs: list[dict], a: str, b: str, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """The values of ``key`` for arms a and b on the pairs (copy, state) both ran."""
+def paired(runs: list[dict], a: str, b: str, key: str) -> tuple[np.ndarray, np.ndarray, list]:
+    """The values of ``key`` for arms a and b on the pairs (copy, state) both ran, and those pairs."""
     by = {(r["arm"], r["copy"], r["state"]): r[key] for r in runs}
     common = sorted({(c, s) for (arm, c, s) in by if arm == a} & {(c, s) for (arm, c, s) in by if arm == b})
-    return np.array([by[(a, *p)] for p in common], float), np.array([by[(b, *p)] for p in common], float)
+    return np.array([by[(a, *p)] for p in common], float), np.array([by[(b, *p)] for p in common], float), common
+
+
+def copies_ahead(x: np.ndarray, y: np.ndarray, pairs: list) -> str:
+    """On how many subject copies a's mean over the copy's pairs is above b's: "k/n"."""
+    copies = sorted({c for c, _ in pairs})
+    ahead = sum(
+        x[[i for i, p in enumerate(pairs) if p[0] == c]].mean()
+        > y[[i for i, p in enumerate(pairs) if p[0] == c]].mean()
+        for c in copies
+    )
+    return f"{ahead}/{len(copies)}"
 
 
 def comparisons(runs: list[dict], key: str) -> list[dict]:
@@ -257,8 +295,8 @@ def comparisons(runs: list[dict], key: str) -> list[dict]:
     family = [(a, b) for a, b in FAMILY if a in arms and b in arms]
     tests = {}
     for a, b in family:
-        x, y = paired(runs, a, b, key)
-        tests[(a, b)] = (x, y, wilcoxon(x, y))
+        x, y, pairs = paired(runs, a, b, key)
+        tests[(a, b)] = (x, y, wilcoxon(x, y), copies_ahead(x, y, pairs))
     adjusted = holm({k: v[2] for k, v in tests.items()})
     return [
         {
@@ -268,12 +306,71 @@ def comparisons(runs: list[dict], key: str) -> list[dict]:
             "mean b": float(y.mean()) if len(y) else float("nan"),
             "median difference": float(np.median(x - y)) if len(x) else float("nan"),
             "a wins": int((x > y).sum()),
+            "copies a ahead": ahead,
+            "paired r": rank_biserial(x, y),
             "A12": a12(x, y) if len(x) else float("nan"),
             "p": p,
             "Holm p": adjusted[(a, b)],
         }
-        for (a, b), (x, y, p) in tests.items()
+        for (a, b), (x, y, p, ahead) in tests.items()
     ]
+
+
+def rank_biserial(x: np.ndarray, y: np.ndarray) -> float:
+    """The matched-pairs rank-biserial correlation, the paired effect size that goes with Wilcoxon's test: (sum of
+    the ranks of positive differences - that of negative ones) / the sum of all ranks (zero differences
+    dropped); +1 when a beats b on every pair. A12 compares every run of a with every run of b, pairs ignored,
+    so differences between subject copies dilute it."""
+    from scipy.stats import rankdata
+
+    d = np.asarray(x, float) - np.asarray(y, float)
+    d = d[d != 0]
+    if not len(d):
+        return 0.0
+    ranks = rankdata(np.abs(d))
+    return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / ranks.sum())
+
+
+def verdicts(root: Path, datasets, command: str) -> Path:
+    """The declared family over every dataset studied: the four comparisons per dataset, Holm over all of them
+    (twelve with MNIST, Fashion-MNIST and CIFAR-10). Reads ``<root>/<dataset>/runs.csv``; writes
+    ``<root>/verdicts.md`` and ``verdicts.csv``."""
+    rows = []
+    for dataset in datasets:
+        path = root / dataset / "runs.csv"
+        if not path.exists():
+            raise SystemExit(f"error: {path} not found: run `python recipes/guidance_v3.py --dataset {dataset}` first")
+        with open(path, newline="") as handle:
+            runs = [{k: v if k == "arm" else float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(handle)]
+        rows += [{"dataset": dataset, **t} for t in comparisons(runs, f"{PRIMARY}_{PRIMARY_SIZE}")]
+    adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
+    for i, r in enumerate(rows):
+        r["Holm p (all)"] = adjusted[i]
+    with open(root / "verdicts.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [
+        "# Guidance study, third version: the declared family",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Primary endpoint: distinct valid faults per 1,000 model calls; Wilcoxon signed-rank on the pairs, Holm "
+        f"over all {len(rows)} comparisons.",
+        "",
+        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['comparison']} | {SHOWN.get(r['dataset'], r['dataset'])} | {r['pairs']} | {r['mean a']:.2f} | "
+            f"{r['mean b']:.2f} | "
+            f"{r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired r']:+.2f} | {shown_p(r['p'])} | "
+            f"{shown_p(r['Holm p (all)'])} |"
+        )
+    (root / "verdicts.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return root / "verdicts.md"
 
 
 def shown_p(p: float) -> str:
@@ -288,6 +385,8 @@ def mean_sd(values, digits: int) -> str:
 EXPLORATORY = (
     ("calls", "calls", 0),
     ("kept", "kept", 0),
+    ("idc_%", "IDC %", 1),
+    ("nc_%", "NC %", 1),
     ("failures", "failures", 0),
     ("valid_failures", "valid failures", 0),
     ("validity_%", "validity %", 1),
@@ -326,16 +425,20 @@ def summarise(runs, sensitivity, args, command: str, out: Path) -> None:
         "",
         f"{len(pairs)} pairs (subject copy, state), {args.seeds} seeds and {args.budget} execs per run. "
         f"Primary endpoint: distinct valid faults per 1,000 model calls (min_cluster_size {PRIMARY_SIZE}), "
-        "every flagged mutant counted. Declared family: Wilcoxon signed-rank on the pairs, Holm over the "
-        f"{len(tests)} comparisons.",
+        "every flagged mutant counted. Wilcoxon signed-rank on the pairs, Holm over this dataset's "
+        f"{len(tests)} comparisons (`--verdicts` adjusts over every dataset's: the declared family); paired r: "
+        "the matched-pairs rank-biserial correlation.",
         "",
-        "| comparison | pairs | mean a | mean b | median difference | a wins | A12 | p | Holm p |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| comparison | pairs | mean a | mean b | median difference | a wins | copies a ahead | paired r | A12 (unpaired) "
+        "| p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in tests:
         lines.append(
             f"| {t['comparison']} | {t['pairs']} | {t['mean a']:.2f} | {t['mean b']:.2f} | "
-            f"{t['median difference']:+.2f} | {t['a wins']}/{t['pairs']} | {t['A12']:.2f} | {shown_p(t['p'])} | "
+            f"{t['median difference']:+.2f} | {t['a wins']}/{t['pairs']} | {t['copies a ahead']} | "
+            f"{t['paired r']:+.2f} | {t['A12']:.2f} | "
+            f"{shown_p(t['p'])} | "
             f"{shown_p(t['Holm p'])} |"
         )
     lines += [
@@ -388,8 +491,18 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--out", default=None)
     parser.add_argument("--summary-only", action="store_true", help="summarise the runs done, run nothing")
+    parser.add_argument(
+        "--verdicts",
+        nargs="+",
+        default=None,
+        metavar="DATASET",
+        help="run nothing: the declared family over these datasets' runs.csv, Holm over all of them",
+    )
     args = parser.parse_args(argv)
     args.dataset = "fashion-mnist" if args.dataset == "fashion" else args.dataset
+    if args.verdicts:  # --out, if given, is the folder holding one folder per dataset
+        named = ["fashion-mnist" if d == "fashion" else d for d in args.verdicts]
+        return verdicts(Path(args.out) if args.out else OUTPUTS / "guidance_v3", named, command_line())
     args.arms = [a for a in ARMS if a in args.arms]
     args.mutators = default_mutators()
     for name in ("copies", "states", "seeds", "budget", "m", "fit_train", "batch_size"):

@@ -17,6 +17,15 @@ def test_wilcoxon_by_hand(recipe):
     assert stats.wilcoxon([1, 2, 3], [1, 2, 3]) == 1.0 and np.isnan(stats.wilcoxon([1], [2]))
 
 
+def test_rank_biserial_by_hand(recipe):
+    v3 = recipe("guidance_v3")
+    # differences 1, 2, -3: ranks 1, 2, 3, so (1 + 2 - 3) / 6
+    assert v3.rank_biserial(np.array([2.0, 4, 0]), np.array([1.0, 2, 3])) == 0.0
+    # differences 1, -2, 4 (and a zero, dropped): (1 + 3 - 2) / 6
+    assert v3.rank_biserial(np.array([2.0, 0, 5, 7]), np.array([1.0, 2, 1, 7])) == pytest.approx(2 / 6)
+    assert v3.rank_biserial(np.array([3.0, 4]), np.array([1.0, 2])) == 1.0
+
+
 def test_comparisons_pair_runs_by_copy_and_state(recipe):
     v3 = recipe("guidance_v3")
     runs = [
@@ -33,6 +42,7 @@ def test_comparisons_pair_runs_by_copy_and_state(recipe):
     runs.append({"arm": "none", "copy": 9, "state": 0, "y": 99.0})  # no idc run on that pair: left out
     (test,) = v3.comparisons(runs, "y")
     assert test["comparison"] == "idc vs none" and test["pairs"] == 6 and test["a wins"] == 6
+    assert test["copies a ahead"] == "2/2" and test["paired r"] == 1.0
     assert test["median difference"] == pytest.approx(1.5)  # differences 1, 1.5, 2 on each copy
     assert test["p"] == pytest.approx(2 / 64) and test["Holm p"] == pytest.approx(test["p"])
 
@@ -59,20 +69,28 @@ def test_subjects_and_study_smoke(recipe, outputs, monkeypatch, capsys):
     ]
     by = {(r["arm"], r["copy"], r["state"]): r for r in runs}
     for r in runs:
-        # every flagged mutant is a failure of the run, kept or not; the valid ones are a part of them
-        assert int(r["failures"]) == int(r["flagged"]) >= int(r["valid_failures"]) >= int(r["faults_5"])
-        assert int(r["faults_2"]) >= int(r["faults_5"])  # smaller clusters: at least as many faults
+        # findings are failures made unique per IDC combination; the valid failures are a part of the failures
+        assert int(r["failures"]) >= int(r["findings"]) and int(r["failures"]) >= int(r["valid_failures"])
+        assert int(r["valid_failures"]) >= int(r["faults_5"])
         if r["arm"].startswith("random-keep@"):
             source = by[(r["arm"][12:], r["copy"], r["state"])]
-            assert int(r["calls"]) == int(source["calls"])  # the same mutators and budget: the same calls
             rate, valid = float(source["keep_rate"]), int(r["valid_mutants"])
             # kept ~ Binomial(valid, rate): within 5 standard deviations (and 3 mutants)
             assert abs(int(r["kept"]) - rate * valid) <= 5 * np.sqrt(valid * rate * (1 - rate)) + 3
         if r["arm"] == "none":
             assert int(r["kept"]) == int(r["valid_mutants"])
+    # failures are counted whether kept or not: the arms that keep a few mutants fail far more often than that
+    sparse = [r for r in runs if r["arm"] in ("nc", "random-keep@nc")]
+    assert sum(int(r["failures"]) for r in sparse) > sum(int(r["kept"]) for r in sparse)
     text = (out / "study.md").read_text()
     for comparison in ("idc vs none", "idc vs nc", "idc vs random-keep@idc", "nc vs random-keep@nc"):
         assert f"| {comparison} | 4 |" in text
+    run_recipe(v3, ["--verdicts", "embedded-mnist"], monkeypatch)
+    family = read_csv(outputs / "guidance_v3" / "verdicts.csv")
+    assert len(family) == 4  # one dataset: the family is its four comparisons, adjusted alike
+    summary = {r["comparison"]: r for r in read_csv(out / "study.csv") if r.get("comparison")}
+    for row in family:
+        assert float(row["Holm p (all)"]) == pytest.approx(float(summary[row["comparison"]]["Holm p"]))
     capsys.readouterr()
     run_recipe(v3, argv, monkeypatch)  # resumed: nothing runs again
     assert "[" not in "".join(line[:1] for line in capsys.readouterr().out.splitlines())
