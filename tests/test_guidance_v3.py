@@ -71,7 +71,7 @@ def test_subjects_and_study_smoke(recipe, outputs, monkeypatch, capsys):
     for r in runs:
         # findings are failures made unique per IDC combination; the valid failures are a part of the failures
         assert int(r["failures"]) >= int(r["findings"]) and int(r["failures"]) >= int(r["valid_failures"])
-        assert int(r["valid_failures"]) >= int(r["faults_5"])
+        assert int(r["valid_failures"]) >= int(r["faults_5"]) and int(r["valid_failures"]) >= int(r["faults_pair"])
         if r["arm"].startswith("random-keep@"):
             source = by[(r["arm"][12:], r["copy"], r["state"])]
             rate, valid = float(source["keep_rate"]), int(r["valid_mutants"])
