@@ -57,6 +57,7 @@ from kit import (
     load_model,
     save_json,
     udacity,
+    write_csv,
     write_table,
 )
 
@@ -241,19 +242,12 @@ def grid_tables(rows: list[dict], models: list[str]) -> list[dict]:
 
 def write_grid_tables(folder: Path, result: dict, models: list[str], command: str) -> None:
     """``runs.csv`` (every row of ``grid``), ``study.csv`` (``grid_tables``) and ``study.md`` (readable)."""
-    import csv
 
     folder.mkdir(parents=True, exist_ok=True)
     rows = result["rows"]
-    with open(folder / "runs.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(folder / "runs.csv", rows)
     study = grid_tables(rows, models)
-    with open(folder / "study.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(study[0]))
-        writer.writeheader()
-        writer.writerows(study)
+    write_csv(folder / "study.csv", study)
 
     def get(table, model, transformation, lam, eps):
         eps = "none" if eps is None else eps

@@ -49,9 +49,9 @@ from pathlib import Path
 import numpy as np
 
 from idcgen.files import atomic_npz
-from kit import OUTPUTS, command_line, load_model, save_json
+from kit import OUTPUTS, command_line, load_model, save_json, write_csv
 from kit.stats import a12, holm, mann_whitney
-from kit.study import GUIDES, Study, call_cost, default_mutators, run_calls
+from kit.study import GUIDES, Study, call_cost, default_mutators, load_run, run_calls, save_run
 
 NOISE = "gauss,random_pixels,noise"
 PGD = "pgd(eps=0.15, eps_iter=0.02, nb_iter=10)"
@@ -210,8 +210,6 @@ def shown_p(p: float) -> str:
 
 
 def summarise(runs: list[dict], references: dict, settings: dict, fault_note: dict, command: str, out: Path) -> Path:
-    import csv
-
     arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
     by = {a: [r for r in runs if r["arm"] == a] for a in arms}
     accs = [k for k in runs[0] if k.startswith("acc ")]
@@ -251,11 +249,7 @@ def summarise(runs: list[dict], references: dict, settings: dict, fault_note: di
                     adjusted,
                 )
         rows.append(row)
-    columns = list(dict.fromkeys(k for row in rows for k in row))
-    with open(out / "study.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "study.csv", rows)
 
     def test(arm, k, against="none"):
         if (against, arm, k) not in tests:
@@ -382,12 +376,7 @@ def main(argv=None):
     for i, (arm, r) in enumerate(jobs, 1):
         path = out / "runs" / f"{arm}_r{r}.json"
         if path.exists():
-            saved = json.loads(path.read_text())
-            if saved["settings"] != settings:
-                raise SystemExit(f"error: {path} was made with other settings; remove it or give another --out")
-            row = saved["row"]
-            with np.load(path.with_suffix(".npz")) as data:
-                arrays[(arm, r)] = {k: data[k] for k in data.files}
+            row, arrays[(arm, r)] = load_run(path, settings)
             if "validator_features" in arrays[(arm, r)]:
                 print(f"[{i}/{len(jobs)}] {arm} r{r}: done before, kept", flush=True)
             else:
@@ -405,8 +394,7 @@ def main(argv=None):
         else:
             none = next((x for x in runs if x["arm"] == "none" and x["repetition"] == r), None)
             row, arrays[(arm, r)] = study.run_arm(arm, r, none["calls"] if none else None)
-            atomic_npz(path.with_suffix(".npz"), arrays[(arm, r)])
-            save_json(path, {"settings": settings, "row": row})  # written last: the run is done when it exists
+            save_run(path, settings, row, arrays[(arm, r)])
             print(
                 f"[{i}/{len(jobs)}] {arm} r{r}: {row['calls']} calls, {row['findings']} findings "
                 f"({row['findings_per_1k_calls']:.2f}/1k calls), {row['faults_in_run']} faults in the run, "
@@ -416,12 +404,7 @@ def main(argv=None):
             )
         runs.append(row)
     fault_note = add_faults(runs, arrays)
-    import csv
-
-    with open(out / "runs.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(runs[0]))
-        writer.writeheader()
-        writer.writerows(runs)
+    write_csv(out / "runs.csv", runs)
     summarise(runs, references, settings, fault_note, command_line(), out)
     print(f"total {time.perf_counter() - started:.0f} s -> {out}")
 

@@ -41,16 +41,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
-from idcgen.files import atomic_npz
-from kit import OUTPUTS, command_line, load_data, save_json
+from kit import OUTPUTS, command_line, load_data, write_csv
 from kit.stats import a12, holm, wilcoxon
-from kit.study import default_mutators, run_calls, stratified
+from kit.study import default_mutators, load_run, run_calls, save_run, stratified
 from kit.subjects import ARCHITECTURES, halves, load_subject, subject_path
 
 ARMS = ("idc", "nc", "none", "random-keep@idc", "random-keep@nc")
@@ -195,12 +193,7 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
                 done += 1
                 path = out / "runs" / f"{arm}_c{c}_r{r}.json"
                 if path.exists():
-                    saved = json.loads(path.read_text())
-                    if saved["settings"] != settings:
-                        raise SystemExit(f"error: {path} was made with other settings; remove it or give another --out")
-                    row = saved["row"]
-                    with np.load(path.with_suffix(".npz")) as data:
-                        arrays[(arm, c, r)] = {k: data[k] for k in data.files}
+                    row, arrays[(arm, c, r)] = load_run(path, settings)
                 else:
                     if args.summary_only:
                         continue
@@ -218,8 +211,7 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
                             )
                         rate = source["keep_rate"]
                     row, arrays[(arm, c, r)] = subject.run(arm, r, (x_test[seeds], y_test[seeds]), rate)
-                    atomic_npz(path.with_suffix(".npz"), arrays[(arm, c, r)])
-                    save_json(path, {"settings": settings, "row": row})  # last: the run is done when it exists
+                    save_run(path, settings, row, arrays[(arm, c, r)])
                     print(
                         f"[{done}/{total}] {arm} c{c} r{r}: {row['calls']} calls, kept {row['kept']}, "
                         f"{row['failures']} failures, {row['valid_failures']} valid "
@@ -370,10 +362,7 @@ def verdicts(root: Path, datasets, command: str) -> Path:
     adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
     for i, r in enumerate(rows):
         r["Holm p (all)"] = adjusted[i]
-    with open(root / "verdicts.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(root / "verdicts.csv", rows)
     lines = [
         "# Guidance study, third version: the declared family",
         "",
@@ -425,10 +414,7 @@ def summarise(runs, sensitivity, args, command: str, out: Path) -> None:
     by = {a: [r for r in runs if r["arm"] == a] for a in arms}
     primary = f"{PRIMARY}_{PRIMARY_SIZE}"
     tests = comparisons(runs, primary)
-    with open(out / "runs.csv", "w", newline="") as handle:  # the union of columns: older runs may lack one
-        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for run in runs for k in run)))
-        writer.writeheader()
-        writer.writerows(runs)
+    write_csv(out / "runs.csv", runs)
     summary = []
     for a in arms:
         row = {"arm": a, "runs": len(by[a])}
@@ -436,11 +422,7 @@ def summarise(runs, sensitivity, args, command: str, out: Path) -> None:
             v = np.asarray([r[key] for r in by[a]], float)
             row[key], row[key + " sd"] = float(np.nanmean(v)), float(np.nanstd(v, ddof=1)) if len(v) > 1 else 0.0
         summary.append(row)
-    with open(out / "study.csv", "w", newline="") as handle:
-        rows = summary + [{"arm": "", **t} for t in tests] + [{"arm": "", **s} for s in sensitivity]
-        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "study.csv", summary + [{"arm": "", **t} for t in tests] + [{"arm": "", **s} for s in sensitivity])
     pairs = sorted({(r["copy"], r["state"]) for r in runs})
     lines = [
         f"# Guidance study, third version ({args.dataset})",

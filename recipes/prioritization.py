@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kit import OUTPUTS, command_line, load_data, load_model, save_json
+from kit import OUTPUTS, command_line, load_data, load_model, save_json, write_csv
 
 #: natural corruptions, one drawn per input (idcgen mutator specs: the parameters are the severity)
 CORRUPTIONS = (
@@ -87,7 +87,6 @@ def build_sets(network, x: np.ndarray, y: np.ndarray) -> dict:
 
 
 def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path:
-    import csv
 
     sets = [s for s in SETS if any(r["set"] == s for r in rows)]
     orderings = list(dict.fromkeys(r["ordering"] for r in rows))
@@ -111,10 +110,7 @@ def summarise(rows: list[dict], settings: dict, command: str, out: Path) -> Path
             row[f"{name} APFD"] = cell(values(o, name, "apfd"))
             row[f"{name} first 10 %"] = cell(values(o, name, "found_at_10"), percent=True)
         table.append(row)
-    with open(out / "study.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
+    write_csv(out / "study.csv", table)
     info = {name: next(r for r in rows if r["set"] == name) for name in sets}
     lines = [
         f"# Test prioritisation ({settings['dataset']}, {settings['model']})",
@@ -269,12 +265,7 @@ def main(argv=None):
             f"{row['found_at_10']:.1%} ({row['seconds']:.1f} s)",
             flush=True,
         )
-    import csv
-
-    with open(out / "runs.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "runs.csv", rows)
     summarise(rows, settings, command_line(), out)
     print(f"total {time.perf_counter() - started:.0f} s -> {out}")
 

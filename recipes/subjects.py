@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from kit import ROOT, command_line, load_data
+from kit import ROOT, command_line, load_data, write_csv
 from kit.subjects import ARCHITECTURES, halves, subject_path
 from kit.training import flips_and_shifts, keras_epoch
 
@@ -109,10 +109,7 @@ def main(argv=None):
             "command": command_line(),
             "commit": commit.strip(),
         }
-        with open(table, "w", newline="") as handle:  # after every model: nothing lost when interrupted
-            writer = csv.DictWriter(handle, fieldnames=list(next(iter(rows.values()))))
-            writer.writeheader()
-            writer.writerows(sorted(rows.values(), key=lambda r: r["file"]))
+        write_csv(table, sorted(rows.values(), key=lambda r: r["file"]))  # after every model: nothing lost
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from .paths import (
     UDACITY_MODELS,
     UDACITY_RESIZE,
 )
-from .tables import Timer, cell, command_line, mean_std, save_json, write_table
+from .tables import Timer, cell, command_line, mean_std, save_json, write_csv, write_table
 
 __all__ = [
     "CIFAR10_CLASSES",
@@ -66,5 +66,6 @@ __all__ = [
     "command_line",
     "mean_std",
     "save_json",
+    "write_csv",
     "write_table",
 ]

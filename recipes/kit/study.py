@@ -44,6 +44,28 @@ def run_calls(campaign) -> int:
     return int(campaign.seed_execs + sum(s.execs * call_cost(name) for name, s in campaign.mutator_stats.items()))
 
 
+def save_run(path, settings: dict, row: dict, arrays: dict) -> None:
+    """A finished study run: its arrays in ``<path>.npz``, then its settings and row in ``path`` (JSON), written
+    last so that the run counts as done only once both exist (an interrupted study resumes)."""
+    from idcgen.files import atomic_npz
+
+    from .tables import save_json
+
+    atomic_npz(path.with_suffix(".npz"), arrays)
+    save_json(path, {"settings": settings, "row": row})
+
+
+def load_run(path, settings: dict) -> tuple[dict, dict]:
+    """The row and arrays of a run saved by ``save_run``; SystemExit when it was made with other settings."""
+    import json
+
+    saved = json.loads(path.read_text())
+    if saved["settings"] != settings:
+        raise SystemExit(f"error: {path} was made with other settings; remove it or give another --out")
+    with np.load(path.with_suffix(".npz")) as data:
+        return saved["row"], {k: data[k] for k in data.files}
+
+
 def stratified(y: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """n indices with the classes as even as they can be (classes taken in turn, each in random order)."""
     per_class = [rng.permutation(np.flatnonzero(y == c)) for c in np.unique(y)]

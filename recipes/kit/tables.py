@@ -14,6 +14,15 @@ import numpy as np
 from .paths import ROOT
 
 
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """``rows`` (dicts) as a CSV file; the columns are every key of the rows, in the order first met."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def write_table(folder: Path, name: str, rows: list[dict], *, title: str, notes: str = "", command: str = "") -> Path:
     """``<name>.md`` (with title, command and notes) and ``<name>.csv`` from a list of row dicts."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -26,10 +35,7 @@ def write_table(folder: Path, name: str, rows: list[dict], *, title: str, notes:
     if notes:
         lines += ["", notes]
     (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
-    with open(folder / f"{name}.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(folder / f"{name}.csv", rows)
     print("\n".join(lines))
     return folder / f"{name}.md"
 
