@@ -102,17 +102,17 @@ def subjects_fingerprint(dataset: str, copies: int) -> str:
 
 
 class Subject:
-    """One subject copy: the model, its IDC analysis and NC fitted on its own training half, the extractor."""
+    """One subject copy: the model, its IDC analysis and NC fitted on ``fit`` (inputs of its training half), the
+    extractor."""
 
-    def __init__(self, args, copy: int, extractor):
+    def __init__(self, args, copy: int, extractor, fit: tuple[np.ndarray, np.ndarray]):
         from idcgen.analysis import analyze
         from idcgen.criteria import make_criterion
         from idcgen.framework import Network
 
         self.args, self.copy, self.extractor = args, copy, extractor
         self.network = Network(load_subject(args.dataset, copy))
-        (x_a, y_a), _ = halves(args.dataset)
-        x_fit, y_fit = x_a[: args.fit_train], y_a[: args.fit_train]
+        x_fit, y_fit = fit
         self.analysis = analyze(self.network, x_fit, y_fit, m=args.m, random_state=0, progress=False)
         self.nc = make_criterion("nc").fit(self.network, x_fit)
 
@@ -182,7 +182,7 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
     x_test, y_test = load_data("test", args.dataset)
     settings = {k: getattr(args, k) for k in ("dataset", "seeds", "budget", "m", "fit_train", "batch_size", "mutators")}
     settings["subjects"] = subjects_fingerprint(args.dataset, args.copies)  # retrained subjects: runs made again
-    runs, arrays, extractor = [], {}, None
+    runs, arrays, extractor, fit = [], {}, None, None
     total, done = args.copies * args.states * len(args.arms), 0
     for c in range(args.copies):
         subject = None
@@ -199,8 +199,11 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
                         continue
                     if subject is None:
                         extractor = extractor or Network(load_subject(args.dataset, None))
+                        if fit is None:  # the training half the copies saw: read once, for IDC and NC
+                            (x_a, y_a), _ = halves(args.dataset)
+                            fit = x_a[: args.fit_train], y_a[: args.fit_train]
                         took = time.perf_counter()
-                        subject = Subject(args, c, extractor)
+                        subject = Subject(args, c, extractor, fit)
                         print(f"copy {c}: analysis and NC fitted ({time.perf_counter() - took:.0f} s)", flush=True)
                     rate = None
                     if arm.startswith("random-keep@"):
@@ -222,27 +225,38 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
     return runs, arrays
 
 
+def stacked(runs: list[dict], arrays: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """The valid failures of ``runs`` one after another: features, labels, predictions, and each run's count."""
+    keys = [(r["arm"], r["copy"], r["state"]) for r in runs]
+    sizes = [len(arrays[k]["label"]) for k in keys]
+    width = max((arrays[k]["features"].shape[1] for k, n in zip(keys, sizes) if n), default=1)
+    features = np.concatenate([arrays[k]["features"].reshape(n, width) for k, n in zip(keys, sizes)])
+    labels = np.concatenate([arrays[k]["label"] for k in keys])
+    return features, labels, np.concatenate([arrays[k]["prediction"] for k in keys]), sizes
+
+
+def count_faults(runs: list[dict], sizes: list[int], faults, column: str) -> None:
+    """Each run's faults reached (``faults_<column>``) and per 1,000 calls, its failures being the next
+    ``sizes[i]`` rows of what ``faults`` clustered."""
+    start = 0
+    for run, n in zip(runs, sizes):
+        run[f"faults_{column}"] = faults.hit(np.arange(start, start + n)) if n else 0
+        run[f"{PRIMARY}_{column}"] = 1000.0 * run[f"faults_{column}"] / run["calls"]
+        start += n
+
+
 def add_faults(runs: list[dict], arrays: dict, sizes) -> list[dict]:
     """Cluster the valid failures of every run together once per min_cluster_size; each run's faults reached
     and faults per 1,000 calls (``faults_<size>``, ``valid_faults_per_1k_calls_<size>``). Returns one row per
     size: faults, valid failures, faults per valid failure, pairs, seconds."""
     from idcgen.faults import distinct_faults
 
-    keys = [(r["arm"], r["copy"], r["state"]) for r in runs]
-    sizes_of = [len(arrays[k]["label"]) for k in keys]
-    width = max((arrays[k]["features"].shape[1] for k, n in zip(keys, sizes_of) if n), default=1)
-    features = np.concatenate([arrays[k]["features"].reshape(len(arrays[k]["label"]), width) for k in keys])
-    labels = np.concatenate([arrays[k]["label"] for k in keys])
-    predictions = np.concatenate([arrays[k]["prediction"] for k in keys])
+    features, labels, predictions, counts = stacked(runs, arrays)
     rows = []
     for size in sizes:
         started = time.perf_counter()
         faults = distinct_faults(features, labels, predictions, min_cluster_size=size)
-        start = 0
-        for run, n in zip(runs, sizes_of):
-            run[f"faults_{size}"] = faults.hit(np.arange(start, start + n)) if n else 0
-            run[f"{PRIMARY}_{size}"] = 1000.0 * run[f"faults_{size}"] / run["calls"]
-            start += n
+        count_faults(runs, counts, faults, str(size))
         rows.append(
             {
                 "min_cluster_size": size,
@@ -270,20 +284,9 @@ def add_faults_per_pair(runs: list[dict], arrays: dict) -> None:
 
     for pair in sorted({(r["copy"], r["state"]) for r in runs}):
         members = [r for r in runs if (r["copy"], r["state"]) == pair]
-        keys = [(r["arm"], r["copy"], r["state"]) for r in members]
-        sizes = [len(arrays[k]["label"]) for k in keys]
-        width = max((arrays[k]["features"].shape[1] for k, n in zip(keys, sizes) if n), default=1)
-        faults = distinct_faults(
-            np.concatenate([arrays[k]["features"].reshape(n, width) for k, n in zip(keys, sizes)]),
-            np.concatenate([arrays[k]["label"] for k in keys]),
-            np.concatenate([arrays[k]["prediction"] for k in keys]),
-            min_cluster_size=PRIMARY_SIZE,
-        )
-        start = 0
-        for run, n in zip(members, sizes):
-            run["faults_pair"] = faults.hit(np.arange(start, start + n)) if n else 0
-            run[f"{PRIMARY}_pair"] = 1000.0 * run["faults_pair"] / run["calls"]
-            start += n
+        features, labels, predictions, counts = stacked(members, arrays)
+        faults = distinct_faults(features, labels, predictions, min_cluster_size=PRIMARY_SIZE)
+        count_faults(members, counts, faults, "pair")
 
 
 def paired(runs: list[dict], a: str, b: str, key: str) -> tuple[np.ndarray, np.ndarray, list]:
@@ -295,12 +298,9 @@ def paired(runs: list[dict], a: str, b: str, key: str) -> tuple[np.ndarray, np.n
 
 def copies_ahead(x: np.ndarray, y: np.ndarray, pairs: list) -> str:
     """On how many subject copies a's mean over the copy's pairs is above b's: "k/n"."""
-    copies = sorted({c for c, _ in pairs})
-    ahead = sum(
-        x[[i for i, p in enumerate(pairs) if p[0] == c]].mean()
-        > y[[i for i, p in enumerate(pairs) if p[0] == c]].mean()
-        for c in copies
-    )
+    copy = np.array([c for c, _ in pairs])
+    copies = np.unique(copy)
+    ahead = sum(x[copy == c].mean() > y[copy == c].mean() for c in copies)
     return f"{ahead}/{len(copies)}"
 
 
