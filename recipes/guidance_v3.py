@@ -263,6 +263,8 @@ def add_faults(runs: list[dict], arrays: dict, sizes) -> list[dict]:
                 "faults": faults.count,
                 "valid_failures": len(labels),
                 "faults_per_valid_failure": faults.count / max(1, len(labels)),
+                # failures alone in their fault: many would mean the count measures volume
+                "single_failure_faults_%": 100.0 * float((np.bincount(faults.fault) == 1).sum()) / max(1, len(labels)),
                 "pairs": faults.pairs,
                 "seconds": round(time.perf_counter() - started, 1),
                 "method": faults.method,
@@ -323,6 +325,7 @@ def comparisons(runs: list[dict], key: str) -> list[dict]:
             "median difference": float(np.median(x - y)) if len(x) else float("nan"),
             "a wins": int((x > y).sum()),
             "copies a ahead": ahead,
+            "paired A12": (float((x > y).sum()) + 0.5 * float((x == y).sum())) / len(x) if len(x) else float("nan"),
             "paired r": rank_biserial(x, y),
             "A12": a12(x, y) if len(x) else float("nan"),
             "p": p,
@@ -371,14 +374,15 @@ def verdicts(root: Path, datasets, command: str) -> Path:
         f"Primary endpoint: distinct valid faults per 1,000 model calls; Wilcoxon signed-rank on the pairs, Holm "
         f"over all {len(rows)} comparisons.",
         "",
-        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired A12 | paired r | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['comparison']} | {SHOWN.get(r['dataset'], r['dataset'])} | {r['pairs']} | {r['mean a']:.2f} | "
             f"{r['mean b']:.2f} | "
-            f"{r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired r']:+.2f} | {shown_p(r['p'])} | "
+            f"{r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired A12']:.2f} | {r['paired r']:+.2f} | "
+            f"{shown_p(r['p'])} | "
             f"{shown_p(r['Holm p (all)'])} |"
         )
     (root / "verdicts.md").write_text("\n".join(lines) + "\n")
@@ -435,15 +439,15 @@ def summarise(runs, sensitivity, args, command: str, out: Path) -> None:
         f"{len(tests)} comparisons (`--verdicts` adjusts over every dataset's: the declared family); paired r: "
         "the matched-pairs rank-biserial correlation.",
         "",
-        "| comparison | pairs | mean a | mean b | median difference | a wins | copies a ahead | paired r | A12 (unpaired) "
-        "| p | Holm p |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| comparison | pairs | mean a | mean b | median difference | a wins | copies a ahead | paired A12 | paired r "
+        "| A12 (unpaired) | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in tests:
         lines.append(
             f"| {t['comparison']} | {t['pairs']} | {t['mean a']:.2f} | {t['mean b']:.2f} | "
             f"{t['median difference']:+.2f} | {t['a wins']}/{t['pairs']} | {t['copies a ahead']} | "
-            f"{t['paired r']:+.2f} | {t['A12']:.2f} | "
+            f"{t['paired A12']:.2f} | {t['paired r']:+.2f} | {t['A12']:.2f} | "
             f"{shown_p(t['p'])} | "
             f"{shown_p(t['Holm p'])} |"
         )
@@ -462,12 +466,12 @@ def summarise(runs, sensitivity, args, command: str, out: Path) -> None:
         "",
         "## Sensitivity to the clustering's size parameter (exploratory)",
         "",
-        "| min_cluster_size | faults | valid failures | faults per valid failure | "
+        "| min_cluster_size | faults | valid failures | faults per valid failure | failures alone in a fault % | "
         + " | ".join(f"{a} / 1k calls" for a in arms)
         + " | "
         + " | ".join(f"{t['comparison']} A12, p" for t in tests)
         + " |",
-        "|---|---|---|---|" + "---|" * (len(arms) + len(tests)),
+        "|---|---|---|---|---|" + "---|" * (len(arms) + len(tests)),
     ]
     for s in sensitivity:
         size = s["min_cluster_size"]
@@ -476,8 +480,7 @@ def summarise(runs, sensitivity, args, command: str, out: Path) -> None:
         cells += [f"{t['A12']:.2f}, {shown_p(t['p'])}" for t in comparisons(runs, key)]
         lines.append(
             f"| {size} | {s['faults']} | {s['valid_failures']} | {s['faults_per_valid_failure']:.3f} | "
-            + " | ".join(cells)
-            + " |"
+            f"{s['single_failure_faults_%']:.2f} | " + " | ".join(cells) + " |"
         )
     per_pair = comparisons(runs, f"{PRIMARY}_pair")
     lines += [

@@ -100,6 +100,7 @@ def test_guidance_v3_declared_family_from_the_runs():
                 f"{statistics.mean(y):.2f}",
                 f"{sum(u > v for u, v in zip(x, y))}/15",
                 f"{ahead}/5",
+                f"{(sum(u > v for u, v in zip(x, y)) + 0.5 * sum(u == v for u, v in zip(x, y))) / 15:.2f}",
                 f"{r:+.2f}",
                 wilcoxon(x, y).pvalue,
             ]
