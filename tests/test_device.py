@@ -356,6 +356,58 @@ def test_a_worker_recipe_keeps_the_driver_on_the_cpu(network):
     assert recipe.build().device == torch.device("cpu")
 
 
+@pytest.fixture(scope="module")
+def more_images():
+    return np.random.default_rng(1).random((400, 8, 8, 3), dtype=np.float32)
+
+
+def test_a_worker_runs_the_drivers_precision_and_its_analysis_passes_in_fp32(network, more_images):
+    """A bf16 driver's workers run bf16 forward passes (its coverage ids, not fp32's), while the passes of an
+    analysis on a worker run in fp32, as the driver's own analysis does."""
+    from idcgen.analysis import analyze
+    from idcgen.distributed.cluster import ModelRecipe
+    from idcgen.distributed.workers import AnalysisWorker
+
+    half = TorchNetwork(network.source, device="cpu", precision="bf16")
+    assert ModelRecipe.of(network).precision == "fp32"
+    recipe = ModelRecipe.of(half)
+    worker = AnalysisWorker(recipe, None)  # the actor's class, in this process
+    assert recipe.precision == "bf16" and worker.network.precision == "bf16"
+    x, rows = more_images, np.arange(len(more_images))
+    made = analyze(network, x[:70], m=3, clusters=[2], progress=False)
+    fp32_ids, bf16_ids = made.bind(network).ids(x), made.bind(half).ids(x)
+    assert (fp32_ids != bf16_ids).any()  # the precisions tell apart on these inputs
+    np.testing.assert_array_equal(worker.ids(made, x, 0, len(x)), bf16_ids)
+    fp32_acts = network.activations(x, made.layer, made.neurons, rows=rows)
+    assert np.abs(half.activations(x, made.layer, made.neurons, rows=rows) - fp32_acts).max() > 1e-4
+    np.testing.assert_array_equal(worker.activations(0, x, 0, len(x), made.layer, made.neurons, rows), fp32_acts)
+    assert worker.network.precision == "bf16"  # put back after the pass
+
+
+@pytest.mark.slow
+def test_a_bf16_pool_on_ray_covers_as_bf16_and_analyses_as_fp32(network, more_images):
+    ray = pytest.importorskip("ray")
+    from idcgen.analysis import analyze
+    from idcgen.distributed import Workers
+
+    half = TorchNetwork(network.source, device="cpu", precision="bf16")
+    x = more_images
+    want = analyze(network, x[:70], m=3, clusters=[2], progress=False)
+    # the inputs the two precisions map to other combinations: their covered sets differ
+    x_apart = x[want.bind(network).ids(x) != want.bind(half).ids(x)]
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    try:
+        with Workers(half, workers=1) as pool:
+            made = pool.analyze(x[:70], m=3, clusters=[2], progress=False)
+            covered = pool.tracker(want, x_apart).covered_ids()
+    finally:
+        ray.shutdown()
+    assert made.neurons.tolist() == want.neurons.tolist()
+    np.testing.assert_allclose(made.clusters[0].centroids, want.clusters[0].centroids, atol=1e-6)
+    np.testing.assert_array_equal(covered, want.bind(half).tracker(x_apart).covered_ids())
+    assert not np.array_equal(covered, want.bind(network).tracker(x_apart).covered_ids())
+
+
 # ---- where the frameworks are not installed --------------------------------------------------------
 BLOCKED = ("tensorflow", "keras", "tf_keras", "albumentations", "cleverhans", "art")
 BLOCKER = f"""

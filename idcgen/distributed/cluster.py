@@ -98,8 +98,9 @@ def hold_threads(threads: int | None) -> None:
 @dataclass(frozen=True)
 class ModelRecipe:
     """What a worker needs to rebuild the driver's Network: the user's model as a file's bytes (and the
-    file's suffix, which tells the framework), the input convention it is measured with, its task, and the
-    weights fingerprint to check."""
+    file's suffix, which tells the framework), the input convention it is measured with, its task, the
+    weights fingerprint to check, and the precision of its forward passes (a worker's analysis passes still
+    run in fp32, as the driver's do)."""
 
     model_bytes: bytes
     suffix: str
@@ -108,6 +109,7 @@ class ModelRecipe:
     fingerprint: str
     safe_mode: bool = True
     device: str = "auto"  # the driver's setting: cpu keeps the workers on their CPUs too
+    precision: str = "fp32"  # the driver's: bf16/fp16 forward passes for PyTorch models
 
     @classmethod
     def of(cls, network, *, safe_mode: bool = True) -> "ModelRecipe":
@@ -125,6 +127,7 @@ class ModelRecipe:
             fingerprint=network.fingerprint(),
             safe_mode=safe_mode,
             device=device,
+            precision=getattr(network, "precision", None) or "fp32",  # Keras and ONNX networks have none
         )
 
     def worker_device(self) -> str:
@@ -151,7 +154,8 @@ class ModelRecipe:
             resolve_device(framework_of_path(path), device)  # before the load: TensorFlow's GPU hidden in time
             model = load_model(path, safe_mode=self.safe_mode)
         network, _ = network_with_convention(
-            Network(model, task=self.task, device=device), recorded=InputConvention.from_dict(self.convention)
+            Network(model, task=self.task, device=device, precision=self.precision),
+            recorded=InputConvention.from_dict(self.convention),
         )
         if network.fingerprint() != self.fingerprint:
             raise IdcgenError(
