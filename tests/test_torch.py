@@ -346,6 +346,23 @@ def test_zoo_lenet5_twin_of_the_keras_lenet5():
     assert [c.k for c in ta.clusters] == [c.k for c in ka.clusters]
 
 
+def test_zoo_cifar10_cnn_twin_of_the_keras_cifar10_cnn():
+    import idcgen
+    from idcgen.framework.keras_zoo import cifar10_cnn
+    from idcgen.framework.torch_zoo import Cifar10CNN, from_keras
+
+    keras_model = cifar10_cnn(random_state=3)
+    twin = from_keras(keras_model)
+    tn, kn = as_network(twin), as_network(keras_model)
+    assert isinstance(twin, Cifar10CNN) and kn.default_layer() == "fc1_relu"
+    x = np.random.default_rng(0).random((200, 32, 32, 3), dtype=np.float32)
+    np.testing.assert_allclose(tn.forward(x[:20])[0], kn.relevance("fc1_relu")(x[:20])[2], atol=1e-4)  # logits
+    ta = idcgen.analyze(tn, x, layer=tn.default_layer(), m=6, progress=False)
+    ka = idcgen.analyze(kn, x, layer="fc1_relu", m=6, progress=False)
+    np.testing.assert_array_equal(ta.neurons, ka.neurons)
+    assert [c.k for c in ta.clusters] == [c.k for c in ka.clusters]
+
+
 # ---- transformers: CP-LRP's rules (LayerNorm's 1/std and the attention weights held constant) ----------
 
 

@@ -1,6 +1,6 @@
-"""PyTorch subject models, in plain PyTorch (torchvision is not needed): a LeNet-5 twin of the Keras zoo's
-``lenet5`` (``from_keras`` copies its weights across) and a CIFAR ResNet-18 (3x3 stem, no max pooling,
-four stages of two basic blocks), with a plain training loop. ``recipes/train_torch.py`` trains them.
+"""PyTorch subject models, in plain PyTorch (torchvision is not needed): twins of the Keras zoo's ``lenet5``
+and ``cifar10_cnn`` (``from_keras`` copies their weights across) and a CIFAR ResNet-18 (3x3 stem, no max
+pooling, four stages of two basic blocks), with a plain training loop. ``recipes/train_torch.py`` trains them.
 
 Each module carries ``input_shape`` (H, W, C): idcgen exports it on images of that shape.
 """
@@ -35,21 +35,52 @@ class LeNet5(nn.Module):
         return self.before_softmax(F.relu(self.fc2(x)))
 
 
-def from_keras(model) -> LeNet5:
-    """A LeNet5 with the weights of the Keras zoo's ``lenet5`` ``model``: kernels moved channels first, and
-    the first dense layer's rows reordered from Keras' (h, w, c) flattening to PyTorch's (c, h, w)."""
+class Cifar10CNN(nn.Module):
+    """The Keras zoo's ``cifar10_cnn`` (the paper's CIFAR-10 network, its layer names), channels first, without
+    its dropout layers (identities at inference)."""
+
+    def __init__(self, input_shape=(32, 32, 3), n_classes: int = 10):
+        super().__init__()
+        self.input_shape = tuple(input_shape)
+        h, w, c = self.input_shape
+        self.block1_conv1 = nn.Conv2d(c, 32, 3, padding=1)
+        self.block1_conv2 = nn.Conv2d(32, 32, 3)
+        self.block2_conv1 = nn.Conv2d(32, 64, 3, padding=1)
+        self.block2_conv2 = nn.Conv2d(64, 64, 3)
+        side = lambda n: ((n - 2) // 2 - 2) // 2  # two valid 3x3 convolutions, each block pooled by 2
+        self.fc1 = nn.Linear(64 * side(h) * side(w), 512)
+        self.before_softmax = nn.Linear(512, n_classes)
+
+    def forward(self, x):
+        for block in (1, 2):
+            x = F.relu(getattr(self, f"block{block}_conv1")(x))
+            x = F.max_pool2d(F.relu(getattr(self, f"block{block}_conv2")(x)), 2)
+        return self.before_softmax(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+def from_keras(model) -> nn.Module:
+    """The twin (:class:`LeNet5`, or :class:`Cifar10CNN` for a model named ``cifar10_cnn``) with the weights of
+    the Keras zoo's ``model``: kernels moved channels first, and the first dense layer's rows reordered from
+    Keras' (h, w, c) flattening to PyTorch's (c, h, w)."""
     shape = tuple(model.inputs[0].shape[1:])
-    twin = LeNet5(shape, int(model.outputs[0].shape[-1]))
-    h, w = shape[0] // 4, shape[1] // 4
+    n_classes = int(model.outputs[0].shape[-1])
+    if model.name == "cifar10_cnn":
+        twin: nn.Module = Cifar10CNN(shape, n_classes)
+        convs, dense = ("block1_conv1", "block1_conv2", "block2_conv1", "block2_conv2"), ("fc1", "before_softmax")
+    else:
+        twin = LeNet5(shape, n_classes)
+        convs, dense = ("block1_conv1", "block2_conv1"), ("fc1", "fc2", "before_softmax")
     with torch.no_grad():
-        for name in ("block1_conv1", "block2_conv1"):
+        for name in convs:
             kernel, bias = model.get_layer(name).get_weights()
             getattr(twin, name).weight.copy_(torch.as_tensor(kernel.transpose(3, 2, 0, 1)))
             getattr(twin, name).bias.copy_(torch.as_tensor(bias))
-        for name in ("fc1", "fc2", "before_softmax"):
+        flat = tuple(model.get_layer(convs[-1]).output.shape[1:])  # (h, w, c) before pooling
+        h, w, c = flat[0] // 2, flat[1] // 2, flat[2]
+        for name in dense:
             kernel, bias = model.get_layer(name).get_weights()
             if name == "fc1":
-                kernel = kernel.reshape(h, w, 16, -1).transpose(2, 0, 1, 3).reshape(h * w * 16, -1)
+                kernel = kernel.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(h * w * c, -1)
             getattr(twin, name).weight.copy_(torch.as_tensor(kernel.T))
             getattr(twin, name).bias.copy_(torch.as_tensor(bias))
     return twin.eval()
@@ -95,7 +126,7 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(self.pool(x), 1))
 
 
-MODELS = {"lenet5": LeNet5, "resnet18": ResNet18}
+MODELS = {"lenet5": LeNet5, "cifar10_cnn": Cifar10CNN, "resnet18": ResNet18}
 
 
 def _channels_first(x) -> torch.Tensor:
