@@ -36,11 +36,10 @@ def prepare(folder: Path, dataset: str, limit: int, fit: int) -> None:
     """The twin, its fp32 analysis and the test images of ``dataset`` in ``folder`` (made once)."""
     from idcgen.analysis import analyze
     from idcgen.framework import Network
-    from idcgen.framework.torch_zoo import export_program, from_keras
+    from idcgen.framework.torch_zoo import from_keras
 
     if (folder / "test.npz").exists():
         return
-    folder.mkdir(parents=True, exist_ok=True)
     keras_model = load_subject(dataset, 0)
     twin = from_keras(keras_model)
     x, y = load_data("test", dataset, limit)
@@ -56,10 +55,18 @@ def prepare(folder: Path, dataset: str, limit: int, fit: int) -> None:
         raise SystemExit(f"{dataset}: the PyTorch twin's probabilities differ from the Keras subject's by {apart:.2g}")
     (x_fit, y_fit), _ = halves(dataset)
     analysis = analyze(network, x_fit[:fit], y_fit[:fit], m=8, random_state=0, progress=False)
-    analysis.save(folder / "analysis")
-    export_program(twin, folder / "model.pt2")
-    np.savez_compressed(folder / "test.npz", x=pixels, y=y)
+    write_prepared(folder, twin, analysis, pixels, y)
     print(f"{dataset}: prepared in {folder} (layer {analysis.layer}, {analysis.total} combinations)")
+
+
+def write_prepared(folder: Path, module, analysis, pixels: np.ndarray, y: np.ndarray) -> None:
+    """What :func:`measure` reads: the module as a ``.pt2`` program, its analysis, the test images (uint8)."""
+    from idcgen.framework.torch_zoo import export_program
+
+    folder.mkdir(parents=True, exist_ok=True)
+    analysis.save(folder / "analysis")
+    export_program(module, folder / "model.pt2")
+    np.savez_compressed(folder / "test.npz", x=pixels, y=y)
 
 
 def measure(folder: Path, dataset: str, device: str) -> list[dict]:

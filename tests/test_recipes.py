@@ -351,6 +351,34 @@ SHARED_CIFAR10 = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifa
 needs_cifar10 = pytest.mark.skipif(not SHARED_CIFAR10.is_dir(), reason="../shared/data/cifar10 not present")
 
 
+def test_precision_agreement_of_a_prepared_twin(recipe, tmp_path):
+    """recipes/precision.py's measuring step (what runs on a GPU machine) on a folder as its preparing step
+    writes it: fp32 agrees with itself, and bf16's figures are those computed here from its own coverage."""
+    torch = pytest.importorskip("torch")
+    from idcgen.analysis import analyze
+    from idcgen.framework.torch_network import TorchNetwork
+    from idcgen.framework.torch_zoo import LeNet5
+
+    precision = recipe("precision")
+    x, y = recipe("kit").load_data("test", "embedded-mnist", 400)
+    torch.manual_seed(0)
+    module = LeNet5().eval()
+    network = TorchNetwork(module, device="cpu")
+    made = analyze(network, x[:200], m=4, clusters=[2], progress=False)
+    precision.write_prepared(tmp_path, module, made, np.round(x * 255).astype(np.uint8), y)
+    rows = {r["precision"]: r for r in precision.measure(tmp_path, "embedded-mnist", "cpu")}
+    assert list(rows) == ["fp32", "bf16", "fp16"] and rows["fp32"]["inputs"] == 400
+    same = {k: rows["fp32"][k] for k in ("predictions_equal_pct", "combinations_equal_pct", "only_this", "only_fp32")}
+    assert same == {"predictions_equal_pct": 100.0, "combinations_equal_pct": 100.0, "only_this": 0, "only_fp32": 0}
+    half = TorchNetwork(network.source, device="cpu", precision="bf16")
+    ids32, ids16 = made.bind(network).ids(x), made.bind(half).ids(x)
+    bf16 = rows["bf16"]
+    assert bf16["combinations_equal_pct"] == round(100 * float((ids16 == ids32).mean()), 2) < 100  # 95.75 here
+    assert bf16["covered"] == len(np.unique(ids16)) and bf16["covered_fp32"] == len(np.unique(ids32))
+    assert bf16["only_fp32"] == len(set(ids32.tolist()) - set(ids16.tolist()))
+    assert 0 < bf16["max_logit_diff"] < 0.5 and bf16["device"] == "cpu"
+
+
 def test_cifar10_cnn_is_the_keras_example():
     import numpy as np
 
