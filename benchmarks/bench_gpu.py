@@ -7,7 +7,8 @@ measurement on stdout (and in ``--out``), each with the card, driver and torch v
    same module over the same images at the same batch; the CPU's analysis of a subset, and whether the two
    devices find the same important neurons, k and centroids (within 1e-3);
 2. fuzz execs/s at several batch sizes (numpy mutators, on the CPU) against the GPU's raw forward rate at
-   the same batch;
+   the same batch, and the loop's ceiling: the same loop on the same images with a model that costs next to
+   nothing (what the CPU side of the loop alone sustains; the GPU ratio cannot exceed ceiling / raw forward);
 3. ResNet-50 and ViT-B/16-size models at 224x224 with random weights on synthetic images: raw forward +
    backward, analysis, fuzz execs/s.
 
@@ -258,8 +259,10 @@ def compare(a, b) -> dict:
     return {"same_neurons": a.neurons.tolist() == b.neurons.tolist(), "same_k": same_k, "centroid_max_diff": diff}
 
 
-def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, precision):
-    """Every measurement of one model: raw rates, analyses per layer (and the CPU's agreement), fuzz rates."""
+def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, precision, cpu_execs):
+    """Every measurement of one model: raw rates, analyses per layer (and the CPU's agreement), fuzz rates
+    (on the CPU one rate, in the time a GPU session has: over ``cpu_execs`` execs at a batch of at most an
+    eighth of them)."""
     from idcgen.framework import Network
 
     torch.manual_seed(0)
@@ -309,8 +312,10 @@ def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, 
                     relevance_batch=network.relevance_batch_size(),
                     vs_forward_backward=round((n / rates["forward_backward"]) / seconds, 3),
                 )
-            for b in batches:
-                loop = fuzz_rate(found_on[(device.type, (layers or [network.default_layer()])[-1])], x[:64], b, execs)
+            on_gpu = device.type == "cuda"
+            for b in batches if on_gpu else [min(batches[0], max(16, cpu_execs // 8))]:
+                analysis = found_on[(device.type, (layers or [network.default_layer()])[-1])]
+                loop = fuzz_rate(analysis, x[:64], b, execs if on_gpu else cpu_execs)
                 raw = raw_rates(make_like(module, make), x, b, device)["forward"] if b != batch else rates["forward"]
                 out(
                     what="fuzz",
@@ -335,6 +340,45 @@ def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, 
             )
 
 
+class Free(nn.Module):
+    """A model that costs next to nothing (a strided 3x3 convolution to 4 channels, two small dense layers):
+    the fuzz loop around it runs at the speed of its CPU side (mutators, validity, coverage, corpus)."""
+
+    def __init__(self, size=32):
+        super().__init__()
+        self.input_shape = (size, size, 3)
+        self.conv = nn.Conv2d(3, 4, 3, stride=size // 8)
+        self.fc = nn.Linear(4 * ((size - 3) // (size // 8) + 1) ** 2, 16)
+        self.out = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.out(F.relu(self.fc(torch.flatten(F.relu(self.conv(x)), 1))))
+
+
+def bench_ceiling(out, size, batches, execs):
+    """The fuzz loop's own ceiling on ``size`` x ``size`` images: execs/s with the :class:`Free` model on the
+    CPU (its forward is a few percent of the step), at each batch size."""
+    from idcgen.analysis import analyze
+    from idcgen.framework import Network
+
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).random((512, size, size, 3), dtype=np.float32)
+    try:
+        network = Network(Free(size), device="cpu")
+        analysis = analyze(network, x, m=8, progress=False)
+        for b in batches:
+            out(
+                what="loop_ceiling",
+                model=f"free-{size}",
+                device="cpu",
+                batch=b,
+                execs_per_s=round(fuzz_rate(analysis, x[:64], b, execs), 1),
+                mutators=MUTATORS,
+            )
+    except Exception as exc:
+        out(what="error", model=f"free-{size}", device="cpu", error=f"{type(exc).__name__}: {exc}"[:500])
+
+
 def make_like(module, make):
     """A fresh copy of the module with the same weights (raw_rates moves and freezes its own)."""
     twin = make()
@@ -351,8 +395,11 @@ def main():
     parser.add_argument("--large-cpu-images", type=int, default=64)
     parser.add_argument("--batches", default="256,1024,4096", help="fuzz batch sizes tried")
     parser.add_argument("--execs", type=int, default=16_384, help="fuzz execs timed per batch size")
+    parser.add_argument(
+        "--cpu-execs", type=int, default=2_048, help="fuzz execs timed on the CPU (a quarter for 224x224 models)"
+    )
     parser.add_argument("--precision", default="fp32", help="also time the raw passes in bf16 or fp16")
-    parser.add_argument("--only", default="resnet18,resnet50,vit", help="which models")
+    parser.add_argument("--only", default="ceiling,resnet18,resnet50,vit", help="which measurements")
     parser.add_argument("--no-cpu", action="store_true", help="leave out the CPU measurements on a GPU machine")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON lines here")
     args = parser.parse_args()
@@ -383,9 +430,22 @@ def main():
         }
     out(what="start", devices=[str(d) for d in devices], quick=args.quick)
     for name in args.only.split(","):
+        if name == "ceiling":
+            bench_ceiling(out, 32, [32] if args.quick else batches, 64 if args.quick else args.execs)
+            continue
         make, n_gpu, n_cpu, layers, model_batches, execs = specs[name]
         bench_model(
-            out, name, make, n_gpu if gpu else n_cpu, n_cpu, layers, model_batches, execs, devices, args.precision
+            out,
+            name,
+            make,
+            n_gpu if gpu else n_cpu,
+            n_cpu,
+            layers,
+            model_batches,
+            execs,
+            devices,
+            args.precision,
+            64 if args.quick else args.cpu_execs // (1 if name == "resnet18" else 4),
         )
         if gpu and not args.no_cpu and name == "resnet18":  # the agreement needs the same images on both
             bench_agreement(out, make, n_cpu)

