@@ -28,6 +28,36 @@ def test_validity_bounds_by_hand():
         Validity(beta=0)
 
 
+def test_validity_in_parts_is_the_whole_batch_check(monkeypatch):
+    """The check runs rows at a time on the thread pool: split into many parts it answers as in one."""
+    import idcgen.fuzz.mutators.parallel as parallel
+
+    rng = np.random.default_rng(0)
+    refs = rng.random((300, 8, 8, 3), dtype=np.float32)
+    mutants = np.clip(refs + rng.normal(0, 0.12, refs.shape).astype(np.float32), 0, 1)
+    mutants[::7] = refs[::7]
+    whole = Validity().check(mutants, refs)
+    assert 0 < whole.sum() < len(whole)
+    monkeypatch.setattr(parallel, "PART_BYTES", 5 * 8 * 8 * 3 * 4)  # 5 rows a part: 60 parts
+    assert len(parallel.row_parts(300, 8 * 8 * 3 * 4)) == 60
+    np.testing.assert_array_equal(Validity().check(mutants, refs), whole)
+    # by hand, on the flattened differences
+    diff = np.abs(mutants - refs).reshape(300, -1)
+    want = (np.count_nonzero(diff > 0.5 / 255, axis=1) < 0.02 * 192) | (diff.max(axis=1) <= 0.2 + 1e-6)
+    np.testing.assert_array_equal(whole, want)
+
+
+def test_gather_in_parts_is_fancy_indexing(monkeypatch):
+    import idcgen.fuzz.mutators.parallel as parallel
+
+    a = np.random.default_rng(1).random((50, 4, 4, 3), dtype=np.float32)
+    rows = np.random.default_rng(2).integers(0, 50, 37)
+    monkeypatch.setattr(parallel, "PART_BYTES", 3 * a[0].nbytes)  # 13 parts
+    got = parallel.gather(a, rows)
+    np.testing.assert_array_equal(got, a[rows])
+    assert not np.shares_memory(got, a) and parallel.gather(a, rows[:0]).shape == (0, 4, 4, 3)
+
+
 def test_batch_prioritization_weights_by_hand():
     s = BatchPrioritization(gamma=5, p_min=0.01)
     # f = 0 -> 1; f = 2 -> 1 - 2/5 = 0.6; f = 4 -> 0.2; f = 4.95 threshold: f = 5 -> p_min

@@ -15,6 +15,7 @@ from idcgen.fuzz.mutators import (
     make_mutator,
     parse_mutators,
 )
+from idcgen.fuzz.mutators.base import Mutator
 from idcgen.fuzz.mutators.noise import pixel_count
 
 #: Small settings for the slow attacks; every other mutator runs with its defaults.
@@ -79,6 +80,41 @@ def check_contract(mutator, x, ctx):
     other = mutator.mutate(x, np.random.default_rng(8), ctx)
     assert np.array_equal(out, other) != mutator.stochastic  # only random mutators use rng
     return out
+
+
+class _Returns(Mutator):
+    """A mutator that returns what it is given to return (the contract's end is what is tested)."""
+
+    name = "returns"
+    kind = "noise"
+    result = None
+
+    def _mutate(self, x, rng, ctx):
+        return self.result(x)
+
+
+@pytest.mark.parametrize("part_rows", [None, 3])  # one part, or parts of 3 rows on the thread pool
+def test_the_contract_end_keeps_the_input_pixel_for_non_finite_values_and_clips(part_rows, monkeypatch, caplog):
+    import idcgen.fuzz.mutators.parallel as parallel
+
+    if part_rows:
+        monkeypatch.setattr(parallel, "PART_BYTES", part_rows * 12 * 12 * 4)
+    x = batch(10, channels=1)
+    bad = x.copy() + 0.5  # above the range: clipped to 1
+    bad[1, 0, 0], bad[4, 3, 3], bad[9, 5, 5] = np.nan, np.inf, -np.inf
+    mutator = _Returns()
+    mutator.result = lambda given: bad
+    with caplog.at_level("WARNING"):
+        out = mutator.mutate(x, np.random.default_rng(0), MutationContext(None, np.full(10, -1), (0.0, 1.0)))
+    want = np.clip(np.where(np.isfinite(bad), bad, x), 0, 1)
+    np.testing.assert_array_equal(out, want)
+    assert "produced 3 non-finite values" in caplog.text
+    # a mutator handing back a view of its (read-only) input: a new array, the input never written
+    x.setflags(write=False)
+    mutator.result = lambda given: given[:, ::1]
+    out = mutator.mutate(x, np.random.default_rng(0), MutationContext(None, np.full(10, -1), (0.0, 1.0)))
+    assert not np.shares_memory(out, x) and out.flags.writeable
+    np.testing.assert_array_equal(out, x)
 
 
 def n_for(mutator):

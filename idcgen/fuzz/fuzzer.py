@@ -31,6 +31,7 @@ from .corpus import Corpus
 from .deeptest import calibrate, keep_calibration
 from .guidance import check_guide, measures_of, new_coverage
 from .mutators import MutationContext, Mutator, check_tasks, make_mutator
+from .mutators.parallel import gather
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
 from .settings import CampaignSettings, Sources, ValiditySettings
@@ -442,9 +443,10 @@ class Fuzzer:
             parent_combinations=corpus.combination[parents],
             others=self.others,
         )
+        x, references = gather(corpus.x, parents), gather(corpus.reference, parents)  # in parts, on the pool
         if mutator.affine:  # the reference moves with the same transform (DeepHunter)
-            return mutator.mutate_with_reference(corpus.x[parents], corpus.reference[parents], c.rng, ctx)
-        return mutator.mutate(corpus.x[parents], c.rng, ctx), corpus.reference[parents]
+            return mutator.mutate_with_reference(x, references, c.rng, ctx)
+        return mutator.mutate(x, c.rng, ctx), references
 
     @property
     def regression(self) -> bool:

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..quality import ssim as _ssim
+from .mutators.parallel import row_parts, run_parts
 
 #: SSIM's window side (idcgen.quality): smaller images cannot be scored
 _WINDOW = 11
@@ -66,9 +67,17 @@ class Validity:
         if rule != "pixel":
             raise ParameterError(f"{mutator!r} asks for the validity rule {rule!r}; the rules are 'pixel' and 'scene'.")
         span = self.value_range[1] - self.value_range[0]
-        diff = np.subtract(mutants, references).reshape(len(mutants), -1)
-        np.abs(diff, out=diff)
-        # a change below half a uint8 step is rounding, not a pixel change
-        l0 = np.count_nonzero(diff > 0.5 / 255 * span, axis=1)
-        linf = diff.max(axis=1, initial=0.0)
-        return (l0 < self.alpha * diff.shape[1]) | (linf <= self.beta * span + 1e-6)
+        n = len(mutants)
+        mutants, references = np.reshape(mutants, (n, -1)), np.reshape(references, (n, -1))
+        dtype = np.result_type(mutants, references)
+        l0, linf = np.zeros(n, np.int64), np.zeros(n, dtype)
+
+        def part(rows: slice) -> None:  # rows at a time, in parts on the pool: the differences stay in cache
+            diff = np.subtract(mutants[rows], references[rows])
+            np.abs(diff, out=diff)
+            # a change below half a uint8 step is rounding, not a pixel change
+            l0[rows] = np.count_nonzero(diff > 0.5 / 255 * span, axis=1)
+            linf[rows] = diff.max(axis=1, initial=0.0)
+
+        run_parts(part, row_parts(n, mutants.shape[1] * dtype.itemsize))
+        return (l0 < self.alpha * mutants.shape[1]) | (linf <= self.beta * span + 1e-6)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ...errors import InputError, ParameterError
+from .parallel import row_parts, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
@@ -209,11 +210,24 @@ class Mutator:
         out = np.asarray(out, dtype=np.float32)
         if out.shape != x.shape:
             raise RuntimeError(f"{self!r} returned shape {out.shape} for inputs of shape {x.shape}")
-        finite = np.isfinite(out)
-        if not finite.all():  # keep the parent's pixel rather than hand a NaN to the model
-            logger.warning("%r produced %d non-finite values; they keep the input's value", self, (~finite).sum())
-            out = np.where(finite, out, x)
-        return np.clip(out, *ctx.value_range).astype(np.float32, copy=False)
+        if np.may_share_memory(out, x) or not out.flags.writeable:  # clipped below in place: never the input
+            out = out.copy()
+        lo, hi = ctx.value_range
+
+        def part(rows: slice) -> int:  # rows at a time, in parts on the pool, in place; the non-finite count
+            block = out[rows]
+            finite = np.isfinite(block)
+            bad = 0
+            if not finite.all():  # keep the parent's pixel rather than hand a NaN to the model
+                bad = int((~finite).sum())
+                np.copyto(block, x[rows], where=~finite)
+            np.clip(block, lo, hi, out=block)
+            return bad
+
+        bad = sum(run_parts(part, row_parts(len(out), out[0].nbytes if len(out) else 1)))
+        if bad:
+            logger.warning("%r produced %d non-finite values; they keep the input's value", self, bad)
+        return out
 
     def _mutate(self, x: np.ndarray, rng: np.random.Generator, ctx: MutationContext) -> np.ndarray:
         raise NotImplementedError
