@@ -20,6 +20,7 @@ Writes ``docs/data/precision/<device kind>.csv`` (with ``--out``, elsewhere) and
 from __future__ import annotations
 
 import argparse
+import csv
 import time
 from pathlib import Path
 
@@ -38,8 +39,8 @@ def prepare(folder: Path, dataset: str, limit: int, fit: int) -> None:
     from idcgen.framework import Network
     from idcgen.framework.torch_zoo import from_keras
 
-    if (folder / "test.npz").exists():
-        return
+    if (folder / "test.npz").exists() and len(np.load(folder / "test.npz")["y"]) == limit:
+        return  # made before, for the same number of test images
     keras_model = load_subject(dataset, 0)
     twin = from_keras(keras_model)
     x, y = load_data("test", dataset, limit)
@@ -114,6 +115,17 @@ def measure(folder: Path, dataset: str, device: str) -> list[dict]:
     return rows
 
 
+def with_earlier_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """``rows`` with the rows ``path`` holds for the datasets not measured now (an earlier run's), by dataset."""
+    kept = []
+    if path.exists():
+        measured = {row["dataset"] for row in rows}
+        with open(path, newline="") as handle:
+            kept = [r for r in csv.DictReader(handle) if r["dataset"] not in measured and list(r) == list(rows[0])]
+    order = {dataset: i for i, dataset in enumerate(DATASETS)}
+    return sorted(kept + rows, key=lambda row: order.get(row["dataset"], len(order)))  # stable: precisions
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
@@ -140,7 +152,7 @@ def main() -> None:
     kind = "cuda" if rows and rows[0]["device"].startswith("cuda") else "cpu"
     out = args.out or ROOT / "docs" / "data" / "precision" / f"{kind}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(out, rows)
+    write_csv(out, with_earlier_rows(out, rows))
     keys = ("dataset", "precision", "predictions_equal_pct", "combinations_equal_pct", "covered", "covered_fp32")
     keys += ("only_this", "only_fp32", "accuracy_pct", "max_logit_diff", "seconds")
     print("| " + " | ".join(keys) + " |")

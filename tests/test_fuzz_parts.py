@@ -45,6 +45,7 @@ def test_validity_in_parts_is_the_whole_batch_check(monkeypatch):
     diff = np.abs(mutants - refs).reshape(300, -1)
     want = (np.count_nonzero(diff > 0.5 / 255, axis=1) < 0.02 * 192) | (diff.max(axis=1) <= 0.2 + 1e-6)
     np.testing.assert_array_equal(whole, want)
+    assert Validity().check(mutants[:0], refs[:0]).shape == (0,)
 
 
 def test_gather_in_parts_is_fancy_indexing(monkeypatch):

@@ -68,6 +68,8 @@ class Validity:
             raise ParameterError(f"{mutator!r} asks for the validity rule {rule!r}; the rules are 'pixel' and 'scene'.")
         span = self.value_range[1] - self.value_range[0]
         n = len(mutants)
+        if n == 0:
+            return np.ones(0, bool)
         mutants, references = np.reshape(mutants, (n, -1)), np.reshape(references, (n, -1))
         dtype = np.result_type(mutants, references)
         l0, linf = np.zeros(n, np.int64), np.zeros(n, dtype)
