@@ -175,8 +175,14 @@ def test_same_random_state_same_campaign_and_resume_equals_uninterrupted(kind, r
         record(*args, **kw)
 
     signalled.record = record_and_signal
-    with pytest.raises(KeyboardInterrupt):
-        fuzzer5.run(signalled, progress=False)
+    # Ctrl-C as an interactive shell leaves it: a pytest started in the background by a non-interactive shell
+    # inherits SIGINT ignored, and a campaign leaves an ignored SIGINT ignored (fuzzer._Interrupts)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fuzzer5.run(signalled, progress=False)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert signalled.step == 3 and len(signalled.stats_rows()) == 4  # the seeds' row and three steps
     signalled.record = record
     fuzzer5.run(signalled, progress=False)
