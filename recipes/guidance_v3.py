@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from kit import OUTPUTS, command_line, load_data, write_csv
-from kit.stats import a12, holm, wilcoxon
+from kit.stats import a12, holm, rank_biserial, wilcoxon
 from kit.study import default_mutators, load_run, run_calls, save_run, stratified
 from kit.subjects import ARCHITECTURES, halves, load_subject, subject_path
 
@@ -333,21 +333,6 @@ def comparisons(runs: list[dict], key: str) -> list[dict]:
         }
         for (a, b), (x, y, p, ahead) in tests.items()
     ]
-
-
-def rank_biserial(x: np.ndarray, y: np.ndarray) -> float:
-    """The matched-pairs rank-biserial correlation, the paired effect size that goes with Wilcoxon's test: (sum of
-    the ranks of positive differences - that of negative ones) / the sum of all ranks (zero differences
-    dropped); +1 when a beats b on every pair. A12 compares every run of a with every run of b, pairs ignored,
-    so differences between subject copies dilute it."""
-    from scipy.stats import rankdata
-
-    d = np.asarray(x, float) - np.asarray(y, float)
-    d = d[d != 0]
-    if not len(d):
-        return 0.0
-    ranks = rankdata(np.abs(d))
-    return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / ranks.sum())
 
 
 def verdicts(root: Path, datasets, command: str) -> Path:

@@ -77,20 +77,20 @@ def measure(folder: Path, dataset: str, device: str) -> list[dict]:
 
     data = np.load(folder / "test.npz")
     x, y = data["x"].astype(np.float32) / 255, data["y"]
-    found = {}
+    analysis, found = Analysis.load(folder / "analysis"), {}  # read once, bound to each precision's network
     for precision in PRECISIONS:
         network = load_network(folder / "model.pt2", device=device, precision=precision)
-        bound = Analysis.load(folder / "analysis", model=network)
+        bound = analysis.bind(network)
         bound.ids(x[:64])  # warm-up
         start = time.perf_counter()
         logits = network.forward(x)[0]
         ids = bound.ids(x)
         seconds = time.perf_counter() - start
-        found[precision] = (logits, ids, seconds, network.device_info(), bound.total)
+        found[precision] = (logits, ids, seconds, network.device_info())
     rows = []
-    logits32, ids32, _, _, total = found["fp32"]
+    logits32, ids32, _, _ = found["fp32"]
     covered32 = set(np.unique(ids32).tolist())
-    for precision, (logits, ids, seconds, info, _) in found.items():
+    for precision, (logits, ids, seconds, info) in found.items():
         covered = set(np.unique(ids).tolist())
         rows.append(
             {
@@ -104,7 +104,7 @@ def measure(folder: Path, dataset: str, device: str) -> list[dict]:
                 "combinations_equal_pct": round(100 * float((ids == ids32).mean()), 2),
                 "covered": len(covered),
                 "covered_fp32": len(covered32),
-                "total": total,
+                "total": analysis.total,
                 "only_this": len(covered - covered32),
                 "only_fp32": len(covered32 - covered),
                 "accuracy_pct": round(100 * float((logits.argmax(1) == y).mean()), 2),

@@ -10,7 +10,7 @@ stops and names that command (``kit.models.load_model``).
 - ``kit.data``: the named datasets as arrays, and the Udacity frames (registered as the dataset ``udacity``)
 - ``kit.models``: where each model is saved, loading it
 - ``kit.tables``: Markdown/CSV tables, JSON files, the command line, timers, cells of repeated runs
-- ``kit.stats``: A12, Holm, Mann-Whitney, the steering scores, the label check
+- ``kit.stats``: A12, Holm, Mann-Whitney, Wilcoxon with the rank-biserial r, the steering scores, the label check
 - ``kit.training``: the one Keras epoch loop and its augmentations
 - ``kit.sets``, ``kit.probes``, ``kit.study``: the paper's input sets, RQ1's probe, the guidance study
 """
