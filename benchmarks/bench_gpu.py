@@ -313,8 +313,8 @@ def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, 
                     vs_forward_backward=round((n / rates["forward_backward"]) / seconds, 3),
                 )
             on_gpu = device.type == "cuda"
+            analysis = found_on[(device.type, (layers or [network.default_layer()])[-1])]
             for b in batches if on_gpu else [min(batches[0], max(16, cpu_execs // 8))]:
-                analysis = found_on[(device.type, (layers or [network.default_layer()])[-1])]
                 loop = fuzz_rate(analysis, x[:64], b, execs if on_gpu else cpu_execs)
                 raw = raw_rates(make_like(module, make), x, b, device)["forward"] if b != batch else rates["forward"]
                 out(
