@@ -5,6 +5,7 @@ One local Ray (2 CPUs) is started for the module; the module is skipped where Ra
 """
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -674,6 +675,10 @@ def test_parallel_steering_campaign_loads_its_training_frames_as_one_process_doe
     assert done.exit_code == 0, done.output
     # said, and in README.md: the same --random-state does not give the same parallel campaign
     assert "note: parallel campaigns are not reproducible: " in done.output
+    # the merged seconds are the workers' loop time: the run's own time, Ray's start included, is said beside it
+    assert re.search(
+        r"80 execs in \d+\.\d s \(this run \d+\.\d s on Ray with the workers' start; worker 0: 40 execs", done.output
+    )
     one = json.loads((tmp_path / "one" / "analysis.json").read_text())
     parallel = json.loads((tmp_path / "camp" / "worker-0" / "analysis" / "analysis.json").read_text())
     assert parallel["data"]["fingerprint"] == one["data"]["fingerprint"]  # the same frames, angles included
