@@ -24,7 +24,7 @@ from idcgen.framework.device import Batches, check_precision, parse_device, requ
 from idcgen.framework.torch_network import TorchNetwork  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_twins import Residual  # noqa: E402
+from torch_twins import Residual, TinyViT  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
@@ -140,6 +140,49 @@ def test_every_tensor_sits_on_the_device_the_settings_name(network, images):
         assert r.device.type == where.type
     # the CPU program stays what ships the model to another process
     assert {t.device.type for t in network.source.program.state_dict.values()} == {"cpu"}
+
+
+def test_the_rows_probe_runs_on_the_networks_device():
+    """Which layers hold a row per input is found by one run on a probe batch, made on the network's device: a
+    probe left on the CPU fails against a GPU's weights, and then every layer passed, those inside
+    nn.MultiheadAttention ((tokens x batch, d)) too (the meta device stands in for the GPU)."""
+    from idcgen.errors import LayerError
+
+    torch.manual_seed(0)
+    on_cpu = Network(TinyViT(need_weights=True), device="cpu")
+    elsewhere = TorchNetwork(on_cpu.source, device=torch.device("meta"))
+    assert elsewhere.subject_layers() == on_cpu.subject_layers()
+    assert elsewhere._batch_first() == on_cpu._batch_first()
+    with pytest.raises(LayerError, match="has no row per input"):
+        elsewhere.check_subject_layer("blocks.0.attn.linear_1")
+
+
+class CausalTokens(torch.nn.Module):
+    """2x2 patches of an 8x8 image as 16 tokens, causal self-attention (the fused kernel), a mean, logits."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.patch, self.qkv, self.head = torch.nn.Conv2d(3, 8, 2, 2), torch.nn.Linear(8, 24), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        q, k, v = self.qkv(tokens).chunk(3, dim=-1)
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.head((tokens + attended).mean(dim=1))
+
+
+def test_causal_attention_relevance_stays_on_the_device(images):
+    """The causal mask of CP-LRP's attention rule is made on the scores' device (one made on the CPU cannot
+    mask a GPU's scores), and the rule's numbers are those of the fused kernel's forward pass."""
+    torch.manual_seed(0)
+    on_cpu = Network(CausalTokens(), device="cpu")
+    r, _, z = on_cpu.relevance(None).raw(images[:4])
+    np.testing.assert_allclose(z.numpy(), on_cpu.forward(images[:4])[0], rtol=1e-5, atol=1e-6)
+    elsewhere = TorchNetwork(on_cpu.source, device=torch.device("meta"))
+    r, a, z = elsewhere.relevance(None).raw(images[:4])
+    assert {r.device.type, a.device.type, z.device.type} == {"meta"}
 
 
 def test_placement_keeps_the_cpu_results(network, images):
