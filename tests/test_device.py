@@ -268,6 +268,25 @@ def test_an_explicit_batch_size_is_kept_and_its_out_of_memory_is_one_line(networ
         sizes.failed(ValueError("not memory"), 8)
 
 
+def test_cuda_libraries_out_of_memory_halves_too():
+    """cuBLAS, cuDNN and a kernel launch say they ran out of memory through a plain RuntimeError (torch's
+    AcceleratorError), not torch.OutOfMemoryError: halved the same, and one line where it cannot be."""
+    from idcgen.framework.device import is_out_of_memory
+
+    said = (
+        "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    )
+    for text in said:
+        assert is_out_of_memory(RuntimeError(text)), text
+        sizes = Batches(64, what="forward", device="cuda:0")
+        sizes.failed(RuntimeError(text), 64)
+        assert sizes.size == 32
+    assert not is_out_of_memory(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not is_out_of_memory(ValueError("CUDA error: out of memory"))  # only as the libraries raise it
+
+
 def test_cli_out_of_memory_at_one_input_is_one_line(tmp_path, monkeypatch):
     """Every batch out of memory (torch's own exception, raised by the graph's executor): halved down to one
     input, then one line naming the size and what to try; no traceback."""
@@ -299,6 +318,31 @@ def test_cli_out_of_memory_at_one_input_is_one_line(tmp_path, monkeypatch):
     assert done.output.strip().splitlines()[-1] == (
         "error: out of memory on cpu at a forward batch of 1 input(s): free the device's memory, or run on "
         "another device: --device cpu"
+    ), done.output
+
+
+def test_cli_out_of_memory_outside_the_halved_batches_is_one_line(tmp_path, monkeypatch):
+    """Model work that no batch halving wraps (a gradient mutator's or an attack's backward pass on a fuzz batch,
+    MC dropout, harden's fine-tuning): torch's out-of-memory exception is still one line, never a traceback."""
+    from idcgen.framework.torch_zoo import LeNet5, export_program
+
+    export_program(LeNet5(), tmp_path / "lenet5.pt2")
+    np.savez(tmp_path / "x.npz", x=np.zeros((8, 28, 28, 1), np.uint8))
+
+    def out_of_memory(self, x, layers=(), **kwargs):
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+            "1.05 GiB is free. Of the allocated memory 75.4 GiB is allocated by PyTorch"
+        )
+
+    monkeypatch.setattr(TorchNetwork, "forward", out_of_memory)
+    args = ["coverage", "--model", str(tmp_path / "lenet5.pt2"), "--inputs", str(tmp_path / "x.npz")]
+    done = CliRunner().invoke(app, args + ["--criteria", "nc", "--device", "cpu"])
+    assert done.exit_code == 1 and "Traceback" not in done.output, done.output
+    assert not isinstance(done.exception, torch.OutOfMemoryError), done.exception
+    assert done.output.strip().splitlines()[-1] == (
+        "error: out of memory on the device (CUDA out of memory. Tried to allocate 2.00 GiB): give a smaller "
+        "--batch-size, or run on another device: --device cpu"
     ), done.output
 
 
