@@ -185,6 +185,20 @@ def test_causal_attention_relevance_stays_on_the_device(images):
     assert {r.device.type, a.device.type, z.device.type} == {"meta"}
 
 
+def test_a_module_is_traced_where_its_weights_are():
+    """A user's nn.Module already on its GPU is traced there (a CPU probe failed against its weights: "could not
+    trace"); the meta device stands in for the GPU. The network then keeps its source program on the CPU
+    (test_gpu_a_module_already_on_the_gpu)."""
+    from idcgen.framework import torch_load
+
+    module = Residual().to("meta")
+    program = torch_load.export(module, (8, 8, 3)).program
+    assert program.example_inputs[0][0].device.type == "meta"
+    assert {v.device.type for v in program.state_dict.values()} == {"meta"}
+    assert torch_load.weights_device(module) == torch.device("meta")
+    assert torch_load.weights_device(torch.nn.ReLU()) is None
+
+
 def test_placement_keeps_the_cpu_results(network, images):
     """The same network placed explicitly on the CPU (the code path a GPU takes) gives the same numbers."""
     again = TorchNetwork(network.source, device="cpu")
@@ -600,3 +614,20 @@ def test_gpu_analysis_equals_the_cpu_one(network, images):
         assert a.k == b.k
         np.testing.assert_allclose(a.centroids, b.centroids, atol=1e-3)
     assert on_gpu.device["device"].startswith("cuda") and on_gpu.fingerprint == on_cpu.fingerprint
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_a_module_already_on_the_gpu(network, images):
+    """idcgen.Network(module.cuda(), device="cuda"): traced on the GPU, its source program moved to the CPU (what
+    ships it to a worker), the user's module left where it was, the CPU network's weights and predictions."""
+    import copy
+
+    module = copy.deepcopy(network.source.module).cuda()
+    net = Network(module, device="cuda")
+    assert {t.device.type for t in every_tensor(net)} == {"cuda"}
+    assert {v.device.type for v in net.source.program.state_dict.values()} == {"cpu"}
+    assert next(module.parameters()).device.type == "cuda"
+    assert net.fingerprint() == network.fingerprint()
+    out, want = net.forward(images)[0], network.forward(images)[0]
+    assert (out.argmax(1) == want.argmax(1)).all()

@@ -63,9 +63,16 @@ def _model_shape(image_shape: tuple) -> tuple:
     return image_shape
 
 
+def weights_device(module):
+    """Where a module's weights are (its first parameter or buffer), None for a module without any."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return None
+
+
 def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> TorchModel:
     """``module`` (in inference mode) as an exported program taking inputs of ``image_shape`` (H, W, C);
-    traced on ``device`` (where the module's weights are; default the CPU)."""
+    traced on ``device`` (default: where the module's weights are, a user's model already on its GPU too)."""
     if image_shape is None:
         image_shape = getattr(module, "input_shape", None)
     if image_shape is None:
@@ -78,7 +85,7 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
         module = module.eval()
     except NotImplementedError:  # a torch.export program's module, already in inference mode
         pass
-    sample = torch.zeros((2, *_model_shape(image_shape)), device=device)
+    sample = torch.zeros((2, *_model_shape(image_shape)), device=device or weights_device(module))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
