@@ -457,6 +457,23 @@ def test_gpus_per_worker_is_checked():
             check_gpus_per_worker(bad)
 
 
+def test_a_cpu_driver_spreads_its_workers_over_the_cpus_not_the_gpus():
+    """--device cpu on a machine with a GPU: by default one Ray worker per CPU (not one per GPU, each of which
+    would then run on its CPU) and no GPU shares reserved; auto or cuda: one worker per GPU, as before."""
+    from idcgen.distributed.cluster import cluster_workers
+
+    class Cluster:  # what ray.cluster_resources() reports for one GPU and 16 CPUs
+        @staticmethod
+        def cluster_resources():
+            return {"CPU": 16.0, "GPU": 1.0}
+
+    assert cluster_workers(Cluster, None) == (1, 1.0)
+    assert cluster_workers(Cluster, 4) == (4, 0.25)
+    assert cluster_workers(Cluster, None, on_gpus=False) == (16, 0.0)
+    assert cluster_workers(Cluster, 4, on_gpus=False) == (4, 0.0)
+    assert cluster_workers(Cluster, 4, 0.5, on_gpus=False) == (4, 0.5)  # a share given is kept
+
+
 def test_a_worker_recipe_keeps_the_driver_on_the_cpu(network):
     from idcgen.distributed.cluster import ModelRecipe
 

@@ -169,8 +169,9 @@ class Workers:
             image_shape=image_shape,
             recorded=recorded,
         )
-        count, gpus = cluster_workers(self.ray, workers, gpus_per_worker)
-        recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=safe_mode))
+        recipe = ModelRecipe.of(self.network, safe_mode=safe_mode)
+        count, gpus = cluster_workers(self.ray, workers, gpus_per_worker, on_gpus=recipe.device != "cpu")
+        recipe = self.ray.put(recipe)
         actor = self.ray.remote(AnalysisWorker).options(num_cpus=threads, num_gpus=gpus)
         self.actors = [actor.remote(recipe, threads) for _ in range(count)]
         self.pids = fetch(self.ray, [a.ready.remote() for a in self.actors])  # a model that fails, fails here
