@@ -474,6 +474,54 @@ def test_a_cpu_driver_spreads_its_workers_over_the_cpus_not_the_gpus():
     assert cluster_workers(Cluster, 4, 0.5, on_gpus=False) == (4, 0.5)  # a share given is kept
 
 
+class FakeRay:
+    """What a parallel campaign's driver asks of Ray to start its actors, on a cluster of one GPU and 16 CPUs:
+    the options each actor class was started with are kept."""
+
+    class exceptions:
+        RayActorError = WorkerCrashedError = RuntimeError
+
+    def __init__(self):
+        self.options = {}
+
+    @staticmethod
+    def cluster_resources():
+        return {"CPU": 16.0, "GPU": 1.0}
+
+    def put(self, value):
+        return value
+
+    def remote(self, cls):
+        seen = self.options
+
+        class Handle:
+            def options(self, **kwargs):
+                seen[cls.__name__] = kwargs
+                return self
+
+            def remote(self, *args, **kwargs):
+                return self
+
+        return Handle()
+
+
+@pytest.mark.parametrize("device, share", [("auto", 0.25), ("cpu", 0.0)])
+def test_parallel_fuzz_workers_share_the_gpus_unless_told_otherwise(network, images, device, share):
+    """fuzz --workers 4 without --gpus-per-worker: the cluster's GPU spread over the workers, as its help says
+    (each worker then runs its model on its GPU), none where the driver runs on the CPU; a share given is kept."""
+    from idcgen.analysis import analyze
+    from idcgen.distributed.parallel import ParallelRecord, WorkerSettings, _Crew
+
+    placed = TorchNetwork(network.source, device="cpu")
+    placed.device_asked = device  # what the driver was asked for (auto finds no GPU here)
+    analysis = analyze(placed, images, m=2, clusters=[2], progress=False)
+    for given, want in ((None, share), (0.5, 0.5)):
+        ray = FakeRay()
+        crew = _Crew(ray, ParallelRecord(workers=4, budget=64, sync_every=4, settings=None), Path("."), 1, print)
+        crew.spawn(placed, analysis, WorkerSettings(gpus_per_worker=given), True, images[:4], None)
+        assert ray.options["FuzzWorker"] == {"num_cpus": 1, "num_gpus": want}
+
+
 def test_a_worker_recipe_keeps_the_driver_on_the_cpu(network):
     from idcgen.distributed.cluster import ModelRecipe
 
