@@ -228,6 +228,21 @@ def test_placement_keeps_the_cpu_results(network, images):
     assert grad.shape == images[:5].shape and isinstance(grad, np.ndarray)
 
 
+def test_the_attacks_logits_module_takes_inputs_from_another_device(network, images):
+    """ART's PyTorchClassifier(device_type="gpu") puts its inputs on torch's current GPU, which is not the
+    network's under --device cuda:1: the logits module moves them (the meta device stands in for cuda:1, the
+    CPU for cuda:0), and the gradient still reaches the input."""
+    from idcgen.framework.torch_attacks import LogitsModule
+
+    elsewhere = TorchNetwork(network.source, device=torch.device("meta"))
+    x = torch.as_tensor(images[:3]).requires_grad_(True)
+    logits = LogitsModule(elsewhere)(x)
+    assert logits.device.type == "meta" and logits.shape == (3, 10)
+    on_cpu = LogitsModule(network)(x)
+    (grad,) = torch.autograd.grad(on_cpu.sum(), x)
+    assert grad.shape == x.shape and grad.abs().sum() > 0
+
+
 def test_an_attack_on_the_placed_network(network, images):
     pytest.importorskip("cleverhans")  # cleverhans' PyTorch attacks (absent on the GPU machines unless carried)
     again = TorchNetwork(network.source, device="cpu")
