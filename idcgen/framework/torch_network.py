@@ -27,7 +27,6 @@ from .device import (
     check_precision,
     describe_torch_device,
     free_memory,
-    is_out_of_memory,
     memory_batch_size,
     requested_device,
     torch_device,
@@ -345,9 +344,7 @@ class TorchNetwork(GraphQueries, Network):
             try:
                 with torch.inference_mode():  # the probe on the device: one on the CPU fails against a GPU's weights
                     self.run(torch.zeros((self._PROBE, *self.input_shape), device=self.device), after=after)
-            except Exception as exc:  # a program that runs one batch size only: its layers' rows cannot be told apart
-                if is_out_of_memory(exc):  # a full device says nothing of the rows: said, not taken as every layer
-                    raise
+            except Exception:  # a program that runs one batch size only: its layers' rows cannot be told apart
                 return frozenset(layer.name for layer in self.graph.layers)
             # a windowed layer (Swin) holds its windows on the first axis, batch-major: probe x windows rows
             return frozenset(
