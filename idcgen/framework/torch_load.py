@@ -101,10 +101,18 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
 
 
 def from_program(program, origin: str) -> TorchModel:
-    """A loaded ``torch.export`` program as a TorchModel: its input shape is the example input's."""
+    """A loaded ``torch.export`` program as a TorchModel: its input shape is the example input's. A program
+    saved or exported on a GPU becomes a CPU copy: the source a network places where it runs (``--device cpu``
+    too) and ships to Ray workers."""
     args = program.example_inputs[0] if program.example_inputs else ()
     if len(args) != 1:
         raise ModelError(f"{origin} takes {len(args)} inputs; idcgen runs models of one input")
+    held = [*program.state_dict.values(), *program.constants.values(), *args]
+    if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in held):
+        from torch.export.passes import move_to_device_pass
+
+        # a copy: the caller's program stays where it is
+        program = move_to_device_pass(torch.export.load(io.BytesIO(program_bytes(program))), "cpu")
     shape, channels_first = _image_shape(tuple(args[0].shape[1:]))
     return TorchModel(program, shape, channels_first, None, origin)
 
