@@ -186,9 +186,9 @@ def test_causal_attention_relevance_stays_on_the_device(images):
 
 
 def test_a_module_is_traced_where_its_weights_are():
-    """A user's nn.Module already on its GPU is traced there (a CPU probe failed against its weights: "could not
-    trace"); the meta device stands in for the GPU. The network then keeps its source program on the CPU
-    (test_gpu_a_module_already_on_the_gpu)."""
+    """A user's nn.Module already on its GPU (a factory's too) is traced there (a CPU probe failed against its
+    weights: "could not trace"); the meta device stands in for the GPU. A program traced on a GPU is then moved
+    to the CPU (test_gpu_a_module_already_on_the_gpu); one on the meta device holds no data to move."""
     from idcgen.framework import torch_load
 
     module = Residual().to("meta")

@@ -72,7 +72,8 @@ def weights_device(module):
 
 def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> TorchModel:
     """``module`` (in inference mode) as an exported program taking inputs of ``image_shape`` (H, W, C);
-    traced on ``device`` (default: where the module's weights are, a user's model already on its GPU too)."""
+    traced on ``device`` (default: where the module's weights are, a user's model already on its GPU too), the
+    program then on the CPU (what a network places where it runs, and ships to Ray workers)."""
     if image_shape is None:
         image_shape = getattr(module, "input_shape", None)
     if image_shape is None:
@@ -96,6 +97,10 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
             f"torch.export could not trace the {type(module).__name__} on inputs of shape "
             f"{tuple(sample.shape[1:])}: {_first_line(exc)}"
         ) from None
+    if sample.device.type not in ("cpu", "meta"):  # traced on a GPU: the source program is kept on the CPU
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, "cpu")
     shape, channels_first = _image_shape(tuple(sample.shape[1:]))
     return TorchModel(program, shape, channels_first, module, origin)
 

@@ -33,7 +33,7 @@ from .device import (
 )
 from .layers import GraphQueries, LayerGraph, LayerRecord
 from .torch_graph import PREPROCESS, TorchGraph, op_name
-from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program, weights_device
+from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
 
@@ -102,12 +102,7 @@ class TorchNetwork(GraphQueries, Network):
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         if isinstance(model, torch.nn.Module):
-            traced_on = weights_device(model)
             model = export(model, input_shape)  # traced where its weights are (a model already on its GPU)
-            if traced_on is not None and traced_on.type != "cpu":
-                from torch.export.passes import move_to_device_pass
-
-                model.program = move_to_device_pass(model.program, "cpu")  # the source stays on the CPU
         elif isinstance(model, torch.export.ExportedProgram):
             model = from_program(model, "torch.export program")
         if not isinstance(model, TorchModel):
