@@ -142,6 +142,9 @@ def machine() -> dict:
     if torch.cuda.is_available():
         info["card"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
+        # fp32 convolutions run on TF32 tensor cores unless this is off (cuDNN's default: on): what "fp32" means
+        info["cudnn_tf32"] = bool(torch.backends.cudnn.allow_tf32)
+        info["matmul_precision"] = torch.get_float32_matmul_precision()
         try:
             info["driver"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

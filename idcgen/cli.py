@@ -227,6 +227,12 @@ def command(func):
             _fail(in_cli_words(str(exc)))
         except OSError as exc:  # unwritable --out, a file where a folder should be, a full disk
             _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+        except Exception as exc:  # a device out of memory where no batch halving caught it: one line too
+            from .framework.device import is_out_of_memory, out_of_memory_line
+
+            if not is_out_of_memory(exc):
+                raise
+            _fail(in_cli_words(out_of_memory_line(exc)))
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None

@@ -337,7 +337,8 @@ class RunnerOptions(Group):
     workers: int | None = option(
         "--workers",
         cli_type=Optional[int],
-        help="Ray workers (default: one per GPU of the cluster, else one per CPU); alone it means --ray local.",
+        help="Ray workers (default: one per GPU of the cluster, else one per CPU; one per CPU with --device cpu); "
+        "alone it means --ray local.",
     )
     gpus_per_worker: float | None = option(
         "--gpus-per-worker",

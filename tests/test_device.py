@@ -24,7 +24,7 @@ from idcgen.framework.device import Batches, check_precision, parse_device, requ
 from idcgen.framework.torch_network import TorchNetwork  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_twins import Residual  # noqa: E402
+from torch_twins import Residual, TinyViT  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
@@ -142,6 +142,63 @@ def test_every_tensor_sits_on_the_device_the_settings_name(network, images):
     assert {t.device.type for t in network.source.program.state_dict.values()} == {"cpu"}
 
 
+def test_the_rows_probe_runs_on_the_networks_device():
+    """Which layers hold a row per input is found by one run on a probe batch, made on the network's device: a
+    probe left on the CPU fails against a GPU's weights, and then every layer passed, those inside
+    nn.MultiheadAttention ((tokens x batch, d)) too (the meta device stands in for the GPU)."""
+    from idcgen.errors import LayerError
+
+    torch.manual_seed(0)
+    on_cpu = Network(TinyViT(need_weights=True), device="cpu")
+    elsewhere = TorchNetwork(on_cpu.source, device=torch.device("meta"))
+    assert elsewhere.subject_layers() == on_cpu.subject_layers()
+    assert elsewhere._batch_first() == on_cpu._batch_first()
+    with pytest.raises(LayerError, match="has no row per input"):
+        elsewhere.check_subject_layer("blocks.0.attn.linear_1")
+
+
+class CausalTokens(torch.nn.Module):
+    """2x2 patches of an 8x8 image as 16 tokens, causal self-attention (the fused kernel), a mean, logits."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.patch, self.qkv, self.head = torch.nn.Conv2d(3, 8, 2, 2), torch.nn.Linear(8, 24), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        q, k, v = self.qkv(tokens).chunk(3, dim=-1)
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.head((tokens + attended).mean(dim=1))
+
+
+def test_causal_attention_relevance_stays_on_the_device(images):
+    """The causal mask of CP-LRP's attention rule is made on the scores' device (one made on the CPU cannot
+    mask a GPU's scores), and the rule's numbers are those of the fused kernel's forward pass."""
+    torch.manual_seed(0)
+    on_cpu = Network(CausalTokens(), device="cpu")
+    r, _, z = on_cpu.relevance(None).raw(images[:4])
+    np.testing.assert_allclose(z.numpy(), on_cpu.forward(images[:4])[0], rtol=1e-5, atol=1e-6)
+    elsewhere = TorchNetwork(on_cpu.source, device=torch.device("meta"))
+    r, a, z = elsewhere.relevance(None).raw(images[:4])
+    assert {r.device.type, a.device.type, z.device.type} == {"meta"}
+
+
+def test_a_module_is_traced_where_its_weights_are():
+    """A user's nn.Module already on its GPU (a factory's too) is traced there (a CPU probe failed against its
+    weights: "could not trace"); the meta device stands in for the GPU. A program traced on a GPU is then moved
+    to the CPU (test_gpu_a_module_already_on_the_gpu); one on the meta device holds no data to move."""
+    from idcgen.framework import torch_load
+
+    module = Residual().to("meta")
+    program = torch_load.export(module, (8, 8, 3)).program
+    assert program.example_inputs[0][0].device.type == "meta"
+    assert {v.device.type for v in program.state_dict.values()} == {"meta"}
+    assert torch_load.weights_device(module) == torch.device("meta")
+    assert torch_load.weights_device(torch.nn.ReLU()) is None
+
+
 def test_placement_keeps_the_cpu_results(network, images):
     """The same network placed explicitly on the CPU (the code path a GPU takes) gives the same numbers."""
     again = TorchNetwork(network.source, device="cpu")
@@ -151,6 +208,21 @@ def test_placement_keeps_the_cpu_results(network, images):
     np.testing.assert_array_equal(acts, acts2)
     grad, logits = again.gradients("logit-sum")(images[:5], np.eye(10, dtype=np.float32)[:5])
     assert grad.shape == images[:5].shape and isinstance(grad, np.ndarray)
+
+
+def test_the_attacks_logits_module_takes_inputs_from_another_device(network, images):
+    """ART's PyTorchClassifier(device_type="gpu") puts its inputs on torch's current GPU, which is not the
+    network's under --device cuda:1: the logits module moves them (the meta device stands in for cuda:1, the
+    CPU for cuda:0), and the gradient still reaches the input."""
+    from idcgen.framework.torch_attacks import LogitsModule
+
+    elsewhere = TorchNetwork(network.source, device=torch.device("meta"))
+    x = torch.as_tensor(images[:3]).requires_grad_(True)
+    logits = LogitsModule(elsewhere)(x)
+    assert logits.device.type == "meta" and logits.shape == (3, 10)
+    on_cpu = LogitsModule(network)(x)
+    (grad,) = torch.autograd.grad(on_cpu.sum(), x)
+    assert grad.shape == x.shape and grad.abs().sum() > 0
 
 
 def test_an_attack_on_the_placed_network(network, images):
@@ -225,6 +297,25 @@ def test_an_explicit_batch_size_is_kept_and_its_out_of_memory_is_one_line(networ
         sizes.failed(ValueError("not memory"), 8)
 
 
+def test_cuda_libraries_out_of_memory_halves_too():
+    """cuBLAS, cuDNN and a kernel launch say they ran out of memory through a plain RuntimeError (torch's
+    AcceleratorError), not torch.OutOfMemoryError: halved the same, and one line where it cannot be."""
+    from idcgen.framework.device import is_out_of_memory
+
+    said = (
+        "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    )
+    for text in said:
+        assert is_out_of_memory(RuntimeError(text)), text
+        sizes = Batches(64, what="forward", device="cuda:0")
+        sizes.failed(RuntimeError(text), 64)
+        assert sizes.size == 32
+    assert not is_out_of_memory(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not is_out_of_memory(ValueError("CUDA error: out of memory"))  # only as the libraries raise it
+
+
 def test_cli_out_of_memory_at_one_input_is_one_line(tmp_path, monkeypatch):
     """Every batch out of memory (torch's own exception, raised by the graph's executor): halved down to one
     input, then one line naming the size and what to try; no traceback."""
@@ -256,6 +347,31 @@ def test_cli_out_of_memory_at_one_input_is_one_line(tmp_path, monkeypatch):
     assert done.output.strip().splitlines()[-1] == (
         "error: out of memory on cpu at a forward batch of 1 input(s): free the device's memory, or run on "
         "another device: --device cpu"
+    ), done.output
+
+
+def test_cli_out_of_memory_outside_the_halved_batches_is_one_line(tmp_path, monkeypatch):
+    """Model work that no batch halving wraps (a gradient mutator's or an attack's backward pass on a fuzz batch,
+    MC dropout, harden's fine-tuning): torch's out-of-memory exception is still one line, never a traceback."""
+    from idcgen.framework.torch_zoo import LeNet5, export_program
+
+    export_program(LeNet5(), tmp_path / "lenet5.pt2")
+    np.savez(tmp_path / "x.npz", x=np.zeros((8, 28, 28, 1), np.uint8))
+
+    def out_of_memory(self, x, layers=(), **kwargs):
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+            "1.05 GiB is free. Of the allocated memory 75.4 GiB is allocated by PyTorch"
+        )
+
+    monkeypatch.setattr(TorchNetwork, "forward", out_of_memory)
+    args = ["coverage", "--model", str(tmp_path / "lenet5.pt2"), "--inputs", str(tmp_path / "x.npz")]
+    done = CliRunner().invoke(app, args + ["--criteria", "nc", "--device", "cpu"])
+    assert done.exit_code == 1 and "Traceback" not in done.output, done.output
+    assert not isinstance(done.exception, torch.OutOfMemoryError), done.exception
+    assert done.output.strip().splitlines()[-1] == (
+        "error: out of memory on the device (CUDA out of memory. Tried to allocate 2.00 GiB): give a smaller "
+        "--batch-size, or run on another device: --device cpu"
     ), done.output
 
 
@@ -354,6 +470,71 @@ def test_gpus_per_worker_is_checked():
     for bad in (-1, 1.5, float("nan")):
         with pytest.raises(ParameterError, match="gpus_per_worker"):
             check_gpus_per_worker(bad)
+
+
+def test_a_cpu_driver_spreads_its_workers_over_the_cpus_not_the_gpus():
+    """--device cpu on a machine with a GPU: by default one Ray worker per CPU (not one per GPU, each of which
+    would then run on its CPU) and no GPU shares reserved; auto or cuda: one worker per GPU, as before."""
+    from idcgen.distributed.cluster import cluster_workers
+
+    class Cluster:  # what ray.cluster_resources() reports for one GPU and 16 CPUs
+        @staticmethod
+        def cluster_resources():
+            return {"CPU": 16.0, "GPU": 1.0}
+
+    assert cluster_workers(Cluster, None) == (1, 1.0)
+    assert cluster_workers(Cluster, 4) == (4, 0.25)
+    assert cluster_workers(Cluster, None, on_gpus=False) == (16, 0.0)
+    assert cluster_workers(Cluster, 4, on_gpus=False) == (4, 0.0)
+    assert cluster_workers(Cluster, 4, 0.5, on_gpus=False) == (4, 0.5)  # a share given is kept
+
+
+class FakeRay:
+    """What a parallel campaign's driver asks of Ray to start its actors, on a cluster of one GPU and 16 CPUs:
+    the options each actor class was started with are kept."""
+
+    class exceptions:
+        RayActorError = WorkerCrashedError = RuntimeError
+
+    def __init__(self):
+        self.options = {}
+
+    @staticmethod
+    def cluster_resources():
+        return {"CPU": 16.0, "GPU": 1.0}
+
+    def put(self, value):
+        return value
+
+    def remote(self, cls):
+        seen = self.options
+
+        class Handle:
+            def options(self, **kwargs):
+                seen[cls.__name__] = kwargs
+                return self
+
+            def remote(self, *args, **kwargs):
+                return self
+
+        return Handle()
+
+
+@pytest.mark.parametrize("device, share", [("auto", 0.25), ("cpu", 0.0)])
+def test_parallel_fuzz_workers_share_the_gpus_unless_told_otherwise(network, images, device, share):
+    """fuzz --workers 4 without --gpus-per-worker: the cluster's GPU spread over the workers, as its help says
+    (each worker then runs its model on its GPU), none where the driver runs on the CPU; a share given is kept."""
+    from idcgen.analysis import analyze
+    from idcgen.distributed.parallel import ParallelRecord, WorkerSettings, _Crew
+
+    placed = TorchNetwork(network.source, device="cpu")
+    placed.device_asked = device  # what the driver was asked for (auto finds no GPU here)
+    analysis = analyze(placed, images, m=2, clusters=[2], progress=False)
+    for given, want in ((None, share), (0.5, 0.5)):
+        ray = FakeRay()
+        crew = _Crew(ray, ParallelRecord(workers=4, budget=64, sync_every=4, settings=None), Path("."), 1, print)
+        crew.spawn(placed, analysis, WorkerSettings(gpus_per_worker=given), True, images[:4], None)
+        assert ray.options["FuzzWorker"] == {"num_cpus": 1, "num_gpus": want}
 
 
 def test_a_worker_recipe_keeps_the_driver_on_the_cpu(network):
@@ -513,3 +694,39 @@ def test_gpu_analysis_equals_the_cpu_one(network, images):
         assert a.k == b.k
         np.testing.assert_allclose(a.centroids, b.centroids, atol=1e-3)
     assert on_gpu.device["device"].startswith("cuda") and on_gpu.fingerprint == on_cpu.fingerprint
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_a_module_already_on_the_gpu(network, images):
+    """idcgen.Network(module.cuda(), device="cuda"): traced on the GPU, its source program moved to the CPU (what
+    ships it to a worker), the user's module left where it was, the CPU network's weights and predictions."""
+    import copy
+
+    module = copy.deepcopy(network.source.module).cuda()
+    net = Network(module, device="cuda")
+    assert {t.device.type for t in every_tensor(net)} == {"cuda"}
+    assert {v.device.type for v in net.source.program.state_dict.values()} == {"cpu"}
+    assert next(module.parameters()).device.type == "cuda"
+    assert net.fingerprint() == network.fingerprint()
+    out, want = net.forward(images)[0], network.forward(images)[0]
+    assert (out.argmax(1) == want.argmax(1)).all()
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_a_program_saved_on_the_gpu_runs_on_the_cpu_too(network, images, tmp_path):
+    """A .pt2 written from a model on its GPU holds CUDA tensors: loaded, its source is a CPU copy, so --device
+    cpu runs it (its weights were left on the GPU before) and a worker is shipped a CPU program."""
+    import copy
+
+    from idcgen.framework import load_network
+    from idcgen.framework.torch_zoo import export_program
+
+    export_program(copy.deepcopy(network.source.module).cuda(), tmp_path / "gpu.pt2")
+    assert {v.device.type for v in torch.export.load(str(tmp_path / "gpu.pt2")).state_dict.values()} == {"cuda"}
+    on_cpu = load_network(tmp_path / "gpu.pt2", device="cpu")
+    assert {v.device.type for v in on_cpu.source.program.state_dict.values()} == {"cpu"}
+    assert {t.device.type for t in every_tensor(on_cpu)} == {"cpu"}
+    np.testing.assert_allclose(on_cpu.forward(images)[0], network.forward(images)[0], rtol=1e-5, atol=1e-6)
+    assert load_network(tmp_path / "gpu.pt2", device="cuda").fingerprint() == network.fingerprint()

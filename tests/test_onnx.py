@@ -241,6 +241,28 @@ def test_a_gpu_asked_for_that_onnxruntime_lacks_is_one_line(files):
     assert "has no CUDA provider here" in done.output and "onnxruntime-gpu" in done.output
 
 
+def test_a_cuda_provider_that_does_not_start_is_not_recorded_as_the_gpu(tmp_path, monkeypatch):
+    """onnxruntime-gpu lists its CUDA provider where its CUDA libraries are missing, then runs on the CPU with a
+    warning: auto records the CPU (not cuda:0), an explicit cuda is one line (the listing faked here, on
+    onnxruntime's CPU build, which falls back the same way)."""
+    import onnxruntime
+
+    from idcgen.errors import IdcgenError
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("onnxruntime has a CUDA provider here")
+    path = _export(Small().eval(), tmp_path / "m.onnx")
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    x = np.random.default_rng(0).random((3, 28, 28, 1), dtype=np.float32)
+    network = load_network(path, device="auto")
+    assert network.device_info()["device"] == "cpu"
+    assert network.forward(x)[0].shape == (3, 10)
+    with pytest.raises(IdcgenError, match="could not start its CUDA provider"):
+        load_network(path, device="cuda").forward(x)
+
+
 def test_a_missing_onnxruntime_is_one_line_naming_the_extra(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"not read: the backend is checked first")
     code = (

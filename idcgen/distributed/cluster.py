@@ -59,12 +59,15 @@ def fetch(ray, refs):
         raise
 
 
-def cluster_workers(ray, workers: int | None, gpus_per_worker: float | None = None) -> tuple[int, float]:
+def cluster_workers(
+    ray, workers: int | None, gpus_per_worker: float | None = None, *, on_gpus: bool = True
+) -> tuple[int, float]:
     """(workers, GPUs per worker): by default one worker per GPU of the cluster, else one per CPU; each
     worker's share of a GPU is ``gpus_per_worker`` when given (0.5: two workers a GPU), else the cluster's
-    GPUs spread over the workers."""
+    GPUs spread over the workers. ``on_gpus`` False (the driver was asked for the CPU): the cluster's GPUs are
+    neither counted nor shared out, as the workers run on their CPUs."""
     resources = ray.cluster_resources()
-    gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
+    gpus, cpus = int(resources.get("GPU", 0)) if on_gpus else 0, int(resources.get("CPU", 1))
     if workers is None:
         workers = gpus or max(cpus, 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, ParameterError
-from .cluster import LOCAL, ModelRecipe, check_gpus_per_worker, connect, fetch, hold_threads
+from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads
 
 #: the pseudo-mutator whose steps add entries imported from the other workers
 SYNC = "sync"
@@ -334,11 +334,14 @@ class _Crew:
     def spawn(self, network, analysis, runner: WorkerSettings, safe_mode: bool, seeds, labels) -> None:
         """The coordinator and one actor per worker, with the model, the analysis and the seeds put once."""
         put = self.ray.put
-        self.recipe = put(ModelRecipe.of(network, safe_mode=safe_mode))
+        recipe = ModelRecipe.of(network, safe_mode=safe_mode)
+        self.recipe = put(recipe)
         self.light = put(dataclasses.replace(analysis, network=None))
         self.coordinator = self.ray.remote(Coordinator).options(num_cpus=0).remote(analysis.total)
-        gpus = 0.0 if runner.gpus_per_worker is None else check_gpus_per_worker(runner.gpus_per_worker)
-        self.actor = self.ray.remote(FuzzWorker).options(num_cpus=self.threads, num_gpus=gpus)  # each its own GPU share
+        # each its own GPU share: the one given, else the cluster's GPUs spread over the workers (none where the
+        # driver runs on the CPU), as an analysis pool's
+        _, gpus = cluster_workers(self.ray, self.record.workers, runner.gpus_per_worker, on_gpus=recipe.device != "cpu")
+        self.actor = self.ray.remote(FuzzWorker).options(num_cpus=self.threads, num_gpus=gpus)
         self.x_ref = put(None if seeds is None else np.asarray(seeds))
         self.y_ref = put(None if labels is None else np.asarray(labels))
         self.actors = {i: self._actor(i) for i in range(self.record.workers)}

@@ -132,7 +132,8 @@ class Workers:
     model : a model file (.keras/.h5), a Keras model or a Network
     ray : "local" (default: start Ray on this machine), "auto" (the cluster ``ray start`` made), or an
         address such as ``ray://head:10001``; a Ray already initialised in this process is used as it is
-    workers : actors to start (default: one per GPU of the cluster, else one per CPU)
+    workers : actors to start (default: one per GPU of the cluster, else one per CPU; one per CPU when the model
+        was placed on the CPU)
     threads : TensorFlow intra-op threads (and CPUs reserved) per worker, default 1
     value_range, preprocess, image_shape, recorded : the input convention, as for :func:`idcgen.analyze`
     task, safe_mode : as for :class:`idcgen.Network` and :func:`idcgen.load_model`
@@ -169,8 +170,9 @@ class Workers:
             image_shape=image_shape,
             recorded=recorded,
         )
-        count, gpus = cluster_workers(self.ray, workers, gpus_per_worker)
-        recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=safe_mode))
+        recipe = ModelRecipe.of(self.network, safe_mode=safe_mode)
+        count, gpus = cluster_workers(self.ray, workers, gpus_per_worker, on_gpus=recipe.device != "cpu")
+        recipe = self.ray.put(recipe)
         actor = self.ray.remote(AnalysisWorker).options(num_cpus=threads, num_gpus=gpus)
         self.actors = [actor.remote(recipe, threads) for _ in range(count)]
         self.pids = fetch(self.ray, [a.ready.remote() for a in self.actors])  # a model that fails, fails here

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -165,10 +166,28 @@ def keras_device(device=None) -> str:
 
 
 # ---- batches that fit ---------------------------------------------------------------------------
+#: how CUDA's libraries say they ran out of memory through a plain RuntimeError (torch.AcceleratorError): a
+#: cuBLAS handle or cuDNN workspace that could not be allocated, a kernel launch's cudaErrorMemoryAllocation
+_OUT_OF_MEMORY_TEXT = ("CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
-    """A framework's out-of-memory error (torch.OutOfMemoryError, TensorFlow's ResourceExhaustedError),
-    told by its type's name so that neither framework is imported here."""
-    return any(cls.__name__ in ("OutOfMemoryError", "ResourceExhaustedError") for cls in type(exc).__mro__)
+    """A framework's out-of-memory error (torch.OutOfMemoryError, TensorFlow's ResourceExhaustedError, or a CUDA
+    library's allocation failure), told by its type's name and text so that neither framework is imported here."""
+    if any(cls.__name__ in ("OutOfMemoryError", "ResourceExhaustedError") for cls in type(exc).__mro__):
+        return True
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in _OUT_OF_MEMORY_TEXT)
+
+
+def out_of_memory_line(exc: BaseException) -> str:
+    """One line for an out-of-memory error that no batch halving caught (a gradient mutator's or an attack's
+    backward pass on a fuzz batch, MC dropout, fine-tuning): torch's first sentences, and what to try."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    said = re.match(r"(.*?Tried to allocate \S+ \S+?)\.(\s|$)", text)
+    return (
+        f"out of memory on the device ({said.group(1) if said else text[:160]}): give a smaller 'batch_size' parameter, or "
+        "run on another device: device='cpu'"
+    )
 
 
 _SAID: set = set()
@@ -274,6 +293,7 @@ __all__ = [
     "describe_torch_device",
     "free_memory",
     "is_out_of_memory",
+    "out_of_memory_line",
     "Batches",
     "memory_batch_size",
     "say_once",

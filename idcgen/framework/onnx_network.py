@@ -247,11 +247,26 @@ class OnnxNetwork(ForwardNetwork):
                 options.intra_op_num_threads = _THREADS[0]
                 options.inter_op_num_threads = 1
             try:
-                return ort.InferenceSession(proto.SerializeToString(), options, providers=self.providers)
+                session = ort.InferenceSession(proto.SerializeToString(), options, providers=self.providers)
             except Exception as exc:
                 raise ModelError(f"onnxruntime cannot run {self.source.origin}: {_first_line(exc)}") from None
+            if self._device_info["device"] != "cpu" and "CUDAExecutionProvider" not in session.get_providers():
+                self._cuda_did_not_start(ort)
+            return session
 
         return self.cached(("session", outputs), build)
+
+    def _cuda_did_not_start(self, ort) -> None:
+        """onnxruntime lists its CUDA provider but could not start it (onnxruntime-gpu without the CUDA or cuDNN
+        libraries it was built for, or no GPU) and ran on the CPU: an explicit cuda is one line, auto is the CPU
+        and recorded so."""
+        if self.device_asked == "cuda":
+            raise ModelError(
+                f"{requested_device(self._device if self._device is None else str(self._device)).given_as()}: "
+                f"onnxruntime {ort.__version__} could not start its CUDA provider (the "
+                "CUDA and cuDNN libraries its build needs, a GPU); run on the CPU (device='cpu')"
+            )
+        self.providers, self._device_info = ["CPUExecutionProvider"], {"device": "cpu"}
 
     def _run(self, x: np.ndarray, outputs: tuple[str, ...] = ()) -> list[np.ndarray]:
         """The model's first output and ``outputs`` on model inputs ``x``, one call (a fixed batch padded)."""
@@ -545,6 +560,8 @@ class OnnxNetwork(ForwardNetwork):
         """Where it runs and in what precision, as analysis.json and campaign.json record them (information only):
         "int8" for a quantised export."""
         quantised = any(node.op_type in _QUANTISED for node in self.proto.graph.node)
+        if self._device_info["device"] != "cpu":
+            self._session(())  # where onnxruntime really runs it: its CUDA provider may not start
         return dict(self._device_info, precision="int8" if quantised else "fp32")
 
     def head_activation(self) -> str:

@@ -82,7 +82,8 @@ class LogitsModule(torch.nn.Module):
         self.network = network
 
     def forward(self, x):
-        return self.network.logits(x)
+        # ART's estimator puts its inputs on torch's current GPU (cuda:0), not necessarily the network's cuda:N
+        return self.network.logits(x.to(self.network.device))
 
 
 def _fgsm_step(network, x, y, eps, lo, hi):

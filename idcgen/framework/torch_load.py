@@ -63,9 +63,17 @@ def _model_shape(image_shape: tuple) -> tuple:
     return image_shape
 
 
+def weights_device(module):
+    """Where a module's weights are (its first parameter or buffer), None for a module without any."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return None
+
+
 def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> TorchModel:
     """``module`` (in inference mode) as an exported program taking inputs of ``image_shape`` (H, W, C);
-    traced on ``device`` (where the module's weights are; default the CPU)."""
+    traced on ``device`` (default: where the module's weights are, a user's model already on its GPU too), the
+    program then on the CPU (what a network places where it runs, and ships to Ray workers)."""
     if image_shape is None:
         image_shape = getattr(module, "input_shape", None)
     if image_shape is None:
@@ -78,7 +86,7 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
         module = module.eval()
     except NotImplementedError:  # a torch.export program's module, already in inference mode
         pass
-    sample = torch.zeros((2, *_model_shape(image_shape)), device=device)
+    sample = torch.zeros((2, *_model_shape(image_shape)), device=device or weights_device(module))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -89,15 +97,27 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
             f"torch.export could not trace the {type(module).__name__} on inputs of shape "
             f"{tuple(sample.shape[1:])}: {_first_line(exc)}"
         ) from None
+    if sample.device.type not in ("cpu", "meta"):  # traced on a GPU: the source program is kept on the CPU
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, "cpu")
     shape, channels_first = _image_shape(tuple(sample.shape[1:]))
     return TorchModel(program, shape, channels_first, module, origin)
 
 
 def from_program(program, origin: str) -> TorchModel:
-    """A loaded ``torch.export`` program as a TorchModel: its input shape is the example input's."""
+    """A loaded ``torch.export`` program as a TorchModel: its input shape is the example input's. A program
+    saved or exported on a GPU becomes a CPU copy: the source a network places where it runs (``--device cpu``
+    too) and ships to Ray workers."""
     args = program.example_inputs[0] if program.example_inputs else ()
     if len(args) != 1:
         raise ModelError(f"{origin} takes {len(args)} inputs; idcgen runs models of one input")
+    held = [*program.state_dict.values(), *program.constants.values(), *args]
+    if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in held):
+        from torch.export.passes import move_to_device_pass
+
+        # a copy: the caller's program stays where it is
+        program = move_to_device_pass(torch.export.load(io.BytesIO(program_bytes(program))), "cpu")
     shape, channels_first = _image_shape(tuple(args[0].shape[1:]))
     return TorchModel(program, shape, channels_first, None, origin)
 

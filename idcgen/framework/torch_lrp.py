@@ -204,7 +204,8 @@ def _attended(node, args, graph):
     scores = q @ k.transpose(-2, -1) * scale
     if causal:
         n, m = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf"))
+        above = torch.ones(n, m, dtype=torch.bool, device=scores.device).triu(1)  # on the scores' device (a GPU's)
+        scores = scores.masked_fill(above, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     return torch.softmax(scores, dim=-1).detach() @ v

@@ -102,7 +102,7 @@ class TorchNetwork(GraphQueries, Network):
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         if isinstance(model, torch.nn.Module):
-            model = export(model, input_shape)
+            model = export(model, input_shape)  # traced where its weights are (a model already on its GPU)
         elif isinstance(model, torch.export.ExportedProgram):
             model = from_program(model, "torch.export program")
         if not isinstance(model, TorchModel):
@@ -337,8 +337,8 @@ class TorchNetwork(GraphQueries, Network):
                 return value
 
             try:
-                with torch.inference_mode():
-                    self.run(torch.zeros((self._PROBE, *self.input_shape)), after=after)
+                with torch.inference_mode():  # the probe on the device: one on the CPU fails against a GPU's weights
+                    self.run(torch.zeros((self._PROBE, *self.input_shape), device=self.device), after=after)
             except Exception:  # a program that runs one batch size only: its layers' rows cannot be told apart
                 return frozenset(layer.name for layer in self.graph.layers)
             # a windowed layer (Swin) holds its windows on the first axis, batch-major: probe x windows rows
