@@ -40,6 +40,7 @@ from torch.nn import functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idcgen.framework.device import ieee_fp32  # noqa: E402
 from idcgen.framework.torch_zoo import ResNet18  # noqa: E402  (torch and numpy only, as this script needs)
 from record import record  # noqa: E402  (benchmarks/record.py: one JSON line per figure, results/bench_gpu.jsonl)
 
@@ -208,15 +209,20 @@ def raw_rates(module, x: np.ndarray, batch: int, device, precision="fp32") -> di
         torch.autograd.grad(top, inp)
 
     rates = {}
-    for name, step in (("forward", forward), ("forward_backward", backward)):
-        step()
-        sync(device)
-        reps, start = 0, time.perf_counter()
-        while reps < 3 or time.perf_counter() - start < 2.0:
+    # tf32: torch's own default on a GPU, timed for comparison; idcgen's fp32 turns it off (ieee_fp32)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        for name, step in (("forward", forward), ("forward_backward", backward)):
             step()
-            reps += 1
-        sync(device)
-        rates[name] = reps * batch / (time.perf_counter() - start)
+            sync(device)
+            reps, start = 0, time.perf_counter()
+            while reps < 3 or time.perf_counter() - start < 2.0:
+                step()
+                reps += 1
+            sync(device)
+            rates[name] = reps * batch / (time.perf_counter() - start)
+    finally:
+        ieee_fp32(torch)
     return rates
 
 
@@ -289,17 +295,18 @@ def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, 
                 forward_per_s=round(rates["forward"], 1),
                 forward_backward_per_s=round(rates["forward_backward"], 1),
             )
-            if device.type == "cuda" and precision != "fp32":
-                rates16 = raw_rates(make_like(module, make), x, batch, device, precision)
-                out(
-                    what="raw",
-                    model=name,
-                    device=str(device),
-                    batch=batch,
-                    precision=precision,
-                    forward_per_s=round(rates16["forward"], 1),
-                    forward_backward_per_s=round(rates16["forward_backward"], 1),
-                )
+            for other in ("tf32", precision) if device.type == "cuda" else ():
+                if other != "fp32":
+                    rates16 = raw_rates(make_like(module, make), x, batch, device, other)
+                    out(
+                        what="raw",
+                        model=name,
+                        device=str(device),
+                        batch=batch,
+                        precision=other,
+                        forward_per_s=round(rates16["forward"], 1),
+                        forward_backward_per_s=round(rates16["forward_backward"], 1),
+                    )
             for layer in layers or [network.default_layer()]:
                 found, seconds = timed_analysis(network, x[:n], layer)
                 found_on[(device.type, layer)] = found
@@ -408,6 +415,8 @@ def main():
     args = parser.parse_args()
 
     gpu = torch.cuda.is_available()
+    if gpu:
+        ieee_fp32(torch)  # what idcgen's fp32 is on a GPU, for the raw rates too; every line records it
     devices = ([torch.device("cuda", 0)] if gpu else []) + ([] if gpu and args.no_cpu else [torch.device("cpu")])
     out = Out(args.out)
     batches = [int(b) for b in args.batches.split(",")]

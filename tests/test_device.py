@@ -142,6 +142,35 @@ def test_every_tensor_sits_on_the_device_the_settings_name(network, images):
     assert {t.device.type for t in network.source.program.state_dict.values()} == {"cpu"}
 
 
+def test_a_network_placed_off_the_cpu_computes_fp32_without_tf32(network):
+    """torch lets cuDNN run fp32 convolutions on TF32 tensor cores by default (activations about 1e-4 off, relevance
+    no longer conserved at that level): placing a network on a GPU turns that off, as idcgen's fp32 is the CPU's
+    (the meta device stands in for the GPU: the same placement)."""
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True  # torch's defaults
+        TorchNetwork(network.source, device="cpu")
+        assert torch.backends.cudnn.allow_tf32  # the CPU has no TF32: nothing to change
+        TorchNetwork(network.source, device=torch.device("meta"))
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
+
+
+def fp64_logits(network, images):
+    """The logits in float64 on the CPU: the reference fp32 is measured against."""
+    import copy
+
+    module = copy.deepcopy(network.source.module).double().eval()
+    with torch.no_grad():
+        return module(torch.as_tensor(images, dtype=torch.float64).permute(0, 3, 1, 2)).numpy()
+
+
+def test_fp32_on_the_cpu_is_within_the_gpu_tests_bound_of_float64(network, images):
+    """The bound test_gpu_fp32_is_the_cpus_fp32 holds the GPU to, met by the CPU's fp32 here."""
+    np.testing.assert_allclose(network.forward(images)[0], fp64_logits(network, images), rtol=0, atol=2e-5)
+
+
 def test_the_rows_probe_runs_on_the_networks_device():
     """Which layers hold a row per input is found by one run on a probe batch, made on the network's device: a
     probe left on the CPU fails against a GPU's weights, and then every layer passed, those inside
@@ -680,6 +709,18 @@ def test_gpu_network_places_everything_on_cuda(network, images):
     want, (want_acts,) = network.forward(images, ("conv2",))
     np.testing.assert_allclose(out, want, atol=1e-4)
     np.testing.assert_allclose(acts, want_acts, atol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_fp32_is_the_cpus_fp32(network, images):
+    """No TF32 on the GPU: its convolutions agree with float64 as closely as the CPU's do (TF32's 10-bit mantissa
+    would put them about 1e-4 apart)."""
+    torch.backends.cudnn.allow_tf32 = True  # torch's default, whatever ran before
+    net = TorchNetwork(network.source, device="cuda")
+    assert not torch.backends.cudnn.allow_tf32
+    exact = fp64_logits(network, images)
+    np.testing.assert_allclose(net.forward(images)[0], exact, rtol=0, atol=2e-5)
 
 
 @pytest.mark.gpu

@@ -259,6 +259,15 @@ def device_line(info: dict) -> str | None:
     return f"device: {info.get('device', 'cpu')}{name}, {precision}"
 
 
+def ieee_fp32(torch) -> None:
+    """fp32 as the CPU computes it on a GPU too: torch lets cuDNN run fp32 convolutions on TF32 tensor cores by
+    default (a 10-bit mantissa on Ampere and newer), which moves activations by about 1e-4 and breaks relevance's
+    conservation at that level. Called when a network is placed on a GPU; process-wide, as torch's settings are
+    (docs/design.md, "Devices"). bf16/fp16 are the fast options."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 @contextlib.contextmanager
 def full_precision(network):
     """``network`` (anything with a ``precision``) in fp32 within the block: an analysis' relevance and the
@@ -298,5 +307,6 @@ __all__ = [
     "memory_batch_size",
     "say_once",
     "full_precision",
+    "ieee_fp32",
     "device_line",
 ]

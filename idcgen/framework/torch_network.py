@@ -27,6 +27,7 @@ from .device import (
     check_precision,
     describe_torch_device,
     free_memory,
+    ieee_fp32,
     memory_batch_size,
     requested_device,
     torch_device,
@@ -140,6 +141,8 @@ class TorchNetwork(GraphQueries, Network):
         if self.device.type == "cpu":
             return program
         from torch.export.passes import move_to_device_pass
+
+        ieee_fp32(torch)  # fp32 on the GPU as on the CPU: no TF32 convolutions
 
         return move_to_device_pass(torch.export.load(io.BytesIO(program_bytes(program))), self.device)
 
