@@ -771,3 +771,55 @@ def test_gpu_a_program_saved_on_the_gpu_runs_on_the_cpu_too(network, images, tmp
     assert {t.device.type for t in every_tensor(on_cpu)} == {"cpu"}
     np.testing.assert_allclose(on_cpu.forward(images)[0], network.forward(images)[0], rtol=1e-5, atol=1e-6)
     assert load_network(tmp_path / "gpu.pt2", device="cuda").fingerprint() == network.fingerprint()
+
+
+# ---- the same results twice (GPU kernels may sum in any order) -------------------------------------------
+class OverlappingPool(torch.nn.Module):
+    """conv -> ReLU -> 3x3 max pool of stride 2 (overlapping windows: their gradients meet in one input) -> conv
+    -> ReLU -> adaptive average -> dense: the backward kernels that sum with atomics on a GPU."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.pool, self.fc = torch.nn.MaxPool2d(3, 2, padding=1), torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        out = torch.relu(self.conv2(self.pool(torch.relu(self.conv1(x)))))
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(out, 1).flatten(1))
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, needs_gpu])])
+def test_relevance_and_a_campaign_are_the_same_twice(where, images, tmp_path):
+    """The README promises the same campaign for the same --random-state in one process: on the device too,
+    with the mutators that run the model backwards (input relevance, gradients, an attack) on a model whose
+    backward pass sums overlapping windows."""
+    from idcgen.analysis import analyze
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.fuzz.mutators import parse_mutators
+
+    pytest.importorskip("cleverhans")  # fgsm's step (carried to the GPU machines as a wheel)
+    torch.manual_seed(0)
+    source = Network(OverlappingPool(), device="cpu").source
+    net = TorchNetwork(source, device=where)
+    for layer in ("conv1", None):
+        first, second = (net.relevance(layer).raw(images)[0].cpu().numpy() for _ in range(2))
+        np.testing.assert_array_equal(first, second)
+    analysis = analyze(net, images, m=6, clusters=[2, 3, 4], progress=False)  # room to grow: 384 combinations
+    campaigns = []
+    for run in range(2):
+        mutators = parse_mutators("gauss(std=0.05),relevant_pixels,directed,fgsm(eps=0.1)")
+        fuzzer = Fuzzer(analysis, mutators=mutators, batch_size=32, random_state=0, oracle="prediction-change")
+        campaign = fuzzer.start(images[:4], None, tmp_path / f"c{run}", budget=256)
+        fuzzer.run(campaign, progress=False)
+        campaigns.append(campaign)
+    a, b = campaigns
+    assert a.execs == b.execs == 256 and len(a.corpus) == len(b.corpus) > 20
+    assert (
+        a.mutator_stats["fgsm(eps=0.1)"].valid > 0
+        and a.mutator_stats["directed(steps=5, step_size=0.03, eps=0.15, tries=16)"].kept > 0
+    )
+    np.testing.assert_array_equal(a.corpus.combination, b.corpus.combination)
+    np.testing.assert_array_equal(a.corpus.x, b.corpus.x)
+    assert a.n_findings == b.n_findings
