@@ -59,6 +59,43 @@ def test_gather_in_parts_is_fancy_indexing(monkeypatch):
     assert not np.shares_memory(got, a) and parallel.gather(a, rows[:0]).shape == (0, 4, 4, 3)
 
 
+@pytest.mark.parametrize("spec", ["brightness", "contrast", "noise", "gain", "bias"])
+@pytest.mark.parametrize("value_range", [(0.0, 1.0), (0.0, 255.0)])
+def test_rowwise_transforms_in_parts_are_the_whole_batch_pass(spec, value_range, monkeypatch):
+    """Drawn for the batch, applied rows at a time on the pool: in 23 parts, bit for bit the transform over the
+    whole batch in one pass (in_unit_range), and the draws leave the generator where one pass leaves it."""
+    import idcgen.fuzz.mutators.parallel as parallel
+    from idcgen.fuzz.mutators import make_mutator
+    from idcgen.fuzz.mutators.base import MutationContext
+    from idcgen.fuzz.mutators.image import in_unit_range
+
+    lo, hi = value_range
+    x = lo + (hi - lo) * np.random.default_rng(0).random((90, 6, 5, 3), dtype=np.float32)
+    ctx = MutationContext(network=None, labels=np.zeros(90, int), value_range=value_range)
+    mutator = make_mutator(spec)
+    whole_rng, parts_rng = np.random.default_rng(3), np.random.default_rng(3)
+    whole = mutator._finish(x, in_unit_range(lambda unit: mutator._transform(unit, whole_rng), x, ctx), ctx)
+    monkeypatch.setattr(parallel, "PART_BYTES", 4 * x[0].nbytes)  # 4 rows a part: 23 parts
+    parts = mutator.mutate(x, parts_rng, ctx)
+    np.testing.assert_array_equal(parts, whole)
+    assert parts_rng.bit_generator.state == whole_rng.bit_generator.state
+    assert not np.array_equal(parts, x) and lo <= parts.min() and parts.max() <= hi
+
+
+def test_a_nan_in_the_last_part_of_a_batch_is_refused(monkeypatch):
+    """The input check's extremes are taken rows at a time: a NaN in any part still fails it."""
+    import idcgen.fuzz.mutators.parallel as parallel
+    from idcgen.fuzz.mutators import make_mutator
+    from idcgen.fuzz.mutators.base import MutationContext
+
+    x = np.random.default_rng(0).random((40, 4, 4, 3), dtype=np.float32)
+    x[-1, 2, 2, 0] = np.nan
+    monkeypatch.setattr(parallel, "PART_BYTES", 3 * x[0].nbytes)  # 14 parts
+    ctx = MutationContext(network=None, labels=np.zeros(40, int))
+    with pytest.raises(InputError, match="inputs must be finite and inside value_range"):
+        make_mutator("brightness").mutate(x, np.random.default_rng(0), ctx)
+
+
 def test_batch_prioritization_weights_by_hand():
     s = BatchPrioritization(gamma=5, p_min=0.01)
     # f = 0 -> 1; f = 2 -> 1 - 2/5 = 0.6; f = 4 -> 0.2; f = 4.95 threshold: f = 5 -> p_min

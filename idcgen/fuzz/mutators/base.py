@@ -245,7 +245,9 @@ class Mutator:
             return x
         lo, hi = ctx.value_range
         tol = 1e-6 * (hi - lo)
-        low, high = x.min(), x.max()
+        # the extremes rows at a time on the pool (exact: a NaN stays a NaN)
+        extremes = np.asarray(run_parts(lambda rows: (x[rows].min(), x[rows].max()), row_parts(len(x), x[0].nbytes)))
+        low, high = extremes[:, 0].min(), extremes[:, 1].max()
         if not (lo - tol <= low and high <= hi + tol):  # NaN fails both comparisons
             raise InputError(
                 f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "

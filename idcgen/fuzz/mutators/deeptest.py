@@ -23,7 +23,7 @@ import numpy as np
 
 from .base import Mutator, Param, bad_parameter
 from .geometry import per_image
-from .image import BatchedTransform, in_unit_range
+from .image import RowwiseTransform, in_unit_range
 
 #: DeepTest's ten blur settings: (kind, kernel size)
 DEEPTEST_BLURS = (
@@ -45,7 +45,7 @@ def _low_high(mutator: Mutator) -> None:
         raise bad_parameter(mutator.name, "high", f">= low ({mutator.low!r})", mutator.high)
 
 
-class Gain(BatchedTransform):
+class Gain(RowwiseTransform):
     """Contrast as DeepTest changed it: every value multiplied by a gain drawn from [low, high] per image
     (DeepTest: 1.2 to 3.0), clipped to the range. Validity: scene."""
 
@@ -59,11 +59,14 @@ class Gain(BatchedTransform):
     def _check_params(self):
         _low_high(self)
 
-    def _transform(self, unit, rng):
-        return unit * per_image(rng.uniform(self.low, self.high, len(unit)))
+    def _draw(self, shape, rng):
+        return (per_image(rng.uniform(self.low, self.high, shape[0])),)
+
+    def _apply(self, unit, gain):
+        return unit * gain
 
 
-class Bias(BatchedTransform):
+class Bias(RowwiseTransform):
     """Brightness as DeepTest changed it: a bias drawn from [low, high] (of the value range) added per
     image (DeepTest: 10 to 100 of 255, i.e. 0.039 to 0.392), clipped to the range. Validity: scene."""
 
@@ -74,8 +77,11 @@ class Bias(BatchedTransform):
     def _check_params(self):
         _low_high(self)
 
-    def _transform(self, unit, rng):
-        return unit + per_image(rng.uniform(self.low, self.high, len(unit)))
+    def _draw(self, shape, rng):
+        return (per_image(rng.uniform(self.low, self.high, shape[0])),)
+
+    def _apply(self, unit, bias):
+        return unit + bias
 
 
 def blur_image(

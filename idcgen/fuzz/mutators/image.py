@@ -11,6 +11,7 @@ from ...errors import InputError
 from .base import MutationContext, Mutator, Param, bad_parameter
 from .geometry import affine_matrices, per_image, warp_affine
 from .noise import standard_normal
+from .parallel import row_parts, run_parts
 
 
 class BatchedTransform(Mutator):
@@ -32,6 +33,34 @@ def in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
     unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
     out = np.clip(transform(unit), 0.0, 1.0)
     return out if (lo, hi) == (0.0, 1.0) else out * np.float32(hi - lo) + np.float32(lo)
+
+
+class RowwiseTransform(BatchedTransform):
+    """A transform whose random parameters are all drawn first (:meth:`_draw`, arrays with a row per image),
+    then applied to the rows in parts on the mutators' pool (:meth:`_apply`). Every value goes through the same
+    arithmetic as in one whole-batch pass, so the mutants are those of :func:`in_unit_range` over the batch."""
+
+    def _draw(self, shape: tuple, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def _apply(self, unit: np.ndarray, *drawn: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _transform(self, unit, rng):  # the whole batch in one pass: what the parts equal
+        return self._apply(unit, *self._draw(unit.shape, rng))
+
+    def _mutate(self, x, rng, ctx):
+        drawn = self._draw(x.shape, rng)
+        lo, hi = ctx.value_range
+        out = np.empty(x.shape, np.float32)
+
+        def part(rows: slice) -> None:  # in_unit_range on these rows
+            unit = x[rows] if (lo, hi) == (0.0, 1.0) else (x[rows] - np.float32(lo)) / np.float32(hi - lo)
+            done = np.clip(self._apply(unit, *(d[rows] for d in drawn)), 0.0, 1.0)
+            out[rows] = done if (lo, hi) == (0.0, 1.0) else done * np.float32(hi - lo) + np.float32(lo)
+
+        run_parts(part, row_parts(len(x), x[0].nbytes if len(x) else 1))
+        return out
 
 
 class _AffineTransform(BatchedTransform):
@@ -119,27 +148,33 @@ class Shear(_AffineTransform):
         return affine_matrices(height, width, shear_x=rng.uniform(-self.limit, self.limit, n))
 
 
-class Brightness(BatchedTransform):
+class Brightness(RowwiseTransform):
     """Add a brightness offset drawn from [-limit, limit] (of the value range) per image."""
 
     name = "brightness"
     parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
 
-    def _transform(self, unit, rng):
-        return unit + per_image(rng.uniform(-self.limit, self.limit, len(unit)))
+    def _draw(self, shape, rng):
+        return (per_image(rng.uniform(-self.limit, self.limit, shape[0])),)
+
+    def _apply(self, unit, offset):
+        return unit + offset
 
 
-class Contrast(BatchedTransform):
+class Contrast(RowwiseTransform):
     """Multiply by a contrast factor drawn from [1 - limit, 1 + limit] per image."""
 
     name = "contrast"
     parameters = {"limit": Param(0.2, float, 0.0, 1.0, closed="right")}
 
-    def _transform(self, unit, rng):
-        return unit * per_image(rng.uniform(1.0 - self.limit, 1.0 + self.limit, len(unit)))
+    def _draw(self, shape, rng):
+        return (per_image(rng.uniform(1.0 - self.limit, 1.0 + self.limit, shape[0])),)
+
+    def _apply(self, unit, factor):
+        return unit * factor
 
 
-class Noise(BatchedTransform):
+class Noise(RowwiseTransform):
     """albumentations' GaussNoise: per image a std drawn from [std_low, std_high] (of the value range),
     then independent N(0, std) noise on every pixel and channel."""
 
@@ -150,9 +185,12 @@ class Noise(BatchedTransform):
         if self.std_high < self.std_low:
             raise bad_parameter(self.name, "std_high", f">= std_low ({self.std_low!r})", self.std_high)
 
-    def _transform(self, unit, rng):
-        std = per_image(rng.uniform(self.std_low, self.std_high, len(unit)))
-        return unit + standard_normal(rng, unit.shape) * std
+    def _draw(self, shape, rng):
+        std = per_image(rng.uniform(self.std_low, self.std_high, shape[0]))
+        return std, standard_normal(rng, shape)
+
+    def _apply(self, unit, std, noise):
+        return unit + noise * std
 
 
 class _Albumentations(Mutator):
