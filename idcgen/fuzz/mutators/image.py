@@ -54,10 +54,12 @@ class RowwiseTransform(BatchedTransform):
         lo, hi = ctx.value_range
         out = np.empty(x.shape, np.float32)
 
-        def part(rows: slice) -> None:  # in_unit_range on these rows
+        def part(rows: slice) -> None:  # in_unit_range on these rows, written into them
             unit = x[rows] if (lo, hi) == (0.0, 1.0) else (x[rows] - np.float32(lo)) / np.float32(hi - lo)
-            done = np.clip(self._apply(unit, *(d[rows] for d in drawn)), 0.0, 1.0)
-            out[rows] = done if (lo, hi) == (0.0, 1.0) else done * np.float32(hi - lo) + np.float32(lo)
+            done = np.clip(self._apply(unit, *(d[rows] for d in drawn)), 0.0, 1.0, out=out[rows])
+            if (lo, hi) != (0.0, 1.0):
+                done *= np.float32(hi - lo)
+                done += np.float32(lo)
 
         run_parts(part, row_parts(len(x), x[0].nbytes if len(x) else 1))
         return out
