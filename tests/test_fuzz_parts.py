@@ -82,6 +82,32 @@ def test_rowwise_transforms_in_parts_are_the_whole_batch_pass(spec, value_range,
     assert not np.array_equal(parts, x) and lo <= parts.min() and parts.max() <= hi
 
 
+@pytest.mark.parametrize("value_range", [(0.0, 1.0), (0.0, 255.0)])
+def test_in_unit_range_clips_in_place_only_what_the_transform_made(value_range):
+    """The transform's new array is clipped and scaled back in place; its input (the caller's batch, when the
+    range is [0, 1]) never is, and a result of another dtype gives what the out-of-place expression gives."""
+    from idcgen.fuzz.mutators.base import MutationContext
+    from idcgen.fuzz.mutators.image import in_unit_range
+
+    lo, hi = value_range
+    ctx = MutationContext(network=None, labels=np.zeros(4, int), value_range=value_range)
+    x = lo + (hi - lo) * np.random.default_rng(0).random((4, 3, 3, 1), dtype=np.float32)
+    kept = x.copy()
+    for transform in (
+        lambda u: u,
+        lambda u: u[::-1],
+        lambda u: u + np.float32(0.3),
+        lambda u: (u * 1.5).astype(np.float16),
+    ):
+        got = in_unit_range(transform, x, ctx)
+        unit = (kept - np.float32(lo)) / np.float32(hi - lo)
+        want = np.clip(transform(unit), 0.0, 1.0)
+        want = want if value_range == (0.0, 1.0) else want * np.float32(hi - lo) + np.float32(lo)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(x, kept)
+
+
 def test_a_nan_in_the_last_part_of_a_batch_is_refused(monkeypatch):
     """The input check's extremes are taken rows at a time: a NaN in any part still fails it."""
     import idcgen.fuzz.mutators.parallel as parallel

@@ -216,9 +216,10 @@ class Mutator:
 
         def part(rows: slice) -> int:  # rows at a time, in parts on the pool, in place; the non-finite count
             block = out[rows]
-            finite = np.isfinite(block)
             bad = 0
-            if not finite.all():  # keep the parent's pixel rather than hand a NaN to the model
+            # all finite iff the extremes are (a NaN or an inf is one of them): two reductions, no mask to build
+            if not (np.isfinite(block.min()) and np.isfinite(block.max())):
+                finite = np.isfinite(block)  # keep the parent's pixel rather than hand a NaN to the model
                 bad = int((~finite).sum())
                 np.copyto(block, x[rows], where=~finite)
             np.clip(block, lo, hi, out=block)

@@ -28,10 +28,23 @@ class BatchedTransform(Mutator):
 
 
 def in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
-    """``transform`` applied to x rescaled to [0, 1], its result clipped and scaled back."""
+    """``transform`` applied to x rescaled to [0, 1], its result clipped and scaled back: in place when the
+    transform made a new array (a fresh array's first writes cost more than the arithmetic), never in ``x``."""
     lo, hi = ctx.value_range
     unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
-    out = np.clip(transform(unit), 0.0, 1.0)
+    out = transform(unit)
+    if (
+        isinstance(out, np.ndarray)
+        and out.dtype in (np.float32, np.float64)  # in place: the dtype the expression below would give
+        and out.flags.writeable
+        and not np.may_share_memory(out, x)
+    ):
+        np.clip(out, 0.0, 1.0, out=out)
+        if (lo, hi) != (0.0, 1.0):
+            out *= np.float32(hi - lo)
+            out += np.float32(lo)
+        return out
+    out = np.clip(out, 0.0, 1.0)
     return out if (lo, hi) == (0.0, 1.0) else out * np.float32(hi - lo) + np.float32(lo)
 
 
@@ -51,6 +64,9 @@ class RowwiseTransform(BatchedTransform):
 
     def _mutate(self, x, rng, ctx):
         drawn = self._draw(x.shape, rng)
+        parts = row_parts(len(x), x[0].nbytes if len(x) else 1)
+        if len(parts) < 2:
+            return in_unit_range(lambda unit: self._apply(unit, *drawn), x, ctx)
         lo, hi = ctx.value_range
         out = np.empty(x.shape, np.float32)
 
@@ -61,7 +77,7 @@ class RowwiseTransform(BatchedTransform):
                 done *= np.float32(hi - lo)
                 done += np.float32(lo)
 
-        run_parts(part, row_parts(len(x), x[0].nbytes if len(x) else 1))
+        run_parts(part, parts)
         return out
 
 
