@@ -57,6 +57,7 @@ class RowwiseTransform(BatchedTransform):
         raise NotImplementedError
 
     def _apply(self, unit: np.ndarray, *drawn: np.ndarray) -> np.ndarray:
+        """The transformed rows, a new float32 array (the parts write it into a float32 batch)."""
         raise NotImplementedError
 
     def _transform(self, unit, rng):  # the whole batch in one pass: what the parts equal
