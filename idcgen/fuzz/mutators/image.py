@@ -3,7 +3,7 @@ batches at once, :mod:`idcgen.fuzz.mutators.geometry`), blur and elastic through
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -53,11 +53,11 @@ class RowwiseTransform(BatchedTransform):
     then applied to the rows in parts on the mutators' pool (:meth:`_apply`). Every value goes through the same
     arithmetic as in one whole-batch pass, so the mutants are those of :func:`in_unit_range` over the batch."""
 
-    def _draw(self, shape: tuple, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        raise NotImplementedError
+    #: ``_apply(unit, *drawn)``: the transformed rows of ``unit`` from the same rows of each drawn array, a new
+    #: float32 array (the parts write it into a float32 batch); each subclass names its drawn arrays
+    _apply: Callable[..., np.ndarray]
 
-    def _apply(self, unit: np.ndarray, *drawn: np.ndarray) -> np.ndarray:
-        """The transformed rows, a new float32 array (the parts write it into a float32 batch)."""
+    def _draw(self, shape: tuple, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         raise NotImplementedError
 
     def _transform(self, unit, rng):  # the whole batch in one pass: what the parts equal
