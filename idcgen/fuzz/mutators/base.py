@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ...errors import InputError, ParameterError
-from .parallel import row_parts, run_parts
+from .parallel import rows_of, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
@@ -225,7 +225,7 @@ class Mutator:
             np.clip(block, lo, hi, out=block)
             return bad
 
-        bad = sum(run_parts(part, row_parts(len(out), out[0].nbytes if len(out) else 1)))
+        bad = sum(run_parts(part, rows_of(out)))
         if bad:
             logger.warning("%r produced %d non-finite values; they keep the input's value", self, bad)
         return out
@@ -247,7 +247,7 @@ class Mutator:
         lo, hi = ctx.value_range
         tol = 1e-6 * (hi - lo)
         # the extremes rows at a time on the pool (exact: a NaN stays a NaN)
-        extremes = np.asarray(run_parts(lambda rows: (x[rows].min(), x[rows].max()), row_parts(len(x), x[0].nbytes)))
+        extremes = np.asarray(run_parts(lambda rows: (x[rows].min(), x[rows].max()), rows_of(x)))
         low, high = extremes[:, 0].min(), extremes[:, 1].max()
         if not (lo - tol <= low and high <= hi + tol):  # NaN fails both comparisons
             raise InputError(

@@ -11,7 +11,7 @@ from ...errors import InputError
 from .base import MutationContext, Mutator, Param, bad_parameter
 from .geometry import affine_matrices, per_image, warp_affine
 from .noise import standard_normal
-from .parallel import row_parts, run_parts
+from .parallel import rows_of, run_parts
 
 
 class BatchedTransform(Mutator):
@@ -27,25 +27,28 @@ class BatchedTransform(Mutator):
         raise NotImplementedError
 
 
-def in_unit_range(transform, x: np.ndarray, ctx: MutationContext) -> np.ndarray:
-    """``transform`` applied to x rescaled to [0, 1], its result clipped and scaled back: in place when the
-    transform made a new array (a fresh array's first writes cost more than the arithmetic), never in ``x``."""
+def in_unit_range(transform, x: np.ndarray, ctx: MutationContext, out: np.ndarray | None = None) -> np.ndarray:
+    """``transform`` applied to x rescaled to [0, 1], its result clipped and scaled back: into ``out`` when
+    given (float32), else in place when the transform made a new array (a fresh array's first writes cost more
+    than the arithmetic), never in ``x``."""
     lo, hi = ctx.value_range
     unit = x if (lo, hi) == (0.0, 1.0) else (x - np.float32(lo)) / np.float32(hi - lo)
-    out = transform(unit)
-    if (
-        isinstance(out, np.ndarray)
-        and out.dtype in (np.float32, np.float64)  # in place: the dtype the expression below would give
-        and out.flags.writeable
-        and not np.may_share_memory(out, x)
-    ):
-        np.clip(out, 0.0, 1.0, out=out)
-        if (lo, hi) != (0.0, 1.0):
-            out *= np.float32(hi - lo)
-            out += np.float32(lo)
-        return out
-    out = np.clip(out, 0.0, 1.0)
-    return out if (lo, hi) == (0.0, 1.0) else out * np.float32(hi - lo) + np.float32(lo)
+    made = transform(unit)
+    if out is None:
+        if not (
+            isinstance(made, np.ndarray)
+            and made.dtype in (np.float32, np.float64)  # in place: the dtype the expression below would give
+            and made.flags.writeable
+            and not np.may_share_memory(made, x)
+        ):
+            made = np.clip(made, 0.0, 1.0)
+            return made if (lo, hi) == (0.0, 1.0) else made * np.float32(hi - lo) + np.float32(lo)
+        out = made
+    np.clip(made, 0.0, 1.0, out=out)
+    if (lo, hi) != (0.0, 1.0):
+        out *= np.float32(hi - lo)
+        out += np.float32(lo)
+    return out
 
 
 class RowwiseTransform(BatchedTransform):
@@ -65,18 +68,13 @@ class RowwiseTransform(BatchedTransform):
 
     def _mutate(self, x, rng, ctx):
         drawn = self._draw(x.shape, rng)
-        parts = row_parts(len(x), x[0].nbytes if len(x) else 1)
+        parts = rows_of(x)
         if len(parts) < 2:
             return in_unit_range(lambda unit: self._apply(unit, *drawn), x, ctx)
-        lo, hi = ctx.value_range
         out = np.empty(x.shape, np.float32)
 
-        def part(rows: slice) -> None:  # in_unit_range on these rows, written into them
-            unit = x[rows] if (lo, hi) == (0.0, 1.0) else (x[rows] - np.float32(lo)) / np.float32(hi - lo)
-            done = np.clip(self._apply(unit, *(d[rows] for d in drawn)), 0.0, 1.0, out=out[rows])
-            if (lo, hi) != (0.0, 1.0):
-                done *= np.float32(hi - lo)
-                done += np.float32(lo)
+        def part(rows: slice) -> None:  # these rows, written into theirs
+            in_unit_range(lambda unit: self._apply(unit, *(d[rows] for d in drawn)), x[rows], ctx, out=out[rows])
 
         run_parts(part, parts)
         return out

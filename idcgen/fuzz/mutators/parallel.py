@@ -40,6 +40,11 @@ def row_parts(n: int, row_bytes: int) -> list[slice]:
     return [slice(start, min(start + rows, n)) for start in range(0, n, rows)]
 
 
+def rows_of(a: np.ndarray) -> list[slice]:
+    """:func:`row_parts` for the rows of ``a``."""
+    return row_parts(len(a), a[0].nbytes if len(a) else 1)
+
+
 def gather(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``a[rows]`` (a new array), copied in parts on the pool."""
     rows = np.asarray(rows)
@@ -47,7 +52,5 @@ def gather(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if out.size == 0:
         return out
     # mode="clip": numpy buffers `out` in the default mode="raise" (a second copy); the rows are valid indices
-    run_parts(
-        lambda part: np.take(a, rows[part], axis=0, out=out[part], mode="clip"), row_parts(len(rows), out[0].nbytes)
-    )
+    run_parts(lambda part: np.take(a, rows[part], axis=0, out=out[part], mode="clip"), rows_of(out))
     return out
