@@ -237,9 +237,10 @@ def timed_analysis(network, x, layer):
     return found, time.perf_counter() - start
 
 
-def fuzz_rate(analysis, seeds, batch: int, execs: int) -> float:
+def fuzz_rate(analysis, seeds, batch: int, execs: int) -> tuple[float, dict]:
     """Execs/s of the fuzz loop at ``batch`` mutants a step (numpy mutators on the CPU, the forward on the
-    network's device), the steps after the first (which traces) counted."""
+    network's device), the steps after the first (which traces) counted; and the shares of their time by
+    phase (mutate, model, checks, record: what a faster device can save is the model's)."""
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import parse_mutators
 
@@ -249,9 +250,12 @@ def fuzz_rate(analysis, seeds, batch: int, execs: int) -> float:
         )
         campaign = fuzzer.start(seeds, None, Path(tmp) / "c", budget=batch)
         fuzzer.run(campaign, budget=batch, progress=False)  # warm-up step
-        t0, e0 = campaign.elapsed, campaign.execs
+        t0, e0, p0 = campaign.elapsed, campaign.execs, dict(campaign.phase_seconds)
         fuzzer.run(campaign, budget=campaign.execs + max(execs, 2 * batch), progress=False)
-        return (campaign.execs - e0) / (campaign.elapsed - t0)
+        spent = {k: v - p0[k] for k, v in campaign.phase_seconds.items()}
+        total = sum(spent.values())
+        shares = {k: round(v / total, 3) for k, v in spent.items()}
+        return (campaign.execs - e0) / (campaign.elapsed - t0), shares
 
 
 def compare(a, b) -> dict:
@@ -325,7 +329,7 @@ def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, 
             on_gpu = device.type == "cuda"
             analysis = found_on[(device.type, (layers or [network.default_layer()])[-1])]
             for b in batches if on_gpu else [min(batches[0], max(16, cpu_execs // 8))]:
-                loop = fuzz_rate(analysis, x[:64], b, execs if on_gpu else cpu_execs)
+                loop, shares = fuzz_rate(analysis, x[:64], b, execs if on_gpu else cpu_execs)
                 raw = raw_rates(make_like(module, make), x, b, device)["forward"] if b != batch else rates["forward"]
                 out(
                     what="fuzz",
@@ -335,6 +339,7 @@ def bench_model(out, name, make, n_gpu, n_cpu, layers, batches, execs, devices, 
                     execs_per_s=round(loop, 1),
                     raw_forward_per_s=round(raw, 1),
                     ratio=round(loop / raw, 3),
+                    phase_shares=shares,
                     mutators=MUTATORS,
                 )
         except Exception as exc:  # one model or device failing leaves the others measured
@@ -377,12 +382,14 @@ def bench_ceiling(out, size, batches, execs):
         network = Network(Free(size), device="cpu")
         analysis = analyze(network, x, m=8, progress=False)
         for b in batches:
+            rate, shares = fuzz_rate(analysis, x[:64], b, execs)
             out(
                 what="loop_ceiling",
                 model=f"free-{size}",
                 device="cpu",
                 batch=b,
-                execs_per_s=round(fuzz_rate(analysis, x[:64], b, execs), 1),
+                execs_per_s=round(rate, 1),
+                phase_shares=shares,
                 mutators=MUTATORS,
             )
     except Exception as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import atomic_text
-from .fuzz.campaign import Campaign
+from .fuzz.campaign import PHASES, Campaign, phase_seconds
 from .fuzz.validity import Validity
 from .markdown import to_html
 from .plots import pyplot
@@ -201,6 +201,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         f"- {_validity_text(cfg)}",
         f"- budget {cfg.budget} execs; done {state['execs']} execs in {state['elapsed_seconds']:.1f} s "
         f"({state['execs'] / max(state['elapsed_seconds'], 1e-9):.0f} execs/s)",
+        *phase_line(state),
         "",
         "## Coverage",
         "",
@@ -276,6 +277,20 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     atomic_text(folder / "report.md", md)
     atomic_text(folder / "report.html", to_html(md, folder))
     return folder / "report.md"
+
+
+_PHASE_NAMES = {"mutate": "mutation", "model": "model", "checks": "checks", "record": "recording"}
+
+
+def phase_line(state: dict) -> list[str]:
+    """Where the steps' time went, in shares of it: the model's share is what a faster model or device
+    can save; the rest is the loop's CPU side (docs/design.md, "Where a step's time goes")."""
+    spent = phase_seconds(state)
+    total = sum(spent.values())
+    if total <= 0:  # no step yet, or a campaign of an idcgen that did not time them
+        return []
+    shares = ", ".join(f"{_PHASE_NAMES[p]} {spent[p] / total:.0%}" for p in PHASES)
+    return [f"- the steps' time: {shares} (model: the forward pass and features; checks: validity, coverage, oracle)"]
 
 
 def _failures(campaign: Campaign, state: dict) -> list[str]:

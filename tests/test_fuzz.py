@@ -677,6 +677,42 @@ def test_campaign_in_memory_saves_and_loads_back(setup, tmp_path):
         make_fuzzer(analysis).run(memory, budget=100, progress=False)
 
 
+def test_each_phase_of_a_step_is_timed_where_it_runs_and_saved(setup, tmp_path, monkeypatch):
+    import time
+
+    from idcgen.fuzz.campaign import PHASES, Campaign, phase_seconds
+    from idcgen.report import phase_line, write_report
+
+    analysis, network, _, x, y = setup
+    fuzzer = make_fuzzer(analysis, mutators=["gauss(std=0.05)"], batch_size=32)
+    c = fuzzer.start(x, y, tmp_path / "c", budget=128)
+    forward = network.forward
+
+    def slow_forward(*args, **kw):  # a slow model: its time is the model's phase, not the mutation's
+        time.sleep(0.05)
+        return forward(*args, **kw)
+
+    monkeypatch.setattr(network, "forward", slow_forward)
+    before = c.elapsed
+    fuzzer.run(c, progress=False)
+    spent = c.phase_seconds
+    assert c.step == 4 and list(spent) == list(PHASES)
+    assert spent["model"] >= 4 * 0.05 and spent["mutate"] < spent["model"] / 2 and spent["record"] > 0
+    assert sum(spent.values()) == pytest.approx(c.elapsed - before, abs=1e-3)  # the steps' time, all of it
+    [line] = phase_line(c.state())
+    assert f"model {spent['model'] / sum(spent.values()):.0%}" in line and line.startswith("- the steps' time:")
+    c.close()
+    loaded = Campaign.load(tmp_path / "c", network)
+    # saved with each step; the last step's recording is timed after its commit, as the elapsed time is
+    assert {k: v for k, v in loaded.phase_seconds.items() if k != "record"} == pytest.approx(
+        {k: v for k, v in spent.items() if k != "record"}, abs=1e-3
+    )
+    assert 0 < loaded.phase_seconds["record"] <= spent["record"] + 1e-3
+    assert phase_line(loaded.state())[0] in write_report(loaded).read_text()
+    old = {k: v for k, v in c.state().items() if k != "phase_seconds"}  # a campaign of an earlier idcgen
+    assert phase_seconds(old) == dict.fromkeys(PHASES, 0.0) and phase_line(old) == []
+
+
 def test_a_second_writer_is_refused_and_a_reader_is_not(setup, tmp_path):
     from idcgen.fuzz.campaign import Campaign
     from idcgen.fuzz.store import CampaignLocked

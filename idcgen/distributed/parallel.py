@@ -440,7 +440,7 @@ def merge(out: Path, network, workers: int):
     entry it came from), their findings once each, and the union's coverage after every worker step.
     Returns the merged Campaign (read it again with ``Campaign.load(out / "merged")``)."""
     from ..coverage import CoverageTracker
-    from ..fuzz.campaign import Campaign, MutatorStats
+    from ..fuzz.campaign import PHASES, Campaign, MutatorStats
     from ..fuzz.corpus import Corpus
 
     parts = [Campaign.load(out / f"worker-{i}", network) for i in range(workers)]
@@ -530,6 +530,7 @@ def merge(out: Path, network, workers: int):
         seed_execs=first.seed_execs,
         flagged=sum(c.flagged for c in parts),
         elapsed=max(c.elapsed for c in parts),
+        phase_seconds={phase: sum(c.phase_seconds[phase] for c in parts) for phase in PHASES},  # all workers' time
         stats=stats,
         finding_parts=parts_found,
     )

@@ -25,6 +25,11 @@ from .corpus import Corpus
 from .settings import CampaignSettings
 from .store import CampaignStore
 
+#: where a step's time goes, in the order a step runs them: the parents gathered and mutated (rounding
+#: included), the model's forward pass with the features the criteria take (on the model's device,
+#: transfers included), the checks (validity, new coverage, oracle), and the campaign recording the step
+PHASES = ("mutate", "model", "checks", "record")
+
 
 @dataclass
 class MutatorStats:
@@ -55,6 +60,7 @@ class Step:
     keep: np.ndarray | None = None  # joins the corpus (new coverage of the guiding criterion)
     flagged: np.ndarray | None = None  # the oracle's verdict (valid mutants only)
     error: str | None = None  # the mutator failed on this batch
+    seconds: dict = field(default_factory=dict)  # phase (PHASES, less "record") -> its time in this step
 
     @property
     def execs(self) -> int:
@@ -76,6 +82,7 @@ class Campaign:
     seed_execs: int = 0
     flagged: int = 0  # valid mutants the oracle flagged, before findings are made unique
     elapsed: float = 0.0
+    phase_seconds: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # the steps' time by phase
     stats: list = field(default_factory=list)  # one row per recorded step
     finding_parts: list = field(default_factory=list, repr=False)  # one dict of arrays per step with findings
     finding_keys: set = field(default_factory=set, repr=False)
@@ -121,6 +128,7 @@ class Campaign:
             "seed_execs": self.seed_execs,
             "flagged": self.flagged,
             "elapsed_seconds": round(self.elapsed, 3),
+            "phase_seconds": {k: round(v, 3) for k, v in self.phase_seconds.items()},
             "corpus": len(self.corpus),
             "seeds": self.corpus.n_seeds,
             "findings": self.n_findings,
@@ -169,7 +177,14 @@ class Campaign:
             stats.steps += 1
         stats.seconds += seconds
         self.elapsed += seconds
+        for phase, spent in step.seconds.items():
+            self.phase_seconds[phase] += spent
         self._log(step.mutator, seconds, new_ids, findings)
+
+    def add_recording_time(self, seconds: float) -> None:
+        """The time the last :meth:`record` took (it is the campaign's time too)."""
+        self.elapsed += seconds
+        self.phase_seconds["record"] += seconds
 
     def record_seeds(self, x, labels, predictions, features: dict, seconds: float) -> None:
         """Step 0: the seeds join the corpus and mark their coverage."""
@@ -330,6 +345,7 @@ class Campaign:
                 seed_execs=state["seed_execs"],
                 flagged=state.get("flagged", 0),
                 elapsed=state["elapsed_seconds"],
+                phase_seconds=phase_seconds(state),
                 stats=saved.stats,
                 finding_parts=saved.finding_parts,
             )
@@ -345,6 +361,12 @@ class Campaign:
             raise
         campaign.folder, campaign.store, campaign.notes = saved.folder, saved.store, list(saved.notes)
         return campaign
+
+
+def phase_seconds(state: dict) -> dict:
+    """A state's time by phase (PHASES); zeros for a campaign of an idcgen that did not record it."""
+    recorded = state.get("phase_seconds") or {}
+    return {phase: float(recorded.get(phase, 0.0)) for phase in PHASES}
 
 
 def _finding_key(corpus: Corpus, combination, label, prediction, root) -> tuple:

@@ -368,7 +368,7 @@ class Fuzzer:
                     computed = time.perf_counter()
                     with interrupts.held():  # a step is recorded whole; Ctrl-C is raised after it
                         c.record(step, computed - started)
-                    c.elapsed += time.perf_counter() - computed  # recording is the campaign's time too
+                    c.add_recording_time(time.perf_counter() - computed)
                     bar.update(step.execs)
                     bar.set_postfix(
                         IDC=f"{c.tracker.score:.1%}",
@@ -391,6 +391,7 @@ class Fuzzer:
 
     def step(self, c: Campaign, left: int) -> Step:
         """One step, computed but not recorded: parents -> mutants -> model -> validity -> coverage -> oracle."""
+        started = time.perf_counter()
         number = c.step + 1
         mutator = self._mutator_of(number)
         parents = self._parents(c, mutator, min(self.batch_size, left))
@@ -400,10 +401,14 @@ class Fuzzer:
         except Exception as exc:  # an attack failing on a batch is reported, the campaign goes on
             message = str(exc).strip()
             step.error = f"{type(exc).__name__}: {message.splitlines()[0] if message else ''}"
+            step.seconds["mutate"] = time.perf_counter() - started
             return step
         if c.settings.rounding:  # what runs is what the exported PNG holds
             mutants = quantise(mutants, self.value_range)
+        mutated = time.perf_counter()
         probs, step.features = self._execute(mutants)
+        executed = time.perf_counter()
+        step.seconds.update(mutate=mutated - started, model=executed - mutated)
         step.mutants, step.references, step.predictions = mutants, references, self._predictions(probs)
         step.combinations = step.features["idc"]
         step.valid = self.validity.check(mutants, references, mutator)  # the mutator's rule: pixel or scene
@@ -413,6 +418,7 @@ class Fuzzer:
         roots = c.corpus.root[parents]
         run = Execution(mutants, probs, step.predictions, c.corpus.label[roots], c.corpus.prediction[roots])
         step.flagged = self.oracle(run) & step.valid
+        step.seconds["checks"] = time.perf_counter() - executed
         return step
 
     def _mutator_of(self, step: int) -> Mutator:
