@@ -376,3 +376,46 @@ def test_analyze_a_torch_jit_save_file_takes_the_input_shape_from_the_training_i
     assert "layer layer2.1.relu.relu_8: important neurons" in done.output
     done = runner.invoke(app, ["layers", "--model", str(tmp_path / "traced.pt")])
     assert done.exit_code == 1 and "does not record the shape of its input" in done.output
+
+
+class _Head(torch.nn.Module):
+    """A hidden layer of 8 units and a head reading only the first ``read`` of them (all 0: none)."""
+
+    def __init__(self, read: int):
+        super().__init__()
+        self.input_shape = (6, 6, 1)
+        self.hidden = torch.nn.Linear(36, 8)
+        self.act = torch.nn.ReLU()
+        self.head = torch.nn.Linear(8, 3)
+        with torch.no_grad():
+            self.head.weight.abs_()  # positive: every unit the head reads gets positive relevance
+            self.head.weight[:, read:] = 0  # torchvision's ViT initialises its whole head to zeros
+
+    def forward(self, x):
+        return self.head(self.act(self.hidden(torch.flatten(x, 1))))
+
+
+@pytest.mark.parametrize("read", [0, 3, 8])
+def test_important_neurons_no_relevance_reached_are_said_not_passed_off_as_important(read):
+    """Relevance reaches only the units the head reads: an important neuron of importance 0 was chosen by
+    index among ties, and the analysis says so (an untrained torchvision ViT's zero head gave neurons
+    [0, 1, 2, 3] without a word)."""
+    from idcgen.analysis import analyze
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model = _Head(read).eval()
+        model.hidden.bias.fill_(1.0)  # every unit active: relevance is 0 only where the head does not read
+    x = np.random.default_rng(0).random((60, 6, 6, 1), dtype=np.float32)
+    found = analyze(as_network(model), x, layer="act", m=5, clusters=[2, 3], progress=False)
+    said = [w for w in found.warnings if "importance 0" in w or "no relevance reached" in w]
+    zero = int((found.importance[found.neurons] == 0).sum())
+    if read == 8:
+        assert zero == 0 and not said, said
+    elif read == 0:
+        assert not found.importance.any() and found.neurons.tolist() == [0, 1, 2, 3, 4]
+        assert len(said) == 1 and "no relevance reached layer 'act'" in said[0], said
+    else:
+        assert zero == 2 and set(found.neurons.tolist()[:3]) == {0, 1, 2}
+        assert len(said) == 1 and said[0].startswith("2 of the 5 important neurons of layer 'act' have importance 0")
+        assert "(3 of its 8 neurons have positive importance" in said[0]

@@ -258,7 +258,7 @@ def analyze(
     accuracy = None if y is None or regression else float((predictions == y).mean())
     data = _data_record(network, x, y, sharded, dict(data_summary or {}, n_used=n_used, accuracy=accuracy))
     data.update(fingerprint=fingerprint.result())
-    warnings = _diagnostics(network, convention, data, y, predictions, accuracy)
+    warnings = _diagnostics(network, convention, data, y, predictions, accuracy) + _unreached(layer, scores, neurons)
     config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
     config.update(input_convention=convention.to_dict())
     return _analysis(network, layer, neurons, scores, found, config, data, timings, notes, warnings)
@@ -442,6 +442,26 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
     elif selecting:
         raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
     return x, y
+
+
+def _unreached(layer: str, scores: np.ndarray, neurons: np.ndarray) -> list[str]:
+    """A warning when important neurons have importance exactly 0: no relevance reached them, so they were
+    chosen by index among ties, not by relevance (a head initialised to zeros, as torchvision's ViT is before
+    training, gives 0 everywhere; a layer with fewer than m neurons on the relevance path, some)."""
+    zero = int((scores[neurons] == 0).sum())
+    if not zero:
+        return []
+    if not scores.any():
+        return [
+            f"no relevance reached layer {layer!r} (every neuron's importance is 0: the logits do not depend on "
+            f"it on these inputs, e.g. a head whose weights are all 0, as in an untrained model): the "
+            f"important neurons {neurons.tolist()} are the first by index, not the most relevant"
+        ]
+    return [
+        f"{zero} of the {len(neurons)} important neurons of layer {layer!r} have importance 0: no relevance reached "
+        f"them, so they were chosen by index among ties ({int((scores > 0).sum())} of its {len(scores)} neurons "
+        "have positive importance on these inputs)"
+    ]
 
 
 def _diagnostics(network, convention, data: dict, y, predictions, accuracy) -> list[str]:
