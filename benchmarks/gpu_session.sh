@@ -9,8 +9,10 @@
 #                      the embedded digits), with `/.whl/` in .git/info/exclude
 # Each step has its own time limit, so a step that hangs leaves the others measured; each writes its log under
 # $OUT (default outputs/gpu_session):
-#   tests      the device tests (the `gpu` ones run here) and the PyTorch model tests, on the GPU by default
-#   precision  bf16 and fp16 against fp32 on the GPU (recipes/precision.py --measure-only)
+#   tests      the device tests (the `gpu` ones run here) and the PyTorch model tests, on the GPU by default,
+#              with the real torchvision and timm models (tests/test_zoo_models.py: that machine has both)
+#   precision  bf16 and fp16 against fp32 on the GPU (recipes/precision.py --measure-only), beside the tests
+#              (neither is timed)
 #   bench      benchmarks/bench_gpu.py: the loop's ceiling, ResNet-18 analysis and fuzz on the GPU and the
 #              CPU, their agreement and speed-up, ResNet-50 and ViT-B/16 at 224x224
 set -u
@@ -35,11 +37,12 @@ step() {  # name, limit in seconds, command...
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$OUT/card.txt" 2>&1
 cat "$OUT/card.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'sees CUDA:', torch.cuda.is_available())"
-step tests 150 python3 -m pytest -p no:cacheprovider -n 4 -q -rs tests/test_device.py tests/test_torch_models.py \
-    tests/test_torch_lrp_rules.py
 if [ -d outputs/precision ]; then
-    step precision 60 python3 recipes/precision.py --measure-only --device cuda --out "$OUT/precision_cuda.csv"
+    step precision 90 python3 recipes/precision.py --measure-only --device cuda --out "$OUT/precision_cuda.csv" &
 else
     echo "== precision: outputs/precision not carried (run recipes/precision.py where TensorFlow is, first)"
 fi
+step tests 200 python3 -m pytest -p no:cacheprovider -n 6 -q -rs tests/test_device.py tests/test_torch_models.py \
+    tests/test_torch_lrp_rules.py tests/test_zoo_models.py
+wait  # the precision step: the bench times the GPU alone
 step bench 320 python3 benchmarks/bench_gpu.py --precision bf16 --out "$OUT/bench_gpu.jsonl"
