@@ -446,8 +446,8 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
 
 def _unreached(layer: str, scores: np.ndarray, neurons: np.ndarray) -> list[str]:
     """A warning when important neurons have importance exactly 0: no relevance reached them, so they were
-    chosen by index among ties, not by relevance (a head initialised to zeros, as torchvision's ViT is before
-    training, gives 0 everywhere; a layer with fewer than m neurons on the relevance path, some)."""
+    chosen by index among ties, not by relevance. All are 0 behind a head of zeros (torchvision initialises
+    its ViT's so); some where fewer than m neurons of the layer have positive importance."""
     zero = int((scores[neurons] == 0).sum())
     if not zero:
         return []
