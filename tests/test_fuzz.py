@@ -446,6 +446,22 @@ def test_bad_input(setup, tmp_path):
         Campaign.load(c.folder)
 
 
+def test_an_oracle_that_cannot_judge_a_classifier_is_refused_before_the_campaign_folder(setup, tmp_path):
+    # refused at the first step, it left a campaign in --out that the corrected command could not reuse
+    analysis, _, _, x, y = setup
+    for i, (oracle, error, says) in enumerate(
+        [
+            ("deviation", InputError, "the deviation oracle compares output values"),
+            ("misclassification & ~error(0.3)", InputError, "the error oracle compares output values"),
+            ("confusion(3,12)", ParameterError, r"confusion\(3,12\): the model has classes 0..9 only"),
+        ]
+    ):
+        out = tmp_path / f"c{i}"
+        with pytest.raises(error, match=says):
+            make_fuzzer(analysis, oracle=oracle).start(x, y, out, budget=64)
+        assert not out.exists()
+
+
 def test_directed_mutator_moves_towards_uncovered_combinations(keras_setup, tmp_path):
     from idcgen.fuzz.fuzzer import FuzzContext
     from idcgen.fuzz.mutators.directed import CoverageDirected

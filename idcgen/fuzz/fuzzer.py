@@ -282,8 +282,9 @@ class Fuzzer:
         # DeepTest's oracle: the model's MSE on the labelled seeds, measured now and recorded with the oracle
         self.oracle = calibrate(self.oracle, predictions, y, regression=self.regression)
         campaign.settings = campaign.settings.replace(oracle=str(self.oracle))
-        if self.regression:  # an oracle that cannot judge output values says so now, not at the first step
-            self.oracle(Execution(x[:0], probs[:0], predictions[:0], y[:0], predictions[:0]))
+        # an oracle that cannot judge this model's outputs (deviation on a classifier, a class it lacks) says
+        # so now, before the campaign folder exists, not at the first step
+        self.oracle(Execution(x[:0], probs[:0], predictions[:0], y[:0], predictions[:0]))
         campaign.record_seeds(x, y, predictions, features, time.perf_counter() - started)
         if out is not None:
             campaign.save(out)
