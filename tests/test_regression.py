@@ -665,6 +665,9 @@ def test_criteria_fit_on_a_steering_model_with_float_labels():
     assert len(lsc.classes_) == 1 and lsc.coverage(network, x).total == 1000
     with pytest.raises(ParameterError, match="a regression model has none"):
         make_criterion("lsc:group=label").fit(network, x, y)
+    # DSC's distance is to the nearest input of another class: said as such, not "got only class 0"
+    with pytest.raises(InputError, match="DSC needs training inputs of at least two classes, and a regression model"):
+        make_criterion("dsc").fit(network, x, y)
 
 
 def test_frames_of_another_size_are_resized_to_the_models_input(tmp_path):
