@@ -260,6 +260,9 @@ def test_deviation_and_error_oracles():
         make_oracle("deviation")(classifier)
     with pytest.raises(InputError, match="prediction-change oracle never fires on a regression"):
         make_oracle("prediction-change")(execution)
+    # a steering output is no probability: "uncertain" flagged every output below 0.5 rad
+    with pytest.raises(InputError, match="the uncertain oracle reads class probabilities and is for classifiers"):
+        make_oracle("deviation | uncertain(0.9)")(execution)
     with pytest.raises(ParameterError, match="the deviation oracle takes one number"):
         make_oracle("deviation(limit=3)")
     with pytest.raises(ParameterError, match="must be a number >= 0"):
