@@ -8,6 +8,7 @@ activation of a channel is its spatial mean (docs/design.md, "Relevance").
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -27,6 +28,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+
+class _TapTracing(logging.Filter):
+    """Drops TensorFlow's "N out of the last M calls to <function ... run> triggered tf.function retracing":
+    each set of layers tapped (:meth:`KerasNetwork._tap`) is a tf.function of its own, traced once for full
+    batches and once for a shorter last one, and TensorFlow counts them all as one function (one code
+    object), so a command tapping several sets printed it with nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+tf.get_logger().addFilter(_TapTracing())
 
 #: the layers that drop units in training (MC dropout samples them at test time)
 _DROPOUT = (
