@@ -124,7 +124,9 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
     check_container(path)
     try:
-        with legacy.lambda_names():
+        with legacy.lambda_names(), warnings.catch_warnings():
+            # Keras 2 files give their first layer input_shape, which Keras 3 reads and then warns about
+            warnings.filterwarnings("ignore", message="Do not pass an `input_shape`/`input_dim` argument")
             model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
     except Exception as exc:  # Keras raises many types for unreadable files; report them as one
         summary = legacy.weights_only_summary(path)
