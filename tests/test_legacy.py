@@ -297,3 +297,12 @@ def test_a_keras_2_sequential_with_input_shape_on_its_first_layer_loads_without_
         model = load_model(path)
     assert model.input_shape == (None, 8, 8, 1)
     assert not [w for w in caught if "input_shape" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_an_architecture_given_as_the_model_says_where_it_goes(weights_and_json):
+    # Keras said "File format not supported ... use keras.layers.TFSMLayer(...)" of a JSON architecture
+    _, folder = weights_and_json
+    with pytest.raises(
+        ModelError, match=r"arch.json is a JSON architecture, which holds no weights: .* --architecture"
+    ):
+        load_model(folder / "arch.json")

@@ -85,6 +85,11 @@ def check_container(path: Path) -> None:
 
     import h5py
 
+    if path.suffix.lower() == ".json":
+        raise ModelError(
+            f"{path} is a JSON architecture, which holds no weights: give the weights file as --model and this "
+            "file as --architecture (architecture= of idcgen.load_model)"
+        )
     kind = {
         ".keras": ("a zip archive", zipfile.is_zipfile),
         ".h5": ("an HDF5 file", h5py.is_hdf5),
