@@ -177,6 +177,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+def _check_report_folder(out: Path | None) -> None:
+    """A report folder given as an existing file is refused before the work, not after it when the report is
+    written (harden had retrained both models by then)."""
+    if out is not None and out.exists() and not out.is_dir():
+        _fail(f"--out {out} is a file; the report is a folder: give a folder name")
+
+
 class _Command(typer.core.TyperCommand):
     """A command refusing a single-valued option given twice (click keeps the last one silently)."""
 
@@ -778,6 +785,7 @@ def harden(
     if limit_test is not None:
         check_int("limit_test", limit_test, 1)  # before the model loads, named as the option it is
     read_meta(campaign)  # a missing folder or an analysis: "not a campaign folder", before the model loads
+    _check_report_folder(out)
     reading = InputOptions.from_typed({"scale": scale, "class_names": class_names})
     r = retraining
     _check_reading(train, test, reading=reading)
@@ -911,6 +919,7 @@ def inspect(
 
     top, no_labels = check_int("top", settings.top, 1), settings.no_labels
     _need_ray(runner.ray, runner.workers)
+    _check_report_folder(out)
     _check_reading(inputs, reading=reading, limit=reading.limit)
     sharded = _shard_pattern(inputs, "--inputs", runner, reading.limit)  # shard files the workers read themselves
     names = None if settings.layers is None else [n.strip() for n in settings.layers.split(",") if n.strip()]
@@ -1023,6 +1032,7 @@ def affinity(
     extra = load_hypotheses(a.hypotheses) if a.hypotheses is not None else []
     if a.no_builtin and not extra and not a.masks:
         _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
+    _check_report_folder(out)
     _check_reading(inputs, reading=reading, limit=reading.limit)
     with _session(model, convention, runner, analysis, images=inputs) as session:
         ds, x = session.inputs(

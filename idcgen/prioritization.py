@@ -105,6 +105,17 @@ def check_ordering(by, task: str = "classification") -> str:
 # ---- the numpy core ---------------------------------------------------------------------------------------
 
 
+def class_probabilities(outputs) -> np.ndarray:
+    """A classifier's outputs (n, classes) as class probabilities: rows that already are (non-negative, summing
+    to 1: a softmax head) stay; logits, from a model without a softmax at its end (most PyTorch models, Keras
+    models trained with from_logits=True), get their softmax here."""
+    z = np.asarray(outputs, dtype=np.float64)
+    if z.ndim != 2 or not z.size or (z.min() >= 0 and np.allclose(z.sum(axis=1), 1.0, atol=1e-2)):
+        return z
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def softmax_priority(probs, by: str) -> np.ndarray:
     """(n,) priority (higher first) of each input from its class probabilities (n, classes)."""
     p = np.asarray(probs, dtype=np.float64)
@@ -497,7 +508,7 @@ def _ordering_of(by: str):
 @_registered(*SOFTMAX)
 def _softmax(job: _Job, by: str):
     job.outputs = job.network.forward(job.x)[0]
-    scores = softmax_priority(job.outputs, by)
+    scores = softmax_priority(class_probabilities(job.outputs), by)
     return scores, rank_by(scores)
 
 

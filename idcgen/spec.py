@@ -80,6 +80,7 @@ def _value(node, source: str, text: str, what: str, key: str | None, words: bool
         raise ParameterError(
             f"malformed {what} spec {text!r}: {which} must be a Python literal (number, bool, "
             f"string or tuple). Got {written!r}"
+            + (f"; a string goes in quotes: {key}='{written}'" if key and written.isidentifier() else "")
         ) from None
 
 

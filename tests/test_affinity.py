@@ -710,3 +710,13 @@ def test_command_with_masks(tmp_path):
     assert got["scores"]["pixel"][0][ink] > 0.8  # the channel is the image: it follows the ink
     assert got["scores"]["pixel"][0][names.index("brightness")] is None  # scalar hypotheses: no pixel score
     assert (tmp_path / "report" / "heatmap_iou.png").is_file()
+
+
+def test_a_report_folder_keeps_no_heatmap_of_an_earlier_run(digits_all, tmp_path):
+    # the folder is replaced on each run: the heatmaps of measures an earlier run chose once stayed beside it
+    x, y = digits_all
+    model = _unit_model()
+    affinity(model, x[:200], y[:200], units="units", measures="pearson,spearman", tol=0, progress=False).save(tmp_path)
+    assert {p.name for p in tmp_path.glob("heatmap_*.png")} == {"heatmap_pearson.png", "heatmap_spearman.png"}
+    affinity(model, x[:200], y[:200], units="units", measures="pearson", tol=0, progress=False).save(tmp_path)
+    assert [p.name for p in tmp_path.glob("heatmap_*.png")] == ["heatmap_pearson.png"]

@@ -446,6 +446,22 @@ def test_bad_input(setup, tmp_path):
         Campaign.load(c.folder)
 
 
+def test_an_oracle_that_cannot_judge_a_classifier_is_refused_before_the_campaign_folder(setup, tmp_path):
+    # refused at the first step, it left a campaign in --out that the corrected command could not reuse
+    analysis, _, _, x, y = setup
+    for i, (oracle, error, says) in enumerate(
+        [
+            ("deviation", InputError, "the deviation oracle compares output values"),
+            ("misclassification & ~error(0.3)", InputError, "the error oracle compares output values"),
+            ("confusion(3,12)", ParameterError, r"confusion\(3,12\): the model has classes 0..9 only"),
+        ]
+    ):
+        out = tmp_path / f"c{i}"
+        with pytest.raises(error, match=says):
+            make_fuzzer(analysis, oracle=oracle).start(x, y, out, budget=64)
+        assert not out.exists()
+
+
 def test_directed_mutator_moves_towards_uncovered_combinations(keras_setup, tmp_path):
     from idcgen.fuzz.fuzzer import FuzzContext
     from idcgen.fuzz.mutators.directed import CoverageDirected
@@ -860,3 +876,21 @@ def test_resume_of_a_one_process_campaign_with_workers_is_refused_before_loading
     result = runner.invoke(app, ["fuzz", "--resume", str(tmp_path / "nope"), "--workers", "2"])
     assert result.exit_code == 1
     assert result.output.strip() == f"error: not a campaign folder (no campaign.json): {tmp_path / 'nope'}"
+
+
+def test_uncertain_reads_probabilities_of_a_model_ending_in_logits(trained_lenet, digits):
+    # without a softmax at the model's end the oracle compared logits (5 to 15) with its threshold: no finding
+    import keras
+
+    from idcgen.analysis import analyze
+    from idcgen.fuzz.fuzzer import Fuzzer
+
+    model, _ = trained_lenet
+    x_train, y_train, x_test, y_test = digits
+    logits = keras.Model(model.inputs, model.get_layer("before_softmax").output)
+    found = []
+    for m in (model, logits):
+        analysis = analyze(m, x_train[:300], y_train[:300], layer="block2_conv1", m=4, progress=False)
+        fuzzer = Fuzzer(analysis, mutators=["gauss(std=0.05)"], oracle="uncertain(0.99)", batch_size=64, random_state=0)
+        found.append(fuzzer.run(x_test[:40], y_test[:40], budget=128, progress=False).n_findings)
+    assert found[0] > 0 and found[1] == found[0]

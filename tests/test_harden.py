@@ -116,3 +116,29 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     for name in EVALUATIONS:
         assert abs(original[name] - expected[name]) <= 1.5 / len(yt), name  # one input may round differently
     assert [row["model"] for row in summary["table"]] == ["original", "IDC-guided", "random control"]
+
+
+def test_a_report_folder_given_as_a_file_is_refused_before_the_work(campaign, trained_lenet, digits, tmp_path):
+    # harden retrained both models, inspect and affinity ran the model, then each failed on "File exists"
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+
+    _, model = trained_lenet
+    x_train, y_train, x_test, y_test = digits
+    np.savez(tmp_path / "d.npz", x=x_train[:50], y=y_train[:50])
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    data = str(tmp_path / "d.npz")
+    for args in (
+        ["harden", "--train", data, "--test", data, "--campaign", str(campaign.folder), "--epochs", "1"],
+        ["inspect", "--inputs", data],
+        ["affinity", "--inputs", data, "--units", "block2_conv1"],
+    ):
+        result = CliRunner().invoke(app, args + ["--model", str(model), "--out", str(taken)])
+        assert result.exit_code == 1, result.output
+        assert result.output.strip().splitlines()[-1] == (
+            f"error: --out {taken} is a file; the report is a folder: give a folder name"
+        ), result.output
+        assert "%" not in result.output  # no progress bar: refused before the model ran
+    assert taken.read_text() == "mine"

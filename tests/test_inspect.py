@@ -414,3 +414,12 @@ def test_deepinspect_recipe_smoke(tmp_path, monkeypatch, digits):
     text = (tmp_path / "deepinspect" / "confusion.md").read_text()
     assert "Paper (robust CIFAR-10 models, mean - 1 std): precision 0.40-0.63" in text
     assert (tmp_path / "deepinspect" / "embedded-mnist_lenet5" / "report.html").is_file()
+
+
+def test_a_report_folder_keeps_no_plot_of_an_earlier_run(hand, tmp_path):
+    # the folder is replaced on each run: a scatter from a run with labels once stayed beside a run without
+    x, y = hand_inputs()
+    idcgen.inspect(hand, x, y).write_report(tmp_path)
+    assert (tmp_path / "scatter.png").is_file()
+    idcgen.inspect(hand, x).write_report(tmp_path)
+    assert not (tmp_path / "scatter.png").exists() and (tmp_path / "napvd.png").is_file()

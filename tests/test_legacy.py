@@ -271,3 +271,38 @@ def test_weights_of_a_trained_model_and_keras_3_weights_under_an_h5_name(tmp_pat
     result = invoke("convert", tmp_path / "trained.h5", tmp_path / "m.keras", "--architecture", tmp_path / "arch.json")
     assert result.exit_code == 0, result.output
     np.testing.assert_array_equal(load_model(tmp_path / "m.keras").predict(x, verbose=0), want)
+
+
+def test_a_keras_2_sequential_with_input_shape_on_its_first_layer_loads_without_keras_warning(tmp_path):
+    # Keras 2 files (DeepConcolic's mnist_tiny.h5) give the first layer input_shape: Keras 3 warned "Do not
+    # pass an `input_shape`/`input_dim` argument to a layer" on every command that read one
+    import keras
+
+    path = tmp_path / "seq.h5"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layers = [
+            keras.layers.Conv2D(2, 3, name="c"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+        keras.Sequential([keras.Input((8, 8, 1))] + layers).save(path)
+    with h5py.File(path, "r+") as f:  # the layout Keras 2 wrote: no InputLayer, the shape on the first layer
+        config = json.loads(f.attrs["model_config"])
+        config["config"]["layers"] = config["config"]["layers"][1:]
+        config["config"]["layers"][0]["config"]["input_shape"] = [8, 8, 1]
+        f.attrs["model_config"] = json.dumps(config)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_model(path)
+    assert model.input_shape == (None, 8, 8, 1)
+    assert not [w for w in caught if "input_shape" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_an_architecture_given_as_the_model_says_where_it_goes(weights_and_json):
+    # Keras said "File format not supported ... use keras.layers.TFSMLayer(...)" of a JSON architecture
+    _, folder = weights_and_json
+    with pytest.raises(
+        ModelError, match=r"arch.json is a JSON architecture, which holds no weights: .* --architecture"
+    ):
+        load_model(folder / "arch.json")

@@ -460,6 +460,8 @@ def test_parse_mutators_splits_at_top_level_commas():
         ("gauss(std=0.1, std=0.2)", "parameter 'std' given twice"),
         ("gauss(std=abs(-1))", r"the value of 'std' must be a Python literal .* Got 'abs\(-1\)'"),
         ("gauss(std=__import__('os').getpid())", "must be a Python literal"),
+        # a word left unquoted (the README writes constraint='light'): the message says how to write it
+        ("deepxplore(constraint=light)", r"Got 'light'; a string goes in quotes: constraint='light'"),
         ("2gauss", "malformed mutator spec"),
     ],
 )

@@ -133,6 +133,21 @@ def test_gini_puts_a_trained_lenets_failures_first(trained_lenet, digits):
     assert gini.found_at_10 > 0.2 > prioritize(model, x_test, by="random", y=y_test).evaluation.found_at_10
 
 
+@pytest.mark.parametrize("by", ["gini", "max-softmax", "margin", "entropy"])
+def test_a_model_ending_in_logits_is_ranked_by_its_softmax(trained_lenet, digits, by):
+    # a model without a softmax at its end (most PyTorch models, Keras ones trained from_logits): the
+    # orderings once read its logits as probabilities (gini scores of -100, APFD near random)
+    import keras
+
+    model, _ = trained_lenet
+    _, _, x_test, y_test = digits
+    logits = keras.Model(model.inputs, model.get_layer("before_softmax").output)
+    theirs = prioritize(model, x_test[:300], by=by, y=y_test[:300])
+    ours = prioritize(logits, x_test[:300], by=by, y=y_test[:300])
+    np.testing.assert_allclose(ours.scores, theirs.scores, atol=1e-5)
+    assert ours.evaluation.apfd == pytest.approx(theirs.evaluation.apfd, abs=0.01)
+
+
 def test_random_is_reproducible_and_differs_by_state(classifier):
     model, _, x, _ = classifier
     a, b = (prioritize(model, x, by="random", random_state=r).order for r in (1, 1))

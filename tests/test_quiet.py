@@ -37,3 +37,21 @@ def test_a_keras_model_loads_without_tensorflows_start_up_lines(tmp_path):
     )
     assert run.stdout.strip() == "(4,)"
     assert not [line for line in run.stderr.splitlines() if NOISE.search(line)], run.stderr
+
+
+def test_taps_of_several_layer_sets_print_no_retracing_warning(trained_lenet, digits, caplog):
+    # each set of layers a command taps is a tf.function traced once per batch shape; TensorFlow counted them
+    # together (one code object) and printed "N out of the last M calls ... triggered tf.function retracing"
+    import logging
+
+    from idcgen.framework import Network
+
+    model, _ = trained_lenet
+    x = digits[2][:70]
+    network = Network(model)
+    network.batch_size = 32  # full batches and a shorter last one: two traces per tap
+    names = ["block1_conv1", "block1_pool1", "block2_conv1", "block2_pool1", "flatten"]
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        for i in range(len(names)):
+            network.forward(x, tuple(names[: i + 1]))
+    assert not [r for r in caplog.records if "retracing" in r.getMessage()]

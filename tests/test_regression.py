@@ -260,6 +260,9 @@ def test_deviation_and_error_oracles():
         make_oracle("deviation")(classifier)
     with pytest.raises(InputError, match="prediction-change oracle never fires on a regression"):
         make_oracle("prediction-change")(execution)
+    # a steering output is no probability: "uncertain" flagged every output below 0.5 rad
+    with pytest.raises(InputError, match="the uncertain oracle reads class probabilities and is for classifiers"):
+        make_oracle("deviation | uncertain(0.9)")(execution)
     with pytest.raises(ParameterError, match="the deviation oracle takes one number"):
         make_oracle("deviation(limit=3)")
     with pytest.raises(ParameterError, match="must be a number >= 0"):
@@ -665,6 +668,9 @@ def test_criteria_fit_on_a_steering_model_with_float_labels():
     assert len(lsc.classes_) == 1 and lsc.coverage(network, x).total == 1000
     with pytest.raises(ParameterError, match="a regression model has none"):
         make_criterion("lsc:group=label").fit(network, x, y)
+    # DSC's distance is to the nearest input of another class: said as such, not "got only class 0"
+    with pytest.raises(InputError, match="DSC needs training inputs of at least two classes, and a regression model"):
+        make_criterion("dsc").fit(network, x, y)
 
 
 def test_frames_of_another_size_are_resized_to_the_models_input(tmp_path):

@@ -391,6 +391,14 @@ class DistanceSurpriseCoverage(_SurpriseCriterion):
         self.upper = upper
         self.group = group
 
+    def fit(self, network, x_train, y_train=None, **kwargs) -> "DistanceSurpriseCoverage":
+        if as_network(network).task == "regression":  # one group by design, not a data set short of a class
+            raise InputError(
+                "DSC needs training inputs of at least two classes, and a regression model has none "
+                "(its distance is to the nearest input of another class): use lsc"
+            )
+        return super().fit(network, x_train, y_train, **kwargs)
+
     def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
         order = np.argsort(classes, kind="stable")
         self.train_activations_ = acts[order]

@@ -270,6 +270,8 @@ def write_report(result: AffinityResult, folder) -> Path:
     ]
     lines += [f"- note: {n}" for n in result.notes]
     lines += ["", "## Top hypotheses per unit", ""] + [f"- {line}" for line in result.describe(k=3)]
+    for old in folder.glob("heatmap_*.png"):  # the folder is replaced: no heatmap of an earlier run's measures
+        old.unlink()
     for m in result.measures:
         path = folder / f"heatmap_{m}.png"
         result.plot(path, m)

@@ -196,6 +196,8 @@ class InspectResult:
         the inputs as inspected) and ``report.md``/``report.html`` into ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        for optional in ("scatter.png", "examples.png"):  # replaced: none left from an earlier run's labels or x
+            (folder / optional).unlink(missing_ok=True)
         self.write_csv(folder / "pairs.csv")
         self.write_json(folder / "inspect.json")
         plots = self.plot(folder)

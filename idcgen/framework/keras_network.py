@@ -8,6 +8,7 @@ activation of a channel is its spatial mean (docs/design.md, "Relevance").
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -27,6 +28,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+
+class _TapTracing(logging.Filter):
+    """Drops TensorFlow's "N out of the last M calls to <function ... run> triggered tf.function retracing":
+    each set of layers tapped (:meth:`KerasNetwork._tap`) is a tf.function of its own, traced once for full
+    batches and once for a shorter last one, and TensorFlow counts them all as one function (one code
+    object), so a command tapping several sets printed it with nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+tf.get_logger().addFilter(_TapTracing())
 
 #: the layers that drop units in training (MC dropout samples them at test time)
 _DROPOUT = (
@@ -71,6 +85,11 @@ def check_container(path: Path) -> None:
 
     import h5py
 
+    if path.suffix.lower() == ".json":
+        raise ModelError(
+            f"{path} is a JSON architecture, which holds no weights: give the weights file as --model and this "
+            "file as --architecture (architecture= of idcgen.load_model)"
+        )
     kind = {
         ".keras": ("a zip archive", zipfile.is_zipfile),
         ".h5": ("an HDF5 file", h5py.is_hdf5),
@@ -110,7 +129,9 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
         return legacy.load_with_architecture(path, architecture, safe_mode=safe_mode)
     check_container(path)
     try:
-        with legacy.lambda_names():
+        with legacy.lambda_names(), warnings.catch_warnings():
+            # Keras 2 files give their first layer input_shape, which Keras 3 reads and then warns about
+            warnings.filterwarnings("ignore", message="Do not pass an `input_shape`/`input_dim` argument")
             model = keras.models.load_model(path, compile=False, safe_mode=safe_mode)
     except Exception as exc:  # Keras raises many types for unreadable files; report them as one
         summary = legacy.weights_only_summary(path)

@@ -214,6 +214,11 @@ class Uncertain(Oracle):
         return "uncertain" if self.threshold == 0.5 else f"uncertain({self.threshold:g})"
 
     def __call__(self, run: Execution) -> np.ndarray:
+        if run.regression:  # its output is a value, not a probability: every output below the threshold would do
+            raise InputError(
+                "the uncertain oracle reads class probabilities and is for classifiers; for a regression "
+                "model use deviation(threshold=...)"
+            )
         return run.probabilities.max(axis=1) < self.threshold
 
 
