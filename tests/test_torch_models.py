@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, Windows  # noqa: E402
+from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, TutorialNet, Windows  # noqa: E402
 
 from idcgen.errors import LayerError  # noqa: E402
 from idcgen.framework import as_network  # noqa: E402
@@ -51,6 +51,11 @@ def test_an_in_place_operation_takes_the_rule_of_its_out_of_place_form(kind):
         np.testing.assert_allclose(ra, rb, atol=1e-6 * max(1.0, np.abs(rb).max()), err_msg=str(layer))
 
 
+def _nchw(x):
+    """Images (n, H, W, C) as a DataLoader gives them to the model: (n, C, H, W) in that layout's own strides."""
+    return torch.as_tensor(x).permute(0, 3, 1, 2).clone(memory_format=torch.contiguous_format)
+
+
 def _activation_x_gradient(module, x, path):
     """(n, channels) activation x gradient of the top logit at the output of module ``path``, summed over
     positions: LRP-0's relevance on a ReLU network, computed on the plain module by autograd."""
@@ -62,7 +67,7 @@ def _activation_x_gradient(module, x, path):
 
     handle = module.get_submodule(path).register_forward_hook(tap)
     try:
-        logits = module(torch.as_tensor(x).permute(0, 3, 1, 2))
+        logits = module(_nchw(x))
     finally:
         handle.remove()
     top = logits.gather(1, logits.argmax(1)[:, None]).sum()
@@ -86,6 +91,21 @@ def test_a_torchvision_style_resnet18_has_every_hidden_layer_a_subject_layer_wit
         assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), path
         for g, e in zip(got, expected):  # the same most relevant neurons
             assert set(np.argsort(g)[-4:]) == set(np.argsort(e)[-4:])
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_a_model_viewing_its_feature_maps_runs_on_images_in_their_own_layout(channels):
+    """x.view(...) after convolutions needs NCHW strides: idcgen's images (n, H, W, C) moved channels first
+    as a view are channels-last in memory, which convolutions keep and view refuses (a traceback before)."""
+    module = randomise(TutorialNet(channels), 5)
+    network = as_network(module)
+    x = np.random.default_rng(0).random((4, 32, 32, channels), dtype=np.float32)
+    logits, (fc1,) = network.forward(x, ("fc1",))
+    expected = module(_nchw(x)).detach().numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+    assert fc1.shape == (4, 32)
+    relevance = network.relevance("conv2", eps=1e-12)(x)[0]
+    np.testing.assert_allclose(relevance, _activation_x_gradient(module, x, "conv2"), rtol=1e-4, atol=1e-5)
 
 
 def _copy(src, dst):

@@ -271,7 +271,9 @@ class TorchNetwork(GraphQueries, Network):
             if after is not None:
                 x = after(PREPROCESS, (x,), x)
         if self.source.channels_first:
-            x = x.permute(0, 3, 1, 2)
+            # a copy in NCHW's own strides, as a user's DataLoader gives: the permuted view is channels-last in
+            # memory, convolutions keep that layout, and a model's x.view(x.size(0), -1) then fails on it
+            x = x.permute(0, 3, 1, 2).clone(memory_format=torch.contiguous_format)
         return x
 
     def run(self, x: torch.Tensor, *, keep=(), until=None, after=None) -> dict:
