@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+nn = torch.nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, TutorialNet, Windows  # noqa: E402
@@ -24,8 +25,8 @@ from torch_twins import images, randomise  # noqa: E402
 @pytest.mark.parametrize("kind", sorted(IN_PLACE))
 def test_an_in_place_operation_takes_the_rule_of_its_out_of_place_form(kind):
     """The same weights written with the in-place operation and without: the same layers, taps (each the
-    value before a later in-place write), every hidden layer a subject layer, the same relevance. (An
-    in-place dropout at inference is no operation at all once functionalised: no layer.)"""
+    value before a later in-place write), every hidden layer a subject layer, the same relevance (an in-place
+    dropout too: a layer, as its out-of-place form, for MC dropout to sample)."""
     torch.manual_seed(0)
     ours = randomise(InPlace(kind, in_place=True), 3)
     theirs = InPlace(kind, in_place=False)
@@ -33,10 +34,9 @@ def test_an_in_place_operation_takes_the_rule_of_its_out_of_place_form(kind):
     a, b = as_network(ours), as_network(theirs.eval())
     names = a.layer_names()
     hidden = [n for n in names if a.is_hidden(n)]
-    dropped = ["dropout"] if kind == "dropout_" else []
-    assert names == [n for n in b.layer_names() if n not in dropped]
+    assert names == b.layer_names()
     subject = a.subject_layers()
-    assert subject == [n for n in b.subject_layers() if n not in dropped]
+    assert subject == b.subject_layers()
     # every hidden layer, but a squeeze-excitation's gate branch (the gate rule gives it no relevance)
     assert subject == [n for n in hidden if kind != "mul_ gate" or n not in ("mean", "sigmoid")]
     x = images(6)
@@ -91,6 +91,30 @@ def test_a_torchvision_style_resnet18_has_every_hidden_layer_a_subject_layer_wit
         assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), path
         for g, e in zip(got, expected):  # the same most relevant neurons
             assert set(np.argsort(g)[-4:]) == set(np.argsort(e)[-4:])
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_mc_dropout_samples_the_dropout_of_a_model_with_in_place_operations(in_place):
+    """torchvision's MobileNet classifier: Hardswish(inplace=True), Dropout(inplace=True). Functionalising the
+    in-place operations made every inference-mode dropout the identity (an in-place one: nothing), and
+    MC dropout refused the model as having none."""
+    torch.manual_seed(0)
+    module = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 16),
+        nn.Hardswish(inplace=True),
+        nn.Dropout(0.5, inplace=in_place),
+        nn.Linear(16, 3),
+    ).eval()
+    network = as_network(module, input_shape=(8, 8, 3))
+    assert network.dropout_layers() == ["6"]
+    x = images(5)
+    np.testing.assert_allclose(network.forward(x)[0], module(_nchw(x)).detach().numpy(), atol=1e-6)
+    runs = network.dropout_outputs(x, 4, np.random.default_rng(0))
+    assert runs.shape == (4, 5, 3) and runs.std(axis=0).min() > 0  # the masks differ from pass to pass
 
 
 @pytest.mark.parametrize("channels", [3, 1])
