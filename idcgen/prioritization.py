@@ -339,10 +339,23 @@ def _mc_dropout(network, x: np.ndarray, passes: int, rng: np.random.Generator, p
     spread = []
     for start in range(0, len(x), network.batch_size):
         out = network.dropout_outputs(x[start : start + network.batch_size], passes, rng)  # (passes, batch, outputs)
+        out = class_probabilities(network, out)
         spread.append(out.std(axis=0).mean(axis=1))
         if progress is not None:
             progress.update(out.shape[1])
     return np.concatenate(spread) if spread else np.zeros(0)
+
+
+def class_probabilities(network, outputs: np.ndarray) -> np.ndarray:
+    """A classifier's outputs (..., classes) as class probabilities: the softmax of logits (what PyTorch models,
+    and Keras ones without a final softmax, return; log-probabilities too), the outputs themselves after a
+    softmax head or for a regression model. Orderings on logits as if they were probabilities rank the most
+    confident inputs first (DeepGini on logits is negative)."""
+    if network.task != "classification" or network.head_activation() not in ("linear", "log_softmax", "_log_softmax"):
+        return outputs
+    z = np.asarray(outputs, np.float64)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _training_groups(network, probs: np.ndarray) -> np.ndarray:
@@ -497,7 +510,7 @@ def _ordering_of(by: str):
 @_registered(*SOFTMAX)
 def _softmax(job: _Job, by: str):
     job.outputs = job.network.forward(job.x)[0]
-    scores = softmax_priority(job.outputs, by)
+    scores = softmax_priority(class_probabilities(job.network, job.outputs), by)
     return scores, rank_by(scores)
 
 

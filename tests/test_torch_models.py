@@ -420,3 +420,34 @@ def test_analyze_a_torch_jit_save_file_takes_the_input_shape_from_the_training_i
     assert "layer layer2.1.relu.relu_8: important neurons" in done.output
     done = runner.invoke(app, ["layers", "--model", str(tmp_path / "traced.pt")])
     assert done.exit_code == 1 and "does not record the shape of its input" in done.output
+
+
+def test_softmax_orderings_and_mc_dropout_rank_a_model_returning_logits_by_its_probabilities():
+    """A PyTorch classifier returns logits: gini and the other softmax orderings, and MC dropout's spread, are
+    of the class probabilities (computed as 1 - sum(logit^2), DeepGini was negative and put the most confident
+    inputs first)."""
+    from idcgen.prioritization import prioritize
+
+    torch.manual_seed(0)
+    module = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 16),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(16, 3),
+    )
+    network = as_network(randomise(module, 2), input_shape=(8, 8, 3))
+    x = images(12)
+    probs = torch.softmax(module(_nchw(x)), dim=1).detach().numpy().astype(np.float64)
+    gini = prioritize(network, x, by="gini")
+    np.testing.assert_allclose(gini.scores, 1 - (probs**2).sum(axis=1), rtol=1e-5)
+    margin = prioritize(network, x, by="max-softmax")
+    np.testing.assert_allclose(margin.scores, 1 - probs.max(axis=1), rtol=1e-5)
+    spread = prioritize(network, x, by="mc-dropout", random_state=0).scores
+    runs = network.dropout_outputs(x, 20, np.random.default_rng(0))
+    runs = np.exp(runs - runs.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(spread, (runs / runs.sum(axis=-1, keepdims=True)).std(axis=0).mean(axis=1), rtol=1e-5)
+    assert spread.max() <= 0.5
