@@ -214,7 +214,14 @@ class Uncertain(Oracle):
         return "uncertain" if self.threshold == 0.5 else f"uncertain({self.threshold:g})"
 
     def __call__(self, run: Execution) -> np.ndarray:
-        return run.probabilities.max(axis=1) < self.threshold
+        p = np.asarray(run.probabilities, np.float64)
+        # rows of logits (a PyTorch model's outputs, a Keras model without a softmax): their softmax's top
+        logits = ~(((p >= 0).all(axis=1)) & (np.abs(p.sum(axis=1) - 1.0) <= 1e-3))
+        if logits.any():
+            z = np.exp(p[logits] - p[logits].max(axis=1, keepdims=True))
+            p = p.copy()
+            p[logits] = z / z.sum(axis=1, keepdims=True)
+        return p.max(axis=1) < self.threshold
 
 
 @dataclass(frozen=True)
