@@ -451,3 +451,15 @@ def test_softmax_orderings_and_mc_dropout_rank_a_model_returning_logits_by_its_p
     runs = np.exp(runs - runs.max(axis=-1, keepdims=True))
     np.testing.assert_allclose(spread, (runs / runs.sum(axis=-1, keepdims=True)).std(axis=0).mean(axis=1), rtol=1e-5)
     assert spread.max() <= 0.5
+
+
+def test_the_subject_layer_line_names_the_usable_layers_as_usable():
+    """A squeeze-excitation's gate branch gets no relevance: `idcgen layers` says so, and the layers it lists
+    after are the usable ones (they read as the ones left out, and the reason named only attention)."""
+    from idcgen.cli import _subject_line
+
+    network = as_network(randomise(InPlace("mul_ gate", in_place=False), 3))
+    line = _subject_line(network)
+    usable = network.subject_layers()
+    assert "mean" not in usable and "a gate's branch" in line, line
+    assert line.endswith(f"; usable: {', '.join(usable[:5])} ... {usable[-1]}"), line
