@@ -106,6 +106,8 @@ def functional(program):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's own pytree deprecation inside run_decompositions
         run = program.run_decompositions({})
+    if not rates:
+        return run
     for node in run.graph_module.graph.nodes:  # the identity (a clone) each dropout became: a dropout again
         if op_name(node) == "clone" and _dropout_key(node) in rates:
             op, rate = rates[_dropout_key(node)]
@@ -130,10 +132,11 @@ def _dropout_rates(program) -> dict:
         op = op_name(node)
         if node.op != "call_function" or op.rstrip("_") not in _DROPOUT_OPS or node.meta.get("torch_fn") is None:
             continue
-        if op.endswith("_"):
+        if op.endswith("_"):  # the program's own graph: the same computation at inference
             node.target = getattr(torch.ops.aten, op.rstrip("_")).default
         rates[_dropout_key(node)] = (op.rstrip("_"), float(node.args[1]) if len(node.args) > 1 else 0.5)
-    program.graph_module.recompile()
+    if rates:
+        program.graph_module.recompile()
     return rates
 
 
