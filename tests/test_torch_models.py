@@ -463,3 +463,16 @@ def test_the_subject_layer_line_names_the_usable_layers_as_usable():
     usable = network.subject_layers()
     assert "mean" not in usable and "a gate's branch" in line, line
     assert line.endswith(f"; usable: {', '.join(usable[:5])} ... {usable[-1]}"), line
+
+
+def test_an_input_shape_other_than_a_programs_own_is_refused_not_ignored(tmp_path):
+    """`--input-shape 32,32,3` on a .pt2 recording (8, 8, 3) was dropped without a word (the listing then showed
+    the program's shapes); the same shape given stays accepted."""
+    from idcgen.errors import ModelError
+    from idcgen.framework import load_model
+    from idcgen.framework.torch_load import export, save_program
+
+    path = save_program(export(randomise(InPlace("relu_", in_place=True), 1), None).program, tmp_path / "m.pt2")
+    with pytest.raises(ModelError, match=r"recording its input shape \(8, 8, 3\); --input-shape 32,32,3 is for"):
+        load_model(path, input_shape=(32, 32, 3))
+    assert as_network(load_model(path, input_shape=(8, 8, 3))).input_shape == (8, 8, 3)

@@ -347,7 +347,15 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
                 program = torch.export.load(str(path))
         except Exception as exc:
             raise ModelError(f"could not read {path} as a torch.export program (.pt2): {_first_line(exc)}") from None
-        return from_program(program, f"torch.export program {path}")
+        model = from_program(program, f"torch.export program {path}")
+        if image_shape is not None and tuple(int(d) for d in image_shape) != tuple(model.image_shape):
+            # the program's shape is fixed: a different one given was ignored without a word
+            raise ModelError(
+                f"{path} is a torch.export program recording its input shape {tuple(model.image_shape)}; "
+                f"--input-shape {','.join(str(int(d)) for d in image_shape)} is for models that record none: "
+                "drop it (images of another size are resized to the model's), or export the model again at that shape"
+            )
+        return model
     import zipfile
 
     if not zipfile.is_zipfile(path):
