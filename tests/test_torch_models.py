@@ -476,3 +476,30 @@ def test_an_input_shape_other_than_a_programs_own_is_refused_not_ignored(tmp_pat
     with pytest.raises(ModelError, match=r"recording its input shape \(8, 8, 3\); --input-shape 32,32,3 is for"):
         load_model(path, input_shape=(32, 32, 3))
     assert as_network(load_model(path, input_shape=(8, 8, 3))).input_shape == (8, 8, 3)
+
+
+class _SequenceFirst(nn.Module):
+    """Patches -> nn.TransformerEncoder(batch_first=False) on (tokens, batch, d) -> mean token -> dense."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, 4)
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 1, enable_nested_tensor=False
+        )
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = self.encoder(self.patch(x).flatten(2).permute(2, 0, 1))  # (tokens, batch, d)
+        return self.head(x.mean(0))
+
+
+def test_a_sequence_first_transformers_block_is_refused_saying_why():
+    """Every layer of a batch_first=False encoder is (tokens, batch, d): its block output is refused, and the
+    message no longer sends the user to 'the block's output' alone, which is no better there."""
+    network = as_network(_SequenceFirst().eval())
+    with pytest.raises(LayerError, match=r"sequence-first transformer \(batch_first=False\)"):
+        network.check_subject_layer("encoder.layers.0")
+    assert "mean" in network.subject_layers()

@@ -363,9 +363,10 @@ class TorchNetwork(GraphQueries, Network):
                 f"layer {name!r} has no row per input: it does not keep the images on its first axis "
                 f"(traced shape "
                 f"{shape} for a batch of the program's example; inside nn.MultiheadAttention the tensors "
-                "are (tokens, batch, ...) or (tokens x batch, ...)), so its neurons cannot be measured "
-                "per input; choose a layer outside it, such as the block's output (see `idcgen layers`, "
-                "'subject layers')"
+                "are (tokens, batch, ...) or (tokens x batch, ...), and so is all of a sequence-first "
+                "transformer (batch_first=False)), so its neurons cannot be measured per input; choose a "
+                "layer outside it, such as the block's output, or where the tokens are batch-first again "
+                "(see `idcgen layers`, 'subject layers')"
             )
         return name
 
