@@ -503,3 +503,20 @@ def test_a_sequence_first_transformers_block_is_refused_saying_why():
     with pytest.raises(LayerError, match=r"sequence-first transformer \(batch_first=False\)"):
         network.check_subject_layer("encoder.layers.0")
     assert "mean" in network.subject_layers()
+
+
+def test_a_program_exported_in_training_mode_is_refused_in_one_line(tmp_path):
+    """torch.export.export(model, ...) before model.eval(): its batch norms use the batch's statistics, so an
+    input's outputs depended on the others in its batch, without a word."""
+    from idcgen.errors import ModelError
+    from idcgen.framework import load_model
+
+    module = randomise(InPlace("relu_", in_place=False), 1).train()
+    program = torch.export.export(module, (torch.zeros(4, 3, 8, 8),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    torch.export.save(program, tmp_path / "train.pt2")
+    with pytest.raises(ModelError, match=r"exported in training mode: .*batch_norm.* after model\.eval\(\)"):
+        load_model(tmp_path / "train.pt2")
+    torch.export.save(torch.export.export(module.eval(), (torch.zeros(4, 3, 8, 8),)), tmp_path / "eval.pt2")
+    x = images(4)
+    network = as_network(load_model(tmp_path / "eval.pt2"))
+    np.testing.assert_allclose(network.forward(x[:1])[0], network.forward(x)[0][:1], atol=1e-5)
