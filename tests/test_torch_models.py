@@ -520,3 +520,15 @@ def test_a_program_exported_in_training_mode_is_refused_in_one_line(tmp_path):
     x = images(4)
     network = as_network(load_model(tmp_path / "eval.pt2"))
     np.testing.assert_allclose(network.forward(x[:1])[0], network.forward(x)[0][:1], atol=1e-5)
+
+
+def test_a_torchscript_file_refusing_the_images_shape_does_not_blame_an_option_never_given(tmp_path):
+    """A TorchScript file records no input shape: a command takes its images' shape, and where the model does
+    not run on it the message named only --input-shape, which the user had not given."""
+    from idcgen.errors import ModelError
+    from idcgen.framework import load_model
+
+    module = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+    torch.jit.save(torch.jit.script(module.eval()), tmp_path / "m.pt")
+    with pytest.raises(ModelError, match=r"does not run on images of \(8, 8, 1\), .*else that of the images given"):
+        load_model(tmp_path / "m.pt", input_shape=(8, 8, 1))

@@ -172,7 +172,11 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
         with torch.inference_mode():
             script.eval()(sample)
     except Exception as exc:
-        where = "the input shape given (--input-shape H,W,C)" if given else f"the input shape recorded in {path}"
+        where = (  # given: by --input-shape, or taken from the images a command was given (idcgen/session.py)
+            "the input shape given (--input-shape H,W,C, else that of the images given)"
+            if given
+            else f"the input shape recorded in {path}"
+        )
         raise ModelError(
             f"the TorchScript model {path} does not run on images of {tuple(image_shape)}, "
             f"{where}: {_script_error(exc)}"
