@@ -437,9 +437,11 @@ def _subject_line(network) -> str:
     why = (
         f"from the last layer without an LRP rule on ({', '.join(f'{b.name!r} ({b.type})' for b in blocked[-3:])})"
         if blocked  # else: layers relevance does not reach (attention queries and keys) or without a row per input
-        else "the others reached by no relevance (attention weights are held constant) or without a row per input"
-    )
-    return f"subject layers: {len(usable)} of {len(hidden)} hidden layers, {why}: {shown or 'none'}"
+        else "the others reached by no relevance (attention queries and keys, a gate's branch: their rules hold "
+        "them constant) or without a row per input"
+    )  # the list names the usable ones: after this reason, it read as the layers left out
+    then = ": " if blocked else "; usable: "
+    return f"subject layers: {len(usable)} of {len(hidden)} hidden layers, {why}{then}{shown or 'none'}"
 
 
 def _task_line(network) -> str:

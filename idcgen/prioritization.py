@@ -106,14 +106,17 @@ def check_ordering(by, task: str = "classification") -> str:
 
 
 def class_probabilities(outputs) -> np.ndarray:
-    """A classifier's outputs (n, classes) as class probabilities: rows that already are (non-negative, summing
-    to 1: a softmax head) stay; logits, from a model without a softmax at its end (most PyTorch models, Keras
-    models trained with from_logits=True), get their softmax here."""
+    """A classifier's outputs (..., classes) as class probabilities: outputs that already are (non-negative,
+    each row summing to 1: a softmax head) stay; logits, from a model without a softmax at its end (most
+    PyTorch models, Keras models trained with from_logits=True), and log-probabilities get their softmax here.
+    Told from the values, not the model's head: a Keras softmax may be a layer of its own after the logits.
+    Orderings on logits as if they were probabilities rank the most confident inputs first (DeepGini on
+    logits is negative)."""
     z = np.asarray(outputs, dtype=np.float64)
-    if z.ndim != 2 or not z.size or (z.min() >= 0 and np.allclose(z.sum(axis=1), 1.0, atol=1e-2)):
+    if z.ndim < 2 or z.shape[-1] < 2 or not z.size or (z.min() >= 0 and np.allclose(z.sum(axis=-1), 1.0, atol=1e-2)):
         return z
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def softmax_priority(probs, by: str) -> np.ndarray:
@@ -350,6 +353,7 @@ def _mc_dropout(network, x: np.ndarray, passes: int, rng: np.random.Generator, p
     spread = []
     for start in range(0, len(x), network.batch_size):
         out = network.dropout_outputs(x[start : start + network.batch_size], passes, rng)  # (passes, batch, outputs)
+        out = out if network.task == "regression" else class_probabilities(out)  # the spread of probabilities
         spread.append(out.std(axis=0).mean(axis=1))
         if progress is not None:
             progress.update(out.shape[1])

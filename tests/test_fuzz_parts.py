@@ -182,6 +182,17 @@ def test_oracles_compose():
         Uncertain(1.5)
 
 
+def test_uncertain_reads_a_pytorch_models_logits_as_their_softmax():
+    """A PyTorch classifier's outputs are logits: its top probability is their softmax's (a logit of 3 read
+    as a probability was never uncertain, and `misclassification & ~uncertain` flagged every hesitant mutant)."""
+    from idcgen.fuzz.oracle import Uncertain
+
+    logits = [[3.0, 2.9, -1.0], [6.0, 0.0, 0.0], [0.2, 0.1, 0.0]]  # softmax tops 0.51, 0.995, 0.37
+    run = execution([0, 0, 0], [0, 0, 0], [0, 0, 0], logits)
+    np.testing.assert_array_equal(Uncertain(0.5)(run), [False, False, True])
+    np.testing.assert_array_equal(Uncertain(0.9)(run), [True, False, True])
+
+
 def test_corpus_grows_and_round_trips():
     c = Corpus((2, 2, 1))
     x = np.arange(12, dtype=np.float32).reshape(3, 2, 2, 1)

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+nn = torch.nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, Windows  # noqa: E402
+from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, TutorialNet, Windows  # noqa: E402
 
 from idcgen.errors import LayerError  # noqa: E402
 from idcgen.framework import as_network  # noqa: E402
@@ -24,8 +25,8 @@ from torch_twins import images, randomise  # noqa: E402
 @pytest.mark.parametrize("kind", sorted(IN_PLACE))
 def test_an_in_place_operation_takes_the_rule_of_its_out_of_place_form(kind):
     """The same weights written with the in-place operation and without: the same layers, taps (each the
-    value before a later in-place write), every hidden layer a subject layer, the same relevance. (An
-    in-place dropout at inference is no operation at all once functionalised: no layer.)"""
+    value before a later in-place write), every hidden layer a subject layer, the same relevance (an in-place
+    dropout too: a layer, as its out-of-place form, for MC dropout to sample)."""
     torch.manual_seed(0)
     ours = randomise(InPlace(kind, in_place=True), 3)
     theirs = InPlace(kind, in_place=False)
@@ -33,10 +34,9 @@ def test_an_in_place_operation_takes_the_rule_of_its_out_of_place_form(kind):
     a, b = as_network(ours), as_network(theirs.eval())
     names = a.layer_names()
     hidden = [n for n in names if a.is_hidden(n)]
-    dropped = ["dropout"] if kind == "dropout_" else []
-    assert names == [n for n in b.layer_names() if n not in dropped]
+    assert names == b.layer_names()
     subject = a.subject_layers()
-    assert subject == [n for n in b.subject_layers() if n not in dropped]
+    assert subject == b.subject_layers()
     # every hidden layer, but a squeeze-excitation's gate branch (the gate rule gives it no relevance)
     assert subject == [n for n in hidden if kind != "mul_ gate" or n not in ("mean", "sigmoid")]
     x = images(6)
@@ -51,6 +51,11 @@ def test_an_in_place_operation_takes_the_rule_of_its_out_of_place_form(kind):
         np.testing.assert_allclose(ra, rb, atol=1e-6 * max(1.0, np.abs(rb).max()), err_msg=str(layer))
 
 
+def _nchw(x):
+    """Images (n, H, W, C) as a DataLoader gives them to the model: (n, C, H, W) in that layout's own strides."""
+    return torch.as_tensor(x).permute(0, 3, 1, 2).clone(memory_format=torch.contiguous_format)
+
+
 def _activation_x_gradient(module, x, path):
     """(n, channels) activation x gradient of the top logit at the output of module ``path``, summed over
     positions: LRP-0's relevance on a ReLU network, computed on the plain module by autograd."""
@@ -62,7 +67,7 @@ def _activation_x_gradient(module, x, path):
 
     handle = module.get_submodule(path).register_forward_hook(tap)
     try:
-        logits = module(torch.as_tensor(x).permute(0, 3, 1, 2))
+        logits = module(_nchw(x))
     finally:
         handle.remove()
     top = logits.gather(1, logits.argmax(1)[:, None]).sum()
@@ -86,6 +91,45 @@ def test_a_torchvision_style_resnet18_has_every_hidden_layer_a_subject_layer_wit
         assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), path
         for g, e in zip(got, expected):  # the same most relevant neurons
             assert set(np.argsort(g)[-4:]) == set(np.argsort(e)[-4:])
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_mc_dropout_samples_the_dropout_of_a_model_with_in_place_operations(in_place):
+    """torchvision's MobileNet classifier: Hardswish(inplace=True), Dropout(inplace=True). Functionalising the
+    in-place operations made every inference-mode dropout the identity (an in-place one: nothing), and
+    MC dropout refused the model as having none."""
+    torch.manual_seed(0)
+    module = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 16),
+        nn.Hardswish(inplace=True),
+        nn.Dropout(0.5, inplace=in_place),
+        nn.Linear(16, 3),
+    ).eval()
+    network = as_network(module, input_shape=(8, 8, 3))
+    assert network.dropout_layers() == ["6"]
+    x = images(5)
+    np.testing.assert_allclose(network.forward(x)[0], module(_nchw(x)).detach().numpy(), atol=1e-6)
+    runs = network.dropout_outputs(x, 4, np.random.default_rng(0))
+    assert runs.shape == (4, 5, 3) and runs.std(axis=0).min() > 0  # the masks differ from pass to pass
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_a_model_viewing_its_feature_maps_runs_on_images_in_their_own_layout(channels):
+    """x.view(...) after convolutions needs NCHW strides: idcgen's images (n, H, W, C) moved channels first
+    as a view are channels-last in memory, which convolutions keep and view refuses (a traceback before)."""
+    module = randomise(TutorialNet(channels), 5)
+    network = as_network(module)
+    x = np.random.default_rng(0).random((4, 32, 32, channels), dtype=np.float32)
+    logits, (fc1,) = network.forward(x, ("fc1",))
+    expected = module(_nchw(x)).detach().numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+    assert fc1.shape == (4, 32)
+    relevance = network.relevance("conv2", eps=1e-12)(x)[0]
+    np.testing.assert_allclose(relevance, _activation_x_gradient(module, x, "conv2"), rtol=1e-4, atol=1e-5)
 
 
 def _copy(src, dst):
@@ -419,3 +463,115 @@ def test_important_neurons_no_relevance_reached_are_said_not_passed_off_as_impor
         assert zero == 2 and set(found.neurons.tolist()[:3]) == {0, 1, 2}
         assert len(said) == 1 and said[0].startswith("2 of the 5 important neurons of layer 'act' have importance 0")
         assert "(3 of its 8 neurons have positive importance" in said[0]
+
+
+def test_softmax_orderings_and_mc_dropout_rank_a_model_returning_logits_by_its_probabilities():
+    """A PyTorch classifier returns logits: gini and the other softmax orderings, and MC dropout's spread, are
+    of the class probabilities (computed as 1 - sum(logit^2), DeepGini was negative and put the most confident
+    inputs first)."""
+    from idcgen.prioritization import prioritize
+
+    torch.manual_seed(0)
+    module = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 16),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(16, 3),
+    )
+    network = as_network(randomise(module, 2), input_shape=(8, 8, 3))
+    x = images(12)
+    probs = torch.softmax(module(_nchw(x)), dim=1).detach().numpy().astype(np.float64)
+    gini = prioritize(network, x, by="gini")
+    np.testing.assert_allclose(gini.scores, 1 - (probs**2).sum(axis=1), rtol=1e-5)
+    margin = prioritize(network, x, by="max-softmax")
+    np.testing.assert_allclose(margin.scores, 1 - probs.max(axis=1), rtol=1e-5)
+    spread = prioritize(network, x, by="mc-dropout", random_state=0).scores
+    runs = network.dropout_outputs(x, 20, np.random.default_rng(0))
+    runs = np.exp(runs - runs.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(spread, (runs / runs.sum(axis=-1, keepdims=True)).std(axis=0).mean(axis=1), rtol=1e-5)
+    assert spread.max() <= 0.5
+
+
+def test_the_subject_layer_line_names_the_usable_layers_as_usable():
+    """A squeeze-excitation's gate branch gets no relevance: `idcgen layers` says so, and the layers it lists
+    after are the usable ones (they read as the ones left out, and the reason named only attention)."""
+    from idcgen.cli import _subject_line
+
+    network = as_network(randomise(InPlace("mul_ gate", in_place=False), 3))
+    line = _subject_line(network)
+    usable = network.subject_layers()
+    assert "mean" not in usable and "a gate's branch" in line, line
+    assert line.endswith(f"; usable: {', '.join(usable[:5])} ... {usable[-1]}"), line
+
+
+def test_an_input_shape_other_than_a_programs_own_is_refused_not_ignored(tmp_path):
+    """`--input-shape 32,32,3` on a .pt2 recording (8, 8, 3) was dropped without a word (the listing then showed
+    the program's shapes); the same shape given stays accepted."""
+    from idcgen.errors import ModelError
+    from idcgen.framework import load_model
+    from idcgen.framework.torch_load import export, save_program
+
+    path = save_program(export(randomise(InPlace("relu_", in_place=True), 1), None).program, tmp_path / "m.pt2")
+    with pytest.raises(ModelError, match=r"recording its input shape \(8, 8, 3\); --input-shape 32,32,3 is for"):
+        load_model(path, input_shape=(32, 32, 3))
+    assert as_network(load_model(path, input_shape=(8, 8, 3))).input_shape == (8, 8, 3)
+
+
+class _SequenceFirst(nn.Module):
+    """Patches -> nn.TransformerEncoder(batch_first=False) on (tokens, batch, d) -> mean token -> dense."""
+
+    input_shape = (8, 8, 3)
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, 4)
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 1, enable_nested_tensor=False
+        )
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = self.encoder(self.patch(x).flatten(2).permute(2, 0, 1))  # (tokens, batch, d)
+        return self.head(x.mean(0))
+
+
+def test_a_sequence_first_transformers_block_is_refused_saying_why():
+    """Every layer of a batch_first=False encoder is (tokens, batch, d): its block output is refused, and the
+    message no longer sends the user to 'the block's output' alone, which is no better there."""
+    network = as_network(_SequenceFirst().eval())
+    with pytest.raises(LayerError, match=r"sequence-first transformer \(batch_first=False\)"):
+        network.check_subject_layer("encoder.layers.0")
+    assert "mean" in network.subject_layers()
+
+
+def test_a_program_exported_in_training_mode_is_refused_in_one_line(tmp_path):
+    """torch.export.export(model, ...) before model.eval(): its batch norms use the batch's statistics, so an
+    input's outputs depended on the others in its batch, without a word."""
+    from idcgen.errors import ModelError
+    from idcgen.framework import load_model
+
+    module = randomise(InPlace("relu_", in_place=False), 1).train()
+    program = torch.export.export(module, (torch.zeros(4, 3, 8, 8),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    torch.export.save(program, tmp_path / "train.pt2")
+    with pytest.raises(ModelError, match=r"exported in training mode: .*batch_norm.* after model\.eval\(\)"):
+        load_model(tmp_path / "train.pt2")
+    torch.export.save(torch.export.export(module.eval(), (torch.zeros(4, 3, 8, 8),)), tmp_path / "eval.pt2")
+    x = images(4)
+    network = as_network(load_model(tmp_path / "eval.pt2"))
+    np.testing.assert_allclose(network.forward(x[:1])[0], network.forward(x)[0][:1], atol=1e-5)
+
+
+def test_a_torchscript_file_refusing_the_images_shape_does_not_blame_an_option_never_given(tmp_path):
+    """A TorchScript file records no input shape: a command takes its images' shape, and where the model does
+    not run on it the message named only --input-shape, which the user had not given."""
+    from idcgen.errors import ModelError
+    from idcgen.framework import load_model
+
+    module = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+    torch.jit.save(torch.jit.script(module.eval()), tmp_path / "m.pt")
+    with pytest.raises(ModelError, match=r"does not run on images of \(8, 8, 1\), .*else that of the images given"):
+        load_model(tmp_path / "m.pt", input_shape=(8, 8, 1))

@@ -286,3 +286,23 @@ class EfficientNet(nn.Module):
         x = F.silu(self.bn1(self.conv_stem(x)), inplace=True)
         x = F.silu(self.bn2(self.conv_head(self.blocks(x))), inplace=True)
         return self.classifier(F.dropout(x.mean((2, 3)), 0.2, self.training, inplace=True))
+
+
+class TutorialNet(nn.Module):
+    """PyTorch's CIFAR-10 tutorial network: conv -> pool -> conv -> pool, then ``x.view(-1, 16 * 5 * 5)``,
+    which needs the feature maps in NCHW's own strides (as a DataLoader's batches give them)."""
+
+    def __init__(self, channels: int = 3):
+        super().__init__()
+        self.input_shape = (32, 32, channels)
+        self.conv1 = nn.Conv2d(channels, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = x.view(-1, 16 * 5 * 5)
+        return self.fc2(F.relu(self.fc1(x)))

@@ -84,6 +84,10 @@ _PLUMBING = {
 }
 
 
+#: dropout operations: MC dropout (idcgen/framework/torch_network.py) samples their masks
+_DROPOUT_OPS = {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"}
+
+
 def mutates(node) -> bool:
     """Whether fx node ``node`` is an in-place ATen operation (``relu_``, ``add_`` from ``out += identity``,
     ``mul_``, ``clamp_``, ...): it writes into a tensor another node may still read."""
@@ -98,9 +102,42 @@ def functional(program):
     has none (its node names unchanged)."""
     if not any(mutates(n) for n in program.graph_module.graph.nodes):
         return program
+    rates = _dropout_rates(program)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's own pytree deprecation inside run_decompositions
-        return program.run_decompositions({})
+        run = program.run_decompositions({})
+    if not rates:
+        return run
+    for node in run.graph_module.graph.nodes:  # the identity (a clone) each dropout became: a dropout again
+        if op_name(node) == "clone" and _dropout_key(node) in rates:
+            op, rate = rates[_dropout_key(node)]
+            node.target, node.args, node.kwargs = getattr(torch.ops.aten, op).default, (node.args[0], rate, False), {}
+    run.graph_module.recompile()
+    return run
+
+
+def _dropout_key(node):
+    """What names a dropout call across functionalisation: its torch function and module path."""
+    fn, stack = node.meta.get("torch_fn"), node.meta.get("nn_module_stack") or {}
+    return (tuple(fn) if fn else None, next(reversed(stack.values()), (None,))[0] if stack else None)
+
+
+def _dropout_rates(program) -> dict:
+    """Dropout calls by :func:`_dropout_key` -> (out-of-place operation, rate). Functionalisation makes an
+    inference-mode dropout the identity (a clone; an in-place one nothing at all, made out-of-place here
+    first, the same at inference), and MC dropout (``prioritize --by mc-dropout``) would find none in a model
+    with any in-place operation (torchvision's MobileNets: ReLU(inplace=True), Dropout(inplace=True))."""
+    rates = {}
+    for node in program.graph_module.graph.nodes:
+        op = op_name(node)
+        if node.op != "call_function" or op.rstrip("_") not in _DROPOUT_OPS or node.meta.get("torch_fn") is None:
+            continue
+        if op.endswith("_"):  # the program's own graph: the same computation at inference
+            node.target = getattr(torch.ops.aten, op.rstrip("_")).default
+        rates[_dropout_key(node)] = (op.rstrip("_"), float(node.args[1]) if len(node.args) > 1 else 0.5)
+    if rates:
+        program.graph_module.recompile()
+    return rates
 
 
 def op_name(node) -> str:

@@ -112,6 +112,14 @@ def from_program(program, origin: str) -> TorchModel:
     args = program.example_inputs[0] if program.example_inputs else ()
     if len(args) != 1:
         raise ModelError(f"{origin} takes {len(args)} inputs; idcgen runs models of one input")
+    training = _training_mode_ops(program)
+    if training:  # batch statistics: an input's outputs would depend on the others in its batch
+        more = f" and {len(training) - 3} more" if len(training) > 3 else ""
+        raise ModelError(
+            f"{origin} was exported in training mode: {', '.join(training[:3])}{more} use the batch's "
+            "statistics or drop at random, so an input's outputs would depend on its batch; export it again "
+            "after model.eval() (torch.export.export(model.eval(), ...))"
+        )
     held = [*program.state_dict.values(), *program.constants.values(), *args]
     if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in held):
         from torch.export.passes import move_to_device_pass
@@ -120,6 +128,22 @@ def from_program(program, origin: str) -> TorchModel:
         program = move_to_device_pass(torch.export.load(io.BytesIO(program_bytes(program))), "cpu")
     shape, channels_first = _image_shape(tuple(args[0].shape[1:]))
     return TorchModel(program, shape, channels_first, None, origin)
+
+
+def _training_mode_ops(program) -> list[str]:
+    """The program's operations run in training mode (a batch norm or dropout whose ``training``/``train``
+    argument is True): what a model exported before ``model.eval()`` holds."""
+    found = []
+    for node in program.graph_module.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        for i, argument in enumerate(schema.arguments):
+            if argument.name in ("training", "train"):
+                value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+                if value is True:
+                    found.append(node.name)
+    return found
 
 
 def _torchscript_shape(extra: dict, path: Path, image_shape) -> tuple:
@@ -148,7 +172,11 @@ def load_torchscript(path: Path, image_shape=None) -> TorchModel:
         with torch.inference_mode():
             script.eval()(sample)
     except Exception as exc:
-        where = "the input shape given (--input-shape H,W,C)" if given else f"the input shape recorded in {path}"
+        where = (  # given: by --input-shape, or taken from the images a command was given (idcgen/session.py)
+            "the input shape given (--input-shape H,W,C, else that of the images given)"
+            if given
+            else f"the input shape recorded in {path}"
+        )
         raise ModelError(
             f"the TorchScript model {path} does not run on images of {tuple(image_shape)}, "
             f"{where}: {_script_error(exc)}"
@@ -347,7 +375,15 @@ def load(path, *, weights=None, image_shape=None) -> TorchModel:
                 program = torch.export.load(str(path))
         except Exception as exc:
             raise ModelError(f"could not read {path} as a torch.export program (.pt2): {_first_line(exc)}") from None
-        return from_program(program, f"torch.export program {path}")
+        model = from_program(program, f"torch.export program {path}")
+        if image_shape is not None and tuple(int(d) for d in image_shape) != tuple(model.image_shape):
+            # the program's shape is fixed: a different one given was ignored without a word
+            raise ModelError(
+                f"{path} is a torch.export program recording its input shape {tuple(model.image_shape)}; "
+                f"--input-shape {','.join(str(int(d)) for d in image_shape)} is for models that record none: "
+                "drop it (images of another size are resized to the model's), or export the model again at that shape"
+            )
+        return model
     import zipfile
 
     if not zipfile.is_zipfile(path):

@@ -271,7 +271,9 @@ class TorchNetwork(GraphQueries, Network):
             if after is not None:
                 x = after(PREPROCESS, (x,), x)
         if self.source.channels_first:
-            x = x.permute(0, 3, 1, 2)
+            # a copy in NCHW's own strides, as a user's DataLoader gives: the permuted view is channels-last in
+            # memory, convolutions keep that layout, and a model's x.view(x.size(0), -1) then fails on it
+            x = x.permute(0, 3, 1, 2).clone(memory_format=torch.contiguous_format)
         return x
 
     def run(self, x: torch.Tensor, *, keep=(), until=None, after=None) -> dict:
@@ -361,9 +363,10 @@ class TorchNetwork(GraphQueries, Network):
                 f"layer {name!r} has no row per input: it does not keep the images on its first axis "
                 f"(traced shape "
                 f"{shape} for a batch of the program's example; inside nn.MultiheadAttention the tensors "
-                "are (tokens, batch, ...) or (tokens x batch, ...)), so its neurons cannot be measured "
-                "per input; choose a layer outside it, such as the block's output (see `idcgen layers`, "
-                "'subject layers')"
+                "are (tokens, batch, ...) or (tokens x batch, ...), and so is all of a sequence-first "
+                "transformer (batch_first=False)), so its neurons cannot be measured per input; choose a "
+                "layer outside it, such as the block's output, or where the tokens are batch-first again "
+                "(see `idcgen layers`, 'subject layers')"
             )
         return name
 

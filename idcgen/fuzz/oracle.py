@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from ..errors import InputError, ParameterError
+from ..prioritization import class_probabilities
 from ..spec import parse
 
 
@@ -219,7 +220,8 @@ class Uncertain(Oracle):
                 "the uncertain oracle reads class probabilities and is for classifiers; for a regression "
                 "model use deviation(threshold=...)"
             )
-        return run.probabilities.max(axis=1) < self.threshold
+        # the fuzzer hands the oracles probabilities; an Execution made by hand may hold a model's logits
+        return class_probabilities(run.probabilities).max(axis=1) < self.threshold
 
 
 @dataclass(frozen=True)
