@@ -106,17 +106,22 @@ def check_ordering(by, task: str = "classification") -> str:
 
 
 def class_probabilities(outputs) -> np.ndarray:
-    """A classifier's outputs (..., classes) as class probabilities: outputs that already are (non-negative,
-    each row summing to 1: a softmax head) stay; logits, from a model without a softmax at its end (most
-    PyTorch models, Keras models trained with from_logits=True), and log-probabilities get their softmax here.
-    Told from the values, not the model's head: a Keras softmax may be a layer of its own after the logits.
+    """A classifier's outputs (..., classes) as class probabilities: rows that already are (non-negative,
+    summing to 1: a softmax head) stay; logits, from a model without a softmax at its end (most PyTorch models,
+    Keras models trained with from_logits=True), and log-probabilities get their softmax here. Told from the
+    values, row by row, not from the model's head: a Keras softmax may be a layer of its own after the logits.
     Orderings on logits as if they were probabilities rank the most confident inputs first (DeepGini on
     logits is negative)."""
     z = np.asarray(outputs, dtype=np.float64)
-    if z.ndim < 2 or z.shape[-1] < 2 or not z.size or (z.min() >= 0 and np.allclose(z.sum(axis=-1), 1.0, atol=1e-2)):
+    if z.ndim < 2 or z.shape[-1] < 2 or not z.size:
         return z
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    logits = ~((z >= 0).all(axis=-1) & (np.abs(z.sum(axis=-1) - 1.0) <= 1e-2))
+    if not logits.any():
+        return z
+    e = np.exp(z[logits] - z[logits].max(axis=-1, keepdims=True))
+    z = z.copy()
+    z[logits] = e / e.sum(axis=-1, keepdims=True)
+    return z
 
 
 def softmax_priority(probs, by: str) -> np.ndarray:
