@@ -822,7 +822,7 @@ def harden(
         pair=classes,
     )
     typer.echo(format_table(summary))
-    typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.png) in {summary['seconds']} s")
+    typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.json, harden.png) in {summary['seconds']} s")
 
 
 @command
