@@ -283,14 +283,16 @@ _PHASE_NAMES = {"mutate": "mutation", "model": "model", "checks": "checks", "rec
 
 
 def phase_line(state: dict) -> list[str]:
-    """Where the steps' time went, in shares of it: the model's share is what a faster model or device
-    can save; the rest is the loop's CPU side (docs/design.md, "Where a step's time goes")."""
+    """Where the steps' time went, in shares of it (docs/design.md, "Where a step's time goes")."""
     spent = phase_seconds(state)
     total = sum(spent.values())
     if total <= 0:  # no step yet, or a campaign of an idcgen that did not time them
         return []
     shares = ", ".join(f"{_PHASE_NAMES[p]} {spent[p] / total:.0%}" for p in PHASES)
-    return [f"- the steps' time: {shares} (model: the forward pass and features; checks: validity, coverage, oracle)"]
+    return [
+        f"- the steps' time: {shares} (mutation: with the passes attacks and gradient mutators make through the "
+        "model; model: the forward pass and features; checks: validity, coverage, oracle)"
+    ]
 
 
 def _failures(campaign: Campaign, state: dict) -> list[str]:
