@@ -18,7 +18,6 @@ from .fuzz.campaign import Campaign
 from .fuzz.oracle import Execution, make_oracle
 from .fuzz.store import json_value
 from .imageio import quantise, to_png, to_uint8
-from .prioritization import class_probabilities
 
 
 def export_campaign(
@@ -146,8 +145,6 @@ def _recheck_findings(campaign: Campaign, out: Path, oracle) -> int | None:
         xq = quantise(found["x"], campaign.value_range)
         probs, _ = campaign.analysis.network.forward(xq)
         predictions = _predictions(campaign.corpus, probs)
-        if not campaign.corpus.regression:  # the oracle reads class probabilities, a logits model's softmax
-            probs = class_probabilities(probs)
         survives = oracle(Execution(xq, probs, predictions, found["label"], found["root_prediction"]))
         for row, p, ok in zip(rows, predictions, survives):
             row.update(prediction_uint8=p.item(), survives_uint8=bool(ok))

@@ -26,7 +26,6 @@ from ..data import check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import network_with_convention
 from ..imageio import quantise
-from ..prioritization import class_probabilities
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .deeptest import calibrate, keep_calibration
@@ -285,7 +284,7 @@ class Fuzzer:
         campaign.settings = campaign.settings.replace(oracle=str(self.oracle))
         # an oracle that cannot judge this model's outputs (deviation on a classifier, a class it lacks) says
         # so now, before the campaign folder exists, not at the first step
-        self.oracle(Execution(x[:0], self._probabilities(probs[:0]), predictions[:0], y[:0], predictions[:0]))
+        self.oracle(Execution(x[:0], probs[:0], predictions[:0], y[:0], predictions[:0]))
         campaign.record_seeds(x, y, predictions, features, time.perf_counter() - started)
         if out is not None:
             campaign.save(out)
@@ -418,9 +417,7 @@ class Fuzzer:
             step.references = mutants
         step.keep = new_coverage(self.guide, c.coverage, step.features, step.valid)
         roots = c.corpus.root[parents]
-        run = Execution(
-            mutants, self._probabilities(probs), step.predictions, c.corpus.label[roots], c.corpus.prediction[roots]
-        )
+        run = Execution(mutants, probs, step.predictions, c.corpus.label[roots], c.corpus.prediction[roots])
         step.flagged = self.oracle(run) & step.valid
         step.seconds["checks"] = time.perf_counter() - executed
         return step
@@ -461,11 +458,6 @@ class Fuzzer:
     @property
     def regression(self) -> bool:
         return self.network.task == "regression"
-
-    def _probabilities(self, outputs: np.ndarray) -> np.ndarray:
-        """What the oracles read: a classifier's class probabilities, its softmax where the model ends in logits;
-        a regression model's output values as they are."""
-        return outputs if self.regression else class_probabilities(outputs)
 
     def _predictions(self, probs: np.ndarray) -> np.ndarray:
         """The class of each input, or a regression model's output value (float64)."""

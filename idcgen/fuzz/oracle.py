@@ -29,7 +29,7 @@ class Execution:
     """One batch as the oracle sees it (one row per mutant)."""
 
     x: np.ndarray  # the mutants as run
-    probabilities: np.ndarray  # (n, classes); a regression model's outputs (n, 1)
+    probabilities: np.ndarray  # (n, classes): the outputs (probabilities, or logits); a regression model's (n, 1)
     predictions: np.ndarray  # classes (int); a regression model's output values (float)
     root_labels: np.ndarray  # the root seeds' labels, -1 where unknown (NaN for regression)
     root_predictions: np.ndarray  # the model's predictions on the root seeds
@@ -220,7 +220,7 @@ class Uncertain(Oracle):
                 "the uncertain oracle reads class probabilities and is for classifiers; for a regression "
                 "model use deviation(threshold=...)"
             )
-        # the fuzzer hands the oracles probabilities; an Execution made by hand may hold a model's logits
+        # the one oracle reading probabilities: a model ending in logits (most PyTorch models) gives their softmax
         return class_probabilities(run.probabilities).max(axis=1) < self.threshold
 
 
