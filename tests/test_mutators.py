@@ -217,6 +217,36 @@ def test_standard_normal_is_reproducible_in_parts():
     assert used.bit_generator.state == expected.bit_generator.state  # rng advanced by the two child seeds
 
 
+def _noise_from_child_seeds(seed: int, size: int, parts: int) -> np.ndarray:
+    """What a batch's noise must be: ``parts`` consecutive runs, each from a child generator seeded by ``rng``."""
+    seeds = np.random.default_rng(seed).integers(0, 2**63, size=parts)
+    bounds = np.linspace(0, size, parts + 1).astype(int)
+    runs = [
+        np.random.default_rng(s).standard_normal(b - a, dtype=np.float32) for s, a, b in zip(seeds, bounds, bounds[1:])
+    ]
+    return np.concatenate(runs)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 8])
+def test_big_noise_is_drawn_in_parts_fixed_by_its_size_not_by_the_cores(monkeypatch, workers):
+    """A batch of more than two parts' normals spreads over the pool's threads (the GPU machine's 16 cores give
+    it 8), yet draws the same numbers on every machine; batches of up to two parts keep the noise they drew when
+    every batch was two parts, so campaigns at the default batch are unchanged."""
+    from idcgen.fuzz.mutators import noise, parallel
+
+    monkeypatch.setattr(parallel, "_pool", None)  # a pool of `workers` threads, made on first use
+    monkeypatch.setattr(parallel, "WORKERS", workers)
+    big = (5 * noise.NOISE_PART + 123,)
+    assert noise.noise_parts(big[0]) == 6 and noise.noise_parts(2 * noise.NOISE_PART) == 2 == noise.noise_parts(10)
+    np.testing.assert_array_equal(
+        noise.standard_normal(np.random.default_rng(7), big), _noise_from_child_seeds(7, big[0], 6)
+    )
+    small = (256, 32, 32, 3)  # CIFAR-10 at the default batch: two parts, as before
+    np.testing.assert_array_equal(
+        noise.standard_normal(np.random.default_rng(7), small).reshape(-1), _noise_from_child_seeds(7, 256 * 3072, 2)
+    )
+
+
 def test_random_pixels_changes_the_same_count(nets):
     x = batch(6, interior=True)
     out = make_mutator("random_pixels(fraction=0.05)").mutate(x, np.random.default_rng(0), context(nets[1], 6))

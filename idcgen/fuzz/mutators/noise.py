@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .base import Mutator, Param
-from .parallel import run_parts
+from .parallel import PART_BYTES, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
@@ -37,26 +37,36 @@ def distinct_positions(rng: np.random.Generator, b: int, n: int, k: int) -> np.n
         positions[repeats] = rng.integers(0, n, (len(repeats), k))
 
 
-#: the noise of a batch is drawn in two halves, each from its own child generator (see parallel.py)
-_NOISE_PARTS = 2
+#: float32 normals in one part of a batch's noise: 4 MB, the size of the pool's other parts (parallel.py)
+NOISE_PART = PART_BYTES // 4
+
+
+def noise_parts(size: int) -> int:
+    """Parts a batch's ``size`` normals are drawn in, each from its own child generator: one per
+    :data:`NOISE_PART`, and never fewer than two (the count before parts followed the size, so batches of up
+    to two parts draw the same noise as then). Fixed by the size, never by the core count: the same
+    campaign draws the same mutants on every machine, and a big batch spreads over as many threads as the
+    pool has."""
+    return max(2, -(-size // NOISE_PART))
 
 
 def standard_normal(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     """float32 N(0, 1) samples of ``shape``. Drawing them is most of the cost of Gaussian noise, so
-    large arrays are filled in two parts on two threads."""
+    large arrays are filled in parts (:func:`noise_parts`) on the pool's threads."""
     out = np.empty(shape, np.float32)
     flat = out.reshape(-1)
-    seeds = rng.integers(0, 2**63, size=_NOISE_PARTS)
-    bounds = np.linspace(0, flat.size, _NOISE_PARTS + 1).astype(int)
+    parts = noise_parts(flat.size)
+    seeds = rng.integers(0, 2**63, size=parts)
+    bounds = np.linspace(0, flat.size, parts + 1).astype(int)
 
     def fill(i):
         np.random.default_rng(seeds[i]).standard_normal(dtype=np.float32, out=flat[bounds[i] : bounds[i + 1]])
 
     if flat.size < 65_536:
-        for i in range(_NOISE_PARTS):
+        for i in range(parts):
             fill(i)
     else:
-        run_parts(fill, range(_NOISE_PARTS))
+        run_parts(fill, range(parts))
     return out
 
 

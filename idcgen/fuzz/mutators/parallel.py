@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-#: threads of the pool: the CPUs this process may run on, from 2 (what the noise's two parts use) to 8
+#: threads of the pool: the CPUs this process may run on, from 2 (the fewest parts the noise is drawn in) to 8
 WORKERS = max(2, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2))
 #: bytes of one part of row-wise work: small enough to stay in a core's cache, large enough that handing a
 #: part to the pool costs little beside it
