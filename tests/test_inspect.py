@@ -423,3 +423,20 @@ def test_a_report_folder_keeps_no_plot_of_an_earlier_run(hand, tmp_path):
     assert (tmp_path / "scatter.png").is_file()
     idcgen.inspect(hand, x).write_report(tmp_path)
     assert not (tmp_path / "scatter.png").exists() and (tmp_path / "napvd.png").is_file()
+
+
+def test_a_model_returning_logits_orders_its_example_pairs_by_the_runner_up_probability():
+    """The hand model without its softmax layer: the same predictions, runner-ups and runner-up probabilities
+    (its softmax, not its logit, which ordered the report's example pairs before)."""
+    import keras
+
+    with_softmax = hand_model()
+    logits = keras.Model(with_softmax.inputs, with_softmax.get_layer("logits").output)
+    x, y = hand_inputs()
+    x = x + np.linspace(0, 0.3, len(x), dtype=np.float32)[:, None] * np.float32([0, 0.5, 1])  # unequal runner-ups
+    a = idcgen.inspect(idcgen.Network(with_softmax), x, y, layers=["hidden"])
+    b = idcgen.inspect(idcgen.Network(logits), x, y, layers=["hidden"])
+    np.testing.assert_array_equal(a.predictions, b.predictions)
+    np.testing.assert_array_equal(a.runner_up, b.runner_up)
+    np.testing.assert_allclose(b.runner_up_probability, a.runner_up_probability, atol=1e-6)
+    assert 0 < b.runner_up_probability.min() and b.runner_up_probability.max() < 0.5

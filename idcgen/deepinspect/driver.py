@@ -10,6 +10,7 @@ import numpy as np
 
 from ..checks import check_choice, check_int, check_real
 from ..errors import InputError, ParameterError
+from ..prioritization import class_probabilities
 from .report import InspectResult
 from .statistics import SCALINGS, confusion_matrix, evaluate, napv_from_counts, type1_confusion
 
@@ -102,7 +103,9 @@ def first_pass(
         pred = top2[:, 0]
         state.predictions.append(pred)
         state.runner_up.append(top2[:, 1] if k > 1 else top2[:, 0])
-        state.second.append(np.take_along_axis(probs, top2[:, -1:], axis=1)[:, 0])
+        # a model returning logits: the runner-up's probability, not its logit, orders the example pairs
+        second = np.take_along_axis(class_probabilities(probs), top2[:, -1:], axis=1)[:, 0]
+        state.second.append(second.astype(np.float32))
         np.minimum(state.low, a.min(axis=0), out=state.low)
         np.maximum(state.high, a.max(axis=0), out=state.high)
         if scaling == "input":
