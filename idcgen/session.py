@@ -586,6 +586,11 @@ def resume_campaign(
     refuse_resume_changes(folder, settings, found, (models, inputs, convention, wanted, options))
     src = settings.sources
     paths = models.model or [src.model, *src.other_models]
+    from .framework import resolve_device
+
+    # the options' own faults (a precision the model's framework lacks, a GPU not seen) are said as they are,
+    # not as the recorded model's (the hint below is for a model file that moved)
+    resolve_device(framework_of_path(paths[0]), models.device, models.precision)
     try:
         networks = load_networks(
             paths,

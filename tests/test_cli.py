@@ -478,3 +478,12 @@ def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_pat
         "error: model file not found: m/lenet1.keras (the model campaign ../camp recorded, relative to the "
         "directory it was started in); give --model to override it"
     )
+    # an option the recorded model's framework refuses is said as it is: no --model would mend it
+    result = invoke("fuzz", "--resume", "../camp", "--budget", 256, "--model", "../moved.keras", "--precision", "bf16")
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: --precision bf16 is for PyTorch models; Keras models run in fp32"
+    meta["config"]["model"] = str(tmp_path / "moved.keras")
+    (tmp_path / "camp" / "campaign.json").write_text(json.dumps(meta, indent=2) + "\n")
+    result = invoke("fuzz", "--resume", "../camp", "--budget", 256, "--precision", "bf16")
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: --precision bf16 is for PyTorch models; Keras models run in fp32"
