@@ -555,6 +555,7 @@ def first_run(fuzz_setup, tmp_path_factory):
     path, analysis, x, y = fuzz_setup
     out = tmp_path_factory.mktemp("parallel") / "campaign"
     settings = Fuzzer(analysis, mutators=["gauss(std=0.1)", "brightness"], batch_size=32, random_state=3).settings(1600)
+    statuses = []
     result = dist.fuzz(
         path,
         analysis,
@@ -565,8 +566,9 @@ def first_run(fuzz_setup, tmp_path_factory):
         settings=settings,
         workers=2,
         runner=dist.WorkerSettings(sync_every=1),
+        on_progress=statuses.append,
     )
-    return out, result
+    return out, dict(result, statuses=statuses)
 
 
 def test_two_workers_share_what_they_cover(first_run):
@@ -592,6 +594,9 @@ def test_two_workers_share_what_they_cover(first_run):
     union = set().union(*(set(c.tracker.covered_ids().tolist()) for c in parts))
     assert set(merged.tracker.covered_ids().tolist()) == union
     assert merged.execs == 1600 and merged.stats[-1]["execs"] == 1600 and merged.stats[-1]["covered"] == len(union)
+    # the progress bar's IDC is the campaign's (the seeds' coverage in it), ending where the merged view does
+    covered = [status[1] for status in first["statuses"]]
+    assert covered == sorted(covered) and covered[-1] == len(union)
     assert len(merged.corpus) == parts[0].corpus.n_seeds + sum(len(own_and_imported(c)[0]) for c in parts)
 
 

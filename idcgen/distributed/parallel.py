@@ -64,6 +64,12 @@ class Coordinator:
         merged = {k: np.concatenate([e[k] for e in theirs]) for k in theirs[0]} if theirs else None
         return merged, len(self.log)
 
+    def cover(self, combinations) -> None:
+        """Add the seeds' combinations to the union (every worker has the same seeds): the progress bar's IDC
+        is then the campaign's, as the merged view will have it, not only what the workers' own entries add.
+        They go on no log: a worker keeps only what its seeds do not cover."""
+        self.tracker.update(combinations)
+
     def report(self, worker: int, state: dict) -> None:
         self.progress[worker] = state
 
@@ -125,6 +131,7 @@ class FuzzWorker:
         resumed_at = campaign.step if resumed else None
         campaign.mutator_stats.setdefault(SYNC, MutatorStats())
         self.published, self.cursor = campaign.corpus.n_seeds, 0  # (re)publish every own entry: a new coordinator
+        self.coordinator.cover.remote(campaign.corpus.combination[: campaign.corpus.n_seeds])
         campaign.open()
         try:
             self._sync(campaign)
