@@ -3,8 +3,9 @@
 
     python benchmarks/bench_noise.py [--rounds 7] [--images 256 1024 4096]
 
-Prints, for (n, 32, 32, 3) batches, the median milliseconds of each and their ratio; the pool's thread count
-(parallel.WORKERS) and the load average are printed first, since both decide what more parts can gain.
+Prints, for (n, 32, 32, 3) batches, the median milliseconds of each and their ratio (and records them,
+benchmarks/record.py); the pool's thread count (parallel.WORKERS) and the load average are printed first, since
+both decide what more parts can gain.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from idcgen.fuzz.mutators import noise, parallel  # noqa: E402
+from record import record  # noqa: E402
 
 
 def main():
@@ -41,6 +44,17 @@ def main():
                     noise.standard_normal(np.random.default_rng(r), shape)
                     seconds[name].append(time.perf_counter() - start)
             before, after = (statistics.median(seconds[name]) * 1e3 for name in schemes)
+            for name, ms in (("two parts", before), ("parts by size", after)):
+                record(
+                    "median ms to draw a batch's noise",
+                    ms,
+                    unit="ms",
+                    scheme=name,
+                    images=images,
+                    parts=by_size(images * 3072) if name == "parts by size" else 2,
+                    rounds=args.rounds,
+                    pool_threads=parallel.WORKERS,
+                )
             print(
                 f"{images} images ({by_size(images * 3072)} parts by size): two parts {before:.1f} ms, "
                 f"parts by size {after:.1f} ms, ratio {after / before:.2f}"
