@@ -366,14 +366,25 @@ def make():
 
 
 def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_by_name():
-    """nn.MultiheadAttention works on (tokens, batch, dims) inside: those layers have no per-image neurons;
-    they are no subject layers, and tapping one says why in one line."""
+    """nn.MultiheadAttention works on (tokens, batch, dims) and (tokens x batch, dims) inside. The first are read
+    per image, (batch, tokens, dims), equal to the projection computed by hand; the others have no per-image
+    neurons: they are no subject layers, and tapping one says why in one line."""
+    import torch.nn.functional as F
+
     from torch_twins import TinyViT
 
-    network = as_network(TinyViT().eval())
+    model = TinyViT().eval()
+    network = as_network(model)
+    projection = network.graph.layer("blocks.0.attn.linear")  # the input projection, on (tokens, batch, dims)
+    assert (projection.batch_axis, projection.shape) == (1, (4, 48))
+    xs = images(3)
+    with torch.no_grad():
+        tokens = model.embed(torch.from_numpy(xs).permute(0, 3, 1, 2)).flatten(2).transpose(1, 2) + model.pos
+        attn = model.blocks[0].attn
+        by_hand = F.linear(model.blocks[0].ln1(tokens), attn.in_proj_weight, attn.in_proj_bias).mean(1)
+    np.testing.assert_allclose(network.forward(xs, ("blocks.0.attn.linear",))[1][0], by_hand.numpy(), atol=1e-5)
     inner = [layer.name for layer in network.graph.layers if layer.windows == 0]
-    assert "blocks.0.attn.linear" in inner  # the input projection, on (tokens, batch, dims)
-    assert not set(inner) & (set(network.subject_layers()) | set(network.neuron_layers()))
+    assert inner and not set(inner) & (set(network.subject_layers()) | set(network.neuron_layers()))
     with pytest.raises(LayerError, match=f"layer '{inner[0]}' .* does not keep the images on its first axis"):
         network.forward(images(2), (inner[0],))
     from idcgen.criteria import CRITERIA, make_criterion
@@ -539,13 +550,55 @@ class _SequenceFirst(nn.Module):
         return self.head(x.mean(0))
 
 
-def test_a_sequence_first_transformers_block_is_refused_saying_why():
-    """Every layer of a batch_first=False encoder is (tokens, batch, d): its block output is refused, and the
-    message no longer sends the user to 'the block's output' alone, which is no better there."""
-    network = as_network(_SequenceFirst().eval())
-    with pytest.raises(LayerError, match=r"sequence-first transformer \(batch_first=False\)"):
-        network.check_subject_layer("encoder.layers.0")
-    assert "mean" in network.subject_layers()
+class _BatchFirst(_SequenceFirst):
+    """Its twin with batch_first=True: the same weights and outputs, on (batch, tokens, d)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), 1, enable_nested_tensor=False
+        )
+
+    def forward(self, x):
+        return self.head(self.encoder(self.patch(x).flatten(2).transpose(1, 2)).mean(1))
+
+
+def test_a_sequence_first_transformer_is_measured_inside_its_blocks_as_its_batch_first_twin():
+    """Every layer of a batch_first=False encoder is (tokens, batch, d): all were refused, so such a model (the
+    PyTorch tutorials' way) was usable only after its encoder. Now each is read as (batch, tokens, d): its
+    shape, activations, feature maps, relevance, analysis and coverage are its batch-first twin's."""
+    import idcgen
+
+    sequence_first = as_network(randomise(_SequenceFirst(), 3))
+    twin = _BatchFirst()
+    twin.load_state_dict(randomise(_SequenceFirst(), 3).state_dict())
+    batch_first = as_network(twin.eval())
+    x, layer = images(64), "encoder.layers.0"
+    name = sequence_first.check_subject_layer(layer)  # the block's last operation, its norm2
+    assert name == batch_first.check_subject_layer(layer) == "encoder.layers.0.norm2"
+    assert name in sequence_first.subject_layers() and "encoder.layers.0.relu" in sequence_first.neuron_layers()
+    info, twin_info = ({i.name: i for i in n.layers_info()}[name] for n in (sequence_first, batch_first))
+    assert (info.output_shape, info.neurons) == (twin_info.output_shape, twin_info.neurons) == ((4, 8), 8)
+    out, (acts,) = sequence_first.forward(x, (layer,))
+    twin_out, (twin_acts,) = batch_first.forward(x, (layer,))
+    np.testing.assert_allclose(out, twin_out, atol=1e-5)
+    np.testing.assert_allclose(acts, twin_acts, atol=1e-5)
+    (maps,) = sequence_first.feature_maps((layer,))(x)
+    assert maps.shape == (64, 4, 8)
+    np.testing.assert_allclose(maps, batch_first.feature_maps((layer,))(x)[0], atol=1e-5)
+    a = idcgen.analyze(sequence_first, x, layer=layer, m=3, progress=False)
+    b = idcgen.analyze(batch_first, x, layer=layer, m=3, progress=False)
+    assert a.importance.max() > 0
+    np.testing.assert_allclose(a.importance, b.importance, rtol=1e-4, atol=1e-6)
+    assert list(a.neurons) == list(b.neurons) and [len(c.centroids) for c in a.clusters] == [
+        len(c.centroids) for c in b.clusters
+    ]
+    assert a.coverage(x).covered == b.coverage(x).covered
+    # inside nn.MultiheadAttention, (tokens x batch, d) rows are still no inputs: refused by name
+    rows = [name for name in sequence_first.layer_graph.names() if name not in sequence_first._batch_first()]
+    assert rows, "every layer has a row per input"
+    with pytest.raises(LayerError, match="has no row per input"):
+        sequence_first._check_rows(rows[0])
 
 
 def test_a_program_exported_in_training_mode_is_refused_in_one_line(tmp_path):

@@ -18,7 +18,9 @@ last axis (dense outputs, token sequences (n, tokens, dims)); the axis is follow
 transposes (the last axis included), so a ConvNeXt block's channels-last section and timm's LayerNorm2d
 (permute, layer norm, permute back) keep their channels. Only floating-point values are layers (a boolean
 attention mask or int64 indices are not). A layer whose first axis is batch x windows (Swin's window
-attention) is mapped back to its images, the windows one more position axis (``Layer.per_image``).
+attention) is mapped back to its images, the windows one more position axis, and a sequence-first layer
+(tokens, batch, dims) (``nn.TransformerEncoder`` with its default ``batch_first=False``) to (batch, tokens,
+dims) (``Layer.per_image``).
 
 **In-place operations** (``nn.ReLU(inplace=True)``, ``out += identity``, ``mul_``, ``clamp_``) are replaced
 by their out-of-place forms before anything else (``functional``): they get those forms' rules, and a tap on
@@ -162,6 +164,7 @@ class Layer:
     inputs: list = field(default_factory=list)  # the Layers whose outputs it reads
     weighted: bool = False  # reads a weight (or a tensor computed from weights only)
     windows: int = 1  # its first axis is batch x windows (Swin); 0: not a multiple
+    batch_axis: int = 0  # 1: a sequence-first (tokens, batch, ...) output (batch_first=False), found by a probe run
 
     @property
     def kind(self) -> str:
@@ -179,7 +182,11 @@ class Layer:
     def per_image(self, value: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(value with its windows an axis after the batch, the neuron axis in it): a windowed layer's
         (n * windows, ...) output as (n, windows, ...), windows taken as one more position axis; Swin and
-        its kin partition batch-major (each image's windows together), which this reshape undoes."""
+        its kin partition batch-major (each image's windows together), which this reshape undoes. A
+        sequence-first output (tokens, n, ...) is moved to (n, tokens, ...); the axes after the batch's, the
+        neurons' among them, keep their places."""
+        if self.batch_axis == 1:
+            return torch.movedim(value, 1, 0), self.channel_axis
         if self.windows == 1:
             return value, self.channel_axis
         if self.windows == 0:

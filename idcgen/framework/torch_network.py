@@ -86,6 +86,16 @@ def _trainable(module) -> list:
     return found
 
 
+def _sequence_first(layer, shapes) -> bool:
+    """Whether ``layer``'s output on each (probe batch, shape) holds the batch on its second axis and the same
+    count on its first (tokens), with its neurons after the batch's axis (sequence-first, batch_first=False)."""
+    return (
+        layer.channel_axis not in (0, 1)
+        and all(len(s) >= 3 and s[1] == probe for probe, s in shapes)
+        and len({s[0] for _, s in shapes}) == 1
+    )
+
+
 class TorchNetwork(GraphQueries, Network):
     """A PyTorch classifier or regression model, exported, with logits exposed and taps on named layers."""
 
@@ -300,7 +310,8 @@ class TorchNetwork(GraphQueries, Network):
                 for layer, span in targets:
                     value = env[layer.node]
                     if span:
-                        flat = layer.per_image(value)[0].reshape(len(value) // max(layer.windows, 1), -1)
+                        flat = layer.per_image(value)[0]
+                        flat = flat.reshape(len(flat), -1)
                         values.append(torch.stack([flat.min(dim=1).values, flat.max(dim=1).values], dim=1))
                     else:
                         values.append(layer.neurons_of(value))
@@ -324,36 +335,53 @@ class TorchNetwork(GraphQueries, Network):
             return self.graph.layer(self._check_rows(self.check_layer(name[: -len(RANGE_TAP)]))), True
         return self.graph.layer(self._check_rows(self.check_layer(name))), False
 
-    #: a probe batch size that a layer's first axis matches only when it is the batch's (a prime: not a
-    #: product of the batch with tokens or heads)
-    _PROBE = 7
+    #: probe batch sizes that a layer's first (or, sequence-first, second) axis matches only when it is the
+    #: batch's: primes, not a product of the batch with tokens or heads, and two, so that no count of tokens
+    #: equals both
+    _PROBES = (7, 5)
 
     def _batch_first(self) -> frozenset:
-        """The layers whose first axis is the batch's, by one run on a probe batch. Inside some modules the
-        rows are not inputs: nn.MultiheadAttention (batch_first=True) runs on (tokens, batch, d) and
-        (tokens x batch, d) tensors, so one input would count as several (docs/design.md, "PyTorch")."""
+        """The layers with a row per input, by a run on each probe batch: those whose first axis is the batch's
+        and the sequence-first ones, whose second axis is, which it marks (``Layer.batch_axis``) with their shape
+        per input. Inside some modules the rows are not inputs: nn.MultiheadAttention runs on (tokens x batch, d)
+        tensors, so one input would count as several (docs/design.md, "PyTorch")."""
 
         def build():
-            sizes = {}
-
-            def after(node, args, value):
-                if isinstance(value, torch.Tensor):
-                    sizes[node] = int(value.shape[0]) if value.dim() else None
-                return value
-
-            try:
-                with torch.inference_mode():  # the probe on the device: one on the CPU fails against a GPU's weights
-                    self.run(torch.zeros((self._PROBE, *self.input_shape), device=self.device), after=after)
-            except Exception:  # a program that runs one batch size only: its layers' rows cannot be told apart
-                return frozenset(layer.name for layer in self.graph.layers)
-            # a windowed layer (Swin) holds its windows on the first axis, batch-major: probe x windows rows
-            return frozenset(
-                layer.name
-                for layer in self.graph.layers
-                if sizes.get(layer.node) == self._PROBE * max(layer.windows, 1)
-            )
+            runs = []
+            for probe in self._PROBES:
+                shapes = self._probe_shapes(probe)
+                if shapes is None:  # a program that runs one batch size only: its layers' rows cannot be told apart
+                    return frozenset(layer.name for layer in self.graph.layers)
+                runs.append((probe, shapes))
+            rows = set()
+            for layer in self.graph.layers:
+                shapes = [(probe, found.get(layer.node, ())) for probe, found in runs]
+                # a windowed layer (Swin) holds its windows on the first axis, batch-major: probe x windows rows
+                if all(s[:1] == (probe * max(layer.windows, 1),) for probe, s in shapes):
+                    rows.add(layer.name)
+                elif _sequence_first(layer, shapes):
+                    layer.batch_axis, layer.windows = 1, 1
+                    layer.shape = (shapes[0][1][0], *shapes[0][1][2:])
+                    rows.add(layer.name)
+            return frozenset(rows)
 
         return self.cached("batch-first layers", build)
+
+    def _probe_shapes(self, probe: int) -> dict | None:
+        """Every value's shape on a batch of ``probe`` images; None where the program does not run on it."""
+        shapes = {}
+
+        def after(node, args, value):
+            if isinstance(value, torch.Tensor):
+                shapes[node] = tuple(value.shape)
+            return value
+
+        try:
+            with torch.inference_mode():  # on the device: a probe on the CPU fails against a GPU's weights
+                self.run(torch.zeros((probe, *self.input_shape), device=self.device), after=after)
+        except Exception:
+            return None
+        return shapes
 
     def _check_rows(self, name: str) -> str:
         if name not in self._batch_first():
@@ -363,8 +391,7 @@ class TorchNetwork(GraphQueries, Network):
                 f"layer {name!r} has no row per input: it does not keep the images on its first axis "
                 f"(traced shape "
                 f"{shape} for a batch of the program's example; inside nn.MultiheadAttention the tensors "
-                "are (tokens, batch, ...) or (tokens x batch, ...), and so is all of a sequence-first "
-                "transformer (batch_first=False)), so its neurons cannot be measured per input; choose a "
+                "are (tokens x batch, ...)), so its neurons cannot be measured per input; choose a "
                 "layer outside it, such as the block's output, or where the tokens are batch-first again "
                 "(see `idcgen layers`, 'subject layers')"
             )
@@ -382,7 +409,7 @@ class TorchNetwork(GraphQueries, Network):
         def run(x):
             with torch.inference_mode(), self._autocast():
                 env = self.run(self.to_device(x), keep=tuple(layer.node for layer in chosen))
-            return [self.to_host(torch.movedim(env[layer.node], layer.channel_axis, -1)) for layer in chosen]
+            return [self.to_host(torch.movedim(*layer.per_image(env[layer.node]), -1)) for layer in chosen]
 
         return run
 
@@ -390,6 +417,8 @@ class TorchNetwork(GraphQueries, Network):
     def _layer_graph(self, logits) -> LayerGraph:
         """The layer graph of the program's layers (idcgen/framework/layers.py)."""
         graph = self.graph
+        if any(layer.windows == 0 for layer in graph.layers):  # sequence-first ones among them: found and marked
+            self._batch_first()
         records = (
             LayerRecord(
                 layer.name,
@@ -402,7 +431,7 @@ class TorchNetwork(GraphQueries, Network):
                 transparent=layer.op in _SKIP_BEFORE_LOGITS,
                 role="follower" if layer.op in _FOLLOWERS else "activation" if layer.op in _ACTIVATIONS else "",
                 rule=rule_label(layer, graph),
-                per_input=layer.windows != 0,  # (nn.MultiheadAttention's (tokens, batch, dims))
+                per_input=layer.windows != 0,  # (nn.MultiheadAttention's (tokens x batch, dims))
                 ref=layer,
             )
             for layer in graph.layers
