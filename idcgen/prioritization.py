@@ -417,6 +417,7 @@ def prioritize(
         criteria, surprise densities, training activations and the analysis made from x_train are kept in
         it and reused, so that many orderings of several sets fit each only once.
     """
+    from .convention import check_unscaled
     from .criteria.base import raw_inputs
     from .data import fit_to_model
     from .framework import as_network
@@ -426,11 +427,13 @@ def prioritize(
     layer, passes, tolerance = (parameters or OrderingParameters()).checked()
     check_int("random_state", random_state, 0)
     x = fit_to_model(raw_inputs(x, network), network.input_shape)  # InputError when empty or mis-shaped
+    check_unscaled(x, network)
     base = _criterion_of(by)
     if x_train is None and (base in NEEDS_TRAIN or by == "idc-rarity" or (by.startswith("idc-") and analysis is None)):
         raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
+        check_unscaled(x_train, network, "the training inputs")
     job = _Job(
         network,
         x,

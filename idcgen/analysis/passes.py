@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
 from ..convention import InputConvention, check_scale
-from ..data import check_labels, fit_to_model
+from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, LayerError, ModelError, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
@@ -193,12 +193,12 @@ def analyze(
 
     Parameters
     ----------
-    model : a framework's model (keras.Model) or a Network
-    x : array (n, *input_shape)
-        Training inputs: images in the model's value range (see ``value_range``). Or shards that Ray workers
+    model : a framework's model (keras.Model, torch.nn.Module), a model file's path, or a Network
+    x : array (n, *input_shape), (n, h, w) for one channel, or a Dataset (which brings its labels)
+        Training inputs: images in the model's value range (see ``convention``). Or shards that Ray workers
         read and hold themselves (``idcgen.distributed.Workers.shards``; labels are the shards' own, y=None).
-    y : array (n,), optional
-        Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
+    y : array (n,) or one-hot (n, K), optional
+        Labels; needed for ``RelevanceSettings(of="label")``, ``correct_only`` and ``only_class``.
     layer : str, default: the last hidden layer before the logits
     m : int, default 8
     clusters : the k values tried per neuron, default 2..5 (the silhouette picks one), or a :class:`Clustering`
@@ -209,6 +209,9 @@ def analyze(
         such as "tf" or "mean=0.5,std=0.25" between image and model, image shape for a model taking flat or
         channel-less inputs); default: read from the model (0..255 when it starts with ``Rescaling(1/255)``),
         else [0, 1]. Recorded (with the inputs' observed range) and re-applied when the analysis is loaded.
+    random_state : seeds the k-means of the clusters; the same inputs and random_state give the same analysis
+    data_summary : a description of ``x`` recorded with the analysis (``Dataset.summary()``)
+    progress : show progress bars on stderr
     passes : what runs the passes over ``x``: :class:`LocalPasses` (default) or, from
         :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
         object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
@@ -430,6 +433,8 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
             raise ParameterError("sharded inputs carry their own labels (each shard's y); pass y=None")
         y = x.load()
     else:
+        if isinstance(x, Dataset) and y is None:  # a loaded dataset brings its labels
+            y = x.y
         x = fit_to_model(x, network.input_shape)
     check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
     regression = network.task == "regression"

@@ -26,7 +26,7 @@ from .. import __version__
 from ..clusters import NeuronClusters
 from ..convention import InputConvention, check_scale
 from ..coverage import Combinations, CoverageResult, CoverageTracker
-from ..data import fit_to_model
+from ..data import as_array, fit_to_model
 from ..errors import AnalysisMismatchError, InputError, LayerError, ParameterError
 from ..framework import ForwardNetwork, network_with_convention
 
@@ -86,6 +86,13 @@ class Analysis:
 
     def __post_init__(self):
         self.combinations = Combinations([c.centroids for c in self.clusters])
+
+    def __repr__(self) -> str:  # a notebook shows this: what the analysis is, not its arrays
+        bound = "unbound: pass model= or call bind(model)" if self.network is None else "bound to its model"
+        return (
+            f"Analysis(layer={self.layer!r}, m={self.m}, neurons={[int(n) for n in self.neurons]}, "
+            f"clusters={[c.k for c in self.clusters]}, combinations={self.total}, {bound})"
+        )
 
     @property
     def m(self) -> int:
@@ -192,7 +199,8 @@ class Analysis:
     def tracker(self, x: np.ndarray | None = None, model=None) -> CoverageTracker:
         tracker = CoverageTracker(self.total)
         if x is not None:
-            self.check_inputs(np.asarray(x))
+            x = as_array(x)  # a Dataset's inputs, a torch tensor
+            self.check_inputs(x)
             tracker.update(self.ids(x, model))
         return tracker
 

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from idcgen.checks import check_int
 from idcgen.coverage import CoverageResult, CoverageTracker
-from idcgen.data import Dataset, check_labels, fit_to_model
+from idcgen.data import Dataset, as_array, check_labels, fit_to_model
 from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers"]
@@ -178,7 +178,7 @@ def check_batch_size(owner: str, batch_size: Any) -> None:
 
 def raw_inputs(x: Any, network) -> np.ndarray:
     """The inputs as an array, checked against the model's input shape on the first item only."""
-    x = x.x if isinstance(x, Dataset) else np.asarray(x)
+    x = as_array(x)
     fit_to_model(x[:1] if x.ndim >= 1 else x, network.input_shape)  # raises InputError when it cannot fit
     return x
 

@@ -42,9 +42,11 @@ class Sampling:
 
 def _checked_inputs(network, x, y):
     """``x`` fitted to the model's input shape and ``y`` as an array: at least 10 inputs, one label each."""
+    from ..convention import check_unscaled
     from ..data import fit_to_model
 
     x = fit_to_model(x, network.input_shape)
+    check_unscaled(x, network)
     n = len(x)
     if n < 10:
         raise InputError(f"affinity needs at least 10 inputs to estimate correlations; got {n}")

@@ -194,6 +194,7 @@ def _inspected_inputs(network, x, y, class_names):
     """(x, y, class names): the inputs fitted to the model (shards: loaded by their workers), the labels (a
     Dataset's own when none are given) checked to be the model's classes, the class names given or the
     Dataset's."""
+    from ..convention import check_unscaled
     from ..data import Dataset, check_labels, fit_to_model
 
     class_names = (
@@ -208,6 +209,7 @@ def _inspected_inputs(network, x, y, class_names):
         y = labels if y is None else y
     else:
         x = fit_to_model(x, network.input_shape)
+        check_unscaled(x, network)
     if len(x) == 0:
         raise InputError("no inputs to inspect")
     k = network.n_classes

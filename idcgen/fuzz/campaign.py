@@ -91,6 +91,13 @@ class Campaign:
     notes: list = field(default_factory=list)  # damage found when it was read, and what was rebuilt
     store: CampaignStore | None = field(default=None, repr=False)  # writes its steps there (None: read only)
 
+    def __repr__(self) -> str:  # a notebook shows this: the counters, not the settings and arrays
+        where = "in memory" if self.folder is None else f"folder={str(self.folder)!r}"
+        return (
+            f"Campaign(execs={self.execs} of {self.budget}, {self.tracker.result()}, corpus={len(self.corpus)}, "
+            f"findings={self.n_findings}, {where})"
+        )
+
     # ---- views ------------------------------------------------------------------------------
     @property
     def tracker(self):

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..analysis import Analysis, check_class_labels
 from ..checks import check_int
 from ..convention import InputConvention, as_image_shape, as_value_range, check_scale, infer_image_shape
-from ..data import check_labels, fit_to_model
+from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import network_with_convention
 from ..imageio import quantise
@@ -30,7 +30,7 @@ from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .deeptest import calibrate, keep_calibration
 from .guidance import check_guide, measures_of, new_coverage
-from .mutators import MutationContext, Mutator, check_tasks, make_mutator
+from .mutators import MutationContext, Mutator, check_tasks, make_mutator, parse_mutators
 from .mutators.parallel import gather
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
@@ -58,7 +58,8 @@ class Fuzzer:
     Parameters
     ----------
     analysis : Analysis bound to the model under test (IDC is always measured)
-    mutators : mutator objects or spec strings such as ``"gauss(std=0.05)"``
+    mutators : mutator objects or spec strings such as ``"gauss(std=0.05)"``, or one comma-separated string of
+        specs as the command line takes (``"gauss,rotate,fgsm(eps=0.1)"``)
     oracle : an :class:`~idcgen.fuzz.oracle.Oracle` or a spec ("misclassification", "prediction-change",
         "disagreement", "misclassification & ~uncertain", ...)
     others : further models (Network) for the disagreement oracle
@@ -95,6 +96,8 @@ class Fuzzer:
     ):
         if analysis.network is None:
             raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
+        if isinstance(mutators, str):  # "gauss,rotate" as --mutators takes it, not the letters of one string
+            mutators = parse_mutators(mutators)
         if not mutators:
             raise ParameterError("at least one mutator is needed")
         batch_size, random_state = check_int("batch_size", batch_size, 1), check_int("random_state", random_state, 0)
@@ -130,6 +133,13 @@ class Fuzzer:
         self.batch_size, self.random_state, self.rounding = int(batch_size), int(random_state), bool(rounding)
         self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
         self.record: CampaignSettings | None = None  # the settings it was built from (from_settings)
+
+    def __repr__(self) -> str:
+        return (
+            f"Fuzzer(layer={self.analysis.layer!r}, mutators={[repr(m) for m in self.mutators]}, "
+            f"oracle={str(self.oracle)!r}, guide={self.guide!r}, batch_size={self.batch_size}, "
+            f"random_state={self.random_state})"
+        )
 
     @staticmethod
     def _as_images(analysis: Analysis, others: Sequence, image_shape: tuple) -> tuple[Analysis, list]:
@@ -229,6 +239,8 @@ class Fuzzer:
             sources, measure_specs = sources or self.record.sources, measure_specs or self.record.measure_specs
             parallel = self.record.parallel if parallel is None else parallel
         check_budget(budget)
+        if isinstance(x_seeds, Dataset) and y_seeds is None:  # a loaded dataset brings its labels
+            y_seeds = x_seeds.y
         x = fit_to_model(x_seeds, self.network.input_shape)
         if self.regression:  # labels are output values; NaN marks a seed without one
             y = np.full(len(x), np.nan) if y_seeds is None else check_labels(x, y_seeds, task="regression")
@@ -338,7 +350,8 @@ class Fuzzer:
         """Fuzz until the campaign has made ``budget`` execs (mutants run through the model).
 
         ``seeds``: a :class:`Campaign` to continue (``budget``: its new total; default its own), or seed
-        inputs with their ``labels`` to start one (in memory, or saved in ``out``). ``on_step(campaign)``
+        inputs with their ``labels`` to start one (in memory, or saved in ``out``; a :class:`Dataset` brings
+        its own labels). ``on_step(campaign)``
         is called after each recorded step. Ctrl-C stops the run at once; a step is recorded whole or not
         at all, so the campaign can be run again (or resumed from its folder) as if never interrupted.
         """
