@@ -194,3 +194,37 @@ def test_reprs_say_what_a_result_is(analysis, digits):
     }
     for start, text in shown.items():
         assert text.startswith(start) and len(text) < 200 and "\n" not in text, text
+
+
+def test_harden_checks_its_inputs_and_keeps_the_callers_random_state(module, analysis, digits):
+    """harden reshaped channels-first arrays into scrambled images and retrained on 0..255 values without a word,
+    failed deep inside on Datasets, lists, one-hot or miscounted labels (AttributeError, ValueError, IndexError),
+    and left torch's global generator seeded with its random_state."""
+    from idcgen.hardening import Retraining
+
+    train, test = digits
+    campaign = idcgen.Fuzzer(analysis, mutators=["rotate"], batch_size=32, guide="none").run(
+        test.x, test.y, budget=64, progress=False
+    )
+    once = Retraining(epochs=1)
+    refused = {
+        r"channels first": (train.x[:, None], train.y, test.x, test.y),
+        r"the training inputs span \[0, 255\].*divide them by 255": (
+            (train.x * 255).astype(np.uint8),
+            train.y,
+            test.x,
+            test.y,
+        ),
+        r"got 95 labels for 100 inputs": (train.x, train.y, test.x, test.y[:95]),
+        r"the test inputs need their labels: pass y_test": (train.x, train.y, test.x, None),
+    }
+    for message, given in refused.items():
+        x_train, y_train, x_test, y_test = given
+        with pytest.raises(InputError, match=message):
+            idcgen.harden(module, x_train, y_train, campaign, x_test, y_test, retraining=once, progress=False)
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    summary = idcgen.harden(module, train, np.eye(10)[train.y], campaign, test, None, retraining=once, progress=False)
+    assert torch.equal(torch.rand(3), expected)
+    assert summary["training_inputs"] == len(train) and summary["test_inputs"] == len(test)
