@@ -402,7 +402,8 @@ def prioritize(
 
     Parameters
     ----------
-    model : keras.Model or Network (classifier or regression model).
+    model : a framework's model (keras.Model, torch.nn.Module), a model file's path, or a Network (classifier
+        or regression model).
     x : array (n, *input_shape), scaled as the model expects.
     by : the ordering (see the module's docstring and :func:`orderings`).
     x_train, y_train : training inputs (and labels): needed by lsa, dsa, mdsa, the coverage orderings of

@@ -228,3 +228,11 @@ def test_harden_checks_its_inputs_and_keeps_the_callers_random_state(module, ana
     summary = idcgen.harden(module, train, np.eye(10)[train.y], campaign, test, None, retraining=once, progress=False)
     assert torch.equal(torch.rand(3), expected)
     assert summary["training_inputs"] == len(train) and summary["test_inputs"] == len(test)
+
+
+def test_a_report_of_a_campaign_in_memory_asks_to_save_it(analysis, digits):
+    """write_report on a campaign run without out= raised TypeError: unsupported operand type(s) for /."""
+    test = digits[1]
+    campaign = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(test.x, test.y, budget=32, progress=False)
+    with pytest.raises(ParameterError, match=r"in memory only: save it first \(campaign.save\(folder\)\)"):
+        idcgen.write_report(campaign)

@@ -265,7 +265,7 @@ def inspect(
 
     Parameters
     ----------
-    model : Network or keras.Model (a classifier).
+    model : a classifier: a framework's model (keras.Model, torch.nn.Module), a model file's path, or a Network.
     x : array (n, *input_shape) or Dataset, scaled as the model expects.
     y : optional (n,) int labels: the ground truth (type-1 confusion) and its evaluation.
     layers : layer names; default every hidden layer a neuron criterion uses (the weighted layers before
