@@ -236,3 +236,34 @@ def test_a_report_of_a_campaign_in_memory_asks_to_save_it(analysis, digits):
     campaign = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(test.x, test.y, budget=32, progress=False)
     with pytest.raises(ParameterError, match=r"in memory only: save it first \(campaign.save\(folder\)\)"):
         idcgen.write_report(campaign)
+
+
+def test_settings_of_another_type_are_named(module, analysis, digits):
+    """clusters=3, clusters=[], relevance="label", convention=(0, 255) and measure=["kmnc"] failed deep inside
+    (TypeError, ValueError, AttributeError)."""
+    train = digits[0]
+    refused = {
+        r"The 'clusters' parameter must be a non-empty sequence of ints >= 2.*Got 3 instead": dict(clusters=3),
+        r"The 'clusters' parameter .* Got \[\] instead": dict(clusters=[]),
+        r"takes an idcgen.RelevanceSettings, for example RelevanceSettings\(of='label'\)": dict(relevance="label"),
+        r"takes an idcgen.InputConvention, for example InputConvention\(value_range": dict(convention=(0, 255)),
+    }
+    for message, given in refused.items():
+        with pytest.raises(ParameterError, match=message):
+            idcgen.analyze(module, train.x, train.y, layer="fc1", m=3, progress=False, **given)
+    with pytest.raises(ParameterError, match=r"measure takes fitted criteria, not names: .*make_criterion\('kmnc'\)"):
+        idcgen.Fuzzer(analysis, mutators=["gauss"], measure=["kmnc"])
+    with pytest.raises(ParameterError, match=r"takes an idcgen.InputConvention"):
+        idcgen.Fuzzer(analysis, mutators=["gauss"], convention=(0, 1))
+
+
+def test_a_campaign_goes_on_only_with_a_fuzzer_built_alike(analysis, digits):
+    """Fuzzer(mutators=["rotate"]).run(campaign of a gauss fuzzer) raised KeyError: 'rotate(limit=30.0)' midway,
+    and another batch size or oracle would have been recorded under the campaign's settings without a word."""
+    test = digits[1]
+    campaign = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(test.x, test.y, budget=32, progress=False)
+    with pytest.raises(ParameterError, match=r"this campaign was made with other settings \(mutators"):
+        idcgen.Fuzzer(analysis, mutators=["rotate"], batch_size=32).run(campaign, budget=64, progress=False)
+    assert campaign.execs == 32
+    again = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(campaign, budget=64, progress=False)
+    assert again.execs == 64

@@ -10,6 +10,7 @@ import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Sequence
 
 import numpy as np
@@ -170,7 +171,14 @@ class Clustering:
     method: str = "silhouette"
 
     def checked(self) -> tuple[tuple[int, ...], str]:
-        return tuple(self.ks), self.method
+        ks = self.ks
+        listed = isinstance(ks, (Sequence, np.ndarray)) and not isinstance(ks, (str, bytes))
+        if not listed or not len(ks) or any(isinstance(k, bool) or not isinstance(k, Integral) or k < 2 for k in ks):
+            raise ParameterError(
+                "The 'clusters' parameter must be a non-empty sequence of ints >= 2 (the k values tried per "
+                f"neuron, for example (2, 3, 4, 5); (3,) tries k = 3 only) or a Clustering. Got {ks!r} instead."
+            )
+        return tuple(int(k) for k in ks), self.method
 
 
 @_in_fp32
@@ -216,8 +224,9 @@ def analyze(
         :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
         object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
     """
+    _check_settings_types(relevance, convention)
     network, convention = _differentiable_network(model, convention)
-    ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(tuple(clusters))).checked()
+    ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(clusters)).checked()
     relevance = relevance or RelevanceSettings()
     relevance_of, correct_only, only_class, aggregate, eps = relevance.fields()
     clusters = ks
@@ -266,6 +275,22 @@ def analyze(
     config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
     config.update(input_convention=convention.to_dict())
     return _analysis(network, layer, neurons, scores, found, config, data, timings, notes, warnings)
+
+
+def _check_settings_types(relevance, convention) -> None:
+    """The settings objects ``analyze`` takes, or one line naming the class to pass (a string or a tuple failed
+    deep inside with an AttributeError)."""
+    if relevance is not None and not isinstance(relevance, RelevanceSettings):
+        example = f"of={relevance!r}" if relevance in ("label", "predicted") else "of='label'"
+        raise ParameterError(
+            f"The 'relevance' parameter takes an idcgen.RelevanceSettings, for example RelevanceSettings({example}). "
+            f"Got {relevance!r} instead."
+        )
+    if convention is not None and not isinstance(convention, InputConvention):
+        raise ParameterError(
+            "The 'convention' parameter takes an idcgen.InputConvention, for example "
+            f"InputConvention(value_range=(0, 255)). Got {convention!r} instead."
+        )
 
 
 def _differentiable_network(model, convention: InputConvention | None):

@@ -101,6 +101,11 @@ class Fuzzer:
         if not mutators:
             raise ParameterError("at least one mutator is needed")
         batch_size, random_state = check_int("batch_size", batch_size, 1), check_int("random_state", random_state, 0)
+        if convention is not None and not isinstance(convention, InputConvention):
+            raise ParameterError(
+                "The 'convention' parameter takes an idcgen.InputConvention, for example "
+                f"InputConvention(value_range=(0, 255)). Got {convention!r} instead."
+            )
         value_range, image_shape = (
             (None, None) if convention is None else (convention.value_range, convention.image_shape)
         )
@@ -307,34 +312,36 @@ class Fuzzer:
         folder is locked against a second writer until the run ends."""
         campaign = Campaign.load(folder, self.network, resume=True)
         try:
-            mine, theirs = self.analysis.summary(), campaign.analysis.summary()
-            if any(mine[k] != theirs[k] for k in ("layer", "important_neurons", "clusters", "combinations_total")):
-                raise ParameterError(
-                    f"campaign {folder} was made with another analysis (layer {theirs['layer']}, "
-                    f"neurons {theirs['important_neurons']}); resume it with its own "
-                    f"({Path(folder) / 'analysis'})"
-                )
-            saved = campaign.settings
-            if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
-                self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
-            ours = self.settings(
-                saved.budget,
-                sources=saved.sources,
-                measure_specs=saved.measure_specs,
-                rounding=saved.rounding,
-                storage=saved.storage,
-            ).replace(parallel=saved.parallel)
-            changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
-            if changed:
-                raise ParameterError(
-                    f"campaign {folder} was made with other settings ({', '.join(changed)}); "
-                    "a resumed campaign keeps its own"
-                )
+            own = (f"resume it with its own ({Path(folder) / 'analysis'})", "a resumed campaign keeps its own")
+            self._check_continues(campaign, f"campaign {folder}", own)
         except BaseException:
             campaign.close()
             raise
         campaign.analysis = self.analysis
         return campaign
+
+    def _check_continues(self, campaign: Campaign, what: str, fixes: tuple[str, str]) -> None:
+        """ParameterError unless ``campaign`` was made with this fuzzer's analysis and settings (the budget aside):
+        a step of another mutator, oracle or batch size would be recorded under settings that do not say so."""
+        mine, theirs = self.analysis.summary(), campaign.analysis.summary()
+        if any(mine[k] != theirs[k] for k in ("layer", "important_neurons", "clusters", "combinations_total")):
+            raise ParameterError(
+                f"{what} was made with another analysis (layer {theirs['layer']}, "
+                f"neurons {theirs['important_neurons']}); {fixes[0]}"
+            )
+        saved = campaign.settings
+        if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
+            self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
+        ours = self.settings(
+            saved.budget,
+            sources=saved.sources,
+            measure_specs=saved.measure_specs,
+            rounding=saved.rounding,
+            storage=saved.storage,
+        ).replace(parallel=saved.parallel)
+        changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
+        if changed:
+            raise ParameterError(f"{what} was made with other settings ({', '.join(changed)}); {fixes[1]}")
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(
@@ -355,6 +362,9 @@ class Fuzzer:
         is called after each recorded step. Ctrl-C stops the run at once; a step is recorded whole or not
         at all, so the campaign can be run again (or resumed from its folder) as if never interrupted.
         """
+        if isinstance(seeds, Campaign):  # another fuzzer's steps would be recorded under settings not theirs
+            fix = "continue it with the Fuzzer that made it (or one built alike: Fuzzer.resume(folder) checks it)"
+            self._check_continues(seeds, "this campaign", (fix, fix))
         c = seeds if isinstance(seeds, Campaign) else self.start(seeds, labels, out, budget=budget)
         if budget is not None:
             c.set_budget(budget)
