@@ -267,3 +267,14 @@ def test_a_campaign_goes_on_only_with_a_fuzzer_built_alike(analysis, digits):
     assert campaign.execs == 32
     again = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(campaign, budget=64, progress=False)
     assert again.execs == 64
+
+
+def test_a_channels_first_input_shape_is_named(module):
+    """Network(module, input_shape=(1, 28, 28)), as PyTorch writes shapes, ended in torch's "expected input[s77,
+    28, 1, 28] to have 1 channels" with nothing saying idcgen reads the shape as (H, W, C)."""
+    from idcgen.errors import ModelError
+
+    with pytest.raises(
+        ModelError, match=r"read as \(H, W, C\): for images \(C, H, W\) = \(1, 28, 28\) give \(28, 28, 1\)"
+    ):
+        idcgen.Network(module, input_shape=(1, 28, 28))

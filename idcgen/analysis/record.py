@@ -188,6 +188,7 @@ class Analysis:
         return layer_activations[:, self.neurons]
 
     def activations(self, x: np.ndarray, model=None) -> np.ndarray:
+        """(n, m) activations of the important neurons on ``x`` (any shape :func:`idcgen.fit_to_model` fits)."""
         network = self._network(model)
         _, (acts,) = network.forward(fit_to_model(x, network.input_shape), (self.layer,))
         return self.select(acts)
@@ -197,6 +198,8 @@ class Analysis:
         return self.combinations.ids(self.activations(x, model))
 
     def tracker(self, x: np.ndarray | None = None, model=None) -> CoverageTracker:
+        """A :class:`CoverageTracker` of this analysis' combinations, holding what ``x`` covers (empty without
+        it); ``x`` is checked to be on the training inputs' scale."""
         tracker = CoverageTracker(self.total)
         if x is not None:
             x = as_array(x)  # a Dataset's inputs, a torch tensor
@@ -205,7 +208,8 @@ class Analysis:
         return tracker
 
     def coverage(self, x: np.ndarray, model=None) -> CoverageResult:
-        """IDC of the input set ``x``: the share of combinations it reaches."""
+        """IDC of the input set ``x``: the share of combinations it reaches. ``x``: (n, *input_shape), (n, h, w)
+        for one channel, a Dataset or a torch tensor, on the training inputs' scale; ``model``: binds first."""
         return self.tracker(x, model).result()
 
     # ---- persistence ------------------------------------------------------------------------
@@ -311,6 +315,9 @@ class Analysis:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, model=None) -> "Analysis":
+        """The analysis saved in ``folder`` (by :meth:`save` or ``idcgen analyze``), checked against its digest.
+        ``model`` (a framework's model, a model file's path or a Network) binds it for measuring, refused when
+        its weights differ from the analysed model's; without it, call :meth:`bind` before :meth:`coverage`."""
         folder = Path(folder)
         meta_path = folder / "analysis.json"
         if not meta_path.is_file():
