@@ -38,6 +38,7 @@ def export_campaign(
     ``retrain.npz`` holds ``x_train``/``y_train``: the training data (when given: ``train_x`` an array of any
     shape :func:`~idcgen.data.fit_to_model` fits, or a Dataset with its labels) followed by the kept
     mutants labelled with their root seed's label, as uint8-rounded values.
+    ``out``: the folder written (default: ``exports/`` in the campaign's folder; a campaign in memory needs it).
     ``findings.jsonl`` is the campaign's findings.jsonl with ``prediction_uint8`` and ``survives_uint8``:
     whether the oracle (the campaign's, or ``oracle``) still flags the finding once rounded to uint8.
     The disagreement oracle needs the other models: without it given, ``survives_uint8`` is null.

@@ -208,10 +208,17 @@ def harden(
     progress: bool = True,
     pair=None,
 ) -> dict:
-    """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table.
-    ``pair`` (a, b): also measure the pair's type-1 confusion (e.g. a pair ``idcgen inspect`` predicts, after
-    a campaign with the ``confusion(a,b)`` oracle). ``retraining``: how (a `Retraining`; default: fine-tune
-    3 epochs, once)."""
+    """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the summary,
+    its ``table`` one row per model (original, IDC-guided, random control).
+
+    ``model``: the classifier ``campaign`` was run on (a framework's model, a model file's path or a Network).
+    ``x_train``, ``y_train``: what both retrainings start from, and ``x_test``, ``y_test``: what robustness is
+    measured on; arrays of any shape :func:`~idcgen.data.fit_to_model` fits, on the campaign's scale, with one
+    class label each (a Dataset with y None brings its own). ``retraining``: how (a `Retraining`; default:
+    fine-tune 3 epochs, once). ``random_state``: the retrainings' seed (the caller's numpy, Python and torch
+    generators are restored after). ``out``: a folder for harden.md/.csv/.json/.png (None: nothing written).
+    ``progress``: a progress bar on stderr. ``pair`` (a, b): also measure the pair's type-1 confusion (e.g. a
+    pair ``idcgen inspect`` predicts, after a campaign with the ``confusion(a,b)`` oracle)."""
     mode, epochs, repeats = (retraining or Retraining()).checked()
     network = as_network(model)
     if "trainable" not in network.capabilities:  # an ONNX export: forward only

@@ -276,8 +276,11 @@ def inspect(
         "input" (per layer within each input, as DeepXplore's NC).
     analysis : an :class:`idcgen.Analysis`: the same figures restricted to its important neurons, beside
         those of all neurons ("important" in ``metrics``).
+    batch_size : inputs per forward batch (default: the network's)
     memory_budget : bytes of (inputs x neurons) float32 activations kept for one pass; larger input sets
         take a second pass (the first finds each neuron's min and max).
+    progress : a progress bar on stderr
+    class_names : the classes' names, index = label, for the report (default: a Dataset's own)
     counting : what runs the passes (default: this process); ``idcgen.distributed`` maps them on Ray
         workers and sums their counts (docs/design.md, "Scale-out on Ray").
     """

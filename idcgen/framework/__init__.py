@@ -289,6 +289,10 @@ class Network(DifferentiableNetwork):
     """A model under test with every capability: forward taps, relevance and gradients
     (:class:`DifferentiableNetwork`) and a training step for ``harden``; the attributes of
     :class:`ForwardNetwork`. The Keras and PyTorch backends implement it.
+
+    ``idcgen.Network(model, *, batch_size=None, task=None, input_shape=None, device=None, precision=None)``
+    wraps a Keras model, a ``torch.nn.Module`` (``input_shape`` (H, W, C) unless the module has one) or a model
+    file's path in its framework's implementation (see :func:`as_network`); a Network is returned as it is.
     """
 
     capabilities = frozenset({"forward", "differentiable", "trainable"})

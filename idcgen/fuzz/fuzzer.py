@@ -69,6 +69,7 @@ class Fuzzer:
         ``measure``'s criteria, or "none" (every valid mutant joins: the unguided baseline)
     measure : fitted criteria (:func:`idcgen.criteria.make_criterion` ... ``.fit``) measured besides IDC
     batch_size : mutants per step
+    random_state : seeds the campaign's generator: the same seeds, settings and random_state give the same campaign
     rounding : round every mutant to the seeds' storage (uint8 seeds: the 256 levels of the value range)
         before it runs, so that every finding reproduces from its exported PNG; seeds that are not on
         that grid are left as they are
