@@ -51,6 +51,8 @@ def export_campaign(
     network = analysis.network
     if out is None and campaign.folder is None:
         raise ParameterError("this campaign is in memory only: give out= (a folder for the exports) or save it first")
+    if network is None:  # the export runs every rounded input through the model again
+        raise ParameterError("this campaign was read without its model: load it with Campaign.load(folder, model)")
     out = Path(out) if out is not None else campaign.folder / "exports"
     out.mkdir(parents=True, exist_ok=True)
     remove_temporaries(out)  # left by an export killed midway

@@ -278,3 +278,15 @@ def test_a_channels_first_input_shape_is_named(module):
         ModelError, match=r"read as \(H, W, C\): for images \(C, H, W\) = \(1, 28, 28\) give \(28, 28, 1\)"
     ):
         idcgen.Network(module, input_shape=(1, 28, 28))
+
+
+def test_exporting_a_campaign_read_without_its_model_asks_for_it(analysis, digits, tmp_path):
+    """Campaign.load(folder) then export_campaign raised AttributeError: 'NoneType' object has no attribute 'forward'."""
+    test = digits[1]
+    idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(
+        test.x, test.y, budget=32, out=tmp_path / "c", progress=False
+    ).close()
+    read = idcgen.Campaign.load(tmp_path / "c")
+    with pytest.raises(ParameterError, match=r"read without its model: load it with Campaign.load\(folder, model\)"):
+        idcgen.export_campaign(read, images=False)
+    assert idcgen.export_campaign(idcgen.Campaign.load(tmp_path / "c", analysis.network), images=False)["grown"]
