@@ -290,3 +290,16 @@ def test_exporting_a_campaign_read_without_its_model_asks_for_it(analysis, digit
     with pytest.raises(ParameterError, match=r"read without its model: load it with Campaign.load\(folder, model\)"):
         idcgen.export_campaign(read, images=False)
     assert idcgen.export_campaign(idcgen.Campaign.load(tmp_path / "c", analysis.network), images=False)["grown"]
+
+
+def test_a_campaign_read_only_does_not_go_on_in_memory(analysis, digits, tmp_path):
+    """Fuzzer.run(Campaign.load(folder)) ran to its new budget in memory, its repr naming the folder, while the
+    folder stayed at the old step: work lost when the notebook closes."""
+    test = digits[1]
+    fuzzer = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32)
+    fuzzer.run(test.x, test.y, budget=32, out=tmp_path / "c", progress=False).close()
+    with pytest.raises(ParameterError, match=r"was read only \(Campaign.load\).*Fuzzer.resume\(folder\)"):
+        fuzzer.run(idcgen.Campaign.load(tmp_path / "c", analysis.network), budget=64, progress=False)
+    resumed = fuzzer.run(fuzzer.resume(tmp_path / "c"), budget=64, progress=False)
+    resumed.close()
+    assert idcgen.Campaign.load(tmp_path / "c").execs == 64

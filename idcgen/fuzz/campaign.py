@@ -299,7 +299,13 @@ class Campaign:
         return self.folder
 
     def open(self) -> None:
-        """Take the folder's writer lock (again) before more steps are recorded; nothing to do in memory."""
+        """Take the folder's writer lock (again) before more steps are recorded; nothing to do in memory. A
+        campaign read only (``Campaign.load(folder)``) is refused: its steps would reach memory and not its folder."""
+        if self.store is None and self.folder is not None:
+            raise ParameterError(
+                f"campaign {self.folder} was read only (Campaign.load): new steps would not reach its folder; "
+                "go on with Fuzzer.resume(folder), which takes the folder's writer lock"
+            )
         if self.store is not None:
             self.store.lock.acquire()
 
