@@ -409,7 +409,8 @@ def prioritize(
     x_train, y_train : training inputs (and labels): needed by lsa, dsa, mdsa, the coverage orderings of
         criteria that learn from data (kmnc, nbc, snac, lsc, dsc), idc-rarity, and the IDC orderings when
         no ``analysis`` is given (it is then made with ``m`` important neurons).
-    y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early).
+    y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early); a Dataset
+        ``x`` (or ``x_train``) brings its own labels.
     analysis : an Analysis for the IDC orderings.
     parameters : the parameters of some orderings (an :class:`OrderingParameters`): the surprise orderings'
         layer, mc-dropout's passes, a regression model's failure tolerance.
@@ -420,11 +421,15 @@ def prioritize(
     """
     from .convention import check_unscaled
     from .criteria.base import raw_inputs
-    from .data import fit_to_model
+    from .data import Dataset, fit_to_model
     from .framework import as_network
 
     network = as_network(model)
     by = check_ordering(by, network.task)
+    if isinstance(x, Dataset) and y is None:  # a loaded dataset brings its labels: the ranking is evaluated
+        y = x.y
+    if isinstance(x_train, Dataset) and y_train is None:
+        y_train = x_train.y
     layer, passes, tolerance = (parameters or OrderingParameters()).checked()
     check_int("random_state", random_state, 0)
     x = fit_to_model(raw_inputs(x, network), network.input_shape)  # InputError when empty or mis-shaped

@@ -104,6 +104,12 @@ def test_a_dataset_is_taken_with_its_labels(module, analysis, digits):
     )
     campaign = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(test, budget=64, progress=False)
     np.testing.assert_array_equal(campaign.corpus.label[: len(test)], test.y)
+    ranking = idcgen.prioritize(module, test, by="gini")
+    assert ranking.evaluation == idcgen.prioritize(module, test.x, by="gini", y=test.y).evaluation is not None
+    from idcgen.hypotheses import brightness
+
+    found = idcgen.affinity(module, test, units="fc1:0", hypotheses=[brightness], measures="pearson", progress=False)
+    assert found.y_source == "labels"
 
 
 @pytest.mark.parametrize("call", ["prioritize", "inspect", "affinity"])
