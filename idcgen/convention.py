@@ -318,8 +318,9 @@ def resolve(
 def check_unscaled(x: np.ndarray, network, what: str = "the inputs") -> None:
     """Refuse raw 0..255 pixel values given to a model that takes images in [0, 1] (its convention, or the one
     read from the model): where no analysis records a training range, the one scale mistake the values
-    show (a uint8 array straight from an image file). Values below 0 are left alone: standardised inputs."""
-    if x.size == 0:
+    show (a uint8 array straight from an image file). Values below 0 are left alone: standardised inputs; so
+    are float feature vectors of a model taking (d,) inputs, which need not be pixels."""
+    if x.size == 0 or (x.dtype != np.uint8 and len(tuple(network.input_shape)) == 1):
         return
     convention = network.convention or resolve(network.own_convention())
     lo, hi = (float(v) for v in convention.value_range)

@@ -112,9 +112,9 @@ def test_a_dataset_is_taken_with_its_labels(module, analysis, digits):
     assert found.y_source == "labels"
 
 
-@pytest.mark.parametrize("call", ["prioritize", "inspect", "affinity"])
+@pytest.mark.parametrize("call", ["prioritize", "inspect", "affinity", "criterion"])
 def test_uint8_inputs_are_refused_where_no_analysis_checks_them(module, digits, call):
-    """0..255 values went through prioritize, inspect and affinity silently: another ranking (APFD 0.44 for
+    """0..255 values went through prioritize, inspect, affinity and the criteria silently: another ranking (APFD 0.44 for
     0.96 on a trained LeNet), other confused pairs."""
     from idcgen.hypotheses import brightness
 
@@ -123,6 +123,7 @@ def test_uint8_inputs_are_refused_where_no_analysis_checks_them(module, digits, 
     run = {
         "prioritize": lambda: idcgen.prioritize(module, raw, by="gini", y=test.y),
         "inspect": lambda: idcgen.inspect(module, raw, test.y, layers=["fc1"]),
+        "criterion": lambda: idcgen.make_criterion("kmnc").fit(module, raw),
         "affinity": lambda: idcgen.affinity(
             module, raw, test.y, units="fc1:0,1", hypotheses=[brightness], measures="pearson", tol=0, progress=False
         ),
