@@ -64,6 +64,8 @@ def test_one_image_without_the_batch_axis_is_named(analysis, digits):
     for image in (one, one[..., None]):  # (28, 28) and (28, 28, 1) were called "(28,) per item" and "(28, 1)"
         with pytest.raises(InputError, match=r"one image of shape .* without the batch axis.*pass x\[None\]"):
             analysis.coverage(image)
+        with pytest.raises(InputError, match=r"one image of shape .* without the batch axis"):
+            idcgen.prioritize(analysis.network, image, by="gini")
     assert analysis.coverage(one[None]).total == analysis.total
 
 

@@ -182,7 +182,11 @@ def raw_inputs(x: Any, network) -> np.ndarray:
     (pixels as read from image files) is refused for a model taking [0, 1] images. Float inputs are left as they
     are: a criterion measures any model, hand-made ones on integer-valued inputs included."""
     x = as_array(x)
-    fit_to_model(x[:1] if x.ndim >= 1 else x, network.input_shape)  # raises InputError when it cannot fit
+    try:
+        fit_to_model(x[:1] if x.ndim >= 1 else x, network.input_shape)  # raises InputError when it cannot fit
+    except InputError:
+        fit_to_model(x, network.input_shape)  # the whole array's message: one image without its batch axis
+        raise
     if x.dtype == np.uint8:
         check_unscaled(x, network)
     return x
