@@ -360,8 +360,11 @@ class Fuzzer:
         ``seeds``: a :class:`Campaign` to continue (``budget``: its new total; default its own), or seed
         inputs with their ``labels`` to start one (in memory, or saved in ``out``; a :class:`Dataset` brings
         its own labels). ``on_step(campaign)``
-        is called after each recorded step. Ctrl-C stops the run at once; a step is recorded whole or not
-        at all, so the campaign can be run again (or resumed from its folder) as if never interrupted.
+        is called after each recorded step. Ctrl-C (or a KeyboardInterrupt from ``on_step``) stops the run at
+        once; a step is recorded whole or not at all, so the campaign can be run again (or resumed from its
+        folder) as if never interrupted. A run that starts the campaign returns nothing when interrupted: to
+        hold an in-memory campaign across an interrupt, start it first (``c = fuzzer.start(x, y, budget=N)``,
+        then ``fuzzer.run(c)``).
         """
         if isinstance(seeds, Campaign):  # another fuzzer's steps would be recorded under settings not theirs
             fix = "continue it with the Fuzzer that made it (or one built alike: Fuzzer.resume(folder) checks it)"
