@@ -36,6 +36,7 @@ __all__ = [
     "infer_image_shape",
     "resolve",
     "check_scale",
+    "check_unscaled",
     "WRAPPER_PREFIX",
     "PREPROCESSING_KINDS",
 ]
@@ -312,6 +313,23 @@ def resolve(
     if value_range is not None:
         return InputConvention(value_range, pre, image_shape, "--value-range", own.model_layers)
     return replace(own, preprocess=pre, image_shape=image_shape)
+
+
+def check_unscaled(x: np.ndarray, network, what: str = "the inputs") -> None:
+    """Refuse raw 0..255 pixel values given to a model that takes images in [0, 1] (its convention, or the one
+    read from the model): where no analysis records a training range, the one scale mistake the values
+    show (a uint8 array straight from an image file). Values below 0 are left alone: standardised inputs; so
+    are float feature vectors of a model taking (d,) inputs, which need not be pixels."""
+    if x.size == 0 or (x.dtype != np.uint8 and len(tuple(network.input_shape)) == 1):
+        return
+    convention = network.convention or resolve(network.own_convention())
+    lo, hi = (float(v) for v in convention.value_range)
+    got_lo, got_hi = float(np.min(x)), float(np.max(x))
+    if hi <= 1 and got_lo >= 0 and got_hi > 2:
+        raise InputError(
+            f"{what} span [{got_lo:g}, {got_hi:g}] but the model takes images in [{lo:g}, {hi:g}]; "
+            "divide them by 255 (--scale 255)"
+        )
 
 
 def check_scale(

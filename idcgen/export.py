@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .data import Dataset, check_labels, fit_to_model
 from .errors import ParameterError
 from .files import atomic_npz, atomic_text, jsonl, remove_temporaries
 from .fuzz.campaign import Campaign
@@ -34,18 +35,24 @@ def export_campaign(
 
     ``grown.npz`` holds the seeds and kept mutants (``x`` float32 as run, ``x_uint8``, ``y`` = root seed's
     label, ``id``, ``seed``, ``root``, ``prediction``, ``combination``, ``combination_uint8``).
-    ``retrain.npz`` holds ``x_train``/``y_train``: the training data (when given) followed by the kept
+    ``retrain.npz`` holds ``x_train``/``y_train``: the training data (when given: ``train_x`` an array of any
+    shape :func:`~idcgen.data.fit_to_model` fits, or a Dataset with its labels) followed by the kept
     mutants labelled with their root seed's label, as uint8-rounded values.
+    ``out``: the folder written (default: ``exports/`` in the campaign's folder; a campaign in memory needs it).
     ``findings.jsonl`` is the campaign's findings.jsonl with ``prediction_uint8`` and ``survives_uint8``:
     whether the oracle (the campaign's, or ``oracle``) still flags the finding once rounded to uint8.
     The disagreement oracle needs the other models: without it given, ``survives_uint8`` is null.
     """
+    if train_x is not None:  # checked before anything is written
+        _training_data(train_x, train_y, campaign.corpus)
     if oracle is None and "disagreement" not in campaign.settings.oracle:
         oracle = make_oracle(campaign.settings.oracle)
     corpus, analysis = campaign.corpus, campaign.analysis
     network = analysis.network
     if out is None and campaign.folder is None:
         raise ParameterError("this campaign is in memory only: give out= (a folder for the exports) or save it first")
+    if network is None:  # the export runs every rounded input through the model again
+        raise ParameterError("this campaign was read without its model: load it with Campaign.load(folder, model)")
     out = Path(out) if out is not None else campaign.folder / "exports"
     out.mkdir(parents=True, exist_ok=True)
     remove_temporaries(out)  # left by an export killed midway
@@ -83,9 +90,10 @@ def export_campaign(
 
     mutants = ~is_seed & (~np.isnan(y) if corpus.regression else y >= 0)
     parts_x, parts_y = [quantise(x[mutants], vr)], [y[mutants]]
-    if train_x is not None and train_y is not None:  # unlabelled training data cannot be retrained on
-        parts_x.insert(0, np.asarray(train_x, np.float32))
-        parts_y.insert(0, np.asarray(train_y, np.float64 if corpus.regression else np.int64))
+    if train_x is not None:
+        train_x, train_y = _training_data(train_x, train_y, corpus)
+        parts_x.insert(0, train_x)
+        parts_y.insert(0, train_y)
     retrain = dict(
         x_train=np.concatenate(parts_x),
         y_train=np.concatenate(parts_y),
@@ -173,6 +181,17 @@ def write_finding_images(campaign: Campaign, folder: Path) -> int:
             regression=campaign.corpus.regression,
         ).save(folder / f"finding-{int(found['id'][j]):06d}.png", compress_level=1)  # 8x faster than the default 6
     return len(found["id"])
+
+
+def _training_data(train_x, train_y, corpus) -> tuple[np.ndarray, np.ndarray]:
+    """The training data to retrain on, in the corpus' shape: (n, h, w) digits as the campaign's (n, h, w, 1);
+    unlabelled training data cannot be retrained on."""
+    if isinstance(train_x, Dataset) and train_y is None:
+        train_y = train_x.y
+    if train_y is None:
+        raise ParameterError("train_x needs its labels: pass train_y too (retrain.npz pairs every input with one)")
+    x = fit_to_model(train_x, corpus.input_shape)
+    return x, check_labels(x, train_y, "regression" if corpus.regression else "classification")
 
 
 def _predictions(corpus, probs: np.ndarray) -> np.ndarray:

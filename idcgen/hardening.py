@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import csv
 import json
+import random
+import sys
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from .analysis import check_class_labels
 from .checks import check_int
+from .data import Dataset, fit_to_model
 from .errors import InputError, ModelError, ParameterError
 from .files import atomic_text
 from .framework import Network, as_network
@@ -50,13 +55,26 @@ class Augmentation:
     source: str
 
 
+def _labelled(x, y, campaign: Campaign, n_classes: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` in the campaign's image shape and scale (checked as its analysis checks inputs), with one class label
+    each (a Dataset brings its own): what is retrained on, or measured."""
+    if isinstance(x, Dataset) and y is None:
+        y = x.y
+    if y is None:
+        raise InputError(f"the {what} inputs need their labels: pass {'y_train' if what == 'training' else 'y_test'}")
+    x = fit_to_model(x, campaign.corpus.input_shape)
+    campaign.analysis.check_inputs(x, f"the {what} inputs")
+    return x, check_class_labels(x, y, n_classes)
+
+
 def campaign_augmentations(campaign: Campaign, network: Network, *, random_state: int = 0):
     """The kept mutants (labelled with their root seed's label) and their unguided control twins, in the
     campaign's image shape; ``network`` takes those images (see `on_images`)."""
     c = campaign.corpus
     kept = np.flatnonzero((c.parent >= 0) & (c.label >= 0))
     if not len(kept):
-        raise InputError(f"campaign {campaign.folder} kept no labelled mutant: nothing to retrain with")
+        where = "in memory" if campaign.folder is None else campaign.folder
+        raise InputError(f"the campaign ({where}) kept no labelled mutant: nothing to retrain with")
     rng = np.random.default_rng(random_state)
     control = np.empty_like(c.x[kept])
     last = np.array([c.chains[i][-1].split("(")[0] for i in kept])
@@ -85,7 +103,26 @@ def retrain(
 def _retrained(network: Network, x, y, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0):
     if mode not in MODES:
         raise ParameterError(f"The 'mode' parameter must be one of {MODES}. Got {mode!r} instead.")
-    return network.retrained(x, y, mode=mode, epochs=epochs, batch_size=batch_size, random_state=random_state)
+    with _callers_random_state():
+        return network.retrained(x, y, mode=mode, epochs=epochs, batch_size=batch_size, random_state=random_state)
+
+
+@contextmanager
+def _callers_random_state():
+    """Retraining seeds the frameworks' global generators (the only way to a repeatable fit); the caller's
+    numpy, Python and torch generators are put back after it, so a notebook's own random draws do not restart
+    at harden's random_state. TensorFlow's global seed cannot be read back and stays set."""
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    torch = sys.modules.get("torch")
+    with ExitStack() as stack:
+        if torch is not None:
+            cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+            stack.enter_context(torch.random.fork_rng(devices=cuda))
+        try:
+            yield
+        finally:
+            np.random.set_state(numpy_state)
+            random.setstate(python_state)
 
 
 def on_images(network: Network, image_shape: tuple) -> Network:
@@ -171,10 +208,17 @@ def harden(
     progress: bool = True,
     pair=None,
 ) -> dict:
-    """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the table.
-    ``pair`` (a, b): also measure the pair's type-1 confusion (e.g. a pair ``idcgen inspect`` predicts, after
-    a campaign with the ``confusion(a,b)`` oracle). ``retraining``: how (a `Retraining`; default: fine-tune
-    3 epochs, once)."""
+    """Retrain with IDC-kept inputs and with random perturbations; compare robustness. Returns the summary,
+    its ``table`` one row per model (original, IDC-guided, random control).
+
+    ``model``: the classifier ``campaign`` was run on (a framework's model, a model file's path or a Network).
+    ``x_train``, ``y_train``: what both retrainings start from, and ``x_test``, ``y_test``: what robustness is
+    measured on; arrays of any shape :func:`~idcgen.data.fit_to_model` fits, on the campaign's scale, with one
+    class label each (a Dataset with y None brings its own). ``retraining``: how (a `Retraining`; default:
+    fine-tune 3 epochs, once). ``random_state``: the retrainings' seed (the caller's numpy, Python and torch
+    generators are restored after). ``out``: a folder for harden.md/.csv/.json/.png (None: nothing written).
+    ``progress``: a progress bar on stderr. ``pair`` (a, b): also measure the pair's type-1 confusion (e.g. a
+    pair ``idcgen inspect`` predicts, after a campaign with the ``confusion(a,b)`` oracle)."""
     mode, epochs, repeats = (retraining or Retraining()).checked()
     network = as_network(model)
     if "trainable" not in network.capabilities:  # an ONNX export: forward only
@@ -185,6 +229,8 @@ def harden(
     pair = None if pair is None else check_pair(pair, network.n_classes)
     if network.fingerprint() != campaign.analysis.fingerprint:
         raise InputError("the campaign was run on another model than the one given to harden")
+    x_train, y_train = _labelled(x_train, y_train, campaign, network.n_classes, "training")
+    x_test, y_test = _labelled(x_test, y_test, campaign, network.n_classes, "test")
     started = time.perf_counter()
     # Mutations happen where the campaign made them: its value range (a Rescaling model takes 0..255,
     # amounts are fractions of the range) and its image shape; retraining feeds the model its own shape.

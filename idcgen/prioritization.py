@@ -402,13 +402,15 @@ def prioritize(
 
     Parameters
     ----------
-    model : keras.Model or Network (classifier or regression model).
+    model : a framework's model (keras.Model, torch.nn.Module), a model file's path, or a Network (classifier
+        or regression model).
     x : array (n, *input_shape), scaled as the model expects.
     by : the ordering (see the module's docstring and :func:`orderings`).
     x_train, y_train : training inputs (and labels): needed by lsa, dsa, mdsa, the coverage orderings of
         criteria that learn from data (kmnc, nbc, snac, lsc, dsc), idc-rarity, and the IDC orderings when
         no ``analysis`` is given (it is then made with ``m`` important neurons).
-    y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early).
+    y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early); a Dataset
+        ``x`` (or ``x_train``) brings its own labels.
     analysis : an Analysis for the IDC orderings.
     parameters : the parameters of some orderings (an :class:`OrderingParameters`): the surprise orderings'
         layer, mc-dropout's passes, a regression model's failure tolerance.
@@ -417,20 +419,27 @@ def prioritize(
         criteria, surprise densities, training activations and the analysis made from x_train are kept in
         it and reused, so that many orderings of several sets fit each only once.
     """
+    from .convention import check_unscaled
     from .criteria.base import raw_inputs
-    from .data import fit_to_model
+    from .data import Dataset, fit_to_model
     from .framework import as_network
 
     network = as_network(model)
     by = check_ordering(by, network.task)
+    if isinstance(x, Dataset) and y is None:  # a loaded dataset brings its labels: the ranking is evaluated
+        y = x.y
+    if isinstance(x_train, Dataset) and y_train is None:
+        y_train = x_train.y
     layer, passes, tolerance = (parameters or OrderingParameters()).checked()
     check_int("random_state", random_state, 0)
     x = fit_to_model(raw_inputs(x, network), network.input_shape)  # InputError when empty or mis-shaped
+    check_unscaled(x, network)
     base = _criterion_of(by)
     if x_train is None and (base in NEEDS_TRAIN or by == "idc-rarity" or (by.startswith("idc-") and analysis is None)):
         raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
+        check_unscaled(x_train, network, "the training inputs")
     job = _Job(
         network,
         x,

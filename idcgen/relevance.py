@@ -13,8 +13,11 @@ import numpy as np
 def Relevance(network, *, layer: str | None, eps: float = 1e-7, batch_size: int = 512):  # noqa: N802 (was a class)
     """The relevance of ``layer``'s neurons (None: the input pixels) from one logit per input, as ``network``
     computes it: called as ``rel(x, target=None)`` it gives per-neuron relevance (n, neurons), activations
-    (n, neurons) and logits (n, classes), batched. ``eps`` is LRP-epsilon's (``eps -> 0``: LRP-0)."""
-    return network.relevance(layer, eps=eps, batch_size=batch_size)
+    (n, neurons) and logits (n, classes), batched. ``eps`` is LRP-epsilon's (``eps -> 0``: LRP-0). ``network``: a
+    Network or a framework's model object."""
+    from .framework import as_network
+
+    return as_network(network).relevance(layer, eps=eps, batch_size=batch_size)
 
 
 def batch_size_for(network) -> int:
@@ -88,8 +91,14 @@ def relevance_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activ
 
 
 def input_relevance(network, x: np.ndarray, target: np.ndarray | None = None, *, eps: float = 1e-7) -> np.ndarray:
-    """Pixel-level relevance of the predicted (or ``target``) logit: same shape as ``x``."""
-    return input_relevance_pass(network, eps=eps).maps(x, target)
+    """Pixel-level relevance of the predicted (or ``target``) logit: same shape as ``x``. ``network``: a
+    Network or a framework's model object."""
+    from .data import as_array
+    from .framework import as_network
+
+    x = as_array(x)
+    maps = input_relevance_pass(as_network(network), eps=eps).maps(x, target)
+    return maps.reshape(x.shape) if maps.size == x.size else maps
 
 
 def input_relevance_pass(network, *, eps: float = 1e-7):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ParameterError
 from .files import atomic_text
 from .fuzz.campaign import PHASES, Campaign, phase_seconds
 from .fuzz.validity import Validity
@@ -184,8 +185,11 @@ def _plots(campaign: Campaign, rows: list[dict], folder: Path) -> dict[str, Path
 
 
 def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | None = None) -> Path:
-    """Write ``report.md``, ``report.html`` and the plots into the campaign folder."""
+    """Write ``report.md``, ``report.html`` and the plots into the campaign folder (a campaign in memory is saved
+    first: ``campaign.save(folder)``, or ``Fuzzer.run(..., out=folder)``)."""
     folder = campaign.folder
+    if folder is None:
+        raise ParameterError("this campaign is in memory only: save it first (campaign.save(folder)), then report")
     rows = mutator_table(campaign)
     plots = _plots(campaign, rows, folder)
     stats = campaign.stats_rows()

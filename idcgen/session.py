@@ -23,7 +23,7 @@ from pathlib import Path
 from .analysis import Analysis, Clustering, analyze, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
-from .data import check_source, fit_to_model, load_for_model
+from .data import check_source, load_for_model
 from .data import load_inputs as load_inputs_of
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
 from .errors import AnalysisMismatchError, InputError, InputShapeError, ModelError, ParameterError
@@ -821,8 +821,8 @@ def finish(
     campaign, x_train, y_train, oracle, notes, echo, *, grown: str = "grown set", detail: str = "", restarts=()
 ) -> dict:
     """Exports and report of a finished campaign, and the lines that sum it up."""
-    if x_train is not None:  # the retraining data in the corpus' image shape (flat or channel-less models)
-        x_train = fit_to_model(x_train, campaign.corpus.input_shape)
+    if y_train is None:  # unlabelled training data cannot be retrained on: retrain.npz holds the mutants alone
+        x_train = None
     exports = export_campaign(campaign, train_x=x_train, train_y=y_train, oracle=oracle)
     report = write_report(campaign, notes=notes, exports=exports)
     state = campaign.state()

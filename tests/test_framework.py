@@ -75,8 +75,10 @@ def test_network_dispatches_to_the_framework_of_the_model(trained_lenet):
     assert isinstance(loaded, KerasNetwork) and loaded.fingerprint() == network.fingerprint()
     from idcgen.errors import ModelError
 
-    with pytest.raises(ModelError, match="cannot run a builtins.str"):
+    with pytest.raises(ModelError, match="model file not found: not a model"):  # a path is loaded
         Network("not a model")
+    with pytest.raises(ModelError, match="cannot run a builtins.object"):
+        Network(object())
 
 
 def test_the_input_convention_is_a_field_of_the_network(trained_lenet):

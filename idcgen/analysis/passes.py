@@ -10,6 +10,7 @@ import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Sequence
 
 import numpy as np
@@ -18,7 +19,7 @@ from tqdm.auto import tqdm
 from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
 from ..convention import InputConvention, check_scale
-from ..data import check_labels, fit_to_model
+from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, LayerError, ModelError, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
@@ -170,7 +171,14 @@ class Clustering:
     method: str = "silhouette"
 
     def checked(self) -> tuple[tuple[int, ...], str]:
-        return tuple(self.ks), self.method
+        ks = self.ks
+        listed = isinstance(ks, (Sequence, np.ndarray)) and not isinstance(ks, (str, bytes))
+        if not listed or not len(ks) or any(isinstance(k, bool) or not isinstance(k, Integral) or k < 2 for k in ks):
+            raise ParameterError(
+                "The 'clusters' parameter must be a non-empty sequence of ints >= 2 (the k values tried per "
+                f"neuron, for example (2, 3, 4, 5); (3,) tries k = 3 only) or a Clustering. Got {ks!r} instead."
+            )
+        return tuple(int(k) for k in ks), self.method
 
 
 @_in_fp32
@@ -193,12 +201,12 @@ def analyze(
 
     Parameters
     ----------
-    model : a framework's model (keras.Model) or a Network
-    x : array (n, *input_shape)
-        Training inputs: images in the model's value range (see ``value_range``). Or shards that Ray workers
+    model : a framework's model (keras.Model, torch.nn.Module), a model file's path, or a Network
+    x : array (n, *input_shape), (n, h, w) for one channel, or a Dataset (which brings its labels)
+        Training inputs: images in the model's value range (see ``convention``). Or shards that Ray workers
         read and hold themselves (``idcgen.distributed.Workers.shards``; labels are the shards' own, y=None).
-    y : array (n,), optional
-        Labels; needed for ``relevance_of="label"``, ``correct_only`` and ``only_class``.
+    y : array (n,) or one-hot (n, K), optional
+        Labels; needed for ``RelevanceSettings(of="label")``, ``correct_only`` and ``only_class``.
     layer : str, default: the last hidden layer before the logits
     m : int, default 8
     clusters : the k values tried per neuron, default 2..5 (the silhouette picks one), or a :class:`Clustering`
@@ -209,12 +217,16 @@ def analyze(
         such as "tf" or "mean=0.5,std=0.25" between image and model, image shape for a model taking flat or
         channel-less inputs); default: read from the model (0..255 when it starts with ``Rescaling(1/255)``),
         else [0, 1]. Recorded (with the inputs' observed range) and re-applied when the analysis is loaded.
+    random_state : seeds the k-means of the clusters; the same inputs and random_state give the same analysis
+    data_summary : a description of ``x`` recorded with the analysis (``Dataset.summary()``)
+    progress : show progress bars on stderr
     passes : what runs the passes over ``x``: :class:`LocalPasses` (default) or, from
         :func:`idcgen.distributed.analyze`, Ray workers; called as ``passes(network, layer, eps, x)``, giving an
         object with ``totals``, ``activations`` and ``clusters`` (as :class:`LocalPasses`)
     """
+    _check_settings_types(relevance, convention)
     network, convention = _differentiable_network(model, convention)
-    ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(tuple(clusters))).checked()
+    ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(clusters)).checked()
     relevance = relevance or RelevanceSettings()
     relevance_of, correct_only, only_class, aggregate, eps = relevance.fields()
     clusters = ks
@@ -263,6 +275,22 @@ def analyze(
     config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
     config.update(input_convention=convention.to_dict())
     return _analysis(network, layer, neurons, scores, found, config, data, timings, notes, warnings)
+
+
+def _check_settings_types(relevance, convention) -> None:
+    """The settings objects ``analyze`` takes, or one line naming the class to pass (a string or a tuple failed
+    deep inside with an AttributeError)."""
+    if relevance is not None and not isinstance(relevance, RelevanceSettings):
+        example = f"of={relevance!r}" if relevance in ("label", "predicted") else "of='label'"
+        raise ParameterError(
+            f"The 'relevance' parameter takes an idcgen.RelevanceSettings, for example RelevanceSettings({example}). "
+            f"Got {relevance!r} instead."
+        )
+    if convention is not None and not isinstance(convention, InputConvention):
+        raise ParameterError(
+            "The 'convention' parameter takes an idcgen.InputConvention, for example "
+            f"InputConvention(value_range=(0, 255)). Got {convention!r} instead."
+        )
 
 
 def _differentiable_network(model, convention: InputConvention | None):
@@ -430,6 +458,8 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
             raise ParameterError("sharded inputs carry their own labels (each shard's y); pass y=None")
         y = x.load()
     else:
+        if isinstance(x, Dataset) and y is None:  # a loaded dataset brings its labels
+            y = x.y
         x = fit_to_model(x, network.input_shape)
     check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
     regression = network.task == "regression"

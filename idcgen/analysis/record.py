@@ -26,7 +26,7 @@ from .. import __version__
 from ..clusters import NeuronClusters
 from ..convention import InputConvention, check_scale
 from ..coverage import Combinations, CoverageResult, CoverageTracker
-from ..data import fit_to_model
+from ..data import as_array, fit_to_model
 from ..errors import AnalysisMismatchError, InputError, LayerError, ParameterError
 from ..framework import ForwardNetwork, network_with_convention
 
@@ -86,6 +86,13 @@ class Analysis:
 
     def __post_init__(self):
         self.combinations = Combinations([c.centroids for c in self.clusters])
+
+    def __repr__(self) -> str:  # a notebook shows this: what the analysis is, not its arrays
+        bound = "unbound: pass model= or call bind(model)" if self.network is None else "bound to its model"
+        return (
+            f"Analysis(layer={self.layer!r}, m={self.m}, neurons={[int(n) for n in self.neurons]}, "
+            f"clusters={[c.k for c in self.clusters]}, combinations={self.total}, {bound})"
+        )
 
     @property
     def m(self) -> int:
@@ -181,6 +188,7 @@ class Analysis:
         return layer_activations[:, self.neurons]
 
     def activations(self, x: np.ndarray, model=None) -> np.ndarray:
+        """(n, m) activations of the important neurons on ``x`` (any shape :func:`idcgen.fit_to_model` fits)."""
         network = self._network(model)
         _, (acts,) = network.forward(fit_to_model(x, network.input_shape), (self.layer,))
         return self.select(acts)
@@ -190,14 +198,18 @@ class Analysis:
         return self.combinations.ids(self.activations(x, model))
 
     def tracker(self, x: np.ndarray | None = None, model=None) -> CoverageTracker:
+        """A :class:`CoverageTracker` of this analysis' combinations, holding what ``x`` covers (empty without
+        it); ``x`` is checked to be on the training inputs' scale."""
         tracker = CoverageTracker(self.total)
         if x is not None:
-            self.check_inputs(np.asarray(x))
+            x = as_array(x)  # a Dataset's inputs, a torch tensor
+            self.check_inputs(x)
             tracker.update(self.ids(x, model))
         return tracker
 
     def coverage(self, x: np.ndarray, model=None) -> CoverageResult:
-        """IDC of the input set ``x``: the share of combinations it reaches."""
+        """IDC of the input set ``x``: the share of combinations it reaches. ``x``: (n, *input_shape), (n, h, w)
+        for one channel, a Dataset or a torch tensor, on the training inputs' scale; ``model``: binds first."""
         return self.tracker(x, model).result()
 
     # ---- persistence ------------------------------------------------------------------------
@@ -303,6 +315,9 @@ class Analysis:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, model=None) -> "Analysis":
+        """The analysis saved in ``folder`` (by :meth:`save` or ``idcgen analyze``), checked against its digest.
+        ``model`` (a framework's model, a model file's path or a Network) binds it for measuring, refused when
+        its weights differ from the analysed model's; without it, call :meth:`bind` before :meth:`coverage`."""
         folder = Path(folder)
         meta_path = folder / "analysis.json"
         if not meta_path.is_file():

@@ -19,8 +19,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from idcgen.checks import check_int
+from idcgen.convention import check_unscaled
 from idcgen.coverage import CoverageResult, CoverageTracker
-from idcgen.data import Dataset, check_labels, fit_to_model
+from idcgen.data import Dataset, as_array, check_labels, fit_to_model
 from idcgen.errors import InputError, ParameterError
 
 __all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers"]
@@ -177,9 +178,17 @@ def check_batch_size(owner: str, batch_size: Any) -> None:
 
 
 def raw_inputs(x: Any, network) -> np.ndarray:
-    """The inputs as an array, checked against the model's input shape on the first item only."""
-    x = x.x if isinstance(x, Dataset) else np.asarray(x)
-    fit_to_model(x[:1] if x.ndim >= 1 else x, network.input_shape)  # raises InputError when it cannot fit
+    """The inputs as an array, checked against the model's input shape on the first item only; a uint8 array
+    (pixels as read from image files) is refused for a model taking [0, 1] images. Float inputs are left as they
+    are: a criterion measures any model, hand-made ones on integer-valued inputs included."""
+    x = as_array(x)
+    try:
+        fit_to_model(x[:1] if x.ndim >= 1 else x, network.input_shape)  # raises InputError when it cannot fit
+    except InputError:
+        fit_to_model(x, network.input_shape)  # the whole array's message: one image without its batch axis
+        raise
+    if x.dtype == np.uint8:
+        check_unscaled(x, network)
     return x
 
 

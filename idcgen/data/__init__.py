@@ -68,7 +68,7 @@ load, and `Dataset.source` says so.
 """
 
 from .dataset import Dataset
-from .fitting import check_labels, fit_to_model, parse_class_names, parse_crop, parse_resize, scale_inputs
+from .fitting import as_array, check_labels, fit_to_model, parse_class_names, parse_crop, parse_resize, scale_inputs
 from .loading import check_source, load_for_model, load_inputs
 from .named import DATASETS, embedded_mnist, register_dataset
 from .readers import READERS, SPLITS, ReadOptions, image_names, is_image_folder, register_reader
@@ -79,6 +79,7 @@ __all__ = [
     "load_inputs",
     "load_for_model",
     "fit_to_model",
+    "as_array",
     "check_labels",
     "embedded_mnist",
     "parse_resize",

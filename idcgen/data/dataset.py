@@ -33,6 +33,14 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.x)
 
+    def __repr__(self) -> str:  # a notebook shows this: shapes, not every pixel
+        y = "None" if self.y is None else f"({len(self.y)},) {self.y.dtype}"
+        names = "" if self.class_names is None else f", class_names={list(self.class_names)}"
+        return (
+            f"Dataset(source={self.source!r}, x={tuple(self.x.shape)} {self.x.dtype}, y={y}, "
+            f"scaling={self.scaling!r}{names})"
+        )
+
     def subset(self, idx) -> Dataset:
         """The rows `idx` (indices, slice or boolean mask) with the same metadata."""
         rows = np.atleast_1d(np.arange(len(self))[idx])

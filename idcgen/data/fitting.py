@@ -30,12 +30,17 @@ def fit_to_model(ds_or_x, input_shape: tuple) -> np.ndarray:
     Returns:
         float32 array of shape (n, *input_shape).
     """
-    x = ds_or_x.x if isinstance(ds_or_x, Dataset) else np.asarray(ds_or_x)
+    x = as_array(ds_or_x)
     want = tuple(None if d is None else int(d) for d in input_shape)
     if x.ndim < 2 or len(x) == 0:
         raise InputError(
             f"no inputs to feed the model: got an array of shape {x.shape}, expected (n, {_dims(want)}) with n >= 1"
         )
+    if x.dtype.kind not in "biuf":
+        raise InputError(f"inputs must be numbers (an array of ints or floats); got dtype {x.dtype}")
+    if x.dtype.kind == "f" and not np.isfinite(x).all():  # a NaN input would be covered, ranked and fuzzed silently
+        i = int(np.argmin(np.isfinite(x.reshape(len(x), -1)).all(axis=1)))
+        raise InputError(f"inputs must be finite numbers; input {i} holds NaN or infinity")
     item = x.shape[1:]
     if _shape_matches(item, want):
         return x.astype(np.float32, copy=False)
@@ -48,7 +53,28 @@ def fit_to_model(ds_or_x, input_shape: tuple) -> np.ndarray:
         return x.reshape(len(x), size).astype(np.float32, copy=False)
     if len(item) == 1 and len(want) > 1 and size == want_size:
         return x.reshape((len(x),) + want).astype(np.float32, copy=False)
+    if _shape_matches(x.shape, want) or (want[-1:] == (1,) and _shape_matches(x.shape, want[:-1])):
+        raise InputError(
+            f"got one image of shape {x.shape} without the batch axis; idcgen takes a batch (n, {_dims(want)}): "
+            "pass x[None]"
+        )
+    if len(want) == 3 and len(item) == 3 and _shape_matches((item[1], item[2], item[0]), want):
+        raise InputError(
+            f"inputs have shape {item} per item, channels first; idcgen takes images channels last "
+            f"{want} (H, W, C), PyTorch models included (it moves the channels itself): pass "
+            "x.transpose(0, 2, 3, 1)"
+        )
     raise InputError(f"inputs have shape {item} per item but the model expects {want}: {_shape_difference(item, want)}")
+
+
+def as_array(value) -> np.ndarray:
+    """``value`` as a numpy array: a Dataset's inputs, a torch tensor detached and on the CPU (one that
+    requires grad, or lives on a GPU, does not convert by itself), anything else through ``np.asarray``."""
+    if isinstance(value, Dataset):
+        return value.x
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
 def check_labels(x, y, task: str = "classification") -> np.ndarray:
@@ -57,7 +83,7 @@ def check_labels(x, y, task: str = "classification") -> np.ndarray:
     Accepts integer labels, whole-number floats, (n, 1) columns and one-hot (n, K) rows (argmax); for
     regression any finite numbers, (n,) or (n, 1).
     """
-    y = np.asarray(y)
+    y = as_array(y)
     if task == "regression":
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
@@ -86,7 +112,10 @@ def check_labels(x, y, task: str = "classification") -> np.ndarray:
                 "indices; float labels are for regression models: one output unit, or --task regression)"
             )
     elif y.dtype.kind not in "iu":
-        raise InputError(f"labels must be integers; got dtype {y.dtype}")
+        raise InputError(
+            f"labels must be integers; got dtype {y.dtype}: a classifier takes class indices 0..K-1, so map "
+            "class names to indices first, e.g. [names.index(v) for v in y]"
+        )
     if len(y) and y.min() < 0:
         i = int(np.argmin(y))
         raise InputError(f"labels must be non-negative class indices; got {y[i]} at index {i}")

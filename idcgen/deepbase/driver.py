@@ -42,14 +42,18 @@ class Sampling:
 
 def _checked_inputs(network, x, y):
     """``x`` fitted to the model's input shape and ``y`` as an array: at least 10 inputs, one label each."""
-    from ..data import fit_to_model
+    from ..convention import check_unscaled
+    from ..data import Dataset, as_array, fit_to_model
 
+    if isinstance(x, Dataset) and y is None:  # a loaded dataset brings its labels
+        y = x.y
     x = fit_to_model(x, network.input_shape)
+    check_unscaled(x, network)
     n = len(x)
     if n < 10:
         raise InputError(f"affinity needs at least 10 inputs to estimate correlations; got {n}")
     if y is not None:
-        y = np.asarray(y)
+        y = as_array(y)
         if len(y) != n:
             raise InputError(f"{len(y)} labels for {n} inputs; give one label per input or none")
     return x, y

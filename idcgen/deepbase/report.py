@@ -45,6 +45,13 @@ class AffinityResult:
     channels: set = field(default_factory=set)  # layers whose neurons are channels (conv)
     notes: list = field(default_factory=list)
 
+    def __repr__(self) -> str:  # a notebook shows this; table() gives the scores
+        return (
+            f"AffinityResult({len(self.units)} units, {len(self.hypotheses)} hypotheses "
+            f"({', '.join(h.name for h in self.hypotheses)}), measures={list(self.measures)}, "
+            f"{self.n_inputs} inputs; .table() shows the scores)"
+        )
+
     # -- words --
     def unit_name(self, i: int) -> str:
         layer, neuron = self.units[i]

@@ -197,6 +197,7 @@ def _inspected_inputs(network, x, y, class_names):
     """(x, y, class names): the inputs fitted to the model (shards: loaded by their workers), the labels (a
     Dataset's own when none are given) checked to be the model's classes, the class names given or the
     Dataset's."""
+    from ..convention import check_unscaled
     from ..data import Dataset, check_labels, fit_to_model
 
     class_names = (
@@ -211,6 +212,7 @@ def _inspected_inputs(network, x, y, class_names):
         y = labels if y is None else y
     else:
         x = fit_to_model(x, network.input_shape)
+        check_unscaled(x, network)
     if len(x) == 0:
         raise InputError("no inputs to inspect")
     k = network.n_classes
@@ -266,7 +268,7 @@ def inspect(
 
     Parameters
     ----------
-    model : Network or keras.Model (a classifier).
+    model : a classifier: a framework's model (keras.Model, torch.nn.Module), a model file's path, or a Network.
     x : array (n, *input_shape) or Dataset, scaled as the model expects.
     y : optional (n,) int labels: the ground truth (type-1 confusion) and its evaluation.
     layers : layer names; default every hidden layer a neuron criterion uses (the weighted layers before
@@ -277,8 +279,11 @@ def inspect(
         "input" (per layer within each input, as DeepXplore's NC).
     analysis : an :class:`idcgen.Analysis`: the same figures restricted to its important neurons, beside
         those of all neurons ("important" in ``metrics``).
+    batch_size : inputs per forward batch (default: the network's)
     memory_budget : bytes of (inputs x neurons) float32 activations kept for one pass; larger input sets
         take a second pass (the first finds each neuron's min and max).
+    progress : a progress bar on stderr
+    class_names : the classes' names, index = label, for the report (default: a Dataset's own)
     counting : what runs the passes (default: this process); ``idcgen.distributed`` maps them on Ray
         workers and sums their counts (docs/design.md, "Scale-out on Ray").
     """

@@ -179,6 +179,12 @@ class ForwardNetwork(metaclass=_Dispatching):
     def feature_maps(self, layers: tuple[str, ...]):
         """A callable x -> the raw outputs of ``layers`` (n, h, w, channels), as numpy."""
 
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(input_shape={tuple(self.input_shape)}, "
+            f"n_classes={self.n_classes}, task={self.task!r})"
+        )
+
     def cached(self, key, build):
         """``build()`` once per network and ``key``: what is traced or compiled is kept with its model (in the
         ``_built`` dict every implementation makes)."""
@@ -198,7 +204,12 @@ class ForwardNetwork(metaclass=_Dispatching):
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """The predicted class of each input; for a regression model its output value (float, (n,))."""
+        """The predicted class of each input; for a regression model its output value (float, (n,)). ``x`` in the
+        model's input shape, or any shape :func:`idcgen.fit_to_model` fits ((n, h, w) digits, a Dataset)."""
+        if not isinstance(x, np.ndarray) or x.shape[1:] != tuple(self.input_shape):  # the fuzz loop's are fitted
+            from ..data import fit_to_model
+
+            x = fit_to_model(x, self.input_shape)
         out = self.forward(x)[0]
         return out[:, 0] if self.task == "regression" else out.argmax(axis=1)
 
@@ -278,6 +289,10 @@ class Network(DifferentiableNetwork):
     """A model under test with every capability: forward taps, relevance and gradients
     (:class:`DifferentiableNetwork`) and a training step for ``harden``; the attributes of
     :class:`ForwardNetwork`. The Keras and PyTorch backends implement it.
+
+    ``idcgen.Network(model, *, batch_size=None, task=None, input_shape=None, device=None, precision=None)``
+    wraps a Keras model, a ``torch.nn.Module`` (``input_shape`` (H, W, C) unless the module has one) or a model
+    file's path in its framework's implementation (see :func:`as_network`); a Network is returned as it is.
     """
 
     capabilities = frozenset({"forward", "differentiable", "trainable"})
@@ -378,7 +393,7 @@ def _framework_of(model) -> str:
                 return backend.name
     raise ModelError(
         f"idcgen cannot run a {type(model).__module__}.{type(model).__name__}: expected a Keras "
-        "model, a torch.nn.Module (or a Network)"
+        "model, a torch.nn.Module, a model file's path (or a Network)"
     )
 
 
@@ -414,11 +429,15 @@ def as_network(
     precision=None,
 ) -> Network:
     """``model`` as a Network: a Network as it is, a framework's model wrapped by its implementation
-    (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``).
+    (``input_shape`` (H, W, C): the images a ``torch.nn.Module`` takes, unless it has an ``input_shape``),
+    a model file's path (or a factory ``package.module:make_model``) loaded with :func:`load_model`.
     ``device`` (``auto|cpu|cuda|cuda:N``, default ``IDCGEN_DEVICE`` or auto) and ``precision`` (``fp32``,
     or ``bf16``/``fp16`` for forward passes; PyTorch models only): see :mod:`idcgen.framework.device`."""
     if isinstance(model, ForwardNetwork):
         return model
+    if isinstance(model, (str, os.PathLike)):  # a path, as --model takes it: every API call that takes a model
+        resolve_device(framework_of_path(model), device, precision)  # a GPU asked for and not seen: before the load
+        model = load_model(model, input_shape=input_shape)
     framework = _framework_of(model)
     network_class = getattr(_implementation(framework), BACKENDS[framework].network_class)
     if framework == "torch":

@@ -94,8 +94,16 @@ class BatchedRelevance:
         batches.run(n, step, release=getattr(self, "release", None))
         self.batch_size = batches.size
 
+    def _inputs(self, x) -> np.ndarray:
+        """``x`` in the model's input shape ((n, h, w) digits, a Dataset, a torch tensor), or one InputError."""
+        from ..data import as_array, fit_to_model
+
+        x = as_array(x)
+        return x if len(x) == 0 else fit_to_model(x, self.network.input_shape)
+
     def maps(self, x: np.ndarray, target: np.ndarray | None = None) -> np.ndarray:
         """Unaggregated relevance (the subject layer's shape, or the input's in image layout), batched."""
+        x = self._inputs(x)
         if len(x) == 0:
             return np.zeros_like(x)
         parts = []
@@ -111,6 +119,7 @@ class BatchedRelevance:
         """Per-neuron relevance (n, neurons), activations (n, neurons), logits (n, classes), batched: a
         convolutional neuron (channel) sums its relevance and averages its activation over positions."""
         rel, act, logits = [], [], []
+        x = self._inputs(x)
 
         def step(start, stop):
             r, a, z = self.batch(x[start:stop], None if target is None else target[start:stop])

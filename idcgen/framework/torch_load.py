@@ -63,6 +63,20 @@ def _model_shape(image_shape: tuple) -> tuple:
     return image_shape
 
 
+def _shape_hint(image_shape: tuple) -> str:
+    """What to give where an input shape that failed to trace looks like PyTorch's (C, H, W) or lacks C: idcgen
+    reads every input shape as (H, W, C)."""
+    if len(image_shape) == 3 and image_shape[0] in (1, 3, 4) and image_shape[2] not in (1, 3, 4):
+        c, h, w = image_shape
+        return f"; the input shape {image_shape} is read as (H, W, C): for images (C, H, W) = {image_shape} give ({h}, {w}, {c})"
+    if len(image_shape) == 2:
+        h, w = image_shape
+        return (
+            f"; the input shape {image_shape} is read as (H, W, C) without C: for one-channel images give ({h}, {w}, 1)"
+        )
+    return ""
+
+
 def weights_device(module):
     """Where a module's weights are (its first parameter or buffer), None for a module without any."""
     for tensor in (*module.parameters(), *module.buffers()):
@@ -95,7 +109,7 @@ def export(module, image_shape, *, origin: str = "nn.Module", device=None) -> To
     except Exception as exc:  # torch.export raises many kinds for code it cannot trace
         raise ModelError(
             f"torch.export could not trace the {type(module).__name__} on inputs of shape "
-            f"{tuple(sample.shape[1:])}: {_first_line(exc)}"
+            f"{tuple(sample.shape[1:])}: {_first_line(exc)}{_shape_hint(tuple(image_shape))}"
         ) from None
     if sample.device.type not in ("cpu", "meta"):  # traced on a GPU: the source program is kept on the CPU
         from torch.export.passes import move_to_device_pass

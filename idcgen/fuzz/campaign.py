@@ -91,6 +91,13 @@ class Campaign:
     notes: list = field(default_factory=list)  # damage found when it was read, and what was rebuilt
     store: CampaignStore | None = field(default=None, repr=False)  # writes its steps there (None: read only)
 
+    def __repr__(self) -> str:  # a notebook shows this: the counters, not the settings and arrays
+        where = "in memory" if self.folder is None else f"folder={str(self.folder)!r}"
+        return (
+            f"Campaign(execs={self.execs} of {self.budget}, {self.tracker.result()}, corpus={len(self.corpus)}, "
+            f"findings={self.n_findings}, {where})"
+        )
+
     # ---- views ------------------------------------------------------------------------------
     @property
     def tracker(self):
@@ -292,7 +299,13 @@ class Campaign:
         return self.folder
 
     def open(self) -> None:
-        """Take the folder's writer lock (again) before more steps are recorded; nothing to do in memory."""
+        """Take the folder's writer lock (again) before more steps are recorded; nothing to do in memory. A
+        campaign read only (``Campaign.load(folder)``) is refused: its steps would reach memory and not its folder."""
+        if self.store is None and self.folder is not None:
+            raise ParameterError(
+                f"campaign {self.folder} was read only (Campaign.load): new steps would not reach its folder; "
+                "go on with Fuzzer.resume(folder), which takes the folder's writer lock"
+            )
         if self.store is not None:
             self.store.lock.acquire()
 

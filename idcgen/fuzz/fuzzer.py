@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..analysis import Analysis, check_class_labels
 from ..checks import check_int
 from ..convention import InputConvention, as_image_shape, as_value_range, check_scale, infer_image_shape
-from ..data import check_labels, fit_to_model
+from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import network_with_convention
 from ..imageio import quantise
@@ -30,7 +30,7 @@ from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .deeptest import calibrate, keep_calibration
 from .guidance import check_guide, measures_of, new_coverage
-from .mutators import MutationContext, Mutator, check_tasks, make_mutator
+from .mutators import MutationContext, Mutator, check_tasks, make_mutator, parse_mutators
 from .mutators.parallel import gather
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
@@ -58,7 +58,8 @@ class Fuzzer:
     Parameters
     ----------
     analysis : Analysis bound to the model under test (IDC is always measured)
-    mutators : mutator objects or spec strings such as ``"gauss(std=0.05)"``
+    mutators : mutator objects or spec strings such as ``"gauss(std=0.05)"``, or one comma-separated string of
+        specs as the command line takes (``"gauss,rotate,fgsm(eps=0.1)"``)
     oracle : an :class:`~idcgen.fuzz.oracle.Oracle` or a spec ("misclassification", "prediction-change",
         "disagreement", "misclassification & ~uncertain", ...)
     others : further models (Network) for the disagreement oracle
@@ -68,6 +69,7 @@ class Fuzzer:
         ``measure``'s criteria, or "none" (every valid mutant joins: the unguided baseline)
     measure : fitted criteria (:func:`idcgen.criteria.make_criterion` ... ``.fit``) measured besides IDC
     batch_size : mutants per step
+    random_state : seeds the campaign's generator: the same seeds, settings and random_state give the same campaign
     rounding : round every mutant to the seeds' storage (uint8 seeds: the 256 levels of the value range)
         before it runs, so that every finding reproduces from its exported PNG; seeds that are not on
         that grid are left as they are
@@ -95,9 +97,16 @@ class Fuzzer:
     ):
         if analysis.network is None:
             raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
+        if isinstance(mutators, str):  # "gauss,rotate" as --mutators takes it, not the letters of one string
+            mutators = parse_mutators(mutators)
         if not mutators:
             raise ParameterError("at least one mutator is needed")
         batch_size, random_state = check_int("batch_size", batch_size, 1), check_int("random_state", random_state, 0)
+        if convention is not None and not isinstance(convention, InputConvention):
+            raise ParameterError(
+                "The 'convention' parameter takes an idcgen.InputConvention, for example "
+                f"InputConvention(value_range=(0, 255)). Got {convention!r} instead."
+            )
         value_range, image_shape = (
             (None, None) if convention is None else (convention.value_range, convention.image_shape)
         )
@@ -130,6 +139,13 @@ class Fuzzer:
         self.batch_size, self.random_state, self.rounding = int(batch_size), int(random_state), bool(rounding)
         self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
         self.record: CampaignSettings | None = None  # the settings it was built from (from_settings)
+
+    def __repr__(self) -> str:
+        return (
+            f"Fuzzer(layer={self.analysis.layer!r}, mutators={[repr(m) for m in self.mutators]}, "
+            f"oracle={str(self.oracle)!r}, guide={self.guide!r}, batch_size={self.batch_size}, "
+            f"random_state={self.random_state})"
+        )
 
     @staticmethod
     def _as_images(analysis: Analysis, others: Sequence, image_shape: tuple) -> tuple[Analysis, list]:
@@ -229,6 +245,8 @@ class Fuzzer:
             sources, measure_specs = sources or self.record.sources, measure_specs or self.record.measure_specs
             parallel = self.record.parallel if parallel is None else parallel
         check_budget(budget)
+        if isinstance(x_seeds, Dataset) and y_seeds is None:  # a loaded dataset brings its labels
+            y_seeds = x_seeds.y
         x = fit_to_model(x_seeds, self.network.input_shape)
         if self.regression:  # labels are output values; NaN marks a seed without one
             y = np.full(len(x), np.nan) if y_seeds is None else check_labels(x, y_seeds, task="regression")
@@ -295,34 +313,36 @@ class Fuzzer:
         folder is locked against a second writer until the run ends."""
         campaign = Campaign.load(folder, self.network, resume=True)
         try:
-            mine, theirs = self.analysis.summary(), campaign.analysis.summary()
-            if any(mine[k] != theirs[k] for k in ("layer", "important_neurons", "clusters", "combinations_total")):
-                raise ParameterError(
-                    f"campaign {folder} was made with another analysis (layer {theirs['layer']}, "
-                    f"neurons {theirs['important_neurons']}); resume it with its own "
-                    f"({Path(folder) / 'analysis'})"
-                )
-            saved = campaign.settings
-            if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
-                self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
-            ours = self.settings(
-                saved.budget,
-                sources=saved.sources,
-                measure_specs=saved.measure_specs,
-                rounding=saved.rounding,
-                storage=saved.storage,
-            ).replace(parallel=saved.parallel)
-            changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
-            if changed:
-                raise ParameterError(
-                    f"campaign {folder} was made with other settings ({', '.join(changed)}); "
-                    "a resumed campaign keeps its own"
-                )
+            own = (f"resume it with its own ({Path(folder) / 'analysis'})", "a resumed campaign keeps its own")
+            self._check_continues(campaign, f"campaign {folder}", own)
         except BaseException:
             campaign.close()
             raise
         campaign.analysis = self.analysis
         return campaign
+
+    def _check_continues(self, campaign: Campaign, what: str, fixes: tuple[str, str]) -> None:
+        """ParameterError unless ``campaign`` was made with this fuzzer's analysis and settings (the budget aside):
+        a step of another mutator, oracle or batch size would be recorded under settings that do not say so."""
+        mine, theirs = self.analysis.summary(), campaign.analysis.summary()
+        if any(mine[k] != theirs[k] for k in ("layer", "important_neurons", "clusters", "combinations_total")):
+            raise ParameterError(
+                f"{what} was made with another analysis (layer {theirs['layer']}, "
+                f"neurons {theirs['important_neurons']}); {fixes[0]}"
+            )
+        saved = campaign.settings
+        if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
+            self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
+        ours = self.settings(
+            saved.budget,
+            sources=saved.sources,
+            measure_specs=saved.measure_specs,
+            rounding=saved.rounding,
+            storage=saved.storage,
+        ).replace(parallel=saved.parallel)
+        changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
+        if changed:
+            raise ParameterError(f"{what} was made with other settings ({', '.join(changed)}); {fixes[1]}")
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(
@@ -338,10 +358,17 @@ class Fuzzer:
         """Fuzz until the campaign has made ``budget`` execs (mutants run through the model).
 
         ``seeds``: a :class:`Campaign` to continue (``budget``: its new total; default its own), or seed
-        inputs with their ``labels`` to start one (in memory, or saved in ``out``). ``on_step(campaign)``
-        is called after each recorded step. Ctrl-C stops the run at once; a step is recorded whole or not
-        at all, so the campaign can be run again (or resumed from its folder) as if never interrupted.
+        inputs with their ``labels`` to start one (in memory, or saved in ``out``; a :class:`Dataset` brings
+        its own labels). ``on_step(campaign)``
+        is called after each recorded step. Ctrl-C (or a KeyboardInterrupt from ``on_step``) stops the run at
+        once; a step is recorded whole or not at all, so the campaign can be run again (or resumed from its
+        folder) as if never interrupted. A run that starts the campaign returns nothing when interrupted: to
+        hold an in-memory campaign across an interrupt, start it first (``c = fuzzer.start(x, y, budget=N)``,
+        then ``fuzzer.run(c)``).
         """
+        if isinstance(seeds, Campaign):  # another fuzzer's steps would be recorded under settings not theirs
+            fix = "continue it with the Fuzzer that made it (or one built alike: Fuzzer.resume(folder) checks it)"
+            self._check_continues(seeds, "this campaign", (fix, fix))
         c = seeds if isinstance(seeds, Campaign) else self.start(seeds, labels, out, budget=budget)
         if budget is not None:
             c.set_budget(budget)

@@ -59,6 +59,12 @@ class CriterionMeasure:
 def measures_of(analysis, criteria: Sequence = ()) -> list:
     """IDC first, then one measure per fitted criterion (each name once)."""
     measures: list[IDCMeasure | CriterionMeasure] = [IDCMeasure(analysis)]
+    if isinstance(criteria, str) or any(isinstance(c, str) for c in criteria):
+        name = criteria if isinstance(criteria, str) else next(c for c in criteria if isinstance(c, str))
+        raise ParameterError(
+            f"measure takes fitted criteria, not names: pass measure=[make_criterion({name!r}).fit(network, x_train)] "
+            "(idcgen.criteria.make_criterion; the command line's --measure fits them on --train)"
+        )
     for criterion in criteria:
         measure = criterion if isinstance(criterion, (IDCMeasure, CriterionMeasure)) else CriterionMeasure(criterion)
         if measure.name in (m.name for m in measures):
