@@ -200,3 +200,21 @@ def test_inner_layer_analysis_repeats_and_coverage_ignores_the_batch(mobilenet_f
         assert result.exit_code == 0, result.output
         measured.append(json.loads(result.output.strip().splitlines()[-1]))
     assert measured[0] == measured[1] and measured[0]["covered"] > 0
+
+
+def test_an_untrained_model_is_not_only_blamed_on_the_scale():
+    # Before: an untrained keras.applications model (weights=None) fed correctly scaled images was said to get
+    # "inputs likely scaled twice or not at all", and nothing else, which sends the user to the wrong options.
+    import keras
+
+    from idcgen.analysis import analyze
+    from idcgen.data import embedded_mnist
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNet(weights=None, input_shape=(32, 32, 1), classes=10, alpha=0.25)
+    x, y = embedded_mnist("test")
+    x = np.stack([np.asarray(Image.fromarray(a).resize((32, 32), Image.Resampling.BILINEAR)) for a in x[::10]])
+    analysis = analyze(model, x[..., None] / np.float32(255), y[::10], m=2, clusters=(2,), progress=False)
+    (warning,) = [w for w in analysis.warnings if "near chance" in w]
+    assert "either the model is untrained (random weights, e.g. keras.applications with weights=None) or" in warning
+    assert "scaled twice or not at all" in warning  # still said: a trained model fed such inputs looks the same
