@@ -218,3 +218,31 @@ def test_an_untrained_model_is_not_only_blamed_on_the_scale():
     (warning,) = [w for w in analysis.warnings if "near chance" in w]
     assert "either the model is untrained (random weights, e.g. keras.applications with weights=None) or" in warning
     assert "scaled twice or not at all" in warning  # still said: a trained model fed such inputs looks the same
+
+
+def test_relevance_and_taps_are_traced_once_for_any_batch_size():
+    # Before: a shorter last batch traced the relevance pass and each forward tap a second time (reduce_retracing
+    # relaxes the shape only then); on ResNet50 a trace took 10-20 s, as long as its relevance on 300 images.
+    import keras
+
+    from idcgen.framework.keras_network import KerasNetwork
+
+    L = keras.layers
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 3))
+    x = L.Conv2D(4, 3, activation="relu", name="conv")(inputs)
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    net = KerasNetwork(keras.Model(inputs, L.Dense(3, activation="softmax", name="out")(x)))
+    traces = []
+    run = net.graph.run
+    net.graph.run = lambda *a, **k: traces.append(1) or run(*a, **k)  # Python runs only when tracing
+    images = np.random.default_rng(0).random((13, 8, 8, 3), dtype=np.float32)
+    relevance = net.relevance("gap")
+    for n in (5, 3, 13):
+        relevance(images[:n])
+    assert len(traces) == 1
+    traces.clear()
+    net.batch_size = 5
+    net.forward(images, ("conv",))  # batches of 5, 5 and 3
+    net.forward(images[:4], ("conv",))
+    assert len(traces) == 1
