@@ -126,7 +126,8 @@ def _cuts(net):
 
 def _conserves(model, size, picks):
     """With zero biases and BN calibrated to unit scale, the relevance summed at a cut equals the explained
-    logit (docs/design.md, "Relevance on graphs"); `picks` chooses cuts by position among all cuts."""
+    logit up to float32 rounding (docs/design.md, "Relevance on graphs"); `picks` chooses cuts by position
+    among all cuts."""
     from test_graph import _zero_bias_bn_calibrated
 
     from idcgen.relevance import Relevance
@@ -138,8 +139,12 @@ def _conserves(model, size, picks):
     chosen = [cuts[int(p * (len(cuts) - 1))] for p in picks]
     for layer in chosen:
         r, _, z = Relevance(net, layer=layer, eps=1e-7).raw(x)
-        total = r.numpy().reshape(len(x), -1).sum(axis=1)
-        np.testing.assert_allclose(total, z.numpy().max(axis=1), rtol=2e-3, err_msg=f"layer {layer}")
+        r = r.numpy().reshape(len(x), -1).astype(np.float64)
+        logit = z.numpy().max(axis=1)
+        # float32 rounding grows with what cancels: at a random ResNet50's inner cuts sum |R| is 1e4-1e6 times
+        # the logit (LRP-0 there equals activation x gradient to 2e-6, which misses the logit as much)
+        slack = 2e-3 * np.abs(logit) + 1e-7 * np.abs(r).sum(axis=1)
+        assert (np.abs(r.sum(axis=1) - logit) <= slack).all(), (layer, r.sum(axis=1), logit, slack)
     return net, chosen
 
 
@@ -166,15 +171,21 @@ def test_conservation_on_mobilenetv3large_minimalistic():
 
 
 @pytest.mark.slow
-def test_conservation_on_resnet50_and_densenet121():
+def test_conservation_on_resnet50():
     import keras
 
     keras.utils.set_random_seed(0)
-    net, chosen = _conserves(keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=10), 32, (0.5,))
-    assert "ZeroPadding2D" in {s.kind for s in net.graph.steps}
-    net, chosen = _conserves(
-        keras.applications.DenseNet121(weights=None, input_shape=(32, 32, 3), classes=10), 32, (0.6,)
-    )
+    net, _ = _conserves(keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=10), 32, (0.5,))
+    assert {"ZeroPadding2D", "MaxPooling2D", "Add"} <= {s.kind for s in net.graph.steps}
+
+
+@pytest.mark.slow
+def test_conservation_on_densenet121():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.DenseNet121(weights=None, input_shape=(32, 32, 3), classes=10)
+    net, _ = _conserves(model, 32, (0.6,))
     assert {"Concatenate", "AveragePooling2D"} <= {s.kind for s in net.graph.steps}
 
 
