@@ -278,7 +278,9 @@ class InputOptions(Group):
     )
     limit: int | None = option("--limit", cli_type=Optional[int], help="Use the first N inputs only.")
     resize: tuple | None = option(
-        "--resize", parse=_resize, help="HxW: resize the images of image folders (PIL, bilinear)."
+        "--resize",
+        parse=_resize,
+        help="HxW: resize the images (of image folders, or image arrays such as .npz or a named dataset; PIL bilinear).",
     )
     crop: str | None = option(
         "--crop", help="TOP,BOTTOM,LEFT,RIGHT: pixels cut from each image of an image folder before --resize."

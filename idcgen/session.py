@@ -283,7 +283,7 @@ def load_inputs(
         task=network.task,
     )
     for note in ds.notes:
-        echo(note if note.startswith("labels: ") else f"note: {note}")
+        echo(note if note.startswith(("labels: ", "warning: ")) else f"note: {note}")
     return ds, x
 
 

@@ -521,9 +521,8 @@ def test_resize_image_folder(tmp_path):
     assert np.array_equal(ds.x[1], expected)
     with pytest.raises(ParameterError, match="resize must be HxW"):
         load_inputs(tmp_path, resize="28")
-    np.save(tmp_path.parent / "x.npy", np.zeros((2, 5, 5), np.uint8))
-    with pytest.raises(InputError, match="resize applies to folders of images"):
-        load_inputs(tmp_path.parent / "x.npy", resize="4x4")
+    np.save(tmp_path.parent / "x.npy", np.zeros((2, 5, 5), np.uint8))  # image arrays are resized too, when asked
+    assert load_inputs(tmp_path.parent / "x.npy", resize="4x4").x.shape == (2, 4, 4)
 
 
 def test_cli_resize(tmp_path, trained_lenet):

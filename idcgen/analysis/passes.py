@@ -495,6 +495,12 @@ def _unreached(layer: str, scores: np.ndarray, neurons: np.ndarray) -> list[str]
     ]
 
 
+def _most_predicted(predictions) -> tuple[int, float]:
+    """The class predicted most often and its share of the inputs."""
+    counts = np.bincount(np.asarray(predictions, dtype=np.int64))
+    return int(counts.argmax()), float(counts.max() / max(len(predictions), 1))
+
+
 def _diagnostics(network, convention, data: dict, y, predictions, accuracy) -> list[str]:
     """Warnings about the training inputs as the model sees them: accuracy near chance (labels mapped to other
     classes, or inputs scaled twice), or a regression no better than the labels' mean."""
@@ -520,9 +526,14 @@ def _diagnostics(network, convention, data: dict, y, predictions, accuracy) -> l
             "the model's label order"
         )
     elif accuracy is not None and n_classes > 2 and accuracy < 1.5 / n_classes:
+        top, share = _most_predicted(predictions)
+        # an untrained model (keras.applications' weights=None) is near chance too, with the right inputs: it
+        # often predicts one class for most of them, as a trained model fed inputs scaled twice may
+        collapsed = f" (it predicts class {top} for {share:.0%} of them)" if share >= 0.5 else ""
         warnings.append(
             f"the model classifies {accuracy:.1%} of the training inputs correctly, near chance for "
-            f"{n_classes} classes: {scaled}"
+            f"{n_classes} classes{collapsed}: either the model is untrained (random weights, e.g. "
+            f"keras.applications with weights=None) or {scaled}"
         )
     if data.get("mse") is not None and len(y) > 1 and data["mse"] >= np.var(y.astype(np.float64)) > 0:
         # the regression counterpart of near chance: no better than always predicting the labels' mean

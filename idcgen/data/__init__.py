@@ -63,8 +63,11 @@ by 255 for [0, 1], kept as they are for [0, 255]); float inputs must already lie
 "255": divide by 255 whatever the dtype. "none": keep the values, as float32. Inputs with NaN or Inf are
 refused, and so are values outside the value range after "auto" or "255" scaling.
 
-Resizing (``resize=(h, w)``, image folders only): every image is resized with PIL's bilinear filter on
-load, and `Dataset.source` says so.
+Resizing (``resize=(h, w)``): every image is resized with PIL's bilinear filter on load, and
+`Dataset.source` (image folders) or `Dataset.notes` (image arrays) says so. Image arrays ((n, h, w) or
+(n, h, w, 1|3): a ``.npz``, ``.npy``, IDX file or named dataset) are converted to ``channels`` as a folder's
+images are (grayscale repeated into RGB, RGB to PIL's luma), with a note; they are resized only when
+``resize`` is given.
 """
 
 from .dataset import Dataset

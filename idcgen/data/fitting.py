@@ -311,6 +311,7 @@ def _shape_difference(item: tuple, want: tuple) -> str:
         if not _shape_matches(have[:2], want[:2]):
             problems.append(
                 f"spatial size differs ({have[0]}x{have[1]} vs {_dims(want[:2]).replace(', ', 'x')}); resize the inputs"
+                + (f" (--resize {want[0]}x{want[1]})" if None not in want[:2] else "")
             )
         if want[2] is not None and have[2] != want[2]:
             problems.append(
@@ -320,3 +321,50 @@ def _shape_difference(item: tuple, want: tuple) -> str:
         if problems:
             return "; ".join(problems)
     return f"{int(np.prod(item))} values per item cannot be reshaped to {want}; give inputs of the model's input shape"
+
+
+def fit_array_images(x: np.ndarray, channels: int | None, resize: tuple[int, int] | None) -> tuple[np.ndarray, list]:
+    """Image arrays ((n, h, w) grayscale or (n, h, w, 1|3)) given `channels` and size `resize` as an image
+    folder's images are (PIL: grayscale repeated into RGB, RGB to luma "L", bilinear resizing), before
+    scaling, so uint8 levels stay uint8; returns the images and a note for each change (docs/design.md,
+    "Input conventions"). Other arrays come back unchanged, and a resize of them is refused."""
+    from PIL import Image
+
+    image = x.ndim == 3 or (x.ndim == 4 and x.shape[-1] in (1, 3))
+    if not image:
+        if resize is not None:
+            raise InputError(f"--resize applies to images; these inputs have shape {x.shape[1:]} per item")
+        return x, []
+    have = 1 if x.ndim == 3 else x.shape[-1]
+    notes = []
+    if channels is not None and channels != have:
+        kind = ("grayscale", "RGB") if channels == 3 else ("colour", "grayscale")
+        if channels == 3:
+            x = np.repeat(x.reshape(x.shape[:3] + (1,)), 3, axis=-1)
+        elif x.dtype == np.uint8:
+            x = np.stack([np.asarray(Image.fromarray(a, "RGB").convert("L")) for a in x])
+        else:  # PIL's "L" weights (ITU-R 601-2 luma), on floats
+            x = (x @ np.array([0.299, 0.587, 0.114], dtype=np.float32)).astype(np.float32)
+        notes.append(f"{len(x)} of {len(x)} images converted from {kind[0]} to {kind[1]} ({channels} channels wanted)")
+    if resize is not None and x.shape[1:3] != tuple(resize):
+        x = np.stack([_resized(a, resize) for a in x])
+        notes.append(f"{len(x)} of {len(x)} images resized to {resize[0]}x{resize[1]} (HxW, PIL bilinear)")
+    return x, notes
+
+
+def _resized(a: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """One image (h, w[, c]) resized to size (h, w) with PIL bilinear: uint8 as PIL's own images (as an image
+    folder's), other values channel by channel in 32-bit float mode."""
+    from PIL import Image
+
+    wh = (size[1], size[0])
+    if a.dtype == np.uint8 and (a.ndim == 2 or a.shape[-1] in (1, 3)):
+        plain = a[..., 0] if a.ndim == 3 and a.shape[-1] == 1 else a
+        out = np.asarray(Image.fromarray(plain).resize(wh, Image.Resampling.BILINEAR))
+        return out.reshape(size + a.shape[2:])
+    planes = a[..., np.newaxis] if a.ndim == 2 else a
+    resized = [
+        np.asarray(Image.fromarray(planes[..., c].astype(np.float32), "F").resize(wh, Image.Resampling.BILINEAR))
+        for c in range(planes.shape[-1])
+    ]
+    return np.stack(resized, axis=-1).reshape(size + a.shape[2:]).astype(a.dtype if a.dtype.kind == "f" else np.float32)

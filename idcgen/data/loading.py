@@ -20,6 +20,7 @@ from .fitting import (
     check_option,
     check_raw,
     check_value_range,
+    fit_array_images,
     fit_to_model,
     scale_inputs,
 )
@@ -73,11 +74,11 @@ def load_inputs(
         spec: a file, a folder, or a dataset name with an optional ":split".
         split: "train", "test" or "all" for sources that have splits; None means the source's default.
         scale: "auto", "255" or "none" (see :mod:`idcgen.data`).
-        channels: 1 or 3 to convert the images of an image folder to grayscale or RGB; None keeps
-            each image's own (grayscale or RGB). Ignored for array sources.
+        channels: 1 or 3 to convert images (an image folder's, or image arrays (n, h, w[, 1|3])) to
+            grayscale or RGB; None keeps each image's own (grayscale or RGB).
         limit: keep only the first `limit` inputs.
         value_range: (low, high) of the images the model takes; "auto" scaling maps 0..255 onto it.
-        resize: (height, width) or "HxW": resize the images of an image folder (PIL, bilinear).
+        resize: (height, width) or "HxW": resize images (an image folder's, or image arrays), PIL bilinear.
         class_names: the classes in label order (a sequence, or the text `parse_class_names` reads):
             labels of an image folder's non-integer subfolder names.
         n_classes: the model's class count, if known: labels at or beyond it are refused.
@@ -107,8 +108,6 @@ def load_inputs(
     if not path.exists() and tail in SPLITS and Path(head).expanduser().exists():
         path, split = Path(head).expanduser(), tail  # "train.npz:train": a file's part, as for a named dataset
     image_folder = is_image_folder(path)
-    if resize is not None and not image_folder:
-        raise InputError(f"resize applies to folders of images; {text} is not one (resize arrays before saving them)")
     for name, given in (("crop", crop), ("labels", labels)):
         if given is not None and not image_folder:
             raise InputError(f"--{name} applies to folders of images; {text} is not one")
@@ -143,7 +142,10 @@ def load_inputs(
     check_raw(x, source)
     if y is not None:
         task = task or ("regression" if labels is not None and np.asarray(y).dtype.kind == "f" else "classification")
-        y = check_labels(x, y, task=task)[:limit]
+        y_all = check_labels(x, y, task=task)
+        y = y_all[:limit]
+        if task == "classification" and limit is not None:
+            notes = (*notes, *_classes_cut_off(y_all, y, limit, source))
         if task == "classification" and n_classes is not None and n_classes >= 2 and len(y) and y.max() >= n_classes:
             i = int(np.argmax(y))
             raise InputError(
@@ -151,8 +153,26 @@ def load_inputs(
                 f"(0..{n_classes - 1}); give labels the model's class indices"
             )
     x = x[:limit]
+    if not image_folder:  # arrays: converted and resized as a folder's images are
+        x, fitted = fit_array_images(x, channels, resize)
+        notes = (*notes, *fitted)
     x, scaling = scale_inputs(x, scale, value_range)
     return Dataset(x=x, y=y, source=source, scaling=scaling, class_names=found_names, notes=tuple(notes))
+
+
+def _classes_cut_off(y_all: np.ndarray, y: np.ndarray, limit: int, source: str) -> tuple[str, ...]:
+    """A warning when the first `limit` inputs hold fewer classes than the source (a source ordered by class,
+    as embedded-mnist and class folders are, cut by --limit): coverage, an analysis or a prioritisation of one
+    class is not the source's."""
+    kept, every = np.unique(y), np.unique(y_all)
+    if len(kept) >= len(every):
+        return ()
+    shown = ", ".join(str(c) for c in kept[:10]) + (" ..." if len(kept) > 10 else "")
+    return (
+        f"warning: the first {limit} inputs of {source} hold only {len(kept)} of its {len(every)} classes "
+        f"({shown}): it is ordered by class, and --limit keeps the first inputs; give a larger --limit "
+        "or shuffled inputs to cover every class",
+    )
 
 
 def load_for_model(

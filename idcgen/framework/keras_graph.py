@@ -23,6 +23,30 @@ from ..errors import ModelError
 TRACE_LOCK = threading.RLock()
 
 
+class AnyBatch:
+    """``fn`` as a tf.function traced once for every batch size: its signature is the first call's tensors with
+    the batch axis unknown. ``reduce_retracing`` alone traces a second time for the first other size (a
+    shorter last batch), and a trace of a keras.applications network's relevance pass takes 10-30 s on a CPU
+    (ResNet50: about as long as its relevance on 300 images). A call whose other axes differ from the first
+    (a fully convolutional model given another image size) runs a plain tf.function instead."""
+
+    def __init__(self, fn):
+        self.fn, self._signature, self._any, self._other = fn, None, None, None
+
+    def __call__(self, *args):
+        import tensorflow as tf
+
+        args = [tf.convert_to_tensor(a) for a in args]
+        if self._any is None:
+            self._signature = [tf.TensorSpec((None, *a.shape[1:]), a.dtype) for a in args]
+            self._any = tf.function(self.fn, input_signature=self._signature)
+        if all(spec.is_compatible_with(a) for spec, a in zip(self._signature, args)):
+            return self._any(*args)
+        if self._other is None:
+            self._other = tf.function(self.fn, reduce_retracing=True)
+        return self._other(*args)
+
+
 @contextlib.contextmanager
 def without_activation(layer):
     """Let ``layer`` compute its pre-activation (read at trace time, so the traced graph keeps it)."""

@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from ..errors import InputError, LayerError
 from .common import BatchedRelevance, rule_label_notes
-from .keras_graph import TRACE_LOCK, neuron_activations
+from .keras_graph import TRACE_LOCK, AnyBatch, neuron_activations
 
 L = keras.layers
 
@@ -539,7 +539,7 @@ class Relevance(BatchedRelevance):
         self.steps = self._steps
         self._folded = self._batchnorm_folds()
         self._last = last
-        self._fn = tf.function(self._pass, reduce_retracing=True)
+        self._fn = AnyBatch(self._pass)
 
     def _batchnorm_folds(self) -> dict:
         """BN step name -> the linear step it folds into: a conv/dense without activation whose only reader

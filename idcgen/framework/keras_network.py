@@ -21,7 +21,7 @@ from ..convention import InputConvention
 from ..errors import ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import relevance_batch_size
-from .keras_graph import neuron_activations
+from .keras_graph import AnyBatch, neuron_activations
 from .layers import GraphQueries, LayerGraph, LayerRecord
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -32,9 +32,9 @@ import tensorflow as tf  # noqa: E402
 
 class _TapTracing(logging.Filter):
     """Drops TensorFlow's "N out of the last M calls to <function ... run> triggered tf.function retracing":
-    each set of layers tapped (:meth:`KerasNetwork._tap`) is a tf.function of its own, traced once for full
-    batches and once for a shorter last one, and TensorFlow counts them all as one function (one code
-    object), so a command tapping several sets printed it with nothing to act on."""
+    each set of layers tapped (:meth:`KerasNetwork._tap`) is a tf.function of its own, traced once for any
+    batch size (`keras_graph.AnyBatch`), and TensorFlow counts them all as one function (one code object), so
+    a command tapping several sets printed it with nothing to act on."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "triggered tf.function retracing" not in record.getMessage()
@@ -473,12 +473,11 @@ class KerasNetwork(GraphQueries, Network):
                 flat = tf.reshape(out, (tf.shape(out)[0], -1))
                 return tf.stack([tf.reduce_min(flat, axis=1), tf.reduce_max(flat, axis=1)], axis=1)
 
-            @tf.function(reduce_retracing=True)
             def run(x):
                 outs, final = self.outputs(x, names)
                 return [reduce(o, span) for o, (_, span) in zip(outs, targets)], final
 
-            self._taps[layers] = run
+            self._taps[layers] = AnyBatch(run)  # one trace: a shorter last batch would trace it again
         return self._taps[layers]
 
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
