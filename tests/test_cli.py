@@ -92,9 +92,12 @@ def test_missing_model_and_bad_inputs(trained_lenet, tmp_path):
     empty.mkdir()
     result = invoke("analyze", "--model", path, "--train", empty)
     assert result.exit_code == 1 and "no images" in result.output
-    np.save(tmp_path / "rgb.npy", np.zeros((3, 28, 28, 3), np.uint8))
-    result = invoke("analyze", "--model", path, "--train", tmp_path / "rgb.npy")
-    assert result.exit_code == 1 and "channel" in result.output
+    # an RGB array for a grayscale model is converted as a folder's images are (PIL's luma), and said
+    rgb = np.random.default_rng(0).integers(0, 256, (3, 28, 28, 3), dtype=np.uint8)
+    np.save(tmp_path / "rgb.npy", rgb)
+    result = invoke("analyze", "--model", path, "--train", tmp_path / "rgb.npy", "--out", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    assert "note: 3 of 3 images converted from colour to grayscale (1 channels wanted)" in result.output
 
 
 def test_coverage_refuses_other_model(trained_lenet, data_files, tmp_path):
