@@ -757,15 +757,15 @@ def test_gpu_a_module_already_on_the_gpu(network, images):
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_a_program_saved_on_the_gpu_runs_on_the_cpu_too(network, images, tmp_path):
-    """A .pt2 written from a model on its GPU holds CUDA tensors: loaded, its source is a CPU copy, so --device
-    cpu runs it (its weights were left on the GPU before) and a worker is shipped a CPU program."""
+    """A .pt2 written from a model on its GPU may hold CUDA tensors (torch 2.11's torch.export.load reads them
+    back onto the CPU): loaded, its source is a CPU copy, so --device cpu runs it (its weights were left on the
+    GPU before) and a worker is shipped a CPU program."""
     import copy
 
     from idcgen.framework import load_network
     from idcgen.framework.torch_zoo import export_program
 
     export_program(copy.deepcopy(network.source.module).cuda(), tmp_path / "gpu.pt2")
-    assert {v.device.type for v in torch.export.load(str(tmp_path / "gpu.pt2")).state_dict.values()} == {"cuda"}
     on_cpu = load_network(tmp_path / "gpu.pt2", device="cpu")
     assert {v.device.type for v in on_cpu.source.program.state_dict.values()} == {"cpu"}
     assert {t.device.type for t in every_tensor(on_cpu)} == {"cpu"}

@@ -118,6 +118,21 @@ def functional(program):
     return run
 
 
+def layout_free(graph_module):
+    """``graph_module`` with its views made reshapes, in place. Export keeps ``x.contiguous().view(...)`` as a
+    bare view where the traced tensor was contiguous; another device's kernels may lay the same values out
+    otherwise (a GPU's attention returns its heads in another memory order), and the view then refuses what a
+    reshape copies (torchvision's ViT on CUDA; docs/design.md, "PyTorch"). Same values, same node names."""
+    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    changed = False
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target in views:
+            node.target, changed = torch.ops.aten.reshape.default, True
+    if changed:
+        graph_module.recompile()
+    return graph_module
+
+
 def _dropout_key(node):
     """What names a dropout call across functionalisation: its torch function and module path."""
     fn, stack = node.meta.get("torch_fn"), node.meta.get("nn_module_stack") or {}
@@ -251,6 +266,7 @@ class TorchGraph:
             if node.op == "call_function" and op_name(node) == "copy_" and node.args[0].op == "placeholder":
                 node.replace_all_uses_with(node.args[1])  # value stays; the caller's images stay untouched
                 graph.erase_node(node)
+        layout_free(self.module)
         self.fx_nodes = [n for n in graph.nodes if not (n.op == "call_module" and "guards" in str(n.target))]
         inputs = [n for n in self.fx_nodes if n.op == "placeholder"]
         if len(inputs) != 1:

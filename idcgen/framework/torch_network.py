@@ -33,7 +33,7 @@ from .device import (
     torch_device,
 )
 from .layers import GraphQueries, LayerGraph, LayerRecord
-from .torch_graph import PREPROCESS, TorchGraph, op_name
+from .torch_graph import PREPROCESS, TorchGraph, layout_free, op_name
 from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
 from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
@@ -573,7 +573,7 @@ class TorchNetwork(GraphQueries, Network):
                 module = copy.deepcopy(self.source.module).to(self.device)
             else:  # a fresh copy of a program (re-read), with its device arguments on the device too
                 program = torch.export.load(io.BytesIO(program_bytes(self.source.program)))
-                module = self._placed(program).module() if self.device.type != "cpu" else program.module()
+                module = layout_free(self._placed(program).module())
             optimizer = torch.optim.Adam(_trainable(module), lr=1e-4)  # once placed: it holds the tensors
         if self.source.module is not None:  # a program's module stays in the mode it was exported in
             module.train()
