@@ -42,7 +42,7 @@ if [ -d outputs/precision ]; then
 else
     echo "== precision: outputs/precision not carried (run recipes/precision.py where TensorFlow is, first)"
 fi
-step tests 200 python3 -m pytest -p no:cacheprovider -n 6 -q -rs tests/test_device.py tests/test_torch_models.py \
+step tests 190 python3 -m pytest -p no:cacheprovider -n 6 -q -rs tests/test_device.py tests/test_torch_models.py \
     tests/test_torch_lrp_rules.py tests/test_zoo_models.py
 wait  # the precision step: the bench times the GPU alone
-step bench 320 python3 benchmarks/bench_gpu.py --precision bf16 --out "$OUT/bench_gpu.jsonl"
+step bench 370 python3 benchmarks/bench_gpu.py --precision bf16 --out "$OUT/bench_gpu.jsonl"
