@@ -21,7 +21,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from idcgen.fuzz.mutators import noise, parallel  # noqa: E402
+from idcgen import parallel  # noqa: E402
+from idcgen.fuzz.mutators import noise  # noqa: E402
 from record import record  # noqa: E402
 
 

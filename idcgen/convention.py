@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import InputError, ParameterError
+from .parallel import extent
 
 __all__ = [
     "InputConvention",
@@ -324,7 +325,7 @@ def check_unscaled(x: np.ndarray, network, what: str = "the inputs") -> None:
         return
     convention = network.convention or resolve(network.own_convention())
     lo, hi = (float(v) for v in convention.value_range)
-    got_lo, got_hi = float(np.min(x)), float(np.max(x))
+    got_lo, got_hi = extent(x)
     if hi <= 1 and got_lo >= 0 and got_hi > 2:
         raise InputError(
             f"{what} span [{got_lo:g}, {got_hi:g}] but the model takes images in [{lo:g}, {hi:g}]; "
@@ -341,7 +342,7 @@ def check_scale(
     if x.size == 0:
         return
     lo, hi = (float(v) for v in convention.value_range)
-    got_lo, got_hi = float(np.min(x)), float(np.max(x))
+    got_lo, got_hi = extent(x)
     span = hi - lo
     fix = (
         f"load them with the analysis' scale (--scale auto with --value-range {lo:g},{hi:g}, "

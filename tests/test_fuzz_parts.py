@@ -30,7 +30,7 @@ def test_validity_bounds_by_hand():
 
 def test_validity_in_parts_is_the_whole_batch_check(monkeypatch):
     """The check runs rows at a time on the thread pool: split into many parts it answers as in one."""
-    import idcgen.fuzz.mutators.parallel as parallel
+    import idcgen.parallel as parallel
 
     rng = np.random.default_rng(0)
     refs = rng.random((300, 8, 8, 3), dtype=np.float32)
@@ -49,7 +49,7 @@ def test_validity_in_parts_is_the_whole_batch_check(monkeypatch):
 
 
 def test_gather_in_parts_is_fancy_indexing(monkeypatch):
-    import idcgen.fuzz.mutators.parallel as parallel
+    import idcgen.parallel as parallel
 
     a = np.random.default_rng(1).random((50, 4, 4, 3), dtype=np.float32)
     rows = np.random.default_rng(2).integers(0, 50, 37)
@@ -64,7 +64,7 @@ def test_gather_in_parts_is_fancy_indexing(monkeypatch):
 def test_rowwise_transforms_in_parts_are_the_whole_batch_pass(spec, value_range, monkeypatch):
     """Drawn for the batch, applied rows at a time on the pool: in 23 parts, bit for bit the transform over the
     whole batch in one pass (in_unit_range), and the draws leave the generator where one pass leaves it."""
-    import idcgen.fuzz.mutators.parallel as parallel
+    import idcgen.parallel as parallel
     from idcgen.fuzz.mutators import make_mutator
     from idcgen.fuzz.mutators.base import MutationContext
     from idcgen.fuzz.mutators.image import in_unit_range
@@ -110,7 +110,7 @@ def test_in_unit_range_clips_in_place_only_what_the_transform_made(value_range):
 
 def test_a_nan_in_the_last_part_of_a_batch_is_refused(monkeypatch):
     """The input check's extremes are taken rows at a time: a NaN in any part still fails it."""
-    import idcgen.fuzz.mutators.parallel as parallel
+    import idcgen.parallel as parallel
     from idcgen.fuzz.mutators import make_mutator
     from idcgen.fuzz.mutators.base import MutationContext
 

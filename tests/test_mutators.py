@@ -95,7 +95,7 @@ class _Returns(Mutator):
 
 @pytest.mark.parametrize("part_rows", [None, 3])  # one part, or parts of 3 rows on the thread pool
 def test_the_contract_end_keeps_the_input_pixel_for_non_finite_values_and_clips(part_rows, monkeypatch, caplog):
-    import idcgen.fuzz.mutators.parallel as parallel
+    import idcgen.parallel as parallel
 
     if part_rows:
         monkeypatch.setattr(parallel, "PART_BYTES", part_rows * 12 * 12 * 4)
@@ -232,7 +232,8 @@ def test_big_noise_is_drawn_in_parts_fixed_by_its_size_not_by_the_cores(monkeypa
     """A batch of more than two parts' normals spreads over the pool's threads (the GPU machine's 16 cores give
     it 8), yet draws the same numbers on every machine; batches of up to two parts keep the noise they drew when
     every batch was two parts, so campaigns at the default batch are unchanged."""
-    from idcgen.fuzz.mutators import noise, parallel
+    from idcgen import parallel
+    from idcgen.fuzz.mutators import noise
 
     monkeypatch.setattr(parallel, "_pool", None)  # a pool of `workers` threads, made on first use
     monkeypatch.setattr(parallel, "WORKERS", workers)

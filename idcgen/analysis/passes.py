@@ -23,6 +23,7 @@ from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, LayerError, ModelError, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
+from ..parallel import extent
 from ..relevance import Relevance, batch_size_for, relevance_totals
 from .record import Analysis, data_fingerprint, versions
 
@@ -409,7 +410,7 @@ def _check_activations(acts: np.ndarray, layer: str, n_neurons: int) -> None:
 def _data_record(network, x, y, sharded: bool, data: dict) -> dict:
     """What the analysis records of its training inputs: ``data`` with their count, observed range and (a
     regression model with labels) the model's error on them."""
-    low, high = x.observed_range if sharded else (float(x.min()), float(x.max()))
+    low, high = x.observed_range if sharded else extent(x)
     data.update(n_inputs=int(len(x)), observed_range=[low, high])
     if network.task == "regression" and y is not None:  # the model's error on the labels, in the output's units
         outputs = x.predict() if sharded else network.predict(x)

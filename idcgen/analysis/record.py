@@ -29,6 +29,7 @@ from ..coverage import Combinations, CoverageResult, CoverageTracker
 from ..data import as_array, fit_to_model
 from ..errors import AnalysisMismatchError, InputError, LayerError, ParameterError
 from ..framework import ForwardNetwork, network_with_convention
+from ..parallel import hash_into
 
 FORMAT_VERSION = 1
 #: What makes two saved analyses the same one (with the training data's fingerprint): see Analysis.matches_saved.
@@ -405,7 +406,7 @@ def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray) -> s
     for a in (neurons, importance):
         a = np.ascontiguousarray(a)
         digest.update(f"{a.shape}{a.dtype}".encode())
-        digest.update(memoryview(a).cast("B"))
+        hash_into(digest, a)  # above 256 MB in parts on the pool
     return digest.hexdigest()
 
 
@@ -415,5 +416,5 @@ def data_fingerprint(x: np.ndarray, y: np.ndarray | None = None) -> str:
     for a in (x,) if y is None else (x, y):
         a = np.ascontiguousarray(a)
         digest.update(f"{a.shape}{a.dtype}".encode())
-        digest.update(memoryview(a).cast("B"))
+        hash_into(digest, a)  # above 256 MB in parts on the pool
     return digest.hexdigest()

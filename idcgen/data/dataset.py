@@ -6,6 +6,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..parallel import extent
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -49,6 +51,7 @@ class Dataset:
     def summary(self) -> dict:
         """JSON-able description: source, n, per-item shape, dtype, scaling, value range, label counts."""
         empty = self.x.size == 0
+        low, high = (None, None) if empty else extent(self.x)
         classes = self.y is not None and self.y.dtype.kind in "iu"  # float labels: a regression target
         labels, counts = np.unique(self.y, return_counts=True) if classes else ((), ())
         return {
@@ -57,8 +60,8 @@ class Dataset:
             "shape": [int(d) for d in self.x.shape[1:]],
             "dtype": str(self.x.dtype),
             "scaling": self.scaling,
-            "min": None if empty else float(self.x.min()),
-            "max": None if empty else float(self.x.max()),
+            "min": low,
+            "max": high,
             "n_labels": 0 if self.y is None else len(self.y),
             "class_counts": None if not classes else {str(k): int(c) for k, c in zip(labels, counts)},
             "class_names": None if self.class_names is None else list(self.class_names),

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from idcgen.errors import InputError, ParameterError
+from idcgen.parallel import extent
 
 from .dataset import Dataset
 
@@ -38,7 +39,8 @@ def fit_to_model(ds_or_x, input_shape: tuple) -> np.ndarray:
         )
     if x.dtype.kind not in "biuf":
         raise InputError(f"inputs must be numbers (an array of ints or floats); got dtype {x.dtype}")
-    if x.dtype.kind == "f" and not np.isfinite(x).all():  # a NaN input would be covered, ranked and fuzzed silently
+    # a NaN input would be covered, ranked and fuzzed silently; the extent is NaN or infinite where one is
+    if x.dtype.kind == "f" and not np.isfinite(extent(x)).all():
         i = int(np.argmin(np.isfinite(x.reshape(len(x), -1)).all(axis=1)))
         raise InputError(f"inputs must be finite numbers; input {i} holds NaN or infinity")
     item = x.shape[1:]

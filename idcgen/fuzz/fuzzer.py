@@ -26,12 +26,12 @@ from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import network_with_convention
 from ..imageio import quantise
+from ..parallel import extent, gather
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .deeptest import calibrate, keep_calibration
 from .guidance import check_guide, measures_of, new_coverage
 from .mutators import MutationContext, Mutator, check_tasks, make_mutator, parse_mutators
-from .mutators.parallel import gather
 from .oracle import Execution, make_oracle, needs_labels
 from .scheduler import make_scheduler, scheduler_spec
 from .settings import CampaignSettings, Sources, ValiditySettings
@@ -267,9 +267,10 @@ class Fuzzer:
                 "use --oracle prediction-change (or disagreement with several models)"
             )
         lo, hi = self.value_range
-        if x.min() < lo or x.max() > hi:
+        low, high = extent(x)
+        if low < lo or high > hi:
             raise InputError(
-                f"seed values span [{x.min():g}, {x.max():g}], outside the value range [{lo:g}, {hi:g}]; "
+                f"seed values span [{low:g}, {high:g}], outside the value range [{lo:g}, {hi:g}]; "
                 f"load them in that range (--scale) or give the model's range (--value-range LO,HI)"
             )
         check_scale(

@@ -21,6 +21,7 @@ class HeldInputs:
         reduce, or ("error", one line) for it to report."""
         from ...analysis import data_fingerprint
         from ...errors import IdcgenError
+        from ...parallel import extent
         from ..shards import read_shard
 
         try:
@@ -28,11 +29,12 @@ class HeldInputs:
         except IdcgenError as exc:  # reported by the driver, naming the shard
             return "error", str(exc)
         self._held[shard] = (x, y)
+        low, high = extent(x)
         return "ok", dict(
             n=len(x),
             y=y,
-            min=float(x.min()),
-            max=float(x.max()),
+            min=low,
+            max=high,
             shape=tuple(x.shape[1:]),
             digest=data_fingerprint(x, y),
         )

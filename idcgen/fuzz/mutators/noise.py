@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...parallel import PART_BYTES, run_parts
 from .base import Mutator, Param
-from .parallel import PART_BYTES, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
