@@ -406,7 +406,7 @@ def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray) -> s
     for a in (neurons, importance):
         a = np.ascontiguousarray(a)
         digest.update(f"{a.shape}{a.dtype}".encode())
-        hash_into(digest, a)  # above 256 MB in parts on the pool
+        digest.update(memoryview(a).cast("B"))
     return digest.hexdigest()
 
 
