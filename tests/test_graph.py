@@ -200,14 +200,15 @@ def _zero_bias_bn_calibrated(model, x):
     from idcgen.framework import Network
 
     net = Network(model)
+    values = {net.graph.input_key: x}  # one walk, each step run once after it is set (a run per BN was O(L^2))
     for step in net.graph.steps:
         layer = step.layer
         if isinstance(layer, L.BatchNormalization):
-            (inp,), _ = net.outputs(x, (net.graph.producer_of(step.inputs[0]).name,))
-            second = np.mean(np.square(inp.numpy()), axis=(0, 1, 2)) + 1e-3
+            second = np.mean(np.square(np.asarray(values[step.inputs[0]])), axis=(0, 1, 2)) + 1e-3
             layer.set_weights([np.ones_like(second), np.zeros_like(second), np.zeros_like(second), second])
         elif getattr(layer, "bias", None) is not None and getattr(layer, "use_bias", True):
             layer.bias.assign(np.zeros(layer.bias.shape, np.float32))
+        values.update(zip(step.outputs, step.call([values[k] for k in step.inputs])))
     return Network(model)
 
 
