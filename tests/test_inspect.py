@@ -351,6 +351,23 @@ def test_cli_end_to_end(hand, tmp_path):
     assert res.exit_code == 1 and "error: --threshold must be a finite float in the range [0.0, 1.0)" in res.output
 
 
+def test_cli_marks_a_pair_in_the_top_cut_only_as_such(hand, tmp_path):
+    """Inputs predicted as two classes give one defined pair: the lowest 1 % holds it, yet it is not below
+    mean - 1 std (std 0); the CLI once marked it ** ("also top 1 %") as if it were (an untrained Xception did so)."""
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+
+    path = tmp_path / "hand.keras"
+    hand.model.save(path)
+    x, y = hand_inputs()
+    np.savez(tmp_path / "two.npz", x=x[:16], y=y[:16])  # classes 0 and 1 only
+    args = ["inspect", "--model", str(path), "--inputs", str(tmp_path / "two.npz"), "--scale", "none"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    assert "  0 - 1: NAPVD 1.458+  " in res.stdout and "+ top 1 % only" in res.stdout
+
+
 def test_thresholds_per_neuron_and_per_layer():
     from idcgen.deepinspect import activation_limits
 
