@@ -959,9 +959,13 @@ def inspect(
     for note in result.notes:
         typer.echo(f"note: {note}")
     m = result.metrics["all"]
+    layers = result.layers  # DenseNet121 has 120: all are in the report, the line names the first and the last
+    named = (
+        ", ".join(layers) if len(layers) <= 6 else f"{len(layers)} layers ({', '.join(layers[:5])} ... {layers[-1]})"
+    )
     typer.echo(
-        f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of "
-        f"{', '.join(result.layers)}; NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}"
+        f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of {named}; "
+        f"NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}"
     )
     shown = result.top(top)
     typer.echo(
