@@ -959,14 +959,21 @@ def inspect(
     for note in result.notes:
         typer.echo(f"note: {note}")
     m = result.metrics["all"]
+    layers = result.layers  # DenseNet121 has 120: all are in the report, the line names the first and the last
+    named = (
+        ", ".join(layers) if len(layers) <= 6 else f"{len(layers)} layers ({', '.join(layers[:5])} ... {layers[-1]})"
+    )
     typer.echo(
-        f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of "
-        f"{', '.join(result.layers)}; NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}"
+        f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of {named}; "
+        f"NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}"
     )
     shown = result.top(top)
-    typer.echo("pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %):")
+    typer.echo(
+        "pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %; + top 1 % only):"
+    )
     for r in shown:
-        mark = "**" if r["confusion_top"] else "*" if r["confusion_std"] else ""
+        # the two cut-offs are separate predictions: with few defined pairs the lowest need not be below mean - 1 std
+        mark = ("**" if r["confusion_top"] else "*") if r["confusion_std"] else "+" if r["confusion_top"] else ""
         conf = r.get("type1conf")  # None: no labelled input of either class
         extra = (
             ""

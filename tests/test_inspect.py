@@ -351,6 +351,43 @@ def test_cli_end_to_end(hand, tmp_path):
     assert res.exit_code == 1 and "error: --threshold must be a finite float in the range [0.0, 1.0)" in res.output
 
 
+def test_cli_marks_a_pair_in_the_top_cut_only_as_such(hand, tmp_path):
+    """Inputs predicted as two classes give one defined pair: the lowest 1 % holds it, yet it is not below
+    mean - 1 std (std 0); the CLI once marked it ** ("also top 1 %") as if it were (an untrained Xception did so)."""
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+
+    path = tmp_path / "hand.keras"
+    hand.model.save(path)
+    x, y = hand_inputs()
+    np.savez(tmp_path / "two.npz", x=x[:16], y=y[:16])  # classes 0 and 1 only
+    args = ["inspect", "--model", str(path), "--inputs", str(tmp_path / "two.npz"), "--scale", "none"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    assert "  0 - 1: NAPVD 1.458+  " in res.stdout and "+ top 1 % only" in res.stdout
+
+
+def test_cli_names_many_layers_in_short(tmp_path):
+    """DenseNet121's 120 inspected layers once made a line of 3,000 characters: past 6, the first 5 and the last."""
+    import keras
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+
+    keras.utils.set_random_seed(0)
+    layers = [keras.layers.Dense(4, activation="relu", name=f"h{i}") for i in range(7)]
+    model = keras.Sequential([keras.Input((3,)), *layers, keras.layers.Dense(3, activation="softmax")])
+    model.save(tmp_path / "deep.keras")
+    x = np.random.default_rng(0).normal(size=(24, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    args = ["inspect", "--model", str(tmp_path / "deep.keras"), "--inputs", str(tmp_path / "x.npy"), "--scale", "none"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    assert " neurons of 7 layers (h0, h1, h2, h3, h4 ... h6); NAPVD mean " in res.stdout
+    assert "h5" in (tmp_path / "report" / "report.md").read_text()  # the report names every layer
+
+
 def test_thresholds_per_neuron_and_per_layer():
     from idcgen.deepinspect import activation_limits
 
