@@ -829,7 +829,8 @@ def finish(
     seeds_idc = campaign.stats_rows()[0]["idc"]
     echo(
         f"IDC {seeds_idc:.1%} (seeds) -> {campaign.tracker.score:.1%} ({grown}, {len(campaign.corpus)} inputs); "
-        f"{campaign.n_findings} findings ({exports['findings']['surviving_uint8']} survive uint8 rounding); "
+        f"{_count(campaign.n_findings, 'finding')} ({_count(exports['findings']['surviving_uint8'], 'survive', 'survives')}"
+        " uint8 rounding); "
         f"{state['execs']} execs in {state['elapsed_seconds']:.1f} s" + (f" ({detail})" if detail else "")
     )
     for r in restarts:
@@ -1026,3 +1027,8 @@ def refuse_resume_changes(folder: Path, settings: CampaignSettings, found, group
 def found_folder(folder: Path) -> Path:
     """The analysis folder of a campaign (a parallel one keeps it in its first worker)."""
     return folder / "worker-0" / "analysis" if (folder / PARALLEL_FILE).is_file() else folder / "analysis"
+
+
+def _count(n: int, word: str, one: str | None = None) -> str:
+    """``n`` with ``word`` in its number: "1 finding", "3 findings"; a verb gives its singular form as ``one``."""
+    return f"{n} {one or word}" if n == 1 else f"{n} {word if one else word + 's'}"
