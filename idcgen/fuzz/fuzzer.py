@@ -402,8 +402,7 @@ class Fuzzer:
                     bar.set_postfix(
                         IDC=f"{c.tracker.score:.1%}",
                         corpus=len(c.corpus),
-                        findings=c.n_findings,
-                        execs_s=f"{c.execs / max(c.elapsed, 1e-9):.0f}",
+                        findings=c.n_findings,  # the rate is tqdm's own (the loop's); the summary line gives the run's
                         refresh=False,
                     )
                     idle = 0 if step.execs else idle + 1
