@@ -892,6 +892,10 @@ def demo(
     run_demo(out, epochs=epochs, budget=budget, force=force, echo=typer.echo)
 
 
+#: inspect's mark of a pair by (below mean - 1 std, in the top 1 %)
+_CONFUSION_MARKS = {(True, True): "**", (True, False): "*", (False, True): "+", (False, False): ""}
+
+
 @command
 def inspect(
     model: ModelOptions,
@@ -973,7 +977,7 @@ def inspect(
     )
     for r in shown:
         # the two cut-offs are separate predictions: with few defined pairs the lowest need not be below mean - 1 std
-        mark = ("**" if r["confusion_top"] else "*") if r["confusion_std"] else "+" if r["confusion_top"] else ""
+        mark = _CONFUSION_MARKS[bool(r["confusion_std"]), bool(r["confusion_top"])]
         conf = r.get("type1conf")  # None: no labelled input of either class
         extra = (
             ""

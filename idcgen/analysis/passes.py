@@ -235,13 +235,14 @@ def analyze(
     width = network.neuron_count(layer)
     _check_options(width, m, relevance_of, aggregate, cluster_method, random_state)
     sharded = getattr(x, "read_by_workers", False)  # shards Ray workers read and hold (idcgen.distributed.shards)
-    x, y = _training_inputs(
+    x, y, span = _training_inputs(
         network, convention, x, y, sharded, selecting=relevance_of == "label" or correct_only or only_class is not None
     )
     regression = network.task == "regression"
     fingerprint = _fingerprint_in_background(x, y, sharded)
     if only_class is not None:
         x, y = _of_class(x, y, only_class, sharded)
+        span = _span(x, sharded)  # the record's observed range is the analysed inputs'
     clusters, cluster_note = supported_clusters(clusters, len(x))
 
     timings = {}
@@ -270,7 +271,7 @@ def analyze(
     notes = _notes(network, layer, cluster_note, found)
 
     accuracy = None if y is None or regression else float((predictions == y).mean())
-    data = _data_record(network, x, y, sharded, dict(data_summary or {}, n_used=n_used, accuracy=accuracy))
+    data = _data_record(network, x, y, sharded, span, dict(data_summary or {}, n_used=n_used, accuracy=accuracy))
     data.update(fingerprint=fingerprint.result())
     warnings = _diagnostics(network, convention, data, y, predictions, accuracy) + _unreached(layer, scores, neurons)
     config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
@@ -407,11 +408,10 @@ def _check_activations(acts: np.ndarray, layer: str, n_neurons: int) -> None:
         )
 
 
-def _data_record(network, x, y, sharded: bool, data: dict) -> dict:
-    """What the analysis records of its training inputs: ``data`` with their count, observed range and (a
-    regression model with labels) the model's error on them."""
-    low, high = x.observed_range if sharded else extent(x)
-    data.update(n_inputs=int(len(x)), observed_range=[low, high])
+def _data_record(network, x, y, sharded: bool, span: tuple[float, float], data: dict) -> dict:
+    """What the analysis records of its training inputs: ``data`` with their count, observed range (``span``) and
+    (a regression model with labels) the model's error on them."""
+    data.update(n_inputs=int(len(x)), observed_range=[float(span[0]), float(span[1])])
     if network.task == "regression" and y is not None:  # the model's error on the labels, in the output's units
         outputs = x.predict() if sharded else network.predict(x)
         data.update(mse=float(np.mean((outputs.astype(np.float64) - y) ** 2)))
@@ -451,8 +451,8 @@ def _check_options(width: int, m, relevance_of, aggregate, cluster_method, rando
 
 
 def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: bool):
-    """(x, y) checked: in the model's input shape and value range, labels that fit the task; sharded inputs
-    bring their own labels. ``selecting``: an option needs the labels (relevance of the label, correct-only,
+    """(x, y, their (min, max)) checked: in the model's input shape and value range, labels that fit the task;
+    sharded inputs bring their own labels. ``selecting``: an option needs the labels (relevance of the label, correct-only,
     one class)."""
     if sharded:
         if y is not None:
@@ -462,7 +462,8 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
         if isinstance(x, Dataset) and y is None:  # a loaded dataset brings its labels
             y = x.y
         x = fit_to_model(x, network.input_shape)
-    check_scale(np.asarray(x.observed_range) if sharded else x, convention, what="the training inputs")
+    span = _span(x, sharded)  # one pass over the inputs for the scale check and the record
+    check_scale(np.asarray(span), convention, what="the training inputs")
     regression = network.task == "regression"
     if regression and selecting:
         raise InputError(
@@ -473,7 +474,12 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
         y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
     elif selecting:
         raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
-    return x, y
+    return x, y, span
+
+
+def _span(x, sharded: bool) -> tuple[float, float]:
+    """The inputs' (min, max): sharded ones report it from their workers."""
+    return x.observed_range if sharded else extent(x)
 
 
 def _unreached(layer: str, scores: np.ndarray, neurons: np.ndarray) -> list[str]:

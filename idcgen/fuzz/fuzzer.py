@@ -274,7 +274,7 @@ class Fuzzer:
                 f"load them in that range (--scale) or give the model's range (--value-range LO,HI)"
             )
         check_scale(
-            x,
+            np.asarray((low, high)),  # their extent, taken once
             dataclasses.replace(self.analysis.convention, value_range=self.value_range),
             self.analysis.observed_range,
             "the seeds",
