@@ -2,33 +2,33 @@
 of another architecture trained on the half of the training set the copies never saw (recipes/kit/subjects.py).
 
     python recipes/subjects.py --dataset mnist|fashion-mnist|cifar10 [--copies 5] [--epochs N] [--only-missing]
+                               [--only s0,extractor,...]
 
 MNIST-like: LeNet-5 copies (seeds 0-4) and a LeNet-4 extractor, the paper's settings (Adadelta lr 1.0, rho 0.95,
-batch 256, 10 epochs) on 30,000 images each. CIFAR-10: the CIFAR-10 network copies and a ResNet-20 extractor,
-Adam with a cosine-decayed rate, batch 128, random flips and shifts of up to 4 pixels, on 25,000 images each
-(``--epochs``, default 10, for the copies; ``--extractor-epochs`` for the extractor). Every model is scored on the whole test set.
-Writes ``recipes/subjects/<dataset>/<name>.keras`` (without optimizer state: a few MB each, committed) and
-``subjects.csv`` there (accuracy, training seconds, the command and the commit that made them).
+batch 256, 10 epochs) on 30,000 images each, saved as ``.keras`` (without optimizer state: a few MB each).
+CIFAR-10: PyTorch copies of an airbench-style network and a residual extractor (recipes/kit/fast_cifar.py) on
+25,000 images each, 18 epochs unless ``--epochs``/``--extractor-epochs`` say otherwise, saved as ``.pt2``
+(``torch.export.load(path).module()`` runs one on NCHW images in [0, 1]). A CIFAR-10 model checkpoints after every
+epoch (``<name>.ckpt`` under outputs/subjects/) and a rerun resumes it: a killed run loses at most one epoch.
+Every model is scored on the whole test set, as it is (no test-time augmentation), by a plain loop. Writes
+``recipes/subjects/<dataset>/`` (committed) and ``subjects.csv`` there (accuracy, training seconds, the machine,
+the command and the commit that made them), after every model.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import platform
 import subprocess
 import time
 
-import numpy as np
-
-from kit import ROOT, command_line, load_data, write_csv
-from kit.subjects import ARCHITECTURES, halves, subject_path
-from kit.training import flips_and_shifts, keras_epoch
-
-CIFAR10_LR = {"cifar10_cnn": 1e-3, "resnet20": 2e-3}  # recipes/train_models.py's CIFAR10_SETTINGS
+from kit import OUTPUTS, ROOT, command_line, load_data, write_csv
+from kit.subjects import ARCHITECTURES, TORCH_DATASETS, halves, subject_path
 
 
-def fit(architecture: str, dataset: str, x, y, *, seed: int, epochs: int):
-    """A freshly built zoo model trained on (x, y) with random state ``seed``."""
+def fit(architecture: str, x, y, *, seed: int, epochs: int):
+    """A freshly built Keras zoo model (MNIST-like) trained on (x, y) with random state ``seed``."""
     import keras
 
     from idcgen.framework.keras_zoo import MODELS as ZOO
@@ -36,17 +36,24 @@ def fit(architecture: str, dataset: str, x, y, *, seed: int, epochs: int):
 
     keras.utils.set_random_seed(seed)
     model = ZOO[architecture](input_shape=x.shape[1:], random_state=seed)
-    if dataset != "cifar10":
-        train(model, x, y, epochs=epochs, batch_size=256, optimizer="adadelta", random_state=seed)
-        return model
-    steps = epochs * -(-len(x) // 128)
-    rate = keras.optimizers.schedules.CosineDecay(CIFAR10_LR[architecture], steps)
-    model.compile(optimizer=keras.optimizers.Adam(rate), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    one_epoch = keras_epoch(model, x, y, 128, flips_and_shifts, np.random.default_rng(seed))
-    for epoch in range(epochs):
-        one_epoch(1.0)
-        print(f"  epoch {epoch + 1}/{epochs}: train accuracy {one_epoch.history['accuracy'][-1]:.2%}", flush=True)
+    train(model, x, y, epochs=epochs, batch_size=256, optimizer="adadelta", random_state=seed)
     return model
+
+
+def fit_torch(architecture: str, x, y, *, seed: int, epochs: int, path, x_test, y_test):
+    """A CIFAR-10 network trained (resuming its checkpoint) and exported to ``path``; (accuracy, seconds)."""
+    from kit.fast_cifar import Recipe, accuracy, export, train
+
+    checkpoint = OUTPUTS / "subjects" / "checkpoints" / path.with_suffix(".ckpt").name
+    module, run = train(architecture, x, y, seed=seed, recipe=Recipe(epochs=epochs), checkpoint=checkpoint)
+    export(module, path)
+    return accuracy(module, x_test, y_test), run["seconds"]
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.machine()} CPU, {os.cpu_count()} cores ({platform.processor() or platform.system()})"
 
 
 def save_weights_only(model, architecture: str, path) -> None:
@@ -64,10 +71,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, choices=tuple(ARCHITECTURES))
     parser.add_argument("--copies", type=int, default=5, help="copies of the model under test (seeds 0..N-1)")
-    parser.add_argument("--epochs", type=int, default=10, help="epochs of the subject copies")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs of the subject copies (10; CIFAR-10: 18)")
     parser.add_argument("--extractor-epochs", type=int, default=None, help="default: --epochs")
     parser.add_argument("--only-missing", action="store_true", help="train only the models without a file")
+    parser.add_argument("--only", default=None, help="these models only, in this order: s0,s1,...,extractor")
     args = parser.parse_args(argv)
+    args.epochs = args.epochs or (18 if args.dataset in TORCH_DATASETS else 10)
     args.extractor_epochs = args.extractor_epochs or args.epochs
     if min(args.copies, args.epochs, args.extractor_epochs) < 1:
         parser.error("--copies, --epochs and --extractor-epochs must be at least 1")
@@ -82,8 +91,13 @@ def main(argv=None):
     if table.exists():
         with open(table, newline="") as handle:
             rows = {row["file"]: row for row in csv.DictReader(handle)}
-    jobs = [(subject, copy, x_a, y_a) for copy in range(args.copies)] + [(extractor, None, x_b, y_b)]
-    for architecture, copy, x, y in jobs:
+    jobs = {f"s{copy}": (subject, copy, x_a, y_a) for copy in range(args.copies)}
+    jobs["extractor"] = (extractor, None, x_b, y_b)
+    names = args.only.split(",") if args.only else list(jobs)
+    unknown = sorted(set(names) - set(jobs))
+    if unknown:
+        parser.error(f"--only: no model {', '.join(unknown)}; choose from {', '.join(jobs)}")
+    for architecture, copy, x, y in (jobs[name] for name in names):
         path = subject_path(args.dataset, copy)
         if args.only_missing and path.exists():
             print(f"{path.name}: there already", flush=True)
@@ -91,10 +105,16 @@ def main(argv=None):
         started = time.perf_counter()
         print(f"{path.name}: {architecture} on half {'B' if copy is None else 'A'} ({len(x)} images)", flush=True)
         epochs = args.extractor_epochs if copy is None else args.epochs
-        model = fit(architecture, args.dataset, x, y, seed=0 if copy is None else copy, epochs=epochs)
-        seconds = time.perf_counter() - started
-        accuracy = float((Network(model).predict(x_test) == y_test).mean())
-        save_weights_only(model, architecture, path)
+        seed = 0 if copy is None else copy
+        if args.dataset in TORCH_DATASETS:
+            accuracy, seconds = fit_torch(
+                architecture, x, y, seed=seed, epochs=epochs, path=path, x_test=x_test, y_test=y_test
+            )
+        else:
+            model = fit(architecture, x, y, seed=seed, epochs=epochs)
+            seconds = time.perf_counter() - started
+            accuracy = float((Network(model).predict(x_test) == y_test).mean())
+            save_weights_only(model, architecture, path)
         print(f"{path.name}: test accuracy {accuracy:.2%} ({seconds:.0f} s) -> {path}", flush=True)
         rows[path.name] = {
             "file": path.name,
@@ -106,6 +126,7 @@ def main(argv=None):
             "epochs": epochs,
             "test accuracy %": round(100 * accuracy, 2),
             "train seconds": round(seconds, 1),
+            "machine": machine(),
             "command": command_line(),
             "commit": commit.strip(),
         }

@@ -5,7 +5,8 @@ The training set of a dataset is split once, at random with seed 0, into two hal
 half A, the extractor (which also judges validity) on half B. Copy ``s`` of a subject is the same
 architecture trained with random state ``s`` (initial weights and batch order), so the copies differ only
 by chance. The weight files live in ``recipes/subjects/<dataset>/`` (committed: a study reproduces without
-retraining); ``recipes/subjects.py`` is their source.
+retraining); ``recipes/subjects.py`` is their source. MNIST-like subjects are Keras files; CIFAR-10's are PyTorch
+programs (``.pt2``, docs/design.md "Study subjects"), loaded here like the others.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ SUBJECTS = ROOT / "recipes" / "subjects"
 ARCHITECTURES = {
     "mnist": ("lenet5", "lenet4"),
     "fashion-mnist": ("lenet5", "lenet4"),
-    "cifar10": ("cifar10_cnn", "resnet20"),
+    "cifar10": ("airbench", "resbench"),  # PyTorch (.pt2, recipes/kit/fast_cifar.py)
     "embedded-mnist": ("lenet5", "lenet4"),
 }
+
+
+#: datasets whose subjects are PyTorch programs (recipes/kit/fast_cifar.py: images in [0, 1], NCHW, normalisation
+#: inside; ``torch.export.load(path).module()`` runs one); the others' are Keras files
+TORCH_DATASETS = ("cifar10",)
 
 
 def halves(dataset: str) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -41,7 +47,7 @@ def subject_path(dataset: str, copy: int | None) -> Path:
     subject, extractor = ARCHITECTURES[dataset]
     name = f"{extractor}_extractor" if copy is None else f"{subject}_s{copy}"
     folder = OUTPUTS / "subjects" if dataset == "embedded-mnist" else SUBJECTS
-    return folder / dataset / f"{name}.keras"
+    return folder / dataset / f"{name}{'.pt2' if dataset in TORCH_DATASETS else '.keras'}"
 
 
 def load_subject(dataset: str, copy: int | None):
