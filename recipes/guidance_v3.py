@@ -47,58 +47,16 @@ from pathlib import Path
 import numpy as np
 
 from kit import OUTPUTS, command_line, load_data, write_csv
+from kit.guidance import copies_ahead, mean_sd, pair_state, paired, shown_p, stacked, study_fuzzer, subjects_fingerprint
 from kit.stats import a12, holm, rank_biserial, wilcoxon
 from kit.study import default_mutators, load_run, run_calls, save_run, stratified
-from kit.subjects import ARCHITECTURES, halves, load_subject, subject_path
+from kit.subjects import ARCHITECTURES, halves, load_subject
 
 ARMS = ("idc", "nc", "none", "random-keep@idc", "random-keep@nc")
 FAMILY = (("idc", "none"), ("idc", "nc"), ("idc", "random-keep@idc"), ("nc", "random-keep@nc"))
 SHOWN = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"}
 PRIMARY_SIZE = 5
 PRIMARY = "valid_faults_per_1k_calls"
-
-
-def study_fuzzer(analysis, *, keep_rate: float | None = None, **kwargs):
-    """idcgen's Fuzzer that also records every flagged mutant, kept or not, and, given ``keep_rate``, keeps each
-    valid mutant with that probability instead of by coverage (a random-keep control; guide "none")."""
-    from idcgen.fuzz.fuzzer import Fuzzer
-
-    class StudyFuzzer(Fuzzer):
-        def __init__(self):
-            super().__init__(analysis, **kwargs)
-            self.failures: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-        def step(self, c, left):
-            step = super().step(c, left)
-            if step.error is not None:
-                return step
-            if keep_rate is not None:  # drawn from (random state, step): the same draws on every rerun
-                draws = np.random.default_rng([self.random_state, step.number, 7]).random(len(step.valid))
-                step.keep = step.valid & (draws < keep_rate)
-            flagged = np.flatnonzero(step.flagged)
-            if flagged.size:
-                labels = c.corpus.label[c.corpus.root[step.parents[flagged]]]
-                self.failures.append((step.mutants[flagged], labels, step.predictions[flagged]))
-            return step
-
-    return StudyFuzzer()
-
-
-def pair_state(copy: int, state: int) -> int:
-    """The fuzzer's random state of pair (copy, state): different for every pair."""
-    return 1000 * copy + state
-
-
-def subjects_fingerprint(dataset: str, copies: int) -> str:
-    """A digest of the weight files of the copies and the extractor, so that runs made on other subjects are
-    never mixed in."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for copy in [*range(copies), None]:
-        path = subject_path(dataset, copy)
-        digest.update(path.read_bytes() if path.exists() else b"missing")
-    return digest.hexdigest()[:16]
 
 
 class Subject:
@@ -225,16 +183,6 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
     return runs, arrays
 
 
-def stacked(runs: list[dict], arrays: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
-    """The valid failures of ``runs`` one after another: features, labels, predictions, and each run's count."""
-    keys = [(r["arm"], r["copy"], r["state"]) for r in runs]
-    sizes = [len(arrays[k]["label"]) for k in keys]
-    width = max((arrays[k]["features"].shape[1] for k, n in zip(keys, sizes) if n), default=1)
-    features = np.concatenate([arrays[k]["features"].reshape(n, width) for k, n in zip(keys, sizes)])
-    labels = np.concatenate([arrays[k]["label"] for k in keys])
-    return features, labels, np.concatenate([arrays[k]["prediction"] for k in keys]), sizes
-
-
 def count_faults(runs: list[dict], sizes: list[int], faults, column: str) -> None:
     """Each run's faults reached (``faults_<column>``) and per 1,000 calls, its failures being the next
     ``sizes[i]`` rows of what ``faults`` clustered."""
@@ -289,21 +237,6 @@ def add_faults_per_pair(runs: list[dict], arrays: dict) -> None:
         features, labels, predictions, counts = stacked(members, arrays)
         faults = distinct_faults(features, labels, predictions, min_cluster_size=PRIMARY_SIZE)
         count_faults(members, counts, faults, "pair")
-
-
-def paired(runs: list[dict], a: str, b: str, key: str) -> tuple[np.ndarray, np.ndarray, list]:
-    """The values of ``key`` for arms a and b on the pairs (copy, state) both ran, and those pairs."""
-    by = {(r["arm"], r["copy"], r["state"]): r[key] for r in runs}
-    common = sorted({(c, s) for (arm, c, s) in by if arm == a} & {(c, s) for (arm, c, s) in by if arm == b})
-    return np.array([by[(a, *p)] for p in common], float), np.array([by[(b, *p)] for p in common], float), common
-
-
-def copies_ahead(x: np.ndarray, y: np.ndarray, pairs: list) -> str:
-    """On how many subject copies a's mean over the copy's pairs is above b's: "k/n"."""
-    copy = np.array([c for c, _ in pairs])
-    copies = np.unique(copy)
-    ahead = sum(x[copy == c].mean() > y[copy == c].mean() for c in copies)
-    return f"{ahead}/{len(copies)}"
 
 
 def comparisons(runs: list[dict], key: str) -> list[dict]:
@@ -373,15 +306,6 @@ def verdicts(root: Path, datasets, command: str) -> Path:
     (root / "verdicts.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return root / "verdicts.md"
-
-
-def shown_p(p: float) -> str:
-    return "" if np.isnan(p) else f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
-
-
-def mean_sd(values, digits: int) -> str:
-    v = np.asarray(values, float)
-    return f"{np.nanmean(v):.{digits}f} ± {np.nanstd(v, ddof=1):.{digits}f}" if len(v) > 1 else f"{v[0]:.{digits}f}"
 
 
 EXPLORATORY = (

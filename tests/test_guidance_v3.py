@@ -94,3 +94,53 @@ def test_subjects_and_study_smoke(recipe, outputs, monkeypatch, capsys):
     capsys.readouterr()
     run_recipe(v3, argv, monkeypatch)  # resumed: nothing runs again
     assert "[" not in "".join(line[:1] for line in capsys.readouterr().out.splitlines())
+
+
+def test_rarefaction_by_hand(recipe):
+    v4 = recipe("guidance_v4")
+    ids = np.array([0, 0, 0, 1])  # N = 4: fault 0 has 3 failures, fault 1 has 1
+    # n = 1: one fault always; n = 2: fault 0 missed only if both draws avoid it: C(1, 2) = 0, so 1 for it, and
+    # fault 1 is reached with 1 - C(3, 2) / C(4, 2) = 1 - 3/6; n = 4: both
+    assert v4.rarefied(ids, 1) == pytest.approx(1.0)
+    assert v4.rarefied(ids, 2) == pytest.approx(1.5)
+    assert v4.rarefied(ids, 4) == pytest.approx(2.0)
+    assert v4.rarefied(np.arange(10), 3) == pytest.approx(3.0)  # all distinct: every draw a new fault
+    assert v4.rarefied(np.zeros(0, int), 0) == 0.0
+    # the same as the mean over every subset of size 2
+    from itertools import combinations
+
+    subsets = [len(set(ids[list(s)])) for s in combinations(range(4), 2)]
+    assert v4.rarefied(ids, 2) == pytest.approx(np.mean(subsets))
+    with pytest.raises(ValueError):
+        v4.rarefied(ids, 5)
+
+
+def test_guidance_v4_smoke(recipe, outputs, monkeypatch, capsys):
+    subjects = recipe("subjects")
+    if not (outputs / "subjects" / "embedded-mnist" / "lenet4_extractor.keras").exists():
+        run_recipe(subjects, ["--dataset", "embedded-mnist", "--copies", "2", "--epochs", "2"], monkeypatch)
+    v4 = recipe("guidance_v4")
+    argv = ["--dataset", "embedded-mnist", "--copies", "2", "--states", "2", "--seeds", "30", "--budget", "512"]
+    argv += ["--fit-train", "1000"]
+    run_recipe(v4, argv, monkeypatch)
+    out = outputs / "guidance_v4" / "embedded-mnist"
+    runs = read_csv(out / "runs.csv")
+    arms = v4.available(v4.ARMS)
+    assert [(r["arm"], r["copy"], r["state"]) for r in runs] == [
+        (arm, str(c), str(s)) for c in range(2) for s in range(2) for arm in arms
+    ]
+    assignments = np.load(out / "assignments.npz")
+    for r in runs:
+        ids = assignments[f"{r['arm']}_c{r['copy']}_r{r['state']}"]
+        assert len(ids) == int(r["valid_failures"]) and np.unique(ids).size == int(r["faults"])
+        pair = [x for x in runs if (x["copy"], x["state"]) == (r["copy"], r["state"])]
+        assert int(r["rarefy_to"]) == min(int(x["valid_failures"]) for x in pair)
+        assert float(r["rarefied_faults"]) <= int(r["faults"]) + 1e-9
+        if r["arm"] == "keep-none":
+            assert int(r["kept"]) == 0  # mutants never enter the corpus
+    run_recipe(v4, ["--verdicts", "embedded-mnist", "--out", str(outputs / "guidance_v4")], monkeypatch)
+    family = read_csv(outputs / "guidance_v4" / "verdicts.csv")
+    assert [f["comparison"] for f in family] == [f"{a} vs {b}" for a, b in v4.FAMILY if {a, b} <= set(arms)]
+    capsys.readouterr()
+    run_recipe(v4, argv, monkeypatch)  # resumed: nothing runs again
+    assert "[" not in "".join(line[:1] for line in capsys.readouterr().out.splitlines())

@@ -1,0 +1,407 @@
+"""The guidance study, fourth version: does a guide beat keeping nothing, at equal failure volume?
+
+    python recipes/guidance_v4.py --dataset mnist|fashion-mnist|cifar10 [--copies 5] [--states 3] [--seeds 500]
+                                  [--budget 10000] [--arms keep-none none idc@m4 ...] [--out DIR] [--summary-only]
+    python recipes/guidance_v4.py --verdicts mnist fashion-mnist      (the declared family, Holm over all)
+
+Declared before the runs in docs/design.md, "The guidance study, fourth version". The third version's pairs
+(subject copy, state), seed sets, random states, mutators, budget, failures, validity and faults; new:
+
+- **Arms**: ``keep-none`` (mutants never enter the corpus: the seeds alone are fuzzed), ``none`` (every valid
+  mutant kept), ``idc@m4`` and ``idc@m8``, their random-keep controls at the IDC run's keep rate, ``nc``, and
+  ``nlc`` where idcgen has that criterion.
+- **Primary endpoint**: distinct valid faults *rarefied* to the smallest number of valid failures n among the
+  arms of the pair: the exact expected number of distinct faults in a random subsample of n (Hurlbert), so
+  that volume no longer decides. The faults are HDBSCAN's at min_cluster_size 5 over all runs of a dataset.
+- **Family**: six comparisons a dataset (FAMILY), Wilcoxon signed-rank over the pairs, Holm over every
+  dataset's (``--verdicts``).
+
+Writes ``<out>/runs/<arm>_c<c>_r<r>.json`` and ``.npz`` as each run ends (an interrupted study resumes), then
+``runs.csv`` (one row per run), ``assignments.npz`` (each run's valid failures' fault ids) and ``study.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from math import comb
+from pathlib import Path
+
+import numpy as np
+
+from kit import OUTPUTS, command_line, load_data, write_csv
+from kit.guidance import copies_ahead, mean_sd, pair_state, paired, shown_p, stacked, study_fuzzer, subjects_fingerprint
+from kit.stats import holm, rank_biserial, wilcoxon
+from kit.study import default_mutators, load_run, run_calls, save_run, stratified
+from kit.subjects import ARCHITECTURES, halves, load_subject
+
+ARMS = ("keep-none", "none", "idc@m4", "idc@m8", "random-keep@idc@m4", "random-keep@idc@m8", "nc", "nlc")
+FAMILY = (
+    ("idc@m8", "keep-none"),
+    ("idc@m4", "keep-none"),
+    ("idc@m8", "random-keep@idc@m8"),
+    ("none", "keep-none"),
+    ("nc", "keep-none"),
+    ("nlc", "keep-none"),
+)
+SHOWN = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "embedded-mnist": "embedded"}
+MIN_CLUSTER_SIZE = 5
+PRIMARY = "rarefied_faults"
+
+
+def rarefied(fault_ids: np.ndarray, n: int) -> float:
+    """The expected number of distinct faults among n of ``fault_ids`` drawn without replacement (Hurlbert's
+    rarefaction): sum over faults f of 1 - C(N - N_f, n) / C(N, n). Exact, in integers until the division."""
+    total = len(fault_ids)
+    if n <= 0 or total == 0:
+        return 0.0
+    if n > total:
+        raise ValueError(f"cannot rarefy {total} failures to {n}")
+    counts = np.unique(fault_ids, return_counts=True)[1]
+    return float(sum(1 - comb(total - int(c), n) / comb(total, n) for c in counts))
+
+
+def guide_of(arm: str) -> tuple[str, int | None]:
+    """(the Fuzzer's guide, the m of the analysis it runs on or None) of an arm; controls run unguided."""
+    if arm.startswith("random-keep@") or arm == "keep-none":
+        return "none", int(arm.rsplit("@m", 1)[1]) if "@m" in arm else None
+    if arm.startswith("idc@m"):
+        return "idc", int(arm[5:])
+    return arm, None
+
+
+class Subject:
+    """One subject copy: the model, its IDC analyses (one per m an arm needs) and NC (and NLC) fitted on the
+    training half it saw, and the extractor."""
+
+    def __init__(self, args, copy: int, extractor, fit: tuple[np.ndarray, np.ndarray]):
+        from idcgen.framework import Network
+
+        self.args, self.copy, self.extractor, self.fit = args, copy, extractor, fit
+        self.network = Network(load_subject(args.dataset, copy))
+        self.analyses: dict[int, object] = {}
+        self.criteria: dict[str, object] = {}
+
+    def analysis(self, m: int):
+        from idcgen.analysis import analyze
+
+        if m not in self.analyses:
+            self.analyses[m] = analyze(self.network, *self.fit, m=m, random_state=0, progress=False)
+        return self.analyses[m]
+
+    def criterion(self, name: str):
+        from idcgen.criteria import make_criterion
+
+        if name not in self.criteria:
+            self.criteria[name] = make_criterion(name).fit(self.network, self.fit[0])
+        return self.criteria[name]
+
+    def run(self, arm: str, r: int, seeds: tuple, keep_rate: float | None) -> tuple[dict, dict]:
+        """One run of ``arm`` on pair (this copy, state ``r``) from its ``seeds``."""
+        from idcgen.data import fit_to_model
+        from idcgen.fuzz.mutators import parse_mutators
+
+        started = time.perf_counter()
+        guide, m = guide_of(arm)
+        measures = [self.criterion("nc")] + ([self.criterion(guide)] if guide not in ("idc", "none", "nc") else [])
+        fuzzer = study_fuzzer(
+            self.analysis(m or 8),
+            keep_rate=0.0 if arm == "keep-none" else keep_rate,
+            mutators=parse_mutators(self.args.mutators),
+            guide=guide,
+            measure=measures,
+            batch_size=self.args.batch_size,
+            random_state=pair_state(self.copy, r),
+        )
+        campaign = fuzzer.run(*seeds, budget=self.args.budget, progress=False)
+        calls = run_calls(campaign)
+        empty = np.zeros((0,) + seeds[0].shape[1:], np.float32), np.zeros(0, int), np.zeros(0, int)
+        x, labels, predictions = (np.concatenate(p) for p in zip(*fuzzer.failures)) if fuzzer.failures else empty
+        layer = self.extractor.default_layer()
+        if len(x):
+            probs, (features,) = self.extractor.forward(fit_to_model(x, self.extractor.input_shape), (layer,))
+            features, valid = features.reshape(len(x), -1), probs.argmax(1) == labels
+        else:
+            features, valid = np.zeros((0, self.extractor.neuron_count(layer)), np.float32), np.zeros(0, bool)
+        valid_mutants = int(sum(s.valid for s in campaign.mutator_stats.values()))
+        kept = int((campaign.corpus.parent >= 0).sum())
+        row = {
+            "arm": arm,
+            "copy": self.copy,
+            "state": r,
+            "execs": campaign.execs,
+            "calls": calls,
+            "valid_mutants": valid_mutants,
+            "kept": kept,
+            "keep_rate": kept / max(1, valid_mutants),
+            "failures": len(x),
+            "valid_failures": int(valid.sum()),
+            "valid_failures_per_1k_calls": 1000.0 * float(valid.sum()) / calls,
+            "idc_%": 100.0 * campaign.tracker.score,
+            "nc_%": 100.0 * campaign.coverage["nc"].score,
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        arrays = {
+            "features": features[valid].astype(np.float32),
+            "label": labels[valid].astype(np.int64),
+            "prediction": predictions[valid].astype(np.int64),
+        }
+        return row, arrays
+
+
+def available(arms) -> list[str]:
+    """The arms idcgen can run: ``nlc`` only where the criterion is registered."""
+    from idcgen.criteria import CRITERIA
+
+    return [a for a in arms if a != "nlc" or "nlc" in CRITERIA]
+
+
+def run_all(args, out: Path) -> tuple[list[dict], dict]:
+    """Every (copy, state, arm) run, resumed from ``out/runs``; a copy is set up only when one of its runs is
+    missing. A random-keep control runs after its IDC run (ARMS' order)."""
+    from idcgen.framework import Network
+
+    x_test, y_test = load_data("test", args.dataset)
+    settings = {k: getattr(args, k) for k in ("dataset", "seeds", "budget", "fit_train", "batch_size", "mutators")}
+    settings["subjects"] = subjects_fingerprint(args.dataset, args.copies)
+    runs, arrays, extractor, fit = [], {}, None, None
+    total, done = args.copies * args.states * len(args.arms), 0
+    for c in range(args.copies):
+        subject = None
+        for r in range(args.states):
+            seeds = stratified(y_test, args.seeds, np.random.default_rng([100, c, r]))  # the third version's
+            for arm in args.arms:
+                done += 1
+                path = out / "runs" / f"{arm}_c{c}_r{r}.json"
+                if path.exists():
+                    row, arrays[(arm, c, r)] = load_run(path, settings)
+                else:
+                    if args.summary_only:
+                        continue
+                    if subject is None:
+                        extractor = extractor or Network(load_subject(args.dataset, None))
+                        if fit is None:
+                            (x_a, y_a), _ = halves(args.dataset)
+                            fit = x_a[: args.fit_train], y_a[: args.fit_train]
+                        subject = Subject(args, c, extractor, fit)
+                    rate = None
+                    if arm.startswith("random-keep@"):
+                        source = next((x for x in runs if (x["arm"], x["copy"], x["state"]) == (arm[12:], c, r)), None)
+                        if source is None:
+                            raise SystemExit(f"error: {arm} needs the {arm[12:]} run of copy {c}, state {r}: add it")
+                        rate = source["keep_rate"]
+                    row, arrays[(arm, c, r)] = subject.run(arm, r, (x_test[seeds], y_test[seeds]), rate)
+                    save_run(path, settings, row, arrays[(arm, c, r)])
+                    print(
+                        f"[{done}/{total}] {arm} c{c} r{r}: kept {row['kept']}, {row['valid_failures']} valid "
+                        f"failures, {row['seconds']:.0f} s",
+                        flush=True,
+                    )
+                runs.append(row)
+    return runs, arrays
+
+
+def add_faults(runs: list[dict], arrays: dict) -> dict[str, np.ndarray]:
+    """Cluster every run's valid failures together; per run its faults, its rarefied faults (to the smallest
+    valid-failure count of its pair) and faults per 1,000 calls. Returns each run's fault ids."""
+    from idcgen.faults import distinct_faults
+
+    features, labels, predictions, sizes = stacked(runs, arrays)
+    faults = distinct_faults(features, labels, predictions, min_cluster_size=MIN_CLUSTER_SIZE)
+    assignments, start = {}, 0
+    for run, n in zip(runs, sizes):
+        assignments[run_key(run)] = faults.fault[start : start + n].astype(np.int32)
+        start += n
+    add_endpoints(runs, assignments)
+    print(f"{faults.count} faults among {len(labels)} valid failures ({faults.method})", flush=True)
+    return assignments
+
+
+def add_endpoints(runs: list[dict], assignments: dict[str, np.ndarray]) -> None:
+    """``faults``, ``faults_per_1k_calls``, ``rarefy_to`` and ``rarefied_faults`` of every run from its fault ids."""
+    smallest: dict[tuple, int] = {}
+    for run in runs:
+        pair = (run["copy"], run["state"])
+        smallest[pair] = min(smallest.get(pair, run["valid_failures"]), run["valid_failures"])
+    for run in runs:
+        ids = assignments[run_key(run)]
+        run["faults"] = int(np.unique(ids).size)
+        run["faults_per_1k_calls"] = 1000.0 * run["faults"] / run["calls"]
+        run["rarefy_to"] = smallest[(run["copy"], run["state"])]
+        run[PRIMARY] = rarefied(ids, run["rarefy_to"])
+
+
+def run_key(run: dict) -> str:
+    return f"{run['arm']}_c{int(run['copy'])}_r{int(run['state'])}"
+
+
+def comparisons(runs: list[dict], key: str = PRIMARY) -> list[dict]:
+    """The declared family on ``key`` (comparisons with an arm not run left out): pairs, means, wins, copies
+    ahead, the matched-pairs rank-biserial r, the Wilcoxon p and Holm over these comparisons."""
+    arms = {r["arm"] for r in runs}
+    tests = {}
+    for a, b in (pair for pair in FAMILY if set(pair) <= arms):
+        x, y, pairs = paired(runs, a, b, key)
+        tests[(a, b)] = (x, y, wilcoxon(x, y), copies_ahead(x, y, pairs))
+    adjusted = holm({k: v[2] for k, v in tests.items()})
+    return [
+        {
+            "comparison": f"{a} vs {b}",
+            "pairs": len(x),
+            "mean a": float(x.mean()),
+            "mean b": float(y.mean()),
+            "a wins": int((x > y).sum()),
+            "copies a ahead": ahead,
+            "paired r": rank_biserial(x, y),
+            "p": p,
+            "Holm p": adjusted[(a, b)],
+        }
+        for (a, b), (x, y, p, ahead) in tests.items()
+    ]
+
+
+def read_runs(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return [{k: v if k == "arm" else float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(handle)]
+
+
+def verdicts(root: Path, datasets, command: str) -> Path:
+    """The declared family over every dataset's ``<root>/<dataset>/runs.csv``, Holm over all of it; writes
+    ``<root>/verdicts.csv`` and ``verdicts.md``."""
+    rows = []
+    for dataset in datasets:
+        path = root / dataset / "runs.csv"
+        if not path.exists():
+            raise SystemExit(f"error: {path} not found: run `python recipes/guidance_v4.py --dataset {dataset}` first")
+        rows += [{"dataset": dataset, **t} for t in comparisons(read_runs(path))]
+    adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
+    for i, r in enumerate(rows):
+        r["Holm p (all)"] = adjusted[i]
+    write_csv(root / "verdicts.csv", rows)
+    lines = [
+        "# Guidance study, fourth version: the declared family",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Primary endpoint: distinct valid faults rarefied to the smallest valid-failure count of the pair; "
+        f"Wilcoxon signed-rank over the pairs, Holm over all {len(rows)} comparisons.",
+        "",
+        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['comparison']} | {SHOWN.get(r['dataset'], r['dataset'])} | {r['pairs']} | {r['mean a']:.2f} | "
+            f"{r['mean b']:.2f} | {r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired r']:+.2f} | "
+            f"{shown_p(r['p'])} | {shown_p(r['Holm p (all)'])} |"
+        )
+    (root / "verdicts.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return root / "verdicts.md"
+
+
+PER_ARM = (
+    (PRIMARY, "rarefied faults", 2),
+    ("rarefy_to", "rarefied to", 0),
+    ("faults_per_1k_calls", "faults / 1k calls", 2),
+    ("valid_failures_per_1k_calls", "valid failures / 1k calls", 2),
+    ("faults", "faults", 0),
+    ("valid_failures", "valid failures", 0),
+    ("kept", "kept", 0),
+    ("idc_%", "IDC %", 1),
+    ("nc_%", "NC %", 1),
+)
+
+
+def summarise(runs: list[dict], args, command: str, out: Path) -> None:
+    arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
+    tests = comparisons(runs)
+    secondary = {key: comparisons(runs, key) for key in ("faults_per_1k_calls", "valid_failures_per_1k_calls")}
+    write_csv(out / "runs.csv", runs)
+    pairs = sorted({(r["copy"], r["state"]) for r in runs})
+    lines = [
+        f"# Guidance study, fourth version ({args.dataset})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{len(pairs)} pairs (subject copy, state), {args.seeds} seeds and {args.budget} execs a run. Primary "
+        "endpoint: distinct valid faults rarefied to the smallest valid-failure count of the pair (HDBSCAN at "
+        f"min_cluster_size {MIN_CLUSTER_SIZE} over all runs). Wilcoxon signed-rank on the pairs, Holm over this "
+        "dataset's comparisons (`--verdicts`: over every dataset's).",
+        "",
+        "| comparison | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {t['comparison']} | {t['pairs']} | {t['mean a']:.2f} | {t['mean b']:.2f} | {t['a wins']}/{t['pairs']}"
+            f" | {t['copies a ahead']} | {t['paired r']:+.2f} | {shown_p(t['p'])} | {shown_p(t['Holm p'])} |"
+            for t in tests
+        ),
+        "",
+        "## Per arm (mean ± sd over the runs)",
+        "",
+        "| arm | runs | " + " | ".join(name for _, name, _ in PER_ARM) + " |",
+        "|---|---|" + "---|" * len(PER_ARM),
+        *(
+            f"| {a} | {sum(r['arm'] == a for r in runs)} | "
+            + " | ".join(mean_sd([r[k] for r in runs if r["arm"] == a], d) for k, _, d in PER_ARM)
+            + " |"
+            for a in arms
+        ),
+        "",
+        "## Secondary endpoints (the third version's; exploratory here)",
+        "",
+        "| endpoint | comparison | mean a | mean b | a wins | paired r | p |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {key} | {t['comparison']} | {t['mean a']:.2f} | {t['mean b']:.2f} | {t['a wins']}/{t['pairs']} | "
+            f"{t['paired r']:+.2f} | {shown_p(t['p'])} |"
+            for key, found in secondary.items()
+            for t in found
+        ),
+    ]
+    (out / "study.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="mnist", choices=tuple(ARCHITECTURES))
+    parser.add_argument("--copies", type=int, default=5, help="subject copies (recipes/subjects.py trains them)")
+    parser.add_argument("--states", type=int, default=3, help="seed sets and random states per copy")
+    parser.add_argument("--seeds", type=int, default=500)
+    parser.add_argument("--budget", type=int, default=10_000, help="execs of each run")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--fit-train", type=int, default=10_000, help="training inputs for IDC, NC and NLC")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--out", default=None, help="default outputs/guidance_v4/<dataset>")
+    parser.add_argument("--summary-only", action="store_true", help="summarise the runs done, run nothing")
+    parser.add_argument("--verdicts", nargs="+", default=None, metavar="DATASET", help="the family over datasets")
+    args = parser.parse_args(argv)
+    if args.verdicts:
+        return verdicts(Path(args.out) if args.out else OUTPUTS / "guidance_v4", args.verdicts, command_line())
+    for name in ("copies", "states", "seeds", "budget", "fit_train", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    args.arms = [a for a in ARMS if a in args.arms]
+    missing = sorted(set(args.arms) - set(available(args.arms)))
+    if missing:
+        print(f"note: arm {', '.join(missing)} left out: idcgen has no such criterion here", flush=True)
+        args.arms = available(args.arms)
+    args.mutators = default_mutators()
+    out = Path(args.out) if args.out else OUTPUTS / "guidance_v4" / args.dataset
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file, not a folder")
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    runs, arrays = run_all(args, out)
+    if not runs:
+        raise SystemExit(f"error: no runs in {out / 'runs'}")
+    assignments = add_faults(runs, arrays)
+    np.savez_compressed(out / "assignments.npz", **assignments)
+    summarise(runs, args, command_line(), out)
+    print(f"total {time.perf_counter() - started:.0f} s -> {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""What the guidance studies of subject copies share (recipes/guidance_v3.py, recipes/guidance_v4.py): the
+fuzzer that records every flagged mutant, the pairs (copy, state), the subjects' fingerprint, the valid
+failures of many runs stacked, and paired comparisons."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .subjects import subject_path
+
+
+def study_fuzzer(analysis, *, keep_rate: float | None = None, **kwargs):
+    """idcgen's Fuzzer that also records every flagged mutant, kept or not, and, given ``keep_rate``, keeps each
+    valid mutant with that probability instead of by coverage (a random-keep control; guide "none")."""
+    from idcgen.fuzz.fuzzer import Fuzzer
+
+    class StudyFuzzer(Fuzzer):
+        def __init__(self):
+            super().__init__(analysis, **kwargs)
+            self.failures: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+        def step(self, c, left):
+            step = super().step(c, left)
+            if step.error is not None:
+                return step
+            if keep_rate is not None:  # drawn from (random state, step): the same draws on every rerun
+                draws = np.random.default_rng([self.random_state, step.number, 7]).random(len(step.valid))
+                step.keep = step.valid & (draws < keep_rate)
+            flagged = np.flatnonzero(step.flagged)
+            if flagged.size:
+                labels = c.corpus.label[c.corpus.root[step.parents[flagged]]]
+                self.failures.append((step.mutants[flagged], labels, step.predictions[flagged]))
+            return step
+
+    return StudyFuzzer()
+
+
+def pair_state(copy: int, state: int) -> int:
+    """The fuzzer's random state of pair (copy, state): different for every pair."""
+    return 1000 * copy + state
+
+
+def subjects_fingerprint(dataset: str, copies: int) -> str:
+    """A digest of the weight files of the copies and the extractor, so that runs made on other subjects are
+    never mixed in."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for copy in [*range(copies), None]:
+        path = subject_path(dataset, copy)
+        digest.update(path.read_bytes() if path.exists() else b"missing")
+    return digest.hexdigest()[:16]
+
+
+def stacked(runs: list[dict], arrays: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """The valid failures of ``runs`` one after another: features, labels, predictions, and each run's count."""
+    keys = [(r["arm"], r["copy"], r["state"]) for r in runs]
+    sizes = [len(arrays[k]["label"]) for k in keys]
+    width = max((arrays[k]["features"].shape[1] for k, n in zip(keys, sizes) if n), default=1)
+    features = np.concatenate([arrays[k]["features"].reshape(n, width) for k, n in zip(keys, sizes)])
+    labels = np.concatenate([arrays[k]["label"] for k in keys])
+    return features, labels, np.concatenate([arrays[k]["prediction"] for k in keys]), sizes
+
+
+def paired(runs: list[dict], a: str, b: str, key: str) -> tuple[np.ndarray, np.ndarray, list]:
+    """The values of ``key`` for arms a and b on the pairs (copy, state) both ran, and those pairs."""
+    by = {(r["arm"], r["copy"], r["state"]): r[key] for r in runs}
+    common = sorted({(c, s) for (arm, c, s) in by if arm == a} & {(c, s) for (arm, c, s) in by if arm == b})
+    return np.array([by[(a, *p)] for p in common], float), np.array([by[(b, *p)] for p in common], float), common
+
+
+def copies_ahead(x: np.ndarray, y: np.ndarray, pairs: list) -> str:
+    """On how many subject copies a's mean over the copy's pairs is above b's: "k/n"."""
+    copy = np.array([c for c, _ in pairs])
+    copies = np.unique(copy)
+    ahead = sum(x[copy == c].mean() > y[copy == c].mean() for c in copies)
+    return f"{ahead}/{len(copies)}"
+
+
+def shown_p(p: float) -> str:
+    return "" if np.isnan(p) else f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
+
+
+def mean_sd(values, digits: int) -> str:
+    v = np.asarray(values, float)
+    return f"{np.nanmean(v):.{digits}f} ± {np.nanstd(v, ddof=1):.{digits}f}" if len(v) > 1 else f"{v[0]:.{digits}f}"
