@@ -45,3 +45,13 @@ def test_16_bit_images_are_read_at_their_depth(digits, tmp_path, value_range):
     a = load_inputs(folders["png16"], resize=(14, 14), crop=(1, 1, 1, 1)).x
     b = load_inputs(folders["png8"], resize=(14, 14), crop=(1, 1, 1, 1)).x
     assert np.abs(a - b).max() < 1 / 255
+
+
+def test_an_npz_of_0x0_images_is_refused_in_one_line(tmp_path):
+    """Z01: zero-size array to reduction operation minimum."""
+    from idcgen.data import load_inputs
+    from idcgen.errors import InputError
+
+    np.savez(tmp_path / "z.npz", x=np.zeros((3, 0, 0), np.uint8), y=np.arange(3))
+    with pytest.raises(InputError, match=r"have shape \(3, 0, 0\): each input is empty"):
+        load_inputs(tmp_path / "z.npz")

@@ -140,6 +140,11 @@ def check_raw(x: np.ndarray, source: str) -> None:
         raise InputError(f"inputs from {source} have shape {x.shape}; expected (n, h, w), (n, h, w, c) or (n, d)")
     if len(x) == 0:
         raise InputError(f"no inputs in {source}")
+    if x.size == 0:
+        raise InputError(
+            f"inputs from {source} have shape {x.shape}: each input is empty (0 values); "
+            "expected images or vectors of at least one value"
+        )
 
 
 def _ints(value, n: int) -> bool:
