@@ -55,3 +55,16 @@ def test_an_npz_of_0x0_images_is_refused_in_one_line(tmp_path):
     np.savez(tmp_path / "z.npz", x=np.zeros((3, 0, 0), np.uint8), y=np.arange(3))
     with pytest.raises(InputError, match=r"have shape \(3, 0, 0\): each input is empty"):
         load_inputs(tmp_path / "z.npz")
+
+
+@pytest.mark.parametrize("name", ["arrays.npz", "arrays.npy"])
+def test_arrays_of_text_are_named_as_such(tmp_path, name):
+    """A08: numpy's "Object arrays cannot be loaded when allow_pickle=False" is advice a user cannot take."""
+    from idcgen.data import load_inputs
+    from idcgen.errors import InputError
+
+    text = np.array(["a cat", "a dog"], dtype=object)
+    np.savez(tmp_path / name, x=text) if name.endswith(".npz") else np.save(tmp_path / name, text)
+    with pytest.raises(InputError) as caught:
+        load_inputs(tmp_path / name)
+    assert "allow_pickle" not in str(caught.value) and "not numbers" in str(caught.value), caught.value

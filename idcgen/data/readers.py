@@ -126,7 +126,13 @@ def _read_array(path: Path, key: str | None = None) -> np.ndarray:
         with np.load(path, allow_pickle=False) as archive:
             return archive[key]
     except (OSError, ValueError, EOFError) as err:
-        raise InputError(f"cannot read {path}{'' if key is None else f'[{key}]'}: {err}") from err
+        where = f"{path}{'' if key is None else f'[{key}]'}"
+        if "allow_pickle" in str(err):  # numpy's advice (allow_pickle=True) would run code from the file
+            raise InputError(
+                f"cannot read {where}: it holds Python objects (text or mixed values, stored pickled), not "
+                "numbers; save the inputs as a numeric array (e.g. np.asarray(x, dtype=np.float32))"
+            ) from err
+        raise InputError(f"cannot read {where}: {err}") from err
 
 
 def load_npz(path: Path, split):
