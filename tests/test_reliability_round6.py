@@ -1,5 +1,7 @@
 """Faults of issue 50: wrong results, tracebacks and unclear messages, each refused or said in one line."""
 
+import re
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -68,3 +70,48 @@ def test_arrays_of_text_are_named_as_such(tmp_path, name):
     with pytest.raises(InputError) as caught:
         load_inputs(tmp_path / name)
     assert "allow_pickle" not in str(caught.value) and "not numbers" in str(caught.value), caught.value
+
+
+def _recipe(tmp_path, *argv):
+    """``python recipes/NAME.py argv`` with MNIST nowhere (IDCGEN_MNIST names a missing folder, as when the
+    workspace's data beside the repository is not there): (exit code, stdout, stderr without log lines)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "IDCGEN_MNIST": str(tmp_path / "no-mnist"), "IDCGEN_OUTPUTS": str(tmp_path / "outputs")}
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run(
+        [sys.executable, *map(str, argv)], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    noise = ("WARNING: All log", "I0000", "W0000", "E0000")
+    err = "\n".join(line for line in done.stderr.splitlines() if not line.startswith(noise))
+    return done.returncode, done.stdout, err
+
+
+def test_subjects_only_missing_without_the_data(tmp_path):
+    """RC06: `subjects.py --only-missing` read MNIST before finding every model there; without it, a
+    21-line traceback that never named where the recipes read MNIST."""
+    code, out, err = _recipe(tmp_path, "recipes/subjects.py", "--dataset", "mnist", "--only-missing")
+    assert code == 0 and err == "" and out.count("there already") == 6, (out, err)
+    code, out, err = _recipe(tmp_path, "recipes/subjects.py", "--dataset", "mnist", "--copies", 6, "--only-missing")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert re.search(r"read mnist from \S+/data/mnist \(the workspace's data beside the repository\)", err), err
+    assert "set IDCGEN_MNIST" in err
+
+
+def test_guidance_v3_without_the_data_or_onto_a_file(tmp_path):
+    """RC15, RC16: a traceback even with --summary-only, which runs nothing; RC19: --out onto a file ended
+    in NotADirectoryError."""
+    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", "--summary-only")
+    assert code == 1 and err == f"error: no runs in {tmp_path / 'outputs' / 'guidance_v3' / 'mnist' / 'runs'}", err
+    argv = ("--copies", 1, "--states", 1, "--arms", "idc", "--out", tmp_path / "g")
+    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", *argv)
+    assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert re.search(r"read mnist from \S+/data/mnist \(the workspace", err), err
+    (tmp_path / "file").write_text("")
+    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", "--out", tmp_path / "file")
+    assert code == 2 and f"error: --out {tmp_path / 'file'} is a file; give a folder" in err.splitlines()[-1], err
