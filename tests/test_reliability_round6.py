@@ -115,3 +115,20 @@ def test_guidance_v3_without_the_data_or_onto_a_file(tmp_path):
     (tmp_path / "file").write_text("")
     code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", "--out", tmp_path / "file")
     assert code == 2 and f"error: --out {tmp_path / 'file'} is a file; give a folder" in err.splitlines()[-1], err
+
+
+def test_an_empty_onnx_file_is_named_empty(tmp_path):
+    """OX08: an empty .onnx parsed as an empty model that "takes 0 inputs"."""
+    pytest.importorskip("onnx")
+    from idcgen.errors import ModelError
+    from idcgen.framework.onnx_network import load_model
+
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(ModelError, match=r"empty\.onnx is empty$"):
+        load_model(tmp_path / "empty.onnx")
+    import onnx
+
+    onnx.save(onnx.ModelProto(ir_version=8), str(tmp_path / "blank.onnx"))  # a valid proto, no graph
+    with pytest.raises(ModelError, match=r"blank\.onnx holds no graph"):
+        load_model(tmp_path / "blank.onnx")
+

@@ -77,10 +77,14 @@ def load_model(path, *, safe_mode: bool = True, architecture=None, input_shape=N
 
     if not Path(path).is_file():
         raise ModelError(f"model file not found: {path}")
+    if Path(path).stat().st_size == 0:  # protobuf parses no bytes as an empty model, which "takes 0 inputs"
+        raise ModelError(f"cannot read ONNX file {path}: {path} is empty")
     try:  # with the weights the exporter wrote beside it (m.onnx.data), so the model travels as one proto
         proto = onnx.load(str(path))
     except Exception as exc:  # a truncated or foreign file: protobuf's own error
         raise ModelError(f"cannot read ONNX file {path}: {_first_line(exc)}") from None
+    if not proto.graph.node:
+        raise ModelError(f"cannot read ONNX file {path}: {path} holds no graph (no nodes); export the model again")
     return OnnxModel(proto.SerializeToString(), f"ONNX file {path}")
 
 
