@@ -132,3 +132,13 @@ def test_an_empty_onnx_file_is_named_empty(tmp_path):
     with pytest.raises(ModelError, match=r"blank\.onnx holds no graph"):
         load_model(tmp_path / "blank.onnx")
 
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_forward_only_model_gets_no_advice_for_the_other_task(task):
+    """OX13: an ONNX classifier's note said "for a regression model use fgsm, bim or pgd"."""
+    from types import SimpleNamespace
+
+    from idcgen.fuzz.mutators import default_mutators
+
+    _, notes = default_mutators(SimpleNamespace(task=task, capabilities=("forward",)))
+    assert notes and not any("for a regression model" in note for note in notes), notes
