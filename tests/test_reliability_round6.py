@@ -142,3 +142,64 @@ def test_a_forward_only_model_gets_no_advice_for_the_other_task(task):
 
     _, notes = default_mutators(SimpleNamespace(task=task, capabilities=("forward",)))
     assert notes and not any("for a regression model" in note for note in notes), notes
+
+
+@pytest.fixture(scope="module")
+def nan_lenet(trained_lenet, tmp_path_factory):
+    """The trained LeNet-1 with every weight NaN (a training run that diverged)."""
+    import keras
+
+    model, _ = trained_lenet
+    broken = keras.models.clone_model(model)
+    broken.set_weights([np.full_like(w, np.nan) for w in model.get_weights()])
+    path = tmp_path_factory.mktemp("nan") / "nan.keras"
+    broken.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def digits_npz(digits, tmp_path_factory):
+    x_train, y_train, x_test, y_test = digits
+    path = tmp_path_factory.mktemp("nan_data") / "test.npz"
+    np.savez(path, x=(x_test[:120, ..., 0] * 255).round().astype(np.uint8), y=y_test[:120])
+    return path
+
+
+@pytest.mark.parametrize(
+    "command, args",
+    [
+        ("analyze", ["--out", "{tmp}/a", "--train"]),  # OX23: Combinations.assign: activations must be finite
+        ("inspect", ["--out", "{tmp}/r", "--limit", 120, "--inputs"]),  # NN03: predicts only class [0]
+        ("prioritize", ["--by", "dsa", "--out", "{tmp}/o.csv", "--train"]),  # NN05: DSC needs two classes
+    ],
+    ids=["OX23", "NN03", "NN05"],
+)
+def test_a_model_whose_outputs_are_nan_is_named_as_such(command, args, nan_lenet, digits_npz, tmp_path):
+    args = [str(a).format(tmp=tmp_path) for a in args]
+    extra = [] if command in ("inspect", "analyze") else ["--inputs", digits_npz]
+    result = invoke(command, "--model", nan_lenet, *args, digits_npz, *extra)
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("error: the model's outputs are NaN"), result.output
+
+
+def test_an_onnx_model_whose_outputs_are_nan_is_named_as_such():
+    """OX23 on the ONNX backend itself."""
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from idcgen.errors import ModelError
+    from idcgen.framework.onnx_network import OnnxModel, OnnxNetwork
+
+    w = np.full((4, 3), np.nan, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="dense"), helper.make_node("Relu", ["h"], ["y"])],
+        "nan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    network = OnnxNetwork(OnnxModel(proto.SerializeToString(), "ONNX file nan.onnx"))
+    with pytest.raises(ModelError, match="the model's outputs are NaN"):
+        network.forward(np.ones((5, 4), np.float32), ("h",))

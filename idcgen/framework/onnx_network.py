@@ -30,6 +30,7 @@ import numpy as np
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, ForwardNetwork, LayerInfo
+from .common import refuse_nan_outputs
 from .device import requested_device, say_once
 
 #: operations a walk from the classifier down to the subject layer passes through (reshapes, dropout,
@@ -546,7 +547,7 @@ class OnnxNetwork(ForwardNetwork):
             if progress is not None:
                 progress.update(len(batch))
         out = np.concatenate(outs) if outs else np.zeros((0, self.n_classes), np.float32)
-        return out, [
+        return refuse_nan_outputs(out), [
             np.concatenate(a) if a else np.zeros((0, 2 if span else layer.neurons), np.float32)
             for a, (layer, span) in zip(acts, targets)
         ]
