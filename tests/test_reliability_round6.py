@@ -203,3 +203,17 @@ def test_an_onnx_model_whose_outputs_are_nan_is_named_as_such():
     network = OnnxNetwork(OnnxModel(proto.SerializeToString(), "ONNX file nan.onnx"))
     with pytest.raises(ModelError, match="the model's outputs are NaN"):
         network.forward(np.ones((5, 4), np.float32), ("h",))
+
+
+def test_a_pickled_whole_module_as_weights_is_named_as_such(tmp_path):
+    """PK02: torch.save(model, PATH) given as --weights passed on torch's weights_only advice."""
+    torch = pytest.importorskip("torch")
+    from idcgen.errors import ModelError
+    from idcgen.framework.torch_load import _state_dict
+
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "whole.pt")
+    with pytest.raises(ModelError) as caught:
+        _state_dict(tmp_path / "whole.pt", "net.py:Net")
+    message = str(caught.value)
+    assert "weights_only" not in message and "\n" not in message, message
+    assert "a whole pickled model" in message and "torch.save(model.state_dict(), PATH)" in message, message
