@@ -217,3 +217,14 @@ def test_a_pickled_whole_module_as_weights_is_named_as_such(tmp_path):
     message = str(caught.value)
     assert "weights_only" not in message and "\n" not in message, message
     assert "a whole pickled model" in message and "torch.save(model.state_dict(), PATH)" in message, message
+
+
+def test_a_criterion_spec_in_a_message_is_left_as_written():
+    """A spec was rewritten as if it held flags: nc(scaling=none,--threshold 0.5,...)."""
+    from idcgen.cli import in_cli_words
+
+    spec = "nc(scaling=none,threshold=0.5,top=2)"
+    message = f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; batch_size=0 given"
+    assert in_cli_words(message) == (
+        f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; --batch-size 0 given"
+    )
