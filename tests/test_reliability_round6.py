@@ -228,3 +228,37 @@ def test_a_criterion_spec_in_a_message_is_left_as_written():
     assert in_cli_words(message) == (
         f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; --batch-size 0 given"
     )
+
+
+def _full_after(monkeypatch, module, name, calls_before):
+    """``module.name`` writing as usual ``calls_before`` times, then as on a full disk: an empty file, then
+    ENOSPC."""
+    import errno
+    from pathlib import Path
+
+    write, calls = getattr(module, name), []
+
+    def full(self_or_path, *args, **kw):
+        calls.append(1)
+        if len(calls) > calls_before:
+            target = args[0] if name == "savefig" else self_or_path
+            Path(target).write_bytes(b"")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self_or_path, *args, **kw)
+
+    monkeypatch.setattr(module, name, full)
+
+
+def test_a_full_disk_during_inspect_leaves_no_half_report(trained_lenet, digits_npz, tmp_path, monkeypatch):
+    """F15: a half-written report with a 0-byte PNG, and a bare "[Errno 28] No space left on device"."""
+    from matplotlib.figure import Figure
+
+    _, path = trained_lenet
+    _full_after(monkeypatch, Figure, "savefig", 0)
+    out = tmp_path / "r"
+    result = invoke("inspect", "--model", path, "--inputs", digits_npz, "--out", out)
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: no space left on the device of {out}") and "run inspect again" in line, line
+    assert not [p.name for p in out.iterdir()], "a half-written report was left"
+
