@@ -262,3 +262,21 @@ def test_a_full_disk_during_inspect_leaves_no_half_report(trained_lenet, digits_
     assert line.startswith(f"error: no space left on the device of {out}") and "run inspect again" in line, line
     assert not [p.name for p in out.iterdir()], "a half-written report was left"
 
+
+def test_a_full_disk_during_a_disagreement_fuzz_names_the_campaign(trained_lenet, digits_npz, tmp_path, monkeypatch):
+    """F16: the disagreement fuzz gave a bare "[Errno 28]" without the campaign or how to resume."""
+    from idcgen.fuzz import store
+
+    model, path = trained_lenet
+    other = tmp_path / "other.keras"
+    model.save(other)
+    _full_after(monkeypatch, store, "atomic_npz", 0)
+    out = tmp_path / "c"
+    result = invoke(
+        "fuzz", "--model", path, "--model", other, "--oracle", "disagreement", "--seeds", digits_npz,
+        "--train", digits_npz, "--limit", 60, "--budget", 640, "--batch-size", 64, "--mutators", "gauss", "--out", out,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: no space left on the device of campaign {out}"), line
+    assert line.endswith(f"free some space, remove {out}, then start the campaign again"), line
