@@ -142,6 +142,20 @@ _PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? para
 _ASSIGNMENT = re.compile(r"(?<![\w(])(\w+)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)")
 
 
+def _in_spec(text: str, at: int) -> bool:
+    """Whether ``text[at]`` lies inside a spec's parentheses, nc(scaling=none,threshold=0.5): the spec is
+    what the user wrote, not flags, however deep (kmnc(k=(2,3),...))."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        if text[i] == ")":
+            depth += 1
+        elif text[i] == "(":
+            if depth == 0:
+                return i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")
+            depth -= 1
+    return False
+
+
 def in_cli_words(message: str) -> str:
     """A library message with its parameter references spelt as the flags that set them (see FLAGS)."""
 
@@ -153,7 +167,7 @@ def in_cli_words(message: str) -> str:
 
     def assignment(match):
         name, value = match.groups()
-        if name not in FLAGS:
+        if name not in FLAGS or _in_spec(match.string, match.start()):
             return match.group(0)
         if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) >= 2:
             value = value[1:-1]

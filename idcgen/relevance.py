@@ -32,6 +32,8 @@ def batch_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activatio
     The map step of an analysis: a Ray worker runs it on its shard, and :func:`sum_totals` reduces the
     batches of all shards in input order, so the sums are added as in one process (docs/design.md,
     "Scale-out on Ray"). A batch out of the device's memory is run again halved (rel.batcher())."""
+    from .framework.common import refuse_nan_outputs
+
     batches = rel.batcher() if hasattr(rel, "batcher") else None
     start = 0
     while start < len(x):
@@ -46,7 +48,7 @@ def batch_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activatio
             batches.failed(exc, stop - start, release=getattr(rel, "release", None))
             rel.batch_size = batches.size
             continue
-        r, pred = r.astype(np.float64), z.argmax(axis=1)
+        r, pred = r.astype(np.float64), refuse_nan_outputs(np.asarray(z)).argmax(axis=1)
         used = slice(None) if labels is None else pred == labels[start:stop]
         r = r[used]
         start = stop

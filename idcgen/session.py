@@ -655,7 +655,18 @@ class LocalRunner:
         return analyze(network, x, y, **options)
 
     def start(self, fuzzer, x_seeds, y_seeds, out, *, x_train, y_train, echo, progress):
-        campaign = fuzzer.start(x_seeds, y_seeds, out)
+        try:
+            campaign = fuzzer.start(x_seeds, y_seeds, out)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # before its first commit there is no campaign to resume: it starts again
+            raise InputError(
+                f"no space left on the device of campaign {out}"
+                + (f" (writing {exc.filename})" if exc.filename else "")
+                + "; it stopped writing its seeds, before any fuzzing: free some space, remove "
+                f"{out}, then start the campaign again"
+            ) from None
         echo(
             f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
             f"{campaign.tracker.total})"

@@ -137,7 +137,7 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
     missing."""
     from idcgen.framework import Network
 
-    x_test, y_test = load_data("test", args.dataset)
+    test = None  # read when a run is to be made: --summary-only reads no data
     settings = {k: getattr(args, k) for k in ("dataset", "seeds", "budget", "m", "fit_train", "batch_size", "mutators")}
     settings["subjects"] = subjects_fingerprint(args.dataset, args.copies)  # retrained subjects: runs made again
     runs, arrays, extractor, fit = [], {}, None, None
@@ -146,7 +146,6 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
         subject = None
         for r in range(args.states):
             # each pair its own seed set and random state: no seed set is shared between copies
-            seeds = stratified(y_test, args.seeds, np.random.default_rng([100, c, r]))
             for arm in args.arms:
                 done += 1
                 path = out / "runs" / f"{arm}_c{c}_r{r}.json"
@@ -171,6 +170,8 @@ def run_all(args, out: Path) -> tuple[list[dict], dict]:
                                 f"error: {arm} needs the {arm[12:]} run of copy {c}, state {r}: add that arm"
                             )
                         rate = source["keep_rate"]
+                    x_test, y_test = test = test or load_data("test", args.dataset)
+                    seeds = stratified(y_test, args.seeds, np.random.default_rng([100, c, r]))
                     row, arrays[(arm, c, r)] = subject.run(arm, r, (x_test[seeds], y_test[seeds]), rate)
                     save_run(path, settings, row, arrays[(arm, c, r)])
                     print(
@@ -446,6 +447,8 @@ def main(argv=None):
     if PRIMARY_SIZE not in args.sizes or min(args.sizes) < 2:
         parser.error(f"--sizes must include the primary {PRIMARY_SIZE}, and every size be at least 2")
     out = Path(args.out) if args.out else OUTPUTS / "guidance_v3" / args.dataset
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a folder (it holds runs/ and the summary)")
     (out / "runs").mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs, arrays = run_all(args, out)

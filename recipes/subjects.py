@@ -83,6 +83,11 @@ def main(argv=None):
     from idcgen.framework import Network
 
     subject, extractor = ARCHITECTURES[args.dataset]
+    copies = [*range(args.copies), None]
+    if args.only_missing and all(subject_path(args.dataset, copy).exists() for copy in copies):
+        for copy in copies:  # nothing to train: no data read
+            print(f"{subject_path(args.dataset, copy).name}: there already", flush=True)
+        return
     (x_a, y_a), (x_b, y_b) = halves(args.dataset)
     x_test, y_test = load_data("test", args.dataset)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout

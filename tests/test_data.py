@@ -80,7 +80,7 @@ def test_grayscale_converts_to_rgb(tmp_path, digits):
 
 
 def test_empty_folder(tmp_path):
-    with pytest.raises(InputError, match=r"no images \(\.png, \.jpg, \.jpeg, \.bmp\) found in"):
+    with pytest.raises(InputError, match=r"no images \(\.png, \.jpg, \.jpeg, \.bmp, \.tif, \.tiff\) found in"):
         load_inputs(tmp_path)
 
 

@@ -13,7 +13,8 @@ the inputs the shape a model expects, and `check_labels` validates labels given 
 Spec forms accepted by `load_inputs`
 ------------------------------------
 ``some/folder`` of images
-    Files ending ``.png``, ``.jpg``, ``.jpeg`` or ``.bmp`` (any case), decoded with PIL. With class
+    Files ending ``.png``, ``.jpg``, ``.jpeg``, ``.bmp``, ``.tif`` or ``.tiff`` (any case), decoded with
+    PIL; 16-bit greyscale images are read at their depth and scaled from 65535 (a note says so). With class
     subfolders (``folder/3/1.png``, ``folder/cat/7.png``) the labels come from the subfolder names:
     folders named by integers are those classes (``3/`` is class 3, whatever other folders exist);
     other names take their index in ``class_names`` when given, else their index in the sorted names

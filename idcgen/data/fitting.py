@@ -140,6 +140,11 @@ def check_raw(x: np.ndarray, source: str) -> None:
         raise InputError(f"inputs from {source} have shape {x.shape}; expected (n, h, w), (n, h, w, c) or (n, d)")
     if len(x) == 0:
         raise InputError(f"no inputs in {source}")
+    if x.size == 0:
+        raise InputError(
+            f"inputs from {source} have shape {x.shape}: each input is empty (0 values); "
+            "expected images or vectors of at least one value"
+        )
 
 
 def _ints(value, n: int) -> bool:
@@ -234,9 +239,9 @@ def check_value_range(value_range) -> tuple[float, float]:
     return lo, hi
 
 
-def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.ndarray, str]:
+def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0), *, top: int = 255) -> tuple[np.ndarray, str]:
     """Float32 inputs in ``value_range`` and a description of the scaling; refuses NaN, Inf and
-    out-of-range values."""
+    out-of-range values. ``top``: the white of integer inputs under "auto" (65535 for 16-bit images)."""
     vlo, vhi = value_range
     target = f"[{vlo:g}, {vhi:g}]"
     if scale == "none":
@@ -245,18 +250,18 @@ def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.
         out, how = _divided_by_255(x), f"{x.dtype}/255 -> [0, 1] (scale='255')"
     elif x.dtype.kind in "ui":
         lo, hi = int(x.min()), int(x.max())
-        if lo < 0 or hi > 255:
+        if lo < 0 or hi > top:
             raise InputError(
-                f"integer inputs range over [{lo}, {hi}], beyond 0..255, so scale='auto' cannot map them "
+                f"integer inputs range over [{lo}, {hi}], beyond 0..{top}, so scale='auto' cannot map them "
                 f"to {target}; pass scale='none' to keep them unscaled"
             )
-        if (vlo, vhi) == (0.0, 255.0):
+        if (vlo, vhi) == (0.0, 255.0) and top == 255:
             out, how = x.astype(np.float32), f"{x.dtype} kept in 0..255 (the model takes [0, 255])"
         elif (vlo, vhi) == (0.0, 1.0):
-            out, how = _divided_by_255(x), f"{x.dtype}/255 -> [0, 1]"
-        else:
-            out = x.astype(np.float32) * np.float32((vhi - vlo) / 255) + np.float32(vlo)
-            how = f"{x.dtype} 0..255 -> {target} (linear)"
+            out, how = _divided_by_255(x, top=top), f"{x.dtype}/{top} -> [0, 1]"
+        else:  # down to 0..255 first (/257, exact), so 16-bit v * 257 gives just what 8-bit v gives
+            out = _divided_by_255(x, top=top // 255) * np.float32((vhi - vlo) / 255) + np.float32(vlo)
+            how = f"{x.dtype} 0..{top} -> {target} (linear)"
     else:
         out, how = x.astype(np.float32), f"none (float input already in {target})"
     lo, hi = float(out.min()), float(out.max())  # NaN and Inf show in the extremes: no mask unless needed
@@ -286,14 +291,14 @@ def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0)) -> tuple[np.
     return out, how
 
 
-def _divided_by_255(x: np.ndarray, rows: int = 4096) -> np.ndarray:
-    """x / 255 as a new float32 array, converted a block of rows at a time: memory holds the input and the
-    result, never a second float32 temporary (614 MB for CIFAR-10's training set)."""
+def _divided_by_255(x: np.ndarray, rows: int = 4096, top: int = 255) -> np.ndarray:
+    """x / 255 (or `top`) as a new float32 array, converted a block of rows at a time: memory holds the
+    input and the result, never a second float32 temporary (614 MB for CIFAR-10's training set)."""
     out = np.empty(x.shape, np.float32)
     for start in range(0, len(x), rows):
         block = out[start : start + rows]
         block[...] = x[start : start + rows]
-        block /= np.float32(255)
+        block /= np.float32(top)
     return out
 
 

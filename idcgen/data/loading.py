@@ -156,7 +156,9 @@ def load_inputs(
     if not image_folder:  # arrays: converted and resized as a folder's images are
         x, fitted = fit_array_images(x, channels, resize)
         notes = (*notes, *fitted)
-    x, scaling = scale_inputs(x, scale, value_range)
+    # 16-bit images (the folder reader's only uint16) are scaled from their white, 65535
+    top = 65535 if image_folder and x.dtype == np.uint16 else 255
+    x, scaling = scale_inputs(x, scale, value_range, top=top)
     return Dataset(x=x, y=y, source=source, scaling=scaling, class_names=found_names, notes=tuple(notes))
 
 

@@ -16,7 +16,7 @@ from PIL import Image
 
 from idcgen.errors import InputError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 SPLITS = ("train", "test", "all")
 IDX_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
@@ -25,6 +25,8 @@ IDX_FILES = {
 # IDX type codes (the third header byte); multi-byte values are big-endian.
 _IDX_DTYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 _GRAY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # PIL modes kept as one channel when channels is None
+# 16-bit greyscale: PIL's convert("L") clips these at 255, so every non-zero pixel read as white
+_DEEP_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N")
 
 
 # --- the registry ------------------------------------------------------------------------------------
@@ -124,7 +126,13 @@ def _read_array(path: Path, key: str | None = None) -> np.ndarray:
         with np.load(path, allow_pickle=False) as archive:
             return archive[key]
     except (OSError, ValueError, EOFError) as err:
-        raise InputError(f"cannot read {path}{'' if key is None else f'[{key}]'}: {err}") from err
+        where = f"{path}{'' if key is None else f'[{key}]'}"
+        if "allow_pickle" in str(err):  # numpy's advice (allow_pickle=True) would run code from the file
+            raise InputError(
+                f"cannot read {where}: it holds Python objects (text or mixed values, stored pickled), not "
+                "numbers; save the inputs as a numeric array (e.g. np.asarray(x, dtype=np.float32))"
+            ) from err
+        raise InputError(f"cannot read {where}: {err}") from err
 
 
 def load_npz(path: Path, split):
@@ -310,6 +318,10 @@ def _load_image_folder(
         notes.append(line)
     read = [_read_image(f, channels, resize, crop) for f in files]
     images = [image for image, _, _ in read]
+    deep = sum(image.dtype == np.uint16 for image in images)
+    if deep:  # one depth for the stack: 8-bit levels v as 16-bit v * 257 (65535 / 255), exactly
+        images = [image if image.dtype == np.uint16 else image.astype(np.uint16) * 257 for image in images]
+        notes.append(f"{deep} of {len(files)} images are 16-bit: read at their depth (0..65535)")
     converted = sum(changed for _, changed, _ in read)
     resized = sum(sized for _, _, sized in read)
     if resized:
@@ -340,13 +352,14 @@ def _load_image_folder(
 
 
 def _read_image(path: Path, channels, resize=None, crop=None) -> tuple[np.ndarray, bool, bool]:
-    """(uint8 image, whether it was converted between grayscale and colour to give `channels`, whether
-    it was resized)."""
+    """(uint8 image, or uint16 for a 16-bit greyscale one; whether it was converted between grayscale and
+    colour to give `channels`; whether it was resized)."""
     try:
         with Image.open(path) as image:
             natural = "L" if image.mode in _GRAY_MODES else "RGB"
             mode = {1: "L", 3: "RGB"}.get(channels) or natural
-            image = image.convert(mode)
+            deep = image.mode in _DEEP_MODES
+            image = image.convert("I" if deep else mode)  # "I" (32-bit) crops and resizes at full depth
             if crop is not None:
                 top, bottom, left, right = crop
                 width, height = image.size
@@ -359,7 +372,16 @@ def _read_image(path: Path, channels, resize=None, crop=None) -> tuple[np.ndarra
             resized = resize is not None and image.size != (resize[1], resize[0])
             if resized:
                 image = image.resize((resize[1], resize[0]), Image.Resampling.BILINEAR)
-            return np.asarray(image, dtype=np.uint8), mode != natural, resized
+            if not deep:
+                return np.asarray(image, dtype=np.uint8), mode != natural, resized
+            array = np.asarray(image)
+            if array.min() < 0 or array.max() > 65535:
+                raise InputError(
+                    f"cannot read image {path}: its 32-bit values range over [{array.min()}, {array.max()}], "
+                    "beyond 16 bits (0..65535); save it as an 8- or 16-bit image"
+                )
+            array = array.astype(np.uint16)
+            return (np.repeat(array[..., None], 3, -1) if mode == "RGB" else array), mode != natural, resized
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise InputError(f"cannot read image {path}: {err}") from err
 

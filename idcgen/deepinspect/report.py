@@ -4,6 +4,7 @@ report."""
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -13,8 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from ..checks import check_int
+from ..errors import InputError
 from ..markdown import to_html
 from .statistics import class_pairs, json_number, napvd
+
+#: what write_report writes into its folder
+REPORT_FILES = ("pairs.csv", "inspect.json", "napvd.png", "scatter.png", "examples.png", "report.md", "report.html")
 
 
 @dataclass
@@ -198,6 +203,20 @@ class InspectResult:
         folder.mkdir(parents=True, exist_ok=True)
         for optional in ("scatter.png", "examples.png"):  # replaced: none left from an earlier run's labels or x
             (folder / optional).unlink(missing_ok=True)
+        try:
+            return self._write_report(folder, x, top=top, title=title, value_range=value_range)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            for name in REPORT_FILES:  # no half report (a 0-byte PNG) left to be mistaken for one
+                (folder / name).unlink(missing_ok=True)
+            raise InputError(
+                f"no space left on the device of {folder}"
+                + (f" (writing {exc.filename})" if exc.filename else "")
+                + "; the half-written report was removed: free some space, then run inspect again"
+            ) from None
+
+    def _write_report(self, folder: Path, x, *, top: int, title: str, value_range) -> Path:
         self.write_csv(folder / "pairs.csv")
         self.write_json(folder / "inspect.json")
         plots = self.plot(folder)

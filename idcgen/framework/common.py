@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ModelError
+
 
 def is_factory(path) -> bool:
     """Whether ``path`` names a Python factory ``package.module:make_model`` (a PyTorch model) and no file."""
@@ -61,6 +63,19 @@ def relevance_batch_size(floats_per_input: int, budget_bytes: int = 256 * 2**20,
     of every tensor, ``floats_per_input`` values an input) within ``budget_bytes``, so that a ResNet's batch
     does not take gigabytes; 16 .. largest."""
     return int(np.clip(budget_bytes // max(12 * floats_per_input, 1), 16, largest))
+
+
+def refuse_nan_outputs(out: np.ndarray) -> np.ndarray:
+    """``out`` (n, outputs) as it is, or a ModelError when no input has finite outputs: a model whose weights
+    hold NaN (a training run that diverged) otherwise shows up far from its cause, as one predicted class, a
+    constant layer or non-finite activations. A few NaN outputs pass (inputs that overflow a sound model)."""
+    if len(out) and not np.isfinite(out).all(axis=1).any():
+        bad = "NaN" if np.isnan(out).any() else "infinite"
+        raise ModelError(
+            f"the model's outputs are {bad} for every one of these {len(out)} inputs: its weights hold NaN or "
+            "Inf (did its training diverge?), or the inputs overflow it; check or retrain the model"
+        )
+    return out
 
 
 def _numpy(value) -> np.ndarray:

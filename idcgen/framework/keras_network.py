@@ -20,7 +20,7 @@ import numpy as np
 from ..convention import InputConvention
 from ..errors import ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
-from .common import relevance_batch_size
+from .common import refuse_nan_outputs, relevance_batch_size
 from .keras_graph import AnyBatch, neuron_activations
 from .layers import GraphQueries, LayerGraph, LayerRecord
 
@@ -493,7 +493,7 @@ class KerasNetwork(GraphQueries, Network):
             if progress is not None:
                 progress.update(min(self.batch_size, len(x) - start))
         probs = np.concatenate(probs) if probs else np.zeros((0, self.n_classes), np.float32)
-        return probs, [np.concatenate(a) for a in acts]
+        return refuse_nan_outputs(probs), [np.concatenate(a) for a in acts]
 
     def logits(self, x, training=False):
         """Symbolic logits of ``x`` (differentiable; ``training`` is accepted and ignored: inference)."""

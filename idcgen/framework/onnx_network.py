@@ -30,6 +30,7 @@ import numpy as np
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, ForwardNetwork, LayerInfo
+from .common import refuse_nan_outputs
 from .device import requested_device, say_once
 
 #: operations a walk from the classifier down to the subject layer passes through (reshapes, dropout,
@@ -77,10 +78,14 @@ def load_model(path, *, safe_mode: bool = True, architecture=None, input_shape=N
 
     if not Path(path).is_file():
         raise ModelError(f"model file not found: {path}")
+    if Path(path).stat().st_size == 0:  # protobuf parses no bytes as an empty model, which "takes 0 inputs"
+        raise ModelError(f"cannot read ONNX file {path}: {path} is empty")
     try:  # with the weights the exporter wrote beside it (m.onnx.data), so the model travels as one proto
         proto = onnx.load(str(path))
     except Exception as exc:  # a truncated or foreign file: protobuf's own error
         raise ModelError(f"cannot read ONNX file {path}: {_first_line(exc)}") from None
+    if not proto.graph.node:
+        raise ModelError(f"cannot read ONNX file {path}: {path} holds no graph (no nodes); export the model again")
     return OnnxModel(proto.SerializeToString(), f"ONNX file {path}")
 
 
@@ -542,7 +547,7 @@ class OnnxNetwork(ForwardNetwork):
             if progress is not None:
                 progress.update(len(batch))
         out = np.concatenate(outs) if outs else np.zeros((0, self.n_classes), np.float32)
-        return out, [
+        return refuse_nan_outputs(out), [
             np.concatenate(a) if a else np.zeros((0, 2 if span else layer.neurons), np.float32)
             for a, (layer, span) in zip(acts, targets)
         ]

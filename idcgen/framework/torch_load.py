@@ -309,6 +309,12 @@ def _state_dict(weights: Path, spec: str) -> dict:
             warnings.simplefilter("ignore")
             state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:
+        if str(exc).startswith("Weights only load failed"):  # torch's advice, weights_only=False, runs its code
+            raise ModelError(
+                f"{weights} is a whole pickled model (torch.save(model, PATH)) or other Python objects, not a "
+                "state_dict, and idcgen does not unpickle code: save the weights with "
+                "torch.save(model.state_dict(), PATH), or export the model (torch.export to .pt2) as --model"
+            ) from None
         raise ModelError(
             f"could not read {weights} as a PyTorch state_dict (torch.save(model.state_dict(), PATH)): "
             f"{_first_line(exc)}"

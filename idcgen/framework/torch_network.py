@@ -21,7 +21,7 @@ import torch
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
-from .common import relevance_batch_size
+from .common import refuse_nan_outputs, relevance_batch_size
 from .device import (
     Batches,
     check_precision,
@@ -325,7 +325,7 @@ class TorchNetwork(GraphQueries, Network):
 
         self._forward_batches.run(len(x), step, release=self._release)
         out = np.concatenate(outs) if outs else np.zeros((0, self.n_classes), np.float32)
-        return out, [
+        return refuse_nan_outputs(out), [
             np.concatenate(a) if a else np.zeros((0, 2 if span else layer.neurons), np.float32)
             for a, (layer, span) in zip(acts, targets)
         ]

@@ -24,6 +24,19 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from idcgen.data.named import CIFAR10_CLASSES
+from idcgen.errors import IdcgenError
+
+
+def _one_line(kind, error, traceback):
+    """A recipe is a script users run: idcgen's errors on bad input (a dataset not there, a model file) end
+    in one line, as at the command line, not in a traceback whose last line is all that matters."""
+    if issubclass(kind, IdcgenError):
+        print(f"error: {error}", file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, error, traceback)
+
+
+sys.excepthook = _one_line
 
 from .data import cifar10, load_data, udacity
 from .models import load_model, model_path, models_for

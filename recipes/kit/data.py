@@ -27,7 +27,7 @@ import numpy as np
 from idcgen.data import register_dataset
 from idcgen.errors import InputError
 
-from .paths import OUTPUTS, UDACITY, UDACITY_CROP, UDACITY_RESIZE
+from .paths import OUTPUTS, UDACITY, UDACITY_CROP, UDACITY_RESIZE, WORKSPACE_DATA
 from .stats import label_check
 
 LABELS = UDACITY / "CH2_final_evaluation.csv"
@@ -40,7 +40,16 @@ def load_data(split: str, dataset: str = "mnist", limit: int | None = None):
     images get one channel); the first ``limit`` inputs only if given."""
     from idcgen.data import fit_to_model, load_inputs
 
-    ds = load_inputs(f"{dataset}:{split}", limit=limit)
+    try:
+        ds = load_inputs(f"{dataset}:{split}", limit=limit)
+    except InputError as err:
+        variable, folder = WORKSPACE_DATA.get(dataset, (None, None))
+        if variable is None or Path(os.environ.get(variable, folder)).expanduser().exists():
+            raise
+        raise InputError(
+            f"{err}. The recipes read {dataset} from {folder} (the workspace's data beside the repository) "
+            f"when {variable} is unset: fetch {dataset} there, or set {variable} to a copy"
+        ) from None
     return (ds.x if ds.x.ndim == 4 else fit_to_model(ds, ds.x.shape[1:] + (1,))), ds.y
 
 

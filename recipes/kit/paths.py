@@ -14,6 +14,11 @@ if (SHARED / "data" / "mnist").is_dir():
     os.environ.setdefault("IDCGEN_MNIST", str(SHARED / "data" / "mnist"))
 if (SHARED / "data" / "cifar10").is_dir():
     os.environ.setdefault("IDCGEN_CIFAR10", str(SHARED / "data" / "cifar10"))
+#: where the recipes read each dataset when its variable is unset: named when the data is not there
+WORKSPACE_DATA = {
+    "mnist": ("IDCGEN_MNIST", SHARED / "data" / "mnist"),
+    "cifar10": ("IDCGEN_CIFAR10", SHARED / "data" / "cifar10"),
+}
 CIFAR10 = Path(os.environ.get("IDCGEN_CIFAR10", SHARED / "data" / "cifar10"))
 UDACITY = SHARED / "data" / "udacity"
 

@@ -115,18 +115,17 @@ def default_mutators(network) -> tuple[list[Mutator], list[str]]:
     attack on a regression model); mutators the user lists are refused instead (Fuzzer, check_tasks)."""
     kept, notes = [], []
     for mutator in parse_mutators(DEFAULT_MUTATORS):
+        for_task = network.task in mutator.tasks
         reason = (
             mutator.capability_gap(network) or mutator.cannot_run(network)
-            if network.task in mutator.tasks
+            if for_task
             else f"it works on {' and '.join(mutator.tasks)} models only, and this one is a {network.task} model"
         )
+        hint = mutator.instead if for_task else mutator.task_instead or mutator.instead
         if reason is None:
             kept.append(mutator)
         else:
-            notes.append(
-                f"default mutator {mutator.name} left out: {reason}"
-                + (f" ({mutator.instead})" if mutator.instead else "")
-            )
+            notes.append(f"default mutator {mutator.name} left out: {reason}" + (f" ({hint})" if hint else ""))
     return kept, notes
 
 

@@ -68,11 +68,13 @@ class _Attack(Mutator):
     needs = "differentiable"
     needs_model = True
     stochastic = False
-    instead = "for a regression model use fgsm, bim or pgd"
+    task_instead = "for a regression model use fgsm, bim or pgd"
 
     def mutate(self, x, rng, ctx):
         if ctx.network.task not in self.tasks:  # a campaign refuses it before starting (check_tasks)
-            raise InputError(f"{self.name} works on classifiers only (it is built on class scores); {self.instead}")
+            raise InputError(
+                f"{self.name} works on classifiers only (it is built on class scores); {self.task_instead}"
+            )
         return super().mutate(x, rng, ctx)
 
 

@@ -118,8 +118,10 @@ class Mutator:
     #: the models' tasks it can mutate for: an attack built on class scores has nothing to push on a
     #: regression model's one output, and a campaign of it would only fail step after step
     tasks: ClassVar[tuple[str, ...]] = ("classification", "regression")
-    #: said when it cannot run on a model's task: what to use instead
+    #: said when it cannot run on a model: what to use instead
     instead: ClassVar[str] = ""
+    #: said only when the model's task is what it cannot run on (not, say, a backend without gradients)
+    task_instead: ClassVar[str] = ""
     #: the network capability it needs (idcgen.framework.ForwardNetwork.capabilities): "forward", or
     #: "differentiable" for what takes gradients or relevance
     needs: ClassVar[str] = "forward"
@@ -265,7 +267,8 @@ def check_tasks(mutators, task: str) -> None:
     """Refuse, before a campaign starts, a mutator that cannot run on a model of ``task``."""
     for mutator in mutators:
         if task not in mutator.tasks:
-            instead = f"; {mutator.instead}" if mutator.instead else ""
+            hint = mutator.task_instead or mutator.instead
+            instead = f"; {hint}" if hint else ""
             raise ParameterError(
                 f"{mutator.name} cannot run on a {task} model (it works on "
                 f"{' and '.join(mutator.tasks)} models only){instead}"

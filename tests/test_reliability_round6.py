@@ -1,0 +1,282 @@
+"""Faults of issue 50: wrong results, tracebacks and unclear messages, each refused or said in one line."""
+
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from idcgen.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _digit_folders(digits, tmp_path):
+    """The same 20 digits as 8-bit PNGs, 16-bit PNGs, 16-bit TIFFs and 8-bit greyscale+alpha PNGs."""
+    from PIL import Image
+
+    x = (digits[2][:20, ..., 0] * 255).round().astype(np.uint8)
+    folders = {kind: tmp_path / kind for kind in ("png8", "png16", "tif16", "la")}
+    for folder in folders.values():
+        folder.mkdir()
+    for i, image in enumerate(x):
+        Image.fromarray(image, "L").save(folders["png8"] / f"{i:02d}.png")
+        Image.fromarray(image.astype(np.uint16) * 257).save(folders["png16"] / f"{i:02d}.png")
+        Image.fromarray(image.astype(np.uint16) * 257).save(folders["tif16"] / f"{i:02d}.tif")
+        Image.fromarray(np.stack([image, np.full_like(image, 255)], -1), "LA").save(folders["la"] / f"{i:02d}.png")
+    return folders
+
+
+@pytest.mark.parametrize("value_range", [(0.0, 1.0), (0.0, 255.0)])
+def test_16_bit_images_are_read_at_their_depth(digits, tmp_path, value_range):
+    """P16a/P16b: a 16-bit PNG was read with every non-zero pixel as 1.0, silently."""
+    from idcgen.data import load_inputs
+
+    folders = _digit_folders(digits, tmp_path)
+    eight = load_inputs(folders["png8"], value_range=value_range)
+    for kind in ("png16", "tif16", "la"):
+        other = load_inputs(folders[kind], value_range=value_range)
+        np.testing.assert_array_equal(other.x, eight.x, err_msg=kind)
+    sixteen = load_inputs(folders["png16"], value_range=value_range)
+    assert "65535" in sixteen.scaling, sixteen.scaling
+    # resized and cropped at their depth as well
+    a = load_inputs(folders["png16"], resize=(14, 14), crop=(1, 1, 1, 1)).x
+    b = load_inputs(folders["png8"], resize=(14, 14), crop=(1, 1, 1, 1)).x
+    assert np.abs(a - b).max() < 1 / 255
+
+
+def test_an_npz_of_0x0_images_is_refused_in_one_line(tmp_path):
+    """Z01: zero-size array to reduction operation minimum."""
+    from idcgen.data import load_inputs
+    from idcgen.errors import InputError
+
+    np.savez(tmp_path / "z.npz", x=np.zeros((3, 0, 0), np.uint8), y=np.arange(3))
+    with pytest.raises(InputError, match=r"have shape \(3, 0, 0\): each input is empty"):
+        load_inputs(tmp_path / "z.npz")
+
+
+@pytest.mark.parametrize("name", ["arrays.npz", "arrays.npy"])
+def test_arrays_of_text_are_named_as_such(tmp_path, name):
+    """A08: numpy's "Object arrays cannot be loaded when allow_pickle=False" is advice a user cannot take."""
+    from idcgen.data import load_inputs
+    from idcgen.errors import InputError
+
+    text = np.array(["a cat", "a dog"], dtype=object)
+    np.savez(tmp_path / name, x=text) if name.endswith(".npz") else np.save(tmp_path / name, text)
+    with pytest.raises(InputError) as caught:
+        load_inputs(tmp_path / name)
+    assert "allow_pickle" not in str(caught.value) and "not numbers" in str(caught.value), caught.value
+
+
+def _recipe(tmp_path, *argv):
+    """``python recipes/NAME.py argv`` with MNIST nowhere (IDCGEN_MNIST names a missing folder, as when the
+    workspace's data beside the repository is not there): (exit code, stdout, stderr without log lines)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "IDCGEN_MNIST": str(tmp_path / "no-mnist"), "IDCGEN_OUTPUTS": str(tmp_path / "outputs")}
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run(
+        [sys.executable, *map(str, argv)], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    noise = ("WARNING: All log", "I0000", "W0000", "E0000")
+    err = "\n".join(line for line in done.stderr.splitlines() if not line.startswith(noise))
+    return done.returncode, done.stdout, err
+
+
+def test_subjects_only_missing_without_the_data(tmp_path):
+    """RC06: `subjects.py --only-missing` read MNIST before finding every model there; without it, a
+    21-line traceback that never named where the recipes read MNIST."""
+    code, out, err = _recipe(tmp_path, "recipes/subjects.py", "--dataset", "mnist", "--only-missing")
+    assert code == 0 and err == "" and out.count("there already") == 6, (out, err)
+    code, out, err = _recipe(tmp_path, "recipes/subjects.py", "--dataset", "mnist", "--copies", 6, "--only-missing")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert re.search(r"read mnist from \S+/data/mnist \(the workspace's data beside the repository\)", err), err
+    assert "set IDCGEN_MNIST" in err
+
+
+def test_guidance_v3_without_the_data_or_onto_a_file(tmp_path):
+    """RC15, RC16: a traceback even with --summary-only, which runs nothing; RC19: --out onto a file ended
+    in NotADirectoryError."""
+    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", "--summary-only")
+    assert code == 1 and err == f"error: no runs in {tmp_path / 'outputs' / 'guidance_v3' / 'mnist' / 'runs'}", err
+    argv = ("--copies", 1, "--states", 1, "--arms", "idc", "--out", tmp_path / "g")
+    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", *argv)
+    assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert re.search(r"read mnist from \S+/data/mnist \(the workspace", err), err
+    (tmp_path / "file").write_text("")
+    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", "--out", tmp_path / "file")
+    assert code == 2 and f"error: --out {tmp_path / 'file'} is a file; give a folder" in err.splitlines()[-1], err
+
+
+def test_an_empty_onnx_file_is_named_empty(tmp_path):
+    """OX08: an empty .onnx parsed as an empty model that "takes 0 inputs"."""
+    pytest.importorskip("onnx")
+    from idcgen.errors import ModelError
+    from idcgen.framework.onnx_network import load_model
+
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(ModelError, match=r"empty\.onnx is empty$"):
+        load_model(tmp_path / "empty.onnx")
+    import onnx
+
+    onnx.save(onnx.ModelProto(ir_version=8), str(tmp_path / "blank.onnx"))  # a valid proto, no graph
+    with pytest.raises(ModelError, match=r"blank\.onnx holds no graph"):
+        load_model(tmp_path / "blank.onnx")
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_forward_only_model_gets_no_advice_for_the_other_task(task):
+    """OX13: an ONNX classifier's note said "for a regression model use fgsm, bim or pgd"."""
+    from types import SimpleNamespace
+
+    from idcgen.fuzz.mutators import default_mutators
+
+    _, notes = default_mutators(SimpleNamespace(task=task, capabilities=("forward",)))
+    assert notes and not any("for a regression model" in note for note in notes), notes
+
+
+@pytest.fixture(scope="module")
+def nan_lenet(trained_lenet, tmp_path_factory):
+    """The trained LeNet-1 with every weight NaN (a training run that diverged)."""
+    import keras
+
+    model, _ = trained_lenet
+    broken = keras.models.clone_model(model)
+    broken.set_weights([np.full_like(w, np.nan) for w in model.get_weights()])
+    path = tmp_path_factory.mktemp("nan") / "nan.keras"
+    broken.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def digits_npz(digits, tmp_path_factory):
+    x_train, y_train, x_test, y_test = digits
+    path = tmp_path_factory.mktemp("nan_data") / "test.npz"
+    np.savez(path, x=(x_test[:120, ..., 0] * 255).round().astype(np.uint8), y=y_test[:120])
+    return path
+
+
+@pytest.mark.parametrize(
+    "command, args",
+    [
+        ("analyze", ["--out", "{tmp}/a", "--train"]),  # OX23: Combinations.assign: activations must be finite
+        ("inspect", ["--out", "{tmp}/r", "--limit", 120, "--inputs"]),  # NN03: predicts only class [0]
+        ("prioritize", ["--by", "dsa", "--out", "{tmp}/o.csv", "--train"]),  # NN05: DSC needs two classes
+    ],
+    ids=["OX23", "NN03", "NN05"],
+)
+def test_a_model_whose_outputs_are_nan_is_named_as_such(command, args, nan_lenet, digits_npz, tmp_path):
+    args = [str(a).format(tmp=tmp_path) for a in args]
+    extra = [] if command in ("inspect", "analyze") else ["--inputs", digits_npz]
+    result = invoke(command, "--model", nan_lenet, *args, digits_npz, *extra)
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("error: the model's outputs are NaN"), result.output
+
+
+def test_an_onnx_model_whose_outputs_are_nan_is_named_as_such():
+    """OX23 on the ONNX backend itself."""
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from idcgen.errors import ModelError
+    from idcgen.framework.onnx_network import OnnxModel, OnnxNetwork
+
+    w = np.full((4, 3), np.nan, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="dense"), helper.make_node("Relu", ["h"], ["y"])],
+        "nan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    network = OnnxNetwork(OnnxModel(proto.SerializeToString(), "ONNX file nan.onnx"))
+    with pytest.raises(ModelError, match="the model's outputs are NaN"):
+        network.forward(np.ones((5, 4), np.float32), ("h",))
+
+
+def test_a_pickled_whole_module_as_weights_is_named_as_such(tmp_path):
+    """PK02: torch.save(model, PATH) given as --weights passed on torch's weights_only advice."""
+    torch = pytest.importorskip("torch")
+    from idcgen.errors import ModelError
+    from idcgen.framework.torch_load import _state_dict
+
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "whole.pt")
+    with pytest.raises(ModelError) as caught:
+        _state_dict(tmp_path / "whole.pt", "net.py:Net")
+    message = str(caught.value)
+    assert "weights_only" not in message and "\n" not in message, message
+    assert "a whole pickled model" in message and "torch.save(model.state_dict(), PATH)" in message, message
+
+
+def test_a_criterion_spec_in_a_message_is_left_as_written():
+    """A spec was rewritten as if it held flags: nc(scaling=none,--threshold 0.5,...)."""
+    from idcgen.cli import in_cli_words
+
+    spec = "nc(scaling=none,threshold=0.5,top=2)"
+    message = f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; batch_size=0 given"
+    assert in_cli_words(message) == (
+        f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; --batch-size 0 given"
+    )
+
+
+def _full_after(monkeypatch, module, name, calls_before):
+    """``module.name`` writing as usual ``calls_before`` times, then as on a full disk: an empty file, then
+    ENOSPC."""
+    import errno
+    from pathlib import Path
+
+    write, calls = getattr(module, name), []
+
+    def full(self_or_path, *args, **kw):
+        calls.append(1)
+        if len(calls) > calls_before:
+            target = args[0] if name == "savefig" else self_or_path
+            Path(target).write_bytes(b"")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self_or_path, *args, **kw)
+
+    monkeypatch.setattr(module, name, full)
+
+
+def test_a_full_disk_during_inspect_leaves_no_half_report(trained_lenet, digits_npz, tmp_path, monkeypatch):
+    """F15: a half-written report with a 0-byte PNG, and a bare "[Errno 28] No space left on device"."""
+    from matplotlib.figure import Figure
+
+    _, path = trained_lenet
+    _full_after(monkeypatch, Figure, "savefig", 0)
+    out = tmp_path / "r"
+    result = invoke("inspect", "--model", path, "--inputs", digits_npz, "--out", out)
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: no space left on the device of {out}") and "run inspect again" in line, line
+    assert not [p.name for p in out.iterdir()], "a half-written report was left"
+
+
+def test_a_full_disk_during_a_disagreement_fuzz_names_the_campaign(trained_lenet, digits_npz, tmp_path, monkeypatch):
+    """F16: the disagreement fuzz gave a bare "[Errno 28]" without the campaign or how to resume."""
+    from idcgen.fuzz import store
+
+    model, path = trained_lenet
+    other = tmp_path / "other.keras"
+    model.save(other)
+    _full_after(monkeypatch, store, "atomic_npz", 0)
+    out = tmp_path / "c"
+    result = invoke(
+        "fuzz", "--model", path, "--model", other, "--oracle", "disagreement", "--seeds", digits_npz,
+        "--train", digits_npz, "--limit", 60, "--budget", 640, "--batch-size", 64, "--mutators", "gauss", "--out", out,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: no space left on the device of campaign {out}"), line
+    assert line.endswith(f"free some space, remove {out}, then start the campaign again"), line
