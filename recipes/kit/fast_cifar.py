@@ -53,6 +53,7 @@ class Recipe:
     whiten_bias_epochs: int = 3
     shift: int = 2
     warmup: float = 0.23  # share of the steps spent rising from 0.2x to the full rate; then down to 0.07x
+    bf16: bool = True  # bfloat16 autocast in training (1.5x on a CPU with AVX-512 BF16); the export is fp32
 
 
 class Normalise(nn.Module):
@@ -266,8 +267,9 @@ def train(
             factor = _rate_factor(epoch * steps_per_epoch + step, total, recipe.warmup)
             for group in optimizer.param_groups:
                 group["lr"] = group["initial_lr"] * factor
-            outputs = module(batch)
-            loss = F.cross_entropy(outputs, labels[idx], label_smoothing=recipe.label_smoothing)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16):
+                outputs = module(batch)
+                loss = F.cross_entropy(outputs.float(), labels[idx], label_smoothing=recipe.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
