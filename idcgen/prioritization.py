@@ -333,23 +333,10 @@ def _mahalanobis(
 ) -> np.ndarray:
     """MDSA: the Mahalanobis distance of each activation to the training activations of its group (the
     pseudo-inverse of the group's covariance, neurons of (near) zero variance left out); NaN for a group
-    with fewer than two training inputs."""
-    keep = train_acts.var(axis=0) >= var_threshold
-    if not keep.any():
-        raise InputError(
-            "MDSA: every neuron of the layer is (nearly) constant over the training inputs; choose another layer"
-        )
-    out = np.full(len(acts), np.nan)
-    for g in np.unique(groups):
-        own = train_acts[train_groups == g][:, keep]
-        rows = groups == g
-        if len(own) < 2:
-            continue
-        mean = own.mean(axis=0)
-        precision = np.linalg.pinv(np.cov(own, rowvar=False).reshape(len(mean), len(mean)), hermitian=True)
-        d = acts[rows][:, keep] - mean
-        out[rows] = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", d, precision, d), 0.0))
-    return out
+    with fewer than two training inputs. The MDSC criterion buckets the same distance."""
+    from .criteria.surprise import ClassMahalanobis
+
+    return ClassMahalanobis(train_acts, train_groups, var_threshold).distance(acts, groups)
 
 
 def _mc_dropout(network, x: np.ndarray, passes: int, rng: np.random.Generator, progress) -> np.ndarray:
