@@ -19,7 +19,9 @@ last. The orderings:
   class probabilities for a classifier); only for models with dropout;
 - coverage: ``<criterion>-total`` (CTM: the number of items of the criterion the input covers on its own)
   and ``<criterion>-additional`` (CAM: greedily the input covering the most items not yet covered, until
-  no input adds one; the rest then by their total), for every criterion of idcgen.criteria;
+  no input adds one; the rest then by their total), for every criterion of idcgen.criteria with items;
+  ``tknp-additional`` and ``cc-additional`` put first the inputs with a new pattern or a kept vector, in the
+  set's order (NLC gives no ordering: one input has no covariance);
 - IDC, from an analysis (given, or made from the training inputs): ``idc-rarity`` (how rare the input's
   combination is among the training inputs: -log((count + 1) / (n_train + |INCC|))) and
   ``idc-additional`` (CAM on combinations: the first input of every combination the set reaches, then the
@@ -76,14 +78,14 @@ ORDERINGS = SOFTMAX + SURPRISE + ("mc-dropout", "idc-rarity", "idc-additional", 
 CLASSIFICATION_ONLY = SOFTMAX + ("dsa", "dsc-total", "dsc-additional")
 #: the share of the ranking the evaluation looks at first, in percent
 FIRST = (1, 5, 10)
-NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc")
+NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc", "mdsc")
 
 
 def orderings() -> list[str]:
     """Every ordering ``prioritize`` accepts, in a fixed order."""
     from .criteria import CRITERIA
 
-    coverage = [f"{c}-{kind}" for c in CRITERIA for kind in ("total", "additional")]
+    coverage = [f"{name}-{kind}" for name, c in CRITERIA.items() for kind in c.orderings]
     return list(ORDERINGS[:-1]) + coverage + ["random"]
 
 
@@ -613,6 +615,10 @@ def _coverage(job: _Job, by: str):
         ),
     )
     features = np.concatenate([criterion.features(job.network, x[s : s + 1024]) for s in range(0, len(x), 1024)])
+    if criterion.total_ is None:  # TKNP, CC: the inputs the criterion finds new in the set's order, then the rest
+        new = criterion.tracker().update(features)
+        scores = new.astype(np.float64)
+        return scores, rank_by(scores)
     items = [row[row >= 0] for row in features]
     if by.endswith("-total"):
         scores = np.array([np.unique(r).size for r in items], dtype=np.float64)

@@ -213,6 +213,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         + (
             "every valid mutant joins the corpus (no guidance)."
             if cfg.guide == "none"
+            else "a valid mutant joins the corpus when it raises its value (the layers' covariance norms)."
+            if cfg.guide == "nlc"
             else "a valid mutant joins the corpus when it covers something new."
         ),
         "",

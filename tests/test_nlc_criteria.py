@@ -271,3 +271,18 @@ def test_a_campaign_guided_by_a_value_criterion_resumes_byte_identically(loop, g
             np.testing.assert_array_equal(value, b.state_arrays()[key])
     text = __import__("idcgen.report", fromlist=["write_report"]).write_report(loaded["whole"]).read_text()
     assert "| NLC |" in text and "patterns |" in text and "vectors |" in text
+
+
+@needs_lenet5
+def test_prioritize_orders_by_the_new_criteria_where_an_ordering_exists(lenet5):
+    import idcgen
+    from idcgen.prioritization import orderings
+
+    model, network, x, x_train, _ = lenet5
+    names = [o for o in orderings() if o.split("-")[0] in ("nlc", "tknp", "cc", "mdsc")]
+    assert names == ["mdsc-total", "mdsc-additional", "tknp-additional", "cc-additional"]
+    rows = patterns_by_hand(outputs_by_hand(model, x, CONV_DENSE), 3)
+    first_of_each = [i for i, r in enumerate(rows) if r not in rows[:i]]
+    ranking = idcgen.prioritize(network, x, by="tknp-additional")
+    assert list(ranking.order[: len(first_of_each)]) == first_of_each  # the first input of every pattern first
+    assert sorted(ranking.order) == list(range(len(x)))

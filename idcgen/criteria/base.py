@@ -221,6 +221,8 @@ class Criterion:
     unit: ClassVar[str] = "items"
     #: whether fit reads the training activations (NC and TKNC need only the layer widths)
     needs_data: ClassVar[bool] = True
+    #: the coverage orderings of idcgen.prioritize it gives: <name>-total and <name>-additional
+    orderings: ClassVar[tuple[str, ...]] = ("total", "additional")
 
     # ---- parameters -------------------------------------------------------------------------------
     @classmethod

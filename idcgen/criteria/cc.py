@@ -141,6 +141,7 @@ class ClusterCoverage(ValueCriterion):
     """
 
     name = "cc"
+    orderings = ("additional",)  # alone, every input covers one vector: a total ranks nothing
     unit = "vectors"
 
     def __init__(self, *, threshold: float = 1.0, layers: Sequence[str] | None = None):

@@ -171,6 +171,7 @@ class NeuraLCoverage(ValueCriterion):
 
     name = "nlc"
     unit = "inputs"
+    orderings = ()  # one input has no spread, and a greedy NLC ordering is quadratic in the set
     REDUCTIONS = ("sum", "mean")
 
     def __init__(self, *, layers: Sequence[str] | None = None, reduction: str = "sum"):

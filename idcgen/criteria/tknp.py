@@ -126,6 +126,7 @@ class TopKNeuronPatterns(ValueCriterion):
     """
 
     name = "tknp"
+    orderings = ("additional",)  # alone, every input covers one pattern: a total ranks nothing
     unit = "patterns"
     MODES = ("network", "layer")
 
