@@ -71,11 +71,14 @@ class ClusterTracker(ValueTracker):
         c = part[candidates]
         norms = np.einsum("ij,ij->i", c, c)
         pairwise = np.maximum(norms[:, None] + norms[None, :] - 2.0 * (c @ c.T), 0.0)
-        accepted: list[int] = []
-        for i in range(len(candidates)):
-            if not accepted or (pairwise[i, accepted] > self.threshold).all():
+        close = pairwise <= self.threshold
+        blocked = np.zeros(len(candidates), dtype=bool)
+        accepted = []
+        for i in range(len(candidates)):  # in order: an accepted row blocks the later rows close to it
+            if not blocked[i]:
                 accepted.append(i)
-        return candidates[accepted]
+                blocked |= close[i]
+        return candidates[np.asarray(accepted, dtype=np.int64)]
 
     def _judge(self, features: Any, where: str, keep: bool) -> np.ndarray:
         x = self._rows(features, where)

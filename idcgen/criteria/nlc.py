@@ -82,14 +82,19 @@ class CovarianceTracker(ValueTracker):
             zip(self._offsets[:-1], self._offsets[1:]), self.means, self.scatters, self.widths
         ):
             delta = x[:, start:stop] - mean
-            base = m2 / (n + 1)
             weight = n / (n + 1) ** 2  # M2 grows by delta delta^T n / (n + 1), then divides by n + 1
             before = self._norm(np.abs(m2).sum() / n, width) if n else 0.0
-            rows = max(1, _BLOCK_ELEMENTS // max(1, width * width))
+            # the covariance is symmetric: its upper triangle, off-diagonal entries counted twice
+            i, j = np.triu_indices(width)
+            base, twice = (m2 / (n + 1))[i, j], np.where(i == j, 1.0, 2.0)
+            rows = max(1, _BLOCK_ELEMENTS // max(1, len(i)))
             for s in range(0, len(x), rows):
                 d = delta[s : s + rows]
-                after = np.abs(base + weight * d[:, :, None] * d[:, None, :]).sum(axis=(1, 2))
-                out[s : s + rows] += self._norm(after, width) - before
+                after = d[:, i] * d[:, j]
+                after *= weight
+                after += base
+                np.abs(after, out=after)
+                out[s : s + rows] += self._norm(after @ twice, width) - before
         return out
 
     def would_cover(self, features: Any) -> np.ndarray:
