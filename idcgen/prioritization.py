@@ -19,7 +19,9 @@ last. The orderings:
   class probabilities for a classifier); only for models with dropout;
 - coverage: ``<criterion>-total`` (CTM: the number of items of the criterion the input covers on its own)
   and ``<criterion>-additional`` (CAM: greedily the input covering the most items not yet covered, until
-  no input adds one; the rest then by their total), for every criterion of idcgen.criteria;
+  no input adds one; the rest then by their total), for every criterion of idcgen.criteria with items;
+  ``tknp-additional`` and ``cc-additional`` put first the inputs with a new pattern or a kept vector, in the
+  set's order (NLC gives no ordering: one input has no covariance);
 - IDC, from an analysis (given, or made from the training inputs): ``idc-rarity`` (how rare the input's
   combination is among the training inputs: -log((count + 1) / (n_train + |INCC|))) and
   ``idc-additional`` (CAM on combinations: the first input of every combination the set reaches, then the
@@ -76,14 +78,14 @@ ORDERINGS = SOFTMAX + SURPRISE + ("mc-dropout", "idc-rarity", "idc-additional", 
 CLASSIFICATION_ONLY = SOFTMAX + ("dsa", "dsc-total", "dsc-additional")
 #: the share of the ranking the evaluation looks at first, in percent
 FIRST = (1, 5, 10)
-NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc")
+NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc", "mdsc")
 
 
 def orderings() -> list[str]:
     """Every ordering ``prioritize`` accepts, in a fixed order."""
     from .criteria import CRITERIA
 
-    coverage = [f"{c}-{kind}" for c in CRITERIA for kind in ("total", "additional")]
+    coverage = [f"{name}-{kind}" for name, c in CRITERIA.items() for kind in c.orderings]
     return list(ORDERINGS[:-1]) + coverage + ["random"]
 
 
@@ -333,23 +335,10 @@ def _mahalanobis(
 ) -> np.ndarray:
     """MDSA: the Mahalanobis distance of each activation to the training activations of its group (the
     pseudo-inverse of the group's covariance, neurons of (near) zero variance left out); NaN for a group
-    with fewer than two training inputs."""
-    keep = train_acts.var(axis=0) >= var_threshold
-    if not keep.any():
-        raise InputError(
-            "MDSA: every neuron of the layer is (nearly) constant over the training inputs; choose another layer"
-        )
-    out = np.full(len(acts), np.nan)
-    for g in np.unique(groups):
-        own = train_acts[train_groups == g][:, keep]
-        rows = groups == g
-        if len(own) < 2:
-            continue
-        mean = own.mean(axis=0)
-        precision = np.linalg.pinv(np.cov(own, rowvar=False).reshape(len(mean), len(mean)), hermitian=True)
-        d = acts[rows][:, keep] - mean
-        out[rows] = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", d, precision, d), 0.0))
-    return out
+    with fewer than two training inputs. The MDSC criterion buckets the same distance."""
+    from .criteria.surprise import ClassMahalanobis
+
+    return ClassMahalanobis(train_acts, train_groups, var_threshold).distance(acts, groups)
 
 
 def _mc_dropout(network, x: np.ndarray, passes: int, rng: np.random.Generator, progress) -> np.ndarray:
@@ -626,6 +615,10 @@ def _coverage(job: _Job, by: str):
         ),
     )
     features = np.concatenate([criterion.features(job.network, x[s : s + 1024]) for s in range(0, len(x), 1024)])
+    if criterion.total_ is None:  # TKNP, CC: the inputs the criterion finds new in the set's order, then the rest
+        new = criterion.tracker().update(features)
+        scores = new.astype(np.float64)
+        return scores, rank_by(scores)
     items = [row[row >= 0] for row in features]
     if by.endswith("-total"):
         scores = np.array([np.unique(r).size for r in items], dtype=np.float64)

@@ -213,6 +213,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         + (
             "every valid mutant joins the corpus (no guidance)."
             if cfg.guide == "none"
+            else "a valid mutant joins the corpus when it raises its value (the layers' covariance norms)."
+            if cfg.guide == "nlc"
             else "a valid mutant joins the corpus when it covers something new."
         ),
         "",
@@ -220,7 +222,15 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     ]
     for name, tracker in campaign.coverage.items():
         before = stats[0].get("idc" if name == "idc" else f"{name}_coverage", 0.0) if stats else 0.0
-        lines.append(f"| {name.upper()} | {before:.1%} | {tracker.score:.1%} | {tracker.covered} of {tracker.total} |")
+        if tracker.total is None:  # NLC, TKNP, CC: a value or a count, not a share
+            show = tracker.format_score
+            lines.append(
+                f"| {name.upper()} | {show(before)} | {show(tracker.score)} | {tracker.covered} {tracker.unit} |"
+            )
+        else:
+            lines.append(
+                f"| {name.upper()} | {before:.1%} | {tracker.score:.1%} | {tracker.covered} of {tracker.total} |"
+            )
     lines += [
         "",
         f"Corpus: {len(campaign.corpus)} inputs ({campaign.corpus.n_seeds} seeds + "

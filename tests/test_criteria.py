@@ -13,6 +13,7 @@ from idcgen.criteria import (
     DistanceSurpriseCoverage,
     KMultisectionCoverage,
     LikelihoodSurpriseCoverage,
+    MahalanobisSurpriseCoverage,
     NeuronBoundaryCoverage,
     NeuronCoverage,
     StrongNeuronActivationCoverage,
@@ -532,6 +533,7 @@ INVARIANT_CASES = [
     TopKNeuronCoverage(k=2),
     LikelihoodSurpriseCoverage(upper=20.0, n_buckets=40),
     DistanceSurpriseCoverage(n_buckets=40),
+    MahalanobisSurpriseCoverage(upper=20.0, n_buckets=40),
 ]
 
 
@@ -540,14 +542,15 @@ def case(request, cnn_data, sa_data):
     import copy
 
     criterion = copy.copy(request.param)
-    net, x_train, x_test = sa_data if criterion.name in ("lsc", "dsc") else cnn_data
+    net, x_train, x_test = sa_data if criterion.name in ("lsc", "dsc", "mdsc") else cnn_data
     criterion.fit(net, x_train)
     return criterion, net, x_test
 
 
 def test_every_criterion_is_listed():
-    assert list(CRITERIA) == ["nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc"]
-    assert {type(c).name for c in INVARIANT_CASES} == set(CRITERIA)
+    assert list(CRITERIA) == ["nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc", "mdsc", "nlc", "tknp", "cc"]
+    # NLC, TKNP and CC hold a value, not covered items (CC's depends on the order): tests/test_nlc_criteria.py
+    assert {type(c).name for c in INVARIANT_CASES} == set(CRITERIA) - {"nlc", "tknp", "cc"}
 
 
 def test_invariants_score_monotone_order_merge(case):
@@ -626,7 +629,7 @@ def test_make_criterion_and_parse_criteria():
     with pytest.raises(
         ParameterError,
         match=r"The 'scaling' parameter of NeuronCoverage must be a str among "
-        r"\{'feature-maps', 'channel-means'\}. Got 'maps' instead.",
+        r"\{'feature-maps', 'channel-means', 'none'\}. Got 'maps' instead.",
     ):
         parse_criteria("nc:scaling=maps")
     with pytest.raises(ParameterError, match="IDC takes no parameters here"):

@@ -1,13 +1,16 @@
-"""Coverage criteria to compare IDC with (docs/design.md, "Other criteria"): NC (DeepXplore), KMNC, NBC, SNAC, TKNC
-(DeepGauge), LSC and DSC (surprise adequacy), with the DeepImportance paper's parameters.
+"""Coverage criteria to compare IDC with (docs/design.md, "Other criteria"): NC (DeepXplore; unscaled with
+``scaling=none``), KMNC, NBC, SNAC, TKNC, TKNP (DeepGauge), LSC, DSC and MDSC (surprise adequacy), NLC
+(NeuraL-Coverage) and CC (TensorFuzz), with the parameters of the papers that defined them.
 
     crit = make_criterion("kmnc").fit(network, x_train)      # one batched pass over the training data
     crit.coverage(network, x_test)                           # CriterionResult: KMNC 12.3 % (... sections)
     tracker = crit.tracker(); tracker.update(crit.features(network, batch))   # bool mask: new items
     make_criterion("nc:scaling=channel-means:threshold=0.5")   # a spec, as the CLI's --criteria takes
 
-Every criterion counts *items* (neurons, sections, corners or buckets); a tracker holds the covered
-ones, monotone, order-independent and mergeable, like IDC's. IDC itself comes from an analysis
+Every criterion but three counts *items* (neurons, sections, corners or buckets); a tracker holds the covered
+ones, monotone, order-independent and mergeable, like IDC's. NLC, TKNP and CC have no total: their result
+is a value (NLC's sum of covariance norms) or a count (patterns, vectors kept), and their trackers
+(idcgen.criteria.values) keep the state that value needs. IDC itself comes from an analysis
 (:func:`idcgen.analyze`): ``parse_criteria`` accepts "idc", ``make_criterion`` does not.
 """
 
@@ -19,6 +22,7 @@ from idcgen.errors import ParameterError
 from idcgen.spec import parse, split_specs
 
 from .base import Criterion, CriterionResult, CriterionTracker, default_neuron_layers
+from .cc import ClusterCoverage
 from .neurons import (
     KMultisectionCoverage,
     NeuronBoundaryCoverage,
@@ -26,20 +30,29 @@ from .neurons import (
     StrongNeuronActivationCoverage,
     TopKNeuronCoverage,
 )
-from .surprise import DistanceSurpriseCoverage, LikelihoodSurpriseCoverage
+from .nlc import NeuraLCoverage
+from .surprise import DistanceSurpriseCoverage, LikelihoodSurpriseCoverage, MahalanobisSurpriseCoverage
+from .tknp import TopKNeuronPatterns
+from .values import ValueResult, ValueTracker
 
 __all__ = [
     "CRITERIA",
+    "ClusterCoverage",
     "Criterion",
     "CriterionResult",
     "CriterionTracker",
     "DistanceSurpriseCoverage",
     "KMultisectionCoverage",
     "LikelihoodSurpriseCoverage",
+    "MahalanobisSurpriseCoverage",
+    "NeuraLCoverage",
     "NeuronBoundaryCoverage",
     "NeuronCoverage",
     "StrongNeuronActivationCoverage",
     "TopKNeuronCoverage",
+    "TopKNeuronPatterns",
+    "ValueResult",
+    "ValueTracker",
     "default_neuron_layers",
     "make_criterion",
     "parse_criteria",
@@ -56,6 +69,10 @@ CRITERIA: dict[str, type[Criterion]] = {
         TopKNeuronCoverage,
         LikelihoodSurpriseCoverage,
         DistanceSurpriseCoverage,
+        MahalanobisSurpriseCoverage,
+        NeuraLCoverage,
+        TopKNeuronPatterns,
+        ClusterCoverage,
     )
 }
 
@@ -68,6 +85,8 @@ def _spec_value(key: str, text: str) -> Any:
     become int or float, "none" None."""
     if key == "layers":
         return [part for part in text.split("+")] if text.lower() != "none" else None
+    if key == "scaling":  # "none" is one of NC's scalings, not a missing value
+        return text
     if key == "layer" or not text:
         return None if text.lower() == "none" else text
     if text.lower() == "none":
@@ -98,7 +117,8 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 
 def make_criterion(name: str, **params: Any) -> Criterion:
-    """A criterion by its short name ("nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc") or spec
+    """A criterion by its short name ("nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc", "mdsc", "nlc", "tknp",
+    "cc") or spec
     ("nc:scaling=channel-means", see :func:`parse_spec`), with its parameters validated now rather than
     at fit. Keyword parameters override those of the spec."""
     spec_params: dict = {}

@@ -24,7 +24,7 @@ from idcgen.coverage import CoverageResult, CoverageTracker
 from idcgen.data import Dataset, as_array, check_labels, fit_to_model
 from idcgen.errors import InputError, ParameterError
 
-__all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers"]
+__all__ = ["Criterion", "CriterionResult", "CriterionTracker", "default_neuron_layers", "layer_output_layers"]
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,22 @@ def default_neuron_layers(network) -> list[str]:
     return network.neuron_layers()
 
 
+def layer_output_layers(network) -> list[str]:
+    """Every convolution and dense layer, the logits included, as NeuraL-Coverage hooks them: the layers with
+    weights that are not normalisation or activation layers (a Keras layer's fused activation is part of its
+    output). Without a layer graph (a network of another kind): its weighted layers."""
+    graph = getattr(network, "layer_graph", None)
+    if graph is None:
+        return list(network.weighted_layers())
+    last = graph.classifier.name
+    chosen = [
+        r.name
+        for r in graph.records
+        if r.weighted and not r.role and r.per_input and r.outputs == 1 and (r.name in graph.hidden or r.name == last)
+    ]
+    return chosen or list(network.weighted_layers())
+
+
 def as_network(model):
     from idcgen.framework import as_network
 
@@ -205,6 +221,8 @@ class Criterion:
     unit: ClassVar[str] = "items"
     #: whether fit reads the training activations (NC and TKNC need only the layer widths)
     needs_data: ClassVar[bool] = True
+    #: the coverage orderings of idcgen.prioritize it gives: <name>-total and <name>-additional
+    orderings: ClassVar[tuple[str, ...]] = ("total", "additional")
 
     # ---- parameters -------------------------------------------------------------------------------
     @classmethod

@@ -63,7 +63,7 @@ class _NeuronCriterion(Criterion):
 
 class NeuronCoverage(_NeuronCriterion):
     """NC (DeepXplore): a neuron is covered when, for some input, its activation min-max scaled over
-    its layer for that input exceeds ``threshold``.
+    its layer for that input exceeds ``threshold`` (or, unscaled, its raw activation does).
 
     ``scaling`` says what is scaled (docs/design.md, "Other criteria"):
 
@@ -76,20 +76,24 @@ class NeuronCoverage(_NeuronCriterion):
       layer. Their range is narrower than the maps', so more neurons pass the threshold (on LeNet-5
       several points of NC more).
 
-    Both are the same for dense layers. A layer whose output is constant for an input covers nothing
-    with it. Fit needs no training data: it only resolves the layers.
+    - ``"none"``: the raw activation (a conv neuron's channel mean) is compared with the threshold, as
+      DeepHunter and dnn-tip count neurons; the threshold is then any real, in the activations' units.
+
+    The first two are the same for dense layers. A layer whose output is constant for an input covers
+    nothing with it when scaled. Fit needs no training data: it only resolves the layers.
 
     Parameters
     ----------
-    threshold : float in [0, 1), default 0.75 (the DeepImportance paper's setting).
+    threshold : float in [0, 1) when scaled, any finite float with ``scaling="none"``; default 0.75 (the
+        DeepImportance paper's setting).
     layers : layer names, default every hidden layer with weights before the logits.
-    scaling : "feature-maps" (default) or "channel-means".
+    scaling : "feature-maps" (default), "channel-means" or "none".
     """
 
     name = "nc"
     unit = "neurons"
     needs_data = False
-    SCALINGS = ("feature-maps", "channel-means")
+    SCALINGS = ("feature-maps", "channel-means", "none")
 
     def __init__(self, *, threshold: float = 0.75, layers: Sequence[str] | None = None, scaling: str = "feature-maps"):
         self.threshold = threshold
@@ -98,8 +102,11 @@ class NeuronCoverage(_NeuronCriterion):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        check_real("threshold", self.threshold, 0.0, 1.0, closed="left", owner=type(self).__name__)
         check_choice("scaling", self.scaling, self.SCALINGS, owner=type(self).__name__)
+        if self.scaling == "none":
+            check_real("threshold", self.threshold, owner=type(self).__name__)
+        else:
+            check_real("threshold", self.threshold, 0.0, 1.0, closed="left", owner=type(self).__name__)
 
     def _fit_layers(self, network) -> tuple[str, ...]:
         layers = super()._fit_layers(network)
@@ -128,6 +135,10 @@ class NeuronCoverage(_NeuronCriterion):
         ranges = dict(zip(self.map_layers_, acts[n:]))
         parts = []
         for i, (offset, a) in enumerate(self._per_layer(acts[:n])):
+            neuron = offset + np.arange(a.shape[1], dtype=np.int64)
+            if self.scaling == "none":
+                parts.append(np.where(a > self.threshold, neuron, -1))
+                continue
             if i in ranges:
                 extent = np.asarray(ranges[i], dtype=np.float64)
                 low, high = extent[:, :1], extent[:, 1:2]
@@ -135,7 +146,6 @@ class NeuronCoverage(_NeuronCriterion):
                 low, high = a.min(axis=1, keepdims=True), a.max(axis=1, keepdims=True)
             span = high - low
             scaled = np.divide(a - low, span, out=np.zeros_like(a), where=span > 0)
-            neuron = offset + np.arange(a.shape[1], dtype=np.int64)
             parts.append(np.where(scaled > self.threshold, neuron, -1))
         return np.concatenate(parts, axis=1)
 

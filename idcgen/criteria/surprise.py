@@ -27,7 +27,7 @@ from idcgen.errors import InputError, ParameterError
 from ..checks import check_choice, check_int, check_real
 from .base import Criterion, as_network, check_batch_size, raw_inputs
 
-__all__ = ["LikelihoodSurpriseCoverage", "DistanceSurpriseCoverage"]
+__all__ = ["LikelihoodSurpriseCoverage", "DistanceSurpriseCoverage", "MahalanobisSurpriseCoverage", "ClassMahalanobis"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +109,41 @@ class ClassDensity:
             np.exp(e, out=e)
             out[block] = np.log(e.sum(axis=1)) + top[:, 0]
         return out - 0.5 * np.einsum("ij,ij->i", z, z) + self.log_norm
+
+
+class ClassMahalanobis:
+    """MDSA's model (Kim, Feldt and Yoo, TOSEM 2022): per group, the mean of its training activations and the
+    pseudo-inverse of their covariance, over the neurons whose variance over all the training inputs is at
+    least ``var_threshold``; a group of fewer than two inputs has none."""
+
+    def __init__(self, acts: np.ndarray, groups: np.ndarray, var_threshold: float = 1e-5):
+        acts = np.asarray(acts, dtype=np.float64)
+        self.kept = acts.var(axis=0) >= var_threshold
+        if not self.kept.any():
+            raise InputError(
+                "MDSA: every neuron of the layer is (nearly) constant over the training inputs; choose another layer"
+            )
+        self.models: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for g in np.unique(groups):
+            own = acts[groups == g][:, self.kept]
+            if len(own) < 2:
+                continue
+            mean = own.mean(axis=0)
+            cov = np.cov(own, rowvar=False).reshape(len(mean), len(mean))
+            self.models[int(g)] = (mean, np.linalg.pinv(cov, hermitian=True))
+
+    def distance(self, acts: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """(n,) the Mahalanobis distance of each activation to its group's mean; NaN for a group without one."""
+        acts = np.asarray(acts, dtype=np.float64)
+        out = np.full(len(acts), np.nan)
+        for g in np.unique(groups):
+            model = self.models.get(int(g))
+            if model is None:
+                continue
+            rows = groups == g
+            d = acts[rows][:, self.kept] - model[0]
+            out[rows] = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", d, model[1], d), 0.0))
+        return out
 
 
 class _SurpriseCriterion(Criterion):
@@ -433,3 +468,54 @@ class DistanceSurpriseCoverage(_SurpriseCriterion):
         with np.errstate(divide="ignore", invalid="ignore"):
             out[found] = a[found] / self._other_distance[nearest_point[found]]
         return out
+
+
+class MahalanobisSurpriseCoverage(_SurpriseCriterion):
+    """MDSC (Kim, Feldt and Yoo, TOSEM 2022): MDSA(x) is the Mahalanobis distance from x's activations to the
+    mean of the training activations of x's predicted class, with the pseudo-inverse of that class's
+    covariance (the ``mdsa`` ordering of idcgen.prioritize computes the same); coverage of ``n_buckets``
+    buckets on [lower, upper]. Neurons whose variance over all the training inputs is below
+    ``var_threshold`` are left out; a class with fewer than two training inputs has no MDSA.
+
+    Parameters
+    ----------
+    layer : layer name, default the last hidden layer before the logits.
+    n_buckets : int >= 1, default 1000.
+    lower, upper : the bucketed range, default [0, 100] (docs/design.md, "Other criteria", says why).
+    var_threshold : float >= 0, default 1e-5 (as LSC's).
+    group : "predicted" (default) or "label": how the training inputs are grouped into classes.
+
+    Learned: ``layer_``, ``width_``, ``model_`` (a ClassMahalanobis), ``classes_``, ``total_``, ``n_inputs_``.
+    """
+
+    name = "mdsc"
+
+    def __init__(
+        self,
+        *,
+        layer: str | None = None,
+        n_buckets: int = 1000,
+        lower: float = 0.0,
+        upper: float = 100.0,
+        var_threshold: float = 1e-5,
+        group: str = "predicted",
+    ):
+        self.layer = layer
+        self.n_buckets = n_buckets
+        self.lower = lower
+        self.upper = upper
+        self.var_threshold = var_threshold
+        self.group = group
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        check_real("var_threshold", self.var_threshold, 0.0, None, owner=type(self).__name__)
+
+    def _fit_classes(self, acts: np.ndarray, classes: np.ndarray) -> None:
+        self.model_ = ClassMahalanobis(acts, classes, self.var_threshold)
+        self.classes_ = np.array(sorted(self.model_.models), dtype=np.int64)
+        if not len(self.classes_):
+            raise InputError("MDSC: no class has two training inputs; give more training inputs")
+
+    def _surprise(self, acts: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        return self.model_.distance(acts, predicted)

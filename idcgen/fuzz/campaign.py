@@ -19,6 +19,7 @@ from ..analysis import Analysis
 from ..checks import check_int
 from ..coverage import CoverageTracker
 from ..criteria.base import CriterionTracker
+from ..criteria.values import restore_tracker
 from ..errors import AnalysisMismatchError, ParameterError
 from ..quality import distances
 from .corpus import Corpus
@@ -143,7 +144,9 @@ class Campaign:
             "covered": self.tracker.covered,
             "total": self.tracker.total,
             "coverage": {
-                name: {"covered": t.covered, "total": t.total, "score": t.score} for name, t in self.coverage.items()
+                name: {"covered": t.covered, "total": t.total, "score": t.score}
+                | ({"tracker": t.spec()} if hasattr(t, "state_arrays") else {})  # a value tracker: how to restore it
+                for name, t in self.coverage.items()
             },
             "mutators": {k: dict(vars(v)) for k, v in self.mutator_stats.items()},
         }
@@ -342,9 +345,13 @@ class Campaign:
             rng = np.random.default_rng()
             rng.bit_generator.state = saved.rng_state
             coverage = {"idc": CoverageTracker(analysis.total, saved.covered["idc"])}
-            for name, ids in saved.covered.items():
-                if name != "idc":
-                    coverage[name] = CriterionTracker(saved.state["coverage"][name]["total"], ids, criterion=name)
+            for name, entry in saved.state.get("coverage", {}).items():
+                if name == "idc":
+                    continue
+                if "tracker" in entry:  # NLC, TKNP, CC: their whole state, saved as arrays
+                    coverage[name] = restore_tracker(entry["tracker"], saved.trackers.get(name, {}))
+                else:
+                    coverage[name] = CriterionTracker(entry["total"], saved.covered[name], criterion=name)
             state = saved.state
             campaign = cls(
                 settings=settings,

@@ -45,6 +45,8 @@ except ImportError:  # Windows: no advisory locks; one writer per campaign is th
 
 JSON_EVERY_SECONDS = 2.0
 LOGS = ("manifest.jsonl", "findings.jsonl", "stats.jsonl")
+#: the state's arrays of a value tracker (NLC, TKNP, CC) are named tracker_<criterion>__<array>
+TRACKER_PREFIX = "tracker_"
 
 
 def read_jsonl(path: Path, keep: int) -> list[dict]:
@@ -101,6 +103,7 @@ class Saved:
     rng_state: dict
     fuzz_count: np.ndarray
     covered: dict  # criterion name -> covered item ids
+    trackers: dict  # criterion name -> the arrays of a value tracker's state (NLC, TKNP, CC)
     corpus_parts: list  # dicts of arrays, one per step with new entries
     finding_parts: list
     stats: list
@@ -215,7 +218,8 @@ class CampaignStore:
             "config": json.dumps(campaign.settings.to_dict()),  # campaign.json's settings, should it be lost
             "n_stats_rows": len(campaign.stats),
             "fuzz_count": campaign.corpus.fuzz_count.copy(),
-            "covered": {name: t.covered_ids() for name, t in campaign.coverage.items()},
+            "covered": {name: t.covered_ids() for name, t in campaign.coverage.items() if hasattr(t, "covered_ids")},
+            "trackers": {name: t.state_arrays() for name, t in campaign.coverage.items() if hasattr(t, "state_arrays")},
         }
 
     def _encode(self, snapshot: dict) -> bytes:
@@ -229,6 +233,8 @@ class CampaignStore:
         }
         for name, ids in snapshot["covered"].items():
             arrays["covered" if name == "idc" else f"covered_{name}"] = ids
+        for name, state in snapshot.get("trackers", {}).items():
+            arrays.update({f"{TRACKER_PREFIX}{name}__{key}": value for key, value in state.items()})
         return npz_bytes(arrays)
 
     def _state_payload(self, campaign) -> bytes:
@@ -357,6 +363,11 @@ class CampaignStore:
         rng_state = json.loads(str(arrays["rng"]))
         covered = {"idc": arrays["covered"]}
         covered.update({k[len("covered_") :]: v for k, v in arrays.items() if k.startswith("covered_")})
+        trackers: dict = {}
+        for key, value in arrays.items():
+            if key.startswith(TRACKER_PREFIX):
+                name, part = key[len(TRACKER_PREFIX) :].split("__", 1)
+                trackers.setdefault(name, {})[part] = value
         n_rows = int(arrays["n_stats_rows"])
         logs = {k: tuple(v) for k, v in json.loads(str(arrays["logs"])).items()} if "logs" in arrays else None
         if repair:
@@ -428,6 +439,7 @@ class CampaignStore:
             rng_state=rng_state,
             fuzz_count=arrays["fuzz_count"],
             covered=covered,
+            trackers=trackers,
             corpus_parts=[p for _, p in corpus],
             finding_parts=[p for _, p in found],
             stats=stats,
