@@ -445,7 +445,7 @@ class CampaignOptions(Group):
         cli_type=str,
         cli_default="idc",
         help="Which criterion's new coverage admits a mutant to the corpus: idc, nc, kmnc, nbc, snac, "
-        "tknc, lsc, dsc, or none (every valid mutant).",
+        "tknc, lsc, dsc, or none (every valid mutant), or keep-none (no mutant: the seeds alone are fuzzed).",
     )
     measure: tuple | None = option(
         "--measure",

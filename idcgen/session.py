@@ -861,7 +861,7 @@ def measure_specs(guide: str, measure) -> list[str]:
     if isinstance(measure, str):
         measure = parse_criteria(measure)
     specs = [s for s in measure if spec_name(s) != "idc"] if measure else []
-    if guide not in ("idc", "none") and guide not in (spec_name(s) for s in specs):
+    if guide not in ("idc", "none", "keep-none") and guide not in (spec_name(s) for s in specs):
         specs.insert(0, guide)
     return specs
 

@@ -312,3 +312,19 @@ def test_a_campaign_read_only_does_not_go_on_in_memory(analysis, digits, tmp_pat
     resumed = fuzzer.run(fuzzer.resume(tmp_path / "c"), budget=64, progress=False)
     resumed.close()
     assert idcgen.Campaign.load(tmp_path / "c").execs == 64
+
+
+def test_keep_none_fuzzes_the_seeds_alone(analysis, digits):
+    """guide="keep-none": no mutant joins the corpus, yet the whole budget runs and failures are flagged; the
+    same campaign unguided keeps mutants, so the count checked is not zero by construction."""
+    _, test = digits
+    runs = {
+        guide: idcgen.Fuzzer(analysis, mutators=["rotate", "gauss"], batch_size=32, guide=guide).run(
+            test.x, test.y, budget=128, progress=False
+        )
+        for guide in ("keep-none", "none")
+    }
+    assert int((runs["keep-none"].corpus.parent >= 0).sum()) == 0 and runs["keep-none"].execs == 128
+    assert int((runs["none"].corpus.parent >= 0).sum()) > 0
+    assert len(runs["keep-none"].corpus.parent) == len(test.x)  # the seeds, and nothing else
+    assert sum(s.kept for s in runs["keep-none"].mutator_stats.values()) == 0

@@ -4,8 +4,10 @@ A *measure* turns one forward pass (probabilities and the activations of the lay
 items a tracker counts: IDC's cluster combinations (from the analysis), or any other criterion's items
 (:mod:`idcgen.criteria`). A campaign measures IDC always, and every criterion it is given besides.
 *Guidance* picks one measure: a valid mutant joins the corpus when it covers an item of that measure
-not covered yet; guidance ``"none"`` keeps every valid mutant (the unguided baseline). Every tracker
-counts what the corpus covers, so the coverage figures always describe the grown test set.
+not covered yet; guidance ``"none"`` keeps every valid mutant (the unguided baseline) and ``"keep-none"``
+none (the seeds alone are fuzzed for the whole budget: the fourth guidance study's most productive arm per
+model call, docs/results.md). Every tracker counts what the corpus covers, so the coverage figures always
+describe the grown test set.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from ..errors import ParameterError
 
 
 def guide_names() -> tuple[str, ...]:
-    """Every guidance name: IDC, each registered criterion (idcgen.criteria.CRITERIA), and "none"."""
+    """Every guidance name: IDC, each registered criterion (idcgen.criteria.CRITERIA), "none" and "keep-none"."""
     from ..criteria import CRITERIA
 
-    return ("idc", *CRITERIA, "none")
+    return ("idc", *CRITERIA, "none", "keep-none")
 
 
 class IDCMeasure:
@@ -74,9 +76,9 @@ def measures_of(analysis, criteria: Sequence = ()) -> list:
 
 
 def check_guide(guide: str, measures: Sequence) -> str:
-    """The guiding measure's name: "none" or one of the measures'."""
+    """The guiding measure's name: "none", "keep-none" or one of the measures'."""
     names = [m.name for m in measures]
-    if guide == "none" or guide in names:
+    if guide in ("none", "keep-none") or guide in names:
         return guide
     if guide in guide_names():
         raise ParameterError(
@@ -89,9 +91,11 @@ def check_guide(guide: str, measures: Sequence) -> str:
 
 def new_coverage(guide: str, trackers: dict, features: dict, valid: np.ndarray) -> np.ndarray:
     """Which mutants join the corpus: valid ones that cover a new item of the guiding measure (a new item
-    counts for its first mutant only), or every valid one without guidance."""
+    counts for its first mutant only); every valid one without guidance ("none"), none with "keep-none"."""
     if guide == "none":
         return valid.copy()
+    if guide == "keep-none":
+        return np.zeros(len(valid), bool)
     keep = np.zeros(len(valid), bool)
     keep[valid] = trackers[guide].would_cover(features[guide][valid])
     return keep
