@@ -535,10 +535,13 @@ class HardenOptions(Group):
     mode: str = option(
         "--mode", cli_type=str, cli_default="finetune", help="finetune (from the model's weights) or scratch."
     )
-    epochs: int = option(
-        "--epochs", cli_type=int, cli_default=3, help="Training epochs, the same for both retrainings."
+    epochs: int = option("--epochs", cli_type=int, cli_default=3, help="Training epochs, the same for every arm.")
+    repeats: int = option(
+        "--repeats",
+        cli_type=int,
+        cli_default=1,
+        help="Repetitions, each its own fine-tuning seed and baseline draws (mean and 95 % interval).",
     )
-    repeats: int = option("--repeats", cli_type=int, cli_default=1, help="Repetitions (mean ± std).")
     random_state: int = option(
         "--random-state", cli_type=int, cli_default=0, help="Seed of the retraining and the random perturbations."
     )
