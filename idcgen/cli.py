@@ -837,7 +837,10 @@ def harden(
     for note in summary["notes"]:
         echo(f"note: {note}")
     if summary["attack_eps"] is not None:
-        echo(f"pgd and fgsm additions at eps {summary['attack_eps']:.4g} (the kept inputs' median L-inf)")
+        echo(
+            f"pgd and fgsm additions at {summary['attack_norm']} eps {summary['attack_eps']:.4g} of the value range "
+            "(the kept inputs' median L2 distance from their seeds)"
+        )
     echo(format_table(summary))
     echo("IDC-guided minus each baseline (points, paired by repeat):")
     echo(format_differences(summary))

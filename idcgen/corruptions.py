@@ -2,8 +2,10 @@
 built locally and deterministically from a test set (``harden``'s corruption suite).
 
 The definitions and per-severity constants are those of CIFAR-10-C (``make_cifar_c.py``, made for 32 x 32
-images), with the helpers of the ``imagecorruptions`` package (Michaelis et al., 2019: the diamond-square
-fog, the numpy motion blur that replaces ImageMagick's in motion blur and snow). That package is not
+images; its constants are ``SEVERITY``, checked against the published script, hendrycks/robustness
+``ImageNet-C/create_c/make_cifar_c.py``), with the helpers of the ``imagecorruptions`` package (Michaelis et
+al., 2019: the numpy motion blur that replaces ImageMagick's in motion blur and snow). The corrupted images
+are truncated to 8 bits as the script stores them (``np.uint8``). That package is not
 imported: its release 1.1.2 needs ``pkg_resources`` and scikit-image's removed ``multichannel`` argument, so
 it does not import on this stack. Differences, all deliberate:
 
@@ -51,6 +53,40 @@ CORRUPTIONS = (
     "jpeg_compression",
 )
 SEVERITIES = (1, 2, 3, 4, 5)
+
+#: The per-severity constants of make_cifar_c.py (hendrycks/robustness, ImageNet-C/create_c/, the CIFAR-10-C
+#: script, for 32 x 32 images), checked against it value by value; severity s is entry s - 1.
+#: zoom_blur: the end of np.arange(1, end, 0.01), the zoom factors averaged; elastic_transform: fractions of the
+#: image side (the script multiplies them by IMSIZE = 32).
+SEVERITY: dict[str, tuple] = {
+    "gaussian_noise": (0.04, 0.06, 0.08, 0.09, 0.10),  # the noise's standard deviation
+    "shot_noise": (500, 250, 100, 75, 50),  # Poisson rate per unit of intensity
+    "impulse_noise": (0.01, 0.02, 0.03, 0.05, 0.07),  # fraction of values set to 0 or 1
+    "defocus_blur": ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1)),  # disk radius, alias blur
+    "glass_blur": ((0.05, 1, 1), (0.25, 1, 1), (0.4, 1, 1), (0.25, 1, 2), (0.4, 1, 2)),  # sigma, delta, passes
+    "motion_blur": ((6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)),  # radius, sigma
+    "zoom_blur": (1.06, 1.11, 1.16, 1.21, 1.26),
+    "snow": (
+        (0.1, 0.2, 1, 0.6, 8, 3, 0.95),
+        (0.1, 0.2, 1, 0.5, 10, 4, 0.9),
+        (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
+        (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
+        (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
+    ),  # mean, std, zoom, threshold, blur radius, blur sigma, weight of the image
+    "frost": ((1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45)),  # weight of the image, of the frost
+    "fog": ((0.2, 3), (0.5, 3), (0.75, 2.5), (1, 2), (1.5, 1.75)),  # fog's weight, the fractal's wibble decay
+    "brightness": (0.05, 0.1, 0.15, 0.2, 0.3),  # added to HSV value
+    "contrast": (0.75, 0.5, 0.4, 0.3, 0.15),  # factor on the distance from the channel mean
+    "elastic_transform": (
+        (0, 0, 0.08),
+        (0.05, 0.2, 0.07),
+        (0.08, 0.06, 0.06),
+        (0.1, 0.04, 0.05),
+        (0.1, 0.03, 0.03),
+    ),  # displacement scale, its smoothing sigma, the affine jitter
+    "pixelate": (0.95, 0.9, 0.85, 0.75, 0.65),  # side of the box-downsampled image, a fraction
+    "jpeg_compression": (80, 65, 58, 50, 40),  # JPEG quality
+}
 
 
 def _gaussian(x: np.ndarray, sigma: float) -> np.ndarray:
@@ -145,23 +181,24 @@ def _to_pil(x: np.ndarray) -> Image.Image:
 
 
 def _rgb2gray(x: np.ndarray) -> np.ndarray:
-    return x @ np.array([0.2989, 0.5870, 0.1140], dtype=x.dtype)
+    """cv2.cvtColor(x, cv2.COLOR_RGB2GRAY) on a float image (ITU-R BT.601 weights), as make_cifar_c.py's snow."""
+    return x @ np.array([0.299, 0.587, 0.114], dtype=x.dtype)
 
 
 # Each corruption takes one (h, w, 3) float image in [0, 1] and returns it corrupted, in [0, 1] (before clipping).
 def gaussian_noise(x, s, rng):
-    c = [0.04, 0.06, 0.08, 0.09, 0.10][s - 1]
+    c = SEVERITY["gaussian_noise"][s - 1]
     return x + rng.normal(size=x.shape, scale=c)
 
 
 def shot_noise(x, s, rng):
-    c = [500, 250, 100, 75, 50][s - 1]
+    c = SEVERITY["shot_noise"][s - 1]
     return rng.poisson(x * c) / c
 
 
 def impulse_noise(x, s, rng):
     """Salt and pepper on each value, as skimage.util.random_noise(mode='s&p', amount=c) draws it."""
-    c = [0.01, 0.02, 0.03, 0.05, 0.07][s - 1]
+    c = SEVERITY["impulse_noise"][s - 1]
     flipped = rng.random(x.shape) < c
     salted = rng.random(x.shape) < 0.5
     out = x.copy()
@@ -171,13 +208,13 @@ def impulse_noise(x, s, rng):
 
 
 def defocus_blur(x, s, rng):
-    c = [(0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1)][s - 1]
+    c = SEVERITY["defocus_blur"][s - 1]
     kernel = _disk(radius=c[0], alias_blur=c[1])
     return np.stack([cv2.filter2D(x[:, :, d].astype(np.float32), -1, kernel) for d in range(3)], axis=-1)
 
 
 def glass_blur(x, s, rng):
-    c = [(0.05, 1, 1), (0.25, 1, 1), (0.4, 1, 1), (0.25, 1, 2), (0.4, 1, 2)][s - 1]
+    c = SEVERITY["glass_blur"][s - 1]
     h, w = x.shape[:2]
     img = np.uint8(np.clip(_gaussian(x, c[0]), 0, 1) * 255)
     rows, cols = range(h - c[1], c[1], -1), range(w - c[1], c[1], -1)
@@ -193,14 +230,12 @@ def glass_blur(x, s, rng):
 
 
 def motion_blur(x, s, rng):
-    c = [(10, 1), (10, 1.5), (10, 2), (10, 2.5), (12, 3)][s - 1]
+    c = SEVERITY["motion_blur"][s - 1]  # make_cifar_c.py's ImageMagick radius and sigma
     return _motion_blur(x, radius=c[0], sigma=c[1], angle=rng.uniform(-45, 45))
 
 
 def zoom_blur(x, s, rng):
-    c = [np.arange(1, 1.06, 0.01), np.arange(1, 1.11, 0.01), np.arange(1, 1.16, 0.01)]
-    c += [np.arange(1, 1.21, 0.01), np.arange(1, 1.26, 0.01)]
-    factors = c[s - 1]
+    factors = np.arange(1, SEVERITY["zoom_blur"][s - 1], 0.01)
     x = x.astype(np.float32)
     out = np.zeros_like(x)
     for factor in factors:
@@ -209,13 +244,7 @@ def zoom_blur(x, s, rng):
 
 
 def snow(x, s, rng):
-    c = [
-        (0.1, 0.2, 1, 0.6, 8, 3, 0.95),
-        (0.1, 0.2, 1, 0.5, 10, 4, 0.9),
-        (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
-        (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
-        (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
-    ][s - 1]
+    c = SEVERITY["snow"][s - 1]
     x = x.astype(np.float32)
     layer = rng.normal(size=x.shape[:2], loc=c[0], scale=c[1])
     layer = _clipped_zoom(layer[..., np.newaxis], c[2])
@@ -245,13 +274,13 @@ def frost_pictures() -> list[np.ndarray]:
 
 
 def frost(x, s, rng):
-    c = [(1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45)][s - 1]
+    c = SEVERITY["frost"][s - 1]
     pictures = frost_pictures()
     picture = pictures[int(rng.integers(min(5, len(pictures))))]
     h, w = x.shape[:2]
     # CIFAR-10-C shrinks the pictures to a fifth for 32-pixel images; the same fraction of the image side here
     scale = 0.2 * max(h, w) / 32
-    small = cv2.resize(picture, (0, 0), fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    small = cv2.resize(picture, (0, 0), fx=scale, fy=scale)  # cv2's default (bilinear), as published
     if small.shape[0] <= h or small.shape[1] <= w:
         small = cv2.resize(picture, (max(w + 1, small.shape[1]), max(h + 1, small.shape[0])))
     top, left = int(rng.integers(0, small.shape[0] - h)), int(rng.integers(0, small.shape[1] - w))
@@ -259,7 +288,7 @@ def frost(x, s, rng):
 
 
 def fog(x, s, rng):
-    c = [(0.2, 3), (0.5, 3), (0.75, 2.5), (1, 2), (1.5, 1.75)][s - 1]
+    c = SEVERITY["fog"][s - 1]
     h, w = x.shape[:2]
     max_val = x.max()
     mapsize = 1 << (max(h, w) - 1).bit_length()
@@ -268,14 +297,14 @@ def fog(x, s, rng):
 
 
 def brightness(x, s, rng):
-    c = [0.05, 0.1, 0.15, 0.2, 0.3][s - 1]
+    c = SEVERITY["brightness"][s - 1]
     hsv = cv2.cvtColor(x.astype(np.float32), cv2.COLOR_RGB2HSV)
     hsv[:, :, 2] = np.clip(hsv[:, :, 2] + c, 0, 1)
     return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
 
 
 def contrast(x, s, rng):
-    c = [0.75, 0.5, 0.4, 0.3, 0.15][s - 1]
+    c = SEVERITY["contrast"][s - 1]
     means = x.mean(axis=(0, 1), keepdims=True)
     return (x - means) * c + means
 
@@ -283,8 +312,7 @@ def contrast(x, s, rng):
 def elastic_transform(x, s, rng):
     h, w = x.shape[:2]
     side = min(h, w)  # CIFAR-10-C's IMSIZE (32)
-    c = [(0, 0, 0.08), (0.05, 0.2, 0.07), (0.08, 0.06, 0.06), (0.1, 0.04, 0.05), (0.1, 0.03, 0.03)][s - 1]
-    c = tuple(side * v for v in c)
+    c = tuple(side * v for v in SEVERITY["elastic_transform"][s - 1])
     image = x.astype(np.float32)
     center = np.float32((h, w)) // 2
     square = side // 3
@@ -304,14 +332,14 @@ def elastic_transform(x, s, rng):
 
 
 def pixelate(x, s, rng):
-    c = [0.95, 0.9, 0.85, 0.75, 0.65][s - 1]
+    c = SEVERITY["pixelate"][s - 1]
     h, w = x.shape[:2]
     img = _to_pil(x).resize((int(w * c), int(h * c)), Image.Resampling.BOX).resize((w, h), Image.Resampling.BOX)
     return np.asarray(img, dtype=np.float32) / 255.0
 
 
 def jpeg_compression(x, s, rng):
-    c = [80, 65, 58, 50, 40][s - 1]
+    c = SEVERITY["jpeg_compression"][s - 1]
     buffer = BytesIO()
     _to_pil(x).save(buffer, "JPEG", quality=c)
     return np.asarray(Image.open(buffer).convert("RGB"), dtype=np.float32) / 255.0
@@ -340,7 +368,7 @@ def available(names=CORRUPTIONS) -> tuple[list[str], list[str]]:
 
 def corrupt(x: np.ndarray, name: str, severity: int, *, random_state: int = 0, value_range=(0.0, 1.0)) -> np.ndarray:
     """Images ``x`` (n, h, w, c), c 1 or 3, on ``value_range``, with ``name`` at ``severity`` (1..5), on the same
-    range and dtype. Quantised to 8 bits as the published sets are; deterministic in (random_state, name, severity)."""
+    range and dtype. Truncated to 8 bits as the published sets are; deterministic in (random_state, name, severity)."""
     if name not in _FUNCTIONS:
         available([name])
     if severity not in SEVERITIES:
@@ -360,5 +388,7 @@ def corrupt(x: np.ndarray, name: str, severity: int, *, random_state: int = 0, v
         rgb = np.repeat(image, 3, axis=-1) if channels == 1 else image
         done = np.clip(np.asarray(function(rgb, severity, rng), dtype=np.float64), 0, 1)
         out[i] = done.mean(axis=-1, keepdims=True) if channels == 1 else done
-    out = np.round(out * 255) / 255.0
+    # make_cifar_c.py stores np.uint8(image * 255), which truncates; 1e-6 keeps a whole level that float error
+    # put a hair below it (k / 255 * 255) on its level
+    out = np.floor(out * 255 + 1e-6) / 255.0
     return (lo + out * (hi - lo)).astype(x.dtype if np.issubdtype(x.dtype, np.floating) else np.float32)

@@ -202,6 +202,10 @@ DEFAULT_BASELINES = ("random",)
 GUIDED = "IDC-guided"
 #: PGD of the robust accuracy and of the pgd baseline: 10 steps of eps/4 from a random start in the eps ball.
 PGD_STEPS = 10
+#: The norm of the pgd and fgsm baselines' ball: L2, its radius the kept inputs' median L2 distance from their
+#: seeds (docs/design.md, "Hardening"). A rotation or shift moves some pixels across the whole range, so the
+#: kept inputs' median L-inf is often 1 and an L-inf ball of that radius is the whole input space.
+ATTACK_NORM = "L2"
 DEFAULT_PGD_EPS = (0.1, 0.3)
 
 
@@ -299,6 +303,37 @@ def replay_chains(campaign: Campaign, network: Network, rng: np.random.Generator
     return x, int(outside.sum())
 
 
+def attack_recipe(name: str, eps: float) -> str:
+    if name == "fgsm":
+        return f"FGSM, L2 eps {eps:.4g} (of the value range), one step along the gradient"
+    return f"PGD, L2 eps {eps:.4g} (of the value range), {PGD_STEPS} steps of eps/4 from a random start in the ball"
+
+
+def l2_ball(shape: tuple, radius: float, rng: np.random.Generator) -> np.ndarray:
+    """Points drawn uniformly from the L2 ball of ``radius`` in R^d, one per row of ``shape`` (cleverhans'
+    ``random_lp_vector`` for ord 2, drawn from ``rng``): a uniform direction scaled by radius * U^(1/d)."""
+    n, d = shape[0], int(np.prod(shape[1:]))
+    direction = rng.standard_normal((n, d))
+    direction /= np.maximum(np.linalg.norm(direction, axis=1, keepdims=True), 1e-12)
+    scale = radius * rng.uniform(0, 1, size=(n, 1)) ** (1.0 / d)
+    return (direction * scale).reshape(shape)
+
+
+def l2_attack(name: str, x, labels, network: Network, rng: np.random.Generator, eps: float, value_range):
+    """cleverhans' FGSM (one step of L2 length eps along the gradient) or PGD (``PGD_STEPS`` such steps of eps/4,
+    each projected onto the L2 ball of radius eps around the input and the value range, from a start drawn
+    uniformly in the ball) on the model's logits, away from ``labels``; ``eps`` a fraction of the value range."""
+    lo, hi = (float(v) for v in value_range)
+    radius = eps * (hi - lo)
+    y = np.asarray(labels).astype(np.int32)
+    if name == "fgsm":
+        return network.attack("fgsm", x, y, eps=radius, clip=(lo, hi), norm=2)
+    start = np.clip(x + l2_ball(x.shape, radius, rng).astype(x.dtype), lo, hi).astype(x.dtype)
+    return network.attack(
+        "pgd", x, y, start=start, eps=radius, eps_iter=radius / 4, nb_iter=PGD_STEPS, clip=(lo, hi), norm=2
+    )
+
+
 def augment_seeds(x: np.ndarray, rng: np.random.Generator, value_range=(0.0, 1.0)) -> np.ndarray:
     """The ``augment`` baseline: standard augmentation (albumentations): a horizontal flip (p 0.5), a random
     crop of 80-100 % of the area resized back, and an affine map (rotation ±15°, translation ±10 %, scale
@@ -325,7 +360,8 @@ def baseline_additions(
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """One baseline's additions (x, labels, the spec or recipe used): as many as the campaign's kept inputs,
     from the same root seeds (each kept input's own), labelled with the seed's label; ``clean`` adds none.
-    ``eps``: pgd's and fgsm's L-inf budget (a fraction of the value range)."""
+    ``eps``: pgd's and fgsm's L2 budget (``ATTACK_NORM``), a fraction of the value range (the L2 norm of the
+    change divided by the range's width)."""
     c, kept = campaign.corpus, _kept(campaign)
     roots = c.root[kept]
     labels = c.label[roots]
@@ -339,13 +375,11 @@ def baseline_additions(
         _, control = campaign_augmentations(campaign, network, random_state=int(rng.integers(2**31)))
         return control.x, control.y, "the last mutation of each chain, once, on the seed"
     if name in ("pgd", "fgsm"):
-        spec = (
-            f"pgd(eps={eps:.6g}, eps_iter={eps / 4:.6g}, nb_iter={PGD_STEPS})"
-            if name == "pgd"
-            else f"fgsm(eps={eps:.6g})"
+        return (
+            l2_attack(name, c.x[roots], labels, network, rng, eps, campaign.value_range),
+            labels,
+            attack_recipe(name, eps),
         )
-        ctx = MutationContext(network=network, labels=labels, value_range=campaign.value_range)
-        return make_mutator(spec).mutate(c.x[roots], rng, ctx), labels, spec
     if name == "augment":
         return augment_seeds(c.x[roots], rng, campaign.value_range), labels, "flip, resized crop, affine"
     raise ParameterError(f"unknown baseline {name!r}")
@@ -470,10 +504,10 @@ def harden(
     c, kept = campaign.corpus, _kept(campaign)
     guided = Augmentation(c.x[kept], c.label[kept], f"{len(kept)} IDC-kept mutants")
     guided_size = perturbation(guided.x, c.x[c.root[kept]], value_range)
-    eps = guided_size["median_linf"]
-    if eps <= 0 and {"pgd", "fgsm"} & set(names):
-        raise InputError("the kept inputs do not differ from their seeds (median L-inf 0): no epsilon for pgd/fgsm")
-    eps = min(eps, 1.0)
+    eps = guided_size["median_l2"]  # pgd's and fgsm's L2 radius (ATTACK_NORM)
+    attacks = bool({"pgd", "fgsm"} & set(names))
+    if eps <= 0 and attacks:
+        raise InputError("the kept inputs do not differ from their seeds (median L2 0): no epsilon for pgd/fgsm")
     rng = np.random.default_rng(random_state)
     fixed = {
         name: make_mutator(spec).mutate(x_test, rng, MutationContext(images, y_test, value_range))
@@ -498,7 +532,15 @@ def harden(
         return found
 
     rows = [
-        {"arm": "original", "repeat": 0, "seed": random_state, "extra_inputs": 0, **_no_size(), **measure(images, 0)}
+        {
+            "arm": "original",
+            "repeat": 0,
+            "seed": random_state,
+            "extra_inputs": 0,
+            **_no_size(),
+            **_attack_budget("original", eps),
+            **measure(images, 0),
+        }
     ]
     jobs = [(r, arm) for r in range(repeats) for arm in (GUIDED,) + names]
     additions: dict = {}
@@ -516,7 +558,8 @@ def harden(
         y = np.concatenate([y_train, y_add])
         trained = _retrained(network, x, y, mode=mode, epochs=epochs, random_state=seed)
         found = measure(on_images(trained, image_shape), r)
-        rows.append({"arm": arm, "repeat": r, "seed": seed, "extra_inputs": int(len(y_add)), **size, **found})
+        budget = _attack_budget(arm, eps)
+        rows.append({"arm": arm, "repeat": r, "seed": seed, "extra_inputs": int(len(y_add)), **size, **budget, **found})
     for entry in additions.values():
         for key in ("median_l2", "median_linf"):
             entry[key] = float(np.mean(entry[key]))
@@ -530,7 +573,8 @@ def harden(
         "extra_inputs": int(len(guided.y)),
         "guided": guided.source,
         "baselines": list(names),
-        "attack_eps": eps if {"pgd", "fgsm"} & set(names) else None,
+        "attack_eps": eps if attacks else None,
+        "attack_norm": ATTACK_NORM if attacks else None,
         "additions": additions,
         "test_inputs": int(len(x_test)),
         "evaluations": {k: v for k, v in EVALUATIONS.items()},
@@ -554,7 +598,14 @@ def _no_size() -> dict:
     return {"median_l2": 0.0, "median_linf": 0.0}
 
 
-ROW_KEYS = ("arm", "repeat", "seed", "extra_inputs", "median_l2", "median_linf")
+def _attack_budget(arm: str, eps: float) -> dict:
+    """The attack's budget in a pgd or fgsm row (its eps, a fraction of the value range, and its norm); empty
+    cells in the other rows."""
+    attack = arm in ("pgd", "fgsm")
+    return {"attack_eps": eps if attack else None, "attack_norm": ATTACK_NORM if attack else None}
+
+
+ROW_KEYS = ("arm", "repeat", "seed", "extra_inputs", "median_l2", "median_linf", "attack_eps", "attack_norm")
 
 
 def measures(rows: list[dict]) -> list[str]:
@@ -635,7 +686,12 @@ def write_outputs(summary: dict, out: Path) -> None:
         f"of the 95 % interval over repetitions (t), each repetition its own fine-tuning seed and baseline draws. "
         f"Retraining data: {summary['training_inputs']} training inputs plus {summary['guided']} (IDC-guided) or "
         f"plus as many from the same seeds (baselines: {', '.join(summary['baselines']) or 'none'})."
-        + (f" pgd and fgsm additions at eps {eps:.4g} (the kept inputs' median L-inf)." if eps is not None else "")
+        + (
+            f" pgd and fgsm additions at {summary['attack_norm']} eps {eps:.4g} of the value range (the kept "
+            "inputs' median L2 distance from their seeds)."
+            if eps is not None
+            else ""
+        )
         + f" Corruption suite: {len(summary['corruptions'])} corruptions of CIFAR-10-C/ImageNet-C, severities "
         + ", ".join(map(str, summary["severities"]))
         + f"; PGD: {PGD_STEPS} steps of eps/4 from a random start."

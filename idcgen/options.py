@@ -557,7 +557,8 @@ class HardenOptions(Group):
         parse=lambda text: _comma_list(text, str),
         help="Equal-size training additions from the same seeds to compare the IDC-kept inputs with, comma-"
         "separated: random (the kept inputs' mutator chains replayed on their seeds, unselected), one-step "
-        "(one mutation of each seed), pgd, fgsm (at the kept inputs' median L-inf), augment (flips, crops, "
+        "(one mutation of each seed), pgd, fgsm (in the L2 ball of the kept inputs' median L2 distance from "
+        "their seeds, printed), augment (flips, crops, "
         "affine), clean (nothing added).",
     )
     corruptions: tuple[str, ...] | None = option(

@@ -228,30 +228,41 @@ def test_random_baseline_matches_chain_length_not_one_step(campaign, trained_len
     assert diff(replay) > diff(one)
 
 
-def test_attack_baselines_at_the_kept_median_linf(campaign, trained_lenet):
-    from idcgen.framework import Network
-    from idcgen.fuzz.mutators import MutationContext, make_mutator
-    from idcgen.hardening import baseline_additions
+def test_attack_baselines_in_the_l2_ball_of_the_kept_median_l2(campaign, trained_lenet):
+    """pgd and fgsm attack the seeds in the L2 ball of the kept inputs' median L2 distance from their seeds:
+    FGSM one step of exactly that L2 length (cleverhans with norm 2, called here by hand), PGD inside the ball.
+    (On a campaign of rotations the median L-inf is near 1, and an L-inf ball of it the whole space.)"""
+    import tensorflow as tf
+    from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
 
-    kept, seeds, labels, _, linf = _by_hand(campaign)
+    from idcgen.framework import Network
+    from idcgen.hardening import baseline_additions, perturbation
+
+    kept, seeds, labels, l2, linf = _by_hand(campaign)
+    assert perturbation(campaign.corpus.x[kept], seeds)["median_l2"] == pytest.approx(l2, rel=1e-6)
+    assert l2 > 0
     net = Network(trained_lenet[0])
-    x, y, spec = baseline_additions("fgsm", campaign, net, np.random.default_rng(0), linf)
-    assert spec == f"fgsm(eps={linf:.6g})" and len(x) == len(kept)
+    x, y, recipe = baseline_additions("fgsm", campaign, net, np.random.default_rng(0), l2)
+    assert recipe.startswith(f"FGSM, L2 eps {l2:.4g} ") and len(x) == len(kept)
     np.testing.assert_array_equal(y, labels)
-    by_hand = make_mutator(f"fgsm(eps={linf:.6g})").mutate(
-        seeds, np.random.default_rng(0), MutationContext(net, labels)
-    )
-    np.testing.assert_allclose(x, by_hand, atol=1e-6)
-    assert np.abs(x - seeds).reshape(len(x), -1).max(axis=1) == pytest.approx(np.full(len(x), linf), abs=1e-5)
-    x, y, spec = baseline_additions("pgd", campaign, net, np.random.default_rng(0), linf)
-    assert spec.startswith("pgd(") and len(x) == len(kept)
-    assert np.abs(x - seeds).max() <= linf + 1e-5  # inside the eps ball
-    clean, none, _ = baseline_additions("clean", campaign, net, np.random.default_rng(0), linf)
+    by_hand = fast_gradient_method(
+        net.logits_model(), tf.constant(seeds), l2, 2, clip_min=0.0, clip_max=1.0, y=labels, targeted=False
+    ).numpy()
+    np.testing.assert_allclose(x, by_hand, atol=1e-5)
+    norms = np.sqrt(((x.astype(np.float64) - seeds) ** 2).reshape(len(x), -1).sum(axis=1))
+    assert np.all(norms <= l2 + 1e-4) and np.median(norms) > 0.5 * l2  # clipping at 0 and 1 only shortens
+    x, y, recipe = baseline_additions("pgd", campaign, net, np.random.default_rng(0), l2)
+    assert recipe.startswith(f"PGD, L2 eps {l2:.4g} ") and len(x) == len(kept)
+    norms = np.sqrt(((x.astype(np.float64) - seeds) ** 2).reshape(len(x), -1).sum(axis=1))
+    assert np.all(norms <= l2 + 1e-4)  # inside the eps ball
+    again, _, _ = baseline_additions("pgd", campaign, net, np.random.default_rng(0), l2)
+    np.testing.assert_array_equal(x, again)  # the random start is drawn from the generator
+    clean, none, _ = baseline_additions("clean", campaign, net, np.random.default_rng(0), l2)
     assert len(clean) == len(none) == 0
-    aug, y, _ = baseline_additions("augment", campaign, net, np.random.default_rng(0), linf)
+    aug, y, _ = baseline_additions("augment", campaign, net, np.random.default_rng(0), l2)
     assert aug.shape == seeds.shape and aug.min() >= 0 and aug.max() <= 1
     np.testing.assert_array_equal(y, labels)
-    again, _, _ = baseline_additions("augment", campaign, net, np.random.default_rng(0), linf)
+    again, _, _ = baseline_additions("augment", campaign, net, np.random.default_rng(0), l2)
     np.testing.assert_array_equal(aug, again)  # drawn from the generator: repeatable
 
 
@@ -299,13 +310,22 @@ def test_harden_command_writes_a_row_per_arm_and_repeat(campaign, trained_lenet,
     for column in ("clean", "corruption mean", "corruption: gaussian_noise", "corruption: contrast", "PGD eps 0.1"):
         assert all(0 <= float(r[column]) <= 1 for r in rows), column
     kept, _, _, l2, linf = _by_hand(campaign)
-    assert summary["attack_eps"] == pytest.approx(linf, abs=1e-6)
+    assert summary["attack_eps"] == pytest.approx(l2, rel=1e-6) and summary["attack_norm"] == "L2"
+    assert f"pgd and fgsm additions at L2 eps {l2:.4g} of the value range" in (out / "harden.md").read_text()
+    assert [(r["attack_eps"] != "", r["attack_norm"]) for r in rows if r["repeat"] == "0"] == [
+        (False, ""),
+        (False, ""),
+        (False, ""),
+        (True, "L2"),
+        (False, ""),
+    ]
     sizes = {r["arm"]: int(r["extra_inputs"]) for r in rows}
     assert sizes == {"original": 0, "IDC-guided": len(kept), "random": len(kept), "pgd": len(kept), "clean": 0}
     guided = [r for r in rows if r["arm"] == "IDC-guided"]
     assert float(guided[0]["median_l2"]) == pytest.approx(l2, rel=1e-4)
     pgd = [r for r in rows if r["arm"] == "pgd"]
-    assert all(float(r["median_linf"]) <= linf + 1e-5 for r in pgd)
+    assert all(float(r["attack_eps"]) == pytest.approx(l2, rel=1e-6) for r in pgd)
+    assert all(float(r["median_l2"]) <= l2 + 1e-4 for r in pgd)
     assert [d["baseline"] for d in summary["differences"]] == ["random", "pgd", "clean"]
     # a paired difference by hand: IDC-guided minus clean, clean accuracy, over the two repeats
     clean = [r for r in rows if r["arm"] == "clean"]
