@@ -790,32 +790,40 @@ def harden(
         "of image class subfolders not named "
         "by integers (default: sorted names).",
     ),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object (the rest on stderr)."),
 ):
-    """Retrain with a campaign's kept inputs and with random perturbations; compare robustness."""
+    """Retrain with a campaign's kept inputs and with equal-size baselines from the same seeds; compare
+    robustness (clean, a corruption suite, PGD, held-out findings)."""
     from .checks import check_int
     from .fuzz.campaign import Campaign
     from .fuzz.store import read_meta
-    from .hardening import Retraining, check_pair, format_table
+    from .hardening import Retraining, check_baselines, check_pair, format_differences, format_table
     from .hardening import harden as run
 
     if limit_test is not None:
         check_int("limit_test", limit_test, 1)  # before the model loads, named as the option it is
+    r = retraining
+    check_baselines(r.baselines)  # a misspelt name before the model loads
     read_meta(campaign)  # a missing folder or an analysis: "not a campaign folder", before the model loads
+    if r.held_out is not None:
+        read_meta(r.held_out)
     _check_report_folder(out)
     reading = InputOptions.from_typed({"scale": scale, "class_names": class_names})
-    r = retraining
     _check_reading(train, test, reading=reading)
     session = _session(model, analysis=campaign / "analysis")
     network = session.network
+    check_baselines(r.baselines, network)  # one line naming a baseline the model cannot run (pgd on regression)
     if network.task == "regression":
         _fail(
             "harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
             "a regression model (one output unit)"
         )
     classes = None if r.pair is None else check_pair(r.pair.split(","), network.n_classes)  # before any work
+    echo = _stderr if as_json else typer.echo
     found = Campaign.load(campaign, network)
-    for note in found.notes:  # damage found on reading (a read-only load repairs nothing)
-        typer.echo(f"note: {note}")
+    held = None if r.held_out is None else Campaign.load(r.held_out, network)
+    for note in found.notes + ([] if held is None else held.notes):  # damage found on reading (nothing repaired)
+        echo(f"note: {note}")
     # the inputs as the campaign's
     session.convention = dataclasses.replace(session.convention, value_range=found.value_range)
     train_ds, x_train = session.inputs(train, reading)
@@ -834,9 +842,25 @@ def harden(
         random_state=r.random_state,
         out=out,
         pair=classes,
+        baselines=r.baselines,
+        corruptions=r.corruptions,
+        severities=r.severities,
+        pgd_eps=r.pgd_eps,
+        held_out=held,
     )
-    typer.echo(format_table(summary))
-    typer.echo(f"written to {out}/ (harden.md, harden.csv, harden.json, harden.png) in {summary['seconds']} s")
+    for note in summary["notes"]:
+        echo(f"note: {note}")
+    if summary["attack_eps"] is not None:
+        echo(
+            f"pgd and fgsm additions at {summary['attack_norm']} eps {summary['attack_eps']:.4g} of the value range "
+            "(the kept inputs' median L2 distance from their seeds)"
+        )
+    echo(format_table(summary))
+    echo("IDC-guided minus each baseline (points, paired by repeat):")
+    echo(format_differences(summary))
+    echo(f"written to {out}/ (harden.md, harden.csv, hardening.csv, harden.json, harden.png) in {summary['seconds']} s")
+    if as_json:
+        typer.echo(json.dumps(summary))
 
 
 @command

@@ -523,6 +523,11 @@ class OrderingOptions(Group):
     random_state: int = option("--random-state", cli_type=int, cli_default=0, help="Seed of random and mc-dropout.")
 
 
+def _comma_list(text: str, kind: Callable) -> tuple:
+    """``a,b,c`` as a tuple of ``kind`` (empty items dropped)."""
+    return tuple(kind(item.strip()) for item in str(text).split(",") if item.strip())
+
+
 @dataclass(frozen=True)
 class HardenOptions(Group):
     """``harden``: how the model is retrained."""
@@ -530,10 +535,13 @@ class HardenOptions(Group):
     mode: str = option(
         "--mode", cli_type=str, cli_default="finetune", help="finetune (from the model's weights) or scratch."
     )
-    epochs: int = option(
-        "--epochs", cli_type=int, cli_default=3, help="Training epochs, the same for both retrainings."
+    epochs: int = option("--epochs", cli_type=int, cli_default=3, help="Training epochs, the same for every arm.")
+    repeats: int = option(
+        "--repeats",
+        cli_type=int,
+        cli_default=1,
+        help="Repetitions, each its own fine-tuning seed and baseline draws (mean and 95 % interval).",
     )
-    repeats: int = option("--repeats", cli_type=int, cli_default=1, help="Repetitions (mean ± std).")
     random_state: int = option(
         "--random-state", cli_type=int, cli_default=0, help="Seed of the retraining and the random perturbations."
     )
@@ -541,6 +549,41 @@ class HardenOptions(Group):
         "--pair",
         help="A,B: also measure the type-1 confusion of classes A and B (e.g. a pair "
         "`idcgen inspect` predicts); lower is better.",
+    )
+    baselines: tuple[str, ...] = option(
+        "--baselines",
+        cli_type=str,
+        cli_default="random",
+        parse=lambda text: _comma_list(text, str),
+        help="Equal-size training additions from the same seeds to compare the IDC-kept inputs with, comma-"
+        "separated: random (the kept inputs' mutator chains replayed on their seeds, unselected), one-step "
+        "(one mutation of each seed), pgd, fgsm (in the L2 ball of the kept inputs' median L2 distance from "
+        "their seeds, printed), augment (flips, crops, "
+        "affine), clean (nothing added).",
+    )
+    corruptions: tuple[str, ...] | None = option(
+        "--corruptions",
+        parse=lambda text: _comma_list(text, str),
+        help="Corruptions of the suite, comma-separated (default: all 15 of CIFAR-10-C/ImageNet-C).",
+    )
+    severities: tuple[int, ...] = option(
+        "--severities",
+        cli_type=str,
+        cli_default="1,2,3,4,5",
+        parse=lambda text: _comma_list(text, int),
+        help="Corruption severities, comma-separated, in 1..5.",
+    )
+    pgd_eps: tuple[float, ...] = option(
+        "--pgd-eps",
+        cli_type=str,
+        cli_default="0.1,0.3",
+        parse=lambda text: _comma_list(text, float),
+        help="Epsilons (fractions of the value range) of the PGD robust accuracy, comma-separated.",
+    )
+    held_out: Path | None = option(
+        "--held-out",
+        cli_type=Optional[Path],
+        help="A fresh campaign folder on other seeds (same model): accuracy on its findings.",
     )
 
 

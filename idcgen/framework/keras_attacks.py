@@ -25,7 +25,8 @@ def _targets(network, y: np.ndarray):
     return tf.constant(y), (_directional_loss if network.task == "regression" else None)
 
 
-def fgsm(network, x: np.ndarray, y: np.ndarray, *, eps: float, clip: tuple) -> np.ndarray:
+def fgsm(network, x: np.ndarray, y: np.ndarray, *, eps: float, clip: tuple, norm=np.inf) -> np.ndarray:
+    """cleverhans' FGSM, L-inf (the sign of the gradient) or, with ``norm`` 2, L2 (the gradient scaled to eps)."""
     from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
 
     y, loss_fn = _targets(network, y)
@@ -33,7 +34,7 @@ def fgsm(network, x: np.ndarray, y: np.ndarray, *, eps: float, clip: tuple) -> n
         network.logits_model(),
         tf.constant(x),
         eps,
-        np.inf,
+        norm,
         loss_fn=loss_fn,
         clip_min=clip[0],
         clip_max=clip[1],
@@ -68,10 +69,19 @@ def bim(network, x: np.ndarray, y: np.ndarray, *, eps: float, eps_iter: float, n
 
 
 def pgd(
-    network, x: np.ndarray, y: np.ndarray, *, start: np.ndarray, eps: float, eps_iter: float, nb_iter: int, clip: tuple
+    network,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    start: np.ndarray,
+    eps: float,
+    eps_iter: float,
+    nb_iter: int,
+    clip: tuple,
+    norm=np.inf,
 ) -> np.ndarray:
     """cleverhans' own PGD steps (an FGSM step, then projection onto the ball and the value range) from
-    ``start``, which the mutator draws."""
+    ``start``, which the caller draws; in the L-inf ball or, with ``norm`` 2, the L2 ball."""
     from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
     from cleverhans.tf2.utils import clip_eta
 
@@ -80,9 +90,9 @@ def pgd(
     x_t, adv = tf.constant(x), tf.constant(start)
     for _ in range(nb_iter):
         adv = fast_gradient_method(
-            model, adv, eps_iter, np.inf, loss_fn=loss_fn, clip_min=lo, clip_max=hi, y=y, targeted=False
+            model, adv, eps_iter, norm, loss_fn=loss_fn, clip_min=lo, clip_max=hi, y=y, targeted=False
         )
-        adv = tf.clip_by_value(x_t + clip_eta(adv - x_t, np.inf, eps), lo, hi)
+        adv = tf.clip_by_value(x_t + clip_eta(adv - x_t, norm, eps), lo, hi)
     return adv.numpy()
 
 

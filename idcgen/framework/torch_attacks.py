@@ -86,41 +86,40 @@ class LogitsModule(torch.nn.Module):
         return self.network.logits(x.to(self.network.device))
 
 
-def _fgsm_step(network, x, y, eps, lo, hi):
-    """One FGSM step away from ``y``: cleverhans' step for a classifier; for a regression model the same
-    step on the directional loss ``sum(y * output)`` (``y`` the directions), which cleverhans' PyTorch FGSM
-    has no argument for."""
+def _fgsm_step(network, x, y, eps, lo, hi, norm=np.inf):
+    """One FGSM step away from ``y`` (L-inf, or L2 with ``norm`` 2): cleverhans' step for a classifier; for a
+    regression model the same step on the directional loss ``sum(y * output)`` (``y`` the directions), which
+    cleverhans' PyTorch FGSM has no argument for."""
     from cleverhans.torch.attacks.fast_gradient_method import fast_gradient_method
     from cleverhans.torch.utils import optimize_linear
 
     if network.task != "regression":
-        return fast_gradient_method(
-            LogitsModule(network), x, eps, np.inf, clip_min=lo, clip_max=hi, y=y, targeted=False
-        )
+        return fast_gradient_method(LogitsModule(network), x, eps, norm, clip_min=lo, clip_max=hi, y=y, targeted=False)
     x = x.clone().detach().requires_grad_(True)
     with torch.enable_grad():
         (g,) = torch.autograd.grad((y * network.logits(x)[:, 0]).sum(), x)
-    return torch.clamp(x.detach() + optimize_linear(g, eps, np.inf), lo, hi)
+    return torch.clamp(x.detach() + optimize_linear(g, eps, norm), lo, hi)
 
 
 def _labels(network, y):
     return network.to_device(y, np.float32 if network.task == "regression" else np.int64)
 
 
-def fgsm(network, x, y, *, eps, clip):
-    return network.to_host(_fgsm_step(network, *_tensors(network, x), _labels(network, y), eps, *clip))
+def fgsm(network, x, y, *, eps, clip, norm=np.inf):
+    return network.to_host(_fgsm_step(network, *_tensors(network, x), _labels(network, y), eps, *clip, norm))
 
 
-def pgd(network, x, y, *, start, eps, eps_iter, nb_iter, clip):
-    """cleverhans' PGD steps (an FGSM step, then projection onto the ball and the value range) from ``start``."""
+def pgd(network, x, y, *, start, eps, eps_iter, nb_iter, clip, norm=np.inf):
+    """cleverhans' PGD steps (an FGSM step, then projection onto the ball and the value range) from ``start``;
+    in the L-inf ball or, with ``norm`` 2, the L2 ball."""
     from cleverhans.torch.utils import clip_eta
 
     lo, hi = clip
     x_t, adv = _tensors(network, x, start)
     y = _labels(network, y)
     for _ in range(nb_iter):
-        adv = _fgsm_step(network, adv, y, eps_iter, lo, hi).detach()
-        adv = torch.clamp(x_t + clip_eta(adv - x_t, np.inf, eps), lo, hi)
+        adv = _fgsm_step(network, adv, y, eps_iter, lo, hi, norm).detach()
+        adv = torch.clamp(x_t + clip_eta(adv - x_t, norm, eps), lo, hi)
     return network.to_host(adv)
 
 
