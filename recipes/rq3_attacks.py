@@ -3,6 +3,7 @@
     python recipes/rq3_attacks.py [--dataset mnist] [--copies 0 1 2 3 4] [--states 0 1] [--seeds 200]
     python recipes/rq3_attacks.py --dataset mnist --verdicts      # the declared family, from runs.csv
     python recipes/rq3_attacks.py --dataset mnist --publish       # runs.csv to docs/data/rq3-attacks/<dataset>/
+    python recipes/rq3_attacks.py --dataset mnist --campaign      # one fuzz campaign with every attack, reported
 
 A *pair* is (subject copy, random state): the copy (recipes/subjects/<dataset>/, trained on half A of the
 training set), ``--seeds`` held-out test inputs it classifies correctly drawn for that pair alone (classes
@@ -288,6 +289,37 @@ def verdicts(folder, dataset: str) -> None:
     print("\n".join(parts))
 
 
+#: the campaign of ``--campaign``: the attacks at idcgen's defaults (within DeepHunter's bounds) beside cheap
+#: noise and transforms, so its report's per-mutator change table compares them in one run
+CAMPAIGN_MUTATORS = "gauss,random_pixels,rotate,shift,brightness,contrast,fgsm,bim,pgd,cw,jsma,deepxplore"
+
+
+def campaign(dataset: str, folder, fit_train: int, n_seeds: int, budget: int) -> None:
+    """One fuzz campaign on copy 0 (m = 6, ``n_seeds`` correct test inputs, random state 0), exported and
+    reported in ``folder/campaign``: the report's "IDC gained for the change it makes" table."""
+    from idcgen.analysis import analyze
+    from idcgen.export import export_campaign
+    from idcgen.framework import Network
+    from idcgen.fuzz.fuzzer import Fuzzer
+    from idcgen.report import write_report
+
+    network = Network(load_subject(dataset, 0))
+    (xa, ya), _ = halves(dataset)
+    fit = np.random.default_rng(0).permutation(len(xa))[:fit_train]
+    analysis = analyze(network, xa[fit], ya[fit], m=6, random_state=0, progress=False)
+    x_test, y_test = load_data("test", dataset)
+    right = np.flatnonzero(network.predict(x_test) == y_test)
+    seeds = right[stratified(y_test[right], n_seeds, np.random.default_rng(0))]
+    fuzzer = Fuzzer(analysis, mutators=CAMPAIGN_MUTATORS, batch_size=64, random_state=0)
+    out = folder / "campaign"
+    if out.exists():
+        raise SystemExit(f"error: {out} exists; remove it first")
+    c = fuzzer.start(x_test[seeds], y_test[seeds], out, budget=budget)
+    fuzzer.run(c, progress=False)
+    c.close()
+    print(write_report(c, exports=export_campaign(c, images=False)))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="mnist", choices=("mnist", "fashion-mnist", "cifar10", "embedded-mnist"))
@@ -298,10 +330,14 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="default outputs/rq3_attacks/<dataset>")
     parser.add_argument("--verdicts", action="store_true", help="only the study's tables, from runs.csv")
     parser.add_argument("--publish", action="store_true", help="copy runs.csv to docs/data/rq3-attacks/<dataset>/")
+    parser.add_argument("--campaign", action="store_true", help="one fuzz campaign on copy 0 with every attack")
+    parser.add_argument("--budget", type=int, default=3000, help="--campaign's execs")
     args = parser.parse_args(argv)
     folder = OUTPUTS / "rq3_attacks" / args.dataset if args.out is None else Path(args.out)
     if args.verdicts:
         return verdicts(folder, args.dataset)
+    if args.campaign:
+        return campaign(args.dataset, folder, args.fit_train, args.seeds // 2, args.budget)
     if args.publish:
         target = ROOT / "docs" / "data" / "rq3-attacks" / args.dataset
         target.mkdir(parents=True, exist_ok=True)

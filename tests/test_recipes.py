@@ -736,3 +736,18 @@ def test_the_one_epoch_loop_takes_fractions_stops_and_reports(recipe, capsys):
     fractions.clear()
     stopped = training.train_epochs("m", 5, one_epoch, dict, stop=lambda seconds: len(fractions) == 2)
     assert len(stopped) == 2 and fractions == [1.0, 1.0]  # stops after the epoch that passes the limit
+
+
+def test_rq3_attacks_noise_matches_each_inputs_distance(recipe):
+    """The matched-noise controls of recipes/rq3_attacks.py: after clipping to [0, 1], each noisy input is as far
+    from its seed as the target (L2 or L-inf), for Gaussian and uniform noise; a zero target leaves it as is."""
+    rq3 = recipe("rq3_attacks")
+    rng = np.random.default_rng(0)
+    seeds = (rng.random((6, 8, 8, 1)) > 0.7).astype(np.float32)  # mostly 0 and 1: clipping bites
+    for norm, target in (("l2", np.array([0.0, 0.5, 1.0, 2.0, 3.0, 4.0])), ("linf", np.linspace(0, 1, 6))):
+        for kind in ("gauss", "uniform"):
+            x = rq3.matched_noise(seeds, target, kind, norm, np.random.default_rng(1))
+            assert x.min() >= 0 and x.max() <= 1
+            l2, linf = rq3.distances(x, seeds)
+            np.testing.assert_allclose(l2 if norm == "l2" else linf, target, atol=1e-4)
+            np.testing.assert_array_equal(x[0], seeds[0])
