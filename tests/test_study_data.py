@@ -5,6 +5,8 @@ from the recipes, so that the check is independent of the code that wrote the ta
 import csv
 from pathlib import Path
 
+import pytest
+
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
@@ -206,3 +208,35 @@ def test_rq3_attacks_secondary_table_from_the_runs():
     for label, name in (("natural misclassified", "natural"), ("random transform", "transform")):
         cells = [f"{mean_gain(name, m):.2f}" for m in ("idc_m6", "idc_m8", "idc_m10", "nc")]
         assert section_row(heading, label) == [cells[0], "", "", cells[1], "", cells[2], "", cells[3], ""]
+
+
+def test_rq3_attacks_campaign_mutator_table_from_its_export():
+    """The campaign's per-mutator change table in docs/results.md, from its committed exports/mutators.csv:
+    best IDC gain per unit of median L-inf first, '-' where a mutator kept nothing."""
+    rows = read_csv(DOCS / "data" / "rq3-attacks" / "mnist" / "campaign-mutators.csv")
+    for r in rows:
+        assert float(r["idc_gained_pp"]) == pytest.approx(100 * float(r["idc_gained"]), abs=1e-3)
+        if r["median_linf"]:
+            per = float(r["idc_gained_pp"]) / float(r["median_linf"])
+            assert float(r["idc_gained_pp_per_linf"]) == pytest.approx(per, rel=1e-4)
+
+    def cell(value: str, fmt: str) -> str:
+        return "-" if value == "" else format(float(value), fmt)
+
+    rows.sort(key=lambda r: (r["median_linf"] == "", -float(r["idc_gained_pp_per_linf"] or 0), r["mutator"]))
+    expected = [
+        [
+            r["mutator"].split("(")[0],
+            r["kept_inputs"],
+            f"{float(r['idc_gained_pp']):.2f}",
+            cell(r["median_l2"], ".2f"),
+            cell(r["median_linf"], ".3f"),
+            cell(r["idc_gained_pp_per_linf"], ".1f"),
+        ]
+        for r in rows
+    ]
+    text = (DOCS / "results.md").read_text()
+    section = text[text.index("### A campaign's per-mutator change (issue 51)") :]
+    lines = section[section.index("| mutator | kept inputs |") :].splitlines()
+    table = [line for line in lines[: lines.index("")] if line.startswith("| ")][1:]
+    assert [[c.strip() for c in line.strip("|").split("|")] for line in table] == expected
