@@ -20,10 +20,11 @@ from .plots import pyplot
 from .quality import summary
 
 
-def mutator_table(campaign: Campaign) -> list[dict]:
+def mutator_table(campaign: Campaign, credit: list[dict] | None = None) -> list[dict]:
     """Per-mutator figures, best IDC gain per 1,000 execs first. The IDC gain is the share of combinations a
-    mutator's kept inputs reached first (idcgen/fuzz/credit.py); with the change its kept inputs made."""
-    credit = {r["mutator"]: r for r in mutator_credit(campaign)}
+    mutator's kept inputs reached first (idcgen/fuzz/credit.py); with the change its kept inputs made.
+    ``credit``: ``mutator_credit(campaign)`` when already computed."""
+    credit = {r["mutator"]: r for r in (mutator_credit(campaign) if credit is None else credit)}
     rows = []
     for name, s in campaign.mutator_stats.items():
         c = credit[name]
@@ -196,7 +197,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     folder = campaign.folder
     if folder is None:
         raise ParameterError("this campaign is in memory only: save it first (campaign.save(folder)), then report")
-    rows = mutator_table(campaign)
+    credit = mutator_credit(campaign)
+    rows = mutator_table(campaign, credit)
     plots = _plots(campaign, rows, folder)
     stats = campaign.stats_rows()
     cfg, a = campaign.settings, campaign.analysis
@@ -259,7 +261,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         "## Which mutations raise IDC most",
         "",
         "IDC gain in percentage points (pp) of the combinations. A kept mutant is credited to the last "
-        "mutator of its chain, and gains are marginal: what a mutator added given the coverage reached "
+        "mutator of its chain, a combination to the kept mutant that reached it first (seeds before them), "
+        "and gains are marginal: what a mutator added given the coverage reached "
         "before its turn (mutators take turns in a shuffled order). valid = inside the validity bounds; "
         "findings = unique "
         + ("(combination, root seed)" if campaign.corpus.regression else "(combination, label, prediction)")
@@ -280,7 +283,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         lines += ["", "Mutator errors (the campaign went on):", ""]
         lines += [f"- `{r['mutator']}`: {r['errors']} failed batches, last: {r['last_error']}" for r in errors]
     lines += ["", "![IDC gain per mutator](mutators.png)"]
-    lines += _change_section(campaign)
+    lines += _change_section(campaign, credit)
     lines += _findings_section(campaign, folder)
     if "examples" in plots:
         lines += ["", "## Examples", "", "![Mutants beside their seeds](examples.png)"]
@@ -290,10 +293,10 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     return folder / "report.md"
 
 
-def _change_section(campaign: Campaign) -> list[str]:
+def _change_section(campaign: Campaign, credit: list[dict]) -> list[str]:
     """Per mutator: its kept inputs, the IDC they gained, how far they moved from their seeds, and the gain
-    per unit of that change (idcgen/fuzz/credit.py), best gain per unit of L-inf first."""
-    rows = [r for r in mutator_credit(campaign) if r["kept_inputs"] or r["mutator"] in campaign.mutator_stats]
+    per unit of that change (``credit``: idcgen/fuzz/credit.py), best gain per unit of L-inf first."""
+    rows = [r for r in credit if r["kept_inputs"] or r["mutator"] in campaign.mutator_stats]
     if not rows:
         return []
     rows.sort(key=lambda r: (r["idc_gained_pp_per_linf"] is None, -(r["idc_gained_pp_per_linf"] or 0.0), r["mutator"]))

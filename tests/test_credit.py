@@ -33,8 +33,12 @@ def _campaign(analysis, x, y, folder=None, guide="idc", budget=512):
     return c
 
 
-def test_one_row_by_hand_on_a_corpus_built_by_hand():
+@pytest.mark.parametrize("block", [512, 2])  # 2: the distances gathered and computed in several blocks
+def test_one_row_by_hand_on_a_corpus_built_by_hand(block, monkeypatch):
+    from idcgen.fuzz import credit
     from idcgen.fuzz.credit import credit_csv, first_reached, mutator_credit
+
+    monkeypatch.setattr(credit, "_BLOCK", block)
 
     # 2 seeds (combinations 0, 1), then five mutants: a-b-a-b-a by their chains' last mutator
     x = np.zeros((7, 2, 2, 1), np.float32)

@@ -29,6 +29,9 @@ import io
 
 import numpy as np
 
+#: inputs compared at a time
+_BLOCK = 512
+
 #: the columns of one row, in the order the exports write them
 COLUMNS = (
     "mutator",
@@ -55,10 +58,23 @@ def kept_changes(x: np.ndarray, seeds: np.ndarray, value_range) -> tuple[np.ndar
     """(l2, linf) of each input from its seed, over every value, in widths of the value range."""
     low, high = (float(v) for v in value_range)
     n = len(x)
-    if n == 0:
+    l2, linf = np.zeros(n), np.zeros(n)
+    for start in range(0, n, _BLOCK):  # float64 copies of a block at a time, whatever the corpus' size
+        part = slice(start, start + _BLOCK)
+        a, b = np.asarray(x[part], np.float64), np.asarray(seeds[part], np.float64)
+        diff = np.abs(a.reshape(len(a), -1) - b.reshape(len(b), -1))
+        l2[part], linf[part] = np.sqrt(np.einsum("ij,ij->i", diff, diff)), diff.max(axis=1)
+    return l2 / (high - low), linf / (high - low)
+
+
+def _changes(x: np.ndarray, ids: np.ndarray, roots: np.ndarray, value_range) -> tuple[np.ndarray, np.ndarray]:
+    """kept_changes of the entries ``ids`` against their ``roots``, gathered a block at a time."""
+    parts = [
+        kept_changes(x[ids[k : k + _BLOCK]], x[roots[k : k + _BLOCK]], value_range) for k in range(0, len(ids), _BLOCK)
+    ]
+    if not parts:
         return np.zeros(0), np.zeros(0)
-    diff = np.abs(np.asarray(x, np.float64).reshape(n, -1) - np.asarray(seeds, np.float64).reshape(n, -1))
-    return np.sqrt(np.einsum("ij,ij->i", diff, diff)) / (high - low), diff.max(axis=1) / (high - low)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def mutator_credit(campaign) -> list[dict]:
@@ -71,11 +87,12 @@ def mutator_credit(campaign) -> list[dict]:
     new = first_reached(corpus.combination) & mutant
     names = list(campaign.mutator_stats)
     names += sorted(set(last[mutant].tolist()) - set(names))
+    x = corpus.x
     rows = []
     for name in names:
         ids = np.flatnonzero(mutant & (last == name))
         gained = int((new & (last == name)).sum()) / total if total else 0.0
-        l2, linf = kept_changes(corpus.x[ids], corpus.x[corpus.root[ids]], campaign.value_range)
+        l2, linf = _changes(x, ids, corpus.root[ids], campaign.value_range)
         median_l2 = float(np.median(l2)) if len(ids) else None
         median_linf = float(np.median(linf)) if len(ids) else None
         rows.append(
