@@ -118,9 +118,12 @@ def test_guidance_v3_declared_family_from_the_runs():
 
 
 RQ3_ATTACKS = ("FGSM", "BIM", "PGD", "CW", "JSMA", "DeepXplore")
+#: dataset -> what its headings in docs/results.md add ("" for MNIST, the first)
+RQ3_DATASETS = {"mnist": "", "fashion-mnist": " on Fashion-MNIST"}
 
 
-def test_rq3_attacks_declared_family_from_the_runs():
+@pytest.mark.parametrize("dataset", RQ3_DATASETS)
+def test_rq3_attacks_declared_family_from_the_runs(dataset):
     """The declared family of the matched-perturbation RQ3/RQ4 study (docs/design.md, "RQ3/RQ4 with matched
     perturbation"): each attack's IDC gain at m = 6 over the seeds alone against its L2-matched Gaussian and its
     L-inf-matched uniform noise, paired by (copy, state); Wilcoxon from scipy, rank-biserial and Holm by hand."""
@@ -128,7 +131,7 @@ def test_rq3_attacks_declared_family_from_the_runs():
 
     from scipy.stats import rankdata, wilcoxon
 
-    rows = read_csv(DOCS / "data" / "rq3-attacks" / "mnist" / "runs.csv")
+    rows = read_csv(DOCS / "data" / "rq3-attacks" / dataset / "runs.csv")
     seeds = {(r["copy"], r["state"]): float(r["idc_m6"]) for r in rows if r["set"] == "seeds"}
     gain = {(r["set"], r["copy"], r["state"]): float(r["idc_m6"]) - seeds[(r["copy"], r["state"])] for r in rows}
     pairs = sorted(seeds)
@@ -158,20 +161,21 @@ def test_rq3_attacks_declared_family_from_the_runs():
     for i, key in enumerate(order):
         running = max(running, min(1.0, (len(order) - i) * found[key][-1]))
         found[key] += [running]
-    heading = "### The declared family (issue 51)"
+    heading = f"### The declared family{RQ3_DATASETS[dataset]} (issue 51)"
     for (attack, control), cells in found.items():
         published = section_row(heading, f"{attack} | {control}")[1:]
         assert published == cells[:-2] + [p_cell(cells[-2]), p_cell(cells[-1])]
 
 
-def test_rq3_attacks_change_table_from_the_runs():
+@pytest.mark.parametrize("dataset", RQ3_DATASETS)
+def test_rq3_attacks_change_table_from_the_runs(dataset):
     """Per attack (and the transform set): the mean over pairs of its median L2 and L-inf from the seeds, its
     misclassification, its IDC gain at m = 6 and that gain per unit of its median L-inf."""
     import statistics
 
-    rows = read_csv(DOCS / "data" / "rq3-attacks" / "mnist" / "runs.csv")
+    rows = read_csv(DOCS / "data" / "rq3-attacks" / dataset / "runs.csv")
     seeds = {(r["copy"], r["state"]): float(r["idc_m6"]) for r in rows if r["set"] == "seeds"}
-    heading = "### IDC per unit of change (issue 51)"
+    heading = f"### IDC per unit of change{RQ3_DATASETS[dataset]} (issue 51)"
     for name in (*RQ3_ATTACKS, "transform"):
         sel = [r for r in rows if r["set"] == name]
         gains = [float(r["idc_m6"]) - seeds[(r["copy"], r["state"])] for r in sel]
@@ -185,18 +189,19 @@ def test_rq3_attacks_change_table_from_the_runs():
         assert section_row(heading, name) == expected
 
 
-def test_rq3_attacks_secondary_table_from_the_runs():
+@pytest.mark.parametrize("dataset", RQ3_DATASETS)
+def test_rq3_attacks_secondary_table_from_the_runs(dataset):
     """The secondary table: mean gains over the seeds alone at m = 6, 8, 10 and in NC, beside the matched noise
     (at m = 6 the two declared controls, elsewhere the largest of the four matched-noise gains)."""
     import statistics
 
-    rows = read_csv(DOCS / "data" / "rq3-attacks" / "mnist" / "runs.csv")
+    rows = read_csv(DOCS / "data" / "rq3-attacks" / dataset / "runs.csv")
 
     def mean_gain(name, metric):
         seeds = {(r["copy"], r["state"]): float(r[metric]) for r in rows if r["set"] == "seeds"}
         return statistics.mean(float(r[metric]) - seeds[(r["copy"], r["state"])] for r in rows if r["set"] == name)
 
-    heading = "Secondary (mean gain in points over the seeds alone"
+    heading = f"Secondary{RQ3_DATASETS[dataset]} (mean gain in points over the seeds alone"
     matched = [f"{n}-{k}" for n in ("gauss", "uniform") for k in ("l2", "linf")]
     for attack in RQ3_ATTACKS:
         cells = [f"{mean_gain(attack, 'idc_m6'):.2f}"]
