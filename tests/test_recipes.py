@@ -751,3 +751,44 @@ def test_rq3_attacks_noise_matches_each_inputs_distance(recipe):
             l2, linf = rq3.distances(x, seeds)
             np.testing.assert_allclose(l2 if norm == "l2" else linf, target, atol=1e-4)
             np.testing.assert_array_equal(x[0], seeds[0])
+
+
+def test_rq3_attacks_smoke(recipe, outputs, monkeypatch, capsys):
+    run_recipe(recipe("subjects"), ["--dataset", "embedded-mnist", "--copies", "2", "--epochs", "2"], monkeypatch)
+    rq3 = recipe("rq3_attacks")
+    argv = ["--dataset", "embedded-mnist", "--copies", "0", "1", "--states", "0", "1", "--seeds", "20"]
+    argv += ["--fit-train", "500"]
+    run_recipe(rq3, argv, monkeypatch)
+    folder = outputs / "rq3_attacks" / "embedded-mnist"
+    runs = read_csv(folder / "runs.csv")
+    sets = ["seeds", "natural", "transform"]
+    for attack in rq3.ATTACKS:
+        sets += [attack] + [f"{n}-{k}@{attack}" for n in rq3.NOISES for k in rq3.NORMS]
+    assert [(r["copy"], r["state"], r["set"]) for r in runs] == [
+        (str(c), str(s), name) for c in range(2) for s in range(2) for name in sets
+    ]
+    by = {(r["copy"], r["state"], r["set"]): r for r in runs}
+    for r in runs:
+        seeds = by[(r["copy"], r["state"], "seeds")]
+        for metric in ("idc_m6", "idc_m8", "idc_m10", "nc"):  # adding inputs never lowers coverage
+            assert float(r[metric]) >= float(seeds[metric])
+        if r["kind"] == "matched":  # matched input by input: the medians match too, where clipping allows
+            attack = by[(r["copy"], r["state"], r["attack"])]
+            assert int(r["added"]) == int(attack["added"]) == 20
+            key = f"median_{r['norm']}"
+            assert float(r[key]) == pytest.approx(float(attack[key]), rel=0.05, abs=1e-3)
+    # an interrupted run resumes from its saved pairs and writes the same table
+    first = (folder / "runs.csv").read_text()
+    (folder / "runs.csv").unlink()
+    run_recipe(rq3, argv, monkeypatch)
+    assert (folder / "runs.csv").read_text() == first
+    run_recipe(rq3, ["--dataset", "embedded-mnist", "--verdicts"], monkeypatch)
+    study = (folder / "study.md").read_text()
+    section = study[study.index("## The declared family") :].split("\n## ")[0]
+    family = [line for line in section.splitlines() if line.startswith("| ")][1:]  # the header left out
+    assert len(family) == len(rq3.FAMILY) == 12
+    assert all(line.split("|")[3].strip() == "4" for line in family)  # pairs
+    table = rq3.family_table(runs)
+    gains = rq3.gains(runs, "idc_m6")
+    x = [gains[("BIM", c, s)] for c in "01" for s in "01"]
+    assert table[2]["attack"] == "BIM" and table[2]["attack gain"] == f"{np.mean(x):.2f}"
