@@ -199,6 +199,15 @@ def p_cell(p: float) -> str:
     return f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
 
 
+def copies_ahead(pairs: list, x: list, y: list) -> int:
+    """On how many copies the mean of ``x`` over the copy's states is above that of ``y``."""
+    copies = {c for c, _ in pairs}
+    return sum(
+        np.mean([a for a, p in zip(x, pairs) if p[0] == c]) > np.mean([b for b, p in zip(y, pairs) if p[0] == c])
+        for c in copies
+    )
+
+
 def family_table(rows: list[dict]) -> list[dict]:
     """The declared family: per attack and control, the paired IDC gains at m = 6 over every pair."""
     g = gains(rows, PRIMARY)
@@ -217,6 +226,7 @@ def family_table(rows: list[dict]) -> list[dict]:
                 "attack gain": f"{np.mean(x):.2f}",
                 "control gain": f"{np.mean(y):.2f}",
                 "attack ahead": f"{sum(a > b for a, b in zip(x, y))}/{len(pairs)}",
+                "copies ahead": f"{copies_ahead(pairs, x, y)}/{len({c for c, _ in pairs})}",
                 "r": f"{rank_biserial(x, y):+.2f}",
                 "p": ps[(attack, control)],
             }

@@ -148,11 +148,17 @@ def test_rq3_attacks_declared_family_from_the_runs(dataset):
             d = [u - v for u, v in zip(x, y) if u != v]
             ranks = rankdata([abs(e) for e in d])
             r = (sum(k for k, e in zip(ranks, d) if e > 0) - sum(k for k, e in zip(ranks, d) if e < 0)) / sum(ranks)
+            ahead = sum(  # copies whose mean over their two states is ahead
+                statistics.mean(u for u, p in zip(x, pairs) if p[0] == c)
+                > statistics.mean(v for v, p in zip(y, pairs) if p[0] == c)
+                for c in {p[0] for p in pairs}
+            )
             found[(attack, control)] = [
                 "10",
                 f"{statistics.mean(x):.2f}",
                 f"{statistics.mean(y):.2f}",
                 f"{sum(u > v for u, v in zip(x, y))}/10",
+                f"{ahead}/5",
                 f"{r:+.2f}",
                 wilcoxon(x, y).pvalue,
             ]
