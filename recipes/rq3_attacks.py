@@ -21,7 +21,7 @@ get each added set:
 For the seeds alone and for the seeds plus each set, IDC at m = 6, 8, 10 (analyses of ``--fit-train`` inputs of
 half A, one per copy and m) and NC (threshold 0) are measured. One row per (pair, set) goes to
 ``outputs/rq3_attacks/<dataset>/runs.csv``; each pair is saved apart first (``pairs/``), so an interrupted run
-resumes at the next pair. ``--verdicts`` writes ``study.md``: the family declared in docs/design.md ("RQ3/RQ4
+resumes at the next pair. ``--verdicts`` writes ``study.md`` and ``gains.png``: the family declared in docs/design.md ("RQ3/RQ4
 with matched perturbation") with Wilcoxon signed-rank over the pairs and Holm, and the secondary tables.
 """
 
@@ -295,8 +295,42 @@ def verdicts(folder, dataset: str) -> None:
         parts += [f"## Mean gain over the seeds alone, {metric} (points)", "", markdown(secondary_table(rows, metric))]
         parts += [""]
     parts += ["## Change and IDC per unit of change", "", markdown(change_table(rows)), ""]
+    figure(rows, dataset, folder / "gains.png")
+    parts += ["![IDC gains of each attack and its matched noise](gains.png)", ""]
     (folder / "study.md").write_text("\n".join(parts))
     print("\n".join(parts))
+
+
+def figure(rows: list[dict], dataset: str, path) -> None:
+    """Per attack: its IDC gain at m = 6 beside its four matched-noise sets', a dot per pair and a bar for the
+    mean."""
+    from idcgen.plots import pyplot
+
+    plt = pyplot()
+    g = gains(rows, PRIMARY)
+    pairs = sorted({(c, s) for _, c, s in g})
+    arms = [("attack", "{a}", "tab:red")] + [
+        (f"{n}-{k}", f"{n}-{k}@{{a}}", colour)
+        for (n, k), colour in zip(
+            [(n, k) for n in NOISES for k in NORMS], ["tab:blue", "lightsteelblue", "tab:green", "palegreen"]
+        )
+    ]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    width = 0.16
+    for j, (label, pattern, colour) in enumerate(arms):
+        for i, attack in enumerate(ATTACKS):
+            values = [g[(pattern.format(a=attack), *p)] for p in pairs]
+            x = i + (j - 2) * width
+            ax.bar(x, np.mean(values), width, color=colour, label=label if i == 0 else None)
+            ax.plot([x] * len(values), values, ".", color="black", ms=2)
+    ax.set_xticks(range(len(ATTACKS)), list(ATTACKS))
+    ax.set_ylabel("IDC gain over the seeds, m = 6 (points)")
+    ax.set_title(f"{dataset}: each attack beside noise matched to its per-input L2 or L-inf ({len(pairs)} pairs)")
+    ax.legend(fontsize=7, ncol=5)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 #: the campaign of ``--campaign``: the attacks at idcgen's defaults (within DeepHunter's bounds) beside cheap
