@@ -784,6 +784,7 @@ def test_rq3_attacks_smoke(recipe, outputs, monkeypatch, capsys):
     assert (folder / "runs.csv").read_text() == first
     run_recipe(rq3, ["--dataset", "embedded-mnist", "--verdicts"], monkeypatch)
     study = (folder / "study.md").read_text()
+    assert (folder / "gains.png").stat().st_size > 0
     section = study[study.index("## The declared family") :].split("\n## ")[0]
     family = [line for line in section.splitlines() if line.startswith("| ")][1:]  # the header left out
     assert len(family) == len(rq3.FAMILY) == 12
