@@ -16,6 +16,7 @@ from .data import Dataset, check_labels, fit_to_model
 from .errors import ParameterError
 from .files import atomic_npz, atomic_text, jsonl, remove_temporaries
 from .fuzz.campaign import Campaign
+from .fuzz.credit import credit_csv, mutator_credit
 from .fuzz.oracle import Execution, make_oracle
 from .fuzz.store import json_value
 from .imageio import quantise, to_png, to_uint8
@@ -31,7 +32,12 @@ def export_campaign(
     oracle=None,
 ) -> dict:
     """Write ``grown.npz``, ``grown/`` (PNG per class), ``retrain.npz``, ``findings.jsonl``, ``findings/``
-    (each finding beside its seed with the model's outputs drawn on, when ``images``) and ``exports.json``.
+    (each finding beside its seed with the model's outputs drawn on, when ``images``), ``mutators.csv`` and
+    ``exports.json``.
+
+    ``mutators.csv`` (and ``exports.json``'s ``mutators``) holds per mutator its kept inputs, the IDC they
+    gained, their median L2 and L-inf from their seeds and the gain per unit of median L-inf
+    (:func:`idcgen.fuzz.credit.mutator_credit`).
 
     ``grown.npz`` holds the seeds and kept mutants (``x`` float32 as run, ``x_uint8``, ``y`` = root seed's
     label, ``id``, ``seed``, ``root``, ``prediction``, ``combination``, ``combination_uint8``).
@@ -104,6 +110,8 @@ def export_campaign(
     atomic_npz(out / "retrain.npz", retrain, compressed=True)
 
     surviving = _recheck_findings(campaign, out, oracle)
+    credit = mutator_credit(campaign)
+    atomic_text(out / "mutators.csv", credit_csv(credit))
     if images:
         write_finding_images(campaign, out / "findings")
     summary = {
@@ -128,12 +136,14 @@ def export_campaign(
             "note": None if len(parts_x) == 2 else "no labelled training data given: the kept mutants only",
         },
         "findings": {"total": campaign.n_findings, "surviving_uint8": surviving},
+        "mutators": credit,
         "files": {
             "grown": "grown.npz",
             "grown_images": "grown/" if images else None,
             "retrain": "retrain.npz",
             "findings": "findings.jsonl",
             "finding_images": "findings/" if images else None,
+            "mutators": "mutators.csv",
         },
     }
     atomic_text(out / "exports.json", json.dumps(summary, indent=2) + "\n")

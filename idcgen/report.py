@@ -13,18 +13,22 @@ import numpy as np
 from .errors import ParameterError
 from .files import atomic_text
 from .fuzz.campaign import PHASES, Campaign, phase_seconds
+from .fuzz.credit import mutator_credit
 from .fuzz.validity import Validity
 from .markdown import to_html
 from .plots import pyplot
 from .quality import summary
 
 
-def mutator_table(campaign: Campaign) -> list[dict]:
-    """Per-mutator figures, best IDC gain per 1,000 execs first."""
-    total = campaign.tracker.total
+def mutator_table(campaign: Campaign, credit: list[dict] | None = None) -> list[dict]:
+    """Per-mutator figures, best IDC gain per 1,000 execs first. The IDC gain is the share of combinations a
+    mutator's kept inputs reached first (idcgen/fuzz/credit.py); with the change its kept inputs made.
+    ``credit``: ``mutator_credit(campaign)`` when already computed."""
+    credit = {r["mutator"]: r for r in (mutator_credit(campaign) if credit is None else credit)}
     rows = []
     for name, s in campaign.mutator_stats.items():
-        gain = s.kept / total if total else 0.0
+        c = credit[name]
+        gain = c["idc_gained"]
         rows.append(
             {
                 "mutator": name,
@@ -38,6 +42,9 @@ def mutator_table(campaign: Campaign) -> list[dict]:
                 "idc_gain_per_1000_execs": gain / s.execs * 1000 if s.execs else 0.0,
                 "idc_gain_per_second": gain / s.seconds if s.seconds else 0.0,
                 "last_error": s.last_error,
+                "median_l2": c["median_l2"],
+                "median_linf": c["median_linf"],
+                "idc_gain_per_linf": c["idc_gained_pp_per_linf"],
             }
         )
     return sorted(rows, key=lambda r: (-r["idc_gain_per_1000_execs"], r["mutator"]))
@@ -190,7 +197,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     folder = campaign.folder
     if folder is None:
         raise ParameterError("this campaign is in memory only: save it first (campaign.save(folder)), then report")
-    rows = mutator_table(campaign)
+    credit = mutator_credit(campaign)
+    rows = mutator_table(campaign, credit)
     plots = _plots(campaign, rows, folder)
     stats = campaign.stats_rows()
     cfg, a = campaign.settings, campaign.analysis
@@ -263,7 +271,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         "## Which mutations raise IDC most",
         "",
         "IDC gain in percentage points (pp) of the combinations. A kept mutant is credited to the last "
-        "mutator of its chain, and gains are marginal: what a mutator added given the coverage reached "
+        "mutator of its chain, a combination to the kept mutant that reached it first (seeds before them), "
+        "and gains are marginal: what a mutator added given the coverage reached "
         "before its turn (mutators take turns in a shuffled order). valid = inside the validity bounds; "
         "findings = unique "
         + ("(combination, root seed)" if campaign.corpus.regression else "(combination, label, prediction)")
@@ -284,6 +293,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         lines += ["", "Mutator errors (the campaign went on):", ""]
         lines += [f"- `{r['mutator']}`: {r['errors']} failed batches, last: {r['last_error']}" for r in errors]
     lines += ["", "![IDC gain per mutator](mutators.png)"]
+    lines += _change_section(campaign, credit)
     lines += _findings_section(campaign, folder)
     if "examples" in plots:
         lines += ["", "## Examples", "", "![Mutants beside their seeds](examples.png)"]
@@ -291,6 +301,36 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     atomic_text(folder / "report.md", md)
     atomic_text(folder / "report.html", to_html(md, folder))
     return folder / "report.md"
+
+
+def _change_section(campaign: Campaign, credit: list[dict]) -> list[str]:
+    """Per mutator: its kept inputs, the IDC they gained, how far they moved from their seeds, and the gain
+    per unit of that change (``credit``: idcgen/fuzz/credit.py), best gain per unit of L-inf first."""
+    rows = [r for r in credit if r["kept_inputs"] or r["mutator"] in campaign.mutator_stats]
+    if not rows:
+        return []
+    rows.sort(key=lambda r: (r["idc_gained_pp_per_linf"] is None, -(r["idc_gained_pp_per_linf"] or 0.0), r["mutator"]))
+    out = [
+        "",
+        "### IDC gained for the change it makes",
+        "",
+        "Kept inputs: the corpus entries whose chain ends with the mutator. IDC gained: the combinations first "
+        "reached (in the order entries joined the corpus, seeds first) by its kept inputs, in pp of all "
+        "combinations; the seeds' IDC and every mutator's gain add up to the grown set's. L2 and L-inf: "
+        "distance of each kept input from its root seed over every value, in widths of the value range "
+        "(1 = the whole range), median over the mutator's kept inputs. Per unit of L-inf: the gain over that "
+        "median, so a mutator that buys coverage with small changes ranks above one that buys as much with "
+        "large ones.",
+        "",
+        "| mutator | kept inputs | IDC gained | median L2 | median L-inf | IDC gained per unit of median L-inf |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        l2 = "-" if r["median_l2"] is None else f"{r['median_l2']:.3g}"
+        linf = "-" if r["median_linf"] is None else f"{r['median_linf']:.3g}"
+        per = "-" if r["idc_gained_pp_per_linf"] is None else f"{r['idc_gained_pp_per_linf']:+.3g} pp"
+        out.append(f"| `{r['mutator']}` | {r['kept_inputs']} | {r['idc_gained_pp']:+.2f} pp | {l2} | {linf} | {per} |")
+    return out
 
 
 _PHASE_NAMES = {"mutate": "mutation", "model": "model", "checks": "checks", "record": "recording"}

@@ -736,3 +736,60 @@ def test_the_one_epoch_loop_takes_fractions_stops_and_reports(recipe, capsys):
     fractions.clear()
     stopped = training.train_epochs("m", 5, one_epoch, dict, stop=lambda seconds: len(fractions) == 2)
     assert len(stopped) == 2 and fractions == [1.0, 1.0]  # stops after the epoch that passes the limit
+
+
+def test_rq3_attacks_noise_matches_each_inputs_distance(recipe):
+    """The matched-noise controls of recipes/rq3_attacks.py: after clipping to [0, 1], each noisy input is as far
+    from its seed as the target (L2 or L-inf), for Gaussian and uniform noise; a zero target leaves it as is."""
+    rq3 = recipe("rq3_attacks")
+    rng = np.random.default_rng(0)
+    seeds = (rng.random((6, 8, 8, 1)) > 0.7).astype(np.float32)  # mostly 0 and 1: clipping bites
+    for norm, target in (("l2", np.array([0.0, 0.5, 1.0, 2.0, 3.0, 4.0])), ("linf", np.linspace(0, 1, 6))):
+        for kind in ("gauss", "uniform"):
+            x = rq3.matched_noise(seeds, target, kind, norm, np.random.default_rng(1))
+            assert x.min() >= 0 and x.max() <= 1
+            l2, linf = rq3.distances(x, seeds)
+            np.testing.assert_allclose(l2 if norm == "l2" else linf, target, atol=1e-4)
+            np.testing.assert_array_equal(x[0], seeds[0])
+
+
+def test_rq3_attacks_smoke(recipe, outputs, monkeypatch, capsys):
+    run_recipe(recipe("subjects"), ["--dataset", "embedded-mnist", "--copies", "2", "--epochs", "2"], monkeypatch)
+    rq3 = recipe("rq3_attacks")
+    argv = ["--dataset", "embedded-mnist", "--copies", "0", "1", "--states", "0", "1", "--seeds", "20"]
+    argv += ["--fit-train", "500"]
+    run_recipe(rq3, argv, monkeypatch)
+    folder = outputs / "rq3_attacks" / "embedded-mnist"
+    runs = read_csv(folder / "runs.csv")
+    sets = ["seeds", "natural", "transform"]
+    for attack in rq3.ATTACKS:
+        sets += [attack] + [f"{n}-{k}@{attack}" for n in rq3.NOISES for k in rq3.NORMS]
+    assert [(r["copy"], r["state"], r["set"]) for r in runs] == [
+        (str(c), str(s), name) for c in range(2) for s in range(2) for name in sets
+    ]
+    by = {(r["copy"], r["state"], r["set"]): r for r in runs}
+    for r in runs:
+        seeds = by[(r["copy"], r["state"], "seeds")]
+        for metric in ("idc_m6", "idc_m8", "idc_m10", "nc"):  # adding inputs never lowers coverage
+            assert float(r[metric]) >= float(seeds[metric])
+        if r["kind"] == "matched":  # matched input by input: the medians match too, where clipping allows
+            attack = by[(r["copy"], r["state"], r["attack"])]
+            assert int(r["added"]) == int(attack["added"]) == 20
+            key = f"median_{r['norm']}"
+            assert float(r[key]) == pytest.approx(float(attack[key]), rel=0.05, abs=1e-3)
+    # an interrupted run resumes from its saved pairs and writes the same table
+    first = (folder / "runs.csv").read_text()
+    (folder / "runs.csv").unlink()
+    run_recipe(rq3, argv, monkeypatch)
+    assert (folder / "runs.csv").read_text() == first
+    run_recipe(rq3, ["--dataset", "embedded-mnist", "--verdicts"], monkeypatch)
+    study = (folder / "study.md").read_text()
+    assert (folder / "gains.png").stat().st_size > 0
+    section = study[study.index("## The declared family") :].split("\n## ")[0]
+    family = [line for line in section.splitlines() if line.startswith("| ")][1:]  # the header left out
+    assert len(family) == len(rq3.FAMILY) == 12
+    assert all(line.split("|")[3].strip() == "4" for line in family)  # pairs
+    table = rq3.family_table(runs)
+    gains = rq3.gains(runs, "idc_m6")
+    x = [gains[("BIM", c, s)] for c in "01" for s in "01"]
+    assert table[2]["attack"] == "BIM" and table[2]["attack gain"] == f"{np.mean(x):.2f}"
