@@ -26,7 +26,7 @@ from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, ParameterError
 from ..framework import ForwardNetwork, Network, network_with_convention
 from ..imageio import quantise
-from ..parallel import extent, gather
+from ..threads import extent, gather
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .deeptest import calibrate, keep_calibration

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ...errors import InputError, ParameterError
-from ...parallel import rows_of, run_parts
+from ...threads import rows_of, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
