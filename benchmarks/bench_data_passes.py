@@ -4,7 +4,7 @@
 
 ``passes``: on (n, 224, 224, 3) float32 images (2,000: 1.2 GB), the median seconds of each check the
 analysis runs, as one pass of numpy or hashlib over the whole array (before 2026-11-27) and in parts on the
-pool (idcgen/parallel.py): whether every value is finite, the extent (min and max), the fingerprint's hash;
+pool (idcgen/threads.py): whether every value is finite, the extent (min and max), the fingerprint's hash;
 with their ratios, measured alternately in one process. ``analysis``: ``idcgen.analyze`` of the same images
 with a PyTorch model that costs next to nothing (one 16x16 convolution of stride 16 to 8 channels, a dense
 layer), its seconds and the part outside its relevance, activation and cluster passes; run it in two trees
@@ -47,16 +47,16 @@ def whole_hash(x) -> str:
 
 
 def bench_passes(x, rounds: int, context: dict) -> None:
-    from idcgen import parallel
+    from idcgen import threads
 
     def parts_hash(a) -> str:
         digest = hashlib.blake2b(digest_size=4)
-        parallel.hash_into(digest, a)
+        threads.hash_into(digest, a)
         return digest.hexdigest()
 
     pairs = {
-        "finite": (lambda: bool(np.isfinite(x).all()), lambda: bool(np.isfinite(parallel.extent(x)).all())),
-        "extent": (lambda: (float(x.min()), float(x.max())), lambda: parallel.extent(x)),
+        "finite": (lambda: bool(np.isfinite(x).all()), lambda: bool(np.isfinite(threads.extent(x)).all())),
+        "extent": (lambda: (float(x.min()), float(x.max())), lambda: threads.extent(x)),
         "hash": (lambda: whole_hash(x), lambda: parts_hash(x)),
     }
     for name, (one_pass, in_parts) in pairs.items():
@@ -110,9 +110,12 @@ def main():
     args = parser.parse_args()
     x = np.random.default_rng(0).random((args.images, *SHAPE), dtype=np.float32)
     try:
-        from idcgen.parallel import WORKERS
-    except ImportError:  # a tree from before idcgen/parallel.py
-        from idcgen.fuzz.mutators.parallel import WORKERS
+        from idcgen.threads import WORKERS
+    except ImportError:  # a tree from before idcgen/threads.py (idcgen/parallel.py), or before that
+        try:
+            from idcgen.parallel import WORKERS
+        except ImportError:
+            from idcgen.fuzz.mutators.parallel import WORKERS
     load = " ".join(open("/proc/loadavg").read().split()[:3])
     context = dict(images=args.images, gigabytes=round(x.nbytes / 1e9, 2), pool_threads=WORKERS, load=load)
     print(f"{args.images} images of {SHAPE} ({x.nbytes / 1e9:.2f} GB), pool threads {WORKERS}, load average {load}")

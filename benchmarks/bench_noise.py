@@ -4,7 +4,7 @@
     python benchmarks/bench_noise.py [--rounds 7] [--images 256 1024 4096]
 
 Prints, for (n, 32, 32, 3) batches, the median milliseconds of each and their ratio (and records them,
-benchmarks/record.py); the pool's thread count (parallel.WORKERS) and the load average are printed first, since
+benchmarks/record.py); the pool's thread count (threads.WORKERS) and the load average are printed first, since
 both decide what more parts can gain.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from idcgen import parallel  # noqa: E402
+from idcgen import threads  # noqa: E402
 from idcgen.fuzz.mutators import noise  # noqa: E402
 from record import record  # noqa: E402
 
@@ -31,7 +31,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--images", type=int, nargs="+", default=[256, 1024, 4096])
     args = parser.parse_args()
-    print(f"pool threads {parallel.WORKERS}, load average {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"pool threads {threads.WORKERS}, load average {' '.join(open('/proc/loadavg').read().split()[:3])}")
     by_size = noise.noise_parts
     schemes = {"two parts": lambda size: 2, "parts by size": by_size}
     try:
@@ -54,7 +54,7 @@ def main():
                     images=images,
                     parts=by_size(images * 3072) if name == "parts by size" else 2,
                     rounds=args.rounds,
-                    pool_threads=parallel.WORKERS,
+                    pool_threads=threads.WORKERS,
                 )
             print(
                 f"{images} images ({by_size(images * 3072)} parts by size): two parts {before:.1f} ms, "

@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 import typer.core
 
+from .criteria import ALL_NAMES, NEEDS_DATA
 from .errors import IdcgenError
 from .options import (
     AffinityOptions,
@@ -31,6 +32,7 @@ from .options import (
     OrderingOptions,
     RunnerOptions,
 )
+from .prioritization import SURPRISE
 
 app = typer.Typer(
     add_completion=False,
@@ -567,13 +569,12 @@ def coverage(
     criteria: str = typer.Option(
         "idc",
         "--criteria",
-        help="Comma-separated: "
-        "idc,nc,kmnc,nbc,snac,tknc,lsc,dsc; parameters as "
+        help=f"Comma-separated: {', '.join(ALL_NAMES)}; parameters as "
         "name(key=value), e.g. "
         "'nc(scaling=channel-means),lsc(group=label)' (the "
         "older nc:scaling=channel-means still works).",
     ),
-    train: Optional[str] = typer.Option(None, "--train", help="Training inputs (needed by kmnc, nbc, snac, lsc, dsc)."),
+    train: Optional[str] = typer.Option(None, "--train", help=f"Training inputs (needed by {', '.join(NEEDS_DATA)})."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     reading: InputOptions = None,
     convention: ConventionOptions = None,
@@ -613,7 +614,7 @@ def _measure(session, inputs: str, names: list, train, as_json: bool, reading: I
         )
     if train is not None and not needing:
         _fail(
-            f"--train is read by criteria fitted on training data (kmnc, nbc, snac, lsc, dsc); "
+            f"--train is read by criteria fitted on training data ({', '.join(NEEDS_DATA)}); "
             f"{', '.join(names)} do not use it: drop --train"
         )
     if needing:
@@ -678,7 +679,7 @@ def prioritize(
     train: Optional[str] = typer.Option(
         None,
         "--train",
-        help="Training inputs (lsa, dsa, mdsa, idc-*, and the coverage orderings of kmnc, nbc, snac, lsc, dsc).",
+        help=f"Training inputs ({', '.join(SURPRISE)}, idc-*, and the coverage orderings of {', '.join(NEEDS_DATA)}).",
     ),
     analysis: Optional[Path] = typer.Option(
         None,

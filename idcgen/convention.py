@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import InputError, ParameterError
-from .parallel import extent
+from .threads import extent
 
 __all__ = [
     "InputConvention",

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, List, Optional
 
 from .errors import IdcgenError
+from .fuzz.guidance import guide_names
+from .prioritization import orderings_help
 
 
 @dataclass(frozen=True)
@@ -444,8 +446,9 @@ class CampaignOptions(Group):
         "--guide",
         cli_type=str,
         cli_default="idc",
-        help="Which criterion's new coverage admits a mutant to the corpus: idc, nc, kmnc, nbc, snac, "
-        "tknc, lsc, dsc, or none (every valid mutant), or keep-none (no mutant: the seeds alone are fuzzed).",
+        help="Which criterion's new coverage admits a mutant to the corpus: "
+        f"{', '.join(g for g in guide_names() if g not in ('none', 'keep-none'))}, or none (every valid mutant), "
+        "or keep-none (no mutant: the seeds alone are fuzzed).",
     )
     measure: tuple | None = option(
         "--measure",
@@ -501,10 +504,7 @@ class OrderingOptions(Group):
         cli_type=str,
         cli_default=...,
         default=None,
-        help=(
-            "gini, max-softmax, margin, entropy, lsa, dsa, mdsa, mc-dropout, <criterion>-total, <criterion>-additional "
-            "(criterion: nc, kmnc, nbc, snac, tknc, lsc, dsc), idc-rarity, idc-additional or random."
-        ),
+        help=orderings_help(),
     )
     layer: str | None = option(
         "--layer", help="Layer of lsa, dsa and mdsa (default: the last hidden layer before the logits)."

@@ -51,6 +51,7 @@ from typing import Sequence
 import numpy as np
 
 from .checks import check_int, check_real
+from .criteria import CRITERIA, NEEDS_DATA
 from .errors import InputError, ParameterError
 
 __all__ = [
@@ -78,15 +79,30 @@ ORDERINGS = SOFTMAX + SURPRISE + ("mc-dropout", "idc-rarity", "idc-additional", 
 CLASSIFICATION_ONLY = SOFTMAX + ("dsa", "dsc-total", "dsc-additional")
 #: the share of the ranking the evaluation looks at first, in percent
 FIRST = (1, 5, 10)
-NEEDS_TRAIN = SURPRISE + ("kmnc", "nbc", "snac", "lsc", "dsc", "mdsc")
+#: what needs the training inputs, by ordering or criterion (the ``nc`` of ``nc-total``): the surprise orderings,
+#: idc-rarity (the combinations' counts) and every criterion fitted on training data; the IDC orderings need them too
+#: when no analysis is given
+NEEDS_TRAIN = SURPRISE + ("idc-rarity",) + NEEDS_DATA
 
 
 def orderings() -> list[str]:
     """Every ordering ``prioritize`` accepts, in a fixed order."""
-    from .criteria import CRITERIA
-
     coverage = [f"{name}-{kind}" for name, c in CRITERIA.items() for kind in c.orderings]
     return list(ORDERINGS[:-1]) + coverage + ["random"]
+
+
+def orderings_help() -> str:
+    """The orderings in words, as ``--by``'s help gives them: the coverage orderings by criterion, from the
+    registry (a criterion with both orderings as <criterion>-total and -additional, any other by its own, and
+    the criteria without an ordering)."""
+    both = [name for name, c in CRITERIA.items() if set(c.orderings) == {"total", "additional"}]
+    others = [f"{name}-{kind}" for name, c in CRITERIA.items() if name not in both for kind in c.orderings]
+    idc = [o for o in ORDERINGS if o.startswith("idc-")]
+    words = [o for o in ORDERINGS if o not in idc and o != "random"]
+    words += [f"<criterion>-total, <criterion>-additional (criterion: {', '.join(both)})", *others, *idc]
+    none = [name for name, c in CRITERIA.items() if not c.orderings]
+    gives = f"; {', '.join(none)} give{'s' if len(none) == 1 else ''} none" if none else ""
+    return f"{', '.join(words)} or random{gives}."
 
 
 def check_ordering(by, task: str = "classification") -> str:
@@ -396,7 +412,7 @@ def prioritize(
     x : array (n, *input_shape), scaled as the model expects.
     by : the ordering (see the module's docstring and :func:`orderings`).
     x_train, y_train : training inputs (and labels): needed by lsa, dsa, mdsa, the coverage orderings of
-        criteria that learn from data (kmnc, nbc, snac, lsc, dsc), idc-rarity, and the IDC orderings when
+        criteria fitted on training data (``NEEDS_DATA``), idc-rarity, and the IDC orderings when
         no ``analysis`` is given (it is then made with ``m`` important neurons).
     y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early); a Dataset
         ``x`` (or ``x_train``) brings its own labels.
@@ -424,7 +440,7 @@ def prioritize(
     x = fit_to_model(raw_inputs(x, network), network.input_shape)  # InputError when empty or mis-shaped
     check_unscaled(x, network)
     base = _criterion_of(by)
-    if x_train is None and (base in NEEDS_TRAIN or by == "idc-rarity" or (by.startswith("idc-") and analysis is None)):
+    if x_train is None and (base in NEEDS_TRAIN or (by.startswith("idc-") and analysis is None)):
         raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)

@@ -553,6 +553,30 @@ def test_every_criterion_is_listed():
     assert {type(c).name for c in INVARIANT_CASES} == set(CRITERIA) - {"nlc", "tknp", "cc"}
 
 
+def test_the_command_line_help_names_every_registered_criterion():
+    """The criteria lists of the help texts come from the registry: a criterion added to CRITERIA shows up in
+    coverage's --criteria and --train, fuzz's --guide and prioritize's --by and --train without more typing."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from idcgen.cli import app
+    from idcgen.criteria import NEEDS_DATA
+
+    def option_help(command: str, option: str) -> set:
+        text = CliRunner().invoke(app, [command, "--help"], terminal_width=100).output
+        match = re.search(rf"^\s+{option} .*?(?=^\s+--|\Z)", text, re.M | re.S)
+        assert match, (command, option, text)
+        return set(re.findall(r"[a-z]+", match.group(0)))
+
+    assert set(CRITERIA) | {"idc"} <= option_help("coverage", "--criteria")
+    assert set(NEEDS_DATA) <= option_help("coverage", "--train") and "nc" not in option_help("coverage", "--train")
+    assert set(CRITERIA) | {"idc", "none"} <= option_help("fuzz", "--guide")
+    assert set(CRITERIA) <= option_help("prioritize", "--by")  # nlc: "gives none"
+    assert set(NEEDS_DATA) <= option_help("prioritize", "--train")
+    assert {"kmnc", "nbc", "snac", "lsc", "dsc", "mdsc"} <= set(NEEDS_DATA) and not {"nc", "tknc"} & set(NEEDS_DATA)
+
+
 def test_invariants_score_monotone_order_merge(case):
     criterion, net, x = case
     features = criterion.features(net, x)

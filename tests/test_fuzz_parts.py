@@ -30,7 +30,7 @@ def test_validity_bounds_by_hand():
 
 def test_validity_in_parts_is_the_whole_batch_check(monkeypatch):
     """The check runs rows at a time on the thread pool: split into many parts it answers as in one."""
-    import idcgen.parallel as parallel
+    import idcgen.threads as threads
 
     rng = np.random.default_rng(0)
     refs = rng.random((300, 8, 8, 3), dtype=np.float32)
@@ -38,8 +38,8 @@ def test_validity_in_parts_is_the_whole_batch_check(monkeypatch):
     mutants[::7] = refs[::7]
     whole = Validity().check(mutants, refs)
     assert 0 < whole.sum() < len(whole)
-    monkeypatch.setattr(parallel, "PART_BYTES", 5 * 8 * 8 * 3 * 4)  # 5 rows a part: 60 parts
-    assert len(parallel.row_parts(300, 8 * 8 * 3 * 4)) == 60
+    monkeypatch.setattr(threads, "PART_BYTES", 5 * 8 * 8 * 3 * 4)  # 5 rows a part: 60 parts
+    assert len(threads.row_parts(300, 8 * 8 * 3 * 4)) == 60
     np.testing.assert_array_equal(Validity().check(mutants, refs), whole)
     # by hand, on the flattened differences
     diff = np.abs(mutants - refs).reshape(300, -1)
@@ -49,14 +49,14 @@ def test_validity_in_parts_is_the_whole_batch_check(monkeypatch):
 
 
 def test_gather_in_parts_is_fancy_indexing(monkeypatch):
-    import idcgen.parallel as parallel
+    import idcgen.threads as threads
 
     a = np.random.default_rng(1).random((50, 4, 4, 3), dtype=np.float32)
     rows = np.random.default_rng(2).integers(0, 50, 37)
-    monkeypatch.setattr(parallel, "PART_BYTES", 3 * a[0].nbytes)  # 13 parts
-    got = parallel.gather(a, rows)
+    monkeypatch.setattr(threads, "PART_BYTES", 3 * a[0].nbytes)  # 13 parts
+    got = threads.gather(a, rows)
     np.testing.assert_array_equal(got, a[rows])
-    assert not np.shares_memory(got, a) and parallel.gather(a, rows[:0]).shape == (0, 4, 4, 3)
+    assert not np.shares_memory(got, a) and threads.gather(a, rows[:0]).shape == (0, 4, 4, 3)
 
 
 @pytest.mark.parametrize("spec", ["brightness", "contrast", "noise", "gain", "bias"])
@@ -64,7 +64,7 @@ def test_gather_in_parts_is_fancy_indexing(monkeypatch):
 def test_rowwise_transforms_in_parts_are_the_whole_batch_pass(spec, value_range, monkeypatch):
     """Drawn for the batch, applied rows at a time on the pool: in 23 parts, bit for bit the transform over the
     whole batch in one pass (in_unit_range), and the draws leave the generator where one pass leaves it."""
-    import idcgen.parallel as parallel
+    import idcgen.threads as threads
     from idcgen.fuzz.mutators import make_mutator
     from idcgen.fuzz.mutators.base import MutationContext
     from idcgen.fuzz.mutators.image import in_unit_range
@@ -75,7 +75,7 @@ def test_rowwise_transforms_in_parts_are_the_whole_batch_pass(spec, value_range,
     mutator = make_mutator(spec)
     whole_rng, parts_rng = np.random.default_rng(3), np.random.default_rng(3)
     whole = mutator._finish(x, in_unit_range(lambda unit: mutator._transform(unit, whole_rng), x, ctx), ctx)
-    monkeypatch.setattr(parallel, "PART_BYTES", 4 * x[0].nbytes)  # 4 rows a part: 23 parts
+    monkeypatch.setattr(threads, "PART_BYTES", 4 * x[0].nbytes)  # 4 rows a part: 23 parts
     parts = mutator.mutate(x, parts_rng, ctx)
     np.testing.assert_array_equal(parts, whole)
     assert parts_rng.bit_generator.state == whole_rng.bit_generator.state
@@ -110,13 +110,13 @@ def test_in_unit_range_clips_in_place_only_what_the_transform_made(value_range):
 
 def test_a_nan_in_the_last_part_of_a_batch_is_refused(monkeypatch):
     """The input check's extremes are taken rows at a time: a NaN in any part still fails it."""
-    import idcgen.parallel as parallel
+    import idcgen.threads as threads
     from idcgen.fuzz.mutators import make_mutator
     from idcgen.fuzz.mutators.base import MutationContext
 
     x = np.random.default_rng(0).random((40, 4, 4, 3), dtype=np.float32)
     x[-1, 2, 2, 0] = np.nan
-    monkeypatch.setattr(parallel, "PART_BYTES", 3 * x[0].nbytes)  # 14 parts
+    monkeypatch.setattr(threads, "PART_BYTES", 3 * x[0].nbytes)  # 14 parts
     ctx = MutationContext(network=None, labels=np.zeros(40, int))
     with pytest.raises(InputError, match="inputs must be finite and inside value_range"):
         make_mutator("brightness").mutate(x, np.random.default_rng(0), ctx)

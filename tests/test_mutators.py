@@ -95,10 +95,10 @@ class _Returns(Mutator):
 
 @pytest.mark.parametrize("part_rows", [None, 3])  # one part, or parts of 3 rows on the thread pool
 def test_the_contract_end_keeps_the_input_pixel_for_non_finite_values_and_clips(part_rows, monkeypatch, caplog):
-    import idcgen.parallel as parallel
+    import idcgen.threads as threads
 
     if part_rows:
-        monkeypatch.setattr(parallel, "PART_BYTES", part_rows * 12 * 12 * 4)
+        monkeypatch.setattr(threads, "PART_BYTES", part_rows * 12 * 12 * 4)
     x = batch(10, channels=1)
     bad = x.copy() + 0.5  # above the range: clipped to 1
     bad[1, 0, 0], bad[4, 3, 3], bad[9, 5, 5] = np.nan, np.inf, -np.inf
@@ -232,11 +232,11 @@ def test_big_noise_is_drawn_in_parts_fixed_by_its_size_not_by_the_cores(monkeypa
     """A batch of more than two parts' normals spreads over the pool's threads (the GPU machine's 16 cores give
     it 8), yet draws the same numbers on every machine; batches of up to two parts keep the noise they drew when
     every batch was two parts, so campaigns at the default batch are unchanged."""
-    from idcgen import parallel
+    from idcgen import threads
     from idcgen.fuzz.mutators import noise
 
-    monkeypatch.setattr(parallel, "_pool", None)  # a pool of `workers` threads, made on first use
-    monkeypatch.setattr(parallel, "WORKERS", workers)
+    monkeypatch.setattr(threads, "_pool", None)  # a pool of `workers` threads, made on first use
+    monkeypatch.setattr(threads, "WORKERS", workers)
     big = (5 * noise.NOISE_PART + 123,)
     assert noise.noise_parts(big[0]) == 6 and noise.noise_parts(2 * noise.NOISE_PART) == 2 == noise.noise_parts(10)
     np.testing.assert_array_equal(

@@ -23,8 +23,8 @@ from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, LayerError, ModelError, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
-from ..parallel import extent
 from ..relevance import Relevance, batch_size_for, relevance_totals
+from ..threads import extent
 from .record import Analysis, data_fingerprint, versions
 
 #: Bytes of subject-layer activations kept during the relevance pass; wider layers get a second, forward pass.

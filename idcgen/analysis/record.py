@@ -29,7 +29,7 @@ from ..coverage import Combinations, CoverageResult, CoverageTracker
 from ..data import as_array, fit_to_model
 from ..errors import AnalysisMismatchError, InputError, LayerError, ParameterError
 from ..framework import ForwardNetwork, network_with_convention
-from ..parallel import hash_into
+from ..threads import hash_into
 
 FORMAT_VERSION = 1
 #: What makes two saved analyses the same one (with the training data's fingerprint): see Analysis.matches_saved.

@@ -45,6 +45,7 @@ __all__ = [
     "KMultisectionCoverage",
     "LikelihoodSurpriseCoverage",
     "MahalanobisSurpriseCoverage",
+    "NEEDS_DATA",
     "NeuraLCoverage",
     "NeuronBoundaryCoverage",
     "NeuronCoverage",
@@ -78,6 +79,8 @@ CRITERIA: dict[str, type[Criterion]] = {
 
 #: every name ``parse_criteria`` accepts: IDC first, then those ``make_criterion`` builds
 ALL_NAMES = ("idc",) + tuple(CRITERIA)
+#: the criteria fitted on training data (``Criterion.needs_data``): the command line reads --train for them
+NEEDS_DATA = tuple(name for name, cls in CRITERIA.items() if cls.needs_data)
 
 
 def _spec_value(key: str, text: str) -> Any:
@@ -117,8 +120,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 
 def make_criterion(name: str, **params: Any) -> Criterion:
-    """A criterion by its short name ("nc", "kmnc", "nbc", "snac", "tknc", "lsc", "dsc", "mdsc", "nlc", "tknp",
-    "cc") or spec
+    """A criterion by its short name (a key of :data:`CRITERIA`: "nc", "kmnc", ...) or spec
     ("nc:scaling=channel-means", see :func:`parse_spec`), with its parameters validated now rather than
     at fit. Keyword parameters override those of the spec."""
     spec_params: dict = {}

@@ -18,8 +18,6 @@ import logging
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.stats import gaussian_kde
 
 from idcgen.data import fit_to_model
 from idcgen.errors import InputError, ParameterError
@@ -89,6 +87,9 @@ class ClassDensity:
     """
 
     def __init__(self, points: np.ndarray):
+        from scipy.linalg import solve_triangular  # here, not at import: scipy.stats costs a second to load
+        from scipy.stats import gaussian_kde
+
         kde = gaussian_kde(points.T)  # ValueError / LinAlgError on too few points or a singular covariance
         chol = np.linalg.cholesky(kde.covariance)
         # z = x @ whiten, with whiten = L^-T: one small matrix product per batch instead of a solve

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..parallel import extent
+from ..threads import extent
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from idcgen.errors import InputError, ParameterError
-from idcgen.parallel import extent
+from idcgen.threads import extent
 
 from .dataset import Dataset
 

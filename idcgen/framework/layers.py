@@ -145,9 +145,10 @@ class LayerGraph:
         scores = math.prod(d for d in logits.shape if d is not None)
         below = logits
         while below.transparent and len(below.inputs) == 1:
-            below = self.by_name.get(below.inputs[0])
-            if below is None:
+            producer = self.by_name.get(below.inputs[0])
+            if producer is None:
                 return logits
+            below = producer
             if below.weighted:
                 size = math.prod(below.shape) if all(d is not None for d in below.shape) else -1
                 return below if size == scores and below.outputs == 1 else logits
@@ -166,7 +167,8 @@ class LayerGraph:
     def layers_info(self, *, batch_axis: bool) -> list[LayerInfo]:
         """Name, kind, output shape (with the batch axis or without) and neurons of every layer."""
         return [
-            LayerInfo(r.name, r.op, (r.batch, *r.shape) if batch_axis else r.shape, r.neurons) for r in self.records
+            LayerInfo(r.name, r.op, (r.batch, *r.shape) if batch_axis else r.shape, int(r.neurons or 0))
+            for r in self.records
         ]
 
     def output_shape(self, name: str) -> tuple:

@@ -10,7 +10,7 @@ runs ``campaign = fuzzer.run(x, y, budget=...)`` and may ``campaign.save(folder)
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from ..analysis import Analysis
 from ..checks import check_int
 from ..coverage import CoverageTracker
 from ..criteria.base import CriterionTracker
-from ..criteria.values import restore_tracker
+from ..criteria.values import ValueTracker, restore_tracker
 from ..errors import AnalysisMismatchError, ParameterError
 from ..quality import distances
 from .corpus import Corpus
@@ -67,6 +67,27 @@ class Step:
     def execs(self) -> int:
         return 0 if self.mutants is None else len(self.mutants)
 
+    def ran(self) -> Ran:
+        """The arrays of a step whose mutants ran (one without an ``error`` has every one of them)."""
+        arrays = {f.name: getattr(self, f.name) for f in fields(Ran)}
+        missing = [name for name, value in arrays.items() if value is None]
+        if missing:
+            raise ValueError(f"step {self.number} ({self.mutator}) has no {', '.join(missing)}")
+        return Ran(**arrays)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A step's arrays once its mutants ran (:meth:`Step.ran`), one row per mutant."""
+
+    mutants: np.ndarray
+    references: np.ndarray
+    predictions: np.ndarray
+    combinations: np.ndarray
+    valid: np.ndarray
+    keep: np.ndarray
+    flagged: np.ndarray
+
 
 @dataclass
 class Campaign:
@@ -111,7 +132,8 @@ class Campaign:
 
     @property
     def value_range(self) -> tuple[float, float]:
-        return tuple(self.settings.value_range)
+        low, high = self.settings.value_range
+        return (low, high)
 
     @property
     def n_findings(self) -> int:
@@ -172,18 +194,19 @@ class Campaign:
             stats.errors += 1
             stats.last_error = step.error
         else:
+            ran = step.ran()
             np.add.at(self.corpus.fuzz_count, step.parents, 1)
-            kept = np.flatnonzero(step.keep)
+            kept = np.flatnonzero(ran.keep)
             for name, tracker in self.coverage.items():
                 tracker.update(step.features[name][kept])
-            new_ids = self._add_mutants(step, kept)
-            findings = self._new_findings(step, kept, new_ids)
+            new_ids = self._add_mutants(step, ran, kept)
+            findings = self._new_findings(step, ran, kept, new_ids)
             self.execs += step.execs
             stats.execs += step.execs
-            stats.valid += int(step.valid.sum())
+            stats.valid += int(ran.valid.sum())
             stats.kept += len(kept)
             stats.findings += 0 if findings is None else len(findings["id"])
-            self.flagged += int(step.flagged.sum())
+            self.flagged += int(ran.flagged.sum())
             stats.steps += 1
         stats.seconds += seconds
         self.elapsed += seconds
@@ -239,55 +262,55 @@ class Campaign:
         if self.store is not None:
             self.store.commit(self, new_ids, findings, row)
 
-    def _add_mutants(self, step: Step, kept: np.ndarray) -> np.ndarray:
+    def _add_mutants(self, step: Step, ran: Ran, kept: np.ndarray) -> np.ndarray:
         corpus, parents = self.corpus, step.parents[kept]
         chains = [corpus.chains[p] + [step.mutator] for p in parents]
         roots = corpus.root[parents]
         return corpus.add(
-            step.mutants[kept],
-            step.references[kept],
+            ran.mutants[kept],
+            ran.references[kept],
             chains,
             parent=parents,
             root=roots,
             label=corpus.label[roots],
-            prediction=step.predictions[kept],
-            combination=step.combinations[kept],
+            prediction=ran.predictions[kept],
+            combination=ran.combinations[kept],
             affine=corpus.affine[parents] | step.affine,
             step=np.full(len(kept), step.number),
         )
 
-    def _new_findings(self, step: Step, kept: np.ndarray, new_ids: np.ndarray) -> dict | None:
+    def _new_findings(self, step: Step, ran: Ran, kept: np.ndarray, new_ids: np.ndarray) -> dict | None:
         """Flagged mutants whose (combination, true label, prediction) is new: a finding is saved once."""
         corpus = self.corpus
         roots = corpus.root[step.parents]
         labels = corpus.label[roots]
-        chosen = []
-        for i in np.flatnonzero(step.flagged):
-            key = _finding_key(self.corpus, step.combinations[i], labels[i], step.predictions[i], roots[i])
+        new = []
+        for i in np.flatnonzero(ran.flagged):
+            key = _finding_key(self.corpus, ran.combinations[i], labels[i], ran.predictions[i], roots[i])
             if key not in self.finding_keys:
                 self.finding_keys.add(key)
                 self.finding_pairs.add(key[1:])
-                chosen.append(i)
-        if not chosen:
+                new.append(i)
+        if not new:
             return None
-        chosen = np.asarray(chosen)
+        chosen = np.asarray(new)
         corpus_id = np.full(step.execs, -1, np.int64)
         corpus_id[kept] = new_ids
         first = self.n_findings
         parents = step.parents[chosen]
         # how far each finding is from its root seed (the failure's naturalness)
-        far = distances(step.mutants[chosen], corpus.x[roots[chosen]], self.value_range)
+        far = distances(ran.mutants[chosen], corpus.x[roots[chosen]], self.value_range)
         return {
             "id": np.arange(first, first + len(chosen)),
-            "x": step.mutants[chosen],
+            "x": ran.mutants[chosen],
             **{k: far[k].astype(np.float32) for k in ("l0", "l2", "linf", "ssim")},
             "corpus_id": corpus_id[chosen],
             "parent": parents,
             "root": roots[chosen],
             "label": labels[chosen],
             "root_prediction": corpus.prediction[roots[chosen]],
-            "prediction": step.predictions[chosen],
-            "combination": step.combinations[chosen],
+            "prediction": ran.predictions[chosen],
+            "combination": ran.combinations[chosen],
             "step": np.full(len(chosen), step.number),
             "chain": np.array(["|".join(corpus.chains[p] + [step.mutator]) for p in parents], dtype=str),
         }
@@ -344,7 +367,9 @@ class Campaign:
             corpus.fuzz_count[:] = saved.fuzz_count
             rng = np.random.default_rng()
             rng.bit_generator.state = saved.rng_state
-            coverage = {"idc": CoverageTracker(analysis.total, saved.covered["idc"])}
+            coverage: dict[str, CoverageTracker | CriterionTracker | ValueTracker] = {
+                "idc": CoverageTracker(analysis.total, saved.covered["idc"])
+            }
             for name, entry in saved.state.get("coverage", {}).items():
                 if name == "idc":
                     continue

@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -24,9 +24,9 @@ from ..checks import check_int
 from ..convention import InputConvention, as_image_shape, as_value_range, check_scale, infer_image_shape
 from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, ParameterError
-from ..framework import network_with_convention
+from ..framework import ForwardNetwork, Network, network_with_convention
 from ..imageio import quantise
-from ..parallel import extent, gather
+from ..threads import extent, gather
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
 from .deeptest import calibrate, keep_calibration
@@ -95,8 +95,7 @@ class Fuzzer:
         rounding: bool = True,
         convention: InputConvention | None = None,
     ):
-        if analysis.network is None:
-            raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
+        network = _bound(analysis)
         if isinstance(mutators, str):  # "gauss,rotate" as --mutators takes it, not the letters of one string
             mutators = parse_mutators(mutators)
         if not mutators:
@@ -111,30 +110,31 @@ class Fuzzer:
             (None, None) if convention is None else (convention.value_range, convention.image_shape)
         )
         image_shape = as_image_shape(image_shape)
-        shape = tuple(analysis.network.input_shape)
+        shape = tuple(network.input_shape)
         if len(shape) != 3 or (image_shape is not None and image_shape != shape):
             image_shape = image_shape or infer_image_shape(shape)
             analysis, others = self._as_images(analysis, others, image_shape)
+            network = _bound(analysis)
         for other in others:  # differential testing needs models that read and answer alike
-            if other.input_shape != analysis.network.input_shape or other.n_classes != analysis.network.n_classes:
+            if other.input_shape != network.input_shape or other.n_classes != network.n_classes:
                 raise ParameterError(
-                    f"every model must take inputs {analysis.network.input_shape} and give "
-                    f"{analysis.network.n_classes} classes; one takes {other.input_shape} and gives "
+                    f"every model must take inputs {network.input_shape} and give "
+                    f"{network.n_classes} classes; one takes {other.input_shape} and gives "
                     f"{other.n_classes}"
                 )
-        self.analysis, self.network = analysis, analysis.network
+        self.analysis, self.network = analysis, network
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
         check_tasks(self.mutators, self.network.task)
         for mutator in self.mutators:  # before any step: not an error in every batch and only in report.md
-            mutator.check_capability(analysis.network)
-            mutator.check_model(analysis.network)
+            mutator.check_capability(network)
+            mutator.check_model(network)
         self.others = tuple(others)
         self.oracle = make_oracle(oracle, others)
         self.scheduler = make_scheduler(scheduler)
         self.measures = measures_of(analysis, measure)
         self.guide = check_guide(guide, self.measures)
         self.layers = tuple(dict.fromkeys(layer for m in self.measures for layer in m.layers))
-        self.value_range = as_value_range(value_range) or tuple(analysis.convention.value_range)
+        self.value_range: tuple[float, float] = as_value_range(value_range) or analysis.convention.value_range
         self.validity = dataclasses.replace(validity or Validity(), value_range=self.value_range)
         self.batch_size, self.random_state, self.rounding = int(batch_size), int(random_state), bool(rounding)
         self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
@@ -211,7 +211,7 @@ class Fuzzer:
             random_state=self.random_state,
             rounding=self.rounding if rounding is None else rounding,
             storage=storage,
-            value_range=tuple(self.value_range),
+            value_range=self.value_range,
             input_shape=tuple(self.network.input_shape),
             input_convention=dict(
                 self.analysis.convention.to_dict(),
@@ -244,7 +244,7 @@ class Fuzzer:
             budget = self.record.budget if budget is None else budget
             sources, measure_specs = sources or self.record.sources, measure_specs or self.record.measure_specs
             parallel = self.record.parallel if parallel is None else parallel
-        check_budget(budget)
+        budget = check_budget(budget)
         if isinstance(x_seeds, Dataset) and y_seeds is None:  # a loaded dataset brings its labels
             y_seeds = x_seeds.y
         x = fit_to_model(x_seeds, self.network.input_shape)
@@ -469,7 +469,8 @@ class Fuzzer:
     def _mutate(self, c: Campaign, mutator: Mutator, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         corpus = c.corpus
         ctx = FuzzContext(
-            network=self.network,
+            # a mutator that takes gradients checked the network has them when the fuzzer was made
+            network=cast(Network, self.network),
             labels=corpus.label[corpus.root[parents]],
             value_range=self.value_range,
             analysis=self.analysis,
@@ -495,6 +496,13 @@ class Fuzzer:
         probs, acts = self.network.forward(x, self.layers)
         by_layer = dict(zip(self.layers, acts))
         return probs, {m.name: m.features(probs, [by_layer[layer] for layer in m.layers]) for m in self.measures}
+
+
+def _bound(analysis: Analysis) -> ForwardNetwork:
+    """The model the analysis is bound to; a ParameterError when it is bound to none."""
+    if analysis.network is None:
+        raise ParameterError("bind the analysis to the model under test first: analysis.bind(model)")
+    return analysis.network
 
 
 class _Interrupts:

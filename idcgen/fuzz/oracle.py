@@ -15,7 +15,8 @@ seed's), ``error`` (the output is further than the threshold from the seed's lab
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -63,11 +64,24 @@ def _threshold(name: str, value) -> float:
 class Oracle:
     """Base class: ``oracle(execution) -> bool mask``; ``&``, ``|`` and ``~`` compose oracles."""
 
-    name = "oracle"
-    runs_models = False  # it runs models of its own to decide
-    needs_labels = False  # it reads the seeds' labels
     positional: tuple = ()  # what an unnamed value in its spec sets, e.g. uncertain(0.7)
     usage = "no parameter"  # what its spec takes, for messages
+
+    # what an oracle says of itself: a subclass sets each as a class attribute, or a property where it depends on
+    # its parameters or parts
+    @property
+    def name(self) -> str:
+        return "oracle"
+
+    @property
+    def runs_models(self) -> bool:
+        """It runs models of its own to decide."""
+        return False
+
+    @property
+    def needs_labels(self) -> bool:
+        """It reads the seeds' labels."""
+        return False
 
     def __call__(self, run: Execution) -> np.ndarray:
         raise NotImplementedError
@@ -456,7 +470,9 @@ def _term(text: str, spec: str, others) -> Oracle:
             f"and | with ~ for not. Got {spec!r} instead."
         )
     cls, name = ORACLES[parsed.name], parsed.name
-    allowed = {f.name for f in fields(cls)} - {"others"}
+    allowed: set[str] = {f.name for f in fields(cls)} if is_dataclass(cls) else set()
+    takes_models = "others" in allowed  # the other models, as the first field (Disagreement)
+    allowed -= {"others"}
     refused = f"the {name} oracle takes {cls.usage}; got {text.strip()!r}"
     if len(parsed.args) > len(cls.positional):
         raise ParameterError(refused)
@@ -471,7 +487,8 @@ def _term(text: str, spec: str, others) -> Oracle:
     for key, value in kwargs.items():  # numbers where numbers are meant
         if key in ("threshold", "lam", "mse") and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ParameterError(refused)
-    oracle = cls(tuple(others), **kwargs) if cls.runs_models else cls(**kwargs)
+    make: Callable[..., Oracle] = cls  # an oracle takes its fields as arguments
+    oracle = make(tuple(others), **kwargs) if takes_models else make(**kwargs)
     return ~oracle if negate else oracle
 
 

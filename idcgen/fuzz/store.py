@@ -29,6 +29,8 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import IO
 
 import numpy as np
 
@@ -38,6 +40,7 @@ from ..imageio import to_png
 from . import integrity
 from .statefile import FORMAT_VERSION, STATE_FILES, frame_state
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; one writer per campaign is then the user's care
@@ -65,7 +68,7 @@ class WriterLock:
 
     def __init__(self, folder: Path):
         self.path = folder / ".lock"
-        self._handle = None
+        self._handle: IO[str] | None = None
 
     def acquire(self) -> None:
         if fcntl is None or self._handle is not None:
@@ -382,7 +385,8 @@ class CampaignStore:
             )
 
         committed = {"manifest.jsonl": state["corpus"], "findings.jsonl": state["findings"], "stats.jsonl": n_rows}
-        rebuilt, stats = {}, None
+        rebuilt: dict[str, str] = {}
+        stats: list[dict] | None = None
         for name in LOGS:
             problem, data = integrity.log_problem(folder / name, logs[name] if logs else None, committed[name])
             if problem is None and name == "stats.jsonl":
@@ -412,7 +416,8 @@ class CampaignStore:
                 )
             )
 
-        if repair:
+        assert stats is not None  # stats.jsonl parsed, or rebuilt above
+        if store is not None:  # repair
             new_logs = dict(logs) if logs else {}
             for name in LOGS:
                 path = folder / name

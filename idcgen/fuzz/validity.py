@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ParameterError
-from ..parallel import row_parts, run_parts
 from ..quality import ssim as _ssim
+from ..threads import row_parts, run_parts
 
 #: SSIM's window side (idcgen.quality): smaller images cannot be scored
 _WINDOW = 11

@@ -21,7 +21,7 @@ class HeldInputs:
         reduce, or ("error", one line) for it to report."""
         from ...analysis import data_fingerprint
         from ...errors import IdcgenError
-        from ...parallel import extent
+        from ...threads import extent
         from ..shards import read_shard
 
         try:

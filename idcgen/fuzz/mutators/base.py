@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ...errors import InputError, ParameterError
-from ...parallel import rows_of, run_parts
+from ...threads import rows_of, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
@@ -206,6 +206,13 @@ class Mutator:
         if len(x) == 0:
             return x.copy()
         return self._finish(x, self._mutate(x, rng, ctx), ctx)
+
+    def mutate_with_reference(
+        self, x: np.ndarray, reference: np.ndarray, rng: np.random.Generator, ctx: MutationContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(mutate(x), reference moved by the same transforms)``: what the loop calls on an ``affine`` mutator,
+        which implements it (the affine transforms of idcgen.fuzz.mutators.image)."""
+        raise NotImplementedError(f"{self.name} is not affine: it does not move the references with its mutants")
 
     def _finish(self, x: np.ndarray, out: np.ndarray, ctx: MutationContext) -> np.ndarray:
         """The contract's end: float32 of x's shape, finite, clipped to the value range."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...parallel import run_parts
+from ...threads import run_parts
 
 #: zero border around each image in the remap canvas; source points further out are clamped into it
 _PAD = 2

@@ -8,7 +8,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from ...errors import InputError
-from ...parallel import rows_of, run_parts
+from ...threads import rows_of, run_parts
 from .base import MutationContext, Mutator, Param, bad_parameter
 from .geometry import affine_matrices, per_image, warp_affine
 from .noise import standard_normal

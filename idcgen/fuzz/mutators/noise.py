@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...parallel import PART_BYTES, run_parts
+from ...threads import PART_BYTES, run_parts
 from .base import Mutator, Param
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def distinct_positions(rng: np.random.Generator, b: int, n: int, k: int) -> np.n
         positions[repeats] = rng.integers(0, n, (len(repeats), k))
 
 
-#: float32 normals in one part of a batch's noise: 4 MB, the size of the pool's other parts (parallel.py)
+#: float32 normals in one part of a batch's noise: 4 MB, the size of the pool's other parts (threads.py)
 NOISE_PART = PART_BYTES // 4
 
 

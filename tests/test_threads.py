@@ -1,4 +1,4 @@
-"""idcgen/parallel.py's passes over whole input sets: their extent (min, max) and their fingerprint's bytes, in
+"""idcgen/threads.py's passes over whole input sets: their extent (min, max) and their fingerprint's bytes, in
 parts on the pool, equal to numpy's and hashlib's own answers."""
 
 import hashlib
@@ -6,9 +6,9 @@ import hashlib
 import numpy as np
 import pytest
 
-import idcgen.parallel as parallel
+import idcgen.threads as threads
 from idcgen.analysis import data_fingerprint
-from idcgen.parallel import extent, hash_into
+from idcgen.threads import extent, hash_into
 
 
 @pytest.mark.parametrize(
@@ -18,7 +18,7 @@ from idcgen.parallel import extent, hash_into
 def test_the_extent_is_numpys_min_and_max(shape, dtype):
     rng = np.random.default_rng(0)
     a = (rng.random(shape) * 255 - (0 if dtype == np.uint8 else 20)).astype(dtype)
-    assert len(parallel.rows_of(a)) > 1 or a.nbytes < parallel.PART_BYTES  # the big ones are cut into parts
+    assert len(threads.rows_of(a)) > 1 or a.nbytes < threads.PART_BYTES  # the big ones are cut into parts
     assert extent(a) == (float(a.min()), float(a.max()))
     assert extent(a[::2, ..., ::-1]) == (float(a[::2].min()), float(a[::2].max()))  # not contiguous
 
@@ -56,8 +56,8 @@ def test_up_to_256_mb_the_fingerprint_hashes_the_bytes_as_before():
 
 
 def test_above_the_threshold_the_parts_digests_are_hashed_in_order_whatever_the_pool(monkeypatch):
-    monkeypatch.setattr(parallel, "WHOLE_HASH_BYTES", 1 << 20)
-    monkeypatch.setattr(parallel, "HASH_PART_BYTES", 1 << 20)
+    monkeypatch.setattr(threads, "WHOLE_HASH_BYTES", 1 << 20)
+    monkeypatch.setattr(threads, "HASH_PART_BYTES", 1 << 20)
     a = np.random.default_rng(3).random((100, 32, 32, 3), dtype=np.float32)  # 1.2 MB: two parts
     raw = a.tobytes()
     by_hand = hashlib.blake2b(digest_size=4)
@@ -65,7 +65,7 @@ def test_above_the_threshold_the_parts_digests_are_hashed_in_order_whatever_the_
     on_pool = hashlib.blake2b(digest_size=4)
     hash_into(on_pool, a)
     assert on_pool.hexdigest() == by_hand.hexdigest()
-    monkeypatch.setattr(parallel, "run_parts", lambda work, parts: [work(p) for p in parts])  # one thread
+    monkeypatch.setattr(threads, "run_parts", lambda work, parts: [work(p) for p in parts])  # one thread
     one_thread = hashlib.blake2b(digest_size=4)
     hash_into(one_thread, a)
     assert one_thread.hexdigest() == by_hand.hexdigest()
