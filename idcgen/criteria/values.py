@@ -35,12 +35,22 @@ class ValueResult(CriterionResult):
         return {self.criterion: self.score, "covered": self.covered, "total": None}
 
 
+#: tracker kind -> class, filled by ValueTracker's subclasses as their modules are imported
+TRACKER_KINDS: dict[str, type[ValueTracker]] = {}
+
+
 class ValueTracker:
     """The state of one value criterion over the inputs added so far. Subclasses keep their state in numpy
     arrays and define ``would_cover``, ``update``, ``value`` and the saving pair ``state_arrays``/``restore``."""
 
     kind: ClassVar[str] = ""
     total = None  # no total: see the module docstring
+
+    def __init_subclass__(cls, **kwargs):
+        # each kind registers itself, so restoring needs no import of the criteria' modules here (no cycle)
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            TRACKER_KINDS[cls.kind] = cls
 
     def __init__(self, *, criterion: str, unit: str):
         self.criterion = criterion
@@ -156,17 +166,9 @@ class ValueCriterion(Criterion):
         return tracker.result()
 
 
-def tracker_kinds() -> dict[str, type[ValueTracker]]:
-    from .cc import ClusterTracker
-    from .nlc import CovarianceTracker
-    from .tknp import PatternTracker
-
-    return {t.kind: t for t in (CovarianceTracker, PatternTracker, ClusterTracker)}
-
-
 def restore_tracker(spec: dict, arrays: dict[str, np.ndarray]) -> ValueTracker:
     """A value tracker from what ``spec()`` and ``state_arrays()`` saved."""
-    kinds = tracker_kinds()
+    kinds = TRACKER_KINDS  # filled as idcgen.criteria imports nlc, tknp and cc
     if spec.get("kind") not in kinds:
         raise ParameterError(f"unknown tracker kind {spec.get('kind')!r}; known: {', '.join(kinds)}")
     return kinds[spec["kind"]].restore(spec, arrays)
