@@ -774,7 +774,13 @@ def test_guidance_by_another_criterion(guide, setup, tmp_path):
         if guide != "none":
             assert new[guide], f"mutant {i} joined without new {guide} coverage"
     for name, tracker in trackers.items():
-        assert tracker.covered == c.coverage[name].covered, name
+        if name == "kmnc":
+            # BLAS sums a batch of 64 mutants and the whole corpus in other orders (seen on AVX-512 OpenBLAS), so
+            # the last bit of an activation can differ and move it across one of KMNC's 48,000 section edges:
+            # the replay may differ by a few sections (3-8 seen), never by more than 0.05 %
+            assert abs(tracker.covered - c.coverage[name].covered) <= 0.0005 * tracker.total, name
+        else:
+            assert tracker.covered == c.coverage[name].covered, name
     if guide == "none":  # every valid mutant was kept
         assert kept.sum() == sum(s.valid for s in c.mutator_stats.values())
 
