@@ -31,7 +31,18 @@ from pathlib import Path
 import numpy as np
 
 from kit import OUTPUTS, command_line, load_data, write_csv
-from kit.guidance import copies_ahead, mean_sd, pair_state, paired, shown_p, stacked, study_fuzzer, subjects_fingerprint
+from kit.guidance import (
+    copies_ahead,
+    judged_failures,
+    mean_sd,
+    pair_state,
+    paired,
+    shown_p,
+    stacked,
+    study_fuzzer,
+    subjects_fingerprint,
+    valid_arrays,
+)
 from kit.stats import holm, rank_biserial, wilcoxon
 from kit.study import default_mutators, load_run, run_calls, save_run, stratified
 from kit.subjects import ARCHITECTURES, halves, load_subject
@@ -99,7 +110,6 @@ class Subject:
 
     def run(self, arm: str, r: int, seeds: tuple, keep_rate: float | None) -> tuple[dict, dict]:
         """One run of ``arm`` on pair (this copy, state ``r``) from its ``seeds``."""
-        from idcgen.data import fit_to_model
         from idcgen.fuzz.mutators import parse_mutators
 
         started = time.perf_counter()
@@ -116,14 +126,8 @@ class Subject:
         )
         campaign = fuzzer.run(*seeds, budget=self.args.budget, progress=False)
         calls = run_calls(campaign)
-        empty = np.zeros((0,) + seeds[0].shape[1:], np.float32), np.zeros(0, int), np.zeros(0, int)
-        x, labels, predictions = (np.concatenate(p) for p in zip(*fuzzer.failures)) if fuzzer.failures else empty
-        layer = self.extractor.default_layer()
-        if len(x):
-            probs, (features,) = self.extractor.forward(fit_to_model(x, self.extractor.input_shape), (layer,))
-            features, valid = features.reshape(len(x), -1), probs.argmax(1) == labels
-        else:
-            features, valid = np.zeros((0, self.extractor.neuron_count(layer)), np.float32), np.zeros(0, bool)
+        judged = judged_failures(fuzzer, self.extractor, seeds[0].shape[1:])
+        x, valid = judged["x"], judged["valid"]
         valid_mutants = int(sum(s.valid for s in campaign.mutator_stats.values()))
         kept = int((campaign.corpus.parent >= 0).sum())
         row = {
@@ -142,11 +146,7 @@ class Subject:
             "nc_%": 100.0 * campaign.coverage["nc"].score,
             "seconds": round(time.perf_counter() - started, 1),
         }
-        arrays = {
-            "features": features[valid].astype(np.float32),
-            "label": labels[valid].astype(np.int64),
-            "prediction": predictions[valid].astype(np.int64),
-        }
+        arrays = valid_arrays(judged)
         return row, arrays
 
 

@@ -84,3 +84,31 @@ def shown_p(p: float) -> str:
 def mean_sd(values, digits: int) -> str:
     v = np.asarray(values, float)
     return f"{np.nanmean(v):.{digits}f} ± {np.nanstd(v, ddof=1):.{digits}f}" if len(v) > 1 else f"{v[0]:.{digits}f}"
+
+
+def judged_failures(fuzzer, extractor, input_shape: tuple) -> dict:
+    """Every failure a study fuzzer recorded, judged by the extractor: ``x``, ``label``, ``prediction``,
+    ``features`` (the extractor's default layer, flattened) and ``valid`` (the extractor gives the seed's label)."""
+    from idcgen.data import fit_to_model
+
+    if fuzzer.failures:
+        x, labels, predictions = (np.concatenate(part) for part in zip(*fuzzer.failures))
+    else:
+        x, labels, predictions = np.zeros((0, *input_shape), np.float32), np.zeros(0, int), np.zeros(0, int)
+    layer = extractor.default_layer()
+    if len(x):
+        probs, (features,) = extractor.forward(fit_to_model(x, extractor.input_shape), (layer,))
+        features, valid = features.reshape(len(x), -1), probs.argmax(1) == labels
+    else:
+        features, valid = np.zeros((0, extractor.neuron_count(layer)), np.float32), np.zeros(0, bool)
+    return {"x": x, "label": labels, "prediction": predictions, "features": features, "valid": valid}
+
+
+def valid_arrays(judged: dict) -> dict:
+    """What a run saves of its valid failures: the extractor's features, labels and predictions."""
+    valid = judged["valid"]
+    return {
+        "features": judged["features"][valid].astype(np.float32),
+        "label": judged["label"][valid].astype(np.int64),
+        "prediction": judged["prediction"][valid].astype(np.int64),
+    }
