@@ -398,6 +398,7 @@ class CorruptionSuite:
         if not self.severities or any(s not in SEVERITIES for s in self.severities):
             raise ParameterError(f"The 'severities' parameter must be in 1..5. Got {list(severities)!r} instead.")
         self.lo, self.hi = (float(v) for v in value_range)
+        self.size = len(x)
         self.codes = {}
         jobs = [(n, s) for n in self.names for s in self.severities]
         for n, s in tqdm(jobs, desc="corruptions", disable=not progress, leave=False):
@@ -472,10 +473,12 @@ def harden(
     fine-tune 3 epochs, once). ``random_state``: the seed of repeat 0 (repeat r uses random_state + r for its
     fine-tuning and its baselines' draws; the caller's numpy, Python and torch generators are restored after).
     ``baselines``: names among ``BASELINES`` (default ``("random",)``). ``corruptions``, ``severities``: the
-    corruption suite (default all 15, severities 1-5). ``pgd_eps``: the PGD robust accuracy's epsilons
-    (fractions of the value range). ``held_out``: a fresh campaign on other seeds with the same model: accuracy
-    on its findings. ``out``: a folder for harden.md/.csv/.json/.png and hardening.csv (None: nothing written).
-    ``progress``: progress bars on stderr. ``pair`` (a, b): also measure the pair's type-1 confusion."""
+    corruption suite (default all 15, severities 1-5); ``corruptions`` may also be a `CorruptionSuite` built
+    on this ``x_test`` (then ``severities`` is its own), so that many calls share one. ``pgd_eps``: the PGD
+    robust accuracy's epsilons (fractions of the value range). ``held_out``: a fresh campaign on other seeds with
+    the same model: accuracy on its findings. ``out``: a folder for harden.md/.csv/.json/.png and hardening.csv
+    (None: nothing written). ``progress``: progress bars on stderr. ``pair`` (a, b): also measure the pair's
+    type-1 confusion."""
     mode, epochs, repeats = (retraining or Retraining()).checked()
     network = as_network(model)
     if "trainable" not in network.capabilities:  # an ONNX export: forward only
@@ -514,9 +517,16 @@ def harden(
         for name, spec in EVALUATIONS.items()
         if spec and not make_mutator(spec).needs_model
     }
-    suite = CorruptionSuite(
-        x_test, corruptions, severities, value_range=value_range, random_state=random_state, progress=progress
-    )
+    if isinstance(corruptions, CorruptionSuite):  # built once by the caller on this x_test, measured again here
+        if corruptions.size != len(x_test):
+            raise InputError(
+                f"the corruption suite was built on {corruptions.size} inputs, the test set has {len(x_test)}"
+            )
+        suite = corruptions
+    else:
+        suite = CorruptionSuite(
+            x_test, corruptions, severities, value_range=value_range, random_state=random_state, progress=progress
+        )
     held = held_out.findings() if held_out is not None else {}
     if held_out is not None and not held:
         raise InputError(f"the held-out campaign ({held_out.folder}) has no findings to measure")

@@ -62,6 +62,24 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
     assert "IDC-guided" in (tmp_path / "harden.md").read_text()
 
 
+def test_a_suite_built_once_is_measured_as_one_built_inside(campaign, trained_lenet, digits):
+    from idcgen.hardening import CorruptionSuite, Retraining, harden
+
+    model, _ = trained_lenet
+    x_train, y_train, x_test, y_test = digits
+    args = (model, x_train[:300], y_train[:300], campaign, x_test[1::10], y_test[1::10])
+    kwargs = dict(retraining=Retraining(epochs=1), progress=False, baselines=["clean"], pgd_eps=[0.1])
+    inside = harden(*args, corruptions=["contrast", "pixelate"], severities=[2, 5], **kwargs)
+    x = x_test[1::10].reshape((-1,) + campaign.corpus.x.shape[1:])
+    suite = CorruptionSuite(x, ["contrast", "pixelate"], [2, 5], value_range=campaign.value_range)
+    shared = harden(*args, corruptions=suite, **kwargs)
+    a, b = inside["rows"][0], shared["rows"][0]  # the original model: the same suite, the same accuracies
+    assert a["corruption mean"] == b["corruption mean"] and a["corruption: pixelate"] == b["corruption: pixelate"]
+    assert shared["severities"] == [2, 5]
+    with pytest.raises(InputError, match="built on"):
+        harden(*args[:4], x_test[:7], y_test[:7], corruptions=suite, **kwargs)
+
+
 def test_harden_refuses_bad_input(campaign, digits):
     from idcgen.framework.keras_zoo import lenet1
     from idcgen.hardening import harden, retrain
