@@ -280,3 +280,54 @@ def test_a_full_disk_during_a_disagreement_fuzz_names_the_campaign(trained_lenet
     line = result.output.strip().splitlines()[-1]
     assert line.startswith(f"error: no space left on the device of campaign {out}"), line
     assert line.endswith(f"free some space, remove {out}, then start the campaign again"), line
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_cuinit_at_the_first_device_query_is_dropped(device, monkeypatch, capfd):
+    """Case 5: TensorFlow's CUDA build on a machine without a GPU writes "failed call to cuInit" (from C++,
+    at ERROR level) when its devices are first listed, after the import the start-up filter covered: every
+    CPU-only Keras command printed it. Here the device query writes it as that build does."""
+    import os
+
+    import tensorflow as tf
+
+    from idcgen.framework.device import keras_device
+
+    line = b"E0000 00:00:1 cuda_executor.cc:1001] failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: "
+    line += b"UNKNOWN ERROR (303)\n"
+
+    def listed(*args, **kw):
+        os.write(2, line)
+        os.write(2, b"a real problem: libfoo.so not found\n")  # anything else still shows
+        return []
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", listed)
+    monkeypatch.setattr(tf.config, "set_visible_devices", listed)
+    capfd.readouterr()
+    assert keras_device(device) == "cpu"
+    err = capfd.readouterr().err
+    assert "cuInit" not in err and "a real problem: libfoo.so not found" in err, err
+
+
+def test_the_readmes_pytorch_twin_prints_no_start_up_lines(tmp_path):
+    """Case 5: the README's PyTorch snippet imported keras itself, before idcgen, so TensorFlow's start-up
+    lines the README says are dropped showed."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from idcgen.framework.keras_zoo import lenet5
+    from idcgen.framework.quiet import NOISE
+
+    root = Path(__file__).resolve().parents[1]
+    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)
+    (snippet,) = [b for b in blocks if "export_program(twin" in b]
+    lenet5().save(tmp_path / "lenet5.keras")
+    snippet = snippet.replace("outputs/demo/lenet5.keras", str(tmp_path / "lenet5.keras"))
+    snippet = snippet.replace("outputs/lenet5.pt2", str(tmp_path / "lenet5.pt2"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # as a user runs it
+    done = subprocess.run([sys.executable, "-c", snippet], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "lenet5.pt2").exists()
+    assert not [line for line in done.stderr.splitlines() if NOISE.search(line)], done.stderr
