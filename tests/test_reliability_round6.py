@@ -331,3 +331,18 @@ def test_the_readmes_pytorch_twin_prints_no_start_up_lines(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "lenet5.pt2").exists()
     assert not [line for line in done.stderr.splitlines() if NOISE.search(line)], done.stderr
+
+
+def test_idc_rarity_takes_the_analysis_training_inputs(trained_lenet, digits_npz, tmp_path):
+    """Case 6a: `prioritize --by idc-rarity --analysis A` asked for --train, though A was made on the training
+    inputs: the analysis records how often they reach each combination."""
+    _, path = trained_lenet
+    analysed = invoke("analyze", "--model", path, "--train", digits_npz, "--out", tmp_path / "a")
+    assert analysed.exit_code == 0, analysed.output
+    common = ("prioritize", "--model", path, "--inputs", digits_npz, "--by", "idc-rarity", "--analysis", tmp_path / "a")
+    alone = invoke(*common, "--out", tmp_path / "alone.csv")
+    assert alone.exit_code == 0, alone.output
+    assert "idc-rarity counts the 120 training inputs recorded with the analysis" in alone.output, alone.output
+    given = invoke(*common, "--train", digits_npz, "--out", tmp_path / "given.csv")
+    assert given.exit_code == 0, given.output
+    assert (tmp_path / "alone.csv").read_text() == (tmp_path / "given.csv").read_text()
