@@ -346,3 +346,32 @@ def test_idc_rarity_takes_the_analysis_training_inputs(trained_lenet, digits_npz
     given = invoke(*common, "--train", digits_npz, "--out", tmp_path / "given.csv")
     assert given.exit_code == 0, given.output
     assert (tmp_path / "alone.csv").read_text() == (tmp_path / "given.csv").read_text()
+
+
+def test_lscs_note_on_a_class_without_a_kde_gives_the_whole_reason():
+    """Case 6b: the note cut scipy's message mid-sentence ("... matrix, which cannot ); its inputs get no LSA")."""
+    import keras
+
+    from idcgen.criteria.surprise import LikelihoodSurpriseCoverage
+    from idcgen.framework import Network
+
+    inputs = keras.Input((3,))
+    h = keras.layers.Dense(3, name="h", activation="relu")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="out", activation="softmax")(h))
+    model.get_layer("h").set_weights([np.eye(3), np.full(3, 10.0)])
+    model.get_layer("out").set_weights([np.array([[1, -1], [0, 0], [0, 0]]), np.array([-10.0, 10.0])])
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 3)).astype(np.float32)
+    y = (x[:, 0] <= 0).astype(np.int64)
+    y[:2] = 5  # a class of two inputs in three dimensions
+    lsc = LikelihoodSurpriseCoverage(group="label").fit(Network(model), x, y)
+    (note,) = [n for n in lsc.notes_ if n.startswith("class 5")]
+    assert note == (
+        "class 5: no KDE from 2 inputs x 3 dimensions (fewer inputs than dimensions: their covariance matrix is "
+        "singular); its inputs get no LSA"
+    ), note
+    # a reason idcgen does not word itself is given whole, on one line
+    from idcgen.criteria.surprise import kde_failure
+
+    long = "first line of a long reason,\nwhich goes on " + "and on " * 30 + "to its end."
+    assert kde_failure(ValueError(long)) == " ".join(long.split())
