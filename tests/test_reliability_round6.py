@@ -375,3 +375,20 @@ def test_lscs_note_on_a_class_without_a_kde_gives_the_whole_reason():
 
     long = "first line of a long reason,\nwhich goes on " + "and on " * 30 + "to its end."
     assert kde_failure(ValueError(long)) == " ".join(long.split())
+
+
+def test_analyze_force_into_the_same_folder_rewrites_it(trained_lenet, digits_npz, tmp_path):
+    """Case 6c: `analyze --force` into a folder holding the same analysis kept the old analysis.json and its
+    timings, yet said "analysis saved"."""
+    import json
+
+    _, path = trained_lenet
+    out = tmp_path / "a"
+    args = ("analyze", "--model", path, "--train", digits_npz, "--out", out)
+    assert invoke(*args).exit_code == 0
+    before = json.loads((out / "analysis.json").read_text())["timings_seconds"]
+    written = (out / "analysis.json").stat().st_mtime_ns
+    again = invoke(*args, "--force")
+    assert again.exit_code == 0 and f"analysis saved to {out} (" in again.output, again.output
+    assert (out / "analysis.json").stat().st_mtime_ns != written, "--force left the old analysis.json"
+    assert json.loads((out / "analysis.json").read_text())["timings_seconds"] != before

@@ -269,11 +269,11 @@ class Analysis:
     def save(self, folder: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write ``analysis.json`` (for people) and ``arrays.npz`` into ``folder``, atomically.
 
-        A folder already holding this same analysis is left as it is; one holding another analysis is
-        replaced only with ``overwrite=True`` (work is never lost silently); any other non-empty folder
-        is refused."""
+        A folder already holding this same analysis is left as it is, unless ``overwrite=True`` (then it is
+        rewritten, with this run's timings); one holding another analysis is replaced only with
+        ``overwrite=True`` (work is never lost silently); any other non-empty folder is refused."""
         folder = Path(folder)
-        if self.matches_saved(folder):
+        if not overwrite and self.matches_saved(folder):
             return folder
         check_save_target(folder, overwrite=overwrite)
         folder.parent.mkdir(parents=True, exist_ok=True)
