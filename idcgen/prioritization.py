@@ -412,8 +412,9 @@ def prioritize(
     x : array (n, *input_shape), scaled as the model expects.
     by : the ordering (see the module's docstring and :func:`orderings`).
     x_train, y_train : training inputs (and labels): needed by lsa, dsa, mdsa, the coverage orderings of
-        criteria fitted on training data (``NEEDS_DATA``), idc-rarity, and the IDC orderings when
-        no ``analysis`` is given (it is then made with ``m`` important neurons).
+        criteria fitted on training data (``NEEDS_DATA``), idc-rarity (unless the ``analysis`` records how often
+        the inputs it was made on reach each combination, as analyses made by this version do), and the IDC
+        orderings when no ``analysis`` is given (it is then made with ``m`` important neurons).
     y : labels (or targets) of ``x``: with them the ranking is evaluated (APFD, share found early); a Dataset
         ``x`` (or ``x_train``) brings its own labels.
     analysis : an Analysis for the IDC orderings.
@@ -440,8 +441,11 @@ def prioritize(
     x = fit_to_model(raw_inputs(x, network), network.input_shape)  # InputError when empty or mis-shaped
     check_unscaled(x, network)
     base = _criterion_of(by)
-    if x_train is None and (base in NEEDS_TRAIN or (by.startswith("idc-") and analysis is None)):
-        raise ParameterError(f"by={by!r} needs the training inputs: pass x_train (--train)")
+    recorded = analysis is not None and analysis.training_counts is not None  # idc-rarity's counts, saved with it
+    needs_train = base in NEEDS_TRAIN and not (by == "idc-rarity" and recorded)
+    if x_train is None and (needs_train or (by.startswith("idc-") and analysis is None)):
+        older = " (the analysis was saved before analyses recorded them)" if by == "idc-rarity" and analysis else ""
+        raise ParameterError(f"by={by!r} needs the training inputs{older}: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
         check_unscaled(x_train, network, "the training inputs")
@@ -589,13 +593,17 @@ def _idc(job: _Job, by: str):
     if by == "idc-additional":
         order, scores = additional_order([np.array([i]) for i in ids], analysis.total)
         return scores, order
-    train_ids = job.kept(("training combinations", id(analysis)), lambda: analysis.ids(job.x_train))
-    values, counts = np.unique(train_ids, return_counts=True)
+    if job.x_train is None:  # the counts of the inputs the analysis was made on, recorded with it
+        values, counts = analysis.training_counts
+        job.notes.append(f"idc-rarity counts the {counts.sum()} training inputs recorded with the analysis")
+    else:
+        train_ids = job.kept(("training combinations", id(analysis)), lambda: analysis.ids(job.x_train))
+        values, counts = np.unique(train_ids, return_counts=True)
     count = np.zeros(len(ids))
     where = np.searchsorted(values, ids)
     hit = (where < len(values)) & (values[np.minimum(where, len(values) - 1)] == ids)
     count[hit] = counts[where[hit]]
-    scores = -np.log((count + 1.0) / (len(train_ids) + analysis.total))
+    scores = -np.log((count + 1.0) / (counts.sum() + analysis.total))
     return scores, rank_by(scores)
 
 

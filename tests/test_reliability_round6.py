@@ -280,3 +280,139 @@ def test_a_full_disk_during_a_disagreement_fuzz_names_the_campaign(trained_lenet
     line = result.output.strip().splitlines()[-1]
     assert line.startswith(f"error: no space left on the device of campaign {out}"), line
     assert line.endswith(f"free some space, remove {out}, then start the campaign again"), line
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_cuinit_at_the_first_device_query_is_dropped(device, monkeypatch, capfd):
+    """Case 5: TensorFlow's CUDA build on a machine without a GPU writes "failed call to cuInit" (from C++,
+    at ERROR level) when its devices are first listed, after the import the start-up filter covered: every
+    CPU-only Keras command printed it. Here the device query writes it as that build does."""
+    import os
+
+    import tensorflow as tf
+
+    from idcgen.framework.device import keras_device
+
+    line = b"E0000 00:00:1 cuda_executor.cc:1001] failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: "
+    line += b"UNKNOWN ERROR (303)\n"
+
+    def listed(*args, **kw):
+        os.write(2, line)
+        os.write(2, b"a real problem: libfoo.so not found\n")  # anything else still shows
+        return []
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", listed)
+    monkeypatch.setattr(tf.config, "set_visible_devices", listed)
+    capfd.readouterr()
+    assert keras_device(device) == "cpu"
+    err = capfd.readouterr().err
+    assert "cuInit" not in err and "a real problem: libfoo.so not found" in err, err
+
+
+def test_the_readmes_pytorch_twin_prints_no_start_up_lines(tmp_path):
+    """Case 5: the README's PyTorch snippet imported keras itself, before idcgen, so TensorFlow's start-up
+    lines the README says are dropped showed."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from idcgen.framework.keras_zoo import lenet5
+    from idcgen.framework.quiet import NOISE
+
+    root = Path(__file__).resolve().parents[1]
+    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)
+    (snippet,) = [b for b in blocks if "export_program(twin" in b]
+    lenet5().save(tmp_path / "lenet5.keras")
+    snippet = snippet.replace("outputs/demo/lenet5.keras", str(tmp_path / "lenet5.keras"))
+    snippet = snippet.replace("outputs/lenet5.pt2", str(tmp_path / "lenet5.pt2"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # as a user runs it
+    done = subprocess.run([sys.executable, "-c", snippet], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "lenet5.pt2").exists()
+    assert not [line for line in done.stderr.splitlines() if NOISE.search(line)], done.stderr
+
+
+def test_idc_rarity_takes_the_analysis_training_inputs(trained_lenet, digits_npz, tmp_path):
+    """Case 6a: `prioritize --by idc-rarity --analysis A` asked for --train, though A was made on the training
+    inputs: the analysis records how often they reach each combination."""
+    _, path = trained_lenet
+    analysed = invoke("analyze", "--model", path, "--train", digits_npz, "--out", tmp_path / "a")
+    assert analysed.exit_code == 0, analysed.output
+    common = ("prioritize", "--model", path, "--inputs", digits_npz, "--by", "idc-rarity", "--analysis", tmp_path / "a")
+    alone = invoke(*common, "--out", tmp_path / "alone.csv")
+    assert alone.exit_code == 0, alone.output
+    assert "idc-rarity counts the 120 training inputs recorded with the analysis" in alone.output, alone.output
+    given = invoke(*common, "--train", digits_npz, "--out", tmp_path / "given.csv")
+    assert given.exit_code == 0, given.output
+    assert (tmp_path / "alone.csv").read_text() == (tmp_path / "given.csv").read_text()
+
+
+def test_lscs_note_on_a_class_without_a_kde_gives_the_whole_reason():
+    """Case 6b: the note cut scipy's message mid-sentence ("... matrix, which cannot ); its inputs get no LSA")."""
+    import keras
+
+    from idcgen.criteria.surprise import LikelihoodSurpriseCoverage
+    from idcgen.framework import Network
+
+    inputs = keras.Input((3,))
+    h = keras.layers.Dense(3, name="h", activation="relu")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="out", activation="softmax")(h))
+    model.get_layer("h").set_weights([np.eye(3), np.full(3, 10.0)])
+    model.get_layer("out").set_weights([np.array([[1, -1], [0, 0], [0, 0]]), np.array([-10.0, 10.0])])
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 3)).astype(np.float32)
+    y = (x[:, 0] <= 0).astype(np.int64)
+    y[:2] = 5  # a class of two inputs in three dimensions
+    lsc = LikelihoodSurpriseCoverage(group="label").fit(Network(model), x, y)
+    (note,) = [n for n in lsc.notes_ if n.startswith("class 5")]
+    assert note == (
+        "class 5: no KDE from 2 inputs x 3 dimensions (fewer inputs than dimensions: their covariance matrix is "
+        "singular); its inputs get no LSA"
+    ), note
+    # a reason idcgen does not word itself is given whole, on one line
+    from idcgen.criteria.surprise import kde_failure
+
+    long = "first line of a long reason,\nwhich goes on " + "and on " * 30 + "to its end."
+    assert kde_failure(ValueError(long)) == " ".join(long.split())
+
+
+def test_analyze_force_into_the_same_folder_rewrites_it(trained_lenet, digits_npz, tmp_path):
+    """Case 6c: `analyze --force` into a folder holding the same analysis kept the old analysis.json and its
+    timings, yet said "analysis saved"."""
+    import json
+
+    _, path = trained_lenet
+    out = tmp_path / "a"
+    args = ("analyze", "--model", path, "--train", digits_npz, "--out", out)
+    assert invoke(*args).exit_code == 0
+    before = json.loads((out / "analysis.json").read_text())["timings_seconds"]
+    written = (out / "analysis.json").stat().st_mtime_ns
+    again = invoke(*args, "--force")
+    assert again.exit_code == 0 and f"analysis saved to {out} (" in again.output, again.output
+    assert (out / "analysis.json").stat().st_mtime_ns != written, "--force left the old analysis.json"
+    assert json.loads((out / "analysis.json").read_text())["timings_seconds"] != before
+
+
+def test_the_readme_test_compares_the_figures_that_matter():
+    """Case 7: the README test masked every number, so the ONNX section's figures of an older analysis
+    (IDC 33.9 % of 384 combinations, 10 findings) passed beside a run printing 28.4 % of 640 and 5 findings.
+    Coverage figures, findings and input counts are compared now; timings and memory still vary."""
+    from pathlib import Path
+
+    from test_readme import matches
+
+    printed = (
+        "IDC 28.4 % (182 of 640 combinations)  [1000 inputs, layer relu_3, m=8]\n"
+        "IDC 28.3% (seeds) -> 45.0% (grown set, 1107 inputs); 5 findings (5 survive uint8 rounding); "
+        "2000 execs in 2.7 s\n"
+    )
+    stale = (
+        "IDC 33.9 % (130 of 384 combinations)  [1000 inputs, layer relu_3, m=8]\n"
+        "IDC 34.1% (seeds) -> 57.6% (grown set, 1090 inputs); 10 findings (10 survive uint8 rounding); "
+        "2000 execs in 2.3 s\n"
+    )
+    assert not matches(stale, printed)
+    assert matches(printed.replace("2.7 s", "9.4 s"), printed)  # another machine's timing
+    onnx = "IDC 33.9 % (130 of 384 combinations)"
+    assert onnx not in (Path(__file__).resolve().parents[1] / "README.md").read_text()

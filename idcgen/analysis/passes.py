@@ -276,7 +276,10 @@ def analyze(
     warnings = _diagnostics(network, convention, data, y, predictions, accuracy) + _unreached(layer, scores, neurons)
     config = _config(network, layer, m, Clustering(tuple(clusters), cluster_method), relevance, random_state)
     config.update(input_convention=convention.to_dict())
-    return _analysis(network, layer, neurons, scores, found, config, data, timings, notes, warnings)
+    made = _analysis(network, layer, neurons, scores, found, config, data, timings, notes, warnings)
+    # how often the clustered inputs reach each combination, kept so that idc-rarity needs no --train again
+    made.training_counts = np.stack(np.unique(made.combinations.ids(acts), return_counts=True)).astype(np.int64)
+    return made
 
 
 def _check_settings_types(relevance, convention) -> None:

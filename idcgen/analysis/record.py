@@ -84,6 +84,9 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     network: ForwardNetwork | None = field(default=None, repr=False, compare=False)
     device: dict = field(default_factory=dict, compare=False)  # where it was made: information only
+    #: (2, reached) int64: the combination ids the analysed (clustered) inputs reach, and how many reach each
+    #: (idc-rarity's counts); None for an analysis saved before they were recorded
+    training_counts: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.combinations = Combinations([c.centroids for c in self.clusters])
@@ -245,7 +248,8 @@ class Analysis:
 
     def digest(self) -> str:
         """Digest of the saved record (analysis.json as read back, and the arrays): see content_digest."""
-        return content_digest(json.loads(json.dumps(self.summary())), self.neurons, self.importance)
+        counts = () if self.training_counts is None else (self.training_counts,)
+        return content_digest(json.loads(json.dumps(self.summary())), self.neurons, self.importance, *counts)
 
     def matches_saved(self, folder: str | os.PathLike) -> bool:
         """Whether ``folder`` holds this same analysis: same model, training data, settings and result
@@ -265,11 +269,11 @@ class Analysis:
     def save(self, folder: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write ``analysis.json`` (for people) and ``arrays.npz`` into ``folder``, atomically.
 
-        A folder already holding this same analysis is left as it is; one holding another analysis is
-        replaced only with ``overwrite=True`` (work is never lost silently); any other non-empty folder
-        is refused."""
+        A folder already holding this same analysis is left as it is, unless ``overwrite=True`` (then it is
+        rewritten, with this run's timings); one holding another analysis is replaced only with
+        ``overwrite=True`` (work is never lost silently); any other non-empty folder is refused."""
         folder = Path(folder)
-        if self.matches_saved(folder):
+        if not overwrite and self.matches_saved(folder):
             return folder
         check_save_target(folder, overwrite=overwrite)
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -281,7 +285,14 @@ class Analysis:
             digest = self.digest()
             (tmp / "analysis.json").write_text(json.dumps(dict(self.summary(), digest=digest), indent=2) + "\n")
             # the digest twice: a record whose digest line was deleted is told from one saved before digests
-            np.savez(tmp / "arrays.npz", neurons=self.neurons, importance=self.importance, digest=np.array(digest))
+            counts = {} if self.training_counts is None else {"training_counts": self.training_counts}
+            np.savez(
+                tmp / "arrays.npz",
+                neurons=self.neurons,
+                importance=self.importance,
+                digest=np.array(digest),
+                **counts,
+            )
             if folder.exists():  # swap: the old analysis stays whole until the new one is in place
                 shutil.rmtree(old, ignore_errors=True)
                 os.replace(folder, old)
@@ -334,6 +345,7 @@ class Analysis:
             with np.load(folder / "arrays.npz") as arrays:
                 neurons, imp = arrays["neurons"], arrays["importance"]
                 kept = str(arrays["digest"]) if "digest" in arrays.files else None
+                counts = arrays["training_counts"] if "training_counts" in arrays.files else None
             clusters = [
                 NeuronClusters(
                     neuron=c["neuron"],
@@ -354,7 +366,10 @@ class Analysis:
                     f"analysis {folder} was edited or damaged since it was saved (the digest line of its "
                     "analysis.json is gone): run `idcgen analyze` again, or restore the folder"
                 )
-            if recorded is not None and content_digest(meta, neurons, imp) != recorded:
+            if (
+                recorded is not None
+                and content_digest(meta, neurons, imp, *[a for a in [counts] if a is not None]) != recorded
+            ):
                 raise InputError(
                     f"analysis {folder} was edited or damaged since it was saved (its digest no "
                     "longer matches): run `idcgen analyze` again, or restore the folder"
@@ -372,6 +387,7 @@ class Analysis:
                 notes=meta["notes"],
                 warnings=meta.get("warnings", []),
                 device=meta.get("device", {}),
+                training_counts=counts,
             )
         except (
             OSError,
@@ -398,12 +414,13 @@ def check_save_target(folder: str | os.PathLike, *, overwrite: bool = False) -> 
         )
 
 
-def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray) -> str:
-    """16 hex digits over an analysis' record (every field but the digest) and arrays: a centroid edited by
-    hand, or a damaged file, would otherwise be measured with silently."""
+def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray, *more: np.ndarray) -> str:
+    """16 hex digits over an analysis' record (every field but the digest) and arrays (``more``: the training
+    counts, where recorded): a centroid edited by hand, or a damaged file, would otherwise be measured with
+    silently."""
     digest = hashlib.blake2b(digest_size=8)
     digest.update(json.dumps(meta, sort_keys=True).encode())
-    for a in (neurons, importance):
+    for a in (neurons, importance, *more):
         a = np.ascontiguousarray(a)
         digest.update(f"{a.shape}{a.dtype}".encode())
         digest.update(memoryview(a).cast("B"))

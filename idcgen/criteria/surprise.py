@@ -76,6 +76,24 @@ def nearest(
     return index, dist
 
 
+#: scipy's reasons for refusing a KDE, in a user's words (its own go on with advice on calling gaussian_kde)
+_KDE_FAILURES = {
+    "Number of dimensions is greater than number of samples": "fewer inputs than dimensions",
+    "lower-dimensional subspace": "the activations lie in a lower-dimensional subspace",
+    "not positive definite": "the kernel covariance is not positive definite",
+}
+
+
+def kde_failure(exc: Exception) -> str:
+    """Why a class got no KDE, in one line: a known reason in a few words, any other one whole (a cut one read
+    "... matrix, which cannot ")."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    for known, words in _KDE_FAILURES.items():
+        if known in message:
+            return f"{words}: their covariance matrix is singular" if "singular" in message else words
+    return message
+
+
 class ClassDensity:
     """A Gaussian KDE of one class's training activations, fitted by ``scipy.stats.gaussian_kde``
     (Scott's rule, as SA's authors) and evaluated with matrix products in blocks: scipy's own
@@ -366,7 +384,7 @@ class LikelihoodSurpriseCoverage(_SurpriseCriterion):
             except (np.linalg.LinAlgError, ValueError) as exc:
                 note = (
                     f"class {int(label)}: no KDE from {len(rows)} inputs x {rows.shape[1]} dimensions "
-                    f"({str(exc).splitlines()[0][:120]}); its inputs get no LSA"
+                    f"({kde_failure(exc)}); its inputs get no LSA"
                 )
                 logger.warning("LSC: %s", note)
                 notes.append(note)

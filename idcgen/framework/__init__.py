@@ -415,6 +415,11 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     BACKENDS[framework].require()  # each framework an extra: a missing one said in one line naming it
     if framework in ("torch", "onnx"):
         return _implementation(framework).load_model(path, architecture=architecture, input_shape=input_shape)
+    # TensorFlow's devices queried before the load would first (quiet: a CUDA build's cuInit failure is dropped
+    # with the start-up lines); "auto" changes no visibility a --device or IDCGEN_DEVICE set before
+    from .device import keras_device
+
+    keras_device("auto")
     return _implementation(framework).load_model(path, safe_mode=safe_mode, architecture=architecture)
 
 

@@ -136,8 +136,15 @@ def keras_device(device=None) -> str:
     setting = requested_device(device)
     from .quiet import quiet_start
 
-    with quiet_start():  # TensorFlow's start-up lines dropped (it may start here, before the model loads)
-        import tensorflow as tf
+    # TensorFlow may start here, before the model loads, and its CUDA build calls cuInit when its devices are
+    # first listed (after the import): on a machine without a GPU that "failed call to cuInit" is dropped too
+    with quiet_start():
+        return _keras_device(setting)
+
+
+def _keras_device(setting: DeviceSetting) -> str:
+    import tensorflow as tf
+
     if setting.kind == "cpu":
         try:
             tf.config.set_visible_devices([], "GPU")
