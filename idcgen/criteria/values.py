@@ -9,6 +9,7 @@ campaign folder restores them exactly (:func:`restore_tracker`).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +19,25 @@ from ..errors import ParameterError
 from .base import Criterion, CriterionResult, check_layer_names, layer_output_layers
 
 __all__ = ["ValueCriterion", "ValueResult", "ValueTracker", "restore_tracker"]
+
+#: a matrix product of fewer multiply-adds than this runs on one BLAS thread (a few ms on one core)
+_ONE_THREAD_WORK = 1 << 27
+_blas_controller: Any = None
+
+
+def blas_threads_for(work: float) -> contextlib.AbstractContextManager:
+    """A context in which numpy's BLAS runs on one thread when ``work`` (multiply-adds) is small. Beside a
+    framework's own thread pools (TensorFlow's spin after each call), a small product split over BLAS threads
+    mostly waits for them: on the 2-core machine of BENCHMARKS.md, NLC's scatter of 1,024 x 120 took 50-150 ms
+    on the default threads against 1 ms on one. The controller is made once (threadpoolctl, 20 ms)."""
+    global _blas_controller
+    if work > _ONE_THREAD_WORK:
+        return contextlib.nullcontext()
+    if _blas_controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas_controller = ThreadpoolController()
+    return _blas_controller.limit(limits=1, user_api="blas")
 
 
 @dataclass(frozen=True)
