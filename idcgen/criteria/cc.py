@@ -25,12 +25,22 @@ from .values import ValueCriterion, ValueTracker, blas_threads_for
 
 __all__ = ["ClusterCoverage", "ClusterTracker"]
 
+#: a batch of at most this many new rows is compared with itself through a bool matrix (16 MiB)
+_DENSE_PAIRS = 4096
 #: unit roundoff of the search's float type
 _UNIT = {np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
 #: query rows per block of the search (sorted by norm: a block's norms are close, so is its band)
-_QUERY_BLOCK = 128
+_QUERY_BLOCK = 64
 #: query x kept entries of one block's distance matrix (16 MiB of float32)
 _BLOCK_ELEMENTS = 1 << 22
+
+
+def _round_up(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``values`` in ``dtype``, each rounded up (a bound compared in the search's own type stays a bound)."""
+    out = values.astype(dtype)
+    low = out < values
+    out[low] = np.nextafter(out[low], dtype.type(np.inf))
+    return out
 
 
 class _NormIndex:
@@ -70,10 +80,12 @@ class _NormIndex:
             self.dtype = np.dtype(np.float64)
             self.keys = self.keys.astype(np.float64)
 
-    def close(self, queries: np.ndarray, kept: np.ndarray, threshold: float, pairs: bool):
+    def close(self, queries: np.ndarray, kept: np.ndarray, threshold: float, pairs: bool, itself: bool = False):
         """Which kept vectors are within ``threshold`` (squared Euclidean distance, <=) of each query.
         ``pairs`` False: bool (n,), whether any is; True: (query rows, kept numbers) of every close pair.
-        ``kept``: the kept vectors in their own order (the exact distances are computed from them)."""
+        ``kept``: the kept vectors in their own order (the exact distances are computed from them).
+        ``itself``: the queries are the indexed vectors, in order (pairs only): each pair is searched once,
+        from its lower-norm end, and returned both ways (each row is also paired with itself)."""
         n, d = queries.shape
         hit = np.zeros(n, dtype=bool)
         found: list[tuple[np.ndarray, np.ndarray]] = []
@@ -81,47 +93,54 @@ class _NormIndex:
             return (np.zeros(0, np.int64), np.zeros(0, np.int64)) if pairs else hit
         q_sq = np.einsum("ij,ij->i", queries, queries)
         self._fit_dtype(q_sq)
-        q_norm = np.sqrt(q_sq)
-        by_norm = np.argsort(q_sq, kind="stable")
         augmented = np.empty((n, d + 1), self.dtype)
         augmented[:, :-1] = queries
         augmented[:, -1] = 1.0
-        radius = float(np.sqrt(threshold))
-        # the rounding of the float32 search: the inputs' (2u |q||r|), BLAS's sum of d + 1 terms
-        # (gamma_{d+1} (2|q||r| + |r|^2)) and the final additions; (d + 8) 4u (|q|^2 + |r|^2) bounds them all
-        unit = (d + 8) * 4.0 * _UNIT[self.dtype]
         rows_per_block = max(1, min(_QUERY_BLOCK, n))
-        for start in range(0, n, rows_per_block):
-            rows = by_norm[start : start + rows_per_block]
-            low, high = q_norm[rows[0]], q_norm[rows[-1]]
-            # float64 norms carry relative errors of about 1e-15: 1e-9 of slack is far more than enough
-            slack = radius * (1 + 1e-9) + 1e-9 * (1.0 + high + self.norms[-1])
-            lo = int(np.searchsorted(self.norms, low - slack, side="left"))
-            hi = int(np.searchsorted(self.norms, high + slack, side="right"))
-            for s in range(lo, hi, max(1, _BLOCK_ELEMENTS // len(rows))):
-                e = min(hi, s + max(1, _BLOCK_ELEMENTS // len(rows)))
-                with blas_threads_for(len(rows) * (e - s) * (d + 1)):
-                    dist = augmented[rows] @ self.keys[s:e].T
-                dist += q_sq[rows, None].astype(self.dtype)
-                margin = unit * (q_sq[rows] + self.sq[e - 1])  # |r|^2 largest at the band's end
-                if pairs:
-                    sure = dist < (threshold - margin)[:, None]
-                    i, j = np.nonzero(np.abs(dist - threshold) <= margin[:, None])
-                    sure[i, j] = self._exact(queries[rows[i]], kept[self.order[s + j]], threshold)
-                    i, j = np.nonzero(sure)
-                    found.append((rows[i], self.order[s + j]))
-                    continue
-                least = dist.min(axis=1)
-                hit[rows[least < threshold - margin]] = True
-                for k in np.flatnonzero((least >= threshold - margin) & (least <= threshold + margin)):
-                    j = np.flatnonzero(dist[k] <= threshold + margin[k])
-                    if self._exact(queries[rows[k]][None], kept[self.order[s + j]], threshold).any():
-                        hit[rows[k]] = True
+        with blas_threads_for(rows_per_block * len(self.sq) * (d + 1)):  # the largest product, at most
+            self._search(queries, kept, threshold, pairs, itself, q_sq, augmented, hit, found, rows_per_block)
         if not pairs:
             return hit
         if not found:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        i, j = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        return (np.concatenate([i, j]), np.concatenate([j, i])) if itself else (i, j)
+
+    def _search(self, queries, kept, threshold, pairs, itself, q_sq, augmented, hit, found, rows_per_block) -> None:
+        """:meth:`close`'s blocks: fills ``hit`` or ``found``."""
+        d = queries.shape[1]
+        q_norm = np.sqrt(q_sq)
+        by_norm = np.argsort(q_sq, kind="stable")
+        radius = float(np.sqrt(threshold))
+        # the rounding of the float32 search: the inputs' (2u |q||r|), BLAS's sum of d + 1 terms
+        # (gamma_{d+1} (2|q||r| + |r|^2)) and the final additions; (d + 8) 4u (|q|^2 + |r|^2) bounds them all
+        unit = (d + 8) * 4.0 * _UNIT[self.dtype]
+        for start in range(0, len(queries), rows_per_block):
+            rows = by_norm[start : start + rows_per_block]
+            low, high = q_norm[rows[0]], q_norm[rows[-1]]
+            # float64 norms carry relative errors of about 1e-15: 1e-9 of slack is far more than enough
+            slack = radius * (1 + 1e-9) + 1e-9 * (1.0 + high + self.norms[-1])
+            lo = start if itself else int(np.searchsorted(self.norms, low - slack, side="left"))
+            hi = int(np.searchsorted(self.norms, high + slack, side="right"))
+            for s in range(lo, hi, max(1, _BLOCK_ELEMENTS // len(rows))):
+                e = min(hi, s + max(1, _BLOCK_ELEMENTS // len(rows)))
+                key = augmented[rows] @ self.keys[s:e].T  # |q - r|^2 - |q|^2, within the margin
+                margin = unit * (q_sq[rows] + self.sq[e - 1])  # |r|^2 largest at the band's end
+                if pairs:  # close pairs are few: one comparison over the block, then only the pairs it found
+                    i, j = np.nonzero(key <= _round_up(threshold + margin - q_sq[rows], self.dtype)[:, None])
+                    near = key[i, j] + q_sq[rows[i]]
+                    sure = near < threshold - margin[i]
+                    unsure = np.flatnonzero(~sure)
+                    q_rows, r_rows = rows[i], self.order[s + j]
+                    sure[unsure] = self._exact(queries[q_rows[unsure]], kept[r_rows[unsure]], threshold)
+                    found.append((q_rows[sure], r_rows[sure]))
+                    continue
+                least = key.min(axis=1) + q_sq[rows]
+                hit[rows[least < threshold - margin]] = True
+                for k in np.flatnonzero((least >= threshold - margin) & (least <= threshold + margin)):
+                    j = np.flatnonzero(key[k] + q_sq[rows[k]] <= threshold + margin[k])
+                    if self._exact(queries[rows[k]][None], kept[self.order[s + j]], threshold).any():
+                        hit[rows[k]] = True
 
     @staticmethod
     def _exact(q: np.ndarray, r: np.ndarray, threshold: float) -> np.ndarray:
@@ -185,19 +204,30 @@ class ClusterTracker(ValueTracker):
         if len(candidates) <= 1:
             return candidates
         c = part[candidates]
-        i, j = _NormIndex(c).close(c, c, self.threshold, pairs=True)
+        i, j = _NormIndex(c).close(c, c, self.threshold, pairs=True, itself=True)
         other = i != j
         i, j = i[other], j[other]
         if not len(i):
             return candidates
+        accepted = np.ones(len(candidates), dtype=bool)  # a row close to no other one is accepted as it is
+        if len(candidates) <= _DENSE_PAIRS:  # a bool matrix: pairs can be most of them (a layer's first batch)
+            close = np.zeros((len(candidates), len(candidates)), dtype=bool)
+            close[i, j] = True
+            np.fill_diagonal(close, False)
+            blocked = np.zeros(len(candidates), dtype=bool)
+            for row in np.flatnonzero(close.any(axis=1)).tolist():  # in order: an accepted row blocks the later
+                if blocked[row]:  # rows close to it
+                    accepted[row] = False
+                else:
+                    blocked |= close[row]
+            return candidates[accepted]
         by_row = np.argsort(i, kind="stable")
         i, j = i[by_row], j[by_row]
         rows, first = np.unique(i, return_index=True)
         ends = np.append(first[1:], len(i))
-        accepted = np.ones(len(candidates), dtype=bool)  # a row close to no other one is accepted as it is
         blocked = np.zeros(len(candidates), dtype=bool)
-        for row, a, b in zip(rows.tolist(), first.tolist(), ends.tolist()):  # in order: an accepted row blocks
-            if blocked[row]:  # the later rows close to it
+        for row, a, b in zip(rows.tolist(), first.tolist(), ends.tolist()):
+            if blocked[row]:
                 accepted[row] = False
             else:
                 blocked[j[a:b]] = True
