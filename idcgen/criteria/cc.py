@@ -27,6 +27,8 @@ __all__ = ["ClusterCoverage", "ClusterTracker"]
 
 #: a batch of at most this many new rows is compared with itself through a bool matrix (16 MiB)
 _DENSE_PAIRS = 4096
+#: at most this many in-order steps before a batch's remaining rows are compared pairwise
+_LEADERS = 8
 #: unit roundoff of the search's float type
 _UNIT = {np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
 #: query rows per block of the search (sorted by norm: a block's norms are close, so is its band)
@@ -203,12 +205,15 @@ class ClusterTracker(ValueTracker):
             candidates = np.arange(len(part))
         if len(candidates) <= 1:
             return candidates
+        leaders, candidates = self._leaders(part[candidates], candidates)
+        if len(candidates) <= 1:
+            return np.concatenate([leaders, candidates])
         c = part[candidates]
         i, j = _NormIndex(c).close(c, c, self.threshold, pairs=True, itself=True)
         other = i != j
         i, j = i[other], j[other]
         if not len(i):
-            return candidates
+            return np.concatenate([leaders, candidates])
         accepted = np.ones(len(candidates), dtype=bool)  # a row close to no other one is accepted as it is
         if len(candidates) <= _DENSE_PAIRS:  # a bool matrix: pairs can be most of them (a layer's first batch)
             close = np.zeros((len(candidates), len(candidates)), dtype=bool)
@@ -220,7 +225,7 @@ class ClusterTracker(ValueTracker):
                     accepted[row] = False
                 else:
                     blocked |= close[row]
-            return candidates[accepted]
+            return np.concatenate([leaders, candidates[accepted]])
         by_row = np.argsort(i, kind="stable")
         i, j = i[by_row], j[by_row]
         rows, first = np.unique(i, return_index=True)
@@ -231,7 +236,27 @@ class ClusterTracker(ValueTracker):
                 accepted[row] = False
             else:
                 blocked[j[a:b]] = True
-        return candidates[accepted]
+        return np.concatenate([leaders, candidates[accepted]])
+
+    def _leaders(self, c: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The in-order pass's first steps, one accepted row at a time: the first row left is accepted and
+        the later rows close to it are not (exact distances). Where most rows are close to each other (a
+        conv layer's first batch) a few steps settle the batch, where pairs would be most of the n^2; it
+        stops at the first accepted row close to no other one. (accepted rows, the rows still to judge, all
+        after the last accepted and far from every accepted one)."""
+        alive = np.ones(len(c), dtype=bool)
+        accepted = []
+        for _ in range(_LEADERS):
+            rest = np.flatnonzero(alive)
+            if not len(rest):
+                break
+            accepted.append(rest[0])
+            alive[rest[0]] = False
+            close = _NormIndex._exact(c[rest[1:]], c[rest[0]][None], self.threshold)
+            alive[rest[1:][close]] = False
+            if not close.any():
+                break
+        return candidates[np.asarray(accepted, dtype=np.int64)], candidates[alive]
 
     def _new_in_layer_directly(self, layer: int, part: np.ndarray) -> np.ndarray:
         """What :meth:`_new_in_layer` returns, by the definition: each row against every kept vector and every
