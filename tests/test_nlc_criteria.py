@@ -305,8 +305,9 @@ KINDS = ["normal", "offset", "lattice", "huge", "near-duplicates", "not-finite"]
 def test_cc_search_keeps_what_the_loop_over_every_kept_vector_keeps(kind, query_block, monkeypatch):
     """The norm-sorted float32 search, in batches, against the loop: pairs near the threshold far from the
     origin (float32's rounding larger than the gap), distances exactly at the threshold (a lattice), vectors
-    whose squares overflow float32 (after small ones), near-duplicates (many in-batch pairs), inf and nan. A query block of one
-    row makes the band by norm as narrow as it gets (and the batch's pairs go through the sparse path)."""
+    whose products with the kept ones overflow float32 (rows of 1e25 after rows of 1e14), near-duplicates
+    (many in-batch pairs), inf and nan. A query block of one row makes the band by norm as narrow as it gets
+    (and the batch's pairs go through the sparse path)."""
     import idcgen.criteria.cc as cc
     from idcgen.criteria.cc import ClusterTracker
 
@@ -318,12 +319,12 @@ def test_cc_search_keeps_what_the_loop_over_every_kept_vector_keeps(kind, query_
         "normal": lambda: rng.normal(size=(300, 60)) * 0.8,
         "offset": lambda: 50 + rng.normal(size=(300, 60)) * np.repeat([0.8, 0.3, 0.16], [3, 17, 40]),
         "lattice": lambda: rng.integers(-1, 2, size=(300, 60)).astype(float),
-        "huge": lambda: rng.normal(size=(300, 60)) * np.repeat([1.0, 1e19], [90, 210])[:, None],
+        "huge": lambda: rng.normal(size=(300, 60)) * np.repeat([1e14, 1e25], [90, 210])[:, None],
         "near-duplicates": lambda: np.repeat(rng.normal(size=(100, 60)), 3, axis=0) + 1e-9 * rng.normal(size=(300, 60)),
         "not-finite": lambda: rng.normal(size=(300, 60)),
     }[kind]()
     if kind == "huge":
-        threshold = 1.5e40  # about the squared distance of two huge rows, and above a small row to a huge one
+        threshold = 1.5e52  # about the squared distance of two huge rows, and above a small row to a huge one
     if kind == "not-finite":
         x[7, 1], x[20, 30], x[41, 59] = np.inf, np.nan, -np.inf
     tracker = ClusterTracker(widths, threshold)
