@@ -355,3 +355,35 @@ def test_nlc_gains_are_each_inputs_own_covariance_change():
     by_hand = np.array([nlc(np.vstack([x[:50], row])) - nlc(x[:50]) for row in x[50:]])
     np.testing.assert_allclose(tracker.gains(x[50:]), by_hand, rtol=1e-9, atol=1e-9 * nlc(x[:50]))
     assert 0 < tracker.would_cover(x[50:]).sum() < 30
+
+
+def test_one_blas_thread_is_restored_after_nested_and_concurrent_use():
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    from idcgen.criteria.values import blas_threads_for
+
+    def threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = threads()
+    with blas_threads_for(10):
+        with blas_threads_for(10):
+            assert set(threads()) <= {1}
+        assert set(threads()) <= {1}
+    assert threads() == before
+
+    def work():
+        for _ in range(100):
+            with blas_threads_for(10):
+                pass
+
+    workers = [threading.Thread(target=work) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert threads() == before
+    with blas_threads_for(1e12):  # a large product keeps the default
+        assert threads() == before
