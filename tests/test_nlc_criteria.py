@@ -286,3 +286,104 @@ def test_prioritize_orders_by_the_new_criteria_where_an_ordering_exists(lenet5):
     ranking = idcgen.prioritize(network, x, by="tknp-additional")
     assert list(ranking.order[: len(first_of_each)]) == first_of_each  # the first input of every pattern first
     assert sorted(ranking.order) == list(range(len(x)))
+
+
+def kept_by_hand(x, threshold):
+    """TensorFuzz's loop on one layer: a vector is kept when no kept one is within the threshold."""
+    kept = []
+    for v in x:
+        if not any(float(np.sum(np.square(v - u))) <= threshold for u in kept):
+            kept.append(v)
+    return np.array(kept).reshape(-1, x.shape[1])
+
+
+KINDS = ["normal", "offset", "lattice", "huge", "near-duplicates", "not-finite"]
+
+
+@pytest.mark.parametrize("query_block", [1, 64])
+@pytest.mark.parametrize("kind", KINDS)
+def test_cc_search_keeps_what_the_loop_over_every_kept_vector_keeps(kind, query_block, monkeypatch):
+    """The norm-sorted float32 search, in batches, against the loop: pairs near the threshold far from the
+    origin (float32's rounding larger than the gap), distances exactly at the threshold (a lattice), vectors
+    whose products with the kept ones overflow float32 (rows of 1e25 after rows of 1e14), near-duplicates
+    (many in-batch pairs), inf and nan. A query block of one row makes the band by norm as narrow as it gets
+    (and the batch's pairs go through the sparse path)."""
+    import idcgen.criteria.cc as cc
+    from idcgen.criteria.cc import ClusterTracker
+
+    monkeypatch.setattr(cc, "_QUERY_BLOCK", query_block)
+    monkeypatch.setattr(cc, "_DENSE_PAIRS", 4096 if query_block > 1 else 0)
+    rng = np.random.default_rng(KINDS.index(kind))
+    widths, threshold = (3, 17, 40), 2.0
+    x = {
+        "normal": lambda: rng.normal(size=(300, 60)) * 0.8,
+        "offset": lambda: 50 + rng.normal(size=(300, 60)) * np.repeat([0.8, 0.3, 0.16], [3, 17, 40]),
+        "lattice": lambda: rng.integers(-1, 2, size=(300, 60)).astype(float),
+        "huge": lambda: rng.normal(size=(300, 60)) * np.repeat([1e14, 1e25], [90, 210])[:, None],
+        "near-duplicates": lambda: np.repeat(rng.normal(size=(100, 60)), 3, axis=0) + 1e-9 * rng.normal(size=(300, 60)),
+        "not-finite": lambda: rng.normal(size=(300, 60)),
+    }[kind]()
+    if kind == "huge":
+        threshold = 1.5e52  # about the squared distance of two huge rows, and above a small row to a huge one
+    if kind == "not-finite":
+        x[7, 1], x[20, 30], x[41, 59] = np.inf, np.nan, -np.inf
+    tracker = ClusterTracker(widths, threshold)
+    for start, stop in ((0, 1), (1, 90), (90, 91), (91, 300)):
+        tracker.update(x[start:stop])
+    offsets = np.cumsum([0, *widths])
+    for layer, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
+        np.testing.assert_array_equal(tracker.kept(layer), kept_by_hand(x[:, a:b], threshold))
+
+
+def test_nlc_gains_are_each_inputs_own_covariance_change():
+    """Each candidate's gain against the state before the batch, recomputed from the covariances by hand."""
+    from idcgen.criteria.nlc import CovarianceTracker
+
+    rng = np.random.default_rng(3)
+    widths = (4, 30, 7)
+    x = rng.normal(size=(80, 41)) * rng.uniform(0.1, 3, size=41)
+    tracker = CovarianceTracker(widths)
+    tracker.update(x[:50])
+
+    def nlc(rows):
+        out, offsets = 0.0, np.cumsum([0, *widths])
+        for a, b in zip(offsets[:-1], offsets[1:]):
+            centred = rows[:, a:b] - rows[:, a:b].mean(axis=0)
+            out += float(np.abs(centred.T @ centred / len(rows)).sum())
+        return out
+
+    by_hand = np.array([nlc(np.vstack([x[:50], row])) - nlc(x[:50]) for row in x[50:]])
+    np.testing.assert_allclose(tracker.gains(x[50:]), by_hand, rtol=1e-9, atol=1e-9 * nlc(x[:50]))
+    assert 0 < tracker.would_cover(x[50:]).sum() < 30
+
+
+def test_one_blas_thread_is_restored_after_nested_and_concurrent_use():
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    from idcgen.criteria.values import blas_threads_for
+
+    def threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = threads()
+    with blas_threads_for(10):
+        with blas_threads_for(10):
+            assert set(threads()) <= {1}
+        assert set(threads()) <= {1}
+    assert threads() == before
+
+    def work():
+        for _ in range(100):
+            with blas_threads_for(10):
+                pass
+
+    workers = [threading.Thread(target=work) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert threads() == before
+    with blas_threads_for(1e12):  # a large product keeps the default
+        assert threads() == before

@@ -16,12 +16,13 @@ import numpy as np
 
 from ..checks import check_choice
 from ..errors import InputError
-from .values import ValueCriterion, ValueTracker
+from .values import ValueCriterion, ValueTracker, blas_threads_for
 
 __all__ = ["NeuraLCoverage", "CovarianceTracker"]
 
-#: rows x width^2 float64 values computed at once when judging inputs (32 MiB)
-_BLOCK_ELEMENTS = 1 << 22
+#: rows x width^2 float64 values computed at once when judging inputs (2 MiB: they stay in the core's cache
+#: through the five passes over them)
+_BLOCK_ELEMENTS = 1 << 18
 #: a gain within this relative rounding of the value is none (an input at the mean, a duplicate)
 _ROUNDING = 1e-12
 
@@ -42,6 +43,7 @@ class CovarianceTracker(ValueTracker):
         self.means = [np.zeros(w) for w in self.widths]
         self.scatters = [np.zeros((w, w)) for w in self.widths]
         self._offsets = np.cumsum([0, *self.widths])
+        self._layer_values: np.ndarray | None = None  # layer_values() of the current state, once computed
 
     @property
     def covered(self) -> int:
@@ -54,7 +56,11 @@ class CovarianceTracker(ValueTracker):
         """(layers,) the norm of each layer's covariance; zeros before two inputs."""
         if self.count == 0:
             return np.zeros(len(self.widths))
-        return np.array([self._norm(np.abs(m2).sum() / self.count, w) for m2, w in zip(self.scatters, self.widths)])
+        if self._layer_values is None:
+            self._layer_values = np.array(
+                [self._norm(np.abs(m2).sum() / self.count, w) for m2, w in zip(self.scatters, self.widths)]
+            )
+        return self._layer_values.copy()
 
     @property
     def value(self) -> float:
@@ -78,23 +84,25 @@ class CovarianceTracker(ValueTracker):
         x = self._rows(features, "NLC.gains")
         n = self.count
         out = np.zeros(len(x))
-        for (start, stop), mean, m2, width in zip(
-            zip(self._offsets[:-1], self._offsets[1:]), self.means, self.scatters, self.widths
+        weight = n / (n + 1) ** 2  # M2 grows by delta delta^T n / (n + 1), then divides by n + 1
+        before = self.layer_values()
+        for layer, ((start, stop), mean, m2, width) in enumerate(
+            zip(zip(self._offsets[:-1], self._offsets[1:]), self.means, self.scatters, self.widths)
         ):
             delta = x[:, start:stop] - mean
-            weight = n / (n + 1) ** 2  # M2 grows by delta delta^T n / (n + 1), then divides by n + 1
-            before = self._norm(np.abs(m2).sum() / n, width) if n else 0.0
-            # the covariance is symmetric: its upper triangle, off-diagonal entries counted twice
-            i, j = np.triu_indices(width)
-            base, twice = (m2 / (n + 1))[i, j], np.where(i == j, 1.0, 2.0)
-            rows = max(1, _BLOCK_ELEMENTS // max(1, len(i)))
+            base = m2 / (n + 1)
+            # every candidate's whole covariance at once, a block of rows at a time: the outer products by
+            # broadcasting into one buffer, scaled, shifted and summed in place (no gathers, no temporaries)
+            rows = max(1, _BLOCK_ELEMENTS // (width * width))
+            buffer = np.empty((min(rows, len(x)), width, width))
             for s in range(0, len(x), rows):
                 d = delta[s : s + rows]
-                after = d[:, i] * d[:, j]
+                after = buffer[: len(d)]
+                np.multiply(d[:, :, None], d[:, None, :], out=after)
                 after *= weight
                 after += base
                 np.abs(after, out=after)
-                out[s : s + rows] += self._norm(after @ twice, width) - before
+                out[s : s + len(d)] += self._norm(after.reshape(len(d), -1).sum(axis=1), width) - before[layer]
         return out
 
     def would_cover(self, features: Any) -> np.ndarray:
@@ -123,7 +131,8 @@ class CovarianceTracker(ValueTracker):
             mean = part.mean(axis=0) if len(part) else np.zeros(stop - start)
             centred = part - mean
             means.append(mean)
-            scatters.append(centred.T @ centred)
+            with blas_threads_for(len(part) * (stop - start) ** 2):
+                scatters.append(centred.T @ centred)
         return means, scatters
 
     def _merge(self, m: int, means: list, scatters: list) -> None:
@@ -135,6 +144,7 @@ class CovarianceTracker(ValueTracker):
             self.scatters[i] = self.scatters[i] + m2_b + np.outer(delta, delta) * (n * m / total)
             self.means[i] = self.means[i] + delta * (m / total)
         self.count = total
+        self._layer_values = None
 
     def merge(self, other: "ValueTracker") -> "CovarianceTracker":
         """A new tracker over the inputs of both (exact)."""

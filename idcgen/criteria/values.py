@@ -9,6 +9,8 @@ campaign folder restores them exactly (:func:`restore_tracker`).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +20,49 @@ from ..errors import ParameterError
 from .base import Criterion, CriterionResult, check_layer_names, layer_output_layers
 
 __all__ = ["ValueCriterion", "ValueResult", "ValueTracker", "restore_tracker"]
+
+#: a matrix product of fewer multiply-adds than this runs on one BLAS thread (a few ms on one core)
+_ONE_THREAD_WORK = 1 << 27
+
+
+class _OneBlasThread:
+    """numpy's BLAS on one thread while any caller is inside (the setting is the process's: the first caller
+    in sets it, the last one out restores it, whatever the threads and the nesting). The threadpoolctl
+    controller is made once (20 ms); setting and restoring cost about 10 us."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._controller: Any = None
+        self._limiter: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                if self._controller is None:
+                    from threadpoolctl import ThreadpoolController
+
+                    self._controller = ThreadpoolController()
+                self._limiter = self._controller.limit(limits=1, user_api="blas")
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def blas_threads_for(work: float) -> contextlib.AbstractContextManager:
+    """A context in which numpy's BLAS runs on one thread when ``work`` (multiply-adds) is small. Beside a
+    framework's own thread pools (TensorFlow's spin after each call), a small product split over BLAS threads
+    mostly waits for them: on the 2-core machine of BENCHMARKS.md, NLC's scatter of 1,024 x 120 took 50-150 ms
+    on the default threads against 1 ms on one."""
+    return contextlib.nullcontext() if work > _ONE_THREAD_WORK else _ONE_BLAS_THREAD
 
 
 @dataclass(frozen=True)
