@@ -798,7 +798,7 @@ def harden(
     from .checks import check_int
     from .fuzz.campaign import Campaign
     from .fuzz.store import read_meta
-    from .hardening import Retraining, check_baselines, check_pair, format_differences, format_table
+    from .hardening import Assessment, Retraining, check_baselines, check_pair, format_differences, format_table
     from .hardening import harden as run
 
     if limit_test is not None:
@@ -842,12 +842,10 @@ def harden(
         retraining=Retraining(mode=r.mode, epochs=r.epochs, repeats=r.repeats),
         random_state=r.random_state,
         out=out,
-        pair=classes,
         baselines=r.baselines,
-        corruptions=r.corruptions,
-        severities=r.severities,
-        pgd_eps=r.pgd_eps,
-        held_out=held,
+        assessment=Assessment(
+            corruptions=r.corruptions, severities=r.severities, pgd_eps=r.pgd_eps, held_out=held, pair=classes
+        ),
     )
     for note in summary["notes"]:
         echo(f"note: {note}")

@@ -196,6 +196,25 @@ class Retraining:
         return self.mode, check_int("epochs", self.epochs, 1), check_int("repeats", self.repeats, 1)
 
 
+#: the PGD robust accuracy's epsilons by default (fractions of the value range)
+DEFAULT_PGD_EPS = (0.1, 0.3)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What `harden` measures besides clean accuracy and the perturbed sets: the corruption suite
+    (``corruptions``: names, None for all 15, or a `CorruptionSuite` built once on the same test inputs, whose
+    severities are its own; ``severities``), PGD robust accuracy at ``pgd_eps`` (fractions of the value range),
+    accuracy on the findings of ``held_out`` (a fresh campaign on other seeds with the same model), and, given
+    ``pair`` (a, b), the pair's type-1 confusion."""
+
+    corruptions: object = CORRUPTIONS_ALL
+    severities: tuple = (1, 2, 3, 4, 5)
+    pgd_eps: tuple = DEFAULT_PGD_EPS
+    held_out: Campaign | None = None
+    pair: tuple | None = None
+
+
 # ---- baselines: equal-size training additions from the same seeds (issue 47) ---------------------------------
 BASELINES = ("random", "one-step", "pgd", "fgsm", "augment", "clean")
 DEFAULT_BASELINES = ("random",)
@@ -206,7 +225,6 @@ PGD_STEPS = 10
 #: seeds (docs/design.md, "Hardening"). A rotation or shift moves some pixels across the whole range, so the
 #: kept inputs' median L-inf is often 1 and an L-inf ball of that radius is the whole input space.
 ATTACK_NORM = "L2"
-DEFAULT_PGD_EPS = (0.1, 0.3)
 
 
 def check_baselines(baselines, network: Network | None = None) -> tuple[str, ...]:
@@ -454,12 +472,8 @@ def harden(
     random_state: int = 0,
     out: str | Path | None = None,
     progress: bool = True,
-    pair=None,
     baselines=None,
-    corruptions=CORRUPTIONS_ALL,
-    severities=(1, 2, 3, 4, 5),
-    pgd_eps=DEFAULT_PGD_EPS,
-    held_out: Campaign | None = None,
+    assessment: Assessment | None = None,
 ) -> dict:
     """Retrain with the IDC-kept inputs and with equal-size baselines from the same seeds; compare robustness.
     Returns the summary: ``rows`` one per (arm, repeat) with every measure, ``table`` the means with 95 %
@@ -472,14 +486,15 @@ def harden(
     class label each (a Dataset with y None brings its own). ``retraining``: how (a `Retraining`; default:
     fine-tune 3 epochs, once). ``random_state``: the seed of repeat 0 (repeat r uses random_state + r for its
     fine-tuning and its baselines' draws; the caller's numpy, Python and torch generators are restored after).
-    ``baselines``: names among ``BASELINES`` (default ``("random",)``). ``corruptions``, ``severities``: the
-    corruption suite (default all 15, severities 1-5); ``corruptions`` may also be a `CorruptionSuite` built
-    on this ``x_test`` (then ``severities`` is its own), so that many calls share one. ``pgd_eps``: the PGD
-    robust accuracy's epsilons (fractions of the value range). ``held_out``: a fresh campaign on other seeds with
-    the same model: accuracy on its findings. ``out``: a folder for harden.md/.csv/.json/.png and hardening.csv
-    (None: nothing written). ``progress``: progress bars on stderr. ``pair`` (a, b): also measure the pair's
-    type-1 confusion."""
+    ``baselines``: names among ``BASELINES`` (default ``("random",)``). ``assessment``: what robustness is
+    measured by besides clean accuracy (an `Assessment`; default: all 15 corruptions at severities 1-5, PGD at
+    0.1 and 0.3, no held-out campaign, no pair); a `CorruptionSuite` in it lets many calls share one.
+    ``out``: a folder for harden.md/.csv/.json/.png and hardening.csv (None: nothing written). ``progress``:
+    progress bars on stderr."""
     mode, epochs, repeats = (retraining or Retraining()).checked()
+    measured = assessment or Assessment()
+    corruptions, severities, held_out = measured.corruptions, measured.severities, measured.held_out
+    pgd_eps, pair = measured.pgd_eps, measured.pair
     network = as_network(model)
     if "trainable" not in network.capabilities:  # an ONNX export: forward only
         raise ModelError(

@@ -100,7 +100,7 @@ def run_copy(args, setting: Setting, copy: int) -> dict:
     from idcgen.framework import Network
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import DEFAULT_MUTATORS, parse_mutators
-    from idcgen.hardening import Retraining, harden
+    from idcgen.hardening import Assessment, Retraining, harden
 
     started = time.perf_counter()
     s = setting
@@ -126,9 +126,7 @@ def run_copy(args, setting: Setting, copy: int) -> dict:
         retraining=Retraining(mode="finetune", epochs=args.epochs, repeats=1),
         random_state=0,
         progress=False,
-        corruptions=suite,
-        pgd_eps=args.pgd_eps,
-        held_out=held_out,
+        assessment=Assessment(corruptions=suite, pgd_eps=args.pgd_eps, held_out=held_out),
     )
     x_m, y_m = s.x_test[s.measure], s.y_test[s.measure]
     first = harden(network, s.x_train, s.y_train, guided, x_m, y_m, baselines=list(BASELINES), **common)

@@ -72,6 +72,7 @@ def main(argv=None):
             x_test[rest],
             y_test[rest],
             retraining=Retraining(mode=args.mode, epochs=args.epochs, repeats=args.repeats),
+            baselines=["one-step"],  # RQ6's control: one mutation of each root seed (the hardening study has the rest)
             random_state=args.random_state,
             out=out,
         )

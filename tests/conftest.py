@@ -67,3 +67,11 @@ def trained_lenet(digits, tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "lenet1.keras"
     model.save(path)
     return model, path
+
+
+def measured(result) -> bool:
+    """A criterion's result measured something: a share criterion counted items (total > 0), a value criterion
+    (NLC: no total) gave a finite value."""
+    import math
+
+    return result.total > 0 if result.total is not None else math.isfinite(result.score)

@@ -189,14 +189,15 @@ def test_T39b_prioritize_refuses_a_model_giving_nan(files, factories, tmp_path):
         "--out",
         tmp_path / "r.csv",
     )
-    assert "outputs are NaN or infinite for 120 of 120 inputs" in error_line(result)
+    # since issue 50 a model NaN on every input is stopped at its first forward pass, saying so
+    assert "the model's outputs are NaN for every one of these 120 inputs" in error_line(result)
     assert "APFD" not in result.output and not (tmp_path / "r.csv").exists()
 
 
 def test_T39_analyze_of_a_model_giving_nan_says_so_on_its_own_line(files, factories, tmp_path):
     result = invoke("analyze", "--model", f"{factories}:NaNNet", "--train", files / "data.npz", "--out", tmp_path / "a")
     line = error_line(result)
-    assert "the model gives NaN or infinite values at layer" in line and "values must be finite" not in line
+    assert "the model's outputs are NaN for every one of these" in line and "values must be finite" not in line
 
 
 def test_AE3_an_analysis_with_its_digest_line_deleted_and_a_centroid_edited_is_refused(files, tmp_path):

@@ -33,7 +33,7 @@ def test_control_twins_match_the_kept_mutants(campaign, trained_lenet):
 
 
 def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
-    from idcgen.hardening import EVALUATIONS, Retraining, harden
+    from idcgen.hardening import EVALUATIONS, Assessment, Retraining, harden
 
     model, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
@@ -47,9 +47,7 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
         retraining=Retraining(epochs=1),
         out=tmp_path,
         progress=False,
-        corruptions=["contrast"],
-        severities=[5],
-        pgd_eps=[0.1],
+        assessment=Assessment(corruptions=["contrast"], severities=[5], pgd_eps=[0.1]),
     )
     models = [row["model"] for row in summary["table"]]
     assert models == ["original", "IDC-guided", "random"]
@@ -63,21 +61,23 @@ def test_harden_table_and_files(campaign, trained_lenet, digits, tmp_path):
 
 
 def test_a_suite_built_once_is_measured_as_one_built_inside(campaign, trained_lenet, digits):
-    from idcgen.hardening import CorruptionSuite, Retraining, harden
+    from idcgen.hardening import Assessment, CorruptionSuite, Retraining, harden
 
     model, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
     args = (model, x_train[:300], y_train[:300], campaign, x_test[1::10], y_test[1::10])
-    kwargs = dict(retraining=Retraining(epochs=1), progress=False, baselines=["clean"], pgd_eps=[0.1])
-    inside = harden(*args, corruptions=["contrast", "pixelate"], severities=[2, 5], **kwargs)
+    kwargs = dict(retraining=Retraining(epochs=1), progress=False, baselines=["clean"])
+    inside = harden(
+        *args, assessment=Assessment(corruptions=["contrast", "pixelate"], severities=[2, 5], pgd_eps=[0.1]), **kwargs
+    )
     x = x_test[1::10].reshape((-1,) + campaign.corpus.x.shape[1:])
     suite = CorruptionSuite(x, ["contrast", "pixelate"], [2, 5], value_range=campaign.value_range)
-    shared = harden(*args, corruptions=suite, **kwargs)
+    shared = harden(*args, assessment=Assessment(corruptions=suite, pgd_eps=[0.1]), **kwargs)
     a, b = inside["rows"][0], shared["rows"][0]  # the original model: the same suite, the same accuracies
     assert a["corruption mean"] == b["corruption mean"] and a["corruption: pixelate"] == b["corruption: pixelate"]
     assert shared["severities"] == [2, 5]
     with pytest.raises(InputError, match="built on"):
-        harden(*args[:4], x_test[:7], y_test[:7], corruptions=suite, **kwargs)
+        harden(*args[:4], x_test[:7], y_test[:7], assessment=Assessment(corruptions=suite, pgd_eps=[0.1]), **kwargs)
 
 
 def test_harden_refuses_bad_input(campaign, digits):
@@ -101,7 +101,7 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
     from idcgen.framework import Network
     from idcgen.fuzz.fuzzer import Fuzzer
     from idcgen.fuzz.mutators import MutationContext, make_mutator
-    from idcgen.hardening import EVALUATIONS, Retraining, harden, robustness
+    from idcgen.hardening import EVALUATIONS, Assessment, Retraining, harden, robustness
 
     lenet, _ = trained_lenet
     x_train, y_train, x_test, y_test = digits
@@ -124,9 +124,7 @@ def test_harden_on_a_channel_less_model_taking_0_255(trained_lenet, digits, tmp_
         yt,
         retraining=Retraining(epochs=1),
         progress=False,
-        corruptions=["contrast"],
-        severities=[5],
-        pgd_eps=[0.1],
+        assessment=Assessment(corruptions=["contrast"], severities=[5], pgd_eps=[0.1]),
     )
     original = summary["table"][0]
     rng = np.random.default_rng(0)

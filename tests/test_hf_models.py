@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="transformers is not installed: pip install transformers")
 
+from conftest import measured  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from idcgen import load_inputs  # noqa: E402
@@ -142,7 +143,7 @@ def test_all_eight_criteria_run_on_hf_transformers(factories, model):
     for name in CRITERIA:
         params = {"group": "label"} if name in ("lsc", "dsc") else {}
         criterion = make_criterion(name, **params).fit(network, x, y)
-        assert criterion.coverage(network, _images(10, 2)).total > 0, name
+        assert measured(criterion.coverage(network, _images(10, 2))), name
     idcgen("analyze", "--model", f"hf_models:{model}", "--train", "train.npz", "--m", 3, "--out", "an")
     out = idcgen("coverage", "--model", f"hf_models:{model}", "--analysis", "an", "--inputs", "test.npz")
     assert re.search(r"^IDC ", out, re.M)

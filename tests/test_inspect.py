@@ -408,8 +408,8 @@ def test_harden_measures_a_pairs_type1_confusion(hand):
     out = robustness(hand, x, y, fixed, pair=(0, 1))
     assert out["confusion 0-1"] == pytest.approx(0.1) and out["clean"] == pytest.approx(22 / 24)
     assert robustness(hand, x, y, fixed, pair=(1, 2))["confusion 1-2"] == 0
-    table = _table({"original": [out]})
-    text = format_table({"table": table})
+    rows = [{"arm": "original", "repeat": 0, **out}]
+    text = format_table({"table": _table(rows), "rows": rows})
     assert text.splitlines()[0].endswith("| confusion 0-1 |") and text.splitlines()[2].endswith("| 10.00 |")
     assert check_pair(["4", "9"], 10) == (4, 9)
     for bad in (["4"], ["4", "4"], ["4", "10"], ["a", "b"], [1.5, 2]):

@@ -266,7 +266,7 @@ def test_rq6_smoke(recipe, outputs, monkeypatch, trained):
         monkeypatch,
     )
     rows = read_csv(outputs / "rq6_harden" / "harden.csv")
-    assert [r["model"] for r in rows] == ["original", "IDC-guided", "random control"]
+    assert [r["model"] for r in rows] == ["original", "IDC-guided", "one-step"]
     assert all(0 <= float(r["clean"]) <= 1 for r in rows)
     assert (outputs / "rq6_harden" / "harden.md").read_text().count("Command:") == 1
 

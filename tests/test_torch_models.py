@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import measured  # noqa: E402
 from torch_styles import IN_PLACE, ConvNeXt, InPlace, Masked, ResNet18, Squared, TutorialNet, Windows  # noqa: E402
 
 from idcgen.errors import LayerError  # noqa: E402
@@ -236,7 +237,7 @@ def test_only_floating_point_values_are_layers():
     for name in CRITERIA:
         params = {"group": "label"} if name in ("lsc", "dsc") else {}
         result = make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5))
-        assert result.total > 0, name
+        assert measured(result), name
     assert network.subject_layers()[0] == "conv"
     with pytest.raises(LayerError, match="^cannot propagate relevance through layer 'pow"):  # one space
         as_network(randomise(Squared(), 1)).relevance("conv")
@@ -411,7 +412,7 @@ def test_a_layer_without_the_images_on_its_first_axis_is_no_subject_and_refused_
     x, y = images(40, seed=4), np.arange(40) % 10
     for name in CRITERIA:  # every criterion on its default layers
         params = {"group": "label"} if name in ("lsc", "dsc") else {}
-        assert make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5)).total > 0
+        assert measured(make_criterion(name, **params).fit(network, x, y).coverage(network, images(10, seed=5)))
 
 
 def test_analyze_a_torch_jit_save_file_takes_the_input_shape_from_the_training_inputs(tmp_path):
