@@ -387,3 +387,20 @@ def test_one_blas_thread_is_restored_after_nested_and_concurrent_use():
     assert threads() == before
     with blas_threads_for(1e12):  # a large product keeps the default
         assert threads() == before
+
+
+def test_cc_index_switching_to_float64_rebuilds_its_rows_exactly():
+    """A query whose square would overflow float32 moves the search to float64: the rows already indexed are
+    rebuilt from the kept vectors, not widened from their float32 rounding (whose error float64's margin would
+    not cover)."""
+    from idcgen.criteria.cc import _NormIndex
+
+    rng = np.random.default_rng(0)
+    kept = rng.normal(size=(20, 5)) * (1 + 1e-3 * rng.random((20, 5)))  # float64, not float32-representable
+    index = _NormIndex(kept)
+    assert index.dtype == np.float32
+    index.close(np.full((1, 5), 1e16), kept, 1.0, pairs=False)
+    assert index.dtype == np.float64
+    rows = kept[index.order]
+    assert np.array_equal(index.keys[:, :-1], -2.0 * rows)
+    assert np.array_equal(index.keys[:, -1], np.einsum("ij,ij->i", rows, rows))

@@ -58,12 +58,13 @@ class _NormIndex:
         self.order = np.zeros(0, np.int64)
         self.insert(vectors, 0)
 
-    def insert(self, vectors: np.ndarray, first: int) -> None:
-        """Merge ``vectors``, kept as numbers ``first``, ``first + 1``, ... into the sorted rows."""
+    def insert(self, vectors: np.ndarray, first: int, kept: np.ndarray | None = None) -> None:
+        """Merge ``vectors``, kept as numbers ``first``, ``first + 1``, ... into the sorted rows (``kept``: the
+        vectors kept before them, in their order, for a switch to float64)."""
         if not len(vectors):
             return
         sq = np.einsum("ij,ij->i", vectors, vectors)
-        self._fit_dtype(sq)
+        self._fit_dtype(sq, kept)
         new = np.argsort(sq, kind="stable")
         sq = sq[new]
         keys = np.empty((len(vectors), vectors.shape[1] + 1), self.dtype)
@@ -76,11 +77,21 @@ class _NormIndex:
         self.keys = np.insert(self.keys, at, keys, axis=0)
         self.order = np.insert(self.order, at, first + new)
 
-    def _fit_dtype(self, sq: np.ndarray) -> None:
-        """Search in float64 from now on if squares ``sq`` could overflow float32's products."""
+    def _fit_dtype(self, sq: np.ndarray, kept: np.ndarray | None) -> None:
+        """Search in float64 from now on if squares ``sq`` could overflow float32's products. The rows already
+        indexed are rebuilt from ``kept`` (the kept vectors in their order): rows rounded to float32 would carry
+        float32's error under float64's smaller margin, and a pair could pass as close without its exact check."""
         if self.dtype == np.float32 and len(sq) and not sq.max() < 1e30:
             self.dtype = np.dtype(np.float64)
-            self.keys = self.keys.astype(np.float64)
+            if not len(self.order):
+                self.keys = self.keys.astype(np.float64)
+                return
+            if kept is None:
+                raise ValueError("switching an index to float64 needs its kept vectors")
+            rows = np.asarray(kept, np.float64)[self.order]
+            self.keys = np.empty((len(rows), rows.shape[1] + 1), np.float64)
+            self.keys[:, :-1] = -2.0 * rows
+            self.keys[:, -1] = np.einsum("ij,ij->i", rows, rows)
 
     def close(self, queries: np.ndarray, kept: np.ndarray, threshold: float, pairs: bool, itself: bool = False):
         """Which kept vectors are within ``threshold`` (squared Euclidean distance, <=) of each query.
@@ -94,7 +105,7 @@ class _NormIndex:
         if not len(self.sq) or not n:
             return (np.zeros(0, np.int64), np.zeros(0, np.int64)) if pairs else hit
         q_sq = np.einsum("ij,ij->i", queries, queries)
-        self._fit_dtype(q_sq)
+        self._fit_dtype(q_sq, kept)
         augmented = np.empty((n, d + 1), self.dtype)
         augmented[:, :-1] = queries
         augmented[:, -1] = 1.0
@@ -290,7 +301,7 @@ class ClusterTracker(ValueTracker):
             self._finite[layer], self._indexes[layer] = False, None
         index = self._indexes[layer]
         if index is not None:
-            index.insert(store[count : count + len(rows)], count)
+            index.insert(store[count : count + len(rows)], count, kept=store[:count])
 
     def would_cover(self, features: Any) -> np.ndarray:
         """Bool mask (n,): inputs new in some layer (of two close new inputs, the first only)."""
