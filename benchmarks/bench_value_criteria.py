@@ -13,7 +13,7 @@ Measures in one run, on the same test inputs:
 - each definition computed directly, on activations already computed: NLC as the covariance of every
   layer recomputed over all inputs after each batch of 256, TKNP and unscaled NC with a Python loop per
   input, CC with TensorFuzz's exact loop over every kept vector; the value must equal idcgen's.
-Uses DeepXplore's LeNet-5 weights (MNIST_Model3.h5) and MNIST from ../shared.
+Uses DeepXplore's LeNet-5 weights (MNIST_Model3.h5) and MNIST from the folder ``--shared`` names.
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ from PIL import Image
 from scipy.ndimage import gaussian_filter, map_coordinates
 from scipy.ndimage import zoom as scizoom
 
+from .errors import InputError
+
 CORRUPTIONS = (
     "gaussian_noise",
     "shot_noise",
@@ -379,7 +381,7 @@ def corrupt(x: np.ndarray, name: str, severity: int, *, random_state: int = 0, v
     x = np.asarray(x)
     channels = x.shape[-1]
     if x.ndim != 4 or channels not in (1, 3):
-        raise ValueError(f"corrupt takes (n, h, w, 1|3) images; got shape {x.shape}")
+        raise InputError(f"corrupt takes (n, h, w, 1|3) images; got shape {x.shape}")
     rng = np.random.default_rng([random_state, zlib.crc32(name.encode()), severity])
     unit = np.round(np.clip((x.astype(np.float64) - lo) / (hi - lo), 0, 1) * 255) / 255.0  # 8-bit, as the sets
     function = _FUNCTIONS[name]

@@ -1,11 +1,12 @@
 """``idcgen harden``: retrain with a campaign's kept inputs and measure robustness (the paper's RQ6).
 
-Three models are compared on the same test set: the original; one retrained on the training data plus
-the campaign's kept mutants (IDC-guided); and one retrained on the training data plus as many randomly
-perturbed inputs, made from the same root seeds by the same kinds of mutation but not selected by
-coverage (the control). Both retrainings get the same training budget (epochs, optimiser, number of
-extra inputs). Robustness is the accuracy on perturbed copies of the test set: noise and transforms
-(fixed sets, the same for every model) and white-box FGSM/BIM at the paper's settings (per model).
+The original model is compared with copies fine-tuned (or retrained) on the training data plus the campaign's
+kept mutants (IDC-guided) and plus equal-size baselines from the same root seeds (docs/design.md, "Hardening:
+baselines and the corruption suite"): the same mutator chains replayed without selection (random), one
+mutation of each seed (one-step), PGD/FGSM at the kept inputs' median L2, standard augmentation, or nothing
+(clean); every arm gets the same training budget, repeated with other seeds on request. Robustness: clean
+accuracy, noise and transforms (fixed sets), white-box FGSM/BIM at the paper's settings, a 15-corruption suite
+at 5 severities (idcgen.corruptions), PGD robust accuracy, and accuracy on a held-out campaign's findings.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ batch 256, 10 epochs) on 30,000 images each, saved as ``.keras`` (without optimi
 CIFAR-10: PyTorch copies of an airbench-style network and a residual extractor (recipes/kit/fast_cifar.py) on
 25,000 images each, 18 epochs unless ``--epochs``/``--extractor-epochs`` say otherwise, saved as ``.pt2``
 (``torch.export.load(path).module()`` runs one on NCHW images in [0, 1]). A CIFAR-10 model checkpoints after every
-epoch (``<name>.ckpt`` under outputs/subjects/) and a rerun resumes it: a killed run loses at most one epoch.
+epoch (``outputs/subjects/checkpoints/<name>.ckpt``) and a rerun resumes it: a killed run loses at most one epoch.
 Every model is scored on the whole test set, as it is (no test-time augmentation), by a plain loop. Writes
 ``recipes/subjects/<dataset>/`` (committed) and ``subjects.csv`` there (accuracy, training seconds, the machine,
 the command and the commit that made them), after every model.

@@ -15,8 +15,8 @@ DEEPXPLORE = SHARED / "models/deepxplore/MNIST_Model3.h5"
 MNIST = SHARED / "data/mnist/mnist.npz"
 needs_lenet5 = pytest.mark.skipif(
     not (DEEPXPLORE.exists() and MNIST.exists()),
-    reason="needs DeepXplore's MNIST_Model3.h5 and ../shared/data/mnist/mnist.npz (the development "
-    "workspace's third-party files; not shipped)",
+    reason="needs DeepXplore's MNIST_Model3.h5 and MNIST's mnist.npz from the project's data folder beside "
+    "the checkout (third-party files, not shipped)",
 )
 #: NeuraL-Coverage's layers on LeNet-5: every convolution and dense layer, the logits included
 CONV_DENSE = ["block1_conv1", "block2_conv1", "fc1", "fc2", "before_softmax"]

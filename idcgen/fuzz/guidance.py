@@ -5,9 +5,9 @@ items a tracker counts: IDC's cluster combinations (from the analysis), or any o
 (:mod:`idcgen.criteria`). A campaign measures IDC always, and every criterion it is given besides.
 *Guidance* picks one measure: a valid mutant joins the corpus when it covers an item of that measure
 not covered yet; guidance ``"none"`` keeps every valid mutant (the unguided baseline) and ``"keep-none"``
-none (the seeds alone are fuzzed for the whole budget: the fourth guidance study's most productive arm per
-model call, docs/results.md). Every tracker counts what the corpus covers, so the coverage figures always
-describe the grown test set.
+none (the seeds alone are fuzzed for the whole budget: in the fourth guidance study no guide found more
+failures per model call or more distinct faults at equal counts, docs/results.md). Every tracker counts what
+the corpus covers, so the coverage figures always describe the grown test set.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ smoothing, a warm-up then linear decay, alternating flips and 2-pixel reflected 
 The file contract (docs/design.md, "Study subjects"): images in [0, 1], NCHW, normalisation inside the model;
 the saved ``.pt2`` loads with ``torch.export.load(path).module()`` and is what ``idcgen --model`` reads.
 
-Training checkpoints after every epoch (``<file>.ckpt``: weights, optimiser, epoch) and resumes from it. Every
+Training checkpoints after every epoch (the ``checkpoint`` file: weights, optimiser, epoch, settings) and resumes
+from it. Every
 random draw of an epoch (batch order, flips, shifts) comes from a generator seeded by (random state, epoch),
 so a run killed mid-epoch and resumed repeats that epoch exactly and ends where an uninterrupted run ends.
 """
