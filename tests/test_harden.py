@@ -226,8 +226,9 @@ def test_random_baseline_replays_each_chain_on_its_seed(fixed_campaign, trained_
 
 
 def test_random_baseline_matches_chain_length_not_one_step(campaign, trained_lenet):
-    """On a campaign of random mutators the replay draws anew, yet perturbs about as much as the kept chains,
-    and more than one mutation of the seed (the old control)."""
+    """On a campaign of random mutators the replay draws anew: its change is of the kept chains' order (here
+    2.96 against 2.18 median L2: coverage kept the smaller changes; hardening.csv reports both sizes), and not
+    below one mutation of the seed (the old control)."""
     from idcgen.framework import Network
     from idcgen.hardening import baseline_additions
 
@@ -240,7 +241,7 @@ def test_random_baseline_matches_chain_length_not_one_step(campaign, trained_len
     assert not np.array_equal(replay, campaign.corpus.x[kept])
     # sizes by hand: whole chains perturb more than one mutation of the seed
     diff = lambda a: np.median(np.sqrt(((a - seeds).reshape(len(kept), -1) ** 2).sum(axis=1)))
-    assert diff(campaign.corpus.x[kept]) == pytest.approx(l2)
+    assert 0.5 * l2 < diff(replay) < 2 * l2  # the same chains, fresh draws: a change of the same order
     assert diff(replay) > diff(one)
 
 
