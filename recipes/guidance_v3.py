@@ -46,13 +46,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kit import OUTPUTS, command_line, load_data, write_csv
+from kit import OUTPUTS, command_line, write_csv
 from kit.guidance import (
     copies_ahead,
     judged_failures,
     mean_sd,
     pair_state,
     paired,
+    run_pairs,
     shown_p,
     stacked,
     study_fuzzer,
@@ -60,8 +61,8 @@ from kit.guidance import (
     valid_arrays,
 )
 from kit.stats import a12, holm, rank_biserial, wilcoxon
-from kit.study import default_mutators, load_run, run_calls, save_run, stratified
-from kit.subjects import ARCHITECTURES, halves, load_subject
+from kit.study import default_mutators, run_calls
+from kit.subjects import ARCHITECTURES, load_subject
 
 ARMS = ("idc", "nc", "none", "random-keep@idc", "random-keep@nc")
 FAMILY = (("idc", "none"), ("idc", "nc"), ("idc", "random-keep@idc"), ("nc", "random-keep@nc"))
@@ -131,55 +132,10 @@ class Subject:
 
 
 def run_all(args, out: Path) -> tuple[list[dict], dict]:
-    """Every (copy, state, arm) run, resumed from ``out/runs``; a copy is set up only when one of its runs is
-    missing."""
-    from idcgen.framework import Network
-
-    test = None  # read when a run is to be made: --summary-only reads no data
+    """Every (copy, state, arm) run, resumed from ``out/runs`` (kit.guidance.run_pairs)."""
     settings = {k: getattr(args, k) for k in ("dataset", "seeds", "budget", "m", "fit_train", "batch_size", "mutators")}
     settings["subjects"] = subjects_fingerprint(args.dataset, args.copies)  # retrained subjects: runs made again
-    runs, arrays, extractor, fit = [], {}, None, None
-    total, done = args.copies * args.states * len(args.arms), 0
-    for c in range(args.copies):
-        subject = None
-        for r in range(args.states):
-            # each pair its own seed set and random state: no seed set is shared between copies
-            for arm in args.arms:
-                done += 1
-                path = out / "runs" / f"{arm}_c{c}_r{r}.json"
-                if path.exists():
-                    row, arrays[(arm, c, r)] = load_run(path, settings)
-                else:
-                    if args.summary_only:
-                        continue
-                    if subject is None:
-                        extractor = extractor or Network(load_subject(args.dataset, None))
-                        if fit is None:  # the training half the copies saw: read once, for IDC and NC
-                            (x_a, y_a), _ = halves(args.dataset)
-                            fit = x_a[: args.fit_train], y_a[: args.fit_train]
-                        took = time.perf_counter()
-                        subject = Subject(args, c, extractor, fit)
-                        print(f"copy {c}: analysis and NC fitted ({time.perf_counter() - took:.0f} s)", flush=True)
-                    rate = None
-                    if arm.startswith("random-keep@"):
-                        source = next((x for x in runs if (x["arm"], x["copy"], x["state"]) == (arm[12:], c, r)), None)
-                        if source is None:
-                            raise SystemExit(
-                                f"error: {arm} needs the {arm[12:]} run of copy {c}, state {r}: add that arm"
-                            )
-                        rate = source["keep_rate"]
-                    x_test, y_test = test = test or load_data("test", args.dataset)
-                    seeds = stratified(y_test, args.seeds, np.random.default_rng([100, c, r]))
-                    row, arrays[(arm, c, r)] = subject.run(arm, r, (x_test[seeds], y_test[seeds]), rate)
-                    save_run(path, settings, row, arrays[(arm, c, r)])
-                    print(
-                        f"[{done}/{total}] {arm} c{c} r{r}: {row['calls']} calls, kept {row['kept']}, "
-                        f"{row['failures']} failures, {row['valid_failures']} valid "
-                        f"({row['valid_failures_per_1k_calls']:.1f}/1k calls), {row['seconds']:.0f} s",
-                        flush=True,
-                    )
-                runs.append(row)
-    return runs, arrays
+    return run_pairs(args, out, settings, Subject)
 
 
 def count_faults(runs: list[dict], sizes: list[int], faults, column: str) -> None:

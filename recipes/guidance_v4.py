@@ -30,13 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kit import OUTPUTS, command_line, load_data, write_csv
+from kit import OUTPUTS, command_line, write_csv
 from kit.guidance import (
     copies_ahead,
     judged_failures,
     mean_sd,
     pair_state,
     paired,
+    run_pairs,
     shown_p,
     stacked,
     study_fuzzer,
@@ -44,8 +45,8 @@ from kit.guidance import (
     valid_arrays,
 )
 from kit.stats import holm, rank_biserial, wilcoxon
-from kit.study import default_mutators, load_run, run_calls, save_run, stratified
-from kit.subjects import ARCHITECTURES, halves, load_subject
+from kit.study import default_mutators, run_calls
+from kit.subjects import ARCHITECTURES, load_subject
 
 ARMS = ("keep-none", "none", "idc@m4", "idc@m8", "random-keep@idc@m4", "random-keep@idc@m8", "nc", "nlc")
 FAMILY = (
@@ -158,48 +159,11 @@ def available(arms) -> list[str]:
 
 
 def run_all(args, out: Path) -> tuple[list[dict], dict]:
-    """Every (copy, state, arm) run, resumed from ``out/runs``; a copy is set up only when one of its runs is
-    missing. A random-keep control runs after its IDC run (ARMS' order)."""
-    from idcgen.framework import Network
-
-    x_test, y_test = load_data("test", args.dataset)
+    """Every (copy, state, arm) run, resumed from ``out/runs`` (kit.guidance.run_pairs); a random-keep control
+    runs after its IDC run (ARMS' order)."""
     settings = {k: getattr(args, k) for k in ("dataset", "seeds", "budget", "fit_train", "batch_size", "mutators")}
-    settings["subjects"] = subjects_fingerprint(args.dataset, args.copies)
-    runs, arrays, extractor, fit = [], {}, None, None
-    total, done = args.copies * args.states * len(args.arms), 0
-    for c in range(args.copies):
-        subject = None
-        for r in range(args.states):
-            seeds = stratified(y_test, args.seeds, np.random.default_rng([100, c, r]))  # the third version's
-            for arm in args.arms:
-                done += 1
-                path = out / "runs" / f"{arm}_c{c}_r{r}.json"
-                if path.exists():
-                    row, arrays[(arm, c, r)] = load_run(path, settings)
-                else:
-                    if args.summary_only:
-                        continue
-                    if subject is None:
-                        extractor = extractor or Network(load_subject(args.dataset, None))
-                        if fit is None:
-                            (x_a, y_a), _ = halves(args.dataset)
-                            fit = x_a[: args.fit_train], y_a[: args.fit_train]
-                        subject = Subject(args, c, extractor, fit)
-                    rate = None
-                    if arm.startswith("random-keep@"):
-                        source = next((x for x in runs if (x["arm"], x["copy"], x["state"]) == (arm[12:], c, r)), None)
-                        if source is None:
-                            raise SystemExit(f"error: {arm} needs the {arm[12:]} run of copy {c}, state {r}: add it")
-                        rate = source["keep_rate"]
-                    row, arrays[(arm, c, r)] = subject.run(arm, r, (x_test[seeds], y_test[seeds]), rate)
-                    save_run(path, settings, row, arrays[(arm, c, r)])
-                    print(
-                        f"[{done}/{total}] {arm} c{c} r{r}: kept {row['kept']}, {row['valid_failures']} valid "
-                        f"failures, {row['seconds']:.0f} s",
-                        flush=True,
-                    )
-                runs.append(row)
-    return runs, arrays
+    settings["subjects"] = subjects_fingerprint(args.dataset, args.copies)  # retrained subjects: runs made again
+    return run_pairs(args, out, settings, Subject)
 
 
 def add_faults(runs: list[dict], arrays: dict) -> dict[str, np.ndarray]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .subjects import subject_path
+from .data import load_data
+from .study import load_run, save_run, stratified
+from .subjects import halves, load_subject, subject_path
 
 
 def study_fuzzer(analysis, *, keep_rate: float | None = None, **kwargs):
@@ -112,3 +114,52 @@ def valid_arrays(judged: dict) -> dict:
         "label": judged["label"][valid].astype(np.int64),
         "prediction": judged["prediction"][valid].astype(np.int64),
     }
+
+
+def run_pairs(args, out, settings: dict, make_subject) -> tuple[list[dict], dict]:
+    """Every (copy, state, arm) run of a guidance study, resumed from ``out/runs`` (a run made with other
+    ``settings`` is refused); ``make_subject(args, copy, extractor, fit)`` sets a copy up only when one of its
+    runs is missing, and its ``run(arm, state, seeds, keep_rate)`` makes one run. Each pair (c, r) has a seed set
+    of its own (``args.seeds`` test inputs drawn with seed (100, c, r)); a ``random-keep@<arm>`` control runs at
+    the keep rate of that arm's run of the same pair, so it must come after it in ``args.arms``. With
+    ``args.summary_only`` nothing runs and no data is read."""
+    from idcgen.framework import Network
+
+    test = None  # read when a run is to be made
+    runs, arrays, extractor, fit = [], {}, None, None
+    total, done = args.copies * args.states * len(args.arms), 0
+    for c in range(args.copies):
+        subject = None
+        for r in range(args.states):
+            for arm in args.arms:
+                done += 1
+                path = out / "runs" / f"{arm}_c{c}_r{r}.json"
+                if path.exists():
+                    row, arrays[(arm, c, r)] = load_run(path, settings)
+                else:
+                    if args.summary_only:
+                        continue
+                    if subject is None:
+                        extractor = extractor or Network(load_subject(args.dataset, None))
+                        if fit is None:  # the training half the copies saw: read once
+                            (x_a, y_a), _ = halves(args.dataset)
+                            fit = x_a[: args.fit_train], y_a[: args.fit_train]
+                        subject = make_subject(args, c, extractor, fit)
+                    rate = None
+                    if arm.startswith("random-keep@"):
+                        source = next((x for x in runs if (x["arm"], x["copy"], x["state"]) == (arm[12:], c, r)), None)
+                        if source is None:
+                            raise SystemExit(f"error: {arm} needs the {arm[12:]} run of copy {c}, state {r}: add it")
+                        rate = source["keep_rate"]
+                    x_test, y_test = test = test or load_data("test", args.dataset)
+                    seeds = stratified(y_test, args.seeds, np.random.default_rng([100, c, r]))
+                    row, arrays[(arm, c, r)] = subject.run(arm, r, (x_test[seeds], y_test[seeds]), rate)
+                    save_run(path, settings, row, arrays[(arm, c, r)])
+                    print(
+                        f"[{done}/{total}] {arm} c{c} r{r}: {row['calls']} calls, kept {row['kept']}, "
+                        f"{row['failures']} failures, {row['valid_failures']} valid "
+                        f"({row['valid_failures_per_1k_calls']:.1f}/1k calls), {row['seconds']:.0f} s",
+                        flush=True,
+                    )
+                runs.append(row)
+    return runs, arrays
