@@ -128,6 +128,11 @@ class CriterionTracker:
         # ids are in row-major order, so the first occurrence of an id belongs to its first input
         return self._row_mask(rows, self._items.update(ids), n)
 
+    def add(self, features: Any) -> None:
+        """Add a batch without asking which inputs were new (measuring a set): what ``Criterion.coverage`` calls,
+        so a value tracker (criteria/values.py) can skip the per-input answer."""
+        self.update(features)
+
     def merge(self, other: "CriterionTracker") -> "CriterionTracker":
         """A new tracker covering the union of both sets."""
         if not isinstance(other, CriterionTracker):
@@ -321,7 +326,7 @@ class Criterion:
         x = raw_inputs(x, network)
         tracker = self.tracker()
         for start in range(0, len(x), batch_size):
-            tracker.update(self.features(network, x[start : start + batch_size]))
+            tracker.add(self.features(network, x[start : start + batch_size]))
         return tracker.result()
 
     def _check_widths(self, acts: Sequence[np.ndarray], widths: Sequence[int], layers: Sequence[str]) -> None:

@@ -197,19 +197,6 @@ class ValueCriterion(Criterion):
     def tracker(self) -> ValueTracker:  # type: ignore[override]
         raise NotImplementedError
 
-    def coverage(self, network, x, *, batch_size: int = 1024) -> ValueResult:  # type: ignore[override]
-        """The value of the input set ``x`` (batched; one batch of activations at a time)."""
-        from .base import as_network, check_batch_size, raw_inputs
-
-        self._check_fitted()
-        check_batch_size(type(self).__name__, batch_size)
-        network = as_network(network)
-        x = raw_inputs(x, network)
-        tracker = self.tracker()
-        for start in range(0, len(x), batch_size):
-            tracker.add(self.features(network, x[start : start + batch_size]))
-        return tracker.result()
-
 
 def restore_tracker(spec: dict, arrays: dict[str, np.ndarray]) -> ValueTracker:
     """A value tracker from what ``spec()`` and ``state_arrays()`` saved."""
