@@ -197,7 +197,8 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
     folder = campaign.folder
     if folder is None:
         raise ParameterError("this campaign is in memory only: save it first (campaign.save(folder)), then report")
-    credit = mutator_credit(campaign)
+    # the export measured each mutator's credit already (exports.json "mutators"): not a second pass over the corpus
+    credit = exports["mutators"] if exports and "mutators" in exports else mutator_credit(campaign)
     rows = mutator_table(campaign, credit)
     plots = _plots(campaign, rows, folder)
     stats = campaign.stats_rows()
