@@ -29,7 +29,7 @@ import numpy as np
 
 from kit import OUTPUTS, command_line, load_data, save_json, write_csv
 from kit.stats import holm, rank_biserial, wilcoxon
-from kit.subjects import ARCHITECTURES, TORCH_DATASETS, halves, load_subject
+from kit.subjects import ARCHITECTURES, TORCH_DATASETS, load_subject, training_sets
 
 GUIDED = "IDC-guided"
 UNGUIDED = "unguided-kept"
@@ -71,7 +71,7 @@ class Setting:
     """What every copy shares: the data, the split, and the corruption suite (built once, when first needed)."""
 
     def __init__(self, args):
-        (self.x_train, self.y_train), _ = halves(args.dataset)
+        (self.x_train, self.y_train), _ = training_sets(args.dataset)
         self.x_test, self.y_test = load_data("test", args.dataset)
         self.seeds, self.held, self.measure = split(len(self.x_test), args.seeds, args.test)
         self.args = args
@@ -362,7 +362,7 @@ def main(argv=None):
     parser.add_argument("--summary-only", action="store_true", help="summarise the copies done, run nothing")
     args = parser.parse_args(argv)
     if args.dose is None:
-        args.dose = len(halves(args.dataset)[0][1]) // 100
+        args.dose = len(training_sets(args.dataset)[0][1]) // 100
     for name in ("copies", "seeds", "budget", "dose", "test", "epochs", "fit_train", "m", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from kit import ROOT, load_data, write_csv
-from kit.subjects import TORCH_DATASETS, halves, load_subject
+from kit.subjects import TORCH_DATASETS, load_subject, training_sets
 
 DATASETS = ("mnist", "fashion-mnist", "cifar10")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -54,7 +54,7 @@ def prepare(folder: Path, dataset: str, limit: int, fit: int) -> None:
     apart = 0.0 if dataset in TORCH_DATASETS else np.abs(probabilities - subject.predict(x[:500], verbose=0)).max()
     if apart > 1e-4:  # the Keras subject ends in a softmax, its twin in the logits
         raise SystemExit(f"{dataset}: the PyTorch twin's probabilities differ from the Keras subject's by {apart:.2g}")
-    (x_fit, y_fit), _ = halves(dataset)
+    (x_fit, y_fit), _ = training_sets(dataset)
     analysis = analyze(network, x_fit[:fit], y_fit[:fit], m=8, random_state=0, progress=False)
     write_prepared(folder, twin, analysis, pixels, y)
     print(f"{dataset}: prepared in {folder} (layer {analysis.layer}, {analysis.total} combinations)")

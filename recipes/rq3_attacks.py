@@ -39,7 +39,7 @@ from kit import OUTPUTS, ROOT, load_data, save_json
 from kit.sets import PERTURBATIONS
 from kit.stats import holm, rank_biserial, wilcoxon
 from kit.study import stratified
-from kit.subjects import halves, load_subject
+from kit.subjects import load_subject, training_sets
 
 #: attack name -> mutator spec (inputs in [0, 1])
 ATTACKS = {
@@ -117,7 +117,7 @@ class Copy:
         from idcgen.framework import Network
 
         self.network = Network(load_subject(dataset, copy))
-        (xa, ya), _ = halves(dataset)
+        (xa, ya), _ = training_sets(dataset)
         fit = np.random.default_rng(0).permutation(len(xa))[:fit_train]
         x_fit, y_fit = xa[fit], ya[fit]
         self.analyses = {m: analyze(self.network, x_fit, y_fit, m=m, random_state=0, progress=False) for m in MS}
@@ -348,7 +348,7 @@ def campaign(dataset: str, folder, fit_train: int, n_seeds: int, budget: int) ->
     from idcgen.report import write_report
 
     network = Network(load_subject(dataset, 0))
-    (xa, ya), _ = halves(dataset)
+    (xa, ya), _ = training_sets(dataset)
     fit = np.random.default_rng(0).permutation(len(xa))[:fit_train]
     analysis = analyze(network, xa[fit], ya[fit], m=6, random_state=0, progress=False)
     x_test, y_test = load_data("test", dataset)

@@ -1,5 +1,6 @@
 """Train the study subjects: five independently trained copies of the model under test and a fault extractor
-of another architecture trained on the half of the training set the copies never saw (recipes/kit/subjects.py).
+of another architecture, trained on the half of the training set the copies never saw, or for CIFAR-10 on the
+whole set like the copies (recipes/kit/subjects.py).
 
     python recipes/subjects.py --dataset mnist|fashion-mnist|cifar10 [--copies 5] [--epochs N] [--only-missing]
                                [--only s0,extractor,...]
@@ -7,7 +8,7 @@ of another architecture trained on the half of the training set the copies never
 MNIST-like: LeNet-5 copies (seeds 0-4) and a LeNet-4 extractor, the paper's settings (Adadelta lr 1.0, rho 0.95,
 batch 256, 10 epochs) on 30,000 images each, saved as ``.keras`` (without optimizer state: a few MB each).
 CIFAR-10: PyTorch copies of an airbench-style network and a residual extractor (recipes/kit/fast_cifar.py) on
-25,000 images each, 18 epochs unless ``--epochs``/``--extractor-epochs`` say otherwise, saved as ``.pt2``
+all 50,000 images, 15 epochs unless ``--epochs``/``--extractor-epochs`` say otherwise, saved as ``.pt2``
 (``torch.export.load(path).module()`` runs one on NCHW images in [0, 1]). A CIFAR-10 model checkpoints after every
 epoch (``outputs/subjects/checkpoints/<name>.ckpt``) and a rerun resumes it: a killed run loses at most one epoch.
 Every model is scored on the whole test set, as it is (no test-time augmentation), by a plain loop. Writes
@@ -24,7 +25,7 @@ import subprocess
 import time
 
 from kit import OUTPUTS, ROOT, command_line, load_data, write_csv
-from kit.subjects import ARCHITECTURES, TORCH_DATASETS, halves, subject_path
+from kit.subjects import ARCHITECTURES, TORCH_DATASETS, subject_path, training_sets, training_split
 
 
 def fit(architecture: str, x, y, *, seed: int, epochs: int):
@@ -71,12 +72,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, choices=tuple(ARCHITECTURES))
     parser.add_argument("--copies", type=int, default=5, help="copies of the model under test (seeds 0..N-1)")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs of the subject copies (10; CIFAR-10: 18)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs of the subject copies (10; CIFAR-10: 15)")
     parser.add_argument("--extractor-epochs", type=int, default=None, help="default: --epochs")
     parser.add_argument("--only-missing", action="store_true", help="train only the models without a file")
     parser.add_argument("--only", default=None, help="these models only, in this order: s0,s1,...,extractor")
     args = parser.parse_args(argv)
-    args.epochs = args.epochs or (18 if args.dataset in TORCH_DATASETS else 10)
+    args.epochs = args.epochs or (15 if args.dataset in TORCH_DATASETS else 10)
     args.extractor_epochs = args.extractor_epochs or args.epochs
     if min(args.copies, args.epochs, args.extractor_epochs) < 1:
         parser.error("--copies, --epochs and --extractor-epochs must be at least 1")
@@ -88,7 +89,7 @@ def main(argv=None):
         for copy in copies:  # nothing to train: no data read
             print(f"{subject_path(args.dataset, copy).name}: there already", flush=True)
         return
-    (x_a, y_a), (x_b, y_b) = halves(args.dataset)
+    (x_a, y_a), (x_b, y_b) = training_sets(args.dataset)
     x_test, y_test = load_data("test", args.dataset)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     table = subject_path(args.dataset, 0).parent / "subjects.csv"
@@ -108,7 +109,9 @@ def main(argv=None):
             print(f"{path.name}: there already", flush=True)
             continue
         started = time.perf_counter()
-        print(f"{path.name}: {architecture} on half {'B' if copy is None else 'A'} ({len(x)} images)", flush=True)
+        split = training_split(args.dataset, copy)
+        where = "the whole training set" if split == "all" else f"half {split}"
+        print(f"{path.name}: {architecture} on {where} ({len(x)} images)", flush=True)
         epochs = args.extractor_epochs if copy is None else args.epochs
         seed = 0 if copy is None else copy
         if args.dataset in TORCH_DATASETS:
@@ -126,7 +129,7 @@ def main(argv=None):
             "architecture": architecture,
             "role": "extractor" if copy is None else "subject",
             "seed": 0 if copy is None else copy,
-            "training half": "B" if copy is None else "A",
+            "training half": split,
             "train images": len(x),
             "epochs": epochs,
             "test accuracy %": round(100 * accuracy, 2),

@@ -4,7 +4,9 @@ The ideas are those of Keller Jordan's airbench (arXiv 2404.00498, "94 % on CIFA
 single GPU"), written anew here: a fixed whitening layer (2x2 patches, PCA of the training patches, each
 direction and its negation), three conv-pool-BN-GELU blocks with identity-initialised convolutions, batch
 norm with frozen scale and fast running statistics, Nesterov SGD with a large rate on the norm biases, label
-smoothing, a warm-up then linear decay, alternating flips and 2-pixel reflected shifts. Two architectures:
+smoothing, a warm-up then linear decay, Lookahead (every 5 steps the weights are pulled to a running average
+whose weight grows as the rate falls, and the run ends on that average), alternating flips and 2-pixel
+reflected shifts. Training runs channels-last (1.75x faster convolutions on a CPU). Two architectures:
 
 - ``airbench``: the subject copies (widths 64-256-256, ~2 M parameters);
 - ``resbench``: the fault extractor, another architecture (ReLU, residual blocks, widths 64-128-256, no
@@ -22,7 +24,6 @@ so a run killed mid-epoch and resumed repeats that epoch exactly and ends where 
 from __future__ import annotations
 
 import copy
-import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -44,7 +45,7 @@ class Recipe:
     rate 11.5 and decay 0.0153 per 1,024 examples on its summed-loss scale, biases 64x the rate, label
     smoothing 0.2), here on a mean loss: the same step per example."""
 
-    epochs: int = 18
+    epochs: int = 10
     batch_size: int = 1024
     lr: float = 11.5
     momentum: float = 0.85
@@ -70,8 +71,9 @@ class Normalise(nn.Module):
 
 
 def _norm(width: int) -> nn.BatchNorm2d:
-    """Batch norm with a frozen unit scale (only the bias learns) and fast running statistics."""
-    bn = nn.BatchNorm2d(width, momentum=0.6, eps=1e-12)
+    """Batch norm with a frozen unit scale (only the bias learns) and fast running statistics: torch's momentum
+    is the new batch's weight, 0.4 (airbench's 0.6 is the running value's)."""
+    bn = nn.BatchNorm2d(width, momentum=0.4, eps=1e-12)
     bn.weight.requires_grad_(False)
     return bn
 
@@ -202,18 +204,44 @@ def _rate_factor(step: int, total: int, warmup: float) -> float:
 
 def _optimizer(module: nn.Module, recipe: Recipe) -> torch.optim.SGD:
     """Nesterov SGD, the rates airbench's summed-loss figures give on a mean loss; decay scaled so that each
-    step shrinks a weight by the same share whatever the rate."""
+    step shrinks a weight by the same share whatever the rate. Only the batch norms' biases take the large
+    rate (the whitening bias learns at the common one)."""
     scale = recipe.batch_size * (1 + 1 / (1 - recipe.momentum))  # airbench's "kilostep" scale
     lr = recipe.lr / scale * recipe.batch_size
     decay = recipe.weight_decay * recipe.batch_size / scale
-    biases = [p for n, p in module.named_parameters() if p.requires_grad and n.endswith("bias")]
-    others = [p for n, p in module.named_parameters() if p.requires_grad and not n.endswith("bias")]
+    norms = {id(p) for m in module.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()}
+    biases = [p for p in module.parameters() if p.requires_grad and id(p) in norms]
+    others = [p for p in module.parameters() if p.requires_grad and id(p) not in norms]
     bias_lr = lr * recipe.bias_scaler
     groups = [
         {"params": biases, "lr": bias_lr, "weight_decay": decay / bias_lr, "initial_lr": bias_lr},
         {"params": others, "lr": lr, "weight_decay": decay / lr, "initial_lr": lr},
     ]
     return torch.optim.SGD(groups, momentum=recipe.momentum, nesterov=True)
+
+
+class Lookahead:
+    """Every ``period`` steps, the floating-point state (weights and running statistics) moves to an average
+    that follows it with weight ``decay`` on the past, and the network restarts from that average. The decay
+    grows with the cube of the run's progress (0 at the start, 0.95^5 at the end): late, noisy steps are
+    averaged, early ones are not."""
+
+    period = 5
+
+    def __init__(self, module: nn.Module, total: int):
+        self.total = total
+        self.average = {k: v.detach().clone() for k, v in module.state_dict().items() if v.is_floating_point()}
+
+    def step(self, module: nn.Module, step: int) -> None:
+        """After optimiser step ``step`` (1-based); the last step makes the average the network."""
+        if step % self.period and step < self.total:
+            return
+        decay = 1.0 if step >= self.total else 0.95**5 * (step / self.total) ** 3
+        state = module.state_dict()
+        with torch.no_grad():
+            for name, average in self.average.items():
+                average.lerp_(state[name], 1 - decay)
+                state[name].copy_(average)
 
 
 def train(
@@ -239,9 +267,11 @@ def train(
     images = torch.as_tensor(np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 3, 1, 2)))
     labels = torch.as_tensor(np.asarray(y, np.int64))
     module.init_whitening(images[torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:5000]])
+    module.to(memory_format=torch.channels_last)
     optimizer = _optimizer(module, recipe)
-    steps_per_epoch = math.ceil(len(images) / recipe.batch_size)
+    steps_per_epoch = max(len(images) // recipe.batch_size, 1)  # the last, partial batch dropped
     total = recipe.epochs * steps_per_epoch
+    lookahead = Lookahead(module, total)
     flip_mask = torch.rand(len(images), generator=torch.Generator().manual_seed(seed)) < 0.5
     state = {"epoch": 0, "seconds": 0.0}
     if checkpoint is not None and checkpoint.exists():
@@ -250,6 +280,7 @@ def train(
             raise SystemExit(f"{checkpoint} was made with other settings; delete it to start afresh")
         module.load_state_dict(saved["module"])
         optimizer.load_state_dict(saved["optimizer"])
+        lookahead.average = saved["lookahead"]
         state = {"epoch": saved["epoch"], "seconds": saved["seconds"]}
         log(f"  resumed from {checkpoint.name} after epoch {state['epoch']}")
     module.train()
@@ -264,7 +295,7 @@ def train(
         for step in bar:
             idx = order[step * recipe.batch_size : (step + 1) * recipe.batch_size]
             flip = flip_mask[idx] ^ bool(epoch % 2)  # alternating flips: every image seen both ways in 2 epochs
-            batch = _augment(images[idx], flip, recipe.shift, generator)
+            batch = _augment(images[idx], flip, recipe.shift, generator).contiguous(memory_format=torch.channels_last)
             factor = _rate_factor(epoch * steps_per_epoch + step, total, recipe.warmup)
             for group in optimizer.param_groups:
                 group["lr"] = group["initial_lr"] * factor
@@ -274,18 +305,21 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            lookahead.step(module, epoch * steps_per_epoch + step + 1)
             loss_sum += float(loss.detach()) * len(idx)
             correct += float((outputs.argmax(1) == labels[idx]).sum())
         state = {"epoch": epoch + 1, "seconds": state["seconds"] + time.perf_counter() - started}
+        seen = min(steps_per_epoch * recipe.batch_size, len(images))
         log(
-            f"  epoch {epoch + 1}/{recipe.epochs}: loss {loss_sum / len(images):.3f}, "
-            f"train accuracy {correct / len(images):.2%} ({time.perf_counter() - started:.0f} s)"
+            f"  epoch {epoch + 1}/{recipe.epochs}: loss {loss_sum / seen:.3f}, "
+            f"train accuracy {correct / seen:.2%} ({time.perf_counter() - started:.0f} s)"
         )
         if checkpoint is not None:
             _save_atomic(
                 {
                     "module": module.state_dict(),
                     "optimizer": optimizer.state_dict(),
+                    "lookahead": lookahead.average,
                     "recipe": asdict(recipe),
                     "architecture": architecture,
                     "seed": seed,
@@ -293,7 +327,7 @@ def train(
                 },
                 checkpoint,
             )
-    module.eval()
+    module.eval().to(memory_format=torch.contiguous_format)
     return module, {"epochs": state["epoch"], "seconds": round(state["seconds"], 1)}
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .data import load_data
 from .study import load_run, save_run, stratified
-from .subjects import halves, load_subject, subject_path
+from .subjects import load_subject, subject_path, training_sets
 
 
 def study_fuzzer(analysis, *, keep_rate: float | None = None, **kwargs):
@@ -142,7 +142,7 @@ def run_pairs(args, out, settings: dict, make_subject) -> tuple[list[dict], dict
                     if subject is None:
                         extractor = extractor or Network(load_subject(args.dataset, None))
                         if fit is None:  # the training half the copies saw: read once
-                            (x_a, y_a), _ = halves(args.dataset)
+                            (x_a, y_a), _ = training_sets(args.dataset)
                             fit = x_a[: args.fit_train], y_a[: args.fit_train]
                         subject = make_subject(args, c, extractor, fit)
                     rate = None
