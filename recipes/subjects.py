@@ -43,12 +43,20 @@ def fit(architecture: str, x, y, *, seed: int, epochs: int):
 
 def fit_torch(architecture: str, x, y, *, seed: int, epochs: int, path, x_test, y_test):
     """A CIFAR-10 network trained (resuming its checkpoint) and exported to ``path``; (accuracy, seconds)."""
-    from kit.fast_cifar import Recipe, accuracy, export, train
+    from kit.fast_cifar import accuracy, export, recipe_for, train
 
     checkpoint = OUTPUTS / "subjects" / "checkpoints" / path.with_suffix(".ckpt").name
-    module, run = train(architecture, x, y, seed=seed, recipe=Recipe(epochs=epochs), checkpoint=checkpoint)
+    module, run = train(architecture, x, y, seed=seed, recipe=recipe_for(architecture, epochs), checkpoint=checkpoint)
     export(module, path)
     return accuracy(module, x_test, y_test), run["seconds"]
+
+
+def read_rows(table) -> dict:
+    """The rows of ``subjects.csv`` by file (none when it does not exist yet)."""
+    if not table.exists():
+        return {}
+    with open(table, newline="") as handle:
+        return {row["file"]: row for row in csv.DictReader(handle)}
 
 
 def machine() -> str:
@@ -93,10 +101,6 @@ def main(argv=None):
     x_test, y_test = load_data("test", args.dataset)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     table = subject_path(args.dataset, 0).parent / "subjects.csv"
-    rows = {}
-    if table.exists():
-        with open(table, newline="") as handle:
-            rows = {row["file"]: row for row in csv.DictReader(handle)}
     jobs = {f"s{copy}": (subject, copy, x_a, y_a) for copy in range(args.copies)}
     jobs["extractor"] = (extractor, None, x_b, y_b)
     names = args.only.split(",") if args.only else list(jobs)
@@ -124,6 +128,7 @@ def main(argv=None):
             accuracy = float((Network(model).predict(x_test) == y_test).mean())
             save_weights_only(model, architecture, path)
         print(f"{path.name}: test accuracy {accuracy:.2%} ({seconds:.0f} s) -> {path}", flush=True)
+        rows = read_rows(table)  # read again: another process may have added its models meanwhile
         rows[path.name] = {
             "file": path.name,
             "architecture": architecture,
