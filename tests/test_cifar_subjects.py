@@ -1,6 +1,9 @@
 """The CIFAR-10 study subjects' training (recipes/kit/fast_cifar.py) on tiny configurations: a run stopped after
 an epoch and resumed ends where an uninterrupted run ends; the exported file keeps the file contract; the
-whitening layer whitens."""
+whitening layer whitens; the committed subjects keep the file contract."""
+
+import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,3 +95,35 @@ def test_whitening_layer_whitens_the_patches(recipe, images):
     covariance = torch.cov(flat[:, :12].T)
     assert torch.allclose(covariance, torch.eye(12, dtype=torch.float64), atol=1e-3)
     assert torch.equal(net.whiten.weight[12:], -net.whiten.weight[:12])
+
+
+SUBJECTS = Path(__file__).resolve().parents[1] / "recipes" / "subjects" / "cifar10"
+TEST_IMAGES = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10" / "yoongikim_cifar10_test_jpeg_decoded.npz"
+)
+
+
+def committed_rows():
+    with open(SUBJECTS / "subjects.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.skipif(not TEST_IMAGES.exists(), reason="needs ../shared/data/cifar10 (the JPEG round-tripped test set)")
+@pytest.mark.parametrize("row", committed_rows(), ids=lambda row: row["file"])
+def test_committed_subject_keeps_the_file_contract(row):
+    """Each committed CIFAR-10 subject loads with torch.export alone, takes NCHW images in [0, 1], and idcgen
+    reads it as the classifier it is: the same predictions as the plain program on 300 test images, whose
+    accuracy is in line with the full test set's recorded in subjects.csv."""
+    from idcgen.framework import Network, load_model
+
+    path = SUBJECTS / row["file"]
+    assert {"role", "seed", "epochs", "test accuracy %", "train seconds", "machine", "command", "commit"} <= row.keys()
+    with np.load(TEST_IMAGES) as data:
+        pick = np.random.default_rng(0).choice(len(data["y"]), 300, replace=False)
+        x, y = data["x"][pick].astype(np.float32) / 255, data["y"][pick]
+    program = torch.export.load(str(path)).module()
+    with torch.no_grad():
+        plain = program(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).argmax(1).numpy()
+    assert Network(load_model(path)).predict(x).tolist() == plain.tolist()
+    # 300 images: the recorded accuracy within about 4 standard errors
+    assert abs(100 * (plain == y).mean() - float(row["test accuracy %"])) < 7
