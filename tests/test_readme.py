@@ -43,8 +43,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-#: the documents whose blocks run, in this order, in one working folder
-DOCUMENTS = (README,)
+USAGE = ROOT / "docs" / "usage.md"
+#: the documents whose blocks run, in this order, in one working folder: docs/usage.md goes on from the README's
+DOCUMENTS = (README, USAGE)
 RUNNABLE = ("bash", "python")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((.+?)\)\s*-->")
@@ -274,6 +275,63 @@ def test_readme_block(runner, block):
             f"{block.where}: the output differs from what {block.doc} "
             f"shows; {first_difference(block.shown, out)}\n--- printed:\n{out}"
         )
+
+
+# --- the documents' shape and links ---------------------------------------------------------------------
+
+
+def test_the_readme_is_a_newcomers_page():
+    """Issue 49: the README is the first page, the manual is docs/usage.md: under 400 lines, and the first
+    ``idcgen fuzz`` within its first 120."""
+    text = README.read_text()
+    assert len(text.splitlines()) < 400
+    first = next(b for b in parse(text) if b.lang == "bash" and "idcgen fuzz" in b.code)
+    assert first.line <= 120, f"README.md's first idcgen fuzz is at line {first.line}"
+
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown text's headings (lower case, punctuation dropped, spaces to hyphens;
+    a repeated one numbered), code blocks left out."""
+    found: set[str] = set()
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            anchor, k = slug, 0
+            while anchor in found:
+                k += 1
+                anchor = f"{slug}-{k}"
+            found.add(anchor)
+    return found
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=[p.name for p in DOCUMENTS])
+def test_the_links_reach_their_files_and_sections(path):
+    """A section moved from the README to docs/usage.md (issue 49) leaves no link pointing at where it was."""
+    broken = []
+    for target in _LINK.findall(path.read_text()):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        where = (path.parent / file).resolve() if file else path
+        if not where.exists():
+            broken.append(f"{target}: no file {where}")
+        elif anchor and where.suffix == ".md" and anchor not in anchors(where.read_text()):
+            broken.append(f"{target}: no section #{anchor} in {name(where)}")
+    assert not broken, f"{name(path)}: " + "; ".join(broken)
+
+
+def test_anchors_are_githubs():
+    assert anchors("# Recipes (the paper's experiments)\n## Hardening\n```bash\n# a comment\n```\n## Hardening\n") == {
+        "recipes-the-papers-experiments",
+        "hardening",
+        "hardening-1",
+    }
 
 
 # --- the comparison itself ----------------------------------------------------------------------------
