@@ -21,6 +21,9 @@ Conventions in both files:
 - ``<!-- readme-test: needs ray -->`` right before a block runs it only where that extra's module imports
   (it is skipped, naming the extra to install, elsewhere).
 
+A ``bash`` block may run 900 s (``IDCGEN_README_TIMEOUT`` sets another limit, for a loaded machine); one that
+runs longer is stopped with what it started and fails, and the blocks after it go on.
+
 When the output of a command changes, print what the blocks print now with ``python tests/test_readme.py``
 (or ``python tests/test_readme.py 7`` for the README's block 7; ``python tests/test_readme.py docs/usage.md 7``
 for docs/usage.md's, after the README's blocks have run unprinted) and paste it into the ``text`` blocks.
@@ -33,6 +36,7 @@ import contextlib
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +50,8 @@ README = ROOT / "README.md"
 USAGE = ROOT / "docs" / "usage.md"
 #: the documents whose blocks run, in this order, in one working folder: docs/usage.md goes on from the README's
 DOCUMENTS = (README, USAGE)
+#: seconds a ``bash`` block may run; more on a loaded machine: ``IDCGEN_README_TIMEOUT=3600 pytest -m readme``
+BLOCK_TIMEOUT = float(os.environ.get("IDCGEN_README_TIMEOUT", "900"))
 RUNNABLE = ("bash", "python")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((.+?)\)\s*-->")
@@ -218,15 +224,23 @@ class Runner:
 
     def _run(self, block: Block) -> tuple[int, str, str]:
         if block.lang == "bash":
-            done = subprocess.run(
+            with subprocess.Popen(
                 ["bash", "-e", "-o", "pipefail", "-c", block.code],
                 cwd=self.workdir,
                 env=self.env,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=900,
-            )
-            return done.returncode, done.stdout, done.stderr
+                start_new_session=True,  # its own process group, so a block past its time is stopped whole
+            ) as process:
+                try:
+                    out, err = process.communicate(timeout=BLOCK_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    out, err = process.communicate()
+                    # recorded as the block's result, so the blocks after it do not run it again
+                    return 124, out, f"{err}\nstopped after {BLOCK_TIMEOUT:g} s (IDCGEN_README_TIMEOUT sets the limit)"
+            return process.returncode, out, err
         out, err, status = io.StringIO(), io.StringIO(), 0
         previous = Path.cwd()
         os.chdir(self.workdir)
