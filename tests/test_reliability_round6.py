@@ -310,8 +310,8 @@ def test_cuinit_at_the_first_device_query_is_dropped(device, monkeypatch, capfd)
 
 
 def test_the_readmes_pytorch_twin_prints_no_start_up_lines(tmp_path):
-    """Case 5: the README's PyTorch snippet imported keras itself, before idcgen, so TensorFlow's start-up
-    lines the README says are dropped showed."""
+    """Case 5: the README's PyTorch snippet (now in docs/usage.md) imported keras itself, before idcgen, so
+    TensorFlow's start-up lines the README says are dropped showed."""
     pytest.importorskip("torch")
     import subprocess
     import sys
@@ -321,7 +321,7 @@ def test_the_readmes_pytorch_twin_prints_no_start_up_lines(tmp_path):
     from idcgen.framework.quiet import NOISE
 
     root = Path(__file__).resolve().parents[1]
-    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", (root / "docs" / "usage.md").read_text(), re.S)  # moved there
     (snippet,) = [b for b in blocks if "export_program(twin" in b]
     lenet5().save(tmp_path / "lenet5.keras")
     snippet = snippet.replace("outputs/demo/lenet5.keras", str(tmp_path / "lenet5.keras"))
@@ -415,4 +415,5 @@ def test_the_readme_test_compares_the_figures_that_matter():
     assert not matches(stale, printed)
     assert matches(printed.replace("2.7 s", "9.4 s"), printed)  # another machine's timing
     onnx = "IDC 33.9 % (130 of 384 combinations)"
-    assert onnx not in (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    root = Path(__file__).resolve().parents[1]
+    assert onnx not in (root / "README.md").read_text() + (root / "docs" / "usage.md").read_text()
