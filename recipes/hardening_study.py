@@ -516,8 +516,9 @@ def summarise(copies: list[dict], args, command: str, out: Path) -> list[dict]:
     write_csv(out / "summary.csv", tests)
     first = copies[0]
     eps = "; ".join(
-        f"{cell}: " + ", ".join(f"{c['attack_eps'][cell]:.2f}" for c in copies if c["attack_eps"].get(cell))
+        f"{cell}: " + ", ".join(f"{c['attack_eps'][cell]:.2f}" for c in copies)
         for cell in first["attack_eps"]
+        if all(c["attack_eps"].get(cell) for c in copies)
     )
     scratch = (
         f" From scratch (the subjects' recipe: Adadelta lr 1.0, {args.scratch_epochs} epochs, seed = the copy's) at "
