@@ -475,6 +475,7 @@ def harden(
     progress: bool = True,
     baselines=None,
     assessment: Assessment | None = None,
+    original: bool = True,
 ) -> dict:
     """Retrain with the IDC-kept inputs and with equal-size baselines from the same seeds; compare robustness.
     Returns the summary: ``rows`` one per (arm, repeat) with every measure, ``table`` the means with 95 %
@@ -491,7 +492,8 @@ def harden(
     measured by besides clean accuracy (an `Assessment`; default: all 15 corruptions at severities 1-5, PGD at
     0.1 and 0.3, no held-out campaign, no pair); a `CorruptionSuite` in it lets many calls share one.
     ``out``: a folder for harden.md/.csv/.json/.png and hardening.csv (None: nothing written). ``progress``:
-    progress bars on stderr."""
+    progress bars on stderr. ``original``: measure the model before retraining too (row ``original``); False
+    leaves that row out, for a caller that measured it already on the same test set."""
     mode, epochs, repeats = (retraining or Retraining()).checked()
     measured = assessment or Assessment()
     corruptions, severities, held_out = measured.corruptions, measured.severities, measured.held_out
@@ -557,17 +559,19 @@ def harden(
             found["held-out findings"] = float((net.predict(held["x"]) == held["label"]).mean())
         return found
 
-    rows = [
-        {
-            "arm": "original",
-            "repeat": 0,
-            "seed": random_state,
-            "extra_inputs": 0,
-            **_no_size(),
-            **_attack_budget("original", eps),
-            **measure(images, 0),
-        }
-    ]
+    rows = []
+    if original:
+        rows.append(
+            {
+                "arm": "original",
+                "repeat": 0,
+                "seed": random_state,
+                "extra_inputs": 0,
+                **_no_size(),
+                **_attack_budget("original", eps),
+                **measure(images, 0),
+            }
+        )
     jobs = [(r, arm) for r in range(repeats) for arm in (GUIDED,) + names]
     additions: dict = {}
     for r, arm in tqdm(jobs, desc="retrain", disable=not progress, leave=False):
