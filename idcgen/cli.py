@@ -755,7 +755,7 @@ def fuzz(
     runner: CampaignRunnerOptions,
 ):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
-    from .session import new_campaign, resume_campaign
+    from .campaigns import new_campaign, resume_campaign
 
     _need_ray(runner.ray, runner.workers)
     groups = (models, inputs, convention, wanted, options, runner)
