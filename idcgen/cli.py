@@ -755,16 +755,13 @@ def fuzz(
     runner: CampaignRunnerOptions,
 ):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
-    from .campaigns import new_campaign, resume_campaign
+    from .campaigns import Groups, run_campaign
 
     _need_ray(runner.ray, runner.workers)
-    groups = (models, inputs, convention, wanted, options, runner)
-    if options.resume is not None:  # the campaign's own settings; any other option typed is checked against them
-        result = resume_campaign(options.resume, *groups, echo=typer.echo)
-    else:
-        if runner.ray is not None and runner.workers is None:
-            _fail("--ray runs parallel campaigns: give their number with --workers N")
-        result = new_campaign(*groups, echo=typer.echo)
+    if options.resume is None and runner.ray is not None and runner.workers is None:
+        _fail("--ray runs parallel campaigns: give their number with --workers N")
+    # a resume keeps the campaign's own settings; any other option typed is checked against them
+    result = run_campaign(Groups(models, inputs, convention, wanted, options, runner), echo=typer.echo, status=_stderr)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
 

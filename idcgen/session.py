@@ -21,6 +21,7 @@ from .options import (
     ConventionOptions,
     InputOptions,
     ModelOptions,
+    ModelsOptions,
     RunnerOptions,
 )
 
@@ -103,28 +104,31 @@ def _role(path, models, architectures) -> str:
 
 
 def open_model(
-    model,
+    models,
     *,
     safe_mode: bool = True,
-    architecture=None,
+    architectures=None,
     task=None,
     value_range=None,
     preprocess=None,
     analysis=None,
+    recorded=None,
     device=None,
     precision=None,
     images=None,
     input_shape=None,
     batch_size=None,
 ):
-    """(Network measured in image space, its input convention, the Analysis or None) for a command: the
-    model file loaded, the saved ``analysis`` (a folder) read, its recorded convention applied (an explicit
-    ``value_range``/``preprocess`` that contradicts it is refused) and the analysis bound to the model."""
-    found = None if analysis is None else Analysis.load(analysis)
-    recorded = None if found is None else dataclasses.replace(found.convention, image_shape=None)
-    network = load_networks(
-        [model],
-        architectures=None if architecture is None else [architecture],
+    """(Networks measured in image space, their input convention, the Analysis or None) for a command: the
+    model files loaded (the first under test; others for the disagreement oracle, in the same convention), the
+    ``analysis`` (a saved folder, read, or an Analysis) bound to the first under its ``recorded`` convention
+    (default: the analysis' own; an explicit ``value_range``/``preprocess`` that contradicts it is refused)."""
+    found = analysis if analysis is None or isinstance(analysis, Analysis) else Analysis.load(analysis)
+    if recorded is None and found is not None:
+        recorded = dataclasses.replace(found.convention, image_shape=None)
+    first, *others = load_networks(
+        models,
+        architectures=architectures,
         safe_mode=safe_mode,
         task=task,
         device=device,
@@ -132,13 +136,13 @@ def open_model(
         images=images,
         input_shape=input_shape,
         batch_size=batch_size,
-    )[0]
+    )
     network, convention = network_with_convention(
-        network, value_range=value_range, preprocess=preprocess, recorded=recorded
+        first, value_range=value_range, preprocess=preprocess, recorded=recorded
     )
     if found is not None:
         found.bind(network)
-    return network, convention, found
+    return [network] + [network_with_convention(n, recorded=convention)[0] for n in others], convention, found
 
 
 class Session:
@@ -146,38 +150,43 @@ class Session:
     saved analysis bound to it, the input sets it reads, and the executor its work runs on (this process, or
     Ray workers started when first needed); closing the session frees the workers.
 
-    ``model``, ``convention`` and ``runner`` are settings groups (:mod:`idcgen.options`); ``analysis``: a saved
-    analysis folder, read once; ``images``: an input set the command reads (a model file that records no input
-    shape takes theirs); ``echo``: where notes go; ``status``: where a line about starting workers goes.
+    ``model``, ``convention`` and ``runner`` are settings groups (:mod:`idcgen.options`), ``model`` one model or
+    several (:class:`~idcgen.options.ModelsOptions`: the others, for the disagreement oracle, are ``others``);
+    ``analysis``: a saved analysis folder, read once, or an Analysis, bound under its convention or ``recorded``;
+    ``images``: an input set the command reads (a model file that records no input shape takes theirs);
+    ``echo``: where notes go; ``status``: where a line about starting workers goes.
     """
 
     def __init__(
         self,
-        model: ModelOptions,
+        model: ModelOptions | ModelsOptions,
         convention: ConventionOptions | None = None,
         runner: RunnerOptions | None = None,
         *,
         analysis=None,
+        recorded=None,
         images=None,
         echo=print,
         status=None,
     ):
         convention = convention or ConventionOptions()
         self.model, self.runner, self.echo, self.status = model, runner or RunnerOptions(), echo, status or echo
-        self.network, self.convention, self.analysis = open_model(
-            model.model,
+        networks, self.convention, self.analysis = open_model(
+            model.model if isinstance(model, ModelsOptions) else [model.model],
             safe_mode=model.safe_mode,
-            architecture=model.architecture,
+            architectures=model.architectures,
             task=model.task,
             value_range=convention.value_range,
             preprocess=convention.preprocess,
             analysis=analysis,
+            recorded=recorded,
             device=model.device,
             precision=model.precision,
             images=images,
             input_shape=model.input_shape,
-            batch_size=model.batch_size,
+            batch_size=getattr(model, "batch_size", None),
         )
+        self.network, self.others = networks[0], networks[1:]
         _say_device(self.network, self.status)
         self._executor = None
 

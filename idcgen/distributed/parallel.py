@@ -28,6 +28,12 @@ import numpy as np
 from ..errors import InputError, ParameterError
 from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads
 
+#: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
+PARALLEL_NOT_REPRODUCIBLE = (
+    "parallel campaigns are not reproducible: the workers exchange inputs when they reach "
+    "them, which the machine's timing decides, so the same --random-state gives another "
+    "campaign; one process (no --workers) gives the same campaign for the same --random-state"
+)
 #: the pseudo-mutator whose steps add entries imported from the other workers
 SYNC = "sync"
 PARALLEL_FILE = "parallel.json"

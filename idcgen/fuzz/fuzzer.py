@@ -280,13 +280,15 @@ class Fuzzer:
             "the seeds",
         )
         on_grid = np.array_equal(quantise(x, self.value_range), x)
-        settings = self.settings(
-            budget,
-            sources=sources,
-            measure_specs=measure_specs,
-            rounding=self.rounding and on_grid,
-            storage="uint8" if on_grid else "float32",
-        )
+        rounding, storage = self.rounding and on_grid, "uint8" if on_grid else "float32"
+        if self.record is not None:  # built once, in from_settings
+            settings = self.record.replace(
+                budget=budget, sources=sources, measure_specs=tuple(measure_specs), rounding=rounding, storage=storage
+            )
+        else:
+            settings = self.settings(
+                budget, sources=sources, measure_specs=measure_specs, rounding=rounding, storage=storage
+            )
         campaign = Campaign(
             settings=settings.replace(parallel=parallel),
             analysis=self.analysis,
