@@ -257,8 +257,8 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
                 f"{record.workers} or without --workers"
             )
         saved, runner = record.settings, dataclasses.replace(runner, workers=record.workers)
-    else:
-        saved = CampaignSettings.from_dict(read_meta(folder)["config"])
+    else:  # in this process, whatever --ray says
+        saved, runner = CampaignSettings.from_dict(read_meta(folder)["config"]), dataclasses.replace(runner, ray=None)
     found = Analysis.load(found_folder(folder))
     refuse_resume_changes(folder, saved, found, groups)
     src = saved.sources

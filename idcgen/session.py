@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .analysis import Analysis
@@ -104,45 +105,33 @@ def _role(path, models, architectures) -> str:
 
 
 def open_model(
-    models,
-    *,
-    safe_mode: bool = True,
-    architectures=None,
-    task=None,
-    value_range=None,
-    preprocess=None,
-    analysis=None,
-    recorded=None,
-    device=None,
-    precision=None,
-    images=None,
-    input_shape=None,
-    batch_size=None,
+    model: ModelOptions | ModelsOptions, convention: ConventionOptions, *, analysis=None, recorded=None, images=None
 ):
     """(Networks measured in image space, their input convention, the Analysis or None) for a command: the
-    model files loaded (the first under test; others for the disagreement oracle, in the same convention), the
-    ``analysis`` (a saved folder, read, or an Analysis) bound to the first under its ``recorded`` convention
-    (default: the analysis' own; an explicit ``value_range``/``preprocess`` that contradicts it is refused)."""
+    model files loaded (the first under test; with :class:`~idcgen.options.ModelsOptions` others for the
+    disagreement oracle, in the same convention), the ``analysis`` (a saved folder, read, or an Analysis) bound to
+    the first under its ``recorded`` convention (default: the analysis' own; an explicit value range or
+    preprocessing in ``convention`` that contradicts it is refused); ``images``: as for :func:`load_networks`."""
     found = analysis if analysis is None or isinstance(analysis, Analysis) else Analysis.load(analysis)
     if recorded is None and found is not None:
         recorded = dataclasses.replace(found.convention, image_shape=None)
     first, *others = load_networks(
-        models,
-        architectures=architectures,
-        safe_mode=safe_mode,
-        task=task,
-        device=device,
-        precision=precision,
+        model.model if isinstance(model, ModelsOptions) else [model.model],
+        architectures=model.architectures,
+        safe_mode=model.safe_mode,
+        task=model.task,
+        device=model.device,
+        precision=model.precision,
         images=images,
-        input_shape=input_shape,
-        batch_size=batch_size,
+        input_shape=model.input_shape,
+        batch_size=getattr(model, "batch_size", None),  # ModelsOptions: sized from memory
     )
-    network, convention = network_with_convention(
-        first, value_range=value_range, preprocess=preprocess, recorded=recorded
+    network, in_convention = network_with_convention(
+        first, value_range=convention.value_range, preprocess=convention.preprocess, recorded=recorded
     )
     if found is not None:
         found.bind(network)
-    return [network] + [network_with_convention(n, recorded=convention)[0] for n in others], convention, found
+    return [network] + [network_with_convention(n, recorded=in_convention)[0] for n in others], in_convention, found
 
 
 class Session:
@@ -169,22 +158,9 @@ class Session:
         echo=print,
         status=None,
     ):
-        convention = convention or ConventionOptions()
         self.model, self.runner, self.echo, self.status = model, runner or RunnerOptions(), echo, status or echo
         networks, self.convention, self.analysis = open_model(
-            model.model if isinstance(model, ModelsOptions) else [model.model],
-            safe_mode=model.safe_mode,
-            architectures=model.architectures,
-            task=model.task,
-            value_range=convention.value_range,
-            preprocess=convention.preprocess,
-            analysis=analysis,
-            recorded=recorded,
-            device=model.device,
-            precision=model.precision,
-            images=images,
-            input_shape=model.input_shape,
-            batch_size=getattr(model, "batch_size", None),
+            model, convention or ConventionOptions(), analysis=analysis, recorded=recorded, images=images
         )
         self.network, self.others = networks[0], networks[1:]
         _say_device(self.network, self.status)
@@ -292,11 +268,56 @@ def save_analysis(analysis, model, out=None, *, force: bool = False) -> tuple[Pa
     )
 
 
-def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None, y_train=None, executor=None):
-    """(results, notes, missing) of an input set: IDC (with ``analysis``, on ``executor`` if given) and each
-    criterion of ``criteria`` (spec -> unfitted criterion), fitted on ``x_train``. A criterion that cannot be
-    computed here (LSC's densities on a layer wider than the training inputs are many, DSC without two classes)
-    does not take the others with it: ``missing`` says why, one line per criterion."""
+@dataclass
+class Measurement:
+    """The coverage of one input set by each criterion asked for (``results``, spec -> result: IDC first), with
+    their ``notes`` (spec -> lines) and the criteria that could not be computed (``missing``, spec -> why)."""
+
+    results: dict
+    notes: dict
+    missing: dict
+    inputs: int
+    analysis: Analysis | None = None
+    shards: int | None = None  # the shard files the inputs were read from by Ray workers (IDC only)
+
+    def to_dict(self) -> dict:
+        """``idcgen coverage --json``: the first result's fields, then each criterion's."""
+        first = next(iter(self.results.values()))
+        payload = dict(first.to_dict(), inputs=self.inputs)
+        if self.shards is not None and self.analysis is not None:
+            payload.update(shards=self.shards, layer=self.analysis.layer, m=self.analysis.m)
+        elif "idc" in self.results and self.analysis is not None:
+            payload.update(idc=self.results["idc"].score, layer=self.analysis.layer, m=self.analysis.m)
+        payload["criteria"] = {
+            k: {"score": r.score, "covered": r.covered, "total": r.total} for k, r in self.results.items()
+        }
+        for name, lines in self.notes.items():
+            payload["criteria"][name]["notes"] = lines
+        if self.missing:
+            payload["missing"] = self.missing
+        return payload
+
+    def summary_lines(self) -> list[str]:
+        """What ``idcgen coverage`` prints: one line per criterion (a spec with parameters named), its notes, and
+        why a criterion is missing."""
+        lines, where = [], "" if self.shards is None else f" in {self.shards} shards"
+        for name, result in self.results.items():
+            if name == "idc" and self.analysis is not None:
+                extra = f", layer {self.analysis.layer}, m={self.analysis.m}"
+            else:
+                extra = f", {name}" if ":" in name or "(" in name else ""
+            lines.append(f"{result}  [{self.inputs} inputs{where}{extra}]")
+            lines += [f"note: {name.upper()}: {line}" for line in self.notes.get(name, ())]
+        return lines + [f"note: {name.upper()} not computed: {why}" for name, why in self.missing.items()]
+
+
+def measure_coverage(
+    network, x, criteria: dict, *, analysis=None, x_train=None, y_train=None, executor=None
+) -> Measurement:
+    """The coverage of an input set: IDC (with ``analysis``, on ``executor`` if given) and each criterion of
+    ``criteria`` (spec -> unfitted criterion), fitted on ``x_train``. A criterion that cannot be computed here
+    (LSC's densities on a layer wider than the training inputs are many, DSC without two classes) does not take
+    the others with it: the measurement's ``missing`` says why, one line per criterion."""
     import numpy as np
 
     from .errors import DeviceError, IdcgenError
@@ -317,7 +338,7 @@ def measure_coverage(network, x, criteria: dict, *, analysis=None, x_train=None,
             continue
         if getattr(criterion, "notes_", None):  # e.g. LSC classes without a density: their inputs get no score
             notes[spec] = list(criterion.notes_)
-    return results, notes, missing
+    return Measurement(results, notes, missing, len(x), analysis)
 
 
 def _say_device(network, say=None) -> None:

@@ -259,7 +259,7 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
     ],
 )
 def test_errors_name_flags(message, expected):
-    from idcgen.cli import in_cli_words
+    from idcgen.commandline import in_cli_words
 
     assert in_cli_words(message) == expected
 

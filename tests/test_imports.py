@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 TOP = {
     "idcgen.cli",
     "idcgen.campaigns",
+    "idcgen.commandline",
     "idcgen.session",
     "idcgen.demo",
     "idcgen.export",

@@ -171,10 +171,8 @@ class Workers:
             recorded=recorded,
         )
         self.address, self.safe_mode, self.gpus_per_worker, self.threads = ray, safe_mode, gpus_per_worker, threads
-        self._recipe = ModelRecipe.of(self.network, safe_mode=safe_mode)
-        self.count, self._gpus = cluster_workers(
-            self.ray, workers, gpus_per_worker, on_gpus=self._recipe.device != "cpu"
-        )
+        on_gpus = getattr(self.network, "device_asked", "auto") != "cpu"  # cpu keeps the workers on their CPUs
+        self.count, self._gpus = cluster_workers(self.ray, workers, gpus_per_worker, on_gpus=on_gpus)
         self.where = f" on {self.count} Ray workers"  # what a line about the work adds
         self._actors: list | None = None
         self.pids: list = []
@@ -184,7 +182,7 @@ class Workers:
         """The actors, each holding the model, started on first use (a model that fails, fails there): a pool
         whose work is a parallel campaign, which runs actors of its own, starts none."""
         if self._actors is None:
-            recipe = self.ray.put(self._recipe)
+            recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=self.safe_mode))
             actor = self.ray.remote(AnalysisWorker).options(num_cpus=self.threads, num_gpus=self._gpus)
             started = [actor.remote(recipe, self.threads) for _ in range(self.count)]
             try:

@@ -336,13 +336,24 @@ class Fuzzer:
         saved = campaign.settings
         if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
             self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
-        ours = self.settings(
-            saved.budget,
-            sources=saved.sources,
-            measure_specs=saved.measure_specs,
-            rounding=saved.rounding,
-            storage=saved.storage,
-        ).replace(parallel=saved.parallel)
+        if self.record is not None:  # the settings from_settings built, with the oracle as calibrated now
+            ours = self.record.replace(
+                budget=saved.budget,
+                oracle=str(self.oracle),
+                sources=saved.sources,
+                measure_specs=saved.measure_specs,
+                rounding=saved.rounding,
+                storage=saved.storage,
+            )
+        else:
+            ours = self.settings(
+                saved.budget,
+                sources=saved.sources,
+                measure_specs=saved.measure_specs,
+                rounding=saved.rounding,
+                storage=saved.storage,
+            )
+        ours = ours.replace(parallel=saved.parallel)
         changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
         if changed:
             raise ParameterError(f"{what} was made with other settings ({', '.join(changed)}); {fixes[1]}")
