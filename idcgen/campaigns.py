@@ -260,9 +260,9 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
     else:  # in this process, whatever --ray says
         saved, runner = CampaignSettings.from_dict(read_meta(folder)["config"]), dataclasses.replace(runner, ray=None)
     found = Analysis.load(found_folder(folder))
-    refuse_resume_changes(folder, saved, found, groups)
     src = saved.sources
     paths = models.model or (src.model, *src.other_models)
+    refuse_resume_changes(folder, saved, found, groups._replace(models=dataclasses.replace(models, model=paths)))
     from .framework import resolve_device
 
     # the options' own faults (a precision the model's framework lacks, a GPU not seen) are said as they are,
@@ -364,6 +364,8 @@ def _differences(saved: CampaignSettings, found: Analysis, groups: Groups) -> di
     """option -> (the campaign's value, the value typed), as options take them, for every setting the options
     would change: ``saved.differences(asked)``, and the analysis' clusters and the preprocessing, which the
     analysis records."""
+    if "guide" not in groups.typed():  # the criteria measured besides IDC are the campaign's guide's
+        groups = groups._replace(options=dataclasses.replace(groups.options, guide=saved.guide))
     asked = campaign_settings(
         groups,
         mutators=saved.mutators,

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, ParameterError
-from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads
+from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads, network_of
 
 #: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
 PARALLEL_NOT_REPRODUCIBLE = (
@@ -295,8 +295,6 @@ def fuzz(
     step and the union's covered count.
     Returns the merged campaign's state with ``workers`` (each one's state) and ``restarts``.
     """
-    from .workers import network_of
-
     budget, workers, sync_every, threads = _checked(budget, workers, runner)
     out = Path(out).resolve()  # the workers' own working directory may differ from this process'
     say = echo or (lambda *_: None)

@@ -22,7 +22,18 @@ from pathlib import Path
 import numpy as np
 
 from .actor import CoverageIds, HeldInputs, MeasurePasses, RelevancePasses
-from .cluster import LOCAL, ModelRecipe, cluster_on, cluster_workers, connect, fetch, gather, hold_threads, shard_bounds
+from .cluster import (
+    LOCAL,
+    ModelRecipe,
+    cluster_on,
+    cluster_workers,
+    connect,
+    fetch,
+    gather,
+    hold_threads,
+    network_of,
+    shard_bounds,
+)
 
 
 class AnalysisWorker(HeldInputs, RelevancePasses, CoverageIds, MeasurePasses):
@@ -111,17 +122,6 @@ class RayPasses:
 
     def clusters(self, acts, neurons, ks, method, random_state, progress):
         return cluster_on(self.pool, acts, neurons, ks, method, random_state, progress)
-
-
-def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
-    """(Network, input convention) of a model file, Keras model or Network, as the driver measures it."""
-    from ..framework import ForwardNetwork, Network, load_model, network_with_convention
-
-    if isinstance(model, (str, os.PathLike)):
-        model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
-    elif not isinstance(model, ForwardNetwork):
-        model = Network(model, task=task)
-    return network_with_convention(model, **convention)
 
 
 class Workers:
