@@ -320,7 +320,18 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
 
 
 #: typed with a resume, options about where it runs, not what it does (the budget is the new total)
-_WHERE_IT_RUNS = ("budget", "model", "architecture", "unsafe", "resume", "workers", "ray", "device", "precision")
+_WHERE_IT_RUNS = {
+    "budget",
+    "model",
+    "architecture",
+    "unsafe",
+    "resume",
+    "workers",
+    "ray",
+    "gpus_per_worker",
+    "device",
+    "precision",
+}
 #: the option that sets a recorded setting, where the names differ (validity's ``enabled`` is --no-validity's)
 _OPTION_OF = {
     "task_given": "task",
@@ -338,7 +349,7 @@ def refuse_resume_changes(folder: Path, saved: CampaignSettings, found: Analysis
     differing = _differences(saved, found, groups) if typed else {}
     conflicts = []
     for name in typed:
-        if name in _WHERE_IT_RUNS or name == "gpus_per_worker":
+        if name in _WHERE_IT_RUNS:
             continue
         if name == "out":
             if not _same_path(groups.options.out, folder):

@@ -175,7 +175,7 @@ class Workers:
         self.count, self._gpus = cluster_workers(self.ray, workers, gpus_per_worker, on_gpus=on_gpus)
         self.where = f" on {self.count} Ray workers"  # what a line about the work adds
         self._actors: list | None = None
-        self.pids: list = []
+        self._pids: list = []
 
     @property
     def actors(self) -> list:
@@ -186,13 +186,18 @@ class Workers:
             actor = self.ray.remote(AnalysisWorker).options(num_cpus=self.threads, num_gpus=self._gpus)
             started = [actor.remote(recipe, self.threads) for _ in range(self.count)]
             try:
-                self.pids = fetch(self.ray, [a.ready.remote() for a in started])
+                self._pids = fetch(self.ray, [a.ready.remote() for a in started])
             except BaseException:
                 for a in started:
                     self.ray.kill(a)
                 raise
             self._actors = started
         return self._actors
+
+    @property
+    def pids(self) -> list:
+        """The actors' process ids (started if they were not)."""
+        return self._pids if self.actors else []
 
     def actor(self, shard: int):
         return self.actors[shard % len(self.actors)]
