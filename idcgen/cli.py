@@ -1,23 +1,20 @@
 """The ``idcgen`` command line: a thin layer over the library.
 
-Every library error becomes one line on stderr (``error: ...``) and exit status 1.
+Every library error becomes one line on stderr (``error: ...``) and exit status 1 (:mod:`idcgen.commandline`);
+each result prints its own summary lines.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import re
-import shlex
 from pathlib import Path
 from typing import Optional
 
 import typer
-import typer.core
 
+from .commandline import fail, register
 from .criteria import ALL_NAMES, NEEDS_DATA
-from .errors import IdcgenError
 from .options import (
     AffinityOptions,
     AnalysisOptions,
@@ -75,246 +72,16 @@ def _peak_memory_mib() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-#: The one table from the library's parameter names to the flags that set them. The library's messages
-#: name Python parameters ("The 'batch_size' parameter must ...", "scale='255'"); the CLI's error handler
-#: rewrites those references into the user's words ("--batch-size must ...", "--scale 255").
-FLAGS = {
-    "alpha": "--alpha",
-    "analysis": "--analysis",
-    "architecture": "--architecture",
-    "beta": "--beta",
-    "budget": "--budget",
-    "batch_size": "--batch-size",
-    "threshold": "--threshold",
-    "scaling": "--scaling",
-    "top": "--top",
-    "clusters": "--clusters",
-    "crop": "--crop",
-    "labels": "--labels",
-    "task": "--task",
-    "class_names": "--class-names",
-    "cluster_method": "--cluster-method",
-    "correct_only": "--correct-only",
-    "criteria": "--criteria",
-    "epochs": "--epochs",
-    "force": "--force",
-    "guide": "--guide",
-    "image_shape": "--image-shape",
-    "layer": "--layer",
-    "limit": "--limit",
-    "limit_test": "--limit-test",
-    "m": "--m",
-    "measure": "--measure",
-    "mode": "--mode",
-    "model": "--model",
-    "mutators": "--mutators",
-    "no_round": "--no-round",
-    "no_validity": "--no-validity",
-    "only_class": "--class",
-    "oracle": "--oracle",
-    "out": "--out",
-    "overwrite": "--force",
-    "pair": "--pair",
-    "preprocess": "--preprocess",
-    "random_state": "--random-state",
-    "relevance_of": "--relevance-of",
-    "repeats": "--repeats",
-    "resize": "--resize",
-    "scale": "--scale",
-    "scheduler": "--scheduler",
-    "seeds": "--seeds",
-    "train": "--train",
-    "value_range": "--value-range",
-    "tol": "--tol",
-    "measures": "--measures",
-    "units": "--units",
-    "hypotheses": "--hypotheses",
-    "workers": "--workers",
-    "by": "--by",
-    "passes": "--passes",
-    "tolerance": "--tolerance",
-    "x_train": "--train",
-    "device": "--device",
-    "precision": "--precision",
-    "gpus_per_worker": "--gpus-per-worker",
-}
-# "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
-_PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? parameters?\b(?! of )")
-# name=value with a Python repr or a bare value, not inside a spec such as rotate(limit=30)
-_ASSIGNMENT = re.compile(r"(?<![\w(])(\w+)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)")
-
-
-def _in_spec(text: str, at: int) -> bool:
-    """Whether ``text[at]`` lies inside a spec's parentheses, nc(scaling=none,threshold=0.5): the spec is
-    what the user wrote, not flags, however deep (kmnc(k=(2,3),...))."""
-    depth = 0
-    for i in range(at - 1, -1, -1):
-        if text[i] == ")":
-            depth += 1
-        elif text[i] == "(":
-            if depth == 0:
-                return i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")
-            depth -= 1
-    return False
-
-
-def in_cli_words(message: str) -> str:
-    """A library message with its parameter references spelt as the flags that set them (see FLAGS)."""
-
-    def words(match):
-        names = [n for n in match.groups() if n]
-        if not all(n in FLAGS for n in names):
-            return match.group(0)
-        return " and ".join(FLAGS[n] for n in names)
-
-    def assignment(match):
-        name, value = match.groups()
-        if name not in FLAGS or _in_spec(match.string, match.start()):
-            return match.group(0)
-        if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) >= 2:
-            value = value[1:-1]
-        return FLAGS[name] if value == "True" else f"{FLAGS[name]} {shlex.quote(value)}"
-
-    return _ASSIGNMENT.sub(assignment, _PARAMETER_WORDS.sub(words, message))
-
-
-def _close_progress_bars() -> None:
-    """Close the progress bars still open, so that an error gets a line of its own (not the bar's)."""
-    import sys
-
-    tqdm = getattr(sys.modules.get("tqdm.std"), "tqdm", None)  # none open unless tqdm was imported
-    for bar in list(getattr(tqdm, "_instances", ()) or ()):
-        bar.close()
-
-
-def _fail(message: str) -> None:
-    _close_progress_bars()  # else the error lands on the line of a bar the error interrupted
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
-
-
 def _check_report_folder(out: Path | None) -> None:
     """A report folder given as an existing file is refused before the work, not after it when the report is
     written (harden had retrained both models by then)."""
     if out is not None and out.exists() and not out.is_dir():
-        _fail(f"--out {out} is a file; the report is a folder: give a folder name")
-
-
-class _Command(typer.core.TyperCommand):
-    """A command refusing a single-valued option given twice (click keeps the last one silently)."""
-
-    def parse_args(self, ctx, args):
-        # each name of a single-valued option -> the option (--architecture and --weights are one option)
-        single = {
-            name: p
-            for p in self.params
-            if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False)
-            for name in p.opts
-            if name.startswith("--")
-        }
-        seen = {}
-        for arg in args:
-            if arg == "--":
-                break
-            name = arg.split("=", 1)[0]
-            if name in single and single[name] in seen:
-                first = seen[single[name]]
-                _fail(
-                    f"{name} given twice (only one is used): give it once"
-                    if first == name
-                    else f"{first} and {name} are two names of one option (only one value is used): give one"
-                )
-            if name in single:
-                seen[single[name]] = name
-        return super().parse_args(ctx, args)
-
-    def collect_usage_pieces(self, ctx):
-        # typer writes a required argument {OLD}, which reads as a set; click's plain OLD is the convention
-        return [re.sub(r"^\{(.+)\}$", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+        fail(f"--out {out} is a file; the report is a folder: give a folder name")
 
 
 def command(func):
-    """Register ``func`` as a command and turn idcgen errors into one clear line.
-
-    A parameter annotated with a settings group (:mod:`idcgen.options`) becomes the group's options on the
-    command line; the command receives the group built from what was typed, each value parsed once."""
-    groups, signature = _expand_groups(func)
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            if groups:
-                kwargs = _build_groups(groups, kwargs)
-            return func(*args, **kwargs)
-        except IdcgenError as exc:
-            _fail(in_cli_words(str(exc)))
-        except OSError as exc:  # unwritable --out, a file where a folder should be, a full disk
-            _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
-        except Exception as exc:  # a device out of memory where no batch halving caught it: one line too
-            from .framework.device import is_out_of_memory, out_of_memory_line
-
-            if not is_out_of_memory(exc):
-                raise
-            _fail(in_cli_words(out_of_memory_line(exc)))
-        except KeyboardInterrupt:
-            typer.echo("error: interrupted", err=True)
-            raise typer.Exit(130) from None
-
-    wrapper.__signature__ = signature  # typer reads the expanded options, not the groups
-    wrapper.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
-    return app.command(cls=_Command)(wrapper)
-
-
-_CTX = "_typed_ctx"  # the click context a command with groups is given, to tell typed options from defaults
-
-
-def _expand_groups(func):
-    """({parameter: group class}, the signature typer reads): each group-typed parameter replaced by the
-    group's options."""
-    import inspect
-    import typing
-
-    from .options import Group
-
-    hints = typing.get_type_hints(func)
-    groups, params = {}, []
-    for p in inspect.signature(func).parameters.values():
-        kind = hints.get(p.name)
-        if isinstance(kind, type) and issubclass(kind, Group):
-            groups[p.name] = kind
-            for name, flag in kind.flags().items():
-                params.append(
-                    inspect.Parameter(
-                        name,
-                        inspect.Parameter.KEYWORD_ONLY,
-                        annotation=flag.cli_type,
-                        default=typer.Option(flag.cli_default, *flag.names, help=flag.help),
-                    )
-                )
-        else:
-            params.append(p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY))
-    names = [p.name for p in params]
-    clash = {n for n in names if names.count(n) > 1}
-    if clash:  # a programming error: one option in two groups of the command
-        raise TypeError(f"{func.__name__}: options {sorted(clash)} are in more than one group")
-    if groups and not any(p.annotation is typer.Context for p in params):
-        params.append(inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
-    return groups, inspect.Signature(params)
-
-
-def _build_groups(groups: dict, kwargs: dict) -> dict:
-    """The command's keywords with each group's options gathered into the group (parsed once)."""
-    ctx = kwargs.pop(_CTX, None) or next(v for v in kwargs.values() if isinstance(v, typer.Context))
-    typed = tuple(_given(ctx))
-    for param, kind in groups.items():
-        kwargs[param] = kind.from_typed({n: kwargs.pop(n) for n in kind.flags() if n in kwargs}, typed)
-    return kwargs
-
-
-def _given(ctx: typer.Context) -> dict:
-    """The options typed on the command line (not left at their defaults), by parameter name."""
-    source = ctx.get_parameter_source  # click's ParameterSource (typer vendors click: compared by name)
-    return {k: v for k, v in ctx.params.items() if getattr(source(k), "name", None) == "COMMANDLINE"}
+    """Register ``func`` as an ``idcgen`` command (:func:`idcgen.commandline.register`)."""
+    return register(app, func)
 
 
 def _session(
@@ -335,17 +102,27 @@ def _stderr(line: str) -> None:
     typer.echo(line, err=True)
 
 
+def _echo_lines(lines, echo=typer.echo) -> None:
+    """A result's summary lines, printed."""
+    for line in lines:
+        echo(line)
+
+
 def _check_reading(*specs, reading: InputOptions, limit=None) -> None:
     """Input paths, dataset names and loading options checked before the framework is imported and the
     model loaded."""
-    _check_sources(
-        *specs,
-        scale=reading.scale,
-        limit=limit,
-        resize=reading.resize,
-        crop=reading.crop,
-        class_names=reading.class_names,
-    )
+    from .data import check_source
+
+    for spec in specs:
+        if spec is not None:
+            check_source(
+                spec,
+                scale=reading.scale,
+                limit=limit,
+                resize=reading.resize,
+                crop=reading.crop,
+                class_names=reading.class_names,
+            )
 
 
 def _shard_pattern(spec: str, option: str, runner: RunnerOptions, limit) -> bool:
@@ -357,44 +134,21 @@ def _shard_pattern(spec: str, option: str, runner: RunnerOptions, limit) -> bool
 
     shard_files(spec)
     if limit is not None:
-        _fail(f"--limit is for one input set; shard files ({option} with a pattern) are read whole: drop --limit")
+        fail(f"--limit is for one input set; shard files ({option} with a pattern) are read whole: drop --limit")
     return True
 
 
 def _idc_of_shards(session, names, pattern: str, as_json: bool, load: dict):
     """``coverage --inputs 'PATTERN' --ray``: IDC of shard files the Ray workers read themselves, one a shard."""
+    from .session import Measurement
+
     found = session.analysis
     if found is None or names != ["idc"]:
-        _fail("shard files (--inputs with a pattern) are measured for IDC only: give --criteria idc, or one input set")
-    pool = session.executor
-    held = pool.shards(pattern, **load)
-    result = pool.tracker(found, held, progress=not as_json).result()
-    n, shards = len(held), len(held.sources)
-    if as_json:
-        typer.echo(
-            json.dumps(
-                dict(
-                    result.to_dict(),
-                    inputs=n,
-                    shards=shards,
-                    layer=found.layer,
-                    m=found.m,
-                    criteria={"idc": {"score": result.score, "covered": result.covered, "total": result.total}},
-                )
-            )
-        )
-    else:
-        typer.echo(f"{result}  [{n} inputs in {shards} shards, layer {found.layer}, m={found.m}]")
-
-
-def _check_sources(*specs, **options) -> None:
-    """Input paths, dataset names and loading options checked before the framework is imported and the
-    model loaded."""
-    from .data import check_source
-
-    for spec in specs:
-        if spec is not None:
-            check_source(spec, **options)
+        fail("shard files (--inputs with a pattern) are measured for IDC only: give --criteria idc, or one input set")
+    held = session.executor.shards(pattern, **load)
+    result = session.executor.tracker(found, held, progress=not as_json).result()
+    measured = Measurement({"idc": result}, {}, {}, len(held), found, shards=len(held.sources))
+    _echo_lines([json.dumps(measured.to_dict())] if as_json else measured.summary_lines())
 
 
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
@@ -587,7 +341,7 @@ def coverage(
     _need_ray(runner.ray, runner.workers)
     names = parse_criteria(criteria)
     if "idc" in names and analysis is None:
-        _fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
+        fail("IDC needs --analysis DIR (from `idcgen analyze`); or leave idc out of --criteria")
     _check_reading(inputs, train, reading=reading, limit=reading.limit)
     with _session(model, convention, runner, analysis if "idc" in names else None, images=inputs) as session:
         if _shard_pattern(inputs, "--inputs", runner, reading.limit):
@@ -606,14 +360,14 @@ def _measure(session, inputs: str, names: list, train, as_json: bool, reading: I
     x_train = y_train = None
     needing = [c.name for c in others.values() if c.needs_data]
     if needing and train is None:
-        _fail(f"{', '.join(needing)} need --train DATA (the model's training inputs)")
+        fail(f"{', '.join(needing)} need --train DATA (the model's training inputs)")
     if labels is not None and not needing:  # they label --train's images; the inputs measured need none
-        _fail(
+        fail(
             "--labels gives the labels of --train's image folder, which only lsc:group=label and dsc read; "
             "coverage of --inputs needs no labels: drop --labels"
         )
     if train is not None and not needing:
-        _fail(
+        fail(
             f"--train is read by criteria fitted on training data ({', '.join(NEEDS_DATA)}); "
             f"{', '.join(names)} do not use it: drop --train"
         )
@@ -622,7 +376,7 @@ def _measure(session, inputs: str, names: list, train, as_json: bool, reading: I
         y_train = train_ds.y
     from .session import measure_coverage
 
-    results, notes, missing = measure_coverage(
+    measured = measure_coverage(
         network,
         x,
         others,
@@ -631,35 +385,12 @@ def _measure(session, inputs: str, names: list, train, as_json: bool, reading: I
         y_train=y_train,
         executor=session.executor if found is not None else None,
     )
-    if not results:
-        _fail("; ".join(f"{name} could not be computed: {why}" for name, why in missing.items()))
+    if not measured.results:
+        fail("; ".join(f"{name} could not be computed: {why}" for name, why in measured.missing.items()))
     if as_json:
-        first = next(iter(results.values()))
-        payload = dict(first.to_dict(), inputs=len(x))
-        if "idc" in results:
-            payload.update(idc=results["idc"].score, layer=found.layer, m=found.m)
-        payload["criteria"] = {
-            k: {"score": r.score, "covered": r.covered, "total": r.total} for k, r in results.items()
-        }
-        for name, lines in notes.items():
-            payload["criteria"][name]["notes"] = lines
-        if missing:
-            payload["missing"] = missing
-        typer.echo(json.dumps(payload))
+        typer.echo(json.dumps(measured.to_dict()))
     else:
-        for name, result in results.items():
-            extra = (
-                f", layer {found.layer}, m={found.m}"
-                if name == "idc"
-                else f", {name}"
-                if ":" in name or "(" in name
-                else ""
-            )
-            typer.echo(f"{result}  [{len(x)} inputs{extra}]")
-            for line in notes.get(name, ()):
-                typer.echo(f"note: {name.upper()}: {line}")
-        for name, why in missing.items():
-            typer.echo(f"note: {name.upper()} not computed: {why}")
+        _echo_lines(measured.summary_lines())
 
 
 @command
@@ -737,12 +468,7 @@ def prioritize(
         payload.update(inputs=len(x), by=ranking.by, out=str(path))
         typer.echo(json.dumps(payload))
         return
-    for note in ranking.notes:
-        typer.echo(f"note: {note}")
-    typer.echo(f"{len(x)} inputs ordered by {ranking.by} -> {path}")
-    typer.echo(
-        str(evaluation) if evaluation is not None else "no labels: the ordering is not scored (give labels for APFD)"
-    )
+    _echo_lines(ranking.summary_lines(path))
 
 
 @command
@@ -755,16 +481,13 @@ def fuzz(
     runner: CampaignRunnerOptions,
 ):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
-    from .session import new_campaign, resume_campaign
+    from .campaigns import Groups, run_campaign
 
     _need_ray(runner.ray, runner.workers)
-    groups = (models, inputs, convention, wanted, options, runner)
-    if options.resume is not None:  # the campaign's own settings; any other option typed is checked against them
-        result = resume_campaign(options.resume, *groups, echo=typer.echo)
-    else:
-        if runner.ray is not None and runner.workers is None:
-            _fail("--ray runs parallel campaigns: give their number with --workers N")
-        result = new_campaign(*groups, echo=typer.echo)
+    if options.resume is None and runner.ray is not None and runner.workers is None:
+        fail("--ray runs parallel campaigns: give their number with --workers N")
+    # a resume keeps the campaign's own settings; any other option typed is checked against them
+    result = run_campaign(Groups(models, inputs, convention, wanted, options, runner), echo=typer.echo, status=_stderr)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
 
@@ -798,7 +521,7 @@ def harden(
     from .checks import check_int
     from .fuzz.campaign import Campaign
     from .fuzz.store import read_meta
-    from .hardening import Assessment, Retraining, check_baselines, check_pair, format_differences, format_table
+    from .hardening import Assessment, Retraining, check_baselines, check_pair, summary_lines
     from .hardening import harden as run
 
     if limit_test is not None:
@@ -815,7 +538,7 @@ def harden(
     network = session.network
     check_baselines(r.baselines, network)  # one line naming a baseline the model cannot run (pgd on regression)
     if network.task == "regression":
-        _fail(
+        fail(
             "harden measures accuracy and retrains with class labels; it is for classifiers, and this model is "
             "a regression model (one output unit)"
         )
@@ -830,7 +553,7 @@ def harden(
     train_ds, x_train = session.inputs(train, reading)
     test_ds, x_test = session.inputs(test, reading, limit=limit_test)
     if train_ds.y is None or test_ds.y is None:
-        _fail("--train and --test need labels")
+        fail("--train and --test need labels")
     out = out or campaign / "harden"
     summary = run(
         network,
@@ -847,17 +570,7 @@ def harden(
             corruptions=r.corruptions, severities=r.severities, pgd_eps=r.pgd_eps, held_out=held, pair=classes
         ),
     )
-    for note in summary["notes"]:
-        echo(f"note: {note}")
-    if summary["attack_eps"] is not None:
-        echo(
-            f"pgd and fgsm additions at {summary['attack_norm']} eps {summary['attack_eps']:.4g} of the value range "
-            "(the kept inputs' median L2 distance from their seeds)"
-        )
-    echo(format_table(summary))
-    echo("IDC-guided minus each baseline (points, paired by repeat):")
-    echo(format_differences(summary))
-    echo(f"written to {out}/ (harden.md, harden.csv, hardening.csv, harden.json, harden.png) in {summary['seconds']} s")
+    _echo_lines(summary_lines(summary, out), echo)
     if as_json:
         typer.echo(json.dumps(summary))
 
@@ -900,7 +613,7 @@ def _shape_option(text: str, option: str) -> tuple:
     except ValueError:
         shape = ()
     if not shape or min(shape) < 1:
-        _fail(f"{option} takes positive integers such as 32,32,3; got {text!r}")
+        fail(f"{option} takes positive integers such as 32,32,3; got {text!r}")
     return shape
 
 
@@ -927,10 +640,6 @@ def demo(
     from .demo import run_demo
 
     run_demo(out, epochs=epochs, budget=budget, force=force, echo=typer.echo)
-
-
-#: inspect's mark of a pair by (below mean - 1 std, in the top 1 %)
-_CONFUSION_MARKS = {(True, True): "**", (True, False): "*", (False, True): "+", (False, False): ""}
 
 
 @command
@@ -985,67 +694,18 @@ def inspect(
         )  # shards: given, or the folders'
         y = None if no_labels or sharded else ds.y
         result = session.executor.inspect(x, y, **options)
-    convention = session.convention
     folder = out if out is not None else DEFAULT_OUTPUTS / "inspect" / model.model.stem
     report = result.write_report(
         folder,
         None if sharded else x,
         top=top,
         title=f"{model.model.name} on {inputs}",
-        value_range=convention.value_range,
+        value_range=session.convention.value_range,
     )  # shards: no example images
     if as_json:
         typer.echo(json.dumps(dict(result.to_dict(), report=str(report))))
         return
-    for note in result.notes:
-        typer.echo(f"note: {note}")
-    m = result.metrics["all"]
-    layers = result.layers  # DenseNet121 has 120: all are in the report, the line names the first and the last
-    named = (
-        ", ".join(layers) if len(layers) <= 6 else f"{len(layers)} layers ({', '.join(layers[:5])} ... {layers[-1]})"
-    )
-    typer.echo(
-        f"{result.n_inputs} inputs, {result.n_classes} classes, {m['neurons']} neurons of {named}; "
-        f"NAPVD mean {_fmt_number(m['napvd_mean'])}, std {_fmt_number(m['napvd_std'])}"
-    )
-    shown = result.top(top)
-    typer.echo(
-        "pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %; + top 1 % only):"
-    )
-    for r in shown:
-        # the two cut-offs are separate predictions: with few defined pairs the lowest need not be below mean - 1 std
-        mark = _CONFUSION_MARKS[bool(r["confusion_std"]), bool(r["confusion_top"])]
-        conf = r.get("type1conf")  # None: no labelled input of either class
-        extra = (
-            ""
-            if "type1conf" not in r
-            else f"  type-1 confusion {'n/a' if conf is None else f'{conf:.4f}'}"
-            + (" (confused)" if r["confused"] else "")
-        )
-        typer.echo(
-            f"  {result.name(r['a'])} - {result.name(r['b'])}: NAPVD {_fmt_number(r['napvd'], '.3f')}{mark}{extra}"
-        )
-    for view, vm in result.metrics.items():
-        if "confusion" not in vm:
-            continue
-        for what in ("confusion", "bias"):
-            e = vm[what]
-            typer.echo(
-                f"{what} ({view} neurons, {vm['neurons']}): {e['actual']} actual pairs; mean - 1 std: "
-                f"precision {_fmt_rate(e['std']['precision'])}, recall {_fmt_rate(e['std']['recall'])}; top 1 %: "
-                f"precision {_fmt_rate(e['top']['precision'])}, recall {_fmt_rate(e['top']['recall'])}; "
-                f"Spearman {_fmt_rate(e['spearman'])}"
-            )
-    typer.echo(f"report: {report} (and report.html, pairs.csv, inspect.json)")
-
-
-def _fmt_number(value, spec: str = ".3g") -> str:
-    """NAPVD statistics are None when no class pair has one (inputs of a single class)."""
-    return "n/a" if value is None else f"{value:{spec}}"
-
-
-def _fmt_rate(value) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
+    _echo_lines(result.summary_lines(top, report))
 
 
 @command
@@ -1081,7 +741,7 @@ def affinity(
     _need_ray(runner.ray, runner.workers)
     extra = load_hypotheses(a.hypotheses) if a.hypotheses is not None else []
     if a.no_builtin and not extra and not a.masks:
-        _fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
+        fail("--no-builtin leaves no hypothesis: give --hypotheses FILE")
     _check_report_folder(out)
     _check_reading(inputs, reading=reading, limit=reading.limit)
     with _session(model, convention, runner, analysis, images=inputs) as session:
@@ -1089,7 +749,8 @@ def affinity(
             inputs, reading, limit=reading.limit, labels=reading.labels, echo=_stderr if as_json else None
         )
         result = _affinity(session, x, ds.y, a, extra, chosen, as_json)
-    _affinity_report(result, model, out, chosen, as_json)
+    report = result.save(out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.model.stem)
+    _echo_lines([json.dumps(dict(result.to_dict(), report=str(report)))] if as_json else result.summary_lines(report))
 
 
 def _affinity(session, x, y, a: AffinityOptions, extra: list, chosen, as_json: bool):
@@ -1118,35 +779,6 @@ def _affinity(session, x, y, a: AffinityOptions, extra: list, chosen, as_json: b
         random_state=a.random_state,
         progress=not as_json,
     )
-
-
-def _affinity_report(result, model: ModelOptions, out, chosen, as_json: bool) -> None:
-    """Save an affinity result's report and print its tables."""
-    folder = out if out is not None else DEFAULT_OUTPUTS / "affinity" / model.model.stem
-    report = result.save(folder)
-    if as_json:
-        typer.echo(json.dumps(dict(result.to_dict(), report=str(report))))
-        return
-    for note in result.notes:
-        typer.echo(f"note: {note}")
-    stop = (
-        f"early stopping at +-{result.tol}: {result.n_seen} of {result.n_inputs} inputs"
-        if result.tol
-        else f"all {result.n_inputs} inputs"
-    )
-    typer.echo(
-        f"{len(result.units)} units in {len(result.groups)} group(s), {len(result.hypotheses)} hypotheses, "
-        f"{', '.join(result.measures)}; {stop}; {result.seconds:.1f} s"
-    )
-    for measure in dict.fromkeys(
-        [result.headline() or chosen[0]]
-        + (["linear"] if "linear" in chosen else [])
-        + (["pixel", "iou"] if "iou" in result.measures else [])
-    ):
-        typer.echo(result.table(measure))
-    for line in result.describe():
-        typer.echo(line)
-    typer.echo(f"report: {report} (and report.html, affinity.csv, affinity.json)")
 
 
 def main():

@@ -1,13 +1,37 @@
 """Where a command's work runs: this process (:class:`LocalExecutor`) or Ray workers
 (:class:`idcgen.distributed.workers.Workers`), behind one interface (docs/design.md, "Settings").
 
-Both take the same calls (``analyze``, ``coverage``, ``inspect``, ``affinity``, ``close``), so a command runs
-its work one way whichever executor the settings chose; only Ray workers read shard files themselves.
+Both take the same calls (``analyze``, ``coverage``, ``inspect``, ``affinity``, ``fuzz``, ``resume``, ``close``),
+so a command runs its work one way whichever executor the settings chose; only Ray workers read shard files
+themselves, and on them a campaign is several that share what they cover (:mod:`idcgen.distributed.parallel`).
 """
 
 from __future__ import annotations
 
-from .errors import ParameterError
+import errno
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import InputError, ParameterError
+
+if TYPE_CHECKING:
+    from .fuzz.campaign import Campaign
+    from .fuzz.fuzzer import Fuzzer
+
+
+@dataclass
+class Fuzzed:
+    """A campaign run to its budget, handed back to be exported and reported the same way wherever it ran: the
+    campaign (for Ray, the merged view) and what its summary and report say about how it ran."""
+
+    campaign: Campaign
+    oracle: Any  # the oracle its findings are judged by on export
+    notes: tuple = ()  # what the report says about the setting
+    grown: str = "grown set"  # what the summary calls the inputs it grew
+    detail: str = ""  # how it ran, in the summary line's parentheses
+    workers: list | None = None  # each Ray worker's state
+    restarts: tuple = ()  # the workers started again from their last commit
 
 
 class LocalExecutor:
@@ -38,6 +62,68 @@ class LocalExecutor:
 
     def shards(self, source, **_):
         raise ParameterError(f"shard files ({source}) are read by Ray workers: give --ray or --workers")
+
+    # ---- campaigns -------------------------------------------------------------------------------
+    def fuzz(self, fuzzer: Fuzzer, x_seeds, y_seeds, out: Path, *, echo: Callable, progress: bool) -> Fuzzed | None:
+        """A new campaign in ``out``, fuzzed to its budget in this process; None if interrupted."""
+        try:
+            campaign = fuzzer.start(x_seeds, y_seeds, out)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # before its first commit there is no campaign to resume: it starts again
+            raise InputError(
+                f"no space left on the device of campaign {out}"
+                + (f" (writing {exc.filename})" if exc.filename else "")
+                + "; it stopped writing its seeds, before any fuzzing: free some space, remove "
+                f"{out}, then start the campaign again"
+            ) from None
+        echo(
+            f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
+            f"{campaign.tracker.total})"
+        )
+        return self._run(fuzzer, campaign, echo, progress)
+
+    def resume(
+        self, fuzzer: Fuzzer, folder: Path, budget: int | None, *, seeds: Callable, echo: Callable, progress: bool
+    ) -> Fuzzed | None:
+        """The campaign in ``folder`` continued to ``budget`` execs (default its own) from its last commit; its
+        ``seeds`` (a call that loads them) are in the campaign already. None if interrupted."""
+        campaign = fuzzer.resume(folder)
+        if budget is not None:
+            try:
+                campaign.set_budget(budget)
+            except BaseException:
+                campaign.close()
+                raise
+        echo(
+            f"resuming {folder} at step {campaign.step}: {campaign.execs} of {campaign.budget} execs done, "
+            f"IDC {campaign.tracker.score:.1%}"
+        )
+        for note in campaign.store.notes if campaign.store is not None else ():  # damage found on reading
+            echo(f"note: {note}")
+        echo(fuzzer.validity.describe(fuzzer.mutators))
+        return self._run(fuzzer, campaign, echo, progress)
+
+    @staticmethod
+    def _run(fuzzer: Fuzzer, campaign: Campaign, echo: Callable, progress: bool) -> Fuzzed | None:
+        try:
+            fuzzer.run(campaign, progress=progress)
+        except KeyboardInterrupt:
+            echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
+            return None
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # the writer thread's error has no path of the user's; the committed steps are whole on disk
+            raise InputError(
+                f"no space left on the device of campaign {campaign.folder}"
+                + (f" (writing {exc.filename})" if exc.filename else "")
+                + f"; it stopped at its last commit: free some space, then continue with: "
+                f"idcgen fuzz --resume {campaign.folder}"
+            ) from None
+        campaign.open()  # the writer lock again: a second session must not export into the same folder at once
+        return Fuzzed(campaign, fuzzer.oracle, notes=tuple(campaign.settings.sources.notes))
 
     def close(self) -> None:
         pass

@@ -695,6 +695,27 @@ def format_differences(summary: dict, names=None) -> str:
     return "\n".join(lines)
 
 
+def summary_lines(summary: dict, out=None) -> list[str]:
+    """What ``idcgen harden`` prints of a :func:`harden` summary: notes, the attacks' budget, the table and the
+    differences; ``out``: where it was written."""
+    lines = [f"note: {note}" for note in summary["notes"]]
+    if summary["attack_eps"] is not None:
+        lines.append(
+            f"pgd and fgsm additions at {summary['attack_norm']} eps {summary['attack_eps']:.4g} of the value range "
+            "(the kept inputs' median L2 distance from their seeds)"
+        )
+    lines += [
+        format_table(summary),
+        "IDC-guided minus each baseline (points, paired by repeat):",
+        format_differences(summary),
+    ]
+    if out is not None:
+        lines.append(
+            f"written to {out}/ (harden.md, harden.csv, hardening.csv, harden.json, harden.png) in {summary['seconds']} s"
+        )
+    return lines
+
+
 def format_additions(summary: dict) -> str:
     lines = ["| arm | inputs added | median L2 | median L-inf | how |", "|---|---|---|---|---|"]
     for arm, a in summary["additions"].items():

@@ -303,6 +303,16 @@ class Ranking:
         extra = "" if self.evaluation is None else f", apfd={self.evaluation.apfd:.4f}"
         return f"Ranking(by={self.by!r}, inputs={len(self)}{extra})"
 
+    def summary_lines(self, path=None) -> list[str]:
+        """What ``idcgen prioritize`` prints: the notes, the ordering (written to ``path``) and its score."""
+        return [
+            *(f"note: {note}" for note in self.notes),
+            f"{len(self)} inputs ordered by {self.by} -> {path}",
+            str(self.evaluation)
+            if self.evaluation is not None
+            else "no labels: the ordering is not scored (give labels for APFD)",
+        ]
+
     def rows(self, names: Sequence[str] | None = None) -> list[dict]:
         """One row per rank: rank (1 = look first), input (index, or ``names[index]``), score."""
         if names is not None and len(names) != len(self.order):

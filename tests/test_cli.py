@@ -259,7 +259,7 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
     ],
 )
 def test_errors_name_flags(message, expected):
-    from idcgen.cli import in_cli_words
+    from idcgen.commandline import in_cli_words
 
     assert in_cli_words(message) == expected
 
@@ -494,7 +494,7 @@ def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_pat
 
 def test_the_campaign_summary_counts_in_the_right_number():
     """ "1 findings (1 survive uint8 rounding)" was printed for a campaign with one finding."""
-    from idcgen.session import _count
+    from idcgen.campaigns import _count
 
     assert [_count(n, "finding") for n in (0, 1, 2)] == ["0 findings", "1 finding", "2 findings"]
     assert [_count(n, "survive", "survives") for n in (0, 1, 5)] == ["0 survive", "1 survives", "5 survive"]

@@ -12,7 +12,16 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "idcgen"
 
 #: modules of the command-line layer: nothing below them may import them
-TOP = {"idcgen.cli", "idcgen.session", "idcgen.demo", "idcgen.export", "idcgen.report", "idcgen.hardening"}
+TOP = {
+    "idcgen.cli",
+    "idcgen.campaigns",
+    "idcgen.commandline",
+    "idcgen.session",
+    "idcgen.demo",
+    "idcgen.export",
+    "idcgen.report",
+    "idcgen.hardening",
+}
 
 #: modules that need numpy (and the image libraries) but never TensorFlow
 NUMPY_ONLY = [

@@ -2,6 +2,7 @@
 campaign built from one CampaignSettings, and no function with a long parameter list."""
 
 import ast
+import json
 import sys
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def test_groups_are_frozen():
 
 
 def test_a_command_with_one_option_in_two_groups_is_a_programming_error():
-    from idcgen.cli import _expand_groups
+    from idcgen.commandline import _expand_groups
 
     def clash(wanted: AnalysisOptions, again: AnalysisOptions):
         """Two groups, one --layer."""
@@ -148,6 +149,42 @@ def test_a_fresh_campaign_parses_the_value_range_once_and_reads_its_analysis_onc
         "parse_class_names": [],
     }
     assert len(loads) == 1 and Path(loads[0][0]) == tmp_path / "a"
+
+
+def test_a_fresh_campaign_builds_its_settings_once(trained_lenet, digits, tmp_path, monkeypatch):
+    """Option groups -> one CampaignSettings (campaign_settings) -> the fuzzer's record (Fuzzer.settings, once):
+    Fuzzer.start writes the record from_settings built, it does not build the settings again."""
+    import idcgen
+    import idcgen.campaigns as campaigns
+    from idcgen.cli import app
+    from idcgen.fuzz.fuzzer import Fuzzer
+
+    model, path = trained_lenet
+    x_train, y_train, x_test, y_test = digits
+    idcgen.analyze(model, x_train[:300], y_train[:300], m=2, progress=False).save(tmp_path / "a")
+    np.savez(tmp_path / "seeds.npz", x=(x_test[:16, ..., 0] * 255).round().astype(np.uint8), y=y_test[:16])
+    built = {"campaign_settings": 0, "Fuzzer.settings": 0}
+    made, recorded = campaigns.campaign_settings, Fuzzer.settings
+
+    def counted_made(*args, **kwargs):
+        built["campaign_settings"] += 1
+        return made(*args, **kwargs)
+
+    def counted_recorded(self, *args, **kwargs):
+        built["Fuzzer.settings"] += 1
+        return recorded(self, *args, **kwargs)
+
+    monkeypatch.setattr(campaigns, "campaign_settings", counted_made)
+    monkeypatch.setattr(Fuzzer, "settings", counted_recorded)
+    args = ["--model", str(path), "--seeds", str(tmp_path / "seeds.npz"), "--analysis", str(tmp_path / "a")]
+    result = CliRunner().invoke(
+        app,
+        ["fuzz", *args, "--budget", "32", "--batch-size", "16", "--mutators", "gauss", "--out", str(tmp_path / "c")],
+    )
+    assert result.exit_code == 0, result.output
+    assert built == {"campaign_settings": 1, "Fuzzer.settings": 1}
+    config = json.loads((tmp_path / "c" / "campaign.json").read_text())["config"]
+    assert config["budget"] == 32 and config["mutators"] == ["gauss(std=0.05)"] and config["layer"] is not None
 
 
 def _parameter_counts(folder: Path):

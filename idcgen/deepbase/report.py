@@ -53,6 +53,26 @@ class AffinityResult:
         )
 
     # -- words --
+    def summary_lines(self, report=None) -> list[str]:
+        """What ``idcgen affinity`` prints: the notes, what was measured, the tables of the headline measure
+        (and of linear and the masks' where measured), the plain-words lines; ``report``: where it was written."""
+        stop = (
+            f"early stopping at +-{self.tol}: {self.n_seen} of {self.n_inputs} inputs"
+            if self.tol
+            else f"all {self.n_inputs} inputs"
+        )
+        lines = [f"note: {note}" for note in self.notes]
+        lines.append(
+            f"{len(self.units)} units in {len(self.groups)} group(s), {len(self.hypotheses)} hypotheses, "
+            f"{', '.join(self.measures)}; {stop}; {self.seconds:.1f} s"
+        )
+        shown = [self.headline() or self.measures[0]] + [m for m in ("linear", "pixel", "iou") if m in self.measures]
+        lines += [self.table(measure) for measure in dict.fromkeys(shown)]
+        lines += self.describe()
+        if report is not None:
+            lines.append(f"report: {report} (and report.html, affinity.csv, affinity.json)")
+        return lines
+
     def unit_name(self, i: int) -> str:
         layer, neuron = self.units[i]
         return f"{'channel' if layer in self.channels else 'neuron'} {neuron} of {layer}"

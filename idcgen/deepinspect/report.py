@@ -132,6 +132,48 @@ class InspectResult:
             )
         return line + ")"
 
+    def summary_lines(self, top: int = 10, report=None) -> list[str]:
+        """What ``idcgen inspect`` prints: the notes, the figures, the ``top`` pairs with the smallest NAPVD
+        (marked where predicted confused) and, with labels, precision and recall; ``report``: where it was
+        written."""
+        m = self.metrics["all"]
+        layers = self.layers  # DenseNet121 has 120: all are in the report, the line names the first and the last
+        named = (
+            ", ".join(layers)
+            if len(layers) <= 6
+            else f"{len(layers)} layers ({', '.join(layers[:5])} ... {layers[-1]})"
+        )
+        lines = [f"note: {note}" for note in self.notes]
+        lines += [
+            f"{self.n_inputs} inputs, {self.n_classes} classes, {m['neurons']} neurons of {named}; "
+            f"NAPVD mean {_or_na(m['napvd_mean'])}, std {_or_na(m['napvd_std'])}",
+            "pairs with the smallest NAPVD (* predicted confused: below mean - 1 std; ** also top 1 %; + top 1 % only):",
+        ]
+        for r in self.top(top):
+            # the two cut-offs are separate predictions: with few defined pairs the lowest need not be below
+            # mean - 1 std
+            mark = _CONFUSION_MARKS[bool(r["confusion_std"]), bool(r["confusion_top"])]
+            conf = r.get("type1conf")  # None: no labelled input of either class
+            extra = (
+                ""
+                if "type1conf" not in r
+                else f"  type-1 confusion {'n/a' if conf is None else f'{conf:.4f}'}"
+                + (" (confused)" if r["confused"] else "")
+            )
+            lines.append(f"  {self.name(r['a'])} - {self.name(r['b'])}: NAPVD {_or_na(r['napvd'], '.3f')}{mark}{extra}")
+        for view, vm in self.metrics.items():
+            for what in ("confusion", "bias") if "confusion" in vm else ():
+                e = vm[what]
+                lines.append(
+                    f"{what} ({view} neurons, {vm['neurons']}): {e['actual']} actual pairs; mean - 1 std: "
+                    f"precision {_rate(e['std']['precision'])}, recall {_rate(e['std']['recall'])}; top 1 %: "
+                    f"precision {_rate(e['top']['precision'])}, recall {_rate(e['top']['recall'])}; "
+                    f"Spearman {_rate(e['spearman'])}"
+                )
+        if report is not None:
+            lines.append(f"report: {report} (and report.html, pairs.csv, inspect.json)")
+        return lines
+
     # ---- plots and report --------------------------------------------------------------------------
     def plot(self, folder=None) -> dict[str, Path]:
         """Save the NAPVD heatmap (``napvd.png``) and, with labels, the NAPVD-vs-type-1-confusion scatter
@@ -329,6 +371,19 @@ def _pair_table(result: InspectResult, top: int) -> list[str]:
             + " |"
         )
     return out
+
+
+#: the mark of a pair by (below mean - 1 std, in the top 1 %)
+_CONFUSION_MARKS = {(True, True): "**", (True, False): "*", (False, True): "+", (False, False): ""}
+
+
+def _or_na(value, spec: str = ".3g") -> str:
+    """NAPVD statistics are None when no class pair has one (inputs of a single class)."""
+    return "n/a" if value is None else f"{value:{spec}}"
+
+
+def _rate(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _fmt(value, pct: bool = False) -> str:

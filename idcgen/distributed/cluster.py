@@ -48,6 +48,17 @@ def connect(address: str | None = LOCAL, *, what: str = "--ray"):
     return ray, True
 
 
+def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
+    """(Network, input convention) of a model file, Keras model or Network, as the driver measures it."""
+    from ..framework import ForwardNetwork, Network, load_model, network_with_convention
+
+    if isinstance(model, (str, os.PathLike)):
+        model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
+    elif not isinstance(model, ForwardNetwork):
+        model = Network(model, task=task)
+    return network_with_convention(model, **convention)
+
+
 def fetch(ray, refs):
     """``ray.get``, with an idcgen error raised on a worker re-raised as itself (one line, no traceback)."""
     try:

@@ -26,8 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, ParameterError
-from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads
+from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads, network_of
 
+#: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
+PARALLEL_NOT_REPRODUCIBLE = (
+    "parallel campaigns are not reproducible: the workers exchange inputs when they reach "
+    "them, which the machine's timing decides, so the same --random-state gives another "
+    "campaign; one process (no --workers) gives the same campaign for the same --random-state"
+)
 #: the pseudo-mutator whose steps add entries imported from the other workers
 SYNC = "sync"
 PARALLEL_FILE = "parallel.json"
@@ -289,8 +295,6 @@ def fuzz(
     step and the union's covered count.
     Returns the merged campaign's state with ``workers`` (each one's state) and ``restarts``.
     """
-    from .workers import network_of
-
     budget, workers, sync_every, threads = _checked(budget, workers, runner)
     out = Path(out).resolve()  # the workers' own working directory may differ from this process'
     say = echo or (lambda *_: None)

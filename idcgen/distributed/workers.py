@@ -22,7 +22,18 @@ from pathlib import Path
 import numpy as np
 
 from .actor import CoverageIds, HeldInputs, MeasurePasses, RelevancePasses
-from .cluster import LOCAL, ModelRecipe, cluster_on, cluster_workers, connect, fetch, gather, hold_threads, shard_bounds
+from .cluster import (
+    LOCAL,
+    ModelRecipe,
+    cluster_on,
+    cluster_workers,
+    connect,
+    fetch,
+    gather,
+    hold_threads,
+    network_of,
+    shard_bounds,
+)
 
 
 class AnalysisWorker(HeldInputs, RelevancePasses, CoverageIds, MeasurePasses):
@@ -113,17 +124,6 @@ class RayPasses:
         return cluster_on(self.pool, acts, neurons, ks, method, random_state, progress)
 
 
-def network_of(model, *, task: str | None = None, safe_mode: bool = True, **convention):
-    """(Network, input convention) of a model file, Keras model or Network, as the driver measures it."""
-    from ..framework import ForwardNetwork, Network, load_model, network_with_convention
-
-    if isinstance(model, (str, os.PathLike)):
-        model = Network(load_model(Path(model), safe_mode=safe_mode), task=task)
-    elif not isinstance(model, ForwardNetwork):
-        model = Network(model, task=task)
-    return network_with_convention(model, **convention)
-
-
 class Workers:
     """A pool of Ray actors, each holding the model once; reuse it for several analyses and measurements.
 
@@ -170,12 +170,34 @@ class Workers:
             image_shape=image_shape,
             recorded=recorded,
         )
-        recipe = ModelRecipe.of(self.network, safe_mode=safe_mode)
-        count, gpus = cluster_workers(self.ray, workers, gpus_per_worker, on_gpus=recipe.device != "cpu")
-        recipe = self.ray.put(recipe)
-        actor = self.ray.remote(AnalysisWorker).options(num_cpus=threads, num_gpus=gpus)
-        self.actors = [actor.remote(recipe, threads) for _ in range(count)]
-        self.pids = fetch(self.ray, [a.ready.remote() for a in self.actors])  # a model that fails, fails here
+        self.address, self.safe_mode, self.gpus_per_worker, self.threads = ray, safe_mode, gpus_per_worker, threads
+        on_gpus = getattr(self.network, "device_asked", "auto") != "cpu"  # cpu keeps the workers on their CPUs
+        self.count, self._gpus = cluster_workers(self.ray, workers, gpus_per_worker, on_gpus=on_gpus)
+        self.where = f" on {self.count} Ray workers"  # what a line about the work adds
+        self._actors: list | None = None
+        self._pids: list = []
+
+    @property
+    def actors(self) -> list:
+        """The actors, each holding the model, started on first use (a model that fails, fails there): a pool
+        whose work is a parallel campaign, which runs actors of its own, starts none."""
+        if self._actors is None:
+            recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=self.safe_mode))
+            actor = self.ray.remote(AnalysisWorker).options(num_cpus=self.threads, num_gpus=self._gpus)
+            started = [actor.remote(recipe, self.threads) for _ in range(self.count)]
+            try:
+                self._pids = fetch(self.ray, [a.ready.remote() for a in started])
+            except BaseException:
+                for a in started:
+                    self.ray.kill(a)
+                raise
+            self._actors = started
+        return self._actors
+
+    @property
+    def pids(self) -> list:
+        """The actors' process ids (started if they were not)."""
+        return self._pids if self.actors else []
 
     def actor(self, shard: int):
         return self.actors[shard % len(self.actors)]
@@ -319,12 +341,95 @@ class Workers:
         """IDC of ``x`` (an array or shards, as for :meth:`tracker`), as ``analysis.coverage(x)`` gives it."""
         return self.tracker(analysis, x, progress=progress, **load).result()
 
+    # ---- campaigns ---------------------------------------------------------------------------
+    def fuzz(self, fuzzer, x_seeds, y_seeds, out, *, echo, progress: bool = True):
+        """``self.count`` campaigns of ``fuzzer``'s settings in ``out`` that share what they cover
+        (:func:`idcgen.distributed.parallel.fuzz`), merged; an :class:`idcgen.executor.Fuzzed` of the merged
+        view, or None if interrupted."""
+        from .parallel import PARALLEL_NOT_REPRODUCIBLE
+
+        echo(
+            f"campaign: {out} ({self.count} workers on Ray, {self.address or 'local'}; each in {out}/worker-<i>, "
+            f"merged in {out}/merged)"
+        )
+        echo(f"note: {PARALLEL_NOT_REPRODUCIBLE}")
+        return self._campaigns(fuzzer, x_seeds, y_seeds, out, echo)
+
+    def resume(self, fuzzer, folder, budget, *, seeds, echo, progress: bool = True):
+        """The parallel campaign in ``folder`` continued, every worker from its last commit, to ``fuzzer``'s
+        budget in all; ``seeds()`` loads the seeds it recorded."""
+        echo(f"resuming {folder}: {self.count} workers, {fuzzer.record.budget} execs in all")
+        x_seeds, y_seeds = seeds()
+        return self._campaigns(fuzzer, x_seeds, y_seeds, folder, echo)
+
+    def _campaigns(self, fuzzer, x_seeds, y_seeds, out, echo):
+        import time
+
+        from tqdm.auto import tqdm
+
+        from ..executor import Fuzzed
+        from ..fuzz.campaign import Campaign
+        from ..fuzz.oracle import make_oracle
+        from .parallel import WorkerSettings, fuzz
+
+        self._stop_actors()  # their CPUs and GPU shares go to the campaigns' workers
+        settings, began = fuzzer.record, time.perf_counter()
+        with tqdm(total=settings.budget, unit="exec", desc="fuzz", dynamic_ncols=True) as bar:
+
+            def progress(status):
+                states, covered = status
+                bar.n = sum(s["execs"] for s in states.values())
+                bar.set_postfix(IDC=f"{covered / fuzzer.analysis.total:.1%}", workers=len(states), refresh=False)
+                bar.refresh()
+
+            try:
+                result = fuzz(
+                    fuzzer.network,
+                    fuzzer.analysis,
+                    x_seeds,
+                    y_seeds,
+                    budget=settings.budget,
+                    out=out,
+                    workers=self.count,
+                    runner=WorkerSettings(ray=self.address, gpus_per_worker=self.gpus_per_worker),
+                    settings=settings,
+                    safe_mode=self.safe_mode,
+                    on_progress=progress,
+                    echo=echo,
+                )
+            except KeyboardInterrupt:
+                return None
+        # the merged state's seconds are the longest worker's fuzz loop; the run also started Ray and the workers
+        per = f"this run {time.perf_counter() - began:.1f} s on Ray with the workers' start; " + "; ".join(
+            f"worker {i}: {w['execs']} execs, IDC {w['idc']:.1%}, {w['imports']} imported"
+            for i, w in enumerate(result["workers"])
+        )
+        notes = (
+            f"merged view of {self.count} parallel campaigns (worker-0 .. worker-{self.count - 1}), which "
+            "exchanged the entries that reached new combinations",
+            *settings.sources.notes,
+        )
+        merged = Campaign.load(Path(out) / "merged", fuzzer.network)
+        return Fuzzed(
+            merged,
+            make_oracle(settings.oracle),
+            notes=notes,
+            grown="merged",
+            detail=per,
+            workers=result["workers"],
+            restarts=tuple(result["restarts"]),
+        )
+
     # ---- lifetime ----------------------------------------------------------------------------
+    def _stop_actors(self) -> None:
+        for a in self._actors or ():
+            self.ray.kill(a)
+        self._actors = None
+
     def close(self) -> None:
         """Stop the actors (and the Ray this pool started); a second call does nothing."""
-        for a in self.actors:
-            self.ray.kill(a)
-        self.actors = []
+        self._stop_actors()
+        self._actors = []
         if self._started:
             self.ray.shutdown()
             self._started = False

@@ -280,13 +280,15 @@ class Fuzzer:
             "the seeds",
         )
         on_grid = np.array_equal(quantise(x, self.value_range), x)
-        settings = self.settings(
-            budget,
-            sources=sources,
-            measure_specs=measure_specs,
-            rounding=self.rounding and on_grid,
-            storage="uint8" if on_grid else "float32",
-        )
+        rounding, storage = self.rounding and on_grid, "uint8" if on_grid else "float32"
+        if self.record is not None:  # built once, in from_settings
+            settings = self.record.replace(
+                budget=budget, sources=sources, measure_specs=tuple(measure_specs), rounding=rounding, storage=storage
+            )
+        else:
+            settings = self.settings(
+                budget, sources=sources, measure_specs=measure_specs, rounding=rounding, storage=storage
+            )
         campaign = Campaign(
             settings=settings.replace(parallel=parallel),
             analysis=self.analysis,
@@ -334,13 +336,24 @@ class Fuzzer:
         saved = campaign.settings
         if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
             self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
-        ours = self.settings(
-            saved.budget,
-            sources=saved.sources,
-            measure_specs=saved.measure_specs,
-            rounding=saved.rounding,
-            storage=saved.storage,
-        ).replace(parallel=saved.parallel)
+        if self.record is not None:  # the settings from_settings built, with the oracle as calibrated now
+            ours = self.record.replace(
+                budget=saved.budget,
+                oracle=str(self.oracle),
+                sources=saved.sources,
+                measure_specs=saved.measure_specs,
+                rounding=saved.rounding,
+                storage=saved.storage,
+            )
+        else:
+            ours = self.settings(
+                saved.budget,
+                sources=saved.sources,
+                measure_specs=saved.measure_specs,
+                rounding=saved.rounding,
+                storage=saved.storage,
+            )
+        ours = ours.replace(parallel=saved.parallel)
         changed = [f"{name} {value!r}" for name, value, _ in saved.differences(ours)]
         if changed:
             raise ParameterError(f"{what} was made with other settings ({', '.join(changed)}); {fixes[1]}")
