@@ -69,14 +69,11 @@ class LocalExecutor:
         try:
             campaign = fuzzer.start(x_seeds, y_seeds, out)
         except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
             # before its first commit there is no campaign to resume: it starts again
-            raise InputError(
-                f"no space left on the device of campaign {out}"
-                + (f" (writing {exc.filename})" if exc.filename else "")
-                + "; it stopped writing its seeds, before any fuzzing: free some space, remove "
-                f"{out}, then start the campaign again"
+            raise _no_space(
+                exc,
+                out,
+                f"it stopped writing its seeds, before any fuzzing: free some space, remove {out}, then start the campaign again",
             ) from None
         echo(
             f"campaign: {out}; seeds reach IDC {campaign.tracker.score:.1%} ({campaign.tracker.covered} of "
@@ -113,14 +110,12 @@ class LocalExecutor:
             echo(f"interrupted at step {campaign.step}; continue with: idcgen fuzz --resume {campaign.folder}")
             return None
         except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
             # the writer thread's error has no path of the user's; the committed steps are whole on disk
-            raise InputError(
-                f"no space left on the device of campaign {campaign.folder}"
-                + (f" (writing {exc.filename})" if exc.filename else "")
-                + f"; it stopped at its last commit: free some space, then continue with: "
-                f"idcgen fuzz --resume {campaign.folder}"
+            folder = campaign.folder
+            raise _no_space(
+                exc,
+                folder,
+                f"it stopped at its last commit: free some space, then continue with: idcgen fuzz --resume {folder}",
             ) from None
         campaign.open()  # the writer lock again: a second session must not export into the same folder at once
         return Fuzzed(campaign, fuzzer.oracle, notes=tuple(campaign.settings.sources.notes))
@@ -133,3 +128,11 @@ class LocalExecutor:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _no_space(exc: OSError, folder: Path | None, what_next: str) -> InputError:
+    """A full disk under campaign ``folder`` as one line saying what to do next; any other OSError as it is."""
+    if exc.errno != errno.ENOSPC:
+        raise exc
+    where = f" (writing {exc.filename})" if exc.filename else ""
+    return InputError(f"no space left on the device of campaign {folder}{where}; {what_next}")

@@ -42,7 +42,7 @@ STD = (0.2470, 0.2435, 0.2616)
 @dataclass(frozen=True)
 class Recipe:
     """Training settings. The optimiser's figures are airbench94's (batch 1,024, Nesterov momentum 0.85,
-    rate 11.5 and decay 0.0153 per 1,024 examples on its summed-loss scale, biases 64x the rate, label
+    rate 11.5 and decay 0.0153 per 1,024 examples on its summed-loss scale, batch-norm biases 64x the rate, label
     smoothing 0.2), here on a mean loss: the same step per example."""
 
     epochs: int = 10

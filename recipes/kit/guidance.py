@@ -141,7 +141,7 @@ def run_pairs(args, out, settings: dict, make_subject) -> tuple[list[dict], dict
                         continue
                     if subject is None:
                         extractor = extractor or Network(load_subject(args.dataset, None))
-                        if fit is None:  # the training half the copies saw: read once
+                        if fit is None:  # the training data the copies saw: read once
                             (x_a, y_a), _ = training_sets(args.dataset)
                             fit = x_a[: args.fit_train], y_a[: args.fit_train]
                         subject = make_subject(args, c, extractor, fit)
