@@ -207,13 +207,15 @@ class Assessment:
     (``corruptions``: names, None for all 15, or a `CorruptionSuite` built once on the same test inputs, whose
     severities are its own; ``severities``), PGD robust accuracy at ``pgd_eps`` (fractions of the value range),
     accuracy on the findings of ``held_out`` (a fresh campaign on other seeds with the same model), and, given
-    ``pair`` (a, b), the pair's type-1 confusion."""
+    ``pair`` (a, b), the pair's type-1 confusion. ``original``: measure the model before retraining too (row
+    ``original``); False leaves that row out, for a caller that measured it already on the same test set."""
 
     corruptions: object = CORRUPTIONS_ALL
     severities: tuple = (1, 2, 3, 4, 5)
     pgd_eps: tuple = DEFAULT_PGD_EPS
     held_out: Campaign | None = None
     pair: tuple | None = None
+    original: bool = True
 
 
 # ---- baselines: equal-size training additions from the same seeds (issue 47) ---------------------------------
@@ -475,7 +477,6 @@ def harden(
     progress: bool = True,
     baselines=None,
     assessment: Assessment | None = None,
-    original: bool = True,
 ) -> dict:
     """Retrain with the IDC-kept inputs and with equal-size baselines from the same seeds; compare robustness.
     Returns the summary: ``rows`` one per (arm, repeat) with every measure, ``table`` the means with 95 %
@@ -492,8 +493,7 @@ def harden(
     measured by besides clean accuracy (an `Assessment`; default: all 15 corruptions at severities 1-5, PGD at
     0.1 and 0.3, no held-out campaign, no pair); a `CorruptionSuite` in it lets many calls share one.
     ``out``: a folder for harden.md/.csv/.json/.png and hardening.csv (None: nothing written). ``progress``:
-    progress bars on stderr. ``original``: measure the model before retraining too (row ``original``); False
-    leaves that row out, for a caller that measured it already on the same test set."""
+    progress bars on stderr."""
     mode, epochs, repeats = (retraining or Retraining()).checked()
     measured = assessment or Assessment()
     corruptions, severities, held_out = measured.corruptions, measured.severities, measured.held_out
@@ -560,7 +560,7 @@ def harden(
         return found
 
     rows = []
-    if original:
+    if measured.original:
         rows.append(
             {
                 "arm": "original",

@@ -27,6 +27,7 @@ paired Wilcoxon over the copies, Holm over the whole family) and ``study.md`` (t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -242,8 +243,7 @@ def run_copy(args, setting: Setting, copy: int) -> dict:
             retraining=how,
             random_state=state,
             progress=False,
-            assessment=assessment,
-            original=measure_original,
+            assessment=dataclasses.replace(assessment, original=measure_original),
         )
         return found
 

@@ -76,8 +76,8 @@ def test_a_suite_built_once_is_measured_as_one_built_inside(campaign, trained_le
     a, b = inside["rows"][0], shared["rows"][0]  # the original model: the same suite, the same accuracies
     assert a["corruption mean"] == b["corruption mean"] and a["corruption: pixelate"] == b["corruption: pixelate"]
     assert shared["severities"] == [2, 5]
-    # original=False: the same retrained rows, without the original's (a caller that measured it already)
-    without = harden(*args, assessment=Assessment(corruptions=suite, pgd_eps=[0.1]), original=False, **kwargs)
+    # Assessment(original=False): the same retrained rows, without the original's (a caller that measured it already)
+    without = harden(*args, assessment=Assessment(corruptions=suite, pgd_eps=[0.1], original=False), **kwargs)
     assert [r["arm"] for r in without["rows"]] == [r["arm"] for r in shared["rows"][1:]] == ["IDC-guided", "clean"]
     assert [r["corruption mean"] for r in without["rows"]] == [r["corruption mean"] for r in shared["rows"][1:]]
     assert [t["model"] for t in without["table"]] == ["IDC-guided", "clean"]
