@@ -174,6 +174,8 @@ class Workers:
         on_gpus = getattr(self.network, "device_asked", "auto") != "cpu"  # cpu keeps the workers on their CPUs
         self.count, self._gpus = cluster_workers(self.ray, workers, gpus_per_worker, on_gpus=on_gpus)
         self.where = f" on {self.count} Ray workers"  # what a line about the work adds
+        # taken now: the network's precision while a pass runs (an analysis' fp32) is not the pool's
+        self._recipe = ModelRecipe.of(self.network, safe_mode=safe_mode)
         self._actors: list | None = None
         self._pids: list = []
 
@@ -182,7 +184,7 @@ class Workers:
         """The actors, each holding the model, started on first use (a model that fails, fails there): a pool
         whose work is a parallel campaign, which runs actors of its own, starts none."""
         if self._actors is None:
-            recipe = self.ray.put(ModelRecipe.of(self.network, safe_mode=self.safe_mode))
+            recipe = self.ray.put(self._recipe)
             actor = self.ray.remote(AnalysisWorker).options(num_cpus=self.threads, num_gpus=self._gpus)
             started = [actor.remote(recipe, self.threads) for _ in range(self.count)]
             try:
