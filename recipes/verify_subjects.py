@@ -37,8 +37,8 @@ def plain_accuracy(path, x: np.ndarray, y: np.ndarray, batch_size: int = 500) ->
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--min-subject", type=float, default=92.0, help="least accuracy of a copy, %")
-    parser.add_argument("--min-extractor", type=float, default=90.0, help="least accuracy of the extractor, %")
+    parser.add_argument("--min-subject", type=float, default=92.0, help="least accuracy of a copy, in %%")
+    parser.add_argument("--min-extractor", type=float, default=90.0, help="least accuracy of the extractor, in %%")
     args = parser.parse_args(argv)
     table = FOLDER / "subjects.csv"
     if not table.exists():
