@@ -1,6 +1,6 @@
 """The walk into the core: which idcgen functions (and files) run before the first kept mutant of a campaign.
 
-    python benchmarks/bench_walk.py [--budget 512]
+    python benchmarks/bench_walk.py [--budget 512] [--by-file]
 
 Runs ``idcgen fuzz --model m.pt2 --seeds DIR --budget N`` in this process on a small PyTorch CNN (exported with
 torch.export, random weights, 200 random seed images) under ``sys.setprofile`` and counts the distinct idcgen
@@ -51,6 +51,7 @@ def small_cnn():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=512)
+    parser.add_argument("--by-file", action="store_true", help="also print the functions counted per file")
     args = parser.parse_args()
     import torch
 
@@ -115,6 +116,13 @@ def main() -> None:
         f"({state['loop']} before the loop's first step); calls: "
         + ", ".join(f"{k} {v}" for k, v in sorted(parses.items()))
     )
+    if args.by_file:  # where the walk goes: the files with the most functions first
+        per_file: dict = {}
+        for filename, _ in seen:
+            name = str(Path(filename).relative_to(package))
+            per_file[name] = per_file.get(name, 0) + 1
+        for name, count in sorted(per_file.items(), key=lambda item: (-item[1], item[0])):
+            print(f"{count:5d}  {name}")
     record(
         "idcgen functions before the first kept mutant",
         len(seen),
