@@ -30,7 +30,7 @@ import numpy as np
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, ForwardNetwork, LayerInfo
-from .common import refuse_nan_outputs
+from .common import refuse_nan_outputs, weights_digest
 from .device import requested_device, say_once
 
 #: operations a walk from the classifier down to the subject layer passes through (reshapes, dropout,
@@ -510,6 +510,11 @@ class OnnxNetwork(ForwardNetwork):
             digest.update(f"{weight.name}:{array.shape}:{array.dtype}".encode())
             digest.update(array.tobytes())
         return digest.hexdigest()
+
+    def weights_digest(self) -> str:
+        from onnx import numpy_helper
+
+        return weights_digest((w.name, numpy_helper.to_array(w)) for w in self.proto.graph.initializer)
 
     # ---- running ------------------------------------------------------------------------------
     def _prepare(self, x: np.ndarray) -> np.ndarray:
