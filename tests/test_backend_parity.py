@@ -130,3 +130,31 @@ def test_other_weights_are_still_refused(analysis, tmp_path):
     other = randomise(Net(), 2)
     with pytest.raises(AnalysisMismatchError, match="made for another model"):
         analysis.bind(_load(_files(other, tmp_path)["traced"]))
+
+
+def test_the_onnx_export_names_a_blocks_layers_as_the_pt2_does(files):
+    """A module's only layer is named by its path only when it is the module's output: ``layer1.0`` is the
+    block's output (its last ReLU) on both, never the Add before it; the shared in-place ReLU's two calls are
+    ``layer1.0.relu.relu_1`` and ``layer1.0.relu.relu_2`` on both (the exporter scopes the second ``relu_1``)."""
+    source, export = _load(files["pt2"]), _load(files["onnx"])
+    x = np.random.default_rng(1).random((5, *SHAPE), dtype=np.float32)
+    names = ["layer1.0", "layer1.0.add", "layer1.0.relu.relu_1", "layer1.0.relu.relu_2", "layer1.1.add_1", "layer1"]
+    _, ours = source.forward(x, tuple(names))
+    _, theirs = export.forward(x, tuple(names))
+    for name, a, b in zip(names, ours, theirs):
+        np.testing.assert_allclose(b, a, atol=1e-5, err_msg=name)
+    assert export.check_layer("layer1.0") == "layer1.0.relu.relu_2"
+    assert source.check_layer("layer1.0") == "layer1.0.relu.relu_2"
+
+
+def test_nc_counts_the_same_layers_on_the_pt2_and_its_exports(files, capsys):
+    """Neurons are counted in the same layers: a flatten reading the batch size (x.view(x.size(0), -1)) has
+    no weights, and the walk from a weighted layer stops at a residual Add on every backend; where the exporter
+    folded a batch norm into the convolution counted, a note says why the figures differ."""
+    wanted = ["relu", "layer1.0.relu.relu_1", "layer1.0.conv2", "layer1.1.relu.relu_3", "layer1.1.conv2", "fc_relu"]
+    for kind in ("pt2", "traced"):
+        assert _load(files[kind]).neuron_layers() == wanted, kind
+    export = _load(files["onnx"])
+    assert export.neuron_layers() == [n + ".folded" if n.endswith("conv2") else n for n in wanted]
+    assert "count layer1.0.conv2.folded and 1 more (a batch norm the exporter folded" in capsys.readouterr().err
+    assert sum(map(export.neuron_count, export.neuron_layers())) == sum(map(_load(files["pt2"]).neuron_count, wanted))
