@@ -9,9 +9,12 @@ Forward only: coverage, the fuzz loop with gradient-free mutators and the orderi
 value fetched (a value whose first axis is not the probe's batch, such as a reshaped constant, is not a
 layer); a tap adds the value as a graph output. **Names** follow the source's module paths where the exporter
 kept them, so ``--layer fc1`` names the same layer as on the ``.pt2``: the torch.export-based exporter writes
-``pkg.torch.onnx.name_scopes`` on each node, the TorchScript-based one names nodes ``/fc1/Gemm``. A module with
-one layer is named by its path, one with several by path and operation (``layer1.0.relu_1``), and the path is
-an alias of its last layer; a node without a recorded scope (what a quantiser adds) is named by its output.
+``pkg.torch.onnx.name_scopes`` on each node, the TorchScript-based one names nodes ``/fc1/Gemm``. As on the torch
+backend, a module's only layer is named by its path when it is also the module's output, others by path and
+operation numbered over the graph (``layer1.0.add``, ``layer1.0.relu.relu_2``: the second call of a shared
+ReLU, which the TorchScript-based exporter scopes ``relu_1``), and a module's path is an alias of its last
+layer (``layer1.0``: the block's output); a node without a recorded scope (what a quantiser adds) is named by
+its output.
 A convolution the exporter folded a batch norm into computes the norm's output, so it is ``conv1.folded``,
 never the source's ``conv1``.
 **Neurons** as on the torch backend: the channels (axis 1) of a 4-D or 5-D value, else the last axis; images
