@@ -156,3 +156,14 @@ def test_nc_counts_the_same_layers_on_the_pt2_and_its_exports(files, capsys):
     assert export.neuron_layers() == [n + ".folded" if n.endswith("conv2") else n for n in wanted]
     assert "count layer1.0.conv2.folded and 1 more (a batch norm the exporter folded" in capsys.readouterr().err
     assert sum(map(export.neuron_count, export.neuron_layers())) == sum(map(_load(files["pt2"]).neuron_count, wanted))
+
+
+def test_a_sequential_inside_a_block_keeps_its_module_path_on_the_onnx_export():
+    """The TorchScript-based exporter scopes torchvision's ``layer2.0.downsample.0`` as
+    /layer2/layer2.0/downsample/downsample.0/Conv: the path is ``layer2.0.downsample.0``, not
+    ``layer2.0.downsample.downsample.0``."""
+    from idcgen.framework.onnx_network import _joined
+
+    assert _joined(["layer2", "layer2.0", "downsample", "downsample.0"]) == "layer2.0.downsample.0"
+    assert _joined(["", "layer1", "0", "conv1"]) == "layer1.0.conv1"  # the torch.export-based exporter's scopes
+    assert _joined(["fc1"]) == "fc1"

@@ -190,10 +190,17 @@ def _enclosing(path: str) -> list[str]:
 
 
 def _joined(parts: list[str]) -> str:
-    """A module path from its scopes: each a child name or the full path so far (``layer1``, ``layer1.0``)."""
+    """A module path from its scopes: each a child name, the full path so far (``layer1``, ``layer1.0``) or the
+    child's path from the module before (``downsample``, ``downsample.0``: a Sequential inside a block)."""
     path = ""
     for part in (p for p in parts if p):
-        path = part if not path or part.startswith(path + ".") else f"{path}.{part}"
+        last = path.rpartition(".")[2]
+        if not path or part.startswith(path + "."):
+            path = part
+        elif part.startswith(last + "."):
+            path = f"{path}{part[len(last) :]}"
+        else:
+            path = f"{path}.{part}"
     return path
 
 
