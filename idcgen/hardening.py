@@ -509,7 +509,7 @@ def harden(
     if any(not 0 < e <= 1 for e in pgd_eps):
         raise ParameterError(f"The 'pgd_eps' parameter must be in (0, 1] (fractions of the value range). Got {pgd_eps}")
     pair = None if pair is None else check_pair(pair, network.n_classes)
-    if network.fingerprint() != campaign.analysis.fingerprint:
+    if not campaign.analysis.made_for(network):
         raise InputError("the campaign was run on another model than the one given to harden")
     if held_out is not None and held_out.analysis.fingerprint != campaign.analysis.fingerprint:
         raise InputError("the held-out campaign was run on another model than the one given to harden")

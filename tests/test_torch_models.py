@@ -330,15 +330,22 @@ def test_a_traced_torchscript_file_names_its_layers_by_module_path(tmp_path, mod
     np.testing.assert_allclose(ours.relevance(layer)(x)[0], theirs.relevance(layer)(x)[0], atol=1e-5)
 
 
-def test_a_scripted_torchscript_file_keeps_names_by_operation(tmp_path):
-    """A scripted module's graphs hold branches and function calls the converter resolves, which cannot be
-    lined up for certain: its layers are named by operation, never by a module path that could be wrong."""
+@pytest.mark.parametrize("model", ["resnet18", "fc_relu"])
+def test_a_scripted_torchscript_file_names_its_layers_by_module_path_too(tmp_path, model):
+    """A scripted module's graphs also hold branches (every one listed, the converter keeps one) and calls of
+    TorchScript functions (F.relu, F.batch_norm, counted as the operation they are named for): its layers
+    are named as the module's own, batch norms included (``bn1``, not ``getitem``), with the same values."""
     from idcgen.framework import load_network
 
-    module = randomise(_FcRelu(), 2)
+    module = randomise(ResNet18(), 2) if model == "resnet18" else randomise(_FcRelu(), 2)
+    shape = module.input_shape
     torch.jit.script(module).save(str(tmp_path / "scripted.pt"))
-    network = load_network(tmp_path / "scripted.pt", input_shape=(8, 8, 3))
-    assert network.layer_names() == ["conv2d", "relu", "conv2d_1", "relu_1", "add", "relu_2", "mean", "linear"]
+    ours, theirs = load_network(tmp_path / "scripted.pt", input_shape=shape), as_network(module)
+    assert ours.layer_names() == theirs.layer_names()
+    x = np.random.default_rng(3).random((3, *shape), dtype=np.float32)
+    names = tuple(theirs.layer_names())
+    for name, a, b in zip(names, ours.forward(x, names)[1], theirs.forward(x, names)[1]):
+        np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
 
 
 @pytest.mark.parametrize("returns", ["model_output", "dict", "tuple"])

@@ -351,6 +351,7 @@ def _analysis(network, layer: str, neurons, scores, found, config, data, timings
         importance=scores,
         clusters=found,
         fingerprint=network.fingerprint(),
+        weights_digest=network.weights_digest(),
         config=config,
         data=data,
         timings=timings,

@@ -87,6 +87,9 @@ class Analysis:
     #: (2, reached) int64: the combination ids the analysed (clustered) inputs reach, and how many reach each
     #: (idc-rarity's counts); None for an analysis saved before they were recorded
     training_counts: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: the model's order-free weights digest (ForwardNetwork.weights_digest): the same weights held otherwise
+    #: (the model's TorchScript file) take the analysis too; None for an analysis saved before it was recorded
+    weights_digest: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
         self.combinations = Combinations([c.centroids for c in self.clusters])
@@ -143,16 +146,34 @@ class Analysis:
         else:  # a framework's model: put the recorded preprocessing in front of it (the image shape is the fuzzer's)
             network, _ = network_with_convention(model, recorded=dataclasses.replace(recorded, image_shape=None))
         got = network.fingerprint()
-        if got != self.fingerprint and getattr(network, "analysis_by_layer", False):
+        if self.made_for(network, got):
+            pass
+        elif getattr(network, "analysis_by_layer", False):
             self._bind_by_layer(network)
-        elif got != self.fingerprint:
+        else:
             raise AnalysisMismatchError(
                 f"this analysis was made for another model (weights fingerprint {self.fingerprint[:12]}, "
-                f"this model {got[:12]}); run `idcgen analyze` on this model first"
+                f"this model {got[:12]}){self._other_weights(network)}; run `idcgen analyze` on this model first"
             )
         network.step(self.layer)  # LayerError for a layer the model lacks
         self.network = network
         return self
+
+    def made_for(self, network: ForwardNetwork, fingerprint: str | None = None) -> bool:
+        """Whether ``network`` holds the analysed model's weights: its fingerprint, or the same weights in
+        another order (a traced TorchScript file of a ``.pt2``: its converter holds them in its own order)."""
+        if (fingerprint or network.fingerprint()) == self.fingerprint:
+            return True
+        return self.weights_digest is not None and network.weights_digest() == self.weights_digest
+
+    def _other_weights(self, network: ForwardNetwork) -> str:
+        """Why a model is refused where its weights digest cannot tell: an analysis saved before it was recorded."""
+        if self.weights_digest is None and network.weights_digest() is not None:
+            return (
+                " and records no order-free weights digest (saved before idcgen recorded one), so the same "
+                "weights in another file format are not recognised"
+            )
+        return ""
 
     def _bind_by_layer(self, network: ForwardNetwork) -> None:
         """An export (ONNX) of the analysed model cannot carry its weights fingerprint (weights re-laid out,
@@ -237,6 +258,7 @@ class Analysis:
             ],
             "combinations_total": int(self.total),
             "model_fingerprint": self.fingerprint,
+            **({} if self.weights_digest is None else {"weights_digest": self.weights_digest}),
             "config": self.config,
             "data": self.data,
             "timings_seconds": self.timings,
@@ -388,6 +410,7 @@ class Analysis:
                 warnings=meta.get("warnings", []),
                 device=meta.get("device", {}),
                 training_counts=counts,
+                weights_digest=meta.get("weights_digest"),
             )
         except (
             OSError,

@@ -24,6 +24,13 @@ def find_analysis(
     subfolders (with ``layer``, ``m``, ``cluster_method`` and the k values tried, ``clusters``, if given);
     returns the newest match and its folder (or None, None) and the folders searched."""
     fingerprint = network.fingerprint()
+    digests = []
+
+    def digest():  # the same weights in another order (a TorchScript file of a .pt2): asked once, if needed
+        if not digests:
+            digests.append(network.weights_digest())
+        return digests[0]
+
     wrapped_with = network.convention
     preprocess = None if wrapped_with is None or wrapped_with.preprocess is None else wrapped_with.preprocess.spec
     value_range = None if wrapped_with is None else [float(v) for v in wrapped_with.value_range]
@@ -37,7 +44,9 @@ def find_analysis(
                 meta = json.loads(meta_path.read_text())
             except (OSError, ValueError):
                 continue
-            if meta.get("model_fingerprint") != fingerprint:
+            if meta.get("model_fingerprint") != fingerprint and (
+                meta.get("weights_digest") is None or meta["weights_digest"] != digest()
+            ):
                 continue
             if (layer and meta.get("layer") != layer) or (m is not None and meta.get("m") != m):
                 continue

@@ -169,6 +169,12 @@ class ForwardNetwork(metaclass=_Dispatching):
     def fingerprint(self) -> str:
         """sha256 of every weight (shape, dtype, bytes) in model order: what ties an analysis to a model."""
 
+    def weights_digest(self) -> str | None:
+        """sha256 of the floating-point weights by name, in name order (`common.weights_digest`): the same for a
+        model, its ``.pt2`` and TorchScript files and an fp32 export that keeps the weights' names, whose
+        fingerprints differ by the order the weights are held in; None where the backend has none."""
+        return None
+
     # ---- running ------------------------------------------------------------------------------
     @abc.abstractmethod
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None) -> tuple:

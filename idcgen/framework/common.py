@@ -169,3 +169,20 @@ def rule_label_notes(entries) -> list[str]:
         )
         notes.append(f"LRP approximated in {len(names)} layer(s) ({shown}): {how}{exact}")
     return notes
+
+
+def weights_digest(named) -> str:
+    """sha256 of (name, array) pairs in name order, floating-point arrays only: an order-free identity of a
+    model's weights. A converter holds them in its own order (torch's TorchScript converter), and integer
+    buffers count training steps (batch norm's ``num_batches_tracked``, which a converted file drops), not
+    what the model computes (docs/design.md, "The framework boundary")."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, array in sorted(named, key=lambda pair: pair[0]):
+        array = np.ascontiguousarray(array)
+        if array.dtype.kind != "f":
+            continue
+        digest.update(f"{name}:{array.shape}:{array.dtype}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()

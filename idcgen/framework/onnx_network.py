@@ -9,9 +9,12 @@ Forward only: coverage, the fuzz loop with gradient-free mutators and the orderi
 value fetched (a value whose first axis is not the probe's batch, such as a reshaped constant, is not a
 layer); a tap adds the value as a graph output. **Names** follow the source's module paths where the exporter
 kept them, so ``--layer fc1`` names the same layer as on the ``.pt2``: the torch.export-based exporter writes
-``pkg.torch.onnx.name_scopes`` on each node, the TorchScript-based one names nodes ``/fc1/Gemm``. A module with
-one layer is named by its path, one with several by path and operation (``layer1.0.relu_1``), and the path is
-an alias of its last layer; a node without a recorded scope (what a quantiser adds) is named by its output.
+``pkg.torch.onnx.name_scopes`` on each node, the TorchScript-based one names nodes ``/fc1/Gemm``. As on the torch
+backend, a module's only layer is named by its path when it is also the module's output, others by path and
+operation numbered over the graph (``layer1.0.add``, ``layer1.0.relu.relu_2``: the second call of a shared
+ReLU, which the TorchScript-based exporter scopes ``relu_1``), and a module's path is an alias of its last
+layer (``layer1.0``: the block's output); a node without a recorded scope (what a quantiser adds) is named by
+its output.
 A convolution the exporter folded a batch norm into computes the norm's output, so it is ``conv1.folded``,
 never the source's ``conv1``.
 **Neurons** as on the torch backend: the channels (axis 1) of a 4-D or 5-D value, else the last axis; images
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +34,7 @@ import numpy as np
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, ForwardNetwork, LayerInfo
-from .common import refuse_nan_outputs
+from .common import refuse_nan_outputs, weights_digest
 from .device import requested_device, say_once
 
 #: operations a walk from the classifier down to the subject layer passes through (reshapes, dropout,
@@ -137,11 +141,66 @@ def _scope(node) -> tuple[str, str] | None:
     return None
 
 
+def _repeated_calls(scoped: dict) -> tuple[dict, set]:
+    """(``scoped`` with each further call of a module scoped as that module, the modules called more than
+    once). The TorchScript-based exporter scopes the second call of ``layer1.0.relu`` (torchvision's shared
+    in-place ReLU) ``layer1.0.relu_1``; torch.export keeps both under ``layer1.0.relu``, named by operation."""
+    seen, repeated, found = set(), set(), {}
+    for value, s in scoped.items():
+        if s is not None and s[0]:
+            base, _, k = s[0].rpartition("_")
+            if k.isdigit() and base in seen:
+                s = (base, s[1])
+                repeated.add(base)
+            seen.add(s[0])
+        found[value] = s
+    return found, repeated
+
+
+def _op_numbered(nodes, scoped: dict) -> dict:
+    """value -> its operation numbered over the graph in order (relu, relu_1, ...), as torch.export numbers
+    the operations of a program, so ``layer1.0.relu.relu_2`` names the same value on both; the exporter's own
+    numbers (``add_60``, counted before its decompositions) are dropped. The same where each operation
+    exports to one node (a batch norm folded into its convolution shifts the count of those)."""
+    counts, names = {}, {}
+    for node in nodes:
+        for out in node.output:
+            s = scoped.get(out)
+            if s is None:
+                continue
+            op = re.sub(r"_\d+$", "", s[1])
+            k = counts.get(op, 0)
+            counts[op] = k + 1
+            names[out] = op if k == 0 else f"{op}_{k}"
+    return names
+
+
+def _norm_folded(layer) -> bool:
+    """Whether ``layer`` is a convolution computing the batch norm after it (``conv1.folded``; the torch.export
+    -based exporter scopes such a node as the norm, ``bn1``)."""
+    return layer.name.endswith(".folded") or "batch_norm" in ((_scope(layer.node) or ("", ""))[1])
+
+
+def _enclosing(path: str) -> list[str]:
+    """The module paths ``path`` is inside of, itself included (``layer1``, ``layer1.0``, ``layer1.0.relu``);
+    a folded convolution's output is its batch norm's, so not its own module's."""
+    parts = path.split(".")
+    outer = parts[:-2] if parts[-1] == "folded" else parts[:-1]
+    return [".".join(outer[: i + 1]) for i in range(len(outer))] + [path]
+
+
 def _joined(parts: list[str]) -> str:
-    """A module path from its scopes: each a child name or the full path so far (``layer1``, ``layer1.0``)."""
+    """A module path from its scopes: each a child name, the full path so far (``layer1``, ``layer1.0``) or the
+    child's path from the module before (``downsample``, ``downsample.0``: a Sequential inside a block)."""
     path = ""
     for part in (p for p in parts if p):
-        path = part if not path or part.startswith(path + ".") else f"{path}.{part}"
+        last = path.rpartition(".")[2]
+        if not path or part.startswith(path + "."):
+            path = part
+        elif part.startswith(last + "."):
+            path = f"{path}{part[len(last) :]}"
+        else:
+            path = f"{path}.{part}"
     return path
 
 
@@ -315,16 +374,23 @@ class OnnxNetwork(ForwardNetwork):
             s = scoped[out]
             if s is not None and s[0] and self._folded(node):
                 scoped[out] = (f"{s[0]}.folded", s[1])
-        last = {s[0]: out for out, s in scoped.items() if s is not None and s[0]}  # a module's output: its path
+        scoped, repeated = _repeated_calls(scoped)
+        numbered = _op_numbered(self.proto.graph.node, scoped)
+        counts, last = {}, {}  # layers per module path; each module's last layer (its output), submodules' too
+        for out, s in scoped.items():
+            if s is not None and s[0]:
+                counts[s[0]] = counts.get(s[0], 0) + 1
+                for path in _enclosing(s[0]):
+                    last[path] = out
         self.layers, self._by_name, taken = [], {}, set()
         for node, out, shape, axis in candidates:
             s = scoped[out]
             if s is None:
                 name = out
-            elif s[0] and last[s[0]] == out:
+            elif s[0] and counts[s[0]] == 1 and last[s[0]] == out and s[0] not in repeated:
                 name = s[0]
             else:
-                name = f"{s[0]}.{s[1]}" if s[0] else s[1]
+                name = f"{s[0]}.{numbered[out]}" if s[0] else numbered[out]
             base, k = name, 1
             while name in taken:
                 name, k = f"{base}_{k}", k + 1
@@ -332,6 +398,10 @@ class OnnxNetwork(ForwardNetwork):
             layer = OnnxLayer(name, out, node, node.op_type, shape, axis)
             self.layers.append(layer)
             self._by_name[name] = layer
+        by_value = {layer.value: layer for layer in self.layers}
+        for path, out in last.items():  # a module called once: its path names its output, as on the .pt2
+            if path not in repeated:
+                self._by_name.setdefault(path, by_value[out])
         for layer in self.layers:  # aliases: each value's own name, path.operation of a module's output
             self._by_name.setdefault(layer.value, layer)
             s = scoped[layer.value]
@@ -483,19 +553,32 @@ class OnnxNetwork(ForwardNetwork):
             after = consumers.get(pick.value, [])
             while len(after) == 1 and after[0].output[0] in self._by_value:
                 nxt = self._by_value[after[0].output[0]]
-                if nxt not in self._hidden or nxt.op not in _ACTIVATIONS | _FOLLOWERS:
+                if nxt not in self._hidden or nxt.op not in _ACTIVATIONS | _FOLLOWERS or self._joins(nxt):
                     break
                 if nxt.op in _ACTIVATIONS:
                     pick = nxt
                 after = consumers.get(nxt.value, [])
             if pick.name not in chosen:
                 chosen.append(pick.name)
+        folded = [name for name in chosen if _norm_folded(self._by_name[name])]
+        if folded:  # the source counts the convolution's own output, before its batch norm: other values
+            say_once(
+                f"{self.source.origin}: NC and the other neuron criteria count {folded[0]}"
+                f"{f' and {len(folded) - 1} more' if len(folded) > 1 else ''} (a batch norm the exporter folded "
+                "into its convolution) where the source model counts the convolution before its norm: their "
+                "figures differ from the source's"
+            )
         if not chosen:
             raise LayerError(
                 f"the model has no hidden layer with weights before its logits; pass layers=[...] from: "
                 f"{', '.join(self.layer_names())}"
             )
         return chosen
+
+    def _joins(self, layer: OnnxLayer) -> bool:
+        """Whether ``layer`` (an Add, a Mul) joins two layers (a residual connection), not a bias or a scale:
+        the walk from a weighted layer stops there, as the torch and Keras backends' does."""
+        return layer.op in ("Add", "Mul") and sum(i in self._by_value for i in self.node_inputs[id(layer.node)]) > 1
 
     def weighted_layers(self) -> tuple[str, ...]:
         return tuple(layer.name for layer in self._weighted())
@@ -510,6 +593,11 @@ class OnnxNetwork(ForwardNetwork):
             digest.update(f"{weight.name}:{array.shape}:{array.dtype}".encode())
             digest.update(array.tobytes())
         return digest.hexdigest()
+
+    def weights_digest(self) -> str:
+        from onnx import numpy_helper
+
+        return weights_digest((w.name, numpy_helper.to_array(w)) for w in self.proto.graph.initializer)
 
     # ---- running ------------------------------------------------------------------------------
     def _prepare(self, x: np.ndarray) -> np.ndarray:

@@ -283,6 +283,12 @@ class TorchGraph:
                 and (op_name(node) in _SHAPE_ONLY or all(a in self.constant for a in node.all_input_nodes))
             ):
                 self.constant.add(node)
+        # what is computed from weights: a layer reading one is weighted, one reading only the input's shape
+        # (x.view(x.size(0), -1)) is not, or NC would count a flatten as a layer of its own
+        self.weights = {n for n in self.constant if n.op == "get_attr"}
+        for node in self.fx_nodes:
+            if node in self.constant and any(a in self.weights for a in node.all_input_nodes):
+                self.weights.add(node)
         self.layers: list[Layer] = []
         self.by_node: dict = {}
         self._name_layers()
@@ -351,7 +357,7 @@ class TorchGraph:
             if node in names:
                 shape = _shape(node)
                 ax = axis[node] if axis[node] > 0 else len(shape) + 1 + axis[node]
-                weighted = any(a in self.constant and a.op != "placeholder" for a in source.all_input_nodes)
+                weighted = any(a in self.weights for a in source.all_input_nodes)
                 layer = Layer(
                     names[node],
                     node,

@@ -8,8 +8,10 @@ the order inlining expands it, it gives the module path of every ATen operation,
 the converted program's operations and written as their ``nn_module_stack``, as ``torch.export`` writes it for
 an ``nn.Module``. An operation it cannot match (one the converter split or added) keeps no path: it is named
 by operation. A traced module's graphs hold ATen operations and submodule calls only; a scripted module's
-also hold branches and calls of TorchScript functions, which the converter resolves into operations this
-module cannot line up for certain: its layers stay named by operation rather than possibly wrongly.
+also hold branches and calls of TorchScript functions (``F.relu``, ``F.batch_norm``): a call counts as the
+operation it is named for, and every branch's operations are listed in order, the lookahead skipping those
+of the branch the converter left out. Either way every operation reading a weight must land in the module
+owning it, or the layers stay named by operation rather than possibly wrongly.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ def _kind(name: str) -> str:
 
 def module_ops(script) -> list[tuple[tuple, str]]:
     """(the module call stack, as (path, call) pairs, outermost first; the ATen operation) for each ATen
-    operation of TorchScript module ``script``, in the order its inlined graph runs them; "*" for a call of
-    a TorchScript function (its operations are not known here)."""
+    operation of TorchScript module ``script``, in the order its inlined graph runs them (each branch's in
+    turn); a call of a TorchScript function as the operation it is named for, "*" for a call not known here."""
     found: list[tuple[tuple, str]] = []
     calls = [0]
 
@@ -64,12 +66,15 @@ def module_ops(script) -> list[tuple[tuple, str]]:
                     walk(graph.nodes(), inner, stack + ((target[1], f"{target[1]}@{calls[0]}"),))
                 else:
                     found.append((stack, "*"))
-            elif kind == "prim::CallFunction":
-                found.append((stack, "*"))
+            elif kind == "prim::CallFunction":  # F.relu, F.batch_norm in a scripted module: named by the function
+                function = node.inputsAt(0).node()
+                named = function.kind() == "prim::Constant" and function.hasAttribute("name")
+                found.append((stack, _kind(function.s("name")) if named else "*"))
             elif kind.startswith("aten::"):
                 found.append((stack, _kind(kind)))
-            elif any(True for _ in node.blocks()):  # an if or a loop: which branch runs is not known here
-                found.append((stack, "*"))
+            else:  # an if or a loop: every branch, in order; the converter keeps the one that runs, which the
+                for block in node.blocks():  # lookahead skips to (weights read in their own module, checked)
+                    walk(block.nodes(), values, stack)
 
     graph = script.forward.graph
     walk(graph.nodes(), {next(graph.inputs()).debugName(): (script, "")}, ())
@@ -82,8 +87,8 @@ def name_by_modules(program, ops) -> bool:
     operations, so that its layers are named by module path. Every operation reading a weight must land in
     the module owning it; where one does not (the two graphs did not line up) nothing is written and False
     is returned: names by operation rather than wrong ones."""
-    if any(kind == "*" for _, kind in ops):  # a scripted module: branches and function calls the converter
-        return False  # resolved; which operations each became is not known here
+    if any(kind == "*" for _, kind in ops):  # a call whose operations are not known here
+        return False
     owners = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
     at, stacks = 0, {}
     for node in program.graph_module.graph.nodes:
@@ -99,6 +104,11 @@ def name_by_modules(program, ops) -> bool:
             owner = owners.get(arg.name, "").rpartition(".")[0]
             if arg.name in owners and (not stack or stack[-1][0] != owner):
                 return False
+    for node in program.graph_module.graph.nodes:  # a tuple's value (a batch norm's output) in its module
+        if node.op == "call_function" and not hasattr(node.target, "_overloadpacket") and node.args:
+            source = node.args[0]
+            if isinstance(source, torch.fx.Node) and source in stacks:
+                stacks[node] = stacks[source]
     for node, stack in stacks.items():
         node.meta["nn_module_stack"] = {key: (path, "") for path, key in stack}
     return True

@@ -21,7 +21,7 @@ import torch
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
-from .common import refuse_nan_outputs, relevance_batch_size
+from .common import refuse_nan_outputs, relevance_batch_size, weights_digest
 from .device import (
     Batches,
     check_precision,
@@ -472,6 +472,10 @@ class TorchNetwork(GraphQueries, Network):
             digest.update(f"{name}:{array.shape}:{array.dtype}".encode())
             digest.update(array.tobytes())
         return digest.hexdigest()
+
+    def weights_digest(self) -> str:
+        state = self.graph.module.state_dict().items()
+        return weights_digest((name, value.detach().cpu().numpy()) for name, value in state)
 
     # ---- relevance and gradients ----------------------------------------------------------------
     def relevance(
