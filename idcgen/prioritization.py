@@ -52,7 +52,7 @@ import numpy as np
 
 from .checks import check_int, check_real
 from .criteria import CRITERIA, NEEDS_DATA
-from .errors import InputError, ParameterError
+from .errors import InputError, Param, ParameterError
 
 __all__ = [
     "ORDERINGS",
@@ -109,13 +109,14 @@ def check_ordering(by, task: str = "classification") -> str:
     """``by`` as a known ordering for a model of ``task``; a ParameterError (one line) otherwise."""
     known = orderings()
     if not isinstance(by, str) or by.strip().lower() not in known:
-        raise ParameterError(f"The 'by' parameter must be one of {', '.join(known)}. Got {by!r} instead.")
+        raise ParameterError(Param("by"), f" must be one of {', '.join(known)}. Got {by!r} instead.")
     by = by.strip().lower()
     if task == "regression" and by in CLASSIFICATION_ONLY:
         why = "needs two classes" if by.startswith("ds") else "needs class probabilities"
         raise ParameterError(
-            f"by={by!r} {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
-            "idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)"
+            Param("by", by),
+            f" {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
+            "idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)",
         )
     return by
 
@@ -455,7 +456,7 @@ def prioritize(
     needs_train = base in NEEDS_TRAIN and not (by == "idc-rarity" and recorded)
     if x_train is None and (needs_train or (by.startswith("idc-") and analysis is None)):
         older = " (the analysis was saved before analyses recorded them)" if by == "idc-rarity" and analysis else ""
-        raise ParameterError(f"by={by!r} needs the training inputs{older}: pass x_train (--train)")
+        raise ParameterError(Param("by", by), f" needs the training inputs{older}: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
         check_unscaled(x_train, network, "the training inputs")
@@ -580,7 +581,9 @@ def _mdsa(job: _Job, by: str):
 @_registered("mc-dropout")
 def _dropout(job: _Job, by: str):
     if not job.network.dropout_layers():
-        raise ParameterError("by='mc-dropout' needs a model with Dropout layers; this model has none: use lsa or mdsa")
+        raise ParameterError(
+            Param("by", "mc-dropout"), " needs a model with Dropout layers; this model has none: use lsa or mdsa"
+        )
     from tqdm.auto import tqdm
 
     with tqdm(total=len(job.x), desc="mc-dropout", unit="input", disable=not job.progress, leave=False) as bar:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..convention import InputConvention
-from ..errors import LayerError, ModelError
+from ..errors import LayerError, ModelError, Param
 from . import RANGE_TAP, TASKS, ForwardNetwork, LayerInfo
 from .common import refuse_nan_outputs
 from .device import requested_device, say_once
@@ -113,8 +113,9 @@ def _providers(device) -> list:
         return [("CUDAExecutionProvider", {"device_id": setting.index or 0}), "CPUExecutionProvider"]
     if setting.kind == "cuda":
         raise ModelError(
-            f"{setting.given_as()}: onnxruntime {ort.__version__} has no CUDA provider here (providers: "
-            f"{', '.join(have)}); install onnxruntime-gpu in its place, or run on the CPU (--device cpu)"
+            setting.given_as(),
+            f": onnxruntime {ort.__version__} has no CUDA provider here (providers: "
+            f"{', '.join(have)}); install onnxruntime-gpu in its place, or run on the CPU (--device cpu)",
         )
     return ["CPUExecutionProvider"]
 
@@ -174,7 +175,7 @@ class OnnxNetwork(ForwardNetwork):
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         if precision not in (None, "fp32"):
-            raise ModelError(f"precision={precision!r}: an ONNX model runs in the precision it was exported in")
+            raise ModelError(Param("precision", precision), ": an ONNX model runs in the precision it was exported in")
         if isinstance(model, onnx.ModelProto):
             model = OnnxModel(model.SerializeToString(), "ONNX model")
         if not isinstance(model, OnnxModel):
@@ -267,9 +268,9 @@ class OnnxNetwork(ForwardNetwork):
         and recorded so."""
         if self.device_asked == "cuda":
             raise ModelError(
-                f"{requested_device(self._device if self._device is None else str(self._device)).given_as()}: "
-                f"onnxruntime {ort.__version__} could not start its CUDA provider (the "
-                "CUDA and cuDNN libraries its build needs, a GPU); run on the CPU (device='cpu')"
+                requested_device(self._device if self._device is None else str(self._device)).given_as(),
+                f": onnxruntime {ort.__version__} could not start its CUDA provider (the "
+                "CUDA and cuDNN libraries its build needs, a GPU); run on the CPU (device='cpu')",
             )
         self.providers, self._device_info = ["CPUExecutionProvider"], {"device": "cpu"}
 
