@@ -75,7 +75,7 @@ class IdcgenError(Exception):
         return text[:1].upper() + text[1:] if isinstance(first, Param) and not first.has_value else text
 
     def __str__(self) -> str:
-        return self.worded() if any(isinstance(p, Param) for p in self.args) else super().__str__()
+        return self.worded()
 
 
 class ModelError(IdcgenError):
