@@ -29,7 +29,7 @@ from .options import (
     OrderingOptions,
     RunnerOptions,
 )
-from .prioritization import SURPRISE
+from .prioritization import TRAINED_ORDERINGS
 
 app = typer.Typer(
     add_completion=False,
@@ -413,7 +413,8 @@ def prioritize(
         typer.Option(
             None,
             "--train",
-            help=f"Training inputs ({', '.join(SURPRISE)}, idc-*, and the coverage orderings of {', '.join(NEEDS_DATA)}).",
+            help=f"Training inputs ({', '.join(TRAINED_ORDERINGS)}, the coverage orderings of {', '.join(NEEDS_DATA)}, "
+            "and idc-additional without --analysis).",
         ),
         "x_train",
     ),

@@ -79,10 +79,6 @@ ORDERINGS = SOFTMAX + SURPRISE + ("mc-dropout", "idc-rarity", "idc-additional", 
 CLASSIFICATION_ONLY = SOFTMAX + ("dsa", "dsc-total", "dsc-additional")
 #: the share of the ranking the evaluation looks at first, in percent
 FIRST = (1, 5, 10)
-#: what needs the training inputs, by ordering or criterion (the ``nc`` of ``nc-total``): the surprise orderings,
-#: idc-rarity (the combinations' counts) and every criterion fitted on training data; the IDC orderings need them too
-#: when no analysis is given
-NEEDS_TRAIN = SURPRISE + ("idc-rarity",) + NEEDS_DATA
 
 
 def orderings() -> list[str]:
@@ -523,12 +519,17 @@ class _Job:
 
 #: ordering name -> function (job, by) -> (scores, order); the coverage orderings are found by their criterion
 _REGISTRY: dict = {}
+#: the orderings fitted on the training inputs, as registered
+_TRAINED: list[str] = []
 
 
-def _registered(*names):
+def _registered(*names, trained: bool = False):
+    """Register an ordering function under ``names``; ``trained``: it reads the training inputs."""
+
     def register(function):
         for name in names:
             _REGISTRY[name] = function
+        _TRAINED.extend(names if trained else ())
         return function
 
     return register
@@ -550,7 +551,7 @@ def _softmax(job: _Job, by: str):
     return scores, rank_by(scores)
 
 
-@_registered("lsa", "dsa")
+@_registered("lsa", "dsa", trained=True)
 def _surprise(job: _Job, by: str):
     from .criteria import make_criterion
 
@@ -563,7 +564,7 @@ def _surprise(job: _Job, by: str):
     return scores, rank_by(scores)
 
 
-@_registered("mdsa")
+@_registered("mdsa", trained=True)
 def _mdsa(job: _Job, by: str):
     network = job.network
     name = network.default_layer() if job.layer is None else network.layer(job.layer).name
@@ -599,7 +600,8 @@ def _random(job: _Job, by: str):
     return scores, order
 
 
-@_registered("idc-rarity", "idc-additional")
+@_registered("idc-rarity", trained=True)  # the combinations' counts (recorded with an analysis since)
+@_registered("idc-additional")
 def _idc(job: _Job, by: str):
     analysis = _job_analysis(job)
     ids = analysis.ids(job.x)
@@ -618,6 +620,13 @@ def _idc(job: _Job, by: str):
     count[hit] = counts[where[hit]]
     scores = -np.log((count + 1.0) / (counts.sum() + analysis.total))
     return scores, rank_by(scores)
+
+
+#: what needs the training inputs, by ordering or criterion (the ``nc`` of ``nc-total``): the orderings registered
+#: as trained (the surprise orderings, idc-rarity) and every criterion fitted on training data (the registry's
+#: ``Criterion.needs_data``); the IDC orderings need them too when no analysis is given
+TRAINED_ORDERINGS = tuple(_TRAINED)
+NEEDS_TRAIN = TRAINED_ORDERINGS + NEEDS_DATA
 
 
 def _job_analysis(job: _Job):
