@@ -305,6 +305,40 @@ def test_errors_name_flags(parts, library, expected):
     assert pickle.loads(pickle.dumps(error)).parts == error.parts  # as a Ray worker sends it
 
 
+def _parameters_in_words(source: str, flags: dict) -> list[str]:
+    """The parameters with a flag that a raise in ``source`` names in words ("the 'm' parameter", "scale='none'"),
+    which the command line would show as they are."""
+    import ast
+    import re
+
+    words = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)' parameters?\b(?! of )")  # a mutator's own: "'std' parameter of"
+    assigned = re.compile(r"(?<![\w(])(\w+)=(?:'|\{)")  # not inside a spec: rotate(limit=30)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            for arg in node.exc.args:
+                pieces = [arg] if isinstance(arg, ast.Constant) else getattr(arg, "values", [])
+                text = "".join(
+                    p.value if isinstance(p, ast.Constant) and isinstance(p.value, str) else "{}" for p in pieces
+                )
+                found += [m.group(0) for m in [*words.finditer(text), *assigned.finditer(text)] if m.group(1) in flags]
+    return found
+
+
+def test_no_error_names_a_parameter_with_a_flag_in_words():
+    """Such a parameter is a Param of the message, which the command line spells as its flag."""
+    from idcgen.commandline import parameter_flags
+
+    flags = parameter_flags(app)
+    assert _parameters_in_words("raise ParameterError(f\"The 'm' parameter must; pass scale='none' {x}\")", flags) == [
+        "The 'm' parameter",
+        "scale='",
+    ]
+    root = Path(__file__).resolve().parents[1] / "idcgen"
+    found = {str(p.relative_to(root)): _parameters_in_words(p.read_text(), flags) for p in sorted(root.rglob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
 def test_the_flags_of_parameters_are_read_from_the_options_the_commands_declare():
     """No table typed by hand: each parameter's flag is an option of some command, its own name or one it
     records as also set (overwrite: --force), and every name the former hand-written table held is there."""
