@@ -24,7 +24,7 @@ from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source
 from .distributed.parallel import PARALLEL_FILE, ParallelRecord
-from .errors import AnalysisMismatchError, InputError, ModelError, ParameterError
+from .errors import AnalysisMismatchError, InputError, ModelError, Param, ParameterError, shown
 from .export import export_campaign
 from .framework import framework_of_path
 from .fuzz.campaign import check_budget
@@ -110,7 +110,7 @@ def measure_specs(guide: str, measure) -> list[str]:
     from .fuzz.guidance import guide_names
 
     if guide not in guide_names():
-        raise ParameterError(f"The 'guide' parameter must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
+        raise ParameterError(Param("guide"), f" must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
     if isinstance(measure, str):
         measure = parse_criteria(measure)
     specs = [s for s in measure if spec_name(s) != "idc"] if measure else []
@@ -183,8 +183,10 @@ def _check_new_campaign(models: ModelsOptions, options: CampaignOptions, runner:
         raise ParameterError("--model, --seeds and --budget are needed (or --resume DIR)")
     check_budget(options.budget)
     if options.no_validity and (options.alpha, options.beta) != (0.02, 0.2):  # ignored silently otherwise
-        which = "'alpha' parameter" if options.alpha != 0.02 else "'beta' parameter"
-        raise ParameterError(f"the {which} sets a validity bound, which no_validity=True turns off: drop one of them")
+        which = Param("alpha" if options.alpha != 0.02 else "beta")
+        raise ParameterError(
+            which, " sets a validity bound, which ", Param("no_validity", True), " turns off: drop one of them"
+        )
     specs = measure_specs(options.guide, options.measure)
     if runner.workers is not None:  # parallel campaigns
         check_int("workers", runner.workers, 1)
@@ -278,13 +280,13 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
     try:
         session = Session(model, None, runner, analysis=found, recorded=recorded, echo=echo, status=status)
     except AnalysisMismatchError as exc:
-        raise AnalysisMismatchError(f"cannot resume {folder}: {exc}") from None
+        raise AnalysisMismatchError(f"cannot resume {folder}: ", *exc.parts) from None
     except ModelError as exc:
         if models.model:
             raise
         relative = "" if Path(src.model).is_absolute() else ", relative to the directory it was started in"
         raise ModelError(
-            f"{exc} (the model campaign {folder} recorded{relative}); give the 'model' parameter to override it"
+            *exc.parts, f" (the model campaign {folder} recorded{relative}); give ", Param("model"), " to override it"
         ) from None
     with session:
         network = session.network
@@ -353,19 +355,18 @@ def refuse_resume_changes(folder: Path, saved: CampaignSettings, found: Analysis
             continue
         if name == "out":
             if not _same_path(groups.options.out, folder):
-                raise ParameterError(f"a resumed campaign stays in its folder {folder}: drop the 'out' parameter")
+                raise ParameterError(f"a resumed campaign stays in its folder {folder}: drop ", Param("out"))
         elif name in ("limit", "analysis"):
             raise ParameterError(
-                f"a resumed campaign keeps its seeds and its analysis ({found_folder(folder)}): "
-                f"drop the '{name}' parameter"
+                f"a resumed campaign keeps its seeds and its analysis ({found_folder(folder)}): drop ", Param(name)
             )
         elif name not in _recorded_options():
-            raise ParameterError(f"a resumed campaign keeps the settings it was made with: drop the '{name}' parameter")
+            raise ParameterError("a resumed campaign keeps the settings it was made with: drop ", Param(name))
         elif name in differing:
             conflicts.append((name, *differing[name]))
     if conflicts:
         _refuse_changes(
-            f"campaign {folder} was made with",
+            (f"campaign {folder} was made with",),
             conflicts,
             "a resumed campaign keeps its settings: leave these out, or start a new campaign",
         )
@@ -495,27 +496,18 @@ def _count(n: int, word: str, one: str | None = None) -> str:
 
 
 # ---- options that conflict with saved work ---------------------------------------------------------
-# The library names parameters; the CLI turns "name=value" and "the 'name' parameter" into its flags.
+# The library names parameters as Params: the CLI spells them as its flags.
 
 
-def _shown(value) -> str:
-    """A setting's value as a message shows it: lists as the comma list an option takes."""
-    if isinstance(value, (list, tuple)):
-        value = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def _refuse_changes(what: str, conflicts: list, advice: str) -> None:
+def _refuse_changes(what: tuple, conflicts: list, *advice) -> None:
     """One line naming each saved setting beside the value asked for: ``conflicts`` holds (name, saved,
-    asked); a saved None reads "without ...", True a flag."""
-
-    def saved(name, value):
-        if value is None or value is False:
-            return f"without the '{name}' parameter"
-        return f"{name}=True" if value is True else f"{name}={_shown(value)}"
-
-    shown = ", ".join(saved(n, s) + ("" if a is True else f" (not {_shown(a)})") for n, s, a in conflicts)
-    raise ParameterError(f"{what} {shown}; {advice}")
+    asked); a saved None reads "without ...", True a flag; ``what`` and ``advice``: the message's parts."""
+    parts: list = [*what, " "]
+    for i, (name, saved, asked) in enumerate(conflicts):
+        parts += [", "] if i else []
+        parts += ["without ", Param(name)] if saved is None or saved is False else [Param(name, saved)]
+        parts += [] if asked is True else [f" (not {shown(asked)})"]
+    raise ParameterError(*parts, "; ", *advice)
 
 
 def _same_path(a, b) -> bool:
@@ -538,9 +530,10 @@ def check_analysis_options(analysis, where, wanted: AnalysisOptions) -> None:
     ]
     if conflicts:
         _refuse_changes(
-            f"analysis={str(where)!r} was made with",
+            (Param("analysis", str(where)), " was made with"),
             conflicts,
-            "leave these out to use it, or analyse again with the 'train' parameter",
+            "leave these out to use it, or analyse again with ",
+            Param("train"),
         )
 
 

@@ -1,7 +1,7 @@
 """Parameter checks, one per kind of parameter, each failing with one line in the same words.
 
-Messages name the Python parameter (``The 'batch_size' parameter must be an int >= 1. Got 0 instead.``);
-the command line rewrites such names into its flags.
+Messages name the Python parameter (``The 'batch_size' parameter must be an int >= 1. Got 0 instead.``) as
+a :class:`~idcgen.errors.Param`, which the command line spells as its flag (``--batch-size must ...``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import ParameterError
+from .errors import Param, ParameterError
 
 
-def _subject(name: str, owner: str | None) -> str:
-    return f"The '{name}' parameter" + (f" of {owner}" if owner else "")
+def _subject(name: str, owner: str | None) -> tuple:
+    """The parts naming the parameter: an owner's own (a mutator's 'std') is no option, so it stays words."""
+    return (f"The '{name}' parameter of {owner}",) if owner else (Param(name),)
 
 
 def check_int(
@@ -30,7 +31,7 @@ def check_int(
     ):
         span = f">= {low}" if high is None else f"in the range [{low}, {high}]"
         raise ParameterError(
-            f"{_subject(name, owner)} must be an int {span}{f' ({why})' if why else ''}. Got {value!r} instead."
+            *_subject(name, owner), f" must be an int {span}{f' ({why})' if why else ''}. Got {value!r} instead."
         )
     return int(value)
 
@@ -57,7 +58,7 @@ def check_real(
             left = "[" if low is not None and closed in ("both", "left") else "("
             right = "]" if high is not None and closed in ("both", "right") else ")"
             span = f" in the range {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
-        raise ParameterError(f"{_subject(name, owner)} must be a finite float{span}. Got {value!r} instead.")
+        raise ParameterError(*_subject(name, owner), f" must be a finite float{span}. Got {value!r} instead.")
     return float(value)
 
 
@@ -65,6 +66,7 @@ def check_choice(name: str, value: Any, choices: Sequence[str], *, owner: str | 
     """One of ``choices`` (strings)."""
     if not isinstance(value, str) or value not in choices:
         raise ParameterError(
-            f"{_subject(name, owner)} must be a str among {{{', '.join(map(repr, choices))}}}. Got {value!r} instead."
+            *_subject(name, owner),
+            f" must be a str among {{{', '.join(map(repr, choices))}}}. Got {value!r} instead.",
         )
     return value

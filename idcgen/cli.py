@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from .commandline import fail, register
+from .commandline import also_sets, fail, register
 from .criteria import ALL_NAMES, NEEDS_DATA
 from .options import (
     AffinityOptions,
@@ -29,7 +29,7 @@ from .options import (
     OrderingOptions,
     RunnerOptions,
 )
-from .prioritization import SURPRISE
+from .prioritization import TRAINED_ORDERINGS
 
 app = typer.Typer(
     add_completion=False,
@@ -247,7 +247,7 @@ def analyze(
     out: Optional[Path] = typer.Option(
         None, "--out", help="Analysis folder (default outputs/analyses/<model>_<layer>_m<m>_<data fingerprint>)."
     ),
-    force: bool = typer.Option(False, "--force", help="Replace the analysis already in --out."),
+    force: bool = also_sets(typer.Option(False, "--force", help="Replace the analysis already in --out."), "overwrite"),
     runner: RunnerOptions = None,
 ):
     """Find the m most important neurons of a layer and cluster their activations."""
@@ -328,7 +328,9 @@ def coverage(
         "'nc(scaling=channel-means),lsc(group=label)' (the "
         "older nc:scaling=channel-means still works).",
     ),
-    train: Optional[str] = typer.Option(None, "--train", help=f"Training inputs (needed by {', '.join(NEEDS_DATA)})."),
+    train: Optional[str] = also_sets(
+        typer.Option(None, "--train", help=f"Training inputs (needed by {', '.join(NEEDS_DATA)})."), "x_train"
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     reading: InputOptions = None,
     convention: ConventionOptions = None,
@@ -407,10 +409,14 @@ def prioritize(
     out: Path = typer.Option(
         ..., "--out", help="CSV file to write: rank (1 = look first), input (index, or file name for a folder), score."
     ),
-    train: Optional[str] = typer.Option(
-        None,
-        "--train",
-        help=f"Training inputs ({', '.join(SURPRISE)}, idc-*, and the coverage orderings of {', '.join(NEEDS_DATA)}).",
+    train: Optional[str] = also_sets(
+        typer.Option(
+            None,
+            "--train",
+            help=f"Training inputs ({', '.join(TRAINED_ORDERINGS)}, the coverage orderings of {', '.join(NEEDS_DATA)}, "
+            "and idc-additional without --analysis).",
+        ),
+        "x_train",
     ),
     analysis: Optional[Path] = typer.Option(
         None,
@@ -597,7 +603,7 @@ def convert(
         "--input-shape",
         help="H,W,C of the images a TorchScript model takes (TorchScript files do not record it).",
     ),
-    force: bool = typer.Option(False, "--force", help="Replace NEW if it exists."),
+    force: bool = also_sets(typer.Option(False, "--force", help="Replace NEW if it exists."), "overwrite"),
 ):
     """Re-save a model file as one idcgen reads fully: an old or weights-only Keras file as one Keras 3 reads
     (Keras 2.1-era files need tf-keras); a PyTorch TorchScript file or factory as a .pt2 program."""

@@ -3,7 +3,8 @@
 A command's parameter annotated with a settings group (:mod:`idcgen.options`) becomes the group's options,
 and the command receives the group built from what was typed (:func:`register`); a single-valued option
 given twice is refused. Every library error becomes one line on stderr (``error: ...``) and exit status 1,
-its parameter names spelt as the flags that set them (:func:`in_cli_words`).
+the parameters it names spelt as the flags that set them (:func:`in_cli_words`), the flags read from the
+options the commands declare (:func:`parameter_flags`).
 """
 
 from __future__ import annotations
@@ -15,109 +16,49 @@ import shlex
 import typer
 import typer.core
 
-from .errors import IdcgenError
-
-#: The one table from the library's parameter names to the flags that set them. The library's messages
-#: name Python parameters ("The 'batch_size' parameter must ...", "scale='255'"); the CLI's error handler
-#: rewrites those references into the user's words ("--batch-size must ...", "--scale 255").
-FLAGS = {
-    "alpha": "--alpha",
-    "analysis": "--analysis",
-    "architecture": "--architecture",
-    "beta": "--beta",
-    "budget": "--budget",
-    "batch_size": "--batch-size",
-    "threshold": "--threshold",
-    "scaling": "--scaling",
-    "top": "--top",
-    "clusters": "--clusters",
-    "crop": "--crop",
-    "labels": "--labels",
-    "task": "--task",
-    "class_names": "--class-names",
-    "cluster_method": "--cluster-method",
-    "correct_only": "--correct-only",
-    "criteria": "--criteria",
-    "epochs": "--epochs",
-    "force": "--force",
-    "guide": "--guide",
-    "image_shape": "--image-shape",
-    "layer": "--layer",
-    "limit": "--limit",
-    "limit_test": "--limit-test",
-    "m": "--m",
-    "measure": "--measure",
-    "mode": "--mode",
-    "model": "--model",
-    "mutators": "--mutators",
-    "no_round": "--no-round",
-    "no_validity": "--no-validity",
-    "only_class": "--class",
-    "oracle": "--oracle",
-    "out": "--out",
-    "overwrite": "--force",
-    "pair": "--pair",
-    "preprocess": "--preprocess",
-    "random_state": "--random-state",
-    "relevance_of": "--relevance-of",
-    "repeats": "--repeats",
-    "resize": "--resize",
-    "scale": "--scale",
-    "scheduler": "--scheduler",
-    "seeds": "--seeds",
-    "train": "--train",
-    "value_range": "--value-range",
-    "tol": "--tol",
-    "measures": "--measures",
-    "units": "--units",
-    "hypotheses": "--hypotheses",
-    "workers": "--workers",
-    "by": "--by",
-    "passes": "--passes",
-    "tolerance": "--tolerance",
-    "x_train": "--train",
-    "device": "--device",
-    "precision": "--precision",
-    "gpus_per_worker": "--gpus-per-worker",
-}
-# "the 'm' parameter", "the 'layer' and 'm' parameters" (not "the 'std' parameter of gauss": a mutator's own)
-_PARAMETER_WORDS = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)'(?: and '(\w+)')? parameters?\b(?! of )")
-# name=value with a Python repr or a bare value, not inside a spec such as rotate(limit=30)
-_ASSIGNMENT = re.compile(r"(?<![\w(])(\w+)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)")
+from .errors import IdcgenError, Param, listed
 
 
-def _in_spec(text: str, at: int) -> bool:
-    """Whether ``text[at]`` lies inside a spec's parentheses, nc(scaling=none,threshold=0.5): the spec is
-    what the user wrote, not flags, however deep (kmnc(k=(2,3),...))."""
-    depth = 0
-    for i in range(at - 1, -1, -1):
-        if text[i] == ")":
-            depth += 1
-        elif text[i] == "(":
-            if depth == 0:
-                return i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")
-            depth -= 1
-    return False
+def also_sets(option, *parameters: str):
+    """``option`` (a typer option) recorded as the flag of the library ``parameters`` it sets under another
+    name (--force: ``overwrite``), so that an error naming one of them names the flag."""
+    option.library_names = parameters
+    return option
 
 
-def in_cli_words(message: str) -> str:
-    """A library message with its parameter references spelt as the flags that set them (see FLAGS)."""
+@functools.cache
+def parameter_flags(app: typer.Typer) -> dict[str, str]:
+    """Each library parameter name -> the flag that sets it, read from the options ``app``'s commands declare:
+    an option's own parameter (batch_size: --batch-size, only_class: --class, a group's fields among them)
+    and the library parameters it also sets (:func:`also_sets`). Read once all commands are registered."""
+    import inspect
 
-    def words(match):
-        names = [n for n in match.groups() if n]
-        if not all(n in FLAGS for n in names):
-            return match.group(0)
-        return " and ".join(FLAGS[n] for n in names)
+    flags: dict[str, str] = {}
+    for command in app.registered_commands:
+        for p in inspect.signature(command.callback).parameters.values():
+            if isinstance(p.default, typer.models.OptionInfo):
+                flag = next(d for d in p.default.param_decls if d.startswith("--"))
+                for name in (p.name, *getattr(p.default, "library_names", ())):
+                    flags.setdefault(name, flag)
+    return flags
 
-    def assignment(match):
-        name, value = match.groups()
-        if name not in FLAGS or _in_spec(match.string, match.start()):
-            return match.group(0)
-        if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) >= 2:
-            value = value[1:-1]
-        return FLAGS[name] if value == "True" else f"{FLAGS[name]} {shlex.quote(value)}"
 
-    return _ASSIGNMENT.sub(assignment, _PARAMETER_WORDS.sub(words, message))
+def in_cli_words(error: IdcgenError, app: typer.Typer | None = None) -> str:
+    """``error``'s message with the parameters it names spelt as the flags of ``app`` (default: idcgen's) that
+    set them: "--batch-size must ...", "pass --scale none"; a parameter no option sets keeps the library's words."""
+    if app is None:
+        from .cli import app
+    flags = parameter_flags(app)
+
+    def spell(param: Param) -> str:
+        flag = flags.get(param.name)
+        if flag is None or param.value is False:
+            return str(param)
+        if not param.has_value or param.value is True:
+            return flag
+        return f"{flag} {shlex.quote(str(listed(param.value)))}"
+
+    return error.worded(spell)
 
 
 def _close_progress_bars() -> None:
@@ -182,15 +123,15 @@ def register(app: typer.Typer, func):
                 kwargs = _build_groups(groups, kwargs)
             return func(*args, **kwargs)
         except IdcgenError as exc:
-            fail(in_cli_words(str(exc)))
+            fail(in_cli_words(exc, app))
         except OSError as exc:  # unwritable --out, a file where a folder should be, a full disk
             fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
         except Exception as exc:  # a device out of memory where no batch halving caught it: one line too
-            from .framework.device import is_out_of_memory, out_of_memory_line
+            from .framework.device import is_out_of_memory, out_of_memory_error
 
             if not is_out_of_memory(exc):
                 raise
-            fail(in_cli_words(out_of_memory_line(exc)))
+            fail(in_cli_words(out_of_memory_error(exc), app))
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None

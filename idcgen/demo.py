@@ -9,7 +9,7 @@ from pathlib import Path
 from .analysis import analyze
 from .checks import check_int
 from .data import fit_to_model, load_inputs
-from .errors import InputError
+from .errors import InputError, Param
 from .framework import Network
 
 
@@ -33,8 +33,11 @@ def run_demo(
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         what = "an earlier demo" if (out / "coverage.json").exists() else "other files"
         raise InputError(
-            f"{out} already holds {what}: refusing to replace it; pass force=True to replace it, "
-            "or give another 'out' parameter"
+            f"{out} already holds {what}: refusing to replace it; pass ",
+            Param("force", True),
+            " to replace it, or give another folder (",
+            Param("out"),
+            ")",
         )
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from .analysis import check_class_labels
 from .checks import check_int
 from .data import Dataset, fit_to_model
-from .errors import InputError, ModelError, ParameterError
+from .errors import InputError, ModelError, Param, ParameterError
 from .files import atomic_text
 from .framework import Network, as_network
 from .fuzz.campaign import Campaign
@@ -105,7 +105,7 @@ def retrain(
 
 def _retrained(network: Network, x, y, *, mode: str, epochs: int, batch_size: int = 256, random_state: int = 0):
     if mode not in MODES:
-        raise ParameterError(f"The 'mode' parameter must be one of {MODES}. Got {mode!r} instead.")
+        raise ParameterError(Param("mode"), f" must be one of {MODES}. Got {mode!r} instead.")
     with _callers_random_state():
         return network.retrained(x, y, mode=mode, epochs=epochs, batch_size=batch_size, random_state=random_state)
 
@@ -148,7 +148,7 @@ def check_pair(pair, n_classes: int) -> tuple[int, int]:
         ok = False
     if not ok:
         raise ParameterError(
-            f"The 'pair' parameter must be two different classes in 0..{n_classes - 1}, e.g. 4,9. Got {pair!r} instead."
+            Param("pair"), f" must be two different classes in 0..{n_classes - 1}, e.g. 4,9. Got {pair!r} instead."
         )
     return a, b
 
@@ -239,7 +239,8 @@ def check_baselines(baselines, network: Network | None = None) -> tuple[str, ...
     unknown = [b for b in names if b not in BASELINES]
     if unknown or len(set(names)) != len(names):
         raise ParameterError(
-            f"The 'baselines' parameter must be distinct names among {', '.join(BASELINES)}. Got {list(names)!r} instead."
+            Param("baselines"),
+            f" must be distinct names among {', '.join(BASELINES)}. Got {list(names)!r} instead.",
         )
     for name in names:
         if network is not None and name in ("pgd", "fgsm"):
@@ -417,7 +418,7 @@ class CorruptionSuite:
         self.names, self.notes = available(CORRUPTIONS if names is None else names)
         self.severities = tuple(int(s) for s in severities)
         if not self.severities or any(s not in SEVERITIES for s in self.severities):
-            raise ParameterError(f"The 'severities' parameter must be in 1..5. Got {list(severities)!r} instead.")
+            raise ParameterError(Param("severities"), f" must be in 1..5. Got {list(severities)!r} instead.")
         self.lo, self.hi = (float(v) for v in value_range)
         self.size = len(x)
         self.codes = {}
@@ -507,7 +508,7 @@ def harden(
     names = check_baselines(baselines, network)
     pgd_eps = tuple(float(e) for e in pgd_eps)
     if any(not 0 < e <= 1 for e in pgd_eps):
-        raise ParameterError(f"The 'pgd_eps' parameter must be in (0, 1] (fractions of the value range). Got {pgd_eps}")
+        raise ParameterError(Param("pgd_eps"), f" must be in (0, 1] (fractions of the value range). Got {pgd_eps}")
     pair = None if pair is None else check_pair(pair, network.n_classes)
     if not campaign.analysis.made_for(network):
         raise InputError("the campaign was run on another model than the one given to harden")

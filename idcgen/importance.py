@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ParameterError
+from .errors import Param, ParameterError
 
 AGGREGATES = ("sum", "abs", "mean")
 
@@ -30,6 +30,6 @@ def top_neurons(scores: np.ndarray, m: int) -> np.ndarray:
     n = len(scores)
     if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or not 1 <= m <= n:
         raise ParameterError(
-            f"The 'm' parameter must be an int in the range [1, {n}] (the layer has {n} neurons). Got {m!r} instead."
+            Param("m"), f" must be an int in the range [1, {n}] (the layer has {n} neurons). Got {m!r} instead."
         )
     return np.argsort(-np.asarray(scores), kind="stable")[:m].astype(np.int64)

@@ -57,14 +57,14 @@ def option(
 
 
 def _parsed(name: str, flag: Flag, value):
-    """``flag.parse(value)``, its refusal naming the option (once: a message that names it, or the parameter
-    ``name`` that the command line spells as the flag, is kept)."""
+    """``flag.parse(value)``, its refusal naming the option (once: a message that names it, or names the
+    parameter ``name``, which the command line spells as the flag, is kept)."""
     assert flag.parse is not None
     try:
         return flag.parse(value)
     except (IdcgenError, ValueError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if flag.name in message or f"'{name}' parameter" in message:
+        if flag.name in message or name in getattr(exc, "parameters", ()):
             raise
         from .errors import ParameterError
 

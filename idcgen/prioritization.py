@@ -52,7 +52,7 @@ import numpy as np
 
 from .checks import check_int, check_real
 from .criteria import CRITERIA, NEEDS_DATA
-from .errors import InputError, ParameterError
+from .errors import InputError, Param, ParameterError
 
 __all__ = [
     "ORDERINGS",
@@ -79,10 +79,6 @@ ORDERINGS = SOFTMAX + SURPRISE + ("mc-dropout", "idc-rarity", "idc-additional", 
 CLASSIFICATION_ONLY = SOFTMAX + ("dsa", "dsc-total", "dsc-additional")
 #: the share of the ranking the evaluation looks at first, in percent
 FIRST = (1, 5, 10)
-#: what needs the training inputs, by ordering or criterion (the ``nc`` of ``nc-total``): the surprise orderings,
-#: idc-rarity (the combinations' counts) and every criterion fitted on training data; the IDC orderings need them too
-#: when no analysis is given
-NEEDS_TRAIN = SURPRISE + ("idc-rarity",) + NEEDS_DATA
 
 
 def orderings() -> list[str]:
@@ -109,13 +105,14 @@ def check_ordering(by, task: str = "classification") -> str:
     """``by`` as a known ordering for a model of ``task``; a ParameterError (one line) otherwise."""
     known = orderings()
     if not isinstance(by, str) or by.strip().lower() not in known:
-        raise ParameterError(f"The 'by' parameter must be one of {', '.join(known)}. Got {by!r} instead.")
+        raise ParameterError(Param("by"), f" must be one of {', '.join(known)}. Got {by!r} instead.")
     by = by.strip().lower()
     if task == "regression" and by in CLASSIFICATION_ONLY:
         why = "needs two classes" if by.startswith("ds") else "needs class probabilities"
         raise ParameterError(
-            f"by={by!r} {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
-            "idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)"
+            Param("by", by),
+            f" {why} and this is a regression model: use lsa, mdsa, mc-dropout, random, "
+            "idc-rarity, idc-additional or a <criterion>-total/-additional ordering (not dsc)",
         )
     return by
 
@@ -455,7 +452,7 @@ def prioritize(
     needs_train = base in NEEDS_TRAIN and not (by == "idc-rarity" and recorded)
     if x_train is None and (needs_train or (by.startswith("idc-") and analysis is None)):
         older = " (the analysis was saved before analyses recorded them)" if by == "idc-rarity" and analysis else ""
-        raise ParameterError(f"by={by!r} needs the training inputs{older}: pass x_train (--train)")
+        raise ParameterError(Param("by", by), f" needs the training inputs{older}: pass x_train (--train)")
     if x_train is not None:
         x_train = fit_to_model(raw_inputs(x_train, network), network.input_shape)
         check_unscaled(x_train, network, "the training inputs")
@@ -522,12 +519,17 @@ class _Job:
 
 #: ordering name -> function (job, by) -> (scores, order); the coverage orderings are found by their criterion
 _REGISTRY: dict = {}
+#: the orderings fitted on the training inputs, as registered
+_TRAINED: list[str] = []
 
 
-def _registered(*names):
+def _registered(*names, trained: bool = False):
+    """Register an ordering function under ``names``; ``trained``: it reads the training inputs."""
+
     def register(function):
         for name in names:
             _REGISTRY[name] = function
+        _TRAINED.extend(names if trained else ())
         return function
 
     return register
@@ -549,7 +551,7 @@ def _softmax(job: _Job, by: str):
     return scores, rank_by(scores)
 
 
-@_registered("lsa", "dsa")
+@_registered("lsa", "dsa", trained=True)
 def _surprise(job: _Job, by: str):
     from .criteria import make_criterion
 
@@ -562,7 +564,7 @@ def _surprise(job: _Job, by: str):
     return scores, rank_by(scores)
 
 
-@_registered("mdsa")
+@_registered("mdsa", trained=True)
 def _mdsa(job: _Job, by: str):
     network = job.network
     name = network.default_layer() if job.layer is None else network.layer(job.layer).name
@@ -580,7 +582,9 @@ def _mdsa(job: _Job, by: str):
 @_registered("mc-dropout")
 def _dropout(job: _Job, by: str):
     if not job.network.dropout_layers():
-        raise ParameterError("by='mc-dropout' needs a model with Dropout layers; this model has none: use lsa or mdsa")
+        raise ParameterError(
+            Param("by", "mc-dropout"), " needs a model with Dropout layers; this model has none: use lsa or mdsa"
+        )
     from tqdm.auto import tqdm
 
     with tqdm(total=len(job.x), desc="mc-dropout", unit="input", disable=not job.progress, leave=False) as bar:
@@ -596,7 +600,8 @@ def _random(job: _Job, by: str):
     return scores, order
 
 
-@_registered("idc-rarity", "idc-additional")
+@_registered("idc-rarity", trained=True)  # the combinations' counts (recorded with an analysis since)
+@_registered("idc-additional")
 def _idc(job: _Job, by: str):
     analysis = _job_analysis(job)
     ids = analysis.ids(job.x)
@@ -615,6 +620,13 @@ def _idc(job: _Job, by: str):
     count[hit] = counts[where[hit]]
     scores = -np.log((count + 1.0) / (counts.sum() + analysis.total))
     return scores, rank_by(scores)
+
+
+#: what needs the training inputs, by ordering or criterion (the ``nc`` of ``nc-total``): the orderings registered
+#: as trained (the surprise orderings, idc-rarity) and every criterion fitted on training data (the registry's
+#: ``Criterion.needs_data``); the IDC orderings need them too when no analysis is given
+TRAINED_ORDERINGS = tuple(_TRAINED)
+NEEDS_TRAIN = TRAINED_ORDERINGS + NEEDS_DATA
 
 
 def _job_analysis(job: _Job):

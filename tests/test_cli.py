@@ -1,4 +1,5 @@
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from idcgen.cli import app
+from idcgen.errors import Param, ParameterError
 
 runner = CliRunner()
 
@@ -221,7 +223,7 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
     assert result.exit_code == 1
     assert result.output.strip() == (
         f"error: {out} already holds an earlier demo: refusing to replace it; pass "
-        "--force to replace it, or give another --out"
+        "--force to replace it, or give another folder (--out)"
     )
     assert [p.name for p in out.iterdir()] == ["coverage.json"]
     for args, message in [
@@ -236,32 +238,144 @@ def test_demo_refuses_an_earlier_demo(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "message, expected",
+    "parts, library, expected",
     [
         (
+            (Param("batch_size"), " must be an int >= 1. Got 0 instead."),
             "The 'batch_size' parameter must be an int >= 1. Got 0 instead.",
             "--batch-size must be an int >= 1. Got 0 instead.",
         ),
-        ("pass scale='none' to keep them", "pass --scale none to keep them"),
         (
-            "made for layer='fc2' and m=8; drop the 'layer' and 'm' parameters",
+            ("pass ", Param("scale", "none"), " to keep them"),
+            "pass scale='none' to keep them",
+            "pass --scale none to keep them",
+        ),
+        (
+            (
+                "made for ",
+                Param("layer", "fc2"),
+                " and ",
+                Param("m", 8),
+                "; drop ",
+                Param("layer"),
+                " and ",
+                Param("m"),
+            ),
+            "made for layer='fc2' and m=8; drop the 'layer' parameter and the 'm' parameter",
             "made for --layer fc2 and --m 8; drop --layer and --m",
         ),
-        ("made with mutators='gauss(std=0.05),rotate'", "made with --mutators 'gauss(std=0.05),rotate'"),
-        ("pass overwrite=True to replace it", "pass --force to replace it"),
-        # a mutator's own parameters and layers' names are not options: left as they are
-        ("The 'limit' parameter of rotate must be a float", "The 'limit' parameter of rotate must be a float"),
         (
+            ("made with ", Param("mutators", "gauss(std=0.05),rotate")),
+            "made with mutators='gauss(std=0.05),rotate'",
+            "made with --mutators 'gauss(std=0.05),rotate'",
+        ),
+        (("made with ", Param("clusters", [2, 3])), "made with clusters='2,3'", "made with --clusters 2,3"),
+        (
+            ("pass ", Param("overwrite", True), " to replace it"),
+            "pass overwrite=True to replace it",
+            "pass --force to replace it",
+        ),
+        (("pass ", Param("x_train")), "pass the 'x_train' parameter", "pass --train"),
+        # a mutator's own parameters, layers' names and specs are words, not Params: left as they are
+        (
+            ("The 'limit' parameter of rotate must be a float",),
+            "The 'limit' parameter of rotate must be a float",
+            "The 'limit' parameter of rotate must be a float",
+        ),
+        (
+            ("bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'",),
             "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'",
             "bad spec 'rotate(limit=30)'; rotate has no parameter 'alpha'",
         ),
-        ("split='test' was asked for", "split='test' was asked for"),
+        (("split='test' was asked for",), "split='test' was asked for", "split='test' was asked for"),
+        # a parameter no option sets keeps the library's words
+        (
+            (Param("aggregate"), " must be sum"),
+            "The 'aggregate' parameter must be sum",
+            "The 'aggregate' parameter must be sum",
+        ),
     ],
 )
-def test_errors_name_flags(message, expected):
+def test_errors_name_flags(parts, library, expected):
     from idcgen.commandline import in_cli_words
 
-    assert in_cli_words(message) == expected
+    error = ParameterError(*parts)
+    assert str(error) == library
+    assert in_cli_words(error) == expected
+    assert pickle.loads(pickle.dumps(error)).parts == error.parts  # as a Ray worker sends it
+
+
+def _parameters_in_words(source: str, flags: dict) -> list[str]:
+    """The parameters with a flag that a raise in ``source`` names in words ("the 'm' parameter", "scale='none'"),
+    which the command line would show as they are."""
+    import ast
+    import re
+
+    words = re.compile(r"(?<!\w)(?:[Tt]he )?'(\w+)' parameters?\b(?! of )")  # a mutator's own: "'std' parameter of"
+    assigned = re.compile(r"(?<![\w(])(\w+)=(?:'|\{)")  # not inside a spec: rotate(limit=30)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            for arg in node.exc.args:
+                pieces = [arg] if isinstance(arg, ast.Constant) else getattr(arg, "values", [])
+                text = "".join(
+                    p.value if isinstance(p, ast.Constant) and isinstance(p.value, str) else "{}" for p in pieces
+                )
+                found += [m.group(0) for m in [*words.finditer(text), *assigned.finditer(text)] if m.group(1) in flags]
+    return found
+
+
+def test_no_error_names_a_parameter_with_a_flag_in_words():
+    """Such a parameter is a Param of the message, which the command line spells as its flag."""
+    from idcgen.commandline import parameter_flags
+
+    flags = parameter_flags(app)
+    assert _parameters_in_words("raise ParameterError(f\"The 'm' parameter must; pass scale='none' {x}\")", flags) == [
+        "The 'm' parameter",
+        "scale='",
+    ]
+    root = Path(__file__).resolve().parents[1] / "idcgen"
+    found = {str(p.relative_to(root)): _parameters_in_words(p.read_text(), flags) for p in sorted(root.rglob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_flags_of_parameters_are_read_from_the_options_the_commands_declare():
+    """No table typed by hand: each parameter's flag is an option of some command, its own name or one it
+    records as also set (overwrite: --force), and every name the former hand-written table held is there."""
+    import inspect
+
+    import typer
+
+    from idcgen.cli import app
+    from idcgen.commandline import parameter_flags
+
+    declared = {
+        flag
+        for command in app.registered_commands
+        for p in inspect.signature(command.callback).parameters.values()
+        if isinstance(p.default, typer.models.OptionInfo)
+        for flag in p.default.param_decls
+    }
+    flags = parameter_flags(app)
+    assert set(flags.values()) <= declared
+    former = {
+        "alpha": "--alpha", "analysis": "--analysis", "architecture": "--architecture", "beta": "--beta",
+        "budget": "--budget", "batch_size": "--batch-size", "threshold": "--threshold", "scaling": "--scaling",
+        "top": "--top", "clusters": "--clusters", "crop": "--crop", "labels": "--labels", "task": "--task",
+        "class_names": "--class-names", "cluster_method": "--cluster-method", "correct_only": "--correct-only",
+        "criteria": "--criteria", "epochs": "--epochs", "force": "--force", "guide": "--guide",
+        "image_shape": "--image-shape", "layer": "--layer", "limit": "--limit", "limit_test": "--limit-test",
+        "m": "--m", "measure": "--measure", "mode": "--mode", "model": "--model", "mutators": "--mutators",
+        "no_round": "--no-round", "no_validity": "--no-validity", "only_class": "--class", "oracle": "--oracle",
+        "out": "--out", "overwrite": "--force", "pair": "--pair", "preprocess": "--preprocess",
+        "random_state": "--random-state", "relevance_of": "--relevance-of", "repeats": "--repeats",
+        "resize": "--resize", "scale": "--scale", "scheduler": "--scheduler", "seeds": "--seeds", "train": "--train",
+        "value_range": "--value-range", "tol": "--tol", "measures": "--measures", "units": "--units",
+        "hypotheses": "--hypotheses", "workers": "--workers", "by": "--by", "passes": "--passes",
+        "tolerance": "--tolerance", "x_train": "--train", "device": "--device", "precision": "--precision",
+        "gpus_per_worker": "--gpus-per-worker",
+    }  # fmt: skip
+    assert {name: flags.get(name) for name in former} == former
 
 
 def test_library_errors_reach_the_user_as_flags(trained_lenet, tmp_path):

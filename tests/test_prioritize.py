@@ -155,6 +155,27 @@ def test_random_is_reproducible_and_differs_by_state(classifier):
     assert prioritize(model, x, by="random", random_state=2).order.tolist() != a.tolist()
 
 
+def test_what_needs_the_training_inputs_is_read_from_the_registries(classifier):
+    """NEEDS_TRAIN is typed nowhere: the orderings registered as trained and the criteria whose class says
+    needs_data; a criterion's coverage orderings need --train exactly when it does, and --train's help says so."""
+    from idcgen.criteria import CRITERIA
+    from idcgen.prioritization import NEEDS_TRAIN, TRAINED_ORDERINGS
+
+    assert TRAINED_ORDERINGS == ("lsa", "dsa", "mdsa", "idc-rarity")
+    assert NEEDS_TRAIN == TRAINED_ORDERINGS + tuple(n for n, c in CRITERIA.items() if c.needs_data)
+    model, _, x, _ = classifier
+    for name, criterion in CRITERIA.items():
+        if "total" not in criterion.orderings:
+            continue
+        if criterion.needs_data:
+            with pytest.raises(ParameterError, match=f"by='{name}-total' needs the training inputs"):
+                prioritize(model, x, by=f"{name}-total")
+        else:
+            assert name not in NEEDS_TRAIN
+    text = " ".join(CliRunner().invoke(app, ["prioritize", "--help"], terminal_width=400).output.split())
+    assert f"Training inputs ({', '.join(TRAINED_ORDERINGS)}, the coverage orderings of" in text
+
+
 def test_orderings_refuse_bad_requests_in_one_line(classifier):
     model, x_train, x, _ = classifier
     with pytest.raises(ParameterError, match=r"The 'by' parameter must be one of gini, .*Got 'ginny' instead"):

@@ -222,10 +222,14 @@ def test_a_pickled_whole_module_as_weights_is_named_as_such(tmp_path):
 def test_a_criterion_spec_in_a_message_is_left_as_written():
     """A spec was rewritten as if it held flags: nc(scaling=none,--threshold 0.5,...)."""
     from idcgen.commandline import in_cli_words
+    from idcgen.errors import Param, ParameterError
 
     spec = "nc(scaling=none,threshold=0.5,top=2)"
-    message = f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; batch_size=0 given"
-    assert in_cli_words(message) == (
+    error = ParameterError(
+        f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; ", Param("batch_size", 0), " given"
+    )
+    assert str(error) == f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; batch_size=0 given"
+    assert in_cli_words(error) == (
         f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; --batch-size 0 given"
     )
 

@@ -20,7 +20,7 @@ from ..checks import check_int
 from ..clusters import check_cluster_method, cluster_neuron
 from ..convention import InputConvention, check_scale
 from ..data import Dataset, check_labels, fit_to_model
-from ..errors import InputError, LayerError, ModelError, ParameterError
+from ..errors import InputError, LayerError, ModelError, Param, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
 from ..relevance import Relevance, batch_size_for, relevance_totals
@@ -100,9 +100,10 @@ def supported_clusters(ks, n_inputs: int) -> tuple[list[int], str | None]:
     kept = [k for k in ks if k <= most]
     if not kept:
         raise ParameterError(
-            f"the 'clusters' parameter asks for at least {min(ks)} clusters of {n_inputs} inputs, "
+            Param("clusters"),
+            f" asks for at least {min(ks)} clusters of {n_inputs} inputs, "
             f"which support at most {most} ({MIN_INPUTS_PER_CLUSTER} inputs a cluster): give "
-            "smaller k values or more inputs"
+            "smaller k values or more inputs",
         )
     if len(kept) == len(ks):
         return kept, None
@@ -176,8 +177,9 @@ class Clustering:
         listed = isinstance(ks, (Sequence, np.ndarray)) and not isinstance(ks, (str, bytes))
         if not listed or not len(ks) or any(isinstance(k, bool) or not isinstance(k, Integral) or k < 2 for k in ks):
             raise ParameterError(
-                "The 'clusters' parameter must be a non-empty sequence of ints >= 2 (the k values tried per "
-                f"neuron, for example (2, 3, 4, 5); (3,) tries k = 3 only) or a Clustering. Got {ks!r} instead."
+                Param("clusters"),
+                " must be a non-empty sequence of ints >= 2 (the k values tried per "
+                f"neuron, for example (2, 3, 4, 5); (3,) tries k = 3 only) or a Clustering. Got {ks!r} instead.",
             )
         return tuple(int(k) for k in ks), self.method
 
@@ -388,8 +390,9 @@ def _none_correct(data_summary: dict | None) -> InputError:
         )
     )
     return InputError(
-        f"no input is classified correctly, so correct_only=True keeps none: check that the labels "
-        f"number the classes as the model does{mapping}"
+        "no input is classified correctly, so ",
+        Param("correct_only", True),
+        f" keeps none: check that the labels number the classes as the model does{mapping}",
     )
 
 
@@ -445,9 +448,7 @@ def _check_options(width: int, m, relevance_of, aggregate, cluster_method, rando
     """The analysis' own options, each refused in one line before any pass."""
     top_neurons(np.zeros(width), m)  # validates m against the layer before any work
     if relevance_of not in ("predicted", "label"):
-        raise ParameterError(
-            f"The 'relevance_of' parameter must be 'predicted' or 'label'. Got {relevance_of!r} instead."
-        )
+        raise ParameterError(Param("relevance_of"), f" must be 'predicted' or 'label'. Got {relevance_of!r} instead.")
     if aggregate not in AGGREGATES:
         raise ParameterError(f"The 'aggregate' parameter must be one of {AGGREGATES}. Got {aggregate!r} instead.")
     check_cluster_method(cluster_method)
@@ -471,13 +472,14 @@ def _training_inputs(network, convention, x, y, sharded: bool, *, selecting: boo
     regression = network.task == "regression"
     if regression and selecting:
         raise InputError(
-            "relevance_of='label', correct_only and only_class are for classifiers; a regression "
-            "model's relevance starts from its one output, and its inputs have no class"
+            Param("relevance_of", "label"),
+            ", correct_only and only_class are for classifiers; a regression model's relevance starts from its one "
+            "output, and its inputs have no class",
         )
     if y is not None:
         y = check_labels(x, y, task="regression") if regression else check_class_labels(x, y, network.n_classes)
     elif selecting:
-        raise InputError("labels are needed for relevance_of='label', correct_only or only_class")
+        raise InputError("labels are needed for ", Param("relevance_of", "label"), ", correct_only or only_class")
     return x, y, span
 
 

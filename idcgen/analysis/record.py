@@ -27,7 +27,7 @@ from ..clusters import NeuronClusters
 from ..convention import InputConvention, check_scale
 from ..coverage import Combinations, CoverageResult, CoverageTracker
 from ..data import as_array, fit_to_model
-from ..errors import AnalysisMismatchError, InputError, LayerError, ParameterError
+from ..errors import AnalysisMismatchError, InputError, LayerError, Param, ParameterError
 from ..framework import ForwardNetwork, network_with_convention
 from ..threads import hash_into
 
@@ -432,8 +432,9 @@ def check_save_target(folder: str | os.PathLike, *, overwrite: bool = False) -> 
         raise InputError(f"{folder} exists and is not an analysis folder: refusing to replace it; choose another --out")
     if (folder / "analysis.json").exists() and not overwrite:
         raise InputError(
-            f"{folder} already holds an analysis: refusing to replace it; pass overwrite=True to "
-            "replace it, or save elsewhere"
+            f"{folder} already holds an analysis: refusing to replace it; pass ",
+            Param("overwrite", True),
+            " to replace it, or save elsewhere",
         )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from idcgen.errors import ParameterError
+from idcgen.errors import Param, ParameterError
 from idcgen.spec import parse, split_specs
 
 from .base import Criterion, CriterionResult, CriterionTracker, default_neuron_layers
@@ -152,12 +152,12 @@ def parse_criteria(text: str) -> list[str]:
     """
     if not isinstance(text, str):
         raise ParameterError(
-            f"The 'criteria' parameter must be a comma-separated string such as 'idc,nc,kmnc'. Got {text!r} instead."
+            Param("criteria"), f" must be a comma-separated string such as 'idc,nc,kmnc'. Got {text!r} instead."
         )
     specs = [part for part in split_specs(text) if part]
     if not specs:
         raise ParameterError(
-            f"The 'criteria' parameter must name at least one of {', '.join(ALL_NAMES)}. Got {text!r} instead."
+            Param("criteria"), f" must name at least one of {', '.join(ALL_NAMES)}. Got {text!r} instead."
         )
     names = [spec_name(spec) for spec in specs]
     unknown = [n for n in names if n not in ALL_NAMES]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from idcgen.errors import InputError, ParameterError
+from idcgen.errors import InputError, Param, ParameterError
 from idcgen.threads import extent
 
 from .dataset import Dataset
@@ -129,7 +129,7 @@ def check_option(name, value, choices, allow_none=False):
     if (value is None and allow_none) or (value is not None and value in choices):
         return
     expected = ", ".join(repr(c) for c in choices) + (" or None" if allow_none else "")
-    raise ParameterError(f"The '{name}' parameter must be one of {expected}. Got {value!r} instead.")
+    raise ParameterError(Param(name), f" must be one of {expected}. Got {value!r} instead.")
 
 
 def check_raw(x: np.ndarray, source: str) -> None:
@@ -234,7 +234,7 @@ def check_value_range(value_range) -> tuple[float, float]:
         lo = hi = float("nan")
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
         raise ParameterError(
-            f"The 'value_range' parameter must be (low, high) with low < high. Got {value_range!r} instead."
+            Param("value_range"), f" must be (low, high) with low < high. Got {value_range!r} instead."
         )
     return lo, hi
 
@@ -252,8 +252,11 @@ def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0), *, top: int 
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi > top:
             raise InputError(
-                f"integer inputs range over [{lo}, {hi}], beyond 0..{top}, so scale='auto' cannot map them "
-                f"to {target}; pass scale='none' to keep them unscaled"
+                f"integer inputs range over [{lo}, {hi}], beyond 0..{top}, so ",
+                Param("scale", "auto"),
+                f" cannot map them to {target}; pass ",
+                Param("scale", "none"),
+                " to keep them unscaled",
             )
         if (vlo, vhi) == (0.0, 255.0) and top == 255:
             out, how = x.astype(np.float32), f"{x.dtype} kept in 0..255 (the model takes [0, 255])"
@@ -275,18 +278,22 @@ def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0), *, top: int 
         )
     if scale == "auto" and x.dtype.kind == "f" and (lo < vlo or hi > vhi):
         hint = (
-            "pass scale='255' to divide them by 255"
+            ("pass ", Param("scale", "255"), " to divide them by 255")
             if hi > vhi and (vlo, vhi) == (0.0, 1.0)
-            else "give the value range the model takes (--value-range LO,HI)"
+            else ("give the value range the model takes (--value-range LO,HI)",)
         )
         raise InputError(
-            f"float inputs lie in [{lo:g}, {hi:g}], outside {target}; {hint}, "
-            "or pass scale='none' to keep them as they are"
+            f"float inputs lie in [{lo:g}, {hi:g}], outside {target}; ",
+            *hint,
+            ", or pass ",
+            Param("scale", "none"),
+            " to keep them as they are",
         )
     if scale == "255" and (lo < vlo or hi > vhi):
         raise InputError(
-            f"inputs lie in [{lo:g}, {hi:g}] after dividing by 255, outside the value range {target}; "
-            "pass scale='none' to keep them as they are"
+            f"inputs lie in [{lo:g}, {hi:g}] after dividing by 255, outside the value range {target}; pass ",
+            Param("scale", "none"),
+            " to keep them as they are",
         )
     return out, how
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from idcgen.errors import InputError, ParameterError
+from idcgen.errors import InputError, Param, ParameterError
 
 from .dataset import Dataset
 from .fitting import (
@@ -36,7 +36,7 @@ def check_source(
     its model. Shard patterns are the workers'."""
     check_option("scale", scale, SCALES)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
-        raise ParameterError(f"The 'limit' parameter must be a positive int or None. Got {limit!r} instead.")
+        raise ParameterError(Param("limit"), f" must be a positive int or None. Got {limit!r} instead.")
     as_resize(resize)
     as_crop(crop)
     as_class_names(class_names)
@@ -96,7 +96,7 @@ def load_inputs(
     check_option("scale", scale, SCALES)
     check_option("channels", channels, (1, 3), allow_none=True)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
-        raise ParameterError(f"The 'limit' parameter must be a positive int or None. Got {limit!r} instead.")
+        raise ParameterError(Param("limit"), f" must be a positive int or None. Got {limit!r} instead.")
 
     value_range = check_value_range(value_range)
     resize = as_resize(resize)

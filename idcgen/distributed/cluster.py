@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import IdcgenError, ParameterError
+from ..errors import IdcgenError, Param, ParameterError
 from . import require_ray
 
 #: what ``ray=`` / ``--ray`` take besides an address
@@ -82,7 +82,7 @@ def cluster_workers(
     if workers is None:
         workers = gpus or max(cpus, 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ParameterError(f"The 'workers' parameter must be an int in the range [1, inf). Got {workers!r} instead.")
+        raise ParameterError(Param("workers"), f" must be an int in the range [1, inf). Got {workers!r} instead.")
     if gpus_per_worker is not None:
         return workers, check_gpus_per_worker(gpus_per_worker)
     return workers, (min(1.0, gpus / workers) if gpus else 0.0)
@@ -93,8 +93,8 @@ def check_gpus_per_worker(gpus_per_worker) -> float:
     share = float(gpus_per_worker)
     if not share >= 0 or (share > 1 and share != int(share)):
         raise ParameterError(
-            f"The 'gpus_per_worker' parameter must be 0, a fraction of one GPU or a whole number "
-            f"of GPUs. Got {gpus_per_worker!r} instead."
+            Param("gpus_per_worker"),
+            f" must be 0, a fraction of one GPU or a whole number of GPUs. Got {gpus_per_worker!r} instead.",
         )
     return share
 

@@ -165,9 +165,8 @@ class ShardedInputs:
         errors = [(name, f[1]) for name, f in zip(self.names, found) if f[0] == "error"]
         if errors:
             name, error = errors[0]
-            raise InputError(
-                f"shard {name}: {error}" + (f" ({len(errors) - 1} more shards refused)" if len(errors) > 1 else "")
-            )
+            more = f" ({len(errors) - 1} more shards refused)" if len(errors) > 1 else ""
+            raise InputError(f"shard {name}: ", *error, more)
         facts = [f[1] for f in found]
         labelled = [f["y"] is not None for f in facts]
         if any(labelled) and not all(labelled):

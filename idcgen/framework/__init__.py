@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..convention import InputConvention, resolve
-from ..errors import ModelError, ParameterError
+from ..errors import ModelError, Param, ParameterError
 from .common import is_factory
 
 # OpenMP threads waiting for work sleep instead of spinning: a spinning thread takes a core from whatever else
@@ -486,10 +486,10 @@ def resolve_device(framework: str, device=None, precision=None):
         return torch_device(device)
     if framework == "onnx":  # the provider is chosen with the session (onnx_network._providers)
         if precision != "fp32":
-            raise ModelError(f"precision={precision!r}: an ONNX model runs in the precision it was exported in")
+            raise ModelError(Param("precision", precision), ": an ONNX model runs in the precision it was exported in")
         return device
     if precision != "fp32":
-        raise ModelError(f"precision={precision!r} is for PyTorch models; Keras models run in fp32")
+        raise ModelError(Param("precision", precision), " is for PyTorch models; Keras models run in fp32")
     return keras_device(device)
 
 

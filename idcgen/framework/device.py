@@ -14,7 +14,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from ..errors import DeviceError, ParameterError
+from ..errors import DeviceError, Param, ParameterError
 
 DEVICE_ENV = "IDCGEN_DEVICE"
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -34,9 +34,9 @@ class DeviceSetting:
     def __str__(self) -> str:
         return self.kind if self.index is None else f"{self.kind}:{self.index}"
 
-    def given_as(self) -> str:
-        """How the user wrote it, in the words of a message: ``device='cuda'`` or ``IDCGEN_DEVICE=cuda``."""
-        return f"{DEVICE_ENV}={self}" if self.source == DEVICE_ENV else f"device={str(self)!r}"
+    def given_as(self) -> Param | str:
+        """How the user wrote it, as a message's part: ``device='cuda'`` (``--device cuda``) or ``IDCGEN_DEVICE=cuda``."""
+        return f"{DEVICE_ENV}={self}" if self.source == DEVICE_ENV else Param("device", str(self))
 
 
 def parse_device(text, *, source: str = "device") -> DeviceSetting:
@@ -44,13 +44,13 @@ def parse_device(text, *, source: str = "device") -> DeviceSetting:
     if isinstance(text, DeviceSetting):
         return text
     word = str(text).strip().lower()
-    name = f"{DEVICE_ENV}={text}" if source == DEVICE_ENV else f"device={str(text)!r}"
+    name = f"{DEVICE_ENV}={text}" if source == DEVICE_ENV else Param("device", str(text))
     if word in ("auto", "cpu", "cuda"):
         return DeviceSetting(word, None, source)
     kind, _, index = word.partition(":")
     if kind == "cuda" and index.isdigit():
         return DeviceSetting("cuda", int(index), source)
-    raise ParameterError(f"{name}: expected auto, cpu, cuda or cuda:N (N the GPU's index)")
+    raise ParameterError(name, ": expected auto, cpu, cuda or cuda:N (N the GPU's index)")
 
 
 def requested_device(device=None) -> DeviceSetting:
@@ -65,7 +65,7 @@ def check_precision(precision) -> str:
     """``fp32`` (default), ``bf16`` or ``fp16``."""
     word = "fp32" if precision is None else str(precision).strip().lower()
     if word not in PRECISIONS:
-        raise ParameterError(f"precision={precision!r}: expected one of {', '.join(PRECISIONS)}")
+        raise ParameterError(Param("precision", precision), f": expected one of {', '.join(PRECISIONS)}")
     return word
 
 
@@ -96,14 +96,15 @@ def torch_device(device=None):
         return torch.device("cuda", torch.cuda.current_device()) if available else torch.device("cpu")
     if not available:
         raise DeviceError(
-            f"{setting.given_as()}: no CUDA GPU is visible to {_torch_cuda_seen(torch)}; give cpu or auto"
+            setting.given_as(), f": no CUDA GPU is visible to {_torch_cuda_seen(torch)}; give cpu or auto"
         )
     count = torch.cuda.device_count()
     index = torch.cuda.current_device() if setting.index is None else setting.index
     if index >= count:
         raise DeviceError(
-            f"{setting.given_as()}: torch {torch.__version__} sees {count} CUDA GPU(s) "
-            f"(cuda:0{f' .. cuda:{count - 1}' if count > 1 else ''})"
+            setting.given_as(),
+            f": torch {torch.__version__} sees {count} CUDA GPU(s) "
+            f"(cuda:0{f' .. cuda:{count - 1}' if count > 1 else ''})",
         )
     return torch.device("cuda", index)
 
@@ -151,8 +152,8 @@ def _keras_device(setting: DeviceSetting) -> str:
         except RuntimeError:  # TensorFlow already initialised its devices in this process
             if tf.config.get_visible_devices("GPU"):
                 raise DeviceError(
-                    f"{setting.given_as()}: TensorFlow already runs on its GPU in this process; "
-                    f"set {DEVICE_ENV}=cpu before it starts"
+                    setting.given_as(),
+                    f": TensorFlow already runs on its GPU in this process; set {DEVICE_ENV}=cpu before it starts",
                 ) from None
         return "cpu"
     gpus = tf.config.list_physical_devices("GPU")
@@ -161,12 +162,13 @@ def _keras_device(setting: DeviceSetting) -> str:
     index = setting.index or 0
     if not gpus:
         raise DeviceError(
-            f"{setting.given_as()}: no GPU is visible to TensorFlow {tf.__version__} "
+            setting.given_as(),
+            f": no GPU is visible to TensorFlow {tf.__version__} "
             f"({'a build without CUDA' if not tf.test.is_built_with_cuda() else 'built with CUDA'}); "
-            'give cpu or auto (a GPU needs TensorFlow\'s CUDA build: pip install "idcgen[gpu]")'
+            'give cpu or auto (a GPU needs TensorFlow\'s CUDA build: pip install "idcgen[gpu]")',
         )
     if index >= len(gpus):
-        raise DeviceError(f"{setting.given_as()}: TensorFlow sees {len(gpus)} GPU(s)")
+        raise DeviceError(setting.given_as(), f": TensorFlow sees {len(gpus)} GPU(s)")
     if setting.index is not None:
         tf.config.set_visible_devices(gpus[index], "GPU")
     return f"cuda:{index}"
@@ -186,14 +188,16 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(text in str(exc) for text in _OUT_OF_MEMORY_TEXT)
 
 
-def out_of_memory_line(exc: BaseException) -> str:
-    """One line for an out-of-memory error that no batch halving caught (a gradient mutator's or an attack's
+def out_of_memory_error(exc: BaseException) -> DeviceError:
+    """The error of one line for an out-of-memory error that no batch halving caught (a gradient mutator's or an attack's
     backward pass on a fuzz batch, MC dropout, fine-tuning): torch's first sentences, and what to try."""
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     said = re.match(r"(.*?Tried to allocate \S+ \S+?)\.(\s|$)", text)
-    return (
-        f"out of memory on the device ({said.group(1) if said else text[:160]}): give a smaller 'batch_size' parameter, or "
-        "run on another device: device='cpu'"
+    return DeviceError(
+        f"out of memory on the device ({said.group(1) if said else text[:160]}): give a smaller ",
+        Param("batch_size"),
+        ", or run on another device: ",
+        Param("device", "cpu"),
     )
 
 
@@ -247,10 +251,16 @@ class Batches:
         if release is not None:
             release()
         if self.explicit or tried <= 1:
-            fix = f"give batch_size={tried // 2}" if self.explicit and tried > 1 else "free the device's memory"
+            fix = (
+                ("give ", Param("batch_size", tried // 2))
+                if self.explicit and tried > 1
+                else ("free the device's memory",)
+            )
             raise DeviceError(
-                f"out of memory on {self.device} at a {self.what} batch of {tried} input(s): "
-                f"{fix}, or run on another device: device='cpu'"
+                f"out of memory on {self.device} at a {self.what} batch of {tried} input(s): ",
+                *fix,
+                ", or run on another device: ",
+                Param("device", "cpu"),
             ) from None
         self._halved_from = self._halved_from or tried
         self.size = max(1, tried // 2)
@@ -309,7 +319,7 @@ __all__ = [
     "describe_torch_device",
     "free_memory",
     "is_out_of_memory",
-    "out_of_memory_line",
+    "out_of_memory_error",
     "Batches",
     "memory_batch_size",
     "say_once",

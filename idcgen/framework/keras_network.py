@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..convention import InputConvention
-from ..errors import ModelError
+from ..errors import ModelError, Param
 from . import RANGE_TAP, TASKS, LayerInfo, Network
 from .common import refuse_nan_outputs, relevance_batch_size
 from .keras_graph import AnyBatch, neuron_activations
@@ -177,7 +177,9 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
         raise ModelError(f"the new file is the old one ({new}); give another name")
     if new.exists() and not overwrite:  # a model file is often the only copy of days of training
         raise ModelError(
-            f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give another name"
+            f"{new} already exists: refusing to replace it; pass ",
+            Param("overwrite", True),
+            " to replace it, or give another name",
         )
     new.parent.mkdir(parents=True, exist_ok=True)
     legacy_version = None if architecture is not None else legacy.full_legacy_model(old)

@@ -69,7 +69,8 @@ class LayerGraph:
     ``aliases``: other names a layer answers to (a PyTorch module's path for its last operation).
     ``reached``: a callable giving the names of the layers relevance from the logits reaches, computed on first
     use (default: every layer the logits depend on; a backend whose LRP holds some inputs constant, as
-    attention weights, gives its own)."""
+    attention weights, gives its own). ``classifier``: the classifier's name, where the backend finds it
+    otherwise (an ONNX integer matmul under its scale and bias layers)."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class LayerGraph:
         logits: str,
         aliases: dict[str, str] | None = None,
         reached: Callable[[], Iterable[str]] | None = None,
+        classifier: str | None = None,
     ):
         self.records = list(records)
         self.by_name = {r.name: r for r in self.records}
@@ -89,7 +91,7 @@ class LayerGraph:
                 if name in self.by_name:
                     self._readers.setdefault(name, []).append(r)
         self.logits = self.by_name[logits]
-        self.classifier = self._classifier(self.logits)
+        self.classifier = self.by_name[classifier] if classifier else self._classifier(self.logits)
         self.hidden = {r.name for r in self.ancestors(self.classifier)} - {self.classifier.name}
         self._reached_by = reached
         self._reached: set[str] | None = None
@@ -243,7 +245,8 @@ class LayerGraph:
                 if nxt.role == "activation":
                     pick = nxt
                 cur = nxt
-            chosen.append(pick.name)
+            if pick.name not in chosen:  # two weighted layers of one module (ONNX) before one activation
+                chosen.append(pick.name)
         chosen = [name for name in chosen if rows is None or name in rows]
         if not chosen:
             raise LayerError(

@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from ..convention import InputConvention
-from ..errors import LayerError, ModelError
+from ..errors import ModelError, Param
 from . import RANGE_TAP, TASKS, ForwardNetwork, LayerInfo
 from .common import refuse_nan_outputs, weights_digest
 from .device import requested_device, say_once
+from .layers import GraphQueries, LayerGraph, LayerRecord
 
 #: operations a walk from the classifier down to the subject layer passes through (reshapes, dropout,
 #: the casts and dynamic quantisation a quantiser puts in front of an integer matmul)
@@ -117,8 +118,9 @@ def _providers(device) -> list:
         return [("CUDAExecutionProvider", {"device_id": setting.index or 0}), "CPUExecutionProvider"]
     if setting.kind == "cuda":
         raise ModelError(
-            f"{setting.given_as()}: onnxruntime {ort.__version__} has no CUDA provider here (providers: "
-            f"{', '.join(have)}); install onnxruntime-gpu in its place, or run on the CPU (--device cpu)"
+            setting.given_as(),
+            f": onnxruntime {ort.__version__} has no CUDA provider here (providers: "
+            f"{', '.join(have)}); install onnxruntime-gpu in its place, or run on the CPU (--device cpu)",
         )
     return ["CPUExecutionProvider"]
 
@@ -220,8 +222,9 @@ class OnnxLayer:
         return int(self.shape[self.channel_axis - 1]) if self.shape else 1
 
 
-class OnnxNetwork(ForwardNetwork):
-    """A classifier or regression model exported to ONNX, run by onnxruntime, forward only."""
+class OnnxNetwork(GraphQueries, ForwardNetwork):
+    """A classifier or regression model exported to ONNX, run by onnxruntime, forward only; its layers are
+    queried through their :class:`~idcgen.framework.layers.LayerGraph`, as a Keras or PyTorch model's."""
 
     #: an export cannot carry its source model's weights fingerprint (weights re-laid out, folded or quantised):
     #: an analysis of the source binds by subject layer name and neuron count, and says so (Analysis.bind)
@@ -233,7 +236,7 @@ class OnnxNetwork(ForwardNetwork):
         if task not in TASKS + (None,):
             raise ModelError(f"the task must be one of {', '.join(TASKS)} (or left out to detect it); got {task!r}")
         if precision not in (None, "fp32"):
-            raise ModelError(f"precision={precision!r}: an ONNX model runs in the precision it was exported in")
+            raise ModelError(Param("precision", precision), ": an ONNX model runs in the precision it was exported in")
         if isinstance(model, onnx.ModelProto):
             model = OnnxModel(model.SerializeToString(), "ONNX model")
         if not isinstance(model, OnnxModel):
@@ -326,9 +329,9 @@ class OnnxNetwork(ForwardNetwork):
         and recorded so."""
         if self.device_asked == "cuda":
             raise ModelError(
-                f"{requested_device(self._device if self._device is None else str(self._device)).given_as()}: "
-                f"onnxruntime {ort.__version__} could not start its CUDA provider (the "
-                "CUDA and cuDNN libraries its build needs, a GPU); run on the CPU (device='cpu')"
+                requested_device(self._device if self._device is None else str(self._device)).given_as(),
+                f": onnxruntime {ort.__version__} could not start its CUDA provider (the "
+                "CUDA and cuDNN libraries its build needs, a GPU); run on the CPU (device='cpu')",
             )
         self.providers, self._device_info = ["CPUExecutionProvider"], {"device": "cpu"}
 
@@ -382,7 +385,7 @@ class OnnxNetwork(ForwardNetwork):
                 counts[s[0]] = counts.get(s[0], 0) + 1
                 for path in _enclosing(s[0]):
                     last[path] = out
-        self.layers, self._by_name, taken = [], {}, set()
+        self.layers, taken = [], set()
         for node, out, shape, axis in candidates:
             s = scoped[out]
             if s is None:
@@ -397,16 +400,16 @@ class OnnxNetwork(ForwardNetwork):
             taken.add(name)
             layer = OnnxLayer(name, out, node, node.op_type, shape, axis)
             self.layers.append(layer)
-            self._by_name[name] = layer
         by_value = {layer.value: layer for layer in self.layers}
+        self._aliases: dict[str, str] = {}
         for path, out in last.items():  # a module called once: its path names its output, as on the .pt2
-            if path not in repeated:
-                self._by_name.setdefault(path, by_value[out])
-        for layer in self.layers:  # aliases: each value's own name, path.operation of a module's output
-            self._by_name.setdefault(layer.value, layer)
+            if path not in repeated and path not in taken:
+                self._aliases[path] = by_value[out].name
+        for layer in self.layers:  # each value's own name, path.operation of a module's output
             s = scoped[layer.value]
-            if s is not None and s[0]:
-                self._by_name.setdefault(f"{s[0]}.{s[1]}", layer)
+            for alias in [layer.value] + ([f"{s[0]}.{s[1]}"] if s is not None and s[0] else []):
+                if alias not in taken and alias not in self._aliases:
+                    self._aliases[alias] = layer.name
         self._by_value = {layer.value: layer for layer in self.layers}
 
     def _folded(self, node) -> bool:
@@ -465,102 +468,116 @@ class OnnxNetwork(ForwardNetwork):
         order = [n for n in self.proto.graph.node if any(o in ancestors for o in n.output)]
         weighted = [n for n in order if self._reads_weight(n)]
         self.classifier_node = weighted[-1] if weighted else logits.node
-        below = set()
-        for i in self.node_inputs[id(self.classifier_node)]:
-            below |= self._ancestors(i)
-        self._hidden = [layer for layer in self.layers if layer.value in below]
+        self.layer_graph = self._layer_graph()
 
     # ---- layers -------------------------------------------------------------------------------
-    def layer_names(self) -> list[str]:
-        return [layer.name for layer in self.layers]
+    def _layer_graph(self) -> LayerGraph:
+        """The layer graph of the model's layers (idcgen/framework/layers.py): each layer reads the layers found
+        through the values that are no layer (a quantiser's integers and scales); the classifier is the layer
+        computed by the classifier node (an integer matmul's: the first layer after it)."""
+        weighted = self._weighted()
+        records = [
+            LayerRecord(
+                layer.name,
+                layer.op,
+                layer.shape,
+                self._layer_inputs(layer.node),
+                neurons=layer.neurons,
+                weighted=layer.value in weighted,
+                transparent=layer.op in _PASS,
+                # a quantised module's last layer (its bias) is its weighted layer: it follows no other
+                role=""
+                if layer.value in weighted
+                else "activation"
+                if layer.op in _ACTIVATIONS
+                else "follower"
+                if layer.op in _FOLLOWERS and not self._joins(layer)  # a residual join ends the walk
+                else "",
+                ref=layer,
+            )
+            for layer in self.layers
+        ]
+        return LayerGraph(records, logits=self.logits_.name, aliases=self._aliases, classifier=self._classifier())
+
+    def _layer_inputs(self, node) -> tuple[str, ...]:
+        """The layers ``node`` reads, in argument order, looked for through the values that are no layer."""
+        found, seen, todo = [], set(), list(reversed(self.node_inputs[id(node)]))
+        while todo:  # depth first, so that the first input's layer comes first (default_layer follows it)
+            value = todo.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            if value in self._by_value:
+                found.append(self._by_value[value].name)
+            elif value in self.producer:
+                todo.extend(reversed(self.node_inputs[id(self.producer[value])]))
+        return tuple(dict.fromkeys(found))
+
+    def _classifier(self) -> str:
+        """The layer computed by the classifier node: its own, or the first layer computed from it through
+        values that are no layer (a quantised matmul's integer output, cast and scaled)."""
+        own = set(self.classifier_node.output)
+        through = self._through(own)
+        for layer in self.layers:
+            if layer.value in own or set(self.node_inputs[id(layer.node)]) & through:
+                return layer.name
+        return self.logits_.name
+
+    def _through(self, values: set[str]) -> set[str]:
+        """``values`` and every value computed from them by nodes whose outputs are no layer."""
+        reached, todo = set(values), list(values)
+        while todo:
+            value = todo.pop()
+            for node in self._consumers().get(value, []):
+                for out in node.output:
+                    if out and out not in self._by_value and out not in reached:
+                        reached.add(out)
+                        todo.append(out)
+        return reached
+
+    def _consumers(self) -> dict[str, list]:
+        """Graph value -> the nodes reading it."""
+
+        def build():
+            consumers: dict[str, list] = {}
+            for node in self.proto.graph.node:
+                for value in node.input:
+                    consumers.setdefault(value, []).append(node)
+            return consumers
+
+        return self.cached("consumers", build)
+
+    layer = GraphQueries.step
 
     def layers_info(self) -> list[LayerInfo]:
-        return [LayerInfo(layer.name, layer.op, layer.shape, layer.neurons) for layer in self.layers]
-
-    def check_layer(self, name: str) -> str:
-        if name not in self._by_name:
-            names = self.layer_names()
-            shown = ", ".join(names) if len(names) <= 40 else ", ".join(names[:20] + ["..."] + names[-10:])
-            raise LayerError(f"unknown layer {name!r}; valid layers: {shown}")
-        return self._by_name[name].name
-
-    def step(self, name: str):
-        return self._by_name[self.check_layer(name)]
-
-    layer = step
-
-    def output_shape(self, name: str) -> tuple:
-        return (None, *self.step(name).shape)
-
-    def neuron_count(self, name: str) -> int:
-        return self.step(name).neurons
-
-    def default_layer(self) -> str:
-        value = self.node_inputs[id(self.classifier_node)][0]
-        while True:
-            layer = self._by_value.get(value)
-            node = self.producer.get(value)
-            if layer is not None and layer.op not in _PASS:
-                return layer.name
-            if node is None or not self.node_inputs[id(node)]:
-                raise LayerError("the model has no hidden layer before its logits")
-            value = self.node_inputs[id(node)][0]
-
-    def is_hidden(self, name: str) -> bool:
-        return self.step(name) in self._hidden
-
-    def check_subject_layer(self, name: str) -> str:
-        layer = self.step(name)
-        if layer not in self._hidden:
-            shown = ", ".join(s.name for s in self._hidden)
-            raise LayerError(f"layer {name!r} is the logits or does not lead to them; choose a hidden layer: {shown}")
-        return layer.name
+        return self.layer_graph.layers_info(batch_axis=False)
 
     def subject_layers(self) -> list[str]:
-        return [layer.name for layer in self._hidden]
-
-    def rule_label(self, name: str) -> str:
-        self.step(name)
-        return "none"
+        # relevance is computed on the source model: no LRP rule limits them here, every hidden layer is one
+        return [name for name in self.layer_names() if self.layer_graph.is_hidden(name)]
 
     def rule_notes(self, layer: str | None) -> list[str]:
         return ["an ONNX model runs forward only: relevance (analyze) is computed on its source model"]
 
-    def _weighted(self) -> list[OnnxLayer]:
-        """The hidden layers computed by a weighted operation: the node itself, or for a module whose weighted
-        node has an integer output (a quantised ConvInteger/MatMulInteger, its scale and bias after it) the
-        module's last layer."""
+    def _weighted(self) -> set[str]:
+        """The values of the layers computed by a weighted operation: the node itself, or for a module whose
+        weighted node has an integer output (a quantised ConvInteger/MatMulInteger, its scale and bias after
+        it) the module's last layer."""
         paths = {s[0] for node in self.proto.graph.node if self._reads_weight(node) for s in [_scope(node)] if s}
         last = {}
         for layer in self.layers:
             s = _scope(layer.node)
             if s is not None and s[0] in paths:
                 last[s[0]] = layer
-        return [
-            layer
-            for layer in self._hidden
+        return {
+            layer.value
+            for layer in self.layers
             if self._reads_weight(layer.node) or any(layer is last.get(s[0]) for s in [_scope(layer.node)] if s)
-        ]
+        }
 
     def neuron_layers(self) -> list[str]:
-        consumers: dict[str, list] = {}
-        for node in self.proto.graph.node:
-            for i in node.input:
-                consumers.setdefault(i, []).append(node)
-        chosen = []
-        for layer in self._weighted():
-            pick = layer
-            after = consumers.get(pick.value, [])
-            while len(after) == 1 and after[0].output[0] in self._by_value:
-                nxt = self._by_value[after[0].output[0]]
-                if nxt not in self._hidden or nxt.op not in _ACTIVATIONS | _FOLLOWERS or self._joins(nxt):
-                    break
-                if nxt.op in _ACTIVATIONS:
-                    pick = nxt
-                after = consumers.get(nxt.value, [])
-            if pick.name not in chosen:
-                chosen.append(pick.name)
-        folded = [name for name in chosen if _norm_folded(self._by_name[name])]
+        chosen = self.layer_graph.neuron_layers()
+        folded = [name for name in chosen if _norm_folded(self.layer_graph.get(name).ref)]
         if folded:  # the source counts the convolution's own output, before its batch norm: other values
             say_once(
                 f"{self.source.origin}: NC and the other neuron criteria count {folded[0]}"
@@ -568,20 +585,12 @@ class OnnxNetwork(ForwardNetwork):
                 "into its convolution) where the source model counts the convolution before its norm: their "
                 "figures differ from the source's"
             )
-        if not chosen:
-            raise LayerError(
-                f"the model has no hidden layer with weights before its logits; pass layers=[...] from: "
-                f"{', '.join(self.layer_names())}"
-            )
         return chosen
 
     def _joins(self, layer: OnnxLayer) -> bool:
         """Whether ``layer`` (an Add, a Mul) joins two layers (a residual connection), not a bias or a scale:
         the walk from a weighted layer stops there, as the torch and Keras backends' does."""
         return layer.op in ("Add", "Mul") and sum(i in self._by_value for i in self.node_inputs[id(layer.node)]) > 1
-
-    def weighted_layers(self) -> tuple[str, ...]:
-        return tuple(layer.name for layer in self._weighted())
 
     # ---- identity -----------------------------------------------------------------------------
     def fingerprint(self) -> str:
@@ -615,7 +624,7 @@ class OnnxNetwork(ForwardNetwork):
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None) -> tuple:
         targets = []
         for name in layers:
-            span = name.endswith(RANGE_TAP) and name not in self._by_name
+            span = name.endswith(RANGE_TAP) and not self.layer_graph.has(name)
             targets.append((self.step(name[: -len(RANGE_TAP)] if span else name), span))
         fetch = tuple(dict.fromkeys(layer.value for layer, _ in targets if layer.value != self.output_name))
         outs, acts = [], [[] for _ in targets]

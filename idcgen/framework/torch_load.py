@@ -27,7 +27,7 @@ import torch  # noqa: E402   (OMP_WAIT_POLICY is set before, by the package: idc
 # torch.export logs each input dimension it specialises (every one, for a fixed image shape): not news here
 logging.getLogger("torch._export").setLevel(logging.ERROR)
 
-from ..errors import InputShapeError, ModelError  # noqa: E402
+from ..errors import InputShapeError, ModelError, Param  # noqa: E402
 from .common import is_factory  # noqa: E402
 
 _EXTRA = "idcgen.json"
@@ -433,7 +433,9 @@ def convert(old, new, *, weights=None, input_shape=None, overwrite: bool = False
         )
     if new.exists() and not overwrite:
         raise ModelError(
-            f"{new} already exists: refusing to replace it; pass overwrite=True to replace it, or give another name"
+            f"{new} already exists: refusing to replace it; pass ",
+            Param("overwrite", True),
+            " to replace it, or give another name",
         )
     model = _logits_only(load(old, weights=weights, image_shape=input_shape))
     save_program(model.program, new)

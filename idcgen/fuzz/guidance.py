@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import Param, ParameterError
 
 
 def guide_names() -> tuple[str, ...]:
@@ -86,7 +86,7 @@ def check_guide(guide: str, measures: Sequence) -> str:
             f"measure=[make_criterion({guide!r}).fit(network, x_train)] (the command line fits it "
             "on --train)"
         )
-    raise ParameterError(f"The 'guide' parameter must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
+    raise ParameterError(Param("guide"), f" must be one of {', '.join(guide_names())}. Got {guide!r} instead.")
 
 
 def new_coverage(guide: str, trackers: dict, features: dict, valid: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError, ParameterError
+from ..errors import InputError, Param, ParameterError
 from ..prioritization import class_probabilities
 from ..spec import parse
 
@@ -448,7 +448,7 @@ def make_oracle(spec, others=()) -> Oracle:
         return spec
     if not isinstance(spec, str) or not spec.strip():
         raise ParameterError(
-            f"The 'oracle' parameter must be an Oracle or a spec such as 'misclassification'. Got {spec!r} instead."
+            Param("oracle"), f" must be an Oracle or a spec such as 'misclassification'. Got {spec!r} instead."
         )
     parts = re.split(r"([&|])", spec)
     oracle = _term(parts[0], spec, others)
@@ -466,8 +466,8 @@ def _term(text: str, spec: str, others) -> Oracle:
         parsed = None
     if parsed is None or parsed.name not in ORACLES:
         raise ParameterError(
-            f"The 'oracle' parameter must be one of {', '.join(ORACLES)}, or names joined by & "
-            f"and | with ~ for not. Got {spec!r} instead."
+            Param("oracle"),
+            f" must be one of {', '.join(ORACLES)}, or names joined by & and | with ~ for not. Got {spec!r} instead.",
         )
     cls, name = ORACLES[parsed.name], parsed.name
     allowed: set[str] = {f.name for f in fields(cls)} if is_dataclass(cls) else set()

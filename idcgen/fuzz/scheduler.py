@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import Param, ParameterError
 from ..spec import format_spec, parse
 
 
@@ -54,12 +54,12 @@ def make_scheduler(spec):
         if callable(getattr(spec, "pick", None)) and isinstance(getattr(spec, "name", None), str):
             return spec
         raise ParameterError(
-            f"The 'scheduler' parameter must be a scheduler (with name and pick) or one of "
-            f"{sorted(SCHEDULERS)}. Got {spec!r} instead."
+            Param("scheduler"),
+            f" must be a scheduler (with name and pick) or one of {sorted(SCHEDULERS)}. Got {spec!r} instead.",
         )
     parsed = parse(spec, "scheduler", positional=False)
     if parsed.name not in SCHEDULERS:
-        raise ParameterError(f"The 'scheduler' parameter must be one of {sorted(SCHEDULERS)}. Got {spec!r} instead.")
+        raise ParameterError(Param("scheduler"), f" must be one of {sorted(SCHEDULERS)}. Got {spec!r} instead.")
     cls = SCHEDULERS[parsed.name]
     unknown = sorted(set(parsed.kwargs) - {f.name for f in fields(cls)})
     if unknown:

@@ -18,7 +18,7 @@ class HeldInputs:
 
     def hold(self, shard, source, load: dict):
         """Read one shard (a path, or a Ray Data block) and keep it; returns ("ok", facts) for the driver to
-        reduce, or ("error", one line) for it to report."""
+        reduce, or ("error", the error's message parts) for it to report."""
         from ...analysis import data_fingerprint
         from ...errors import IdcgenError
         from ...threads import extent
@@ -27,7 +27,7 @@ class HeldInputs:
         try:
             x, y = read_shard(source, self.network, load)
         except IdcgenError as exc:  # reported by the driver, naming the shard
-            return "error", str(exc)
+            return "error", exc.parts
         self._held[shard] = (x, y)
         low, high = extent(x)
         return "ok", dict(
