@@ -3,6 +3,7 @@
     python recipes/guidance_v4.py --dataset mnist|fashion-mnist|cifar10 [--copies 5] [--states 3] [--seeds 500]
                                   [--budget 10000] [--arms keep-none none idc@m4 ...] [--out DIR] [--summary-only]
     python recipes/guidance_v4.py --verdicts mnist fashion-mnist      (the declared family, Holm over all)
+    python recipes/guidance_v4.py --dataset mnist --extension          (the added arms, the reference pool)
 
 Declared before the runs in docs/design.md, "The guidance study, fourth version". The third version's pairs
 (subject copy, state), seed sets, random states, mutators, budget, failures, validity and faults; new:
@@ -18,6 +19,12 @@ Declared before the runs in docs/design.md, "The guidance study, fourth version"
 
 Writes ``<out>/runs/<arm>_c<c>_r<r>.json`` and ``.npz`` as each run ends (an interrupted study resumes), then
 ``runs.csv`` (one row per run), ``assignments.npz`` (each run's valid failures' fault ids) and ``study.md``.
+
+``--extension`` (docs/design.md, "The fourth version extended"): the seven ADDED arms besides, ten held-out
+unguided runs (``<out>/reference``) whose failures, clustered once, are the reference faults, and every run's
+faults against them at pairwise equal volume (ADDED_FAMILY), with DBCV, a min_cluster_size sweep and a contact
+sheet, in ``<out>/extension``. The pooled endpoint above stays the eight arms'; ``--verdicts`` then also writes
+the grown family (Holm over the published and the added comparisons).
 """
 
 from __future__ import annotations

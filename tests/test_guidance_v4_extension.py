@@ -5,7 +5,7 @@ reference pool's mapping, the new-fault rarefaction and DBCV by hand (recipes/ki
 import numpy as np
 import pytest
 
-from test_recipes import outputs, recipe  # noqa: F401  (fixtures shared with test_recipes)
+from test_recipes import outputs, read_csv, recipe, run_recipe  # noqa: F401  (fixtures shared with test_recipes)
 
 CHEAP = ["gauss(std=0.05)", "random_pixels", "rotate", "brightness"]
 
@@ -123,3 +123,42 @@ def test_directed_calls(recipe):
     study = recipe("kit.study")
     assert study.call_cost("directed(steps=5, step_size=0.03, eps=0.15, tries=16)") == 6
     assert study.call_cost("directed") == 6 and study.call_cost("gauss") == 1
+
+
+@pytest.mark.slow
+def test_extension_smoke(recipe, outputs, monkeypatch, capsys):
+    subjects = recipe("subjects")
+    if not (outputs / "subjects" / "embedded-mnist" / "lenet4_extractor.keras").exists():
+        run_recipe(subjects, ["--dataset", "embedded-mnist", "--copies", "2", "--epochs", "2"], monkeypatch)
+    v4 = recipe("guidance_v4")
+    argv = ["--dataset", "embedded-mnist", "--copies", "2", "--states", "2", "--seeds", "30", "--budget", "512"]
+    argv += ["--fit-train", "1000", "--extension"]
+    run_recipe(v4, argv, monkeypatch)
+    out = outputs / "guidance_v4" / "embedded-mnist"
+    arms = v4.available(v4.ARMS + v4.ADDED)
+    assert {r["arm"] for r in read_csv(out / "runs.csv")} == set(v4.available(v4.ARMS))  # the pooled: eight arms
+    runs = read_csv(out / "extension" / "runs.csv")
+    assert sorted((r["arm"], r["copy"], r["state"]) for r in runs) == sorted(
+        (arm, str(c), str(s)) for c in range(2) for s in range(2) for arm in arms
+    )
+    assert len(read_csv(out / "extension" / "reference.csv")) == 2 * len(v4.REFERENCE_STATES)
+    sweep = read_csv(out / "extension" / "sweep.csv")
+    first_new = int(next(r["reference faults"] for r in sweep if r["min_cluster_size"] == str(v4.MIN_CLUSTER_SIZE)))
+    assignments = np.load(out / "extension" / "assignments.npz")
+    for r in runs:
+        ids = assignments[f"{r['arm']}_c{r['copy']}_r{r['state']}"]
+        assert len(ids) == int(r["valid_failures"]) and int(r["new_failures"]) == (ids >= first_new).sum()
+    for p in read_csv(out / "extension" / "pairs.csv"):
+        a, b = p["comparison"].split(" vs ")
+        sizes = [len(assignments[f"{arm}_c{p['copy']}_r{p['state']}"]) for arm in (a, b)]
+        assert int(p["n"]) == min(sizes) and float(p["a new"]) <= float(p["a"]) + 1e-9
+    families = [(c["family"], c["comparison"]) for c in read_csv(out / "extension" / "comparisons.csv")]
+    added = [f"{a} vs {b}" for a, b in v4.ADDED_FAMILY if {a, b} <= set(arms)]
+    assert [c for f, c in families if f == "added"] == added
+    assert (out / "extension" / "contact_sheet.png").stat().st_size > 0
+    run_recipe(v4, ["--verdicts", "embedded-mnist", "--out", str(outputs / "guidance_v4")], monkeypatch)
+    grown = read_csv(outputs / "guidance_v4" / "extended_verdicts.csv")
+    assert [r["endpoint"] for r in grown].count("reference") == len(added)
+    capsys.readouterr()
+    run_recipe(v4, argv, monkeypatch)  # resumed: no study or reference run made again
+    assert "[" not in "".join(line[:1] for line in capsys.readouterr().out.splitlines())
