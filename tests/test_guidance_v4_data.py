@@ -1,8 +1,10 @@
 """The guidance study's fourth version (docs/results.md; declared in docs/design.md) recomputed from its committed
 data under docs/data/guidance-v4/: each run's fault counts and rarefied faults from the fault assignments,
-its rates from its counts, the declared family from runs.csv, and the published table from the family. Written
-apart from the recipe (scipy's hypergeometric law for the rarefaction, Holm by hand), so that an edited cell
-anywhere in the chain fails a test."""
+its rates from its counts, the declared family from runs.csv, and the published table from the family; and
+the extension's (``<dataset>/extension/``): each run's counts from its fault ids against the reference pool,
+each comparison's pairwise rarefied values from those ids, the added family from the pairs, the grown family
+(Holm over all) from both, and its published table. Written apart from the recipe (scipy's hypergeometric law
+for the rarefaction, Holm by hand), so that an edited cell anywhere in the chain fails a test."""
 
 import csv
 import statistics
@@ -21,7 +23,17 @@ FAMILY = (
     ("nc", "keep-none"),
     ("nlc", "keep-none"),
 )
+ADDED_FAMILY = (
+    ("idc@m6", "keep-none"),
+    ("idc@m12", "keep-none"),
+    ("idc@m6", "random-keep@idc@m6"),
+    ("idc@m12", "random-keep@idc@m12"),
+    ("idc-energy@m8", "none"),
+    ("idc+directed@m8", "idc@m8"),
+    ("idc-per-class@m8", "keep-none"),
+)
 SHOWN = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"}
+EXTENDED = [d for d in DATASETS if (DATA / d / "extension" / "runs.csv").is_file()]
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -66,9 +78,38 @@ def test_runs_follow_from_the_fault_assignments(dataset):
             assert int(r["kept"]) == 0
 
 
-def family_from_runs() -> list[dict]:
+def paired_stats(x: list, y: list, pairs: list) -> dict:
+    """pairs, means, wins, copies ahead, the rank-biserial r and the Wilcoxon p of a paired comparison."""
     from scipy.stats import rankdata, wilcoxon
 
+    d = [u - v for u, v in zip(x, y) if u != v]
+    ranks = rankdata([abs(e) for e in d])
+    r = (sum(k for k, e in zip(ranks, d) if e > 0) - sum(k for k, e in zip(ranks, d) if e < 0)) / sum(ranks)
+    copies = sorted({c for c, _ in pairs})
+    ahead = sum(
+        statistics.mean(u for u, p in zip(x, pairs) if p[0] == c)
+        > statistics.mean(v for v, p in zip(y, pairs) if p[0] == c)
+        for c in copies
+    )
+    return {
+        "pairs": len(pairs),
+        "mean a": statistics.mean(x),
+        "mean b": statistics.mean(y),
+        "a wins": sum(u > v for u, v in zip(x, y)),
+        "copies a ahead": f"{ahead}/{len(copies)}",
+        "paired r": r,
+        "p": float(wilcoxon(x, y).pvalue),
+    }
+
+
+def holm_by_hand(rows: list[dict], key: str) -> None:
+    running = 0.0
+    for i, row in enumerate(sorted(rows, key=lambda row: row["p"])):
+        running = max(running, min(1.0, (len(rows) - i) * row["p"]))
+        row[key] = running
+
+
+def family_from_runs() -> list[dict]:
     rows = []
     for dataset in DATASETS:
         runs = read_csv(DATA / dataset / "runs.csv")
@@ -77,32 +118,8 @@ def family_from_runs() -> list[dict]:
         for a, b in (pair for pair in FAMILY if set(pair) <= arms):
             pairs = sorted({(c, s) for arm, c, s in value if arm == a} & {(c, s) for arm, c, s in value if arm == b})
             x, y = [value[(a, *p)] for p in pairs], [value[(b, *p)] for p in pairs]
-            d = [u - v for u, v in zip(x, y) if u != v]
-            ranks = rankdata([abs(e) for e in d])
-            r = (sum(k for k, e in zip(ranks, d) if e > 0) - sum(k for k, e in zip(ranks, d) if e < 0)) / sum(ranks)
-            copies = sorted({c for c, _ in pairs})
-            ahead = sum(
-                statistics.mean(u for u, p in zip(x, pairs) if p[0] == c)
-                > statistics.mean(v for v, p in zip(y, pairs) if p[0] == c)
-                for c in copies
-            )
-            rows.append(
-                {
-                    "comparison": f"{a} vs {b}",
-                    "dataset": dataset,
-                    "pairs": len(pairs),
-                    "mean a": statistics.mean(x),
-                    "mean b": statistics.mean(y),
-                    "a wins": sum(u > v for u, v in zip(x, y)),
-                    "copies a ahead": f"{ahead}/{len(copies)}",
-                    "paired r": r,
-                    "p": float(wilcoxon(x, y).pvalue),
-                }
-            )
-    running = 0.0
-    for i, row in enumerate(sorted(rows, key=lambda row: row["p"])):
-        running = max(running, min(1.0, (len(rows) - i) * row["p"]))
-        row["Holm p (all)"] = running
+            rows.append({"comparison": f"{a} vs {b}", "dataset": dataset, **paired_stats(x, y, pairs)})
+    holm_by_hand(rows, "Holm p (all)")
     return rows
 
 
@@ -133,4 +150,134 @@ def test_the_published_table_follows_from_the_family():
             f"{row['paired r']:+.2f}",
             p_cell(row["p"]),
             p_cell(row["Holm p (all)"]),
+        ]
+
+
+def first_new(dataset: str) -> int:
+    """The reference pool's fault count at the declared min_cluster_size 5: fault ids at or above it are new."""
+    sweep = read_csv(DATA / dataset / "extension" / "sweep.csv")
+    return int(next(r["reference faults"] for r in sweep if r["min_cluster_size"] == "5"))
+
+
+def rarefied_by_hand(ids: np.ndarray, n: int, only_from: int = 0) -> float:
+    from scipy.stats import hypergeom
+
+    faults, sizes = np.unique(ids, return_counts=True)
+    return float(sum(1 - hypergeom.pmf(0, len(ids), int(k), n) for f, k in zip(faults, sizes) if f >= only_from))
+
+
+def test_the_extension_is_committed():
+    assert {"mnist", "fashion-mnist"} <= set(EXTENDED)
+    assert (DATA / "extended_verdicts.csv").is_file()
+
+
+@pytest.mark.parametrize("dataset", EXTENDED)
+def test_extension_runs_follow_from_their_fault_ids(dataset):
+    runs = read_csv(DATA / dataset / "extension" / "runs.csv")
+    assignments = np.load(DATA / dataset / "extension" / "assignments.npz")
+    published = {(r["arm"], r["copy"], r["state"]): r for r in read_csv(DATA / dataset / "runs.csv")}
+    count = first_new(dataset)
+    assert len(assignments.files) == len(runs) == 15 * 15  # fifteen arms, fifteen pairs
+    for r in runs:
+        ids = assignments[f"{r['arm']}_c{r['copy']}_r{r['state']}"]
+        assert len(ids) == int(r["valid_failures"])
+        assert int(r["faults"]) == len(set(ids.tolist()))
+        assert int(r["reference_faults"]) == len(set(ids[ids < count].tolist()))
+        assert int(r["new_failures"]) == int((ids >= count).sum())
+        assert int(r["new_faults"]) == len(set(ids[ids >= count].tolist()))
+        assert float(r["faults_per_1k_calls"]) == pytest.approx(1000 * int(r["faults"]) / int(r["calls"]))
+        same = published.get((r["arm"], r["copy"], r["state"]))
+        if same is not None:  # the eight arms' runs are the published ones
+            assert (same["valid_failures"], same["calls"], same["kept"]) == (r["valid_failures"], r["calls"], r["kept"])
+        if r["arm"] in ("none", "idc-energy@m8"):  # every valid mutant kept
+            assert float(r["keep_rate"]) == 1.0
+
+
+@pytest.mark.parametrize("dataset", EXTENDED)
+def test_extension_pairs_follow_from_the_fault_ids(dataset):
+    assignments = np.load(DATA / dataset / "extension" / "assignments.npz")
+    count = first_new(dataset)
+    pairs = read_csv(DATA / dataset / "extension" / "pairs.csv")
+    assert {p["comparison"] for p in pairs} >= {f"{a} vs {b}" for a, b in ADDED_FAMILY + FAMILY}
+    for p in pairs:
+        a, b = p["comparison"].split(" vs ")
+        ids_a, ids_b = (assignments[f"{arm}_c{p['copy']}_r{p['state']}"] for arm in (a, b))
+        n = min(len(ids_a), len(ids_b))
+        assert int(p["n"]) == n
+        for column, ids in (("a", ids_a), ("b", ids_b)):
+            assert float(p[column]) == pytest.approx(rarefied_by_hand(ids, n), rel=1e-9, abs=1e-9)
+            assert float(p[f"{column} new"]) == pytest.approx(rarefied_by_hand(ids, n, count), rel=1e-9, abs=1e-9)
+
+
+def extension_family(dataset: str) -> list[dict]:
+    """Both families of one dataset (added, exploratory) from pairs.csv, Holm within each."""
+    pairs = read_csv(DATA / dataset / "extension" / "pairs.csv")
+    found = []
+    for family, comparisons in (("added", ADDED_FAMILY), ("exploratory", FAMILY)):
+        rows = []
+        for a, b in comparisons:
+            mine = [p for p in pairs if p["comparison"] == f"{a} vs {b}"]
+            keys = [(int(p["copy"]), int(p["state"])) for p in mine]
+            x, y = [float(p["a"]) for p in mine], [float(p["b"]) for p in mine]
+            rows.append({"family": family, "comparison": f"{a} vs {b}", "dataset": dataset, **paired_stats(x, y, keys)})
+        holm_by_hand(rows, "Holm p")
+        found += rows
+    return found
+
+
+def check_row(saved: dict, row: dict, keys) -> None:
+    assert int(saved["pairs"]) == row["pairs"] and int(saved["a wins"]) == row["a wins"]
+    assert saved["copies a ahead"] == row["copies a ahead"]
+    for key in keys:
+        assert float(saved[key]) == pytest.approx(row[key], rel=1e-9, abs=1e-12), key
+
+
+@pytest.mark.parametrize("dataset", EXTENDED)
+def test_extension_comparisons_follow_from_the_pairs(dataset):
+    committed = read_csv(DATA / dataset / "extension" / "comparisons.csv")
+    found = extension_family(dataset)
+    assert [(c["family"], c["comparison"]) for c in committed] == [(f["family"], f["comparison"]) for f in found]
+    for saved, row in zip(committed, found):
+        check_row(saved, row, ("mean a", "mean b", "paired r", "p", "Holm p"))
+
+
+def grown_family() -> list[dict]:
+    """The published family (its p from runs.csv) and the added one (from pairs.csv), Holm over all."""
+    rows = [{"endpoint": "pooled", **r} for r in family_from_runs()]
+    for row in rows:
+        row["Holm p (published)"] = row.pop("Holm p (all)")
+    for dataset in EXTENDED:
+        rows += [{"endpoint": "reference", **r} for r in extension_family(dataset) if r["family"] == "added"]
+    holm_by_hand(rows, "Holm p (grown)")
+    return rows
+
+
+def test_grown_verdicts_follow_from_the_runs_and_the_pairs():
+    committed = {(r["comparison"], r["dataset"], r["endpoint"]): r for r in read_csv(DATA / "extended_verdicts.csv")}
+    found = grown_family()
+    assert len(found) == len(committed) == 26
+    for row in found:
+        check_row(
+            committed[(row["comparison"], row["dataset"], row["endpoint"])], row, ("mean a", "p", "Holm p (grown)")
+        )
+
+
+def test_the_published_grown_table_follows_from_the_family():
+    text = (DATA.parents[1] / "results.md").read_text()
+    table = text[text.index("### The extension's grown family") :]
+    for row in grown_family():
+        start = f"| {row['comparison']} | {SHOWN[row['dataset']]} | {row['endpoint']} |"
+        line = next(x for x in table.splitlines() if x.startswith(start))
+        cells = [c.strip() for c in line.strip("|").split("|")][3:]
+        published = row.get("Holm p (published)")
+        assert cells == [
+            str(row["pairs"]),
+            f"{row['mean a']:.2f}",
+            f"{row['mean b']:.2f}",
+            f"{row['a wins']}/{row['pairs']}",
+            row["copies a ahead"],
+            f"{row['paired r']:+.2f}",
+            p_cell(row["p"]),
+            p_cell(published) if published is not None else "",
+            p_cell(row["Holm p (grown)"]),
         ]

@@ -11,28 +11,66 @@ from .study import load_run, save_run, stratified
 from .subjects import load_subject, subject_path, training_sets
 
 
-def study_fuzzer(analysis, *, keep_rate: float | None = None, **kwargs):
+def study_fuzzer(analysis, *, keep_rate: float | None = None, energy: float | None = None, per_class=None, **kwargs):
     """idcgen's Fuzzer that also records every flagged mutant, kept or not, and, given ``keep_rate``, keeps each
-    valid mutant with that probability instead of by coverage (a random-keep control; guide "none")."""
+    valid mutant with that probability instead of by coverage (a random-keep control; guide "none").
+
+    ``energy`` (guide "none": every valid mutant kept): IDC as a scheduler. Parents are drawn with DeepHunter's
+    weight times ``energy`` for the entries that were the first of the corpus to reach their IDC combination
+    (seeds included), times 1 for the others. idcgen's schedulers see only fuzz counts, hence ``_parents`` here.
+
+    ``per_class`` ({class: analysis of that class}, guide "idc"): a valid mutant is kept when it reaches a
+    combination of its seed's class's analysis not yet covered for that class (the paper's per-class IDC)."""
     from idcgen.fuzz.fuzzer import Fuzzer
 
     class StudyFuzzer(Fuzzer):
         def __init__(self):
             super().__init__(analysis, **kwargs)
             self.failures: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+            self.favoured: list[bool] = []  # per corpus entry, in corpus order (energy)
+            self.class_trackers: dict = {}  # class -> tracker of its analysis (per_class)
 
         def step(self, c, left):
+            if energy is not None and not self.favoured:  # the seeds: the first of each combination
+                first = np.zeros(len(c.corpus), bool)
+                first[np.unique(c.corpus.combination, return_index=True)[1]] = True
+                self.favoured = first.tolist()
+            if per_class is not None and not self.class_trackers:
+                for k, class_analysis in per_class.items():
+                    seeds = c.corpus.x[c.corpus.label == k]
+                    self.class_trackers[k] = class_analysis.tracker(seeds if len(seeds) else None)
             step = super().step(c, left)
             if step.error is not None:
                 return step
             if keep_rate is not None:  # drawn from (random state, step): the same draws on every rerun
                 draws = np.random.default_rng([self.random_state, step.number, 7]).random(len(step.valid))
                 step.keep = step.valid & (draws < keep_rate)
+            if per_class is not None:
+                step.keep = self._class_keep(c, step)
+            if energy is not None:  # the kept join the corpus in this order (Campaign.record)
+                self.favoured += c.tracker.would_cover(step.combinations[step.keep]).tolist()
             flagged = np.flatnonzero(step.flagged)
             if flagged.size:
                 labels = c.corpus.label[c.corpus.root[step.parents[flagged]]]
                 self.failures.append((step.mutants[flagged], labels, step.predictions[flagged]))
             return step
+
+        def _class_keep(self, c, step) -> np.ndarray:
+            keep = np.zeros(len(step.valid), bool)
+            labels = c.corpus.label[c.corpus.root[step.parents]]
+            for k, tracker in self.class_trackers.items():
+                rows = np.flatnonzero(step.valid & (labels == k))
+                if rows.size:  # marked covered now: the study keeps exactly these
+                    keep[rows] = tracker.update(per_class[k].ids(step.mutants[rows]))
+            return keep
+
+        def _parents(self, c, mutator, n):
+            if energy is None:
+                return super()._parents(c, mutator, n)
+            weight = self.scheduler.weights(c.corpus.fuzz_count) * np.where(self.favoured, energy, 1.0)
+            eligible = np.flatnonzero(~c.corpus.affine) if mutator.moves_reference else np.arange(len(weight))
+            cdf = np.cumsum(weight[eligible])  # inverse-CDF sampling, as BatchPrioritization.pick
+            return eligible[np.minimum(np.searchsorted(cdf, c.rng.random(n) * cdf[-1], side="right"), len(cdf) - 1)]
 
     return StudyFuzzer()
 

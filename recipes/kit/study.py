@@ -31,11 +31,15 @@ def default_mutators() -> str:
 
 def call_cost(spec: str) -> int:
     """Model calls per mutant of a mutator spec: a forward pass of one input is one call, a gradient one call
-    (FGSM 2, BIM and PGD 1 + iterations, the relevance-targeted noise 2 for its relevance pass, others 1)."""
+    (FGSM 2, BIM and PGD 1 + iterations, directed 1 + steps, the relevance-targeted noise 2 for its relevance
+    pass, others 1)."""
     name = spec.split("(")[0].strip()
     iterations = re.search(r"nb_iter\s*=\s*(\d+)", spec)
     if name in ("bim", "pgd"):
         return 1 + (int(iterations.group(1)) if iterations else 10)
+    if name == "directed":  # a gradient per step, then the forward pass
+        steps = re.search(r"steps\s*=\s*(\d+)", spec)
+        return 1 + (int(steps.group(1)) if steps else 5)
     return 2 if name in ("fgsm", "relevant_pixels") else 1
 
 
