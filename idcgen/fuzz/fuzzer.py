@@ -183,9 +183,8 @@ class Fuzzer:
             rounding=settings.rounding,
             convention=InputConvention(value_range=settings.value_range, image_shape=settings.input_shape or None),
         )
-        fuzzer.record = fuzzer.settings(
-            settings.budget, sources=settings.sources, measure_specs=settings.measure_specs
-        ).replace(parallel=settings.parallel)
+        fuzzer.record = settings  # what it takes no keyword for (parallel, ...) is kept as it is
+        fuzzer.record = fuzzer.settings(settings.budget, sources=settings.sources, measure_specs=settings.measure_specs)
         return fuzzer
 
     def settings(
@@ -197,8 +196,12 @@ class Fuzzer:
         rounding: bool | None = None,
         storage: str = "uint8",
     ) -> CampaignSettings:
-        """The settings a campaign of this fuzzer records (and a resumed one must keep)."""
-        return CampaignSettings(
+        """The settings a campaign of this fuzzer records (and a resumed one must keep): what the fuzzer made of
+        its keywords, canonical, over the settings it was built from (:meth:`from_settings`), whose other fields
+        (``parallel``, ...) are kept as they are; a fuzzer made with keywords alone has those fields' defaults.
+        A setting the fuzzer takes no keyword for is read from the campaign's settings (``c.settings``)."""
+        base = self.record if self.record is not None else CampaignSettings(budget=int(budget), mutators=())
+        return base.replace(
             budget=int(budget),
             mutators=tuple(repr(m) for m in self.mutators),
             oracle=str(self.oracle),
