@@ -82,6 +82,8 @@ class CampaignSettings:
     mutators: tuple[str, ...] = field(metadata={ABSENT: ()})  # canonical mutator specs (their repr)
     oracle: str = "misclassification"  # canonical oracle spec
     scheduler: str = "prioritized"
+    # most times one corpus entry is picked as a parent (None: no cap); written only when set
+    max_mutations: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
     batch_size: int = 256
     random_state: int = 0
     value_range: tuple[float, float] = (0.0, 1.0)
