@@ -486,6 +486,8 @@ class Fuzzer:
 
     def _parents(self, c: Campaign, mutator: Mutator, n: int) -> np.ndarray:
         """``n`` parents the scheduler picks among the entries ``mutator`` may take (none when there are none)."""
+        if c.settings.max_mutations is None and not mutator.moves_reference:  # every entry: no copy of the counts
+            return self.scheduler.pick(c.corpus.fuzz_count, n, c.rng)
         ids = self._eligible(c, mutator.moves_reference)
         return ids[self.scheduler.pick(c.corpus.fuzz_count[ids], n, c.rng)] if len(ids) else ids
 
