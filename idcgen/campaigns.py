@@ -66,19 +66,19 @@ def campaign_settings(
 ) -> CampaignSettings:
     """The settings ``groups`` ask for, as a campaign records them; where an option was left out, what the
     campaign settled: the default ``mutators`` and ``oracle`` for its model, the ``value_range`` of its input
-    convention and the ``input_shape`` of its images (a resume passes the campaign's own)."""
+    convention and the ``input_shape`` of its images (a resume passes the campaign's own).
+
+    A campaign option whose setting has its name (``--scheduler``, ``--batch-size``, ...) is copied as it is;
+    the settings below are those an option makes otherwise, or that come from elsewhere."""
     models, inputs, convention, wanted, options, _ = groups
     others = models.model[1:]
     return CampaignSettings(
+        **_same_named(options),
         budget=options.budget or 0,
         mutators=tuple(options.mutators or mutators),
         oracle=oracle if options.oracle is None else str(make_oracle(options.oracle, others=[None] * len(others))),
-        scheduler=options.scheduler,
-        guide=options.guide,
         measure_specs=tuple(measure_specs(options.guide, options.measure)),
         validity=ValiditySettings(enabled=not options.no_validity, alpha=options.alpha, beta=options.beta),
-        batch_size=options.batch_size,
-        random_state=options.random_state,
         rounding=not options.no_round,
         value_range=tuple(convention.value_range or value_range),
         input_shape=tuple(options.image_shape or input_shape or ()),
@@ -101,6 +101,18 @@ def campaign_settings(
             notes=tuple(notes),
         ),
     )
+
+
+#: campaign options of a setting's name that the setting does not take as they are: campaign_settings says how
+#: (--measure's specs are ``measure_specs``; ``measure``, the names of the criteria fitted, is the fuzzer's)
+_MADE_OTHERWISE = {"budget", "mutators", "oracle", "measure"}
+
+
+def _same_named(options: CampaignOptions) -> dict:
+    """The campaign options that are settings of the same name, taken as they are (a new option with its setting
+    needs nothing more here)."""
+    recorded = {f.name for f in dataclasses.fields(CampaignSettings)} - _MADE_OTHERWISE
+    return {name: getattr(options, name) for name in CampaignOptions.flags() if name in recorded}
 
 
 def measure_specs(guide: str, measure) -> list[str]:

@@ -442,6 +442,13 @@ class CampaignOptions(Group):
         parse=_scheduler,
         help="prioritized (DeepHunter) or uniform.",
     )
+    max_mutations: int | None = option(
+        "--max-mutations",
+        cli_type=Optional[int],
+        parse=_positive("max_mutations"),
+        help="Most times one corpus entry is picked as a parent (default: no cap), so that the effort spreads over "
+        "the corpus rather than a few entries; the campaign ends early once every entry has been picked N times.",
+    )
     guide: str = option(
         "--guide",
         cli_type=str,

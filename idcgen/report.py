@@ -6,6 +6,7 @@ mutants look like beside their seeds.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +213,7 @@ def write_report(campaign: Campaign, *, notes: list[str] = (), exports: dict | N
         f"- seeds: {campaign.corpus.n_seeds} from `{cfg.sources.seeds or '?'}`; oracle: {cfg.oracle}; "
         f"scheduler: {cfg.scheduler}; batch {cfg.batch_size}; random_state {cfg.random_state}",
         f"- {_validity_text(cfg)}",
+        *_other_settings(cfg),
         f"- budget {cfg.budget} execs; done {state['execs']} execs in {state['elapsed_seconds']:.1f} s "
         f"({state['execs'] / max(state['elapsed_seconds'], 1e-9):.0f} execs/s)",
         *phase_line(state),
@@ -443,6 +445,43 @@ def _findings_section(campaign: Campaign, folder: Path) -> list[str]:
             "![Findings beside their seeds](findings.png)",
         ]
     return out
+
+
+#: the settings this report tells in its own words, or that are no choice of the user's; any other (a campaign
+#: option added later) is listed by :func:`_other_settings` when it differs from its default
+_TOLD = {
+    "budget",
+    "mutators",
+    "oracle",
+    "scheduler",
+    "batch_size",
+    "random_state",
+    "value_range",
+    "validity",
+    "guide",
+    "measure",
+    "layer",
+    "m",
+    "task",
+    "input_shape",
+    "input_convention",
+    "storage",
+    "rounding",
+    "measure_specs",
+    "sources",
+    "parallel",
+}
+
+
+def _other_settings(settings) -> list[str]:
+    """One line naming the settings not told elsewhere in the report that differ from their defaults (none: no
+    line), so that a new campaign option is shown without a change here."""
+    changed = [
+        f"{f.name.replace('_', ' ')} {getattr(settings, f.name)}"
+        for f in dataclasses.fields(settings)
+        if f.name not in _TOLD and getattr(settings, f.name) != f.default
+    ]
+    return [f"- settings: {'; '.join(changed)}"] if changed else []
 
 
 def _validity_text(settings) -> str:

@@ -546,6 +546,39 @@ def test_resume_refuses_options_that_differ_from_the_campaign(campaign_files, da
     assert json.loads((camp / "campaign.json").read_text())["state"]["execs"] == 192
 
 
+def test_max_mutations_caps_each_parent_is_recorded_and_kept_on_resume(campaign_files, tmp_path):
+    """--max-mutations N: no entry is picked as a parent once it was N times; the campaign ends when none is
+    left, records the cap (campaign.json, report) and a resume refuses another one."""
+    path, seeds, analysis = campaign_files
+    camp = tmp_path / "camp"
+    base = ["--model", path, "--seeds", seeds, "--mutators", "gauss", "--analysis", analysis]
+    # keep-none: the corpus is the 40 seeds, each picked twice or more (a batch may pick one past the cap)
+    result = invoke(
+        "fuzz", *base, "--budget", 2000, "--batch-size", 8, "--guide", "keep-none", "--max-mutations", 2, "--out", camp
+    )
+    assert result.exit_code == 0, result.output
+    meta = json.loads((camp / "campaign.json").read_text())
+    assert meta["config"]["max_mutations"] == 2
+    assert 40 * 2 <= meta["state"]["execs"] < 40 * 2 * 2  # ended early (the budget is 2000)
+    report = (camp / "report.md").read_text()
+    assert "- settings: max mutations 2" in report and "every corpus entry was a parent 2 times" in report
+    result = invoke("fuzz", "--resume", camp, "--max-mutations", 3)
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: campaign {camp} was made with --max-mutations 2 (not 3); a resumed campaign keeps its settings: "
+        "leave these out, or start a new campaign"
+    )
+    result = invoke("fuzz", "--resume", camp, "--max-mutations", 2, "--budget", 3000)  # the same: nothing left
+    assert result.exit_code == 0, result.output
+    assert json.loads((camp / "campaign.json").read_text())["state"]["execs"] == meta["state"]["execs"]
+    # without the option the cap is no key of campaign.json (the record of earlier campaigns, as it was)
+    result = invoke("fuzz", *base, "--budget", 16, "--batch-size", 8, "--out", tmp_path / "plain")
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "plain" / "campaign.json").read_text())["config"]
+    assert "max_mutations" not in config and "settings:" not in (tmp_path / "plain" / "report.md").read_text()
+    assert "--max-mutations must be an int >= 1" in invoke("fuzz", *base, "--budget", 16, "--max-mutations", 0).output
+
+
 def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_path, monkeypatch):
     import shutil
 

@@ -901,3 +901,30 @@ def test_uncertain_reads_probabilities_of_a_model_ending_in_logits(trained_lenet
         fuzzer = Fuzzer(analysis, mutators=["gauss(std=0.05)"], oracle="uncertain(0.99)", batch_size=64, random_state=0)
         found.append(fuzzer.run(x_test[:40], y_test[:40], budget=128, progress=False).n_findings)
     assert found[0] > 0 and found[1] == found[0]
+
+
+def test_max_mutations_is_read_from_the_settings_the_fuzzer_was_built_from(setup, tmp_path):
+    """A setting the Fuzzer takes no keyword for (max_mutations) travels in the settings it is built from: the
+    loop stops picking an entry once it was a parent that often, ends when none is left, and a fuzzer without
+    the cap cannot continue the campaign."""
+    from idcgen.fuzz.fuzzer import Fuzzer
+
+    analysis, _, _, x, y = setup
+    plain = make_fuzzer(analysis, ["gauss(std=0.05)", "rotate"], batch_size=8, guide="keep-none")
+    fuzzer = Fuzzer.from_settings(analysis, plain.settings(5000).replace(max_mutations=2))
+    assert fuzzer.record.max_mutations == 2 and plain.record is None
+    c = fuzzer.run(x, y, out=tmp_path / "c", progress=False)
+    counts = c.corpus.fuzz_count
+    assert len(counts) == len(x) and (counts >= 2).all() and counts.max() <= 1 + 8  # picked while below 2
+    assert c.execs == counts.sum() < 5000 and c.settings.max_mutations == 2
+    assert (
+        c.notes[-1]
+        == f"every corpus entry was a parent 2 times (max_mutations): the campaign ended after {c.execs} of its 5000 execs"
+    )
+    saved = json.loads((tmp_path / "c" / "campaign.json").read_text())["config"]
+    assert saved["max_mutations"] == 2
+    with pytest.raises(ParameterError, match=r"was made with other settings \(max_mutations 2\)"):
+        plain.resume(tmp_path / "c")
+    again = Fuzzer.from_settings(analysis, plain.settings(6000).replace(max_mutations=2)).resume(tmp_path / "c")
+    assert again.execs == c.execs
+    again.close()

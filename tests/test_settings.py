@@ -77,3 +77,40 @@ def test_settings_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'alpha'"):
         s.validity.alpha = 0.5
     assert s.budget == 1000 and s.validity.alpha == 0.02
+
+
+def test_a_setting_written_only_when_set_leaves_the_record_as_it_was():
+    """max_mutations (a campaign option added later): no key unless set, so campaign.json of a campaign
+    without it is what earlier idcgens wrote; a record without the key reads as no cap."""
+    s = settings()
+    assert "max_mutations" not in s.to_dict() and s.max_mutations is None
+    capped = s.replace(max_mutations=3)
+    record = capped.to_dict()
+    assert record["max_mutations"] == 3 and list(record)[:5] == [
+        "budget",
+        "mutators",
+        "oracle",
+        "scheduler",
+        "max_mutations",
+    ]
+    assert CampaignSettings.from_dict(json.loads(json.dumps(record))) == capped
+    assert s.differences(capped) == [("max_mutations", None, 3)]
+
+
+def test_the_record_keeps_the_keys_in_the_order_of_earlier_versions():
+    s = settings(parallel={"workers": 2}, sources=Sources(model="/m", seeds="/s", limit=5, crop="1,2,3,4"))
+    assert (
+        list(s.to_dict())
+        == (
+            "budget mutators oracle scheduler batch_size random_state value_range validity guide measure layer m "
+            "input_shape input_convention storage rounding measure_specs model other_models architectures seeds train "
+            "analysis_source notes scale resize class_names limit crop parallel"
+        ).split()
+    )
+
+
+def test_the_report_lists_a_setting_it_does_not_tell_otherwise():
+    from idcgen.report import _other_settings
+
+    assert _other_settings(settings()) == []  # every setting of today is told in the report's own words
+    assert _other_settings(settings(max_mutations=3)) == ["- settings: max mutations 3"]

@@ -183,9 +183,8 @@ class Fuzzer:
             rounding=settings.rounding,
             convention=InputConvention(value_range=settings.value_range, image_shape=settings.input_shape or None),
         )
-        fuzzer.record = fuzzer.settings(
-            settings.budget, sources=settings.sources, measure_specs=settings.measure_specs
-        ).replace(parallel=settings.parallel)
+        fuzzer.record = settings  # what it takes no keyword for (parallel, ...) is kept as it is
+        fuzzer.record = fuzzer.settings(settings.budget, sources=settings.sources, measure_specs=settings.measure_specs)
         return fuzzer
 
     def settings(
@@ -197,8 +196,12 @@ class Fuzzer:
         rounding: bool | None = None,
         storage: str = "uint8",
     ) -> CampaignSettings:
-        """The settings a campaign of this fuzzer records (and a resumed one must keep)."""
-        return CampaignSettings(
+        """The settings a campaign of this fuzzer records (and a resumed one must keep): what the fuzzer made of
+        its keywords, canonical, over the settings it was built from (:meth:`from_settings`), whose other fields
+        (``parallel``, ...) are kept as they are; a fuzzer made with keywords alone has those fields' defaults.
+        A setting the fuzzer takes no keyword for is read from the campaign's settings (``c.settings``)."""
+        base = self.record if self.record is not None else CampaignSettings(budget=int(budget), mutators=())
+        return base.replace(
             budget=int(budget),
             mutators=tuple(repr(m) for m in self.mutators),
             oracle=str(self.oracle),
@@ -401,6 +404,13 @@ class Fuzzer:
                 ) as bar,
             ):
                 while c.execs < c.budget:
+                    capped = c.settings.max_mutations is not None
+                    if capped and not any(len(self._eligible(c, m.moves_reference)) for m in self.mutators):
+                        c.notes.append(  # every entry was a parent max_mutations times: nothing left to mutate
+                            f"every corpus entry was a parent {c.settings.max_mutations} times (max_mutations): "
+                            f"the campaign ended after {c.execs} of its {c.budget} execs"
+                        )
+                        break
                     started, rng_before = time.perf_counter(), c.rng.bit_generator.state
                     try:
                         step = self.step(c, c.budget - c.execs)
@@ -437,6 +447,10 @@ class Fuzzer:
         mutator = self._mutator_of(number)
         parents = self._parents(c, mutator, min(self.batch_size, left))
         step = Step(number=number, mutator=repr(mutator), affine=mutator.moves_reference, parents=parents)
+        if not len(parents):  # each entry it may take was a parent max_mutations times (not each of the others')
+            step.error = f"no parent left: each one it may take was a parent {c.settings.max_mutations} times"
+            step.seconds["mutate"] = time.perf_counter() - started
+            return step
         try:
             mutants, references = self._mutate(c, mutator, parents)
         except Exception as exc:  # an attack failing on a batch is reported, the campaign goes on
@@ -471,13 +485,23 @@ class Fuzzer:
         return self.mutators[self._order[1][turn]]
 
     def _parents(self, c: Campaign, mutator: Mutator, n: int) -> np.ndarray:
-        counts = c.corpus.fuzz_count
-        if mutator.moves_reference:  # DeepHunter: one affine transform per chain (here: or one scene change),
-            eligible = np.flatnonzero(~c.corpus.affine)  # so parents without one (never empty: the seeds have none)
-            parents = eligible[self.scheduler.pick(counts[eligible], n, c.rng)]
-        else:
-            parents = self.scheduler.pick(counts, n, c.rng)
-        return parents
+        """``n`` parents the scheduler picks among the entries ``mutator`` may take (none when there are none)."""
+        if c.settings.max_mutations is None and not mutator.moves_reference:  # every entry: no copy of the counts
+            return self.scheduler.pick(c.corpus.fuzz_count, n, c.rng)
+        ids = self._eligible(c, mutator.moves_reference)
+        return ids[self.scheduler.pick(c.corpus.fuzz_count[ids], n, c.rng)] if len(ids) else ids
+
+    @staticmethod
+    def _eligible(c: Campaign, moves_reference: bool) -> np.ndarray:
+        """The ids of the entries a mutator may take as parents: those picked fewer than the campaign's
+        ``max_mutations`` times (counted as a step starts: one batch may pick an entry more than once), and for
+        a mutator that moves the reference, those without an affine transform (DeepHunter: one per chain; here:
+        or one scene change)."""
+        cap = c.settings.max_mutations
+        eligible = np.ones(len(c.corpus), bool) if cap is None else c.corpus.fuzz_count < cap
+        if moves_reference:
+            eligible &= ~c.corpus.affine
+        return np.flatnonzero(eligible)
 
     def _mutate(self, c: Campaign, mutator: Mutator, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         corpus = c.corpus

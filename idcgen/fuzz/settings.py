@@ -13,30 +13,41 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
+from types import UnionType
+from typing import Union, get_args, get_origin, get_type_hints
 
 #: settings a resume may change (every other field must match the campaign's own)
 RESUMABLE = ("budget",)
 
 
+#: How a field is recorded in campaign.json, in its metadata (fields are written in their order, lists for tuples,
+#: a nested dataclass as its own object):
+#: ``absent``: what a campaign.json without the key (of an earlier idcgen) ran with, where that is not the default;
+#: ``omit_default``: the key is written only when the value differs from the default (a setting added later
+#: leaves the campaign.json of a campaign without it as it was);
+#: ``flat``: a nested dataclass whose keys are written among the settings' own.
+ABSENT, OMIT_DEFAULT, FLAT = "absent", "omit_default", "flat"
+
+
 @dataclass(frozen=True)
 class Sources:
     """Where the inputs came from and how they were loaded (recorded paths are absolute where they name files,
-    so that a resume from another directory finds them)."""
+    so that a resume from another directory finds them). Fields in the order campaign.json holds them."""
 
     model: str | None = None
     other_models: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()  # JSON architectures of weights-only files, "-" for none
     seeds: str | None = None
     train: str | None = None
-    limit: int | None = None  # the first N seeds only
-    scale: str = "auto"
-    resize: str | None = None  # "HxW"
-    crop: str | None = None  # "TOP,BOTTOM,LEFT,RIGHT"
-    labels: str | None = None  # a CSV of labels for a folder of frames
-    class_names: tuple[str, ...] | None = None
-    task_given: str | None = None  # --task, when it overrode the detected task
     analysis_source: str = ""  # how the analysis was found, for the report
     notes: tuple[str, ...] = ()  # what the report should say about the setting
+    scale: str = "auto"
+    resize: str | None = None  # "HxW"
+    class_names: tuple[str, ...] | None = None
+    limit: int | None = field(default=None, metadata={OMIT_DEFAULT: True})  # the first N seeds only
+    labels: str | None = field(default=None, metadata={OMIT_DEFAULT: True})  # a CSV of labels for a folder of frames
+    crop: str | None = field(default=None, metadata={OMIT_DEFAULT: True})  # "TOP,BOTTOM,LEFT,RIGHT"
+    task_given: str | None = field(default=None, metadata={OMIT_DEFAULT: True})  # --task, when it overrode the task
 
     def load_options(self) -> dict:
         """The options that load images for this campaign's model (seeds and training data alike)."""
@@ -61,28 +72,36 @@ class ValiditySettings:
 @dataclass(frozen=True)
 class CampaignSettings:
     """Everything that decides what a campaign does; two campaigns with equal settings, seeds and analysis
-    make the same steps."""
+    make the same steps.
+
+    A new setting is a field here (its metadata saying how campaign.json records it, see :data:`ABSENT`);
+    :meth:`to_dict`, :meth:`from_dict` and :meth:`differences` follow the fields. Fields in the order
+    campaign.json holds them."""
 
     budget: int
-    mutators: tuple[str, ...]  # canonical mutator specs (their repr)
+    mutators: tuple[str, ...] = field(metadata={ABSENT: ()})  # canonical mutator specs (their repr)
     oracle: str = "misclassification"  # canonical oracle spec
     scheduler: str = "prioritized"
-    guide: str = "idc"
-    measure: tuple[str, ...] = ()  # names of the criteria measured besides IDC
-    measure_specs: tuple[str, ...] = ()  # their specs, fitted again on resume
-    validity: ValiditySettings = ValiditySettings()
+    # most times one corpus entry is picked as a parent (None: no cap); written only when set
+    max_mutations: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
     batch_size: int = 256
     random_state: int = 0
-    rounding: bool = True  # mutants rounded to the seeds' uint8 levels before they run
-    storage: str = "uint8"  # how the corpus stores inputs: uint8 (on the grid) or float32
     value_range: tuple[float, float] = (0.0, 1.0)
-    input_shape: tuple[int, ...] = ()  # the images mutated (the model's input, or --image-shape)
-    input_convention: dict = field(default_factory=dict, compare=False)  # InputConvention.to_dict(), for the record
+    validity: ValiditySettings = ValiditySettings()
+    guide: str = "idc"
+    measure: tuple[str, ...] = ()  # names of the criteria measured besides IDC
     layer: str | None = None  # the analysis' subject layer
     m: int | None = None
-    task: str = "classification"
-    sources: Sources = Sources()
-    parallel: dict | None = None  # a worker of a parallel campaign: {"workers", "budget", ...}
+    task: str = field(default="classification", metadata={OMIT_DEFAULT: True})
+    input_shape: tuple[int, ...] = ()  # the images mutated (the model's input, or --image-shape)
+    input_convention: dict = field(default_factory=dict, compare=False)  # InputConvention.to_dict(), for the record
+    # how the corpus stores inputs: uint8 (on the grid) or float32 (as every campaign did before storage existed)
+    storage: str = field(default="uint8", metadata={ABSENT: "float32"})
+    # mutants rounded to the seeds' uint8 levels before they run (before rounding existed they ran unrounded)
+    rounding: bool = field(default=True, metadata={ABSENT: False})
+    measure_specs: tuple[str, ...] = ()  # the specs of ``measure``, fitted again on resume
+    sources: Sources = field(default=Sources(), metadata={FLAT: True})
+    parallel: dict | None = field(default=None, metadata={OMIT_DEFAULT: True})  # a parallel campaign's worker
 
     @property
     def regression(self) -> bool:
@@ -95,105 +114,12 @@ class CampaignSettings:
     # ---- the record ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The flat JSON form campaign.json holds (the keys of earlier versions, so their readers still work)."""
-        out = {
-            "budget": int(self.budget),
-            "mutators": list(self.mutators),
-            "oracle": self.oracle,
-            "scheduler": self.scheduler,
-            "batch_size": self.batch_size,
-            "random_state": self.random_state,
-            "value_range": list(self.value_range),
-            "validity": dataclasses.asdict(self.validity),
-            "guide": self.guide,
-            "measure": list(self.measure),
-            "layer": self.layer,
-            "m": self.m,
-            **({"task": "regression"} if self.regression else {}),
-            "input_shape": list(self.input_shape),
-            "input_convention": dict(self.input_convention),
-            "storage": self.storage,
-            "rounding": self.rounding,
-            "measure_specs": list(self.measure_specs),
-        }
-        s = self.sources
-        out.update(
-            {
-                "model": s.model,
-                "other_models": list(s.other_models),
-                "architectures": list(s.architectures),
-                "seeds": s.seeds,
-                "train": s.train,
-                "analysis_source": s.analysis_source,
-                "notes": list(s.notes),
-                "scale": s.scale,
-                "resize": s.resize,
-                "class_names": None if s.class_names is None else list(s.class_names),
-            }
-        )
-        # written only when given, as before
-        out.update(
-            {
-                k: v
-                for k, v in (
-                    ("limit", s.limit),
-                    ("labels", s.labels),
-                    ("crop", s.crop),
-                    ("task_given", s.task_given),
-                    ("parallel", self.parallel),
-                )
-                if v is not None
-            }
-        )
-        return out
+        return _record(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "CampaignSettings":
         """Settings from campaign.json's ``config``; keys an earlier idcgen did not write take what it ran with."""
-
-        def tup(value):
-            return None if value is None else tuple(value)
-
-        v = data.get("validity") or {}
-        sources = Sources(
-            model=data.get("model"),
-            other_models=tuple(data.get("other_models") or ()),
-            architectures=tuple(data.get("architectures") or ()),
-            seeds=data.get("seeds"),
-            train=data.get("train"),
-            limit=data.get("limit"),
-            scale=data.get("scale", "auto"),
-            resize=data.get("resize"),
-            crop=data.get("crop"),
-            labels=data.get("labels"),
-            class_names=tup(data.get("class_names")),
-            task_given=data.get("task_given"),
-            analysis_source=data.get("analysis_source", ""),
-            notes=tuple(data.get("notes") or ()),
-        )
-        return cls(
-            budget=int(data["budget"]),
-            mutators=tuple(data.get("mutators") or ()),
-            oracle=data.get("oracle", "misclassification"),
-            scheduler=data.get("scheduler", "prioritized"),
-            guide=data.get("guide", "idc"),
-            measure=tuple(data.get("measure") or ()),
-            measure_specs=tuple(data.get("measure_specs") or ()),
-            validity=ValiditySettings(
-                enabled=bool(v.get("enabled", True)), alpha=float(v.get("alpha", 0.02)), beta=float(v.get("beta", 0.2))
-            ),
-            batch_size=int(data.get("batch_size", 256)),
-            random_state=int(data.get("random_state", 0)),
-            rounding=bool(data.get("rounding", False)),  # before rounding existed mutants ran unrounded
-            storage=data.get("storage", "float32"),
-            value_range=_range(data.get("value_range", (0.0, 1.0))),
-            input_shape=tuple(data.get("input_shape") or ()),
-            input_convention=dict(data.get("input_convention") or {}),
-            layer=data.get("layer"),
-            m=data.get("m"),
-            task=data.get("task", "classification"),
-            sources=sources,
-            parallel=data.get("parallel"),
-        )
+        return _from_record(cls, data)
 
     # ---- comparing -----------------------------------------------------------------------------
     def differences(self, other: "CampaignSettings", *, ignore=RESUMABLE) -> list[tuple[str, object, object]]:
@@ -203,7 +129,7 @@ class CampaignSettings:
             if f.name in ignore or not f.compare:
                 continue
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if f.name == "sources":
+            if f.metadata.get(FLAT):  # the sources
                 found += [
                     (g.name, getattr(mine, g.name), getattr(theirs, g.name))
                     for g in fields(mine)
@@ -217,7 +143,79 @@ class CampaignSettings:
         return dataclasses.replace(self, **changes)
 
 
-def _range(values) -> tuple[float, float]:
-    """A recorded (low, high) value range, as floats."""
-    low, high = values
-    return float(low), float(high)
+# ---- the JSON record, field by field ------------------------------------------------------------------
+def _record(settings) -> dict:
+    """A settings dataclass as JSON: its fields in order (see :data:`ABSENT` for the metadata they may carry)."""
+    out: dict = {}
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if f.metadata.get(OMIT_DEFAULT) and value == f.default:
+            continue
+        if f.metadata.get(FLAT):
+            out.update(_record(value))
+        else:
+            out[f.name] = _json(value)
+    return out
+
+
+def _json(value):
+    """A field's value as JSON holds it: tuples as lists, a nested dataclass as its object, numbers as Python's."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _record(value)
+    if isinstance(value, (tuple, list)):
+        return [_json(v) for v in value]
+    if isinstance(value, dict):
+        return dict(value)
+    if hasattr(value, "item"):  # a numpy scalar (a budget computed with numpy)
+        return value.item()
+    return value
+
+
+def _from_record(cls, data: dict):
+    """The settings dataclass ``cls`` from its JSON object ``data`` (a flat field's keys read from ``data``
+    too); a key that is absent, or null where the field takes no None, reads as the field's ``absent`` value,
+    else its default."""
+    hints = get_type_hints(cls)
+    values = {}
+    for f in fields(cls):
+        if f.metadata.get(FLAT):
+            values[f.name] = _from_record(hints[f.name], data)
+            continue
+        if ABSENT in f.metadata:
+            absent = f.metadata[ABSENT]
+        elif f.default is not dataclasses.MISSING:
+            absent = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            absent = f.default_factory()
+        else:
+            absent = dataclasses.MISSING  # a required key: its absence is a KeyError
+        value = data[f.name] if absent is dataclasses.MISSING else data.get(f.name)
+        if value is None and not (f.name in data and _takes_none(hints[f.name])):
+            values[f.name] = absent
+        else:
+            values[f.name] = _read(hints[f.name], value)
+    return cls(**values)
+
+
+def _takes_none(hint) -> bool:
+    return get_origin(hint) in (Union, UnionType) and type(None) in get_args(hint)
+
+
+def _read(hint, value):
+    """A JSON value as a field of type ``hint`` holds it: a list as a tuple (its items read as the tuple's type
+    says), a number as the int, float or bool named, an object as the dataclass or dict named."""
+    if value is None:
+        return None
+    if _takes_none(hint):
+        hint = next(h for h in get_args(hint) if h is not type(None))
+    origin, args = get_origin(hint), get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _from_record(hint, value)
+    if origin is tuple:
+        kinds = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
+        return tuple(_read(kind, v) for kind, v in zip(kinds, value))
+    if hint in (int, float, bool):
+        return hint(value)
+    if hint is dict or origin is dict:
+        return dict(value)
+    return value
