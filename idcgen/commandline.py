@@ -43,11 +43,10 @@ def parameter_flags(app: typer.Typer) -> dict[str, str]:
     return flags
 
 
-def in_cli_words(error: IdcgenError, app: typer.Typer | None = None) -> str:
-    """``error``'s message with the parameters it names spelt as the flags of ``app`` (default: idcgen's) that
-    set them: "--batch-size must ...", "pass --scale none"; a parameter no option sets keeps the library's words."""
-    if app is None:
-        from .cli import app
+def in_cli_words(error: IdcgenError, app: typer.Typer) -> str:
+    """``error``'s message with the parameters it names spelt as the flags of ``app`` that set them:
+    "--batch-size must ...", "pass --scale none"; a parameter no option sets keeps the library's words. (The app
+    is passed in: this module sits under idcgen.cli and does not import it.)"""
     flags = parameter_flags(app)
 
     def spell(param: Param) -> str:

@@ -301,7 +301,7 @@ def test_errors_name_flags(parts, library, expected):
 
     error = ParameterError(*parts)
     assert str(error) == library
-    assert in_cli_words(error) == expected
+    assert in_cli_words(error, app) == expected
     assert pickle.loads(pickle.dumps(error)).parts == error.parts  # as a Ray worker sends it
 
 

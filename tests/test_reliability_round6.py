@@ -221,6 +221,7 @@ def test_a_pickled_whole_module_as_weights_is_named_as_such(tmp_path):
 
 def test_a_criterion_spec_in_a_message_is_left_as_written():
     """A spec was rewritten as if it held flags: nc(scaling=none,--threshold 0.5,...)."""
+    from idcgen.cli import app
     from idcgen.commandline import in_cli_words
     from idcgen.errors import Param, ParameterError
 
@@ -229,7 +230,7 @@ def test_a_criterion_spec_in_a_message_is_left_as_written():
         f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; ", Param("batch_size", 0), " given"
     )
     assert str(error) == f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; batch_size=0 given"
-    assert in_cli_words(error) == (
+    assert in_cli_words(error, app) == (
         f"criterion {spec} and kmnc(k=(2,3),scaling=none) cannot share a tracker; --batch-size 0 given"
     )
 
