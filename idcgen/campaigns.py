@@ -23,7 +23,7 @@ from .analysis import Analysis, Clustering, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source
-from .distributed.parallel import PARALLEL_FILE, ParallelRecord
+from .distributed import PARALLEL_FILE
 from .errors import AnalysisMismatchError, InputError, ModelError, Param, ParameterError, shown
 from .export import export_campaign
 from .framework import framework_of_path
@@ -264,6 +264,8 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
         read_meta(folder)  # a folder that is no campaign at all is said to be none
         raise ParameterError(f"{folder} is a campaign of one process: resume it without --workers")
     if parallel:
+        from .distributed.parallel import ParallelRecord
+
         record = ParallelRecord.read(folder)
         if runner.workers is not None and runner.workers != record.workers:
             raise ParameterError(
