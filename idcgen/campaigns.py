@@ -25,7 +25,6 @@ from .convention import infer_image_shape
 from .data import check_source
 from .distributed import PARALLEL_FILE
 from .errors import AnalysisMismatchError, InputError, ModelError, Param, ParameterError, shown
-from .export import export_campaign
 from .framework import framework_of_path
 from .fuzz.campaign import check_budget
 from .fuzz.fuzzer import Fuzzer
@@ -34,7 +33,6 @@ from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources, ValiditySettings
 from .fuzz.store import read_meta
 from .options import AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelsOptions, RunnerOptions
-from .report import write_report
 from .session import OUTPUTS, Session, load_inputs, save_analysis
 
 
@@ -461,7 +459,11 @@ def fit_criteria(specs: list[str], network, x, echo, data: str) -> list:
 
 def finish(fuzzed, x_train, y_train, echo) -> dict:
     """Exports and report of a finished campaign (:class:`idcgen.executor.Fuzzed`), and the lines that sum it
-    up."""
+    up. The export and report modules (and the plotting and markdown they use) are imported here, where the
+    campaign is done, not before its first step."""
+    from .export import export_campaign
+    from .report import write_report
+
     campaign = fuzzed.campaign
     if y_train is None:  # unlabelled training data cannot be retrained on: retrain.npz holds the mutants alone
         x_train = None
