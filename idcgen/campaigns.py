@@ -23,9 +23,8 @@ from .analysis import Analysis, Clustering, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source
-from .distributed.parallel import PARALLEL_FILE, ParallelRecord
+from .distributed import PARALLEL_FILE
 from .errors import AnalysisMismatchError, InputError, ModelError, Param, ParameterError, shown
-from .export import export_campaign
 from .framework import framework_of_path
 from .fuzz.campaign import check_budget
 from .fuzz.fuzzer import Fuzzer
@@ -34,7 +33,6 @@ from .fuzz.oracle import make_oracle
 from .fuzz.settings import CampaignSettings, Sources, ValiditySettings
 from .fuzz.store import read_meta
 from .options import AnalysisOptions, CampaignOptions, ConventionOptions, InputOptions, ModelsOptions, RunnerOptions
-from .report import write_report
 from .session import OUTPUTS, Session, load_inputs, save_analysis
 
 
@@ -264,6 +262,8 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
         read_meta(folder)  # a folder that is no campaign at all is said to be none
         raise ParameterError(f"{folder} is a campaign of one process: resume it without --workers")
     if parallel:
+        from .distributed.parallel import ParallelRecord
+
         record = ParallelRecord.read(folder)
         if runner.workers is not None and runner.workers != record.workers:
             raise ParameterError(
@@ -459,7 +459,11 @@ def fit_criteria(specs: list[str], network, x, echo, data: str) -> list:
 
 def finish(fuzzed, x_train, y_train, echo) -> dict:
     """Exports and report of a finished campaign (:class:`idcgen.executor.Fuzzed`), and the lines that sum it
-    up."""
+    up. The export and report modules (and the plotting and markdown they use) are imported here, where the
+    campaign is done, not before its first step."""
+    from .export import export_campaign
+    from .report import write_report
+
     campaign = fuzzed.campaign
     if y_train is None:  # unlabelled training data cannot be retrained on: retrain.npz holds the mutants alone
         x_train = None

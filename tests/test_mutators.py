@@ -127,6 +127,11 @@ def test_every_registered_mutator_is_tested():
     assert {m.kind for m in MUTATORS} == {"noise", "transform", "attack"}
 
 
+def test_the_registry_names_each_mutator_by_its_own_name():
+    """MUTATORS names a mutator's module and class without importing it; each class answers to its key."""
+    assert {name: cls.name for name, cls in REGISTRY.items()} == {name: name for name in REGISTRY}
+
+
 @pytest.mark.parametrize("mutator", MUTATORS, ids=repr)
 def test_contract_grey(mutator, nets):
     n = n_for(mutator)

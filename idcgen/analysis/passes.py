@@ -23,7 +23,7 @@ from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, LayerError, ModelError, Param, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
-from ..relevance import Relevance, batch_size_for, relevance_totals
+from ..relevance import relevance_totals
 from ..threads import extent
 from .record import Analysis, data_fingerprint, versions
 
@@ -47,7 +47,7 @@ class LocalPasses:
 
     def __init__(self, network: Network, layer: str, eps: float, x: np.ndarray):
         self.network, self.layer, self.x = network, layer, x
-        self.rel = Relevance(network, layer=layer, eps=eps, batch_size=batch_size_for(network))
+        self.rel = network.relevance(layer, eps=eps, batch_size=network.relevance_batch_size())
         self.kept = None
 
     def totals(self, target, *, labels, keep_activations, progress):

@@ -15,6 +15,9 @@ from importlib import import_module
 from ..errors import IdcgenError
 
 INSTALL = 'pip install "idcgen[ray]"'
+#: the file that marks a campaign folder as a parallel campaign's (its ParallelRecord, idcgen.distributed.parallel);
+#: here so that a campaign of one process asks for it without importing the parallel machinery
+PARALLEL_FILE = "parallel.json"
 
 
 class RayNotInstalledError(IdcgenError):
@@ -51,7 +54,7 @@ _NAMES = {
     "ShardedInputs": "shards",
 }
 
-__all__ = sorted(_NAMES) + ["INSTALL", "RayNotInstalledError", "check_pool", "require_ray"]
+__all__ = sorted(_NAMES) + ["INSTALL", "PARALLEL_FILE", "RayNotInstalledError", "check_pool", "require_ray"]
 
 
 def __getattr__(name):

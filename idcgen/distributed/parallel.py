@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, ParameterError
+from . import PARALLEL_FILE
 from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads, network_of
 
 #: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
@@ -36,7 +37,6 @@ PARALLEL_NOT_REPRODUCIBLE = (
 )
 #: the pseudo-mutator whose steps add entries imported from the other workers
 SYNC = "sync"
-PARALLEL_FILE = "parallel.json"
 
 
 def worker_seed(random_state: int, index: int) -> int:

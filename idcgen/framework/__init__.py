@@ -387,10 +387,6 @@ BACKENDS = {
 DEFAULT_BACKEND = "keras"
 
 
-def _implementation(name: str):
-    return BACKENDS[name].implementation()
-
-
 def _framework_of(model) -> str:
     """The backend for a model object, by the module its class comes from (no framework imported)."""
     for cls in type(model).__mro__:
@@ -420,13 +416,13 @@ def load_model(path: str | os.PathLike, *, safe_mode: bool = True, architecture=
     framework = framework_of_path(path)
     BACKENDS[framework].require()  # each framework an extra: a missing one said in one line naming it
     if framework in ("torch", "onnx"):
-        return _implementation(framework).load_model(path, architecture=architecture, input_shape=input_shape)
+        return BACKENDS[framework].implementation().load_model(path, architecture=architecture, input_shape=input_shape)
     # TensorFlow's devices queried before the load would first (quiet: a CUDA build's cuInit failure is dropped
     # with the start-up lines); "auto" changes no visibility a --device or IDCGEN_DEVICE set before
     from .device import keras_device
 
     keras_device("auto")
-    return _implementation(framework).load_model(path, safe_mode=safe_mode, architecture=architecture)
+    return BACKENDS[framework].implementation().load_model(path, safe_mode=safe_mode, architecture=architecture)
 
 
 def as_network(
@@ -450,7 +446,8 @@ def as_network(
         resolve_device(framework_of_path(model), device, precision)  # a GPU asked for and not seen: before the load
         model = load_model(model, input_shape=input_shape)
     framework = _framework_of(model)
-    network_class = getattr(_implementation(framework), BACKENDS[framework].network_class)
+    backend = BACKENDS[framework]
+    network_class = getattr(backend.implementation(), backend.network_class)
     if framework == "torch":
         return network_class(
             model,
@@ -531,9 +528,8 @@ def convert(old, new, *, architecture=None, safe_mode: bool = True, overwrite: b
             f"an input shape (--input-shape) is for PyTorch TorchScript files, which do not record "
             f"theirs; {old} is a Keras model, which does: drop --input-shape"
         )
-    return _implementation("keras").convert(
-        old, new, architecture=architecture, safe_mode=safe_mode, overwrite=overwrite
-    )
+    keras = BACKENDS["keras"].implementation()
+    return keras.convert(old, new, architecture=architecture, safe_mode=safe_mode, overwrite=overwrite)
 
 
 def limit_threads(threads: int) -> None:

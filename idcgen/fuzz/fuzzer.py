@@ -139,6 +139,7 @@ class Fuzzer:
         self.batch_size, self.random_state, self.rounding = int(batch_size), int(random_state), bool(rounding)
         self._order: tuple[int, np.ndarray] | None = None  # (round, mutator order) of the current round
         self.record: CampaignSettings | None = None  # the settings it was built from (from_settings)
+        self._made: Campaign | None = None  # the campaign start made or resume checked: run goes on with it as it is
 
     def __repr__(self) -> str:
         return (
@@ -312,6 +313,7 @@ class Fuzzer:
         campaign.record_seeds(x, y, predictions, features, time.perf_counter() - started)
         if out is not None:
             campaign.save(out)
+        self._made = campaign
         return campaign
 
     def resume(self, folder: str | Path) -> Campaign:
@@ -325,6 +327,7 @@ class Fuzzer:
             campaign.close()
             raise
         campaign.analysis = self.analysis
+        self._made = campaign
         return campaign
 
     def _check_continues(self, campaign: Campaign, what: str, fixes: tuple[str, str]) -> None:
@@ -383,7 +386,7 @@ class Fuzzer:
         hold an in-memory campaign across an interrupt, start it first (``c = fuzzer.start(x, y, budget=N)``,
         then ``fuzzer.run(c)``).
         """
-        if isinstance(seeds, Campaign):  # another fuzzer's steps would be recorded under settings not theirs
+        if isinstance(seeds, Campaign) and seeds is not self._made:  # another fuzzer's steps: settings not theirs
             fix = "continue it with the Fuzzer that made it (or one built alike: Fuzzer.resume(folder) checks it)"
             self._check_continues(seeds, "this campaign", (fix, fix))
         c = seeds if isinstance(seeds, Campaign) else self.start(seeds, labels, out, budget=budget)

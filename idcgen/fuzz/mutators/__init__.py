@@ -12,19 +12,15 @@ round-trips through :func:`make_mutator`. The contract every mutator keeps is in
 
 from __future__ import annotations
 
+import importlib
+
 from ...errors import ParameterError
 from ...spec import parse, split_specs
-from .attacks import BIM, CW, FGSM, JSMA, PGD
 from .base import MutationContext, Mutator, Param, check_tasks, parameter_names
-from .deeptest import Bias, BilateralBlur, DeepTestBlur, Gain, MedianBlur
-from .deepxplore import DeepXplore
-from .directed import CoverageDirected
-from .driving import Fog, GaussianBlur, MotionBlur, Rain, Shadow, SunFlare
-from .image import Blur, Brightness, Contrast, Elastic, Noise, Rotate, Scale, Shear, Shift
-from .noise import Gauss, RandomPixels, RelevantPixels
 
 __all__ = [
     "DEFAULT_MUTATORS",
+    "MUTATORS",
     "REGISTRY",
     "MutationContext",
     "Mutator",
@@ -33,46 +29,60 @@ __all__ = [
     "default_mutators",
     "describe_mutators",
     "make_mutator",
+    "mutator_class",
     "parse_mutators",
     "split_specs",
 ]
 
-#: Every mutator by its spec name, in listing order.
-REGISTRY: dict[str, type[Mutator]] = {
-    cls.name: cls
-    for cls in (
-        Gauss,
-        RelevantPixels,
-        RandomPixels,
-        Rotate,
-        Shift,
-        Scale,
-        Shear,
-        Brightness,
-        Contrast,
-        Noise,
-        Blur,
-        Elastic,
-        Rain,
-        Fog,
-        SunFlare,
-        Shadow,
-        MotionBlur,
-        GaussianBlur,
-        Gain,
-        Bias,
-        MedianBlur,
-        BilateralBlur,
-        DeepTestBlur,
-        FGSM,
-        BIM,
-        PGD,
-        CW,
-        JSMA,
-        CoverageDirected,
-        DeepXplore,
-    )
+#: Every mutator by its spec name, in listing order: the module under idcgen.fuzz.mutators that defines it and
+#: its class. A mutator's module is imported when a mutator of it is made (:func:`mutator_class`), not the
+#: thirty of them for the two a campaign names; ``REGISTRY`` (the classes themselves) imports them all.
+MUTATORS: dict[str, tuple[str, str]] = {
+    "gauss": ("noise", "Gauss"),
+    "relevant_pixels": ("noise", "RelevantPixels"),
+    "random_pixels": ("noise", "RandomPixels"),
+    "rotate": ("image", "Rotate"),
+    "shift": ("image", "Shift"),
+    "scale": ("image", "Scale"),
+    "shear": ("image", "Shear"),
+    "brightness": ("image", "Brightness"),
+    "contrast": ("image", "Contrast"),
+    "noise": ("image", "Noise"),
+    "blur": ("image", "Blur"),
+    "elastic": ("image", "Elastic"),
+    "rain": ("driving", "Rain"),
+    "fog": ("driving", "Fog"),
+    "sun_flare": ("driving", "SunFlare"),
+    "shadow": ("driving", "Shadow"),
+    "motion_blur": ("driving", "MotionBlur"),
+    "gaussian_blur": ("driving", "GaussianBlur"),
+    "gain": ("deeptest", "Gain"),
+    "bias": ("deeptest", "Bias"),
+    "median_blur": ("deeptest", "MedianBlur"),
+    "bilateral_blur": ("deeptest", "BilateralBlur"),
+    "deeptest_blur": ("deeptest", "DeepTestBlur"),
+    "fgsm": ("attacks", "FGSM"),
+    "bim": ("attacks", "BIM"),
+    "pgd": ("attacks", "PGD"),
+    "cw": ("attacks", "CW"),
+    "jsma": ("attacks", "JSMA"),
+    "directed": ("directed", "CoverageDirected"),
+    "deepxplore": ("deepxplore", "DeepXplore"),
 }
+
+
+def mutator_class(name: str) -> type[Mutator]:
+    """The class of the mutator named ``name`` (a key of :data:`MUTATORS`), its module imported on first use."""
+    module, cls = MUTATORS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+
+
+def __getattr__(name: str) -> dict[str, type[Mutator]]:
+    """``REGISTRY``: every mutator class by its spec name, in listing order (for listings and tests)."""
+    if name == "REGISTRY":
+        return {key: mutator_class(key) for key in MUTATORS}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The fuzz default: every cheap mutator. ``cw`` (10-20 s per 100 MNIST images) and ``jsma`` (0.3-0.5 s
 #: per image) are left out for cost; add them explicitly.
@@ -87,9 +97,9 @@ def make_mutator(spec: str) -> Mutator:
     """A mutator from its spec (:mod:`idcgen.spec`): ``"gauss"`` or ``"gauss(std=0.1)"``; values are Python
     literals, given by name."""
     parsed = parse(spec, "mutator", positional=False)
-    if parsed.name not in REGISTRY:
-        raise ParameterError(f"unknown mutator {parsed.name!r}; known mutators: {', '.join(REGISTRY)}")
-    cls = REGISTRY[parsed.name]
+    if parsed.name not in MUTATORS:
+        raise ParameterError(f"unknown mutator {parsed.name!r}; known mutators: {', '.join(MUTATORS)}")
+    cls = mutator_class(parsed.name)
     known = parameter_names(cls)
     unknown = [key for key in parsed.kwargs if key not in known]
     if unknown:
@@ -131,4 +141,5 @@ def default_mutators(network) -> tuple[list[Mutator], list[str]]:
 
 def describe_mutators() -> list[tuple[str, str, dict]]:
     """(name, kind, default parameters) of every registered mutator, for listings."""
-    return [(name, cls.kind, cls().params()) for name, cls in REGISTRY.items()]
+    classes = {name: mutator_class(name) for name in MUTATORS}
+    return [(name, cls.kind, cls().params()) for name, cls in classes.items()]
