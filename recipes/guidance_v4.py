@@ -312,22 +312,7 @@ def pairwise(rows: list[dict], assignments: dict, family, first_new: int) -> tup
         x, y = np.array([p["a"] for p in mine]), np.array([p["b"] for p in mine])
         pairs = [(p["copy"], p["state"]) for p in mine]
         tests[(a, b)] = (x, y, wilcoxon(x, y), copies_ahead(x, y, pairs))
-    adjusted = holm({k: v[2] for k, v in tests.items()})
-    found = [
-        {
-            "comparison": f"{a} vs {b}",
-            "pairs": len(x),
-            "mean a": float(x.mean()),
-            "mean b": float(y.mean()),
-            "a wins": int((x > y).sum()),
-            "copies a ahead": ahead,
-            "paired r": rank_biserial(x, y),
-            "p": p,
-            "Holm p": adjusted[(a, b)],
-        }
-        for (a, b), (x, y, p, ahead) in tests.items()
-    ]
-    return found, pairs_out
+    return verdict_rows(tests), pairs_out
 
 
 def extension(args, out: Path, runs: list[dict], arrays: dict, settings: dict, command: str) -> None:
@@ -455,6 +440,11 @@ def comparisons(runs: list[dict], key: str = PRIMARY) -> list[dict]:
     for a, b in (pair for pair in FAMILY if set(pair) <= arms):
         x, y, pairs = paired(runs, a, b, key)
         tests[(a, b)] = (x, y, wilcoxon(x, y), copies_ahead(x, y, pairs))
+    return verdict_rows(tests)
+
+
+def verdict_rows(tests: dict) -> list[dict]:
+    """One row per comparison of ``tests`` ((a, b) -> (x, y, p, copies ahead)), Holm-adjusted over them all."""
     adjusted = holm({k: v[2] for k, v in tests.items()})
     return [
         {
