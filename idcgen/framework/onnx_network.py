@@ -400,17 +400,16 @@ class OnnxNetwork(GraphQueries, ForwardNetwork):
             taken.add(name)
             layer = OnnxLayer(name, out, node, node.op_type, shape, axis)
             self.layers.append(layer)
-        by_value = {layer.value: layer for layer in self.layers}
+        self._by_value = {layer.value: layer for layer in self.layers}
         self._aliases: dict[str, str] = {}
         for path, out in last.items():  # a module called once: its path names its output, as on the .pt2
             if path not in repeated and path not in taken:
-                self._aliases[path] = by_value[out].name
+                self._aliases[path] = self._by_value[out].name
         for layer in self.layers:  # each value's own name, path.operation of a module's output
             s = scoped[layer.value]
             for alias in [layer.value] + ([f"{s[0]}.{s[1]}"] if s is not None and s[0] else []):
                 if alias not in taken and alias not in self._aliases:
                     self._aliases[alias] = layer.name
-        self._by_value = {layer.value: layer for layer in self.layers}
 
     def _folded(self, node) -> bool:
         """Whether the exporter folded what follows ``node`` (a batch norm) into its weights: they are then a
