@@ -40,6 +40,7 @@ import numpy as np
 from kit import OUTPUTS, command_line, write_csv
 from kit.guidance import (
     copies_ahead,
+    copies_to_run,
     judged_failures,
     mean_sd,
     pair_state,
@@ -237,7 +238,7 @@ def reference_runs(args, out: Path, settings: dict) -> tuple[list[dict], dict]:
     from kit.subjects import training_sets
 
     runs, arrays, extractor, fit, test = [], {}, None, None, None
-    for c in range(args.copies):
+    for c in copies_to_run(args):
         subject = None
         for r in REFERENCE_STATES:
             path = out / "reference" / f"none_c{c}_r{r}.json"
@@ -619,6 +620,9 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--out", default=None, help="default outputs/guidance_v4/<dataset>")
     parser.add_argument("--summary-only", action="store_true", help="summarise the runs done, run nothing")
+    parser.add_argument(
+        "--only-copies", type=int, nargs="+", default=None, help="make these copies' runs only, summarise nothing"
+    )
     parser.add_argument("--verdicts", nargs="+", default=None, metavar="DATASET", help="the family over datasets")
     args = parser.parse_args(argv)
     if args.verdicts:
@@ -638,6 +642,12 @@ def main(argv=None):
     (out / "runs").mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs, arrays = run_all(args, out)
+    if args.only_copies:  # a share of the runs (another process makes the rest): the summary needs them all
+        if args.extension:
+            reference_runs(args, out, run_settings(args))
+        return print(
+            f"copies {args.only_copies}: {len(runs)} runs in {out / 'runs'}, {time.perf_counter() - started:.0f} s"
+        )
     if not runs:
         raise SystemExit(f"error: no runs in {out / 'runs'}")
     published = [r for r in runs if r["arm"] in ARMS]  # the pooled endpoint stays the eight arms'

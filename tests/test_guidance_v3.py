@@ -122,10 +122,14 @@ def test_guidance_v4_smoke(recipe, outputs, monkeypatch, capsys):
     v4 = recipe("guidance_v4")
     argv = ["--dataset", "embedded-mnist", "--copies", "2", "--states", "2", "--seeds", "30", "--budget", "512"]
     argv += ["--fit-train", "1000"]
-    run_recipe(v4, argv, monkeypatch)
     out = outputs / "guidance_v4" / "embedded-mnist"
-    runs = read_csv(out / "runs.csv")
     arms = v4.available(v4.ARMS)
+    run_recipe(v4, argv + ["--only-copies", "1"], monkeypatch)  # one process's share: copy 1's runs, no summary
+    made = {p.name for p in (out / "runs").glob("*.json")}
+    assert made == {f"{arm}_c1_r{s}.json" for s in range(2) for arm in arms}
+    assert not (out / "runs.csv").exists()
+    run_recipe(v4, argv, monkeypatch)  # the rest, then the summary over both copies
+    runs = read_csv(out / "runs.csv")
     assert [(r["arm"], r["copy"], r["state"]) for r in runs] == [
         (arm, str(c), str(s)) for c in range(2) for s in range(2) for arm in arms
     ]

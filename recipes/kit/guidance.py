@@ -154,6 +154,13 @@ def valid_arrays(judged: dict) -> dict:
     }
 
 
+def copies_to_run(args) -> list[int]:
+    """The copies a run goes through: all ``args.copies``, or ``args.only_copies`` of them (a second process on
+    the other core takes other copies; the summary waits for a run over all)."""
+    only = getattr(args, "only_copies", None)
+    return [c for c in range(args.copies) if not only or c in only]
+
+
 def run_pairs(args, out, settings: dict, make_subject) -> tuple[list[dict], dict]:
     """Every (copy, state, arm) run of a guidance study, resumed from ``out/runs`` (a run made with other
     ``settings`` is refused); ``make_subject(args, copy, extractor, fit)`` sets a copy up only when one of its
@@ -166,7 +173,7 @@ def run_pairs(args, out, settings: dict, make_subject) -> tuple[list[dict], dict
     test = None  # read when a run is to be made
     runs, arrays, extractor, fit = [], {}, None, None
     total, done = args.copies * args.states * len(args.arms), 0
-    for c in range(args.copies):
+    for c in copies_to_run(args):
         subject = None
         for r in range(args.states):
             for arm in args.arms:
