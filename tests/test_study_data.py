@@ -119,7 +119,7 @@ def test_guidance_v3_declared_family_from_the_runs():
 
 RQ3_ATTACKS = ("FGSM", "BIM", "PGD", "CW", "JSMA", "DeepXplore")
 #: dataset -> what its headings in docs/results.md add ("" for MNIST, the first)
-RQ3_DATASETS = {"mnist": "", "fashion-mnist": " on Fashion-MNIST"}
+RQ3_DATASETS = {"mnist": "", "fashion-mnist": " on Fashion-MNIST", "cifar10": " on CIFAR-10"}
 
 
 @pytest.mark.parametrize("dataset", RQ3_DATASETS)
