@@ -21,7 +21,7 @@ import torch
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
-from .common import refuse_nan_outputs, relevance_batch_size, weights_digest
+from .common import refuse_nan_outputs, relevance_batch_size, rule_label_notes, weights_digest
 from .device import (
     Batches,
     check_precision,
@@ -36,7 +36,7 @@ from .layers import GraphQueries, LayerGraph, LayerRecord
 from .torch_graph import PREPROCESS, TorchGraph, layout_free, op_name
 from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
-from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
+from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_of
 
 _SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
 _SKIP_BEFORE_LOGITS = (
@@ -67,10 +67,6 @@ def limit_threads(threads: int) -> None:
     from .torch_load import limit_threads as limit
 
     limit(threads)
-
-
-def _has_weights(layer) -> bool:
-    return layer.weighted
 
 
 def _trainable(module) -> list:
@@ -213,9 +209,9 @@ class TorchNetwork(GraphQueries, Network):
         one_unit = last.shape == (1,)
         if last.op in _SOFTMAX:
             logits = last.inputs[0]
-        elif one_unit and not _has_weights(last) and task != "classification":
+        elif one_unit and not last.weighted and task != "classification":
             logits = last  # a squashing (tanh, atan * 2) after the one output unit: explained from below it
-            while logits.inputs and not _has_weights(logits) and logits.shape == (1,):
+            while logits.inputs and not logits.weighted and logits.shape == (1,):
                 logits = logits.inputs[0]
             if logits is not last:
                 self.head_note = (
@@ -232,7 +228,7 @@ class TorchNetwork(GraphQueries, Network):
         self.logits_layer_ = logits
         self.layer_graph = self._layer_graph(logits)
         classifier = self.layer_graph.classifier.ref
-        if not _has_weights(classifier):
+        if not classifier.weighted:
             raise ModelError(
                 f"the model's output comes from {classifier.name!r} ({classifier.op}), not a classifier or "
                 "regression head; expected a final linear layer (logits) or a softmax"
@@ -291,12 +287,9 @@ class TorchNetwork(GraphQueries, Network):
         keep = tuple(keep) + (self.logits_layer_.node,)
         return self.graph.run(self._prepare(x, after), keep=keep, until=until, after=after)
 
-    def logits_of(self, env) -> torch.Tensor:
-        return env[self.logits_layer_.node]
-
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Differentiable logits of image tensor ``x``."""
-        return self.logits_of(self.run(x, until=self.logits_layer_.node))
+        return self.run(x, until=self.logits_layer_.node)[self.logits_layer_.node]
 
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
         targets = [self._tap_target(name) for name in layers]
@@ -460,9 +453,8 @@ class TorchNetwork(GraphQueries, Network):
         return self.layer_graph.neuron_layers(rows=self._batch_first())  # not what has no row per input
 
     def rule_notes(self, layer: str | None) -> list[str]:
-        if layer is not None:
-            return rule_notes(self.relevance(layer).steps, self.graph)
-        return rule_notes([record.ref for record in self.layer_graph.on_path()], self.graph)
+        steps = self.relevance(layer).steps if layer is not None else [r.ref for r in self.layer_graph.on_path()]
+        return rule_label_notes((step.name, step.op, rule_label(step, self.graph)) for step in steps)
 
     # ---- identity -----------------------------------------------------------------------------
     def fingerprint(self) -> str:
