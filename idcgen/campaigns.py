@@ -173,7 +173,7 @@ def new_campaign(groups: Groups, *, echo=print, status=None, progress: bool = Tr
         settings = campaign_settings(
             groups,
             mutators=mutators,
-            oracle=default_oracle(network),
+            oracle="deviation" if network.task == "regression" else "misclassification",  # deviation: DeepTest's
             value_range=session.convention.value_range,
             input_shape=image_shape,
             analysis_source=source,
@@ -488,11 +488,6 @@ def finish(fuzzed, x_train, y_train, echo) -> dict:
     if fuzzed.workers is not None:
         done.update(workers=fuzzed.workers, restarts=list(fuzzed.restarts))
     return done
-
-
-def default_oracle(network) -> str:
-    """Misclassification, or for a regression model deviation (DeepTest's, 0.2)."""
-    return "deviation" if network.task == "regression" else "misclassification"
 
 
 def _absolute(path) -> str:

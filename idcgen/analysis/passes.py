@@ -159,9 +159,6 @@ class RelevanceSettings:
     aggregate: str = "sum"
     eps: float = 1e-7
 
-    def fields(self) -> tuple[str, bool, int | None, str, float]:
-        return self.of, bool(self.correct_only), self.only_class, self.aggregate, float(self.eps)
-
 
 @dataclass(frozen=True)
 class Clustering:
@@ -231,7 +228,8 @@ def analyze(
     network, convention = _differentiable_network(model, convention)
     ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(clusters)).checked()
     relevance = relevance or RelevanceSettings()
-    relevance_of, correct_only, only_class, aggregate, eps = relevance.fields()
+    relevance_of, only_class, aggregate = relevance.of, relevance.only_class, relevance.aggregate
+    correct_only, eps = bool(relevance.correct_only), float(relevance.eps)
     clusters = ks
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)
