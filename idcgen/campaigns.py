@@ -23,7 +23,6 @@ from .analysis import Analysis, Clustering, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source
-from .distributed import PARALLEL_FILE
 from .errors import AnalysisMismatchError, InputError, ModelError, Param, ParameterError, shown
 from .framework import framework_of_path
 from .fuzz.campaign import check_budget
@@ -255,6 +254,8 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
     """Continue the campaign in ``--resume``'s folder with its own settings (a parallel one on as many Ray workers
     as it had); the other options typed with the resume are refused where they differ from the campaign's;
     ``--budget`` is the new total, ``--model`` overrides the recorded model files. None if interrupted."""
+    from .distributed import PARALLEL_FILE  # (a new campaign of one process imports no part of idcgen.distributed)
+
     models, _, _, _, options, runner = groups
     folder = Path(options.resume)
     parallel = (folder / PARALLEL_FILE).is_file()
@@ -435,6 +436,8 @@ def _recorded_options() -> set:
 
 def found_folder(folder: Path) -> Path:
     """The analysis folder of a campaign (a parallel one keeps it in its first worker)."""
+    from .distributed import PARALLEL_FILE
+
     return folder / "worker-0" / "analysis" if (folder / PARALLEL_FILE).is_file() else folder / "analysis"
 
 

@@ -154,9 +154,14 @@ def _idc_of_shards(session, names, pattern: str, as_json: bool, load: dict):
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
     """With --ray or --workers, a worker count of at least 1 and Ray installed: said in one line before any
     model is loaded."""
-    from .distributed import check_pool
+    if workers is not None:
+        from .checks import check_int
 
-    check_pool(ray, workers)
+        check_int("workers", workers, 1)
+    if ray is not None or workers is not None:
+        from .distributed import require_ray
+
+        require_ray("--ray" if ray is not None else "--workers")
 
 
 @command
