@@ -126,7 +126,6 @@ class Fuzzer:
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
         check_tasks(self.mutators, self.network.task)
         for mutator in self.mutators:  # before any step: not an error in every batch and only in report.md
-            mutator.check_capability(network)
             mutator.check_model(network)
         self.others = tuple(others)
         self.oracle = make_oracle(oracle, others)

@@ -150,8 +150,14 @@ class Mutator:
         return self.affine or self.validity == "scene"
 
     def check_model(self, network) -> None:
-        """Raise a one-line error when this mutator cannot run on ``network`` at all, so a campaign refuses
-        it before starting rather than failing every batch."""
+        """Raise a one-line error when this mutator cannot run on ``network`` at all (its backend lacks the
+        capability it needs, or the model does not suit it), so a campaign refuses it before starting rather
+        than failing every batch."""
+        if self.capability_gap(network) is not None:
+            raise ParameterError(
+                f"mutator {self.name} takes the model's gradients, which this model's backend "
+                "cannot give (it runs the model forward only): leave it out of the mutators"
+            )
         reason = self.cannot_run(network)
         if reason is not None:
             raise ParameterError(
@@ -169,15 +175,6 @@ class Mutator:
         if self.needs not in getattr(network, "capabilities", ("forward", "differentiable")):
             return "it takes the model's gradients, which this model's backend cannot give (it runs the model forward only)"
         return None
-
-    def check_capability(self, network) -> None:
-        """A one-line error when ``network`` lacks the capability this mutator needs."""
-        gap = self.capability_gap(network)
-        if gap is not None:
-            raise ParameterError(
-                f"mutator {self.name} takes the model's gradients, which this model's backend "
-                "cannot give (it runs the model forward only): leave it out of the mutators"
-            )
 
     def _check_params(self) -> None:
         """Constraints between parameters (override)."""
