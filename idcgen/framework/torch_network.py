@@ -130,16 +130,11 @@ class TorchNetwork(GraphQueries, Network):
         self._built: dict = {}
         self._preprocess = self._preprocess_of(convention)
         self._find_head(task)
-        where = str(self.device)
-        self._forward_batches = Batches(
-            batch_size or self._forward_batch_size(), what="forward", device=where, explicit=batch_size is not None
-        )
-        self._relevance_batches = Batches(  # a batch size given is the relevance pass's too
-            batch_size or self._memory_relevance_batch_size(),
-            what="relevance",
-            device=where,
-            explicit=batch_size is not None,
-        )
+        where, explicit = str(self.device), batch_size is not None
+        # a batch size given is the relevance pass's too
+        forward, relevance = (batch_size, batch_size) if batch_size else self._batch_sizes()
+        self._forward_batches = Batches(forward, what="forward", device=where, explicit=explicit)
+        self._relevance_batches = Batches(relevance, what="relevance", device=where, explicit=explicit)
 
     def _placed(self, program):
         """The program with its weights, constants and device arguments on the network's device (a copy:
@@ -243,19 +238,16 @@ class TorchNetwork(GraphQueries, Network):
             )
         self.task = task or ("regression" if self.n_classes == 1 and last.op not in _SOFTMAX else "classification")
 
-    def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
-        """The CPU: a fixed budget; a GPU: its free memory over a few live values of the widest layer (the
-        executor frees each value after its last reader)."""
-        largest = max(layer.size for layer in self.graph.layers)  # a windowed layer: all its windows
+    def _batch_sizes(self) -> tuple[int, int]:
+        """Inputs per forward and per relevance batch. The CPU: fixed budgets (64 MB over the widest layer's
+        values; relevance_batch_size's over every value); a GPU: its free memory over a few live values of the
+        widest layer (the executor frees each value after its last reader), and over every value."""
+        sizes = [layer.size for layer in self.graph.layers]  # a windowed layer: all its windows
+        largest, values = max(sizes), sum(sizes)
         free = free_memory(self.device)
-        if free is not None:
-            return memory_batch_size(4 * largest, free, smallest=32)
-        return int(np.clip(budget_bytes // (12 * largest), 32, 1024))
-
-    def _memory_relevance_batch_size(self) -> int:
-        values = sum(layer.size for layer in self.graph.layers)
-        free = free_memory(self.device)
-        return relevance_batch_size(values) if free is None else memory_batch_size(values, free, largest=4096)
+        if free is None:
+            return int(np.clip(64 * 2**20 // (12 * largest), 32, 1024)), relevance_batch_size(values)
+        return memory_batch_size(4 * largest, free, smallest=32), memory_batch_size(values, free, largest=4096)
 
     # ---- running ------------------------------------------------------------------------------
     def _preprocess_of(self, convention):
