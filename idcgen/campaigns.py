@@ -50,13 +50,6 @@ class Groups(NamedTuple):
         return next((g.given for g in self if g.given), ())
 
 
-def run_campaign(groups: Groups, *, echo=print, status=None, progress: bool = True) -> dict | None:
-    """A new campaign, or with ``--resume`` the one in that folder continued; its summary (None if interrupted)."""
-    if groups.options.resume is not None:
-        return resume_campaign(groups, echo=echo, status=status, progress=progress)
-    return new_campaign(groups, echo=echo, status=status, progress=progress)
-
-
 # ---- settings -------------------------------------------------------------------------------------
 def campaign_settings(
     groups: Groups, *, mutators, oracle: str, value_range, input_shape, analysis_source: str = "", notes=()
