@@ -25,7 +25,6 @@ from .common import refuse_nan_outputs, relevance_batch_size, rule_label_notes, 
 from .device import (
     Batches,
     check_precision,
-    describe_torch_device,
     free_memory,
     ieee_fp32,
     memory_batch_size,
@@ -158,8 +157,12 @@ class TorchNetwork(GraphQueries, Network):
         self._forward_batches.size = int(size)
 
     def device_info(self) -> dict:
-        """The device and precision, as analysis.json and campaign.json record them (information only)."""
-        return dict(describe_torch_device(self.device), precision=self.precision)
+        """The device and precision, as analysis.json and campaign.json record them (information only, never
+        compared)."""
+        info = {"device": str(self.device), "framework": f"torch {torch.__version__}"}
+        if self.device.type == "cuda":
+            info["name"] = torch.cuda.get_device_name(self.device)
+        return dict(info, precision=self.precision)
 
     # ---- tensors across the boundary: host -> device once per batch, back once per batch -----------
     def to_device(self, x, dtype=np.float32) -> torch.Tensor:
