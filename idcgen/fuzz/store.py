@@ -121,7 +121,7 @@ class CampaignStore:
         self.folder = folder
         self.lock = WriterLock(folder)
         self._commits = commits  # state files written (the next goes to the older one)
-        self._logs = dict(logs or {name: (0, 0) for name in LOGS})  # committed (bytes, crc32) of each log
+        self._logs = dict(logs or dict.fromkeys(LOGS, (0, 0)))  # committed (bytes, crc32) of each log
         self._handles: dict = {}
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list = []
