@@ -289,7 +289,8 @@ class TorchGraph:
         self.layers: list[Layer] = []
         self.by_node: dict = {}
         self._name_layers()
-        self._last_use = self._last_uses()
+        # node -> the index of the last node reading it: values are dropped after it (memory for big batches)
+        self._last_use = {arg: i for i, node in enumerate(self.fx_nodes) for arg in node.all_input_nodes}
 
     # ---- naming -------------------------------------------------------------------------------
     def source(self, node):
@@ -441,14 +442,6 @@ class TorchGraph:
                 return len(shape) + 1 - tail
             return -1
         return inherited
-
-    def _last_uses(self) -> dict:
-        """node -> the index of the last node reading it: values are dropped after it (memory for big batches)."""
-        last = {}
-        for i, node in enumerate(self.fx_nodes):
-            for arg in node.all_input_nodes:
-                last[arg] = i
-        return last
 
     # ---- lookup -------------------------------------------------------------------------------
     def layer(self, name: str) -> Layer:
