@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ...errors import InputError, ParameterError
-from ...threads import rows_of, run_parts
+from ...threads import extent, rows_of, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
@@ -252,9 +252,7 @@ class Mutator:
             return x
         lo, hi = ctx.value_range
         tol = 1e-6 * (hi - lo)
-        # the extremes rows at a time on the pool (exact: a NaN stays a NaN)
-        extremes = np.asarray(run_parts(lambda rows: (x[rows].min(), x[rows].max()), rows_of(x)))
-        low, high = extremes[:, 0].min(), extremes[:, 1].max()
+        low, high = extent(x)  # rows at a time on the pool (exact: a NaN stays a NaN)
         if not (lo - tol <= low and high <= hi + tol):  # NaN fails both comparisons
             raise InputError(
                 f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "
