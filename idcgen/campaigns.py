@@ -23,7 +23,6 @@ from .analysis import Analysis, Clustering, find_analysis
 from .checks import check_int
 from .convention import infer_image_shape
 from .data import check_source
-from .distributed import PARALLEL_FILE
 from .errors import AnalysisMismatchError, InputError, ModelError, Param, ParameterError, shown
 from .framework import framework_of_path
 from .fuzz.campaign import check_budget
@@ -49,13 +48,6 @@ class Groups(NamedTuple):
     def typed(self) -> tuple:
         """Every option typed, in the order typed."""
         return next((g.given for g in self if g.given), ())
-
-
-def run_campaign(groups: Groups, *, echo=print, status=None, progress: bool = True) -> dict | None:
-    """A new campaign, or with ``--resume`` the one in that folder continued; its summary (None if interrupted)."""
-    if groups.options.resume is not None:
-        return resume_campaign(groups, echo=echo, status=status, progress=progress)
-    return new_campaign(groups, echo=echo, status=status, progress=progress)
 
 
 # ---- settings -------------------------------------------------------------------------------------
@@ -173,7 +165,7 @@ def new_campaign(groups: Groups, *, echo=print, status=None, progress: bool = Tr
         settings = campaign_settings(
             groups,
             mutators=mutators,
-            oracle=default_oracle(network),
+            oracle="deviation" if network.task == "regression" else "misclassification",  # deviation: DeepTest's
             value_range=session.convention.value_range,
             input_shape=image_shape,
             analysis_source=source,
@@ -255,6 +247,8 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
     """Continue the campaign in ``--resume``'s folder with its own settings (a parallel one on as many Ray workers
     as it had); the other options typed with the resume are refused where they differ from the campaign's;
     ``--budget`` is the new total, ``--model`` overrides the recorded model files. None if interrupted."""
+    from .distributed import PARALLEL_FILE  # (a new campaign of one process imports no part of idcgen.distributed)
+
     models, _, _, _, options, runner = groups
     folder = Path(options.resume)
     parallel = (folder / PARALLEL_FILE).is_file()
@@ -435,6 +429,8 @@ def _recorded_options() -> set:
 
 def found_folder(folder: Path) -> Path:
     """The analysis folder of a campaign (a parallel one keeps it in its first worker)."""
+    from .distributed import PARALLEL_FILE
+
     return folder / "worker-0" / "analysis" if (folder / PARALLEL_FILE).is_file() else folder / "analysis"
 
 
@@ -488,11 +484,6 @@ def finish(fuzzed, x_train, y_train, echo) -> dict:
     if fuzzed.workers is not None:
         done.update(workers=fuzzed.workers, restarts=list(fuzzed.restarts))
     return done
-
-
-def default_oracle(network) -> str:
-    """Misclassification, or for a regression model deviation (DeepTest's, 0.2)."""
-    return "deviation" if network.task == "regression" else "misclassification"
 
 
 def _absolute(path) -> str:

@@ -154,9 +154,14 @@ def _idc_of_shards(session, names, pattern: str, as_json: bool, load: dict):
 def _need_ray(ray: Optional[str], workers: Optional[int]) -> None:
     """With --ray or --workers, a worker count of at least 1 and Ray installed: said in one line before any
     model is loaded."""
-    from .distributed import check_pool
+    if workers is not None:
+        from .checks import check_int
 
-    check_pool(ray, workers)
+        check_int("workers", workers, 1)
+    if ray is not None or workers is not None:
+        from .distributed import require_ray
+
+        require_ray("--ray" if ray is not None else "--workers")
 
 
 @command
@@ -487,13 +492,14 @@ def fuzz(
     runner: CampaignRunnerOptions,
 ):
     """Grow a test set that reaches new important-neuron cluster combinations; export it and report."""
-    from .campaigns import Groups, run_campaign
+    from .campaigns import Groups, new_campaign, resume_campaign
 
     _need_ray(runner.ray, runner.workers)
     if options.resume is None and runner.ray is not None and runner.workers is None:
         fail("--ray runs parallel campaigns: give their number with --workers N")
     # a resume keeps the campaign's own settings; any other option typed is checked against them
-    result = run_campaign(Groups(models, inputs, convention, wanted, options, runner), echo=typer.echo, status=_stderr)
+    run = new_campaign if options.resume is None else resume_campaign
+    result = run(Groups(models, inputs, convention, wanted, options, runner), echo=typer.echo, status=_stderr)
     if result is None:  # interrupted: what was committed is on disk
         raise typer.Exit(130)
 

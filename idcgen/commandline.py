@@ -178,15 +178,11 @@ def _expand_groups(func):
 
 
 def _build_groups(groups: dict, kwargs: dict) -> dict:
-    """The command's keywords with each group's options gathered into the group (parsed once)."""
+    """The command's keywords with each group's options gathered into the group (parsed once), each group told
+    the options typed on the command line (not left at their defaults)."""
     ctx = kwargs.pop(_CTX, None) or next(v for v in kwargs.values() if isinstance(v, typer.Context))
-    typed = tuple(_given(ctx))
+    source = ctx.get_parameter_source  # click's ParameterSource (typer vendors click: compared by name)
+    typed = tuple(name for name in ctx.params if getattr(source(name), "name", None) == "COMMANDLINE")
     for param, kind in groups.items():
         kwargs[param] = kind.from_typed({n: kwargs.pop(n) for n in kind.flags() if n in kwargs}, typed)
     return kwargs
-
-
-def _given(ctx: typer.Context) -> dict:
-    """The options typed on the command line (not left at their defaults), by parameter name."""
-    source = ctx.get_parameter_source  # click's ParameterSource (typer vendors click: compared by name)
-    return {k: v for k, v in ctx.params.items() if getattr(source(k), "name", None) == "COMMANDLINE"}

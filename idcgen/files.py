@@ -10,19 +10,15 @@ from pathlib import Path
 import numpy as np
 
 
-def atomic_write(path: Path, write, *, sync: bool = False) -> None:
-    """Call ``write(file)`` on a temporary file beside ``path``, then rename it into place.
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it into place.
 
-    ``sync`` also survives a power cut, at a cost of milliseconds per call. The temporary name
-    (``.NAME.tmp``) is fixed, so a leftover of a killed write is found and replaced by the next one.
+    The temporary name (``.NAME.tmp``) is fixed, so a leftover of a killed write is found and replaced by the
+    next one.
     """
     tmp = temporary_name(path)
     try:
-        with open(tmp, "wb") as handle:
-            write(handle)
-            if sync:
-                handle.flush()
-                os.fsync(handle.fileno())
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except BaseException:  # a full disk or Ctrl-C: leave no temporary file behind
         tmp.unlink(missing_ok=True)
@@ -34,7 +30,7 @@ def temporary_name(path: Path) -> Path:
 
 
 def atomic_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda f: f.write(text.encode()))
+    atomic_write(path, text.encode())
 
 
 def npz_bytes(arrays: dict, *, compressed: bool = False) -> bytes:
@@ -47,8 +43,7 @@ def npz_bytes(arrays: dict, *, compressed: bool = False) -> bytes:
 
 def atomic_npz(path: Path, arrays: dict, *, compressed: bool = False) -> None:
     """``np.savez`` through :func:`atomic_write`."""
-    data = npz_bytes(arrays, compressed=compressed)
-    atomic_write(path, lambda f: f.write(data))
+    atomic_write(path, npz_bytes(arrays, compressed=compressed))
 
 
 def jsonl(rows) -> str:

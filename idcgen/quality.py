@@ -32,6 +32,9 @@ __all__ = ["distances", "ssim", "summary"]
 _SIGMA, _RADIUS, _K1, _K2 = 1.5, 5, 0.01, 0.03
 #: images per block in SSIM: about ten float64 copies of a block are alive at once
 _BLOCK = 256
+#: the Gaussian window's taps (one axis; the filter is separable), summing to 1
+_TAPS = np.exp(-0.5 * (np.arange(-_RADIUS, _RADIUS + 1) / _SIGMA) ** 2)
+_TAPS /= _TAPS.sum()
 
 
 def _span(value_range: Any) -> tuple[float, float]:
@@ -59,17 +62,12 @@ def _pairs(mutants: Any, seeds: Any) -> tuple[np.ndarray, np.ndarray]:
     return m.astype(np.float64), s.astype(np.float64)
 
 
-def _window() -> np.ndarray:
-    taps = np.exp(-0.5 * (np.arange(-_RADIUS, _RADIUS + 1) / _SIGMA) ** 2)
-    return taps / taps.sum()
-
-
-def _valid_filter(x: np.ndarray, taps: np.ndarray) -> np.ndarray:
+def _valid_filter(x: np.ndarray) -> np.ndarray:
     """Separable Gaussian filter of (n, h, w, c) over h and w, only where the whole window fits."""
-    size = len(taps)
+    size = len(_TAPS)
     h, w = x.shape[1] - size + 1, x.shape[2] - size + 1
-    rows = sum(t * x[:, k : k + h] for k, t in enumerate(taps))
-    return sum(t * rows[:, :, k : k + w] for k, t in enumerate(taps))
+    rows = sum(t * x[:, k : k + h] for k, t in enumerate(_TAPS))
+    return sum(t * rows[:, :, k : k + w] for k, t in enumerate(_TAPS))
 
 
 def ssim(mutants: Any, seeds: Any, value_range: Any = (0.0, 1.0)) -> np.ndarray:
@@ -83,14 +81,13 @@ def ssim(mutants: Any, seeds: Any, value_range: Any = (0.0, 1.0)) -> np.ndarray:
             f"SSIM needs images of at least {size}x{size} pixels (its Gaussian window); got {x.shape[1]}x{x.shape[2]}."
         )
     c1, c2 = (_K1 * (high - low)) ** 2, (_K2 * (high - low)) ** 2
-    taps = _window()
     out = np.empty(len(x))
     for start in range(0, len(x), _BLOCK):
         a, b = x[start : start + _BLOCK], y[start : start + _BLOCK]
-        mu_a, mu_b = _valid_filter(a, taps), _valid_filter(b, taps)
-        var_a = _valid_filter(a * a, taps) - mu_a * mu_a
-        var_b = _valid_filter(b * b, taps) - mu_b * mu_b
-        cov = _valid_filter(a * b, taps) - mu_a * mu_b
+        mu_a, mu_b = _valid_filter(a), _valid_filter(b)
+        var_a = _valid_filter(a * a) - mu_a * mu_a
+        var_b = _valid_filter(b * b) - mu_b * mu_b
+        cov = _valid_filter(a * b) - mu_a * mu_b
         index = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
         # every channel has the same number of positions: the mean over all is the mean of channel means
         out[start : start + len(a)] = index.mean(axis=(1, 2, 3))

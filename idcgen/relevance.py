@@ -27,7 +27,7 @@ def batch_size_for(network) -> int:
 
 def batch_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activations=False, progress=None):
     """The relevance pass, one batch of ``rel.batch_size`` inputs at a time: yields per batch
-    ``(signed_sum, abs_sum, n_used, predictions, activations or None)`` (see :func:`relevance_totals`).
+    ``(signed_sum, abs_sum, n_used, predictions, activations or None)`` (see :func:`sum_totals`).
 
     The map step of an analysis: a Ray worker runs it on its shard, and :func:`sum_totals` reduces the
     batches of all shards in input order, so the sums are added as in one process (docs/design.md,
@@ -60,7 +60,11 @@ def batch_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activatio
 
 
 def sum_totals(batches, keep_activations=False):
-    """Reduce :func:`batch_totals`' batches, in input order, to ``relevance_totals``' result."""
+    """Reduce :func:`batch_totals`' batches, in input order, to one streamed relevance pass's per-neuron totals
+    (never the (inputs x neurons) relevance matrix): ``(signed_sum, abs_sum, n_used, predictions, activations)``,
+    sums over the inputs used (all, or with ``labels`` given only those classified correctly), every input's
+    predicted class, and, with ``keep_activations``, the subject layer's neuron activations of the inputs used
+    (else None)."""
     signed = absolute = None
     n_used, predictions, activations = 0, [], []
     for batch_signed, batch_abs, n, pred, acts in batches:
@@ -76,19 +80,6 @@ def sum_totals(batches, keep_activations=False):
         n_used,
         np.concatenate(predictions),
         np.concatenate(activations) if keep_activations else None,
-    )
-
-
-def relevance_totals(rel, x: np.ndarray, target=None, *, labels=None, keep_activations=False, progress=None):
-    """One streamed relevance pass: per-neuron totals, never the (inputs x neurons) relevance matrix.
-
-    Returns ``(signed_sum, abs_sum, n_used, predictions, activations)``: sums over the inputs used (all, or
-    with ``labels`` given only those classified correctly), every input's predicted class, and, with
-    ``keep_activations``, the subject layer's neuron activations of the inputs used (else None).
-    """
-    return sum_totals(
-        batch_totals(rel, x, target, labels=labels, keep_activations=keep_activations, progress=progress),
-        keep_activations,
     )
 
 

@@ -9,7 +9,6 @@ for every input set alike); a :class:`Session` holds them for one command. Fuzz 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,7 +162,11 @@ class Session:
             model, convention or ConventionOptions(), analysis=analysis, recorded=recorded, images=images
         )
         self.network, self.others = networks[0], networks[1:]
-        _say_device(self.network, self.status)
+        from .framework.device import device_line
+
+        line = device_line(self.network.device_info())  # None for the CPU in fp32: said nowhere
+        if line is not None:
+            self.status(line)
         self._executor = None
 
     @property
@@ -339,12 +342,3 @@ def measure_coverage(
         if getattr(criterion, "notes_", None):  # e.g. LSC classes without a density: their inputs get no score
             notes[spec] = list(criterion.notes_)
     return Measurement(results, notes, missing, len(x), analysis)
-
-
-def _say_device(network, say=None) -> None:
-    """The device the model runs on, said once (by ``say``, default stderr) where it is not the CPU in fp32."""
-    from .framework.device import device_line
-
-    line = device_line(network.device_info())
-    if line is not None:
-        (say or (lambda text: print(text, file=sys.stderr)))(line)

@@ -26,12 +26,12 @@ class _ForwardOnly:
 @pytest.mark.parametrize("spec", ["fgsm", "pgd", "relevant_pixels", "directed", "deepxplore"])
 def test_mutators_that_take_gradients_refuse_a_forward_only_model(spec):
     with pytest.raises(ParameterError, match=f"^mutator {spec} takes the model's gradients"):
-        make_mutator(spec).check_capability(_ForwardOnly())
+        make_mutator(spec).check_model(_ForwardOnly())
 
 
 @pytest.mark.parametrize("spec", ["gauss", "random_pixels", "rotate", "brightness", "rain"])
 def test_gradient_free_mutators_run_on_a_forward_only_model(spec):
-    make_mutator(spec).check_capability(_ForwardOnly())
+    make_mutator(spec).check_model(_ForwardOnly())
 
 
 def test_backends_are_found_by_suffix_and_name_their_extra():

@@ -23,7 +23,7 @@ from ..data import Dataset, check_labels, fit_to_model
 from ..errors import InputError, LayerError, ModelError, Param, ParameterError
 from ..framework import Network, network_with_convention
 from ..importance import AGGREGATES, top_neurons
-from ..relevance import relevance_totals
+from ..relevance import batch_totals, sum_totals
 from ..threads import extent
 from .record import Analysis, data_fingerprint, versions
 
@@ -41,8 +41,8 @@ def check_class_labels(x: np.ndarray, y, n_classes: int) -> np.ndarray:
 
 class LocalPasses:
     """The two passes of an analysis over its inputs, in this process: the relevance pass (per-neuron
-    totals, :func:`idcgen.relevance.relevance_totals`) and the gathering of the important neurons'
-    activations. ``idcgen.distributed`` runs the same two steps on Ray workers (docs/design.md,
+    totals, :func:`idcgen.relevance.batch_totals` and ``sum_totals``) and the gathering of the important
+    neurons' activations. ``idcgen.distributed`` runs the same two steps on Ray workers (docs/design.md,
     "Scale-out on Ray")."""
 
     def __init__(self, network: Network, layer: str, eps: float, x: np.ndarray):
@@ -51,10 +51,12 @@ class LocalPasses:
         self.kept = None
 
     def totals(self, target, *, labels, keep_activations, progress):
-        """(signed sums, absolute sums, inputs used, predictions); keeps the layer's activations if asked."""
-        signed, absolute, n_used, predictions, self.kept = relevance_totals(
+        """(signed sums, absolute sums, inputs used, predictions): the relevance pass's batches summed in input
+        order, as the Ray workers' are; keeps the layer's activations if asked."""
+        batches = batch_totals(
             self.rel, self.x, target, labels=labels, keep_activations=keep_activations, progress=progress
         )
+        signed, absolute, n_used, predictions, self.kept = sum_totals(batches, keep_activations)
         return signed, absolute, n_used, predictions
 
     def activations(self, neurons: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -159,9 +161,6 @@ class RelevanceSettings:
     aggregate: str = "sum"
     eps: float = 1e-7
 
-    def fields(self) -> tuple[str, bool, int | None, str, float]:
-        return self.of, bool(self.correct_only), self.only_class, self.aggregate, float(self.eps)
-
 
 @dataclass(frozen=True)
 class Clustering:
@@ -231,7 +230,8 @@ def analyze(
     network, convention = _differentiable_network(model, convention)
     ks, cluster_method = (clusters if isinstance(clusters, Clustering) else Clustering(clusters)).checked()
     relevance = relevance or RelevanceSettings()
-    relevance_of, correct_only, only_class, aggregate, eps = relevance.fields()
+    relevance_of, only_class, aggregate = relevance.of, relevance.only_class, relevance.aggregate
+    correct_only, eps = bool(relevance.correct_only), float(relevance.eps)
     clusters = ks
     layer = network.check_subject_layer(layer or network.default_layer())
     width = network.neuron_count(layer)

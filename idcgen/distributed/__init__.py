@@ -33,16 +33,6 @@ def require_ray(what: str = "idcgen.distributed"):
     return ray
 
 
-def check_pool(ray: str | None = None, workers: int | None = None) -> None:
-    """Ray options checked before anything is loaded: a worker count of at least 1, Ray installed."""
-    if workers is not None:
-        from ..checks import check_int
-
-        check_int("workers", workers, 1)
-    if ray is not None or workers is not None:
-        require_ray("--ray" if ray is not None else "--workers")
-
-
 _NAMES = {
     "Workers": "workers",
     "analyze": "workers",
@@ -54,7 +44,7 @@ _NAMES = {
     "ShardedInputs": "shards",
 }
 
-__all__ = sorted(_NAMES) + ["INSTALL", "PARALLEL_FILE", "RayNotInstalledError", "check_pool", "require_ray"]
+__all__ = sorted(_NAMES) + ["INSTALL", "PARALLEL_FILE", "RayNotInstalledError", "require_ray"]
 
 
 def __getattr__(name):

@@ -109,16 +109,6 @@ def torch_device(device=None):
     return torch.device("cuda", index)
 
 
-def describe_torch_device(device) -> dict:
-    """What analysis.json and campaign.json record of a device (information only, never compared)."""
-    import torch
-
-    info = {"device": str(device), "framework": f"torch {torch.__version__}"}
-    if device.type == "cuda":
-        info["name"] = torch.cuda.get_device_name(device)
-    return info
-
-
 def free_memory(device) -> int | None:
     """Free bytes on a CUDA device (torch.cuda.mem_get_info), None elsewhere (the CPU keeps its constants)."""
     if getattr(device, "type", None) != "cuda":
@@ -316,7 +306,6 @@ __all__ = [
     "check_precision",
     "torch_device",
     "keras_device",
-    "describe_torch_device",
     "free_memory",
     "is_out_of_memory",
     "out_of_memory_error",

@@ -30,6 +30,7 @@ a value sees it before a later in-place write.
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 from dataclasses import dataclass, field
 
@@ -228,10 +229,6 @@ def _module_path(node) -> tuple[str, str]:
     return path, key
 
 
-def _stack_paths(node) -> list[tuple[str, str]]:
-    return [(path, key) for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items() if path]
-
-
 def _op_numbered(graph) -> dict:
     """fx node -> its operation numbered in execution order (relu, relu_1, ...), as torch.export names them."""
     counts: dict[str, int] = {}
@@ -273,7 +270,7 @@ class TorchGraph:
             raise LayerError(f"idcgen runs models of one input; this one takes {len(inputs)}")
         self.input_node = inputs[0]
         self.output_node = next(n for n in self.fx_nodes if n.op == "output")
-        self.attrs = {n: self._fetch(n.target) for n in self.fx_nodes if n.op == "get_attr"}
+        self.attrs = {n: operator.attrgetter(n.target)(self.module) for n in self.fx_nodes if n.op == "get_attr"}
         # nodes that do not depend on the input's values: weights, what is computed from them and from the
         # input's shape only (a class token expanded to the batch size is no layer: it is the same for every image)
         self.constant = set()
@@ -292,13 +289,8 @@ class TorchGraph:
         self.layers: list[Layer] = []
         self.by_node: dict = {}
         self._name_layers()
-        self._last_use = self._last_uses()
-
-    def _fetch(self, target: str):
-        value = self.module
-        for part in target.split("."):
-            value = getattr(value, part)
-        return value
+        # node -> the index of the last node reading it: values are dropped after it (memory for big batches)
+        self._last_use = {arg: i for i, node in enumerate(self.fx_nodes) for arg in node.all_input_nodes}
 
     # ---- naming -------------------------------------------------------------------------------
     def source(self, node):
@@ -329,9 +321,10 @@ class TorchGraph:
         calls: dict[str, set] = {}
         for node in ops:
             counts[_module_path(node)[0]] = counts.get(_module_path(node)[0], 0) + 1
-            for path, key in _stack_paths(node):
-                calls.setdefault(path, set()).add(key)
-                last_of[path] = node
+            for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items():
+                if path:
+                    calls.setdefault(path, set()).add(key)
+                    last_of[path] = node
         names, taken = {}, set()
         for node in ops:
             path, _ = _module_path(node)
@@ -449,14 +442,6 @@ class TorchGraph:
                 return len(shape) + 1 - tail
             return -1
         return inherited
-
-    def _last_uses(self) -> dict:
-        """node -> the index of the last node reading it: values are dropped after it (memory for big batches)."""
-        last = {}
-        for i, node in enumerate(self.fx_nodes):
-            for arg in node.all_input_nodes:
-                last[arg] = i
-        return last
 
     # ---- lookup -------------------------------------------------------------------------------
     def layer(self, name: str) -> Layer:

@@ -509,9 +509,9 @@ def save_program(program, path) -> Path:
     """A torch.export program written to ``path`` (``.pt2``) whole or not at all."""
     from ..files import atomic_write
 
-    data, path = program_bytes(program), Path(path)
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda handle: handle.write(data))
+    atomic_write(path, program_bytes(program))
     return path
 
 

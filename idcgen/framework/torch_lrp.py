@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, LayerError
-from .common import BatchedRelevance, rule_label_notes
+from .common import BatchedRelevance
 from .torch_graph import PREPROCESS, Layer, neuron_values, op_name
 
 _WEIGHTED = {
@@ -138,10 +138,6 @@ PASS_THROUGH = EXACT_ACTIVATIONS | {
 }
 
 
-def _stabilise(z, eps):
-    return z + eps * torch.where(z >= 0, 1.0, -1.0)
-
-
 class _EpsilonScale(torch.autograd.Function):
     """Identity forward; backward multiplies the gradient by ``z / (z + eps sign z)``."""
 
@@ -154,7 +150,7 @@ class _EpsilonScale(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (z,) = ctx.saved_tensors
-        return grad * z / _stabilise(z, ctx.eps), None
+        return grad * z / (z + ctx.eps * torch.where(z >= 0, 1.0, -1.0)), None
 
 
 class _PassThrough(torch.autograd.Function):
@@ -443,11 +439,6 @@ def rule_label(layer: Layer, graph) -> str:
     return "none" if rule is None else rule.label_of(layer)
 
 
-def rule_notes(layers, graph) -> list[str]:
-    """The rule of each operation kind on the relevance path, and each approximation made."""
-    return rule_label_notes((layer.name, layer.op, rule_label(layer, graph)) for layer in layers)
-
-
 class Relevance(BatchedRelevance):
     """Relevance of a subject layer's neurons (or of the input pixels) from one logit per input, on a
     TorchNetwork (idcgen/framework/torch_network.py); the interface of the Keras side's `Relevance`."""
@@ -510,7 +501,7 @@ class Relevance(BatchedRelevance):
             # upstream to give it a gradient otherwise
             image = network.to_device(x).requires_grad_(True)
             env = network.run(image, keep=() if self.subject is None else (self.subject.node,), after=self._after)
-            logits = network.logits_of(env)
+            logits = env[network.logits_layer_.node]
             subject = image if self.subject is None else env[self.subject.node]
             if network.task == "regression":
                 total = logits.sum()

@@ -21,11 +21,10 @@ import torch
 from ..convention import InputConvention
 from ..errors import LayerError, ModelError
 from . import RANGE_TAP, TASKS, LayerInfo, Network
-from .common import refuse_nan_outputs, relevance_batch_size, weights_digest
+from .common import refuse_nan_outputs, relevance_batch_size, rule_label_notes, weights_digest
 from .device import (
     Batches,
     check_precision,
-    describe_torch_device,
     free_memory,
     ieee_fp32,
     memory_batch_size,
@@ -36,7 +35,7 @@ from .layers import GraphQueries, LayerGraph, LayerRecord
 from .torch_graph import PREPROCESS, TorchGraph, layout_free, op_name
 from .torch_load import TorchModel, export, fit_threads, from_program, program_bytes, save_program
 from .torch_load import load as _load
-from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_notes, rule_of
+from .torch_lrp import PASS_THROUGH, Attention, Relevance, relevant_ancestors, rule_label, rule_of
 
 _SOFTMAX = ("softmax", "_softmax", "log_softmax", "_log_softmax")
 _SKIP_BEFORE_LOGITS = (
@@ -67,10 +66,6 @@ def limit_threads(threads: int) -> None:
     from .torch_load import limit_threads as limit
 
     limit(threads)
-
-
-def _has_weights(layer) -> bool:
-    return layer.weighted
 
 
 def _trainable(module) -> list:
@@ -134,16 +129,11 @@ class TorchNetwork(GraphQueries, Network):
         self._built: dict = {}
         self._preprocess = self._preprocess_of(convention)
         self._find_head(task)
-        where = str(self.device)
-        self._forward_batches = Batches(
-            batch_size or self._forward_batch_size(), what="forward", device=where, explicit=batch_size is not None
-        )
-        self._relevance_batches = Batches(  # a batch size given is the relevance pass's too
-            batch_size or self._memory_relevance_batch_size(),
-            what="relevance",
-            device=where,
-            explicit=batch_size is not None,
-        )
+        where, explicit = str(self.device), batch_size is not None
+        # a batch size given is the relevance pass's too
+        forward, relevance = (batch_size, batch_size) if batch_size else self._batch_sizes()
+        self._forward_batches = Batches(forward, what="forward", device=where, explicit=explicit)
+        self._relevance_batches = Batches(relevance, what="relevance", device=where, explicit=explicit)
 
     def _placed(self, program):
         """The program with its weights, constants and device arguments on the network's device (a copy:
@@ -167,8 +157,12 @@ class TorchNetwork(GraphQueries, Network):
         self._forward_batches.size = int(size)
 
     def device_info(self) -> dict:
-        """The device and precision, as analysis.json and campaign.json record them (information only)."""
-        return dict(describe_torch_device(self.device), precision=self.precision)
+        """The device and precision, as analysis.json and campaign.json record them (information only, never
+        compared)."""
+        info = {"device": str(self.device), "framework": f"torch {torch.__version__}"}
+        if self.device.type == "cuda":
+            info["name"] = torch.cuda.get_device_name(self.device)
+        return dict(info, precision=self.precision)
 
     # ---- tensors across the boundary: host -> device once per batch, back once per batch -----------
     def to_device(self, x, dtype=np.float32) -> torch.Tensor:
@@ -213,9 +207,9 @@ class TorchNetwork(GraphQueries, Network):
         one_unit = last.shape == (1,)
         if last.op in _SOFTMAX:
             logits = last.inputs[0]
-        elif one_unit and not _has_weights(last) and task != "classification":
+        elif one_unit and not last.weighted and task != "classification":
             logits = last  # a squashing (tanh, atan * 2) after the one output unit: explained from below it
-            while logits.inputs and not _has_weights(logits) and logits.shape == (1,):
+            while logits.inputs and not logits.weighted and logits.shape == (1,):
                 logits = logits.inputs[0]
             if logits is not last:
                 self.head_note = (
@@ -232,7 +226,7 @@ class TorchNetwork(GraphQueries, Network):
         self.logits_layer_ = logits
         self.layer_graph = self._layer_graph(logits)
         classifier = self.layer_graph.classifier.ref
-        if not _has_weights(classifier):
+        if not classifier.weighted:
             raise ModelError(
                 f"the model's output comes from {classifier.name!r} ({classifier.op}), not a classifier or "
                 "regression head; expected a final linear layer (logits) or a softmax"
@@ -247,19 +241,16 @@ class TorchNetwork(GraphQueries, Network):
             )
         self.task = task or ("regression" if self.n_classes == 1 and last.op not in _SOFTMAX else "classification")
 
-    def _forward_batch_size(self, budget_bytes: int = 64 * 2**20) -> int:
-        """The CPU: a fixed budget; a GPU: its free memory over a few live values of the widest layer (the
-        executor frees each value after its last reader)."""
-        largest = max(layer.size for layer in self.graph.layers)  # a windowed layer: all its windows
+    def _batch_sizes(self) -> tuple[int, int]:
+        """Inputs per forward and per relevance batch. The CPU: fixed budgets (64 MB over the widest layer's
+        values; relevance_batch_size's over every value); a GPU: its free memory over a few live values of the
+        widest layer (the executor frees each value after its last reader), and over every value."""
+        sizes = [layer.size for layer in self.graph.layers]  # a windowed layer: all its windows
+        largest, values = max(sizes), sum(sizes)
         free = free_memory(self.device)
-        if free is not None:
-            return memory_batch_size(4 * largest, free, smallest=32)
-        return int(np.clip(budget_bytes // (12 * largest), 32, 1024))
-
-    def _memory_relevance_batch_size(self) -> int:
-        values = sum(layer.size for layer in self.graph.layers)
-        free = free_memory(self.device)
-        return relevance_batch_size(values) if free is None else memory_batch_size(values, free, largest=4096)
+        if free is None:
+            return int(np.clip(64 * 2**20 // (12 * largest), 32, 1024)), relevance_batch_size(values)
+        return memory_batch_size(4 * largest, free, smallest=32), memory_batch_size(values, free, largest=4096)
 
     # ---- running ------------------------------------------------------------------------------
     def _preprocess_of(self, convention):
@@ -291,12 +282,9 @@ class TorchNetwork(GraphQueries, Network):
         keep = tuple(keep) + (self.logits_layer_.node,)
         return self.graph.run(self._prepare(x, after), keep=keep, until=until, after=after)
 
-    def logits_of(self, env) -> torch.Tensor:
-        return env[self.logits_layer_.node]
-
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Differentiable logits of image tensor ``x``."""
-        return self.logits_of(self.run(x, until=self.logits_layer_.node))
+        return self.run(x, until=self.logits_layer_.node)[self.logits_layer_.node]
 
     def forward(self, x: np.ndarray, layers: tuple[str, ...] = (), *, progress=None):
         targets = [self._tap_target(name) for name in layers]
@@ -460,9 +448,8 @@ class TorchNetwork(GraphQueries, Network):
         return self.layer_graph.neuron_layers(rows=self._batch_first())  # not what has no row per input
 
     def rule_notes(self, layer: str | None) -> list[str]:
-        if layer is not None:
-            return rule_notes(self.relevance(layer).steps, self.graph)
-        return rule_notes([record.ref for record in self.layer_graph.on_path()], self.graph)
+        steps = self.relevance(layer).steps if layer is not None else [r.ref for r in self.layer_graph.on_path()]
+        return rule_label_notes((step.name, step.op, rule_label(step, self.graph)) for step in steps)
 
     # ---- identity -----------------------------------------------------------------------------
     def fingerprint(self) -> str:

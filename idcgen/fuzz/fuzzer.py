@@ -29,7 +29,6 @@ from ..imageio import quantise
 from ..threads import extent, gather
 from .campaign import Campaign, MutatorStats, Step, check_budget
 from .corpus import Corpus
-from .deeptest import calibrate, keep_calibration
 from .guidance import check_guide, measures_of, new_coverage
 from .mutators import MutationContext, Mutator, check_tasks, make_mutator, parse_mutators
 from .oracle import Execution, make_oracle, needs_labels
@@ -126,7 +125,6 @@ class Fuzzer:
         self.mutators: list[Mutator] = [make_mutator(m) if isinstance(m, str) else m for m in mutators]
         check_tasks(self.mutators, self.network.task)
         for mutator in self.mutators:  # before any step: not an error in every batch and only in report.md
-            mutator.check_capability(network)
             mutator.check_model(network)
         self.others = tuple(others)
         self.oracle = make_oracle(oracle, others)
@@ -304,8 +302,10 @@ class Fuzzer:
         started = time.perf_counter()
         probs, features = self._execute(x)
         predictions = self._predictions(probs)
-        # DeepTest's oracle: the model's MSE on the labelled seeds, measured now and recorded with the oracle
-        self.oracle = calibrate(self.oracle, predictions, y, regression=self.regression)
+        if "deeptest" in str(self.oracle):  # its MSE on the labelled seeds, measured now and recorded with it
+            from .deeptest import calibrate
+
+            self.oracle = calibrate(self.oracle, predictions, y, regression=self.regression)
         campaign.settings = campaign.settings.replace(oracle=str(self.oracle))
         # an oracle that cannot judge this model's outputs (deviation on a classifier, a class it lacks) says
         # so now, before the campaign folder exists, not at the first step
@@ -341,6 +341,8 @@ class Fuzzer:
             )
         saved = campaign.settings
         if "deeptest" in saved.oracle and str(self.oracle) != saved.oracle:  # typed without the seeds' MSE
+            from .deeptest import keep_calibration
+
             self.oracle = keep_calibration(self.oracle, make_oracle(saved.oracle, self.others))
         if self.record is not None:  # the settings from_settings built, with the oracle as calibrated now
             ours = self.record.replace(

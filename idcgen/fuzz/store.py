@@ -121,7 +121,7 @@ class CampaignStore:
         self.folder = folder
         self.lock = WriterLock(folder)
         self._commits = commits  # state files written (the next goes to the older one)
-        self._logs = dict(logs or {name: (0, 0) for name in LOGS})  # committed (bytes, crc32) of each log
+        self._logs = dict(logs or dict.fromkeys(LOGS, (0, 0)))  # committed (bytes, crc32) of each log
         self._handles: dict = {}
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list = []
@@ -156,7 +156,7 @@ class CampaignStore:
             for part in campaign.finding_parts:
                 store._write_findings(f"step-{int(part['step'][0]):06d}.npz", part)
             store._append("stats.jsonl", jsonl(campaign.stats))
-            store._write_state(store._next_commit(), store._state_payload(campaign))
+            store._write_state(store._next_commit(), store._encode(store._state_snapshot(campaign)))
             store.close_files()
             store.write_json(campaign)
         except BaseException:  # (Ctrl-C too) nothing was committed: leave no half-made campaign behind
@@ -239,9 +239,6 @@ class CampaignStore:
         for name, state in snapshot.get("trackers", {}).items():
             arrays.update({f"{TRACKER_PREFIX}{name}__{key}": value for key, value in state.items()})
         return npz_bytes(arrays)
-
-    def _state_payload(self, campaign) -> bytes:
-        return self._encode(self._state_snapshot(campaign))
 
     def _write_state(self, commit: int, payload: bytes) -> None:
         """Overwrite the older state file in place; flushed to the kernel, a kill of the process cannot

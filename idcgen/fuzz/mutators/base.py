@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ...errors import InputError, ParameterError
-from ...threads import rows_of, run_parts
+from ...threads import extent, rows_of, run_parts
 
 if TYPE_CHECKING:
     from ...framework import Network
@@ -150,8 +150,14 @@ class Mutator:
         return self.affine or self.validity == "scene"
 
     def check_model(self, network) -> None:
-        """Raise a one-line error when this mutator cannot run on ``network`` at all, so a campaign refuses
-        it before starting rather than failing every batch."""
+        """Raise a one-line error when this mutator cannot run on ``network`` at all (its backend lacks the
+        capability it needs, or the model does not suit it), so a campaign refuses it before starting rather
+        than failing every batch."""
+        if self.capability_gap(network) is not None:
+            raise ParameterError(
+                f"mutator {self.name} takes the model's gradients, which this model's backend "
+                "cannot give (it runs the model forward only): leave it out of the mutators"
+            )
         reason = self.cannot_run(network)
         if reason is not None:
             raise ParameterError(
@@ -169,15 +175,6 @@ class Mutator:
         if self.needs not in getattr(network, "capabilities", ("forward", "differentiable")):
             return "it takes the model's gradients, which this model's backend cannot give (it runs the model forward only)"
         return None
-
-    def check_capability(self, network) -> None:
-        """A one-line error when ``network`` lacks the capability this mutator needs."""
-        gap = self.capability_gap(network)
-        if gap is not None:
-            raise ParameterError(
-                f"mutator {self.name} takes the model's gradients, which this model's backend "
-                "cannot give (it runs the model forward only): leave it out of the mutators"
-            )
 
     def _check_params(self) -> None:
         """Constraints between parameters (override)."""
@@ -255,9 +252,7 @@ class Mutator:
             return x
         lo, hi = ctx.value_range
         tol = 1e-6 * (hi - lo)
-        # the extremes rows at a time on the pool (exact: a NaN stays a NaN)
-        extremes = np.asarray(run_parts(lambda rows: (x[rows].min(), x[rows].max()), rows_of(x)))
-        low, high = extremes[:, 0].min(), extremes[:, 1].max()
+        low, high = extent(x)  # rows at a time on the pool (exact: a NaN stays a NaN)
         if not (lo - tol <= low and high <= hi + tol):  # NaN fails both comparisons
             raise InputError(
                 f"{self.name}: inputs must be finite and inside value_range {ctx.value_range}; got "
