@@ -19,7 +19,7 @@ get each added set:
 - a random transform per seed (rotate, shift, scale, shear, brightness or contrast at idcgen's defaults).
 
 For the seeds alone and for the seeds plus each set, IDC at m = 6, 8, 10 (analyses of ``--fit-train`` inputs of
-half A, one per copy and m) and NC (threshold 0) are measured. One row per (pair, set) goes to
+half A, one per copy and m), NC (threshold 0) and NLC are measured. One row per (pair, set) goes to
 ``outputs/rq3_attacks/<dataset>/runs.csv``; each pair is saved apart first (``pairs/``), so an interrupted run
 resumes at the next pair. ``--verdicts`` writes ``study.md`` and ``gains.png``: the family declared in docs/design.md ("RQ3/RQ4
 with matched perturbation") with Wilcoxon signed-rank over the pairs and Holm, and the secondary tables.
@@ -134,10 +134,12 @@ class Copy:
         x_fit, y_fit = xa[fit], ya[fit]
         self.analyses = {m: analyze(self.network, x_fit, y_fit, m=m, random_state=0, progress=False) for m in MS}
         self.nc = make_criterion("nc").fit(self.network, x_fit)
+        self.nlc = make_criterion("nlc").fit(self.network, x_fit)
 
     def coverage(self, x: np.ndarray) -> dict:
         out = {f"idc_m{m}": 100.0 * a.coverage(x).score for m, a in self.analyses.items()}
         out["nc"] = 100.0 * self.nc.coverage(self.network, x).score
+        out["nlc"] = float(self.nlc.coverage(self.network, x).score)  # NLC's own units: no upper bound
         return out
 
 
@@ -197,7 +199,7 @@ def run_pair(subject: Copy, dataset: str, copy: int, state: int, n_seeds: int, x
 
 FIELDS = (
     "dataset copy state seeds set kind attack noise norm added misclassified median_l2 median_linf "
-    "idc_m6 idc_m8 idc_m10 nc seconds"
+    "idc_m6 idc_m8 idc_m10 nc nlc seconds"
 ).split()
 
 
@@ -207,8 +209,14 @@ def read_runs(path) -> list[dict]:
 
 
 def gains(rows: list[dict], metric: str) -> dict:
-    """(set, copy, state) -> the set's coverage minus the seeds' alone, in points."""
+    """(set, copy, state) -> the set's coverage minus the seeds' alone, in points; for NLC, which has no upper
+    bound, the rise over the seeds' alone in % of theirs."""
     seeds = {(r["copy"], r["state"]): float(r[metric]) for r in rows if r["set"] == "seeds"}
+    if metric == "nlc":
+        return {
+            (r["set"], r["copy"], r["state"]): 100.0 * (float(r[metric]) / seeds[(r["copy"], r["state"])] - 1.0)
+            for r in rows
+        }
     return {(r["set"], r["copy"], r["state"]): float(r[metric]) - seeds[(r["copy"], r["state"])] for r in rows}
 
 
@@ -276,9 +284,9 @@ def secondary_table(rows: list[dict], metric: str) -> list[dict]:
 
 def published_secondary(rows: list[dict]) -> list[dict]:
     """The secondary table as docs/results.md gives it: per attack its mean gain at m = 6 beside its two declared
-    controls', and at m = 8, m = 10 and in NC beside the largest of its four matched-noise gains; the natural and
-    transform sets below."""
-    means = {metric: gains(rows, metric) for metric in ("idc_m6", "idc_m8", "idc_m10", "nc")}
+    controls', and at m = 8, m = 10, in NC and in NLC (rise in %) beside the largest of its four matched-noise
+    gains; the natural and transform sets below."""
+    means = {metric: gains(rows, metric) for metric in ("idc_m6", "idc_m8", "idc_m10", "nc", "nlc")}
     pairs = sorted({(c, s) for _, c, s in means["idc_m6"]})
 
     def mean(name, metric):
@@ -289,7 +297,7 @@ def published_secondary(rows: list[dict]) -> list[dict]:
     for attack in ATTACKS:
         r = {"set": attack, "m = 6": f"{mean(attack, 'idc_m6'):.2f}"}
         r.update({f"matched {c}": f"{mean(f'{c}@{attack}', 'idc_m6'):.2f}" for c in ("gauss-l2", "uniform-linf")})
-        for metric, shown in (("idc_m8", "m = 8"), ("idc_m10", "m = 10"), ("nc", "NC")):
+        for metric, shown in (("idc_m8", "m = 8"), ("idc_m10", "m = 10"), ("nc", "NC"), ("nlc", "NLC %")):
             r[shown] = f"{mean(attack, metric):.2f}"
             r[f"best matched, {shown}"] = f"{max(mean(f'{c}@{attack}', metric) for c in matched):.2f}"
         out.append(r)
@@ -297,6 +305,7 @@ def published_secondary(rows: list[dict]) -> list[dict]:
         r = {k: "" for k in out[0]}
         r.update({"set": label, "m = 6": f"{mean(name, 'idc_m6'):.2f}", "m = 8": f"{mean(name, 'idc_m8'):.2f}"})
         r.update({"m = 10": f"{mean(name, 'idc_m10'):.2f}", "NC": f"{mean(name, 'nc'):.2f}"})
+        r["NLC %"] = f"{mean(name, 'nlc'):.2f}"
         out.append(r)
     return out
 
@@ -335,8 +344,9 @@ def verdicts(folder, dataset: str) -> None:
     rows = read_runs(folder / "runs.csv")
     parts = [f"# RQ3/RQ4 with matched perturbation: {dataset}", "", "## The declared family (IDC m = 6)", ""]
     parts += [markdown(family_table(rows)), ""]
-    for metric in ("idc_m6", "idc_m8", "idc_m10", "nc"):
-        parts += [f"## Mean gain over the seeds alone, {metric} (points)", "", markdown(secondary_table(rows, metric))]
+    for metric in ("idc_m6", "idc_m8", "idc_m10", "nc", "nlc"):
+        unit = "% of the seeds' NLC" if metric == "nlc" else "points"
+        parts += [f"## Mean gain over the seeds alone, {metric} ({unit})", "", markdown(secondary_table(rows, metric))]
         parts += [""]
     parts += ["## Secondary, as docs/results.md gives it (points over the seeds alone)", ""]
     parts += [markdown(published_secondary(rows)), ""]
@@ -435,7 +445,7 @@ def main(argv=None):
         (target / "runs.csv").write_text((folder / "runs.csv").read_text())
         return print(f"wrote {target / 'runs.csv'}")
     settings = {"seeds": args.seeds, "fit_train": args.fit_train, "attacks": attacks_of(args.dataset)}
-    settings["transforms"] = TRANSFORMS
+    settings.update(transforms=TRANSFORMS, measures=["idc", "nc", "nlc"])
     (folder / "pairs").mkdir(parents=True, exist_ok=True)
     x_test, y_test = load_data("test", args.dataset)
     rows = []
