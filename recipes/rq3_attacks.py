@@ -444,8 +444,13 @@ def main(argv=None):
         target.mkdir(parents=True, exist_ok=True)
         (target / "runs.csv").write_text((folder / "runs.csv").read_text())
         return print(f"wrote {target / 'runs.csv'}")
-    settings = {"seeds": args.seeds, "fit_train": args.fit_train, "attacks": attacks_of(args.dataset)}
-    settings.update(transforms=TRANSFORMS, measures=["idc", "nc", "nlc"])
+    settings = {
+        "seeds": args.seeds,
+        "fit_train": args.fit_train,
+        "attacks": attacks_of(args.dataset),
+        "transforms": TRANSFORMS,
+        "measures": ["idc", "nc", "nlc"],  # pairs saved before NLC was measured are refused, not mixed in
+    }
     (folder / "pairs").mkdir(parents=True, exist_ok=True)
     x_test, y_test = load_data("test", args.dataset)
     rows = []
