@@ -55,3 +55,31 @@ def test_taps_of_several_layer_sets_print_no_retracing_warning(trained_lenet, di
         for i in range(len(names)):
             network.forward(x, tuple(names[: i + 1]))
     assert not [r for r in caplog.records if "retracing" in r.getMessage()]
+
+
+def test_importing_art_for_jsma_leaves_the_process_logging_alone():
+    # ART's first import ran logging.config.dictConfig, which closes every handler of the process; absl's
+    # (TensorFlow's) then closed the stream it held, and under pytest that was the capture of stderr, so a
+    # later test (one with capsys) failed with "I/O operation on closed file". A fresh process, as ART's
+    # import happens once.
+    script = """
+import logging, os, sys
+capture = sys.stderr = open(os.devnull, "w")  # a test runner's capture of stderr, when absl is first imported
+import absl.logging
+from idcgen.framework.common import import_art
+
+closed = []
+class Kept(logging.Handler):
+    def emit(self, record):
+        pass
+    def close(self):
+        closed.append(self)
+        super().close()
+
+logging.getLogger("user").addHandler(Kept())
+sys.stderr = open(os.devnull, "w")  # the runner's next capture (pytest's capsys)
+jsma, wrapper = import_art("TensorFlowV2Classifier")
+print(jsma.__name__, wrapper.__name__, len(closed), capture.closed, logging.getLogger("art").level)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["SaliencyMapMethod", "TensorFlowV2Classifier", "0", "False", "40"]

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from .common import import_art
 
 
 def _directional_loss(labels, logits):
@@ -194,21 +195,12 @@ def _quiet_tensorflow():
         tf_logger.setLevel(level)
 
 
-def _art():
-    with warnings.catch_warnings():  # ART warns at import that PyTorch (for its certification tools) is missing
-        warnings.filterwarnings("ignore", message="PyTorch not found")
-        from art.attacks.evasion import SaliencyMapMethod
-        from art.estimators.classification import TensorFlowV2Classifier
-    logging.getLogger("art").setLevel(logging.ERROR)
-    return SaliencyMapMethod, TensorFlowV2Classifier
-
-
 def art_classifier(network, value_range):
     """ART's TensorFlowV2Classifier over the network's logits, built once per network and value range."""
     clip = tuple(float(v) for v in value_range)
 
     def build():
-        _, TensorFlowV2Classifier = _art()
+        _, TensorFlowV2Classifier = import_art("TensorFlowV2Classifier")
         return TensorFlowV2Classifier(
             model=network.logits_model(),
             nb_classes=network.n_classes,
@@ -221,7 +213,7 @@ def art_classifier(network, value_range):
 
 def jsma(network, x: np.ndarray, targets: np.ndarray, *, theta: float, gamma: float, clip: tuple) -> np.ndarray:
     """Targeted JSMA towards ``targets`` (one class per input)."""
-    SaliencyMapMethod, _ = _art()
+    SaliencyMapMethod, _ = import_art("TensorFlowV2Classifier")
     attack = SaliencyMapMethod(
         art_classifier(network, clip), theta=theta, gamma=gamma, batch_size=len(x), verbose=False
     )

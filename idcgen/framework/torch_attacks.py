@@ -5,13 +5,11 @@ made on the network's device by ``network.to_device`` and comes back by ``networ
 
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import torch
 
 from ..errors import ParameterError
+from .common import import_art
 
 
 def _tensors(network, *arrays):
@@ -160,11 +158,7 @@ def cw(
 
 def jsma(network, x, targets, *, theta, gamma, clip):
     """Targeted JSMA towards ``targets`` (ART's SaliencyMapMethod on a PyTorchClassifier)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from art.attacks.evasion import SaliencyMapMethod
-        from art.estimators.classification import PyTorchClassifier
-    logging.getLogger("art").setLevel(logging.ERROR)
+    SaliencyMapMethod, PyTorchClassifier = import_art("PyTorchClassifier")
     clip = tuple(float(v) for v in clip)
 
     def build():
