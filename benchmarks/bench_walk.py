@@ -12,6 +12,7 @@ and records it (benchmarks/record.py: benchmarks/results/bench_walk.jsonl).
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +49,16 @@ def small_cnn():
     return Net().eval()
 
 
+KINDS = ("functions and methods", "class and module bodies", "comprehensions and lambdas")
+
+
+def kind_of(code) -> str:
+    """Which of KINDS a code object is: a body runs in a namespace dict, not in fresh locals."""
+    if not code.co_flags & inspect.CO_NEWLOCALS:
+        return KINDS[1]
+    return KINDS[2] if code.co_name.startswith("<") else KINDS[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=512)
@@ -66,7 +77,7 @@ def main() -> None:
         torch.export.save(program, tmp / "m.pt2")
         rng = np.random.default_rng(0)
         np.savez(tmp / "seeds.npz", x=rng.integers(0, 256, (200, 28, 28), dtype=np.uint8), y=rng.integers(0, 10, 200))
-        seen, files, state = set(), set(), {"counting": True, "loop": None}
+        seen, files, state = {}, set(), {"counting": True, "loop": None}  # seen: (file, qualname) -> kind
         parses = {}  # calls of the option parsers and of Analysis.load, over the whole run
 
         def profile(frame, event, arg):
@@ -76,7 +87,7 @@ def main() -> None:
             if code.co_name.startswith("parse_") or code.co_qualname == "Analysis.load":
                 parses[code.co_qualname] = parses.get(code.co_qualname, 0) + 1
             if state["counting"]:
-                seen.add((code.co_filename, code.co_qualname))
+                seen[(code.co_filename, code.co_qualname)] = kind_of(code)
                 files.add(code.co_filename)
 
         campaign_record = Campaign.record
@@ -111,18 +122,20 @@ def main() -> None:
         finally:
             sys.setprofile(None)
             Campaign.record = campaign_record
+    kinds = {kind: list(seen.values()).count(kind) for kind in KINDS}
     print(
         f"{len(seen)} idcgen functions in {len(files)} files before the first kept mutant "
-        f"({state['loop']} before the loop's first step); calls: "
+        f"({state['loop']} before the loop's first step; "
+        + ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+        + "); calls: "
         + ", ".join(f"{k} {v}" for k, v in sorted(parses.items()))
     )
-    if args.by_file:  # where the walk goes: the files with the most functions first
+    if args.by_file:  # where the walk goes: the files with the most functions first, and which functions
         per_file: dict = {}
-        for filename, _ in seen:
-            name = str(Path(filename).relative_to(package))
-            per_file[name] = per_file.get(name, 0) + 1
-        for name, count in sorted(per_file.items(), key=lambda item: (-item[1], item[0])):
-            print(f"{count:5d}  {name}")
+        for filename, qualname in seen:
+            per_file.setdefault(str(Path(filename).relative_to(package)), []).append(qualname)
+        for name, names in sorted(per_file.items(), key=lambda item: (-len(item[1]), item[0])):
+            print(f"{len(names):5d}  {name}: {' '.join(sorted(names))}")
     record(
         "idcgen functions before the first kept mutant",
         len(seen),
@@ -130,6 +143,7 @@ def main() -> None:
         bench="bench_walk",
         files=len(files),
         functions_before_loop=state["loop"],
+        kinds=kinds,
         calls=dict(sorted(parses.items())),
         budget=args.budget,
     )
