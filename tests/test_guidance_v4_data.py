@@ -46,7 +46,7 @@ def p_cell(p: float) -> str:
 
 
 def test_the_study_is_committed():
-    assert {"mnist", "fashion-mnist"} <= set(DATASETS)
+    assert {"mnist", "fashion-mnist", "cifar10"} <= set(DATASETS)
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
@@ -109,9 +109,10 @@ def holm_by_hand(rows: list[dict], key: str) -> None:
         row[key] = running
 
 
-def family_from_runs() -> list[dict]:
+def family_from_runs(datasets=DATASETS) -> list[dict]:
+    """The declared family of ``datasets`` from their runs.csv, Holm over all of it."""
     rows = []
-    for dataset in DATASETS:
+    for dataset in datasets:
         runs = read_csv(DATA / dataset / "runs.csv")
         value = {(r["arm"], r["copy"], r["state"]): float(r["rarefied_faults"]) for r in runs}
         arms = {a for a, _, _ in value}
@@ -242,8 +243,10 @@ def test_extension_comparisons_follow_from_the_pairs(dataset):
 
 
 def grown_family() -> list[dict]:
-    """The published family (its p from runs.csv) and the added one (from pairs.csv), Holm over all."""
-    rows = [{"endpoint": "pooled", **r} for r in family_from_runs()]
+    """The published family of the extended datasets (its p from runs.csv) and the added one (from pairs.csv),
+    Holm over all. A dataset whose extension is still running is in neither (docs/design.md, "CIFAR-10 in the
+    extension")."""
+    rows = [{"endpoint": "pooled", **r} for r in family_from_runs(EXTENDED)]
     for row in rows:
         row["Holm p (published)"] = row.pop("Holm p (all)")
     for dataset in EXTENDED:
@@ -255,7 +258,7 @@ def grown_family() -> list[dict]:
 def test_grown_verdicts_follow_from_the_runs_and_the_pairs():
     committed = {(r["comparison"], r["dataset"], r["endpoint"]): r for r in read_csv(DATA / "extended_verdicts.csv")}
     found = grown_family()
-    assert len(found) == len(committed) == 26
+    assert len(found) == len(committed) == (len(FAMILY) + len(ADDED_FAMILY)) * len(EXTENDED)
     for row in found:
         check_row(
             committed[(row["comparison"], row["dataset"], row["endpoint"])], row, ("mean a", "p", "Holm p (grown)")
