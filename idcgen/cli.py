@@ -731,7 +731,7 @@ def affinity(
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
     from .deepbase import parse_measures
-    from .hypotheses import load_hypotheses
+    from .deepbase.hypotheses import load_hypotheses
 
     a = settings
     chosen = parse_measures(a.measures)  # before loading anything
@@ -752,7 +752,7 @@ def affinity(
 
 def _affinity(session, x, y, a: AffinityOptions, extra: list, chosen, as_json: bool):
     """DeepBase's measures of the session's model over ``x`` (the forward pass on its executor)."""
-    from .hypotheses import builtin_hypotheses, builtin_masks
+    from .deepbase.hypotheses import builtin_hypotheses, builtin_masks
 
     network = session.network
     library = (
