@@ -1,4 +1,6 @@
-"""Faults of issue 50: wrong results, tracebacks and unclear messages, each refused or said in one line."""
+"""Failures named for what they are, in one line (the faults of issue 50): a model whose outputs are NaN, arrays
+of text, an empty ONNX file, a full disk, a recipe without its data; beside them the wrong results and unclear
+messages found with them (16-bit images, analyze --force, a note cut short)."""
 
 import re
 
