@@ -73,8 +73,8 @@ def main():
 
     from idcgen.analysis import analyze
     from idcgen.deepbase import UnitGroup, affinity
+    from idcgen.deepbase.hypotheses import Hypothesis, builtin_hypotheses
     from idcgen.framework import Network
-    from idcgen.hypotheses import Hypothesis, builtin_hypotheses
 
     network = Network(load_model("lenet5", "mnist"))
     x_train, y_train = load_data("train", "mnist", limit=10_000)

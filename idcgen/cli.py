@@ -56,22 +56,6 @@ ArchitectureOpt = typer.Option(
 )
 
 
-def _peak_memory_mib() -> float:
-    """This process' peak resident memory so far. Linux: VmHWM of /proc/self/status (ru_maxrss would also
-    count a parent's memory at fork time); elsewhere ru_maxrss (KiB, or bytes on macOS)."""
-    import resource
-    import sys
-
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
-
-
 def _check_report_folder(out: Path | None) -> None:
     """A report folder given as an existing file is refused before the work, not after it when the report is
     written (harden had retrained both models by then)."""
@@ -286,6 +270,7 @@ def analyze(
 
 def _report_analysis(session, analysis, x, model: ModelOptions, out, force: bool, scaling: str) -> None:
     """Save a new analysis and say what it found (and the coverage of the inputs it was made on)."""
+    from .framework.common import peak_memory_mib
     from .session import save_analysis
 
     network, convention = session.network, session.convention
@@ -308,7 +293,7 @@ def _report_analysis(session, analysis, x, model: ModelOptions, out, force: bool
     for warning in analysis.warnings:
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"training inputs reach {session.executor.coverage(analysis, x)}")
-    typer.echo(f"analysis {where} ({sum(analysis.timings.values()):.1f} s, peak memory {_peak_memory_mib():,.0f} MiB)")
+    typer.echo(f"analysis {where} ({sum(analysis.timings.values()):.1f} s, peak memory {peak_memory_mib():,.0f} MiB)")
 
 
 @command
@@ -746,7 +731,7 @@ def affinity(
     """DeepBase: which hypotheses (functions of the input) the hidden units follow, by correlation, mutual
     information and linear models, with early stopping."""
     from .deepbase import parse_measures
-    from .hypotheses import load_hypotheses
+    from .deepbase.hypotheses import load_hypotheses
 
     a = settings
     chosen = parse_measures(a.measures)  # before loading anything
@@ -767,7 +752,7 @@ def affinity(
 
 def _affinity(session, x, y, a: AffinityOptions, extra: list, chosen, as_json: bool):
     """DeepBase's measures of the session's model over ``x`` (the forward pass on its executor)."""
-    from .hypotheses import builtin_hypotheses, builtin_masks
+    from .deepbase.hypotheses import builtin_hypotheses, builtin_masks
 
     network = session.network
     library = (

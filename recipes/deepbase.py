@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     )
     masks = []
     if args.mask_layers:
-        from idcgen.hypotheses import builtin_masks
+        from idcgen.deepbase.hypotheses import builtin_masks
 
         layers = [name.strip() for name in args.mask_layers.split(",") if name.strip()]
         with Timer() as t_masks:

@@ -1,6 +1,6 @@
-"""idcgen.affinity and idcgen.hypotheses (DeepBase): measures on units built to equal a hypothesis, its negation
-or noise; correlations and mutual information against scipy and scikit-learn; early stopping against the
-full-data scores; the built-in hypotheses on hand-made images; bad inputs; the command end to end."""
+"""idcgen.affinity and idcgen.deepbase.hypotheses (DeepBase): measures on units built to equal a hypothesis,
+its negation or noise; correlations and mutual information against scipy and scikit-learn; early stopping against
+the full-data scores; the built-in hypotheses on hand-made images; bad inputs; the command end to end."""
 
 import json
 import math
@@ -10,7 +10,6 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from idcgen import hypotheses as H
 from idcgen.deepbase import (
     affinity,
     linear_fit,
@@ -21,8 +20,9 @@ from idcgen.deepbase import (
     pearson,
     spearman,
 )
+from idcgen.deepbase import hypotheses as H
+from idcgen.deepbase.hypotheses import Hypothesis, builtin_hypotheses, evaluate, load_hypotheses
 from idcgen.errors import InputError, LayerError, ParameterError
-from idcgen.hypotheses import Hypothesis, builtin_hypotheses, evaluate, load_hypotheses
 
 N = 2000
 
@@ -585,7 +585,7 @@ def _conv_units():
 
 
 def test_resize_mask_by_area():
-    from idcgen.hypotheses import resize_mask
+    from idcgen.deepbase.hypotheses import resize_mask
 
     m = np.zeros((1, 4, 4))
     m[0, :2, :2] = 1
@@ -648,7 +648,7 @@ def test_a_sparse_channel_region_is_its_active_pixels_not_every_pixel():
 
 
 def test_builtin_masks_by_hand():
-    from idcgen.hypotheses import builtin_masks, centre_mask, edges_mask, ink_mask, left_mask
+    from idcgen.deepbase.hypotheses import builtin_masks, centre_mask, edges_mask, ink_mask, left_mask
 
     x = _images()  # left half bright, flat, one bright pixel
     np.testing.assert_array_equal(ink_mask(x)[0], np.tile([1, 1, 0, 0], (4, 1)))

@@ -69,6 +69,14 @@ def test_analyze_then_coverage(trained_lenet, data_files, tmp_path):
     assert text.exit_code == 0 and "IDC" in text.output and "%" in text.output
 
 
+def test_the_peak_memory_analyze_prints_is_the_processs_high_water_mark(tmp_path):
+    from idcgen.framework.common import peak_memory_mib
+
+    (tmp_path / "status").write_text("Name:\tpython\nVmPeak:\t  921600 kB\nVmHWM:\t  204800 kB\n")
+    assert peak_memory_mib(tmp_path / "status") == 200
+    assert peak_memory_mib(tmp_path / "missing") > 0  # no /proc: the process' ru_maxrss
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -1,6 +1,6 @@
-"""The guidance study's third version (recipes/guidance_v3.py) and its subjects (recipes/subjects.py): a smoke
-run on the embedded digits checked for pairing, the random-keep controls and the failure count; the paired
-statistics by hand."""
+"""The guidance study's third version (recipes/superseded/guidance_v3.py) and its subjects (recipes/subjects.py):
+a smoke run on the embedded digits checked for pairing, the random-keep controls and the failure count; the
+paired statistics by hand."""
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ def test_wilcoxon_by_hand(recipe):
 
 
 def test_rank_biserial_by_hand(recipe):
-    v3 = recipe("guidance_v3")
+    v3 = recipe("superseded.guidance_v3")
     # differences 1, 2, -3: ranks 1, 2, 3, so (1 + 2 - 3) / 6
     assert v3.rank_biserial(np.array([2.0, 4, 0]), np.array([1.0, 2, 3])) == 0.0
     # differences 1, -2, 4 (and a zero, dropped): (1 + 3 - 2) / 6
@@ -27,7 +27,7 @@ def test_rank_biserial_by_hand(recipe):
 
 
 def test_comparisons_pair_runs_by_copy_and_state(recipe):
-    v3 = recipe("guidance_v3")
+    v3 = recipe("superseded.guidance_v3")
     runs = [
         {
             "arm": arm,
@@ -58,7 +58,7 @@ def test_subjects_and_study_smoke(recipe, outputs, monkeypatch, capsys):
     (a, _), (b, _) = recipe("kit.subjects").halves("embedded-mnist")
     assert not set(map(bytes, a.reshape(len(a), -1).round(3))) & set(map(bytes, b.reshape(len(b), -1).round(3)))
 
-    v3 = recipe("guidance_v3")
+    v3 = recipe("superseded.guidance_v3")
     argv = ["--dataset", "embedded-mnist", "--copies", "2", "--states", "2", "--seeds", "30", "--budget", "512"]
     argv += ["--fit-train", "1000", "--sizes", "2", "5"]
     run_recipe(v3, argv, monkeypatch)

@@ -8,7 +8,7 @@ from test_recipes import outputs, read_csv, recipe, run_recipe, trained  # noqa:
 
 
 def test_a12_and_holm_by_hand(recipe):
-    study, stats = recipe("guidance_study"), recipe("kit.stats")
+    study, stats = recipe("superseded.guidance_study"), recipe("kit.stats")
     # of the 4 pairs, a wins one (3 > 2) and ties one (3 = 3): (1 + 0.5) / 4
     assert stats.a12([1, 3], [2, 3]) == pytest.approx(0.375)
     assert stats.a12([5, 6], [1, 2]) == 1.0 and stats.a12([1, 2], [5, 6]) == 0.0
@@ -62,7 +62,7 @@ def test_prioritization_smoke(recipe, outputs, monkeypatch, capsys, trained):
 
 def test_guidance_study_smoke(recipe, outputs, monkeypatch, capsys, trained):
     trained("lenet5", "lenet1")
-    module = recipe("guidance_study")
+    module = recipe("superseded.guidance_study")
     argv = [
         "--dataset",
         "embedded-mnist",

@@ -108,7 +108,7 @@ def test_a_dataset_is_taken_with_its_labels(module, analysis, digits):
     np.testing.assert_array_equal(campaign.corpus.label[: len(test)], test.y)
     ranking = idcgen.prioritize(module, test, by="gini")
     assert ranking.evaluation == idcgen.prioritize(module, test.x, by="gini", y=test.y).evaluation is not None
-    from idcgen.hypotheses import brightness
+    from idcgen.deepbase.hypotheses import brightness
 
     found = idcgen.affinity(module, test, units="fc1:0", hypotheses=[brightness], measures="pearson", progress=False)
     assert found.y_source == "labels"
@@ -118,7 +118,7 @@ def test_a_dataset_is_taken_with_its_labels(module, analysis, digits):
 def test_uint8_inputs_are_refused_where_no_analysis_checks_them(module, digits, call):
     """0..255 values went through prioritize, inspect, affinity and the criteria silently: another ranking (APFD 0.44 for
     0.96 on a trained LeNet), other confused pairs."""
-    from idcgen.hypotheses import brightness
+    from idcgen.deepbase.hypotheses import brightness
 
     test = digits[1]
     raw = (test.x * 255).astype(np.uint8)
@@ -184,7 +184,7 @@ def test_export_fits_digits_and_wants_labels_for_training_inputs(analysis, digit
 def test_reprs_say_what_a_result_is(analysis, digits):
     """Dataset and Analysis printed every array (thousands of lines), Campaign its settings and analysis, Fuzzer
     and Network an address."""
-    from idcgen.hypotheses import brightness
+    from idcgen.deepbase.hypotheses import brightness
 
     test = digits[1]
     campaign = idcgen.Fuzzer(analysis, mutators=["gauss"], batch_size=32).run(test.x, test.y, budget=64, progress=False)

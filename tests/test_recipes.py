@@ -26,9 +26,10 @@ SCRIPTS = {p.stem for p in RECIPES.glob("*.py")}
 
 
 def forget_recipes():
-    """Drop the recipe scripts and their kit from sys.modules: the next import reads its own environment."""
+    """Drop the recipe scripts (those of recipes/superseded/ too) and their kit from sys.modules: the next import
+    reads its own environment."""
     for name in list(sys.modules):
-        if name in SCRIPTS or name == "kit" or name.startswith("kit."):
+        if name in SCRIPTS or name.split(".")[0] in ("kit", "superseded"):
             del sys.modules[name]
 
 
@@ -274,7 +275,7 @@ def test_rq6_smoke(recipe, outputs, monkeypatch, trained):
 def test_guidance_smoke(recipe, outputs, monkeypatch, trained_lenet, capsys):
     import numpy as np
 
-    module = recipe("guidance")
+    module = recipe("superseded.guidance")
     _, path = trained_lenet
     argv = [
         "--dataset",
@@ -325,7 +326,8 @@ def test_guidance_smoke(recipe, outputs, monkeypatch, trained_lenet, capsys):
     assert {"p findings_per_1k vs none", "p unique_pairs vs none", "cov_dsc", "acc FGSM (eps 0.3)"} <= set(summary[0])
     assert float(summary[0]["findings"]) == pytest.approx(np.mean([int(r["findings"]) for r in runs[::2]]))
     text = (folder / "guidance.md").read_text()
-    assert "python recipes/guidance.py --dataset embedded-mnist" in text and "| + kept mutants of `none` |" in text
+    assert "python recipes/superseded/guidance.py --dataset embedded-mnist" in text
+    assert "| + kept mutants of `none` |" in text
     # resumable: a second call reuses every run's file
     capsys.readouterr()
     run_recipe(module, argv, monkeypatch)

@@ -198,7 +198,7 @@ def test_a_label_file_with_another_delimiter_is_read(delimiter, tmp_path):
     """A ';'-delimited CSV got advice (name the columns) that could not work."""
     from pathlib import Path
 
-    from idcgen.labelfile import read_labels
+    from idcgen.data.labelfile import read_labels
 
     (tmp_path / "labels.csv").write_text(
         delimiter.join(["frame_id", "steering_angle"]) + "\n" + "".join(f"{i}{delimiter}{i / 10}\n" for i in range(3))

@@ -1,9 +1,10 @@
 """Load inputs (images) and optional labels from arrays, image folders, IDX files and named datasets.
 
 The package by concern: :mod:`~idcgen.data.readers` (the file formats, registered by the paths they take),
-:mod:`~idcgen.data.named` (the named datasets, registered by name), :mod:`~idcgen.data.fitting` (shape, scale
-and labels for a model), :mod:`~idcgen.data.loading` (`load_inputs`, `load_for_model`); a new source is one
-registration (docs/design.md, "How to add a data source").
+:mod:`~idcgen.data.named` (the named datasets, registered by name), :mod:`~idcgen.data.labelfile` (labels from
+a CSV beside an image folder), :mod:`~idcgen.data.fitting` (shape, scale and labels for a model),
+:mod:`~idcgen.data.loading` (`load_inputs`, `load_for_model`); a new source is one registration
+(docs/design.md, "How to add a data source").
 
 `load_inputs(spec)` is the one loader that the library, the recipes and the CLI use. It returns a
 `Dataset`: float32 inputs (shape (n, h, w), (n, h, w, c), or (n, d) for flat arrays), optional int64

@@ -83,7 +83,7 @@ def load_inputs(
             labels of an image folder's non-integer subfolder names.
         n_classes: the model's class count, if known: labels at or beyond it are refused.
         labels: a CSV giving the labels of an image folder's images, ``FILE.csv`` or
-            ``FILE.csv:id_column,target_column`` (:mod:`idcgen.labelfile`).
+            ``FILE.csv:id_column,target_column`` (:mod:`idcgen.data.labelfile`).
         crop: (top, bottom, left, right) or "T,B,L,R": pixels cut from each image of an image folder
             before any resize (a driving frame's sky and bonnet).
         task: "regression" takes the labels as numbers (float64); "classification" as class indices;

@@ -312,7 +312,7 @@ def _load_image_folder(
         raise InputError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {folder}")
     files = files[:limit]  # decode only what is kept
     if label_file is not None and files:
-        from ..labelfile import read_labels
+        from .labelfile import read_labels
 
         labels, line = read_labels(label_file, files)
         notes.append(line)

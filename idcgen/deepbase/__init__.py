@@ -1,8 +1,8 @@
 """Affinity between hidden units and hypotheses (DeepBase, Sellam et al., "Deep Neural Inspection").
 
-Which functions of the input (hypotheses, idcgen/hypotheses.py) do the units of a model follow? For every
-unit and hypothesis a statistical *measure* of their affinity: Pearson and Spearman correlation, mutual
-information (scikit-learn's nearest-neighbour estimators); and for every *unit group* (the important
+Which functions of the input (hypotheses, :mod:`~idcgen.deepbase.hypotheses`) do the units of a model follow?
+For every unit and hypothesis a statistical *measure* of their affinity: Pearson and Spearman correlation,
+mutual information (scikit-learn's nearest-neighbour estimators); and for every *unit group* (the important
 neurons of an analysis, a layer, a list) a linear model from the group to the hypothesis, scored by
 cross-validated accuracy (logistic regression, 0/1 hypotheses) or R^2 (linear regression, the others).
 
@@ -10,8 +10,9 @@ Per-pixel hypotheses (masks (n, H, W)) are compared with the activation maps of 
 pixel by pixel: Pearson over every pixel (``pixel``) and NetDissect's IoU of the channel's top 0.5 % region
 with the mask (``iou``), on the inputs streamed; elsewhere a mask's area share stands in for it.
 
-By concern: :mod:`~idcgen.deepbase.statistics` (the measures, numpy), :mod:`~idcgen.deepbase.units` (the
-unit groups and measures asked for), :mod:`~idcgen.deepbase.driver` (the stream, :func:`affinity`) and
+By concern: :mod:`~idcgen.deepbase.hypotheses` (the built-in hypotheses and a user's file, numpy),
+:mod:`~idcgen.deepbase.statistics` (the measures, numpy), :mod:`~idcgen.deepbase.units` (the unit groups and
+measures asked for), :mod:`~idcgen.deepbase.driver` (the stream, :func:`affinity`) and
 :mod:`~idcgen.deepbase.report` (:class:`AffinityResult`, `write_report`).
 
 DeepBase's two optimisations (docs/design.md, "Affinity (DeepBase)"):

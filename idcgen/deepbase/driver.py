@@ -11,7 +11,7 @@ import numpy as np
 
 from ..checks import check_int, check_real
 from ..errors import InputError, ParameterError
-from ..hypotheses import Hypothesis, builtin_hypotheses, describe_function, evaluate, resize_mask
+from .hypotheses import Hypothesis, builtin_hypotheses, describe_function, evaluate, resize_mask
 from .report import AffinityResult
 from .statistics import (
     MASK_MEASURES,

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ParameterError
-from ..hypotheses import Hypothesis
 from ..markdown import to_html
+from .hypotheses import Hypothesis
 from .statistics import MASK_MEASURES, TITLES
 from .units import UnitGroup
 

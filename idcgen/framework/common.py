@@ -1,5 +1,6 @@
 """Framework-free pieces the implementations share: the batching of a relevance pass (and its size), the
-spelling of a model factory and the import of ART. Kept apart from the package's ``__init__`` so that the
+spelling of a model factory and the import of ART; beside them, what this process may use of the machine (its
+CPUs) and has used of it (its peak memory). Kept apart from the package's ``__init__`` so that the
 implementation modules import them without importing the package that dispatches to them (no import cycle)."""
 
 from __future__ import annotations
@@ -58,6 +59,22 @@ def free_cpus(loadavg: Path = Path("/proc/loadavg")) -> int:
     except (OSError, ValueError, IndexError):
         return cpus
     return int(min(cpus, max(1, math.floor(cpus - (busy - 1)))))
+
+
+def peak_memory_mib(status: Path = Path("/proc/self/status")) -> float:
+    """This process' peak resident memory so far, in MiB. Linux: VmHWM of /proc/self/status (ru_maxrss would
+    also count a parent's memory at fork time); elsewhere ru_maxrss (KiB, or bytes on macOS)."""
+    import resource
+    import sys
+
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def relevance_batch_size(floats_per_input: int, budget_bytes: int = 256 * 2**20, largest: int = 512) -> int:

@@ -1,5 +1,5 @@
-"""What the guidance studies of subject copies share (recipes/guidance_v3.py, recipes/guidance_v4.py): the
-fuzzer that records every flagged mutant, the pairs (copy, state), the subjects' fingerprint, the valid
+"""What the guidance studies of subject copies share (recipes/superseded/guidance_v3.py, recipes/guidance_v4.py):
+the fuzzer that records every flagged mutant, the pairs (copy, state), the subjects' fingerprint, the valid
 failures of many runs stacked, and paired comparisons."""
 
 from __future__ import annotations

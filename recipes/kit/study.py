@@ -1,4 +1,4 @@
-"""What the guidance recipes share (recipes/guidance.py, recipes/guidance_study.py): the guides compared,
+"""What the guidance recipes share (recipes/superseded/guidance.py and guidance_study.py): the guides compared,
 the study's setting (model, seeds, analysis, fitted criteria, test sets), one fuzzing run and the check that
 findings survive being written as PNG."""
 

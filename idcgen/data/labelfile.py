@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, ParameterError
+from ..errors import InputError, ParameterError
 
 #: Column names taken for the id and the target when the spec does not name them (first found, any case).
 ID_NAMES = ("frame_id", "id", "filename", "file", "image", "name", "frame", "path")

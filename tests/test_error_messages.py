@@ -1,4 +1,6 @@
-"""Faults of issue 50: wrong results, tracebacks and unclear messages, each refused or said in one line."""
+"""Failures named for what they are, in one line (the faults of issue 50): a model whose outputs are NaN, arrays
+of text, an empty ONNX file, a full disk, a recipe without its data; beside them the wrong results and unclear
+messages found with them (16-bit images, analyze --force, a note cut short)."""
 
 import re
 
@@ -106,14 +108,14 @@ def test_subjects_only_missing_without_the_data(tmp_path):
 def test_guidance_v3_without_the_data_or_onto_a_file(tmp_path):
     """RC15, RC16: a traceback even with --summary-only, which runs nothing; RC19: --out onto a file ended
     in NotADirectoryError."""
-    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", "--summary-only")
+    code, _, err = _recipe(tmp_path, "recipes/superseded/guidance_v3.py", "--summary-only")
     assert code == 1 and err == f"error: no runs in {tmp_path / 'outputs' / 'guidance_v3' / 'mnist' / 'runs'}", err
     argv = ("--copies", 1, "--states", 1, "--arms", "idc", "--out", tmp_path / "g")
-    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", *argv)
+    code, _, err = _recipe(tmp_path, "recipes/superseded/guidance_v3.py", *argv)
     assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert re.search(r"read mnist from \S+/data/mnist \(the workspace", err), err
     (tmp_path / "file").write_text("")
-    code, _, err = _recipe(tmp_path, "recipes/guidance_v3.py", "--out", tmp_path / "file")
+    code, _, err = _recipe(tmp_path, "recipes/superseded/guidance_v3.py", "--out", tmp_path / "file")
     assert code == 2 and f"error: --out {tmp_path / 'file'} is a file; give a folder" in err.splitlines()[-1], err
 
 

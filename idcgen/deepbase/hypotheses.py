@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InputError, ParameterError
+from ..errors import InputError, ParameterError
 
 __all__ = [
     "Hypothesis",

@@ -1,6 +1,8 @@
-"""The fault cases of issue 35, one test each, named by the case's id: each is refused in one clear line
+"""Faults at the command line on PyTorch models (.pt2 programs, TorchScript files, factories and their
+weights), the cases of issue 35, one test each, named by the case's id: each is refused in one clear line
 with a non-zero exit and no traceback, and nothing is overwritten (or, where the case was a missing
-feature, it works). Real models throughout: the PyTorch and Keras twins of tests/torch_twins.py."""
+feature, it works); and the CPUs a loaded torch model uses. Real models throughout: the PyTorch and Keras
+twins of tests/torch_twins.py."""
 
 import json
 import re
@@ -61,12 +63,12 @@ def error_line(result) -> str:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The twins (a .pt2 program, a TorchScript file, a state_dict, a .keras file), 120 labelled 8x8 RGB
-    images, a TinyViT program, and a module of broken factories (importable as r5_models)."""
+    images, a TinyViT program, and a module of broken factories (importable as broken_factories)."""
     from idcgen.framework.torch_load import save_torchscript
     from idcgen.framework.torch_zoo import export_program
     from torch_twins import TinyViT, images, twins
 
-    tmp = tmp_path_factory.mktemp("round5")
+    tmp = tmp_path_factory.mktemp("twins")
     module, model = twins()
     export_program(module, tmp / "res.pt2")
     save_torchscript(module, tmp / "res.pt", input_shape=(8, 8, 3))
@@ -77,15 +79,15 @@ def files(tmp_path_factory):
     np.savez(tmp / "data.npz", x=(x * 255).round().astype(np.uint8), y=y)
     torch.manual_seed(0)
     export_program(TinyViT(need_weights=True).eval(), tmp / "vit.pt2")
-    (tmp / "r5_models.py").write_text(FACTORIES)
+    (tmp / "broken_factories.py").write_text(FACTORIES)
     return tmp
 
 
 @pytest.fixture
 def factories(files, monkeypatch):
     monkeypatch.syspath_prepend(str(files))
-    sys.modules.pop("r5_models", None)
-    return "r5_models"
+    sys.modules.pop("broken_factories", None)
+    return "broken_factories"
 
 
 # ---- data loss ---------------------------------------------------------------------------------------------

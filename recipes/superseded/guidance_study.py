@@ -1,13 +1,13 @@
 """The guidance study to the field's standard: the eight guides and none, against noise-only and PGD baselines at
 the same number of model calls, with distinct faults, validity, SSIM, robustness at equal retraining size, A12 and Holm.
 
-    python recipes/guidance_study.py [--dataset mnist|fashion|cifar10] [--seeds 500] [--budget 10000] [--repeats 10]
-                                     [--arms idc nc ... none noise pgd] [--retrain-size 200] [--validator lenet4]
-                                     [--out outputs/guidance_study/<dataset>]
+    python recipes/superseded/guidance_study.py [--dataset mnist|fashion|cifar10] [--seeds 500] [--budget 10000]
+                                                [--repeats 10] [--arms idc nc ... none noise pgd] [--retrain-size 200]
+                                                [--validator lenet4] [--out outputs/guidance_study/<dataset>]
 
-What is shared with ``recipes/guidance.py`` (its ``Study``): the model, the seeds (``--seeds`` test inputs, classes
-balanced), the mutators (idcgen's cheap default set without ``directed``), IDC (m = 8) and the other criteria
-fitted on a fixed training subset, the held-out robustness test sets. The arms:
+What is shared with ``recipes/superseded/guidance.py`` (its ``Study``): the model, the seeds (``--seeds`` test
+inputs, classes balanced), the mutators (idcgen's cheap default set without ``directed``), IDC (m = 8) and the
+other criteria fitted on a fixed training subset, the held-out robustness test sets. The arms:
 
 - the nine guides (idc, nc, kmnc, nbc, snac, tknc, lsc, dsc, none), ``--budget`` execs each;
 - ``noise``: no guidance (every valid mutant kept) and only the noise mutators (NOISE), run until it has made
@@ -37,16 +37,24 @@ recorded) is replayed for them: its campaign run again with the same random stat
 against the saved labels and predictions (retraining is not repeated). A full study is long (about 1-3 hours
 a dataset on 2 shared cores): run it under ``nice`` in the background; an interrupted study resumes where it
 stopped.
+
+Superseded by the later versions of the study (``recipes/guidance_v4.py`` is the current one); kept to
+reproduce the results docs/results.md publishes with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+# a superseded study, moved out of recipes/ (its commands reproduce published results): kit is in the
+# folder above, which `python recipes/superseded/NAME.py` does not put on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from idcgen.files import atomic_npz
 from kit import OUTPUTS, command_line, load_model, save_json, write_csv

@@ -1,7 +1,8 @@
 """Which criterion should guide the fuzzer? The same campaign guided by IDC, by each other criterion, and by none.
 
-    python recipes/guidance.py [--dataset mnist|fashion|cifar10] [--seeds 500] [--budget 20000] [--repeats 3]
-                               [--guides idc nc kmnc nbc snac tknc lsc dsc none] [--out outputs/guidance/<dataset>]
+    python recipes/superseded/guidance.py [--dataset mnist|fashion|cifar10] [--seeds 500] [--budget 20000]
+                                          [--repeats 3] [--guides idc nc kmnc nbc snac tknc lsc dsc none]
+                                          [--out outputs/guidance/<dataset>]
 
 Every run starts from the same seeds (``--seeds`` test inputs, as many of each class), spends the same
 budget of execs with the same mutators (``--mutators``, by default idcgen's cheap default set without
@@ -22,16 +23,24 @@ two-sided Mann-Whitney U test over the repetitions.
 
 Writes ``<out>/runs/<guide>_r<r>.json`` (one per run: an interrupted study resumes where it stopped),
 ``runs.csv``/``runs.json`` (every run), ``guidance.csv`` and ``guidance.md`` (means, spreads and tests).
+
+Superseded by the later versions of the study (``recipes/guidance_v4.py`` is the current one); kept to
+reproduce the results docs/results.md publishes with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+# a superseded study, moved out of recipes/ (its commands reproduce published results): kit is in the
+# folder above, which `python recipes/superseded/NAME.py` does not put on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kit import DATASETS, OUTPUTS, cell, command_line, save_json
 from kit.stats import mann_whitney
