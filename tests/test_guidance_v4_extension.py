@@ -119,6 +119,23 @@ def test_reference_pool_maps_failures_inside_its_density(recipe):
     assert (ids[:2] < pool.count).all() and (ids[2:] == pool.count).all()  # the new ones: one new fault
 
 
+def test_contact_sheet_keeps_colour(recipe, tmp_path):
+    # a CIFAR-10 fault may be a matter of hue: colour images are drawn in colour, grey ones in grey
+    from PIL import Image
+
+    reference = recipe("kit.reference")
+    x = np.zeros((4, 2, 3, 3), np.float32)
+    x[:, :, :, 2] = 1.0  # blue images
+    x[0, 0, 0] = [1.0, 0.0, 0.0]  # one red pixel
+    shown = reference.contact_sheet(tmp_path / "c.png", x, np.array([0, 0, 1, 1]), clusters=2, per=2)
+    sheet = np.asarray(Image.open(tmp_path / "c.png"))  # drawn at twice the size, with a white border a tile
+    assert shown.tolist() == [0, 1] and sheet.shape == (2 * 2 * (2 + 2), 2 * 2 * (3 + 2), 3)
+    tiles = sheet[2:6, 2:8].reshape(-1, 3), sheet[10:14, 2:8].reshape(-1, 3)
+    assert all(((t == [0, 0, 255]).all(axis=1) | (t == [255, 0, 0]).all(axis=1)).all() for t in tiles)
+    grey = reference.contact_sheet(tmp_path / "g.png", x[..., :1], np.array([0, 0, 1, 1]), clusters=2, per=2)
+    assert grey.tolist() == [0, 1] and np.asarray(Image.open(tmp_path / "g.png")).ndim == 2
+
+
 def test_directed_calls(recipe):
     study = recipe("kit.study")
     assert study.call_cost("directed(steps=5, step_size=0.03, eps=0.15, tries=16)") == 6

@@ -189,16 +189,18 @@ def dbcv(points, labels) -> float:
 
 def contact_sheet(path, images: np.ndarray, fault: np.ndarray, *, clusters: int = 50, per: int = 8, seed: int = 0):
     """A PNG of ``clusters`` faults drawn at random (one row each, up to ``per`` of its failures drawn at
-    random); returns the fault ids shown."""
+    random); returns the fault ids shown. ``images`` are channels-last; colour images stay in colour (a CIFAR-10
+    fault may be a matter of hue)."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
     chosen = np.sort(rng.choice(np.unique(fault), size=min(clusters, np.unique(fault).size), replace=False))
     x = np.asarray(images, np.float32)
-    x = x.reshape(len(x), x.shape[1], x.shape[2], -1)[..., 0] if x.ndim == 4 else x
+    if x.ndim == 4 and x.shape[-1] == 1:
+        x = x[..., 0]
     h, w = x.shape[1:3]
     low, high = float(x.min()), float(x.max())
-    sheet = np.full((len(chosen) * (h + 2), per * (w + 2)), 255, np.uint8)
+    sheet = np.full((len(chosen) * (h + 2), per * (w + 2), *x.shape[3:]), 255, np.uint8)
     for row, f in enumerate(chosen):
         members = np.flatnonzero(fault == f)
         members = rng.choice(members, size=min(per, len(members)), replace=False)
