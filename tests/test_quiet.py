@@ -1,4 +1,5 @@
-"""TensorFlow's start-up lines are dropped; anything else written to stderr during the import still shows."""
+"""TensorFlow's start-up lines are dropped; anything else written to stderr during the import still shows; ART's
+import leaves the process' logging alone."""
 
 import os
 import subprocess
@@ -66,7 +67,7 @@ def test_importing_art_for_jsma_leaves_the_process_logging_alone():
 import logging, os, sys
 capture = sys.stderr = open(os.devnull, "w")  # a test runner's capture of stderr, when absl is first imported
 import absl.logging
-from idcgen.framework.common import import_art
+from idcgen.framework.quiet import import_art
 
 closed = []
 class Kept(logging.Handler):

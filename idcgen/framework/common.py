@@ -1,15 +1,13 @@
-"""Framework-free pieces the implementations share: the batching of a relevance pass (and its size), the
-spelling of a model factory and the import of ART; beside them, what this process may use of the machine (its
-CPUs) and has used of it (its peak memory). Kept apart from the package's ``__init__`` so that the
+"""Framework-free pieces the implementations share: the batching of a relevance pass (and its size) and the
+spelling of a model factory; beside them, what this process may use of the machine (its CPUs) and has used of
+it (its peak memory). Kept apart from the package's ``__init__`` so that the
 implementation modules import them without importing the package that dispatches to them (no import cycle)."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -205,28 +203,3 @@ def weights_digest(named) -> str:
         digest.update(f"{name}:{array.shape}:{array.dtype}".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()
-
-
-def import_art(estimator: str):
-    """ART's ``SaliencyMapMethod`` (JSMA) and its classifier wrapper ``estimator`` (a class name in
-    ``art.estimators.classification``), imported quietly.
-
-    ART's first import runs ``logging.config.dictConfig``, and that closes every logging handler the process
-    has. absl's handler (TensorFlow's) then closes the stream it was given if that no longer is
-    ``sys.stderr``, e.g. a test runner's capture of stderr from before the runner swapped in another. So the
-    import runs with ``dictConfig`` held off: the user's logging stays as it was, and ART's logger is set to
-    ERROR. Its import-time warnings (e.g. that PyTorch, for its certification tools, is missing) are dropped."""
-    import logging.config
-
-    configure = logging.config.dictConfig
-    logging.config.dictConfig = lambda config: None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from art.attacks.evasion import SaliencyMapMethod
-
-            wrapper = getattr(importlib.import_module("art.estimators.classification"), estimator)
-    finally:
-        logging.config.dictConfig = configure
-    logging.getLogger("art").setLevel(logging.ERROR)
-    return SaliencyMapMethod, wrapper

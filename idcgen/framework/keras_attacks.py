@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .common import import_art
+from .quiet import import_art
 
 
 def _directional_loss(labels, logits):

@@ -5,14 +5,19 @@ when it is first imported: the oneDNN notice, absl's "All log messages before ab
 instruction notice, and on a machine with a CUDA build but no GPU "failed call to cuInit". None of them is
 something a user can act on. :func:`quiet_start` runs the import with descriptor 2 caught and writes back
 every caught line that is not one of these, so a real error or warning still shows.
+
+ART (the JSMA attack) configures the process' logging when first imported; :func:`import_art` imports it
+without that.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager
 
 #: the start-up lines dropped; anything else written during the import is written back
@@ -59,3 +64,28 @@ def quiet_start():
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
+
+
+def import_art(estimator: str):
+    """ART's ``SaliencyMapMethod`` (JSMA) and its classifier wrapper ``estimator`` (a class name in
+    ``art.estimators.classification``), imported quietly.
+
+    ART's first import runs ``logging.config.dictConfig``, and that closes every logging handler the process
+    has. absl's handler (TensorFlow's) then closes the stream it was given if that no longer is
+    ``sys.stderr``, e.g. a test runner's capture of stderr from before the runner swapped in another. So the
+    import runs with ``dictConfig`` held off: the user's logging stays as it was, and ART's logger is set to
+    ERROR. Its import-time warnings (e.g. that PyTorch, for its certification tools, is missing) are dropped."""
+    import logging.config
+
+    configure = logging.config.dictConfig
+    logging.config.dictConfig = lambda config: None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from art.attacks.evasion import SaliencyMapMethod
+
+            wrapper = getattr(importlib.import_module("art.estimators.classification"), estimator)
+    finally:
+        logging.config.dictConfig = configure
+    logging.getLogger("art").setLevel(logging.ERROR)
+    return SaliencyMapMethod, wrapper

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..errors import ParameterError
-from .common import import_art
+from .quiet import import_art
 
 
 def _tensors(network, *arrays):
