@@ -456,8 +456,8 @@ class CampaignOptions(Group):
         help="Which criterion's new coverage admits a mutant to the corpus: "
         f"{', '.join(g for g in guide_names() if g not in ('none', 'keep-none'))}, or none (every valid mutant), "
         "or keep-none (no mutant: the seeds alone are fuzzed). idc grows the test set's IDC most; keep-none finds "
-        "the most failures per model call, and no guide found more distinct faults (docs/results.md, the fourth "
-        "guidance study).",
+        "as many failures per model call as any guide, and no coverage guide found significantly more distinct "
+        "faults (docs/results.md, the fourth guidance study).",
     )
     measure: tuple | None = option(
         "--measure",

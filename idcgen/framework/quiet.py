@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import warnings
 from contextlib import contextmanager
 
@@ -66,26 +67,33 @@ def quiet_start():
                 sys.stderr.flush()
 
 
+#: one import of ART at a time: its first import swaps a function of the logging module for a while
+_ART_IMPORT = threading.Lock()
+
+
 def import_art(estimator: str):
     """ART's ``SaliencyMapMethod`` (JSMA) and its classifier wrapper ``estimator`` (a class name in
     ``art.estimators.classification``), imported quietly.
 
     ART's first import runs ``logging.config.dictConfig``, and that closes every logging handler the process
     has. absl's handler (TensorFlow's) then closes the stream it was given if that no longer is
-    ``sys.stderr``, e.g. a test runner's capture of stderr from before the runner swapped in another. So the
-    import runs with ``dictConfig`` held off: the user's logging stays as it was, and ART's logger is set to
-    ERROR. Its import-time warnings (e.g. that PyTorch, for its certification tools, is missing) are dropped."""
+    ``sys.stderr``, e.g. a test runner's capture of stderr from before the runner swapped in another. So that
+    first import runs with ``dictConfig`` held off (under a lock; a ``dictConfig`` call of another thread in
+    those seconds would be dropped too): the user's logging stays as it was, and ART's logger is set to ERROR.
+    Its import-time warnings (e.g. that PyTorch, for its certification tools, is missing) are dropped."""
     import logging.config
 
-    configure = logging.config.dictConfig
-    logging.config.dictConfig = lambda config: None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from art.attacks.evasion import SaliencyMapMethod
+    with _ART_IMPORT, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if "art" not in sys.modules:
+            configure = logging.config.dictConfig
+            logging.config.dictConfig = lambda config: None
+            try:
+                import art  # noqa: F401
+            finally:
+                logging.config.dictConfig = configure
+        from art.attacks.evasion import SaliencyMapMethod
 
-            wrapper = getattr(importlib.import_module("art.estimators.classification"), estimator)
-    finally:
-        logging.config.dictConfig = configure
+        wrapper = getattr(importlib.import_module("art.estimators.classification"), estimator)
     logging.getLogger("art").setLevel(logging.ERROR)
     return SaliencyMapMethod, wrapper
