@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from numbers import Integral
-from typing import Sequence
+from typing import Protocol, Sequence, cast
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -26,6 +26,14 @@ from ..importance import AGGREGATES, top_neurons
 from ..relevance import batch_totals, sum_totals
 from ..threads import extent
 from .record import Analysis, data_fingerprint, versions
+
+
+class _HeldByWorkers(Protocol):
+    """What analyze takes of inputs Ray workers read and hold (idcgen.distributed.shards.ShardedInputs, not
+    imported: idcgen.distributed imports this module)."""
+
+    def passes(self, network, layer: str, eps: float, x=None): ...
+
 
 #: Bytes of subject-layer activations kept during the relevance pass; wider layers get a second, forward pass.
 ACTIVATIONS_IN_ONE_PASS = 64 * 2**20
@@ -168,7 +176,7 @@ class Clustering:
     ``method``: "silhouette" (DeepImportance's, default) or "zero-aware" (a ReLU's exact zeros form their own
     cluster, k is chosen on the positive values; :func:`idcgen.clusters.cluster_neuron`)."""
 
-    ks: tuple[int, ...] = (2, 3, 4, 5)
+    ks: Sequence[int] = (2, 3, 4, 5)
     method: str = "silhouette"
 
     def checked(self) -> tuple[tuple[int, ...], str]:
@@ -252,7 +260,8 @@ def analyze(
     # Streamed: the relevance pass keeps per-neuron totals (and the layer's activations when they are small),
     # else a forward pass then keeps only the m important neurons' activations, so memory holds a batch and
     # at most max(ACTIVATIONS_IN_ONE_PASS, inputs x m floats), whatever the layer's width.
-    passes = (passes or (x.passes if sharded else LocalPasses))(network, layer, eps, x)
+    # sharded: x is a ShardedInputs (it has read_by_workers), which the getattr test cannot tell mypy
+    passes = (passes or (cast(_HeldByWorkers, x).passes if sharded else LocalPasses))(network, layer, eps, x)
     one_pass = len(x) * width * 4 <= ACTIVATIONS_IN_ONE_PASS
     signed, absolute, n_used, predictions = _relevance_pass(
         passes, len(x), y, (relevance_of, correct_only), one_pass, progress

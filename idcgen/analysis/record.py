@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import os
 import platform
@@ -133,8 +132,8 @@ class Analysis:
         recorded = self.convention
         if isinstance(model, ForwardNetwork):
             network = model
-            have = network.convention
-            have = None if have is None or have.preprocess is None else have.preprocess.spec
+            wrapped = network.convention
+            have = None if wrapped is None or wrapped.preprocess is None else wrapped.preprocess.spec
             want = None if recorded.preprocess is None else recorded.preprocess.spec
             if have != want:
                 raise AnalysisMismatchError(
@@ -313,7 +312,7 @@ class Analysis:
                 neurons=self.neurons,
                 importance=self.importance,
                 digest=np.array(digest),
-                **counts,
+                **counts,  # type: ignore[arg-type]  # numpy's stub: a key could be allow_pickle (it is not)
             )
             if folder.exists():  # swap: the old analysis stays whole until the new one is in place
                 shutil.rmtree(old, ignore_errors=True)
@@ -329,7 +328,9 @@ class Analysis:
         """Save into ``folder``, or ``folder-2``, ``-3``, ... when it holds another analysis: (the folder
         used, whether it was written; False when it already held this same analysis)."""
         folder = Path(folder)
-        for i in itertools.count(1):
+        i = 0
+        while True:  # not itertools.count: mypy sees that this loop only ends by a return
+            i += 1
             candidate = folder if i == 1 else folder.with_name(f"{folder.name}-{i}")
             if self.matches_saved(candidate):
                 return candidate, False
@@ -447,7 +448,7 @@ def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray, *mor
     for a in (neurons, importance, *more):
         a = np.ascontiguousarray(a)
         digest.update(f"{a.shape}{a.dtype}".encode())
-        digest.update(memoryview(a).cast("B"))
+        digest.update(a.data.cast("B"))  # a.data: memoryview(a), which typeshed allows only from Python 3.12
     return digest.hexdigest()
 
 

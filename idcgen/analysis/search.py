@@ -24,7 +24,7 @@ def find_analysis(
     subfolders (with ``layer``, ``m``, ``cluster_method`` and the k values tried, ``clusters``, if given);
     returns the newest match and its folder (or None, None) and the folders searched."""
     fingerprint = network.fingerprint()
-    digests = []
+    digests: list[str | None] = []
 
     def digest():  # the same weights in another order (a TorchScript file of a .pt2): asked once, if needed
         if not digests:

@@ -53,7 +53,7 @@ class Dataset:
         empty = self.x.size == 0
         low, high = (None, None) if empty else extent(self.x)
         classes = self.y is not None and self.y.dtype.kind in "iu"  # float labels: a regression target
-        labels, counts = np.unique(self.y, return_counts=True) if classes else ((), ())
+        labels, counts = np.unique(self.y, return_counts=True) if classes and self.y is not None else ((), ())
         return {
             "source": self.source,
             "n": len(self),

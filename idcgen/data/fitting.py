@@ -50,7 +50,8 @@ def fit_to_model(ds_or_x, input_shape: tuple) -> np.ndarray:
         return x[..., np.newaxis].astype(np.float32, copy=False)
     if len(item) == len(want) + 1 and item[-1] == 1 and _shape_matches(item[:-1], want):
         return x[..., 0].astype(np.float32, copy=False)
-    size, want_size = int(np.prod(item)), (None if None in want else int(np.prod(want)))
+    known = [d for d in want if d is not None]
+    size, want_size = int(np.prod(item)), (int(np.prod(known)) if len(known) == len(want) else None)
     if len(want) == 1 and len(item) > 1 and (want_size is None or size == want_size):
         return x.reshape(len(x), size).astype(np.float32, copy=False)
     if len(item) == 1 and len(want) > 1 and size == want_size:
@@ -200,7 +201,7 @@ def parse_crop(crop) -> tuple[int, int, int, int] | None:
         raise ParameterError(
             f"crop must be TOP,BOTTOM,LEFT,RIGHT (pixels cut from each side, e.g. 60,25,0,0). Got {crop!r} instead."
         )
-    return tuple(values)
+    return values[0], values[1], values[2], values[3]
 
 
 def parse_class_names(spec) -> tuple[str, ...] | None:
@@ -249,10 +250,10 @@ def scale_inputs(x: np.ndarray, scale: str, value_range=(0.0, 1.0), *, top: int 
     elif scale == "255":
         out, how = _divided_by_255(x), f"{x.dtype}/255 -> [0, 1] (scale='255')"
     elif x.dtype.kind in "ui":
-        lo, hi = int(x.min()), int(x.max())
-        if lo < 0 or hi > top:
+        least, most = int(x.min()), int(x.max())
+        if least < 0 or most > top:
             raise InputError(
-                f"integer inputs range over [{lo}, {hi}], beyond 0..{top}, so ",
+                f"integer inputs range over [{least}, {most}], beyond 0..{top}, so ",
                 Param("scale", "auto"),
                 f" cannot map them to {target}; pass ",
                 Param("scale", "none"),

@@ -105,10 +105,11 @@ def read_labels(spec, files: list[Path]) -> tuple[np.ndarray, str]:
                 f"label file {spec.path} gives id {key!r} two labels ({by_id[key]} and {value}); keep one row per image"
             )
         by_id[key] = value
-    found, missing = [], []
+    found: list[str] = []
+    missing: list[str] = []
     for f in files:
-        key = f.name if f.name in by_id else f.stem if f.stem in by_id else None
-        (found if key is not None else missing).append(key if key is not None else f.name)
+        match = f.name if f.name in by_id else f.stem if f.stem in by_id else None
+        (found if match is not None else missing).append(match if match is not None else f.name)
     if not any(k is not None for k in found):
         raise InputError(
             f"no id of {spec.path}'s column {header[id_col]!r} (e.g. {next(iter(by_id))!r}) matches an "

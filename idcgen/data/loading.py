@@ -111,7 +111,7 @@ def load_inputs(
     for name, given in (("crop", crop), ("labels", labels)):
         if given is not None and not image_folder:
             raise InputError(f"--{name} applies to folders of images; {text} is not one")
-    notes = ()
+    notes: tuple[str, ...] = ()
     if path.exists():
         x, y, source, found_names, notes = read_path(
             path,
