@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from .analysis import Analysis, Clustering, find_analysis
 from .checks import check_int
@@ -226,11 +226,11 @@ def _campaign_analysis(session: Session, groups: Groups, seeds, analyse: dict):
         where = f"analysed on {options.train} ({len(x_train)} inputs{executor.where}), {where}"
         return found, where, [], x_train, train_ds.y
     places = [OUTPUTS / "analyses", Path(model).parent, Path(model).parent / "analysis"]
-    found, where, searched = find_analysis(
+    found, saved_in, searched = find_analysis(
         network, places, layer=wanted.layer, m=wanted.m, cluster_method=wanted.cluster_method, clusters=wanted.clusters
     )
     if found is not None:
-        where = f"the saved analysis of this model in {where}/, the newest found in {_folders(searched)}"
+        where = f"the saved analysis of this model in {saved_in}/, the newest found in {_folders(searched)}"
         return found, where, [], None, None
     seeds_ds, x_seeds = seeds
     found = executor.analyze(x_seeds, seeds_ds.y, data_summary=seeds_ds.summary(), **analyse)
@@ -250,6 +250,7 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
     from .distributed import PARALLEL_FILE  # (a new campaign of one process imports no part of idcgen.distributed)
 
     models, _, _, _, options, runner = groups
+    assert options.resume is not None  # the command line calls this only with --resume
     folder = Path(options.resume)
     parallel = (folder / PARALLEL_FILE).is_file()
     if runner.workers is not None and not parallel:
@@ -269,6 +270,11 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
         saved, runner = CampaignSettings.from_dict(read_meta(folder)["config"]), dataclasses.replace(runner, ray=None)
     found = Analysis.load(found_folder(folder))
     src = saved.sources
+    if not models.model and src.model is None:  # else load_networks would take Path(None): a TypeError
+        raise ParameterError(
+            f"{folder} records no model file (a campaign started from Python on a model object); give ",
+            Param("model"),
+        )
     paths = models.model or (src.model, *src.other_models)
     refuse_resume_changes(folder, saved, found, groups._replace(models=dataclasses.replace(models, model=paths)))
     from .framework import resolve_device
@@ -276,7 +282,9 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
     # the options' own faults (a precision the model's framework lacks, a GPU not seen) are said as they are,
     # not as the recorded model's (the hint below is for a model file that moved)
     resolve_device(framework_of_path(paths[0]), models.device, models.precision)
-    recorded = dataclasses.replace(found.convention, image_shape=None, value_range=tuple(saved.value_range))
+    recorded = dataclasses.replace(
+        found.convention, image_shape=None, value_range=(saved.value_range[0], saved.value_range[1])
+    )
     model = dataclasses.replace(
         models,
         model=tuple(paths),
@@ -288,7 +296,7 @@ def resume_campaign(groups: Groups, *, echo=print, status=None, progress: bool =
     except AnalysisMismatchError as exc:
         raise AnalysisMismatchError(f"cannot resume {folder}: ", *exc.parts) from None
     except ModelError as exc:
-        if models.model:
+        if models.model or src.model is None:  # (no --model and no recorded model file is refused above)
             raise
         relative = "" if Path(src.model).is_absolute() else ", relative to the directory it was started in"
         raise ModelError(
@@ -394,14 +402,15 @@ def _differences(saved: CampaignSettings, found: Analysis, groups: Groups) -> di
     differing = {}
     for name, mine, theirs in saved.differences(asked, ignore=("budget", "task", "measure", "storage", "parallel")):
         if name == "validity":
-            for f in dataclasses.fields(mine):
+            for f in dataclasses.fields(cast(ValiditySettings, mine)):  # the "validity" field's value
                 if getattr(mine, f.name) != getattr(theirs, f.name):
                     differing[_OPTION_OF.get(f.name, f.name)] = (getattr(mine, f.name), getattr(theirs, f.name))
         else:
             differing[_OPTION_OF.get(name, name)] = (mine, theirs)
     for negated in ("no_validity", "no_round"):  # the flag is the setting turned off
         if negated in differing:
-            differing[negated] = tuple(not v for v in differing[negated])
+            mine, theirs = differing[negated]
+            differing[negated] = (not mine, not theirs)
     for name in ("seeds", "train"):  # the path as typed; the same file under another name is no change
         if name in differing:
             typed = getattr(groups.options, name)

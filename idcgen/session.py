@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .analysis import Analysis
 from .data import load_for_model
 from .data import load_inputs as load_inputs_of
 from .errors import InputError, InputShapeError, ModelError
-from .framework import Network, framework_of_path, is_factory, load_model, network_with_convention
+from .framework import as_network, framework_of_path, is_factory, load_model, network_with_convention
 from .options import (
     ConventionOptions,
     InputOptions,
@@ -24,6 +25,11 @@ from .options import (
     ModelsOptions,
     RunnerOptions,
 )
+
+if TYPE_CHECKING:
+    from .distributed.workers import Workers
+    from .executor import LocalExecutor
+    from .fuzz.settings import Sources
 
 OUTPUTS = Path("outputs")
 
@@ -61,7 +67,7 @@ def load_networks(
     resolve_device(framework_of_path(models[0]), device, precision)  # a GPU asked for and not seen: said now
     pairs = zip(models, architectures or [None] * len(models))
     return [
-        Network(
+        as_network(  # what Network(...) dispatches to, which mypy takes for the abstract class
             _load_model(p, a, safe_mode, images, input_shape),
             task=task,
             device=device,
@@ -167,7 +173,7 @@ class Session:
         line = device_line(self.network.device_info())  # None for the CPU in fp32: said nowhere
         if line is not None:
             self.status(line)
-        self._executor = None
+        self._executor: LocalExecutor | Workers | None = None
 
     @property
     def executor(self):
@@ -195,7 +201,7 @@ class Session:
                 )
         return self._executor
 
-    def inputs(self, spec, reading: InputOptions, *, limit=None, labels=None, echo=None):
+    def inputs(self, spec, reading: InputOptions | Sources, *, limit=None, labels=None, echo=None):
         """(Dataset, x) of one input set for the model, read as ``reading`` says (``limit`` and ``labels`` are this
         set's: a training set is read whole, and only some sets have labels)."""
         return load_inputs(

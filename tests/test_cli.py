@@ -645,6 +645,14 @@ def test_resume_from_another_directory_and_a_moved_model(campaign_files, tmp_pat
     result = invoke("fuzz", "--resume", "../camp", "--budget", 256, "--precision", "bf16")
     assert result.exit_code == 1
     assert result.output.strip() == "error: --precision bf16 is for PyTorch models; Keras models run in fp32"
+    # a campaign that records no model file (one started from Python on a model object) is resumed with --model;
+    # without it, load_networks took Path(None): a TypeError's traceback
+    meta["config"]["model"] = None
+    (tmp_path / "camp" / "campaign.json").write_text(json.dumps(meta, indent=2) + "\n")
+    result = invoke("fuzz", "--resume", "../camp", "--budget", 256)
+    assert result.exit_code == 1 and result.output.strip() == (
+        "error: ../camp records no model file (a campaign started from Python on a model object); give --model"
+    ), result.output
 
 
 def test_the_campaign_summary_counts_in_the_right_number():

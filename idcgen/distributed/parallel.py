@@ -22,12 +22,16 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import InputError, ParameterError
 from . import PARALLEL_FILE
 from .cluster import LOCAL, ModelRecipe, cluster_workers, connect, fetch, hold_threads, network_of
+
+if TYPE_CHECKING:
+    from ..fuzz.settings import CampaignSettings
 
 #: said when parallel campaigns start (and in README.md): what --random-state does and does not fix there
 PARALLEL_NOT_REPRODUCIBLE = (
@@ -227,7 +231,7 @@ class ParallelRecord:
     workers: int
     budget: int
     sync_every: int
-    settings: object  # CampaignSettings
+    settings: CampaignSettings
 
     def to_dict(self) -> dict:
         return {
