@@ -303,3 +303,16 @@ def test_a_label_mapping_needs_two_labels_at_least():
 
     assert label_mapping(np.zeros(300, np.int64), np.full(300, 3)) is None
     assert label_mapping(np.repeat([0, 1], 50), np.repeat([3, 5], 50)) == (1.0, [(0, 3), (1, 5)])
+
+
+def test_the_record_digest_is_of_the_arrays_bytes_in_any_shape():
+    # the digest hashes each array's shape, dtype and bytes; an empty array of several axes has no bytes but a
+    # shape (a memoryview cast refused it)
+    from idcgen.analysis.record import content_digest
+
+    neurons, importance = np.arange(3), np.ones(3)
+    x = np.arange(12, dtype=np.int64).reshape(3, 4)
+    assert content_digest({}, neurons, importance, x) == content_digest({}, neurons, importance, x.T.copy().T)
+    assert content_digest({}, neurons, importance, x) != content_digest({}, neurons, importance, x.reshape(4, 3))
+    empty = [content_digest({}, neurons, importance, np.zeros(shape)) for shape in ((0, 4), (4, 0), (0,))]
+    assert len(set(empty)) == 3 and all(len(d) == 16 for d in empty)

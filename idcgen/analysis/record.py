@@ -448,7 +448,7 @@ def content_digest(meta: dict, neurons: np.ndarray, importance: np.ndarray, *mor
     for a in (neurons, importance, *more):
         a = np.ascontiguousarray(a)
         digest.update(f"{a.shape}{a.dtype}".encode())
-        digest.update(a.data.cast("B"))  # a.data: memoryview(a), which typeshed allows only from Python 3.12
+        digest.update(a.tobytes())  # small arrays; a memoryview cast refuses a zero in a shape of several axes
     return digest.hexdigest()
 
 
