@@ -371,7 +371,7 @@ def summarise_extension(folder: Path, args, command: str, found: tuple) -> None:
         f"Reference pool: {pooled} valid failures of {len(REFERENCE_STATES) * args.copies} held-out unguided runs, "
         f"{pool.count} reference faults (min_cluster_size {MIN_CLUSTER_SIZE}). Endpoint: distinct faults against "
         "the pool, both runs of a pair rarefied to the smaller valid-failure count of the two. Holm here over "
-        "each family's comparisons of this dataset (`--verdicts`: over the 26).",
+        "each family's comparisons of this dataset (`--verdicts`: over every dataset's comparisons).",
         "",
         "| family | comparison | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
         "|---|---|---|---|---|---|---|---|---|---|",
