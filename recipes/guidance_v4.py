@@ -67,6 +67,9 @@ ADDED = (
     "idc+directed@m8",
     "idc-per-class@m8",
 )
+#: the timing-matched controls and their family (docs/design.md, "The timing-matched control")
+MATCHED = ("matched-keep@idc@m8", "matched-keep@idc@m12")
+MATCHED_FAMILY = (("idc@m8", "matched-keep@idc@m8"), ("idc@m12", "matched-keep@idc@m12"))
 FAMILY = (
     ("idc@m8", "keep-none"),
     ("idc@m4", "keep-none"),
@@ -107,7 +110,7 @@ def rarefied(fault_ids: np.ndarray, n: int) -> float:
 def guide_of(arm: str) -> tuple[str, int | None]:
     """(the Fuzzer's guide, the m of the analysis it runs on or None) of an arm; controls and the energy
     scheduler (which keeps every valid mutant) run unguided."""
-    if arm.startswith(("random-keep@", "idc-energy@")) or arm == "keep-none":
+    if arm.startswith(("random-keep@", "matched-keep@", "idc-energy@")) or arm == "keep-none":
         return "none", int(arm.rsplit("@m", 1)[1]) if "@m" in arm else None
     if arm.startswith("idc"):
         return "idc", int(arm.rsplit("@m", 1)[1])
@@ -174,6 +177,7 @@ class Subject:
             keep_rate=0.0 if arm == "keep-none" else keep_rate,
             energy=ENERGY if arm.startswith("idc-energy@") else None,
             per_class=self.per_class(m) if arm.startswith("idc-per-class@") else None,
+            matched=arm.startswith("matched-keep@"),
             mutators=parse_mutators(self.args.mutators + (",directed" if "+directed@" in arm else "")),
             guide=guide,
             measure=measures,
@@ -356,6 +360,59 @@ def extension(args, out: Path, runs: list[dict], arrays: dict, settings: dict, c
     summarise_extension(folder, args, command, (rows, family, pool, len(labels), shown))
 
 
+def matched(args, out: Path, runs: list[dict], arrays: dict, command: str) -> None:
+    """The timing-matched controls against their IDC arms on the extension's endpoint (docs/design.md, "The
+    timing-matched control"): writes ``<out>/matched/``: runs.csv, assignments.npz, pairs.csv,
+    comparisons.csv (Holm over this dataset's two) and study.md."""
+    from kit.reference import ReferencePool
+
+    missing = sorted({(c, r) for c in range(args.copies) for r in range(args.states)} - {
+        (x["copy"], x["state"]) for x in runs if x["arm"] == MATCHED[-1]
+    })  # fmt: skip
+    if missing:
+        raise SystemExit(
+            f"error: {len(missing)} pairs lack their runs, e.g. copy {missing[0][0]}, state {missing[0][1]}"
+        )
+    folder = out / "matched"
+    folder.mkdir(exist_ok=True)
+    ref_runs, ref_arrays = reference_runs(args, out, run_settings(args))
+    features, labels, predictions, _ = stacked(ref_runs, ref_arrays)
+    pool = ReferencePool(features, labels, predictions, min_cluster_size=MIN_CLUSTER_SIZE)
+    rows, assignments = against_reference(runs, arrays, pool)
+    tests, pairs = pairwise(rows, assignments, MATCHED_FAMILY, pool.count)
+    write_csv(folder / "runs.csv", rows)
+    np.savez_compressed(folder / "assignments.npz", **assignments)
+    write_csv(folder / "pairs.csv", pairs)
+    write_csv(folder / "comparisons.csv", tests)
+    per_arm = [("kept", 0), ("valid_failures", 0), ("faults", 0), ("valid_failures_per_1k_calls", 2), ("idc_%", 1)]
+    lines = [
+        f"# Guidance study, fourth version: the timing-matched controls ({args.dataset})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Reference pool: {len(labels)} valid failures of {len(ref_runs)} reference runs, {pool.count} reference "
+        f"faults (min_cluster_size {MIN_CLUSTER_SIZE}). Endpoint as the extension's; Holm here over this "
+        "dataset's two (`--verdicts`: over every dataset's).",
+        "",
+        "| comparison | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {t['comparison']} | {t['pairs']} | {t['mean a']:.2f} | {t['mean b']:.2f} | {t['a wins']}/{t['pairs']} "
+            f"| {t['copies a ahead']} | {t['paired r']:+.2f} | {shown_p(t['p'])} | {shown_p(t['Holm p'])} |"
+            for t in tests
+        ),
+        "",
+        "| arm | " + " | ".join(k for k, _ in per_arm) + " |",
+        "|---|" + "---|" * len(per_arm),
+    ]
+    for arm in args.arms:
+        mine = [r for r in rows if r["arm"] == arm]
+        cells = [f"{np.mean([r[k] for r in mine]):,.{d}f} ± {np.std([r[k] for r in mine]):,.{d}f}" for k, d in per_arm]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    (folder / "study.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def summarise_extension(folder: Path, args, command: str, found: tuple) -> None:
     rows, family, pool, pooled, shown = found
     arms = [a for a in ARMS + ADDED if any(r["arm"] == a for r in rows)]
@@ -502,7 +559,44 @@ def verdicts(root: Path, datasets, command: str) -> Path:
     print("\n".join(lines))
     if all((root / d / "extension" / "comparisons.csv").exists() for d in datasets):
         extended_verdicts(root, datasets, rows, command)
+    if all((root / d / "matched" / "comparisons.csv").exists() for d in datasets):
+        matched_verdicts(root, datasets, command)
     return root / "verdicts.md"
+
+
+def matched_verdicts(root: Path, datasets, command: str) -> None:
+    """The timing-matched family: every dataset's two comparisons (``<root>/<dataset>/matched/comparisons.csv``),
+    Holm over all of them; writes ``<root>/matched_verdicts.csv`` and ``.md``."""
+    rows = []
+    for dataset in datasets:
+        with open(root / dataset / "matched" / "comparisons.csv", newline="") as handle:
+            for t in csv.DictReader(handle):
+                numbers = {k: float(t[k]) for k in ("mean a", "mean b", "paired r", "p")}
+                rows.append({"dataset": dataset, "comparison": t["comparison"], "pairs": int(t["pairs"]),
+                             "a wins": int(t["a wins"]), **numbers, "copies a ahead": t["copies a ahead"]})  # fmt: skip
+    adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
+    for i, r in enumerate(rows):
+        r["Holm p"] = adjusted[i]
+    write_csv(root / "matched_verdicts.csv", rows)
+    lines = [
+        "# Guidance study, fourth version: the timing-matched controls",
+        "",
+        f"Command: `{command}`",
+        "",
+        "IDC's choice against a blind one at IDC's count and moments, on the reference-pool endpoint; Wilcoxon "
+        f"signed-rank over the pairs, Holm over all {len(rows)} comparisons.",
+        "",
+        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['comparison']} | {SHOWN.get(r['dataset'], r['dataset'])} | {r['pairs']} | {r['mean a']:.2f} | "
+            f"{r['mean b']:.2f} | {r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired r']:+.2f} | "
+            f"{shown_p(r['p'])} | {shown_p(r['Holm p'])} |"
+            for r in rows
+        ),
+    ]
+    (root / "matched_verdicts.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def extended_verdicts(root: Path, datasets, published: list[dict], command: str) -> None:
@@ -614,8 +708,11 @@ def main(argv=None):
     parser.add_argument("--states", type=int, default=3, help="seed sets and random states per copy")
     parser.add_argument("--seeds", type=int, default=500)
     parser.add_argument("--budget", type=int, default=10_000, help="execs of each run")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + ADDED)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + ADDED + MATCHED)
     parser.add_argument("--extension", action="store_true", help="every arm, the reference pool and its endpoint")
+    parser.add_argument(
+        "--matched", action="store_true", help="the timing-matched controls, their IDC arms and the reference pool"
+    )
     parser.add_argument("--fit-train", type=int, default=10_000, help="training inputs for IDC, NC and NLC")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--out", default=None, help="default outputs/guidance_v4/<dataset>")
@@ -630,7 +727,12 @@ def main(argv=None):
     for name in ("copies", "states", "seeds", "budget", "fit_train", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    args.arms = list(ARMS + ADDED) if args.extension else [a for a in ARMS + ADDED if a in args.arms]
+    if args.extension and args.matched:
+        parser.error("--extension and --matched are two summaries: run them one after the other")
+    if args.matched:
+        args.arms = ["idc@m8", "idc@m12", *MATCHED]
+    else:
+        args.arms = list(ARMS + ADDED) if args.extension else [a for a in ARMS + ADDED + MATCHED if a in args.arms]
     missing = sorted(set(args.arms) - set(available(args.arms)))
     if missing:
         print(f"note: arm {', '.join(missing)} left out: idcgen has no such criterion here", flush=True)
@@ -643,13 +745,16 @@ def main(argv=None):
     started = time.perf_counter()
     runs, arrays = run_all(args, out)
     if args.only_copies:  # a share of the runs (another process makes the rest): the summary needs them all
-        if args.extension:
+        if args.extension or args.matched:
             reference_runs(args, out, run_settings(args))
         return print(
             f"copies {args.only_copies}: {len(runs)} runs in {out / 'runs'}, {time.perf_counter() - started:.0f} s"
         )
     if not runs:
         raise SystemExit(f"error: no runs in {out / 'runs'}")
+    if args.matched:
+        matched(args, out, runs, arrays, command_line())
+        return print(f"total {time.perf_counter() - started:.0f} s -> {out / 'matched'}")
     published = [r for r in runs if r["arm"] in ARMS]  # the pooled endpoint stays the eight arms'
     if published:
         assignments = add_faults(published, arrays)

@@ -53,6 +53,24 @@ def test_energy_one_is_deephunters_scheduler(recipe, setup):
     assert np.array_equal(plain.corpus.x, flat.corpus.x)
 
 
+def test_matched_keep_takes_idcs_count_at_idcs_moments_blind(recipe, setup):
+    """The timing-matched control (docs/design.md, "The timing-matched control"): the first step (the same
+    mutants in both campaigns) keeps as many as IDC does; what it keeps is drawn blind, so unlike IDC's corpus
+    some kept mutants reach combinations the corpus already had."""
+    kit = recipe("kit.guidance")
+    analysis, _, _, x, y = setup
+    _, idc = campaign_of(kit, analysis, x, y, guide="idc")
+    fuzzer, blind = campaign_of(kit, analysis, x, y, guide="none", matched=True)
+    first = min(idc.corpus.step[idc.corpus.parent >= 0])
+    kept = [(c.corpus.step[c.corpus.parent >= 0] == first).sum() for c in (idc, blind)]
+    assert kept[0] == kept[1] > 0
+    for campaign, all_new in ((idc, True), (blind, False)):
+        kept = campaign.corpus.parent >= 0
+        assert first_of_its_kind(campaign.corpus.combination)[kept].all() == all_new
+    seeds = len(np.unique(blind.corpus.combination[blind.corpus.parent < 0]))
+    assert (blind.corpus.parent >= 0).sum() == fuzzer.shadow.covered - seeds  # one kept per combination IDC marked
+
+
 def test_per_class_keeps_what_is_new_for_its_class(recipe, setup):
     from idcgen.analysis import RelevanceSettings, analyze
 
@@ -173,9 +191,15 @@ def test_extension_smoke(recipe, outputs, monkeypatch, capsys):
     added = [f"{a} vs {b}" for a, b in v4.ADDED_FAMILY if {a, b} <= set(arms)]
     assert [c for f, c in families if f == "added"] == added
     assert (out / "extension" / "contact_sheet.png").stat().st_size > 0
+    run_recipe(v4, [*argv[:-1], "--matched"], monkeypatch)  # the timing-matched controls beside the IDC runs
+    matched = read_csv(out / "matched" / "runs.csv")
+    assert sorted({r["arm"] for r in matched}) == sorted(["idc@m8", "idc@m12", *v4.MATCHED]) and len(matched) == 16
+    ext = {(r["arm"], r["copy"], r["state"]): r["valid_failures"] for r in runs}
+    assert all(ext[(r["arm"], r["copy"], r["state"])] == r["valid_failures"] for r in matched if r["arm"][:4] == "idc@")
     run_recipe(v4, ["--verdicts", "embedded-mnist", "--out", str(outputs / "guidance_v4")], monkeypatch)
     grown = read_csv(outputs / "guidance_v4" / "extended_verdicts.csv")
     assert [r["endpoint"] for r in grown].count("reference") == len(added)
+    assert len(read_csv(outputs / "guidance_v4" / "matched_verdicts.csv")) == len(v4.MATCHED_FAMILY)
     capsys.readouterr()
     run_recipe(v4, argv, monkeypatch)  # resumed: no study or reference run made again
     assert "[" not in "".join(line[:1] for line in capsys.readouterr().out.splitlines())

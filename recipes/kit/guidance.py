@@ -11,7 +11,15 @@ from .study import load_run, save_run, stratified
 from .subjects import load_subject, subject_path, training_sets
 
 
-def study_fuzzer(analysis, *, keep_rate: float | None = None, energy: float | None = None, per_class=None, **kwargs):
+def study_fuzzer(
+    analysis,
+    *,
+    keep_rate: float | None = None,
+    energy: float | None = None,
+    per_class=None,
+    matched: bool = False,
+    **kwargs,
+):
     """idcgen's Fuzzer that also records every flagged mutant, kept or not, and, given ``keep_rate``, keeps each
     valid mutant with that probability instead of by coverage (a random-keep control; guide "none").
 
@@ -20,7 +28,12 @@ def study_fuzzer(analysis, *, keep_rate: float | None = None, energy: float | No
     (seeds included), times 1 for the others. idcgen's schedulers see only fuzz counts, hence ``_parents`` here.
 
     ``per_class`` ({class: analysis of that class}, guide "idc"): a valid mutant is kept when it reaches a
-    combination of its seed's class's analysis not yet covered for that class (the paper's per-class IDC)."""
+    combination of its seed's class's analysis not yet covered for that class (the paper's per-class IDC).
+
+    ``matched`` (guide "none"): the timing-matched control (docs/design.md, "The timing-matched control"). A
+    shadow tracker, from the seeds' coverage, counts at each step the valid mutants IDC would keep (those that
+    reach a combination it has not marked, which it then marks), and the step keeps as many valid mutants
+    drawn at random: IDC's count at IDC's moments, chosen blind."""
     from idcgen.fuzz.fuzzer import Fuzzer
 
     class StudyFuzzer(Fuzzer):
@@ -29,6 +42,7 @@ def study_fuzzer(analysis, *, keep_rate: float | None = None, energy: float | No
             self.failures: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
             self.favoured: list[bool] = []  # per corpus entry, in corpus order (energy)
             self.class_trackers: dict = {}  # class -> tracker of its analysis (per_class)
+            self.shadow = None  # what IDC would have covered by now (matched)
 
         def step(self, c, left):
             if energy is not None and not self.favoured:  # the seeds: the first of each combination
@@ -39,9 +53,18 @@ def study_fuzzer(analysis, *, keep_rate: float | None = None, energy: float | No
                 for k, class_analysis in per_class.items():
                     seeds = c.corpus.x[c.corpus.label == k]
                     self.class_trackers[k] = class_analysis.tracker(seeds if len(seeds) else None)
+            if matched and self.shadow is None:
+                self.shadow = analysis.tracker()
+                self.shadow.update(c.corpus.combination)  # the seeds' combinations
             step = super().step(c, left)
             if step.error is not None:
                 return step
+            if matched:
+                rows = np.flatnonzero(step.valid)
+                count = int(self.shadow.update(step.combinations[rows]).sum())
+                drawn = np.random.default_rng([self.random_state, step.number, 11]).choice(rows, count, replace=False)
+                step.keep = np.zeros(len(step.valid), bool)
+                step.keep[drawn] = True
             if keep_rate is not None:  # drawn from (random state, step): the same draws on every rerun
                 draws = np.random.default_rng([self.random_state, step.number, 7]).random(len(step.valid))
                 step.keep = step.valid & (draws < keep_rate)
