@@ -3,7 +3,8 @@ data under docs/data/guidance-v4/: each run's fault counts and rarefied faults f
 its rates from its counts, the declared family from runs.csv, and the published table from the family; and
 the extension's (``<dataset>/extension/``): each run's counts from its fault ids against the reference pool,
 each comparison's pairwise rarefied values from those ids, the added family from the pairs, the grown family
-(Holm over all) from both, and its published table. Written apart from the recipe (scipy's hypergeometric law
+(Holm over all) from both, and its published table; and the timing-matched controls' (``<dataset>/matched/``)
+the same way, their IDC runs checked to be the extension's. Written apart from the recipe (scipy's hypergeometric law
 for the rarefaction, Holm by hand), so that an edited cell anywhere in the chain fails a test."""
 
 import csv
@@ -32,8 +33,10 @@ ADDED_FAMILY = (
     ("idc+directed@m8", "idc@m8"),
     ("idc-per-class@m8", "keep-none"),
 )
+MATCHED_FAMILY = (("idc@m8", "matched-keep@idc@m8"), ("idc@m12", "matched-keep@idc@m12"))
 SHOWN = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10"}
 EXTENDED = [d for d in DATASETS if (DATA / d / "extension" / "runs.csv").is_file()]
+MATCHED = [d for d in EXTENDED if (DATA / d / "matched" / "runs.csv").is_file()]
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -284,4 +287,95 @@ def test_the_published_grown_table_follows_from_the_family():
             p_cell(row["p"]),
             p_cell(published) if published is not None else "",
             p_cell(row["Holm p (grown)"]),
+        ]
+
+
+def test_matched_runs_follow_from_their_fault_ids_and_their_idc_runs_are_the_extensions():
+    assert MATCHED == EXTENDED  # all three (docs/design.md, "The timing-matched control")
+    for dataset in MATCHED:
+        runs = read_csv(DATA / dataset / "matched" / "runs.csv")
+        assignments = np.load(DATA / dataset / "matched" / "assignments.npz")
+        extension = {(r["arm"], r["copy"], r["state"]): r for r in read_csv(DATA / dataset / "extension" / "runs.csv")}
+        extension_ids = np.load(DATA / dataset / "extension" / "assignments.npz")
+        count = first_new(dataset)
+        assert len(assignments.files) == len(runs) == 4 * 15  # two IDC arms, two controls, fifteen pairs
+        for r in runs:
+            key = f"{r['arm']}_c{r['copy']}_r{r['state']}"
+            ids = assignments[key]
+            assert len(ids) == int(r["valid_failures"])
+            assert int(r["faults"]) == len(set(ids.tolist()))
+            assert int(r["reference_faults"]) == len(set(ids[ids < count].tolist()))
+            assert int(r["new_faults"]) == len(set(ids[ids >= count].tolist()))
+            same = extension.get((r["arm"], r["copy"], r["state"]))
+            if r["arm"].startswith("idc@"):  # the same run, on the same pool: the same fault ids
+                assert (same["valid_failures"], same["calls"], same["kept"]) == (
+                    r["valid_failures"],
+                    r["calls"],
+                    r["kept"],
+                )
+                assert np.array_equal(
+                    np.sort(ids[ids < count]), np.sort(extension_ids[key][extension_ids[key] < count])
+                )
+            else:
+                assert same is None and int(r["kept"]) > 0
+
+
+def pairs_and_family(dataset: str, folder: str, family) -> list[dict]:
+    """``folder``'s pairs.csv checked against the fault ids, and its comparisons from the pairs (Holm within)."""
+    assignments = np.load(DATA / dataset / folder / "assignments.npz")
+    count = first_new(dataset)
+    pairs = read_csv(DATA / dataset / folder / "pairs.csv")
+    for p in pairs:
+        a, b = p["comparison"].split(" vs ")
+        ids_a, ids_b = (assignments[f"{arm}_c{p['copy']}_r{p['state']}"] for arm in (a, b))
+        n = min(len(ids_a), len(ids_b))
+        assert int(p["n"]) == n
+        for column, ids in (("a", ids_a), ("b", ids_b)):
+            assert float(p[column]) == pytest.approx(rarefied_by_hand(ids, n), rel=1e-9, abs=1e-9)
+            assert float(p[f"{column} new"]) == pytest.approx(rarefied_by_hand(ids, n, count), rel=1e-9, abs=1e-9)
+    rows = []
+    for a, b in family:
+        mine = [p for p in pairs if p["comparison"] == f"{a} vs {b}"]
+        keys = [(int(p["copy"]), int(p["state"])) for p in mine]
+        x, y = [float(p["a"]) for p in mine], [float(p["b"]) for p in mine]
+        rows.append({"comparison": f"{a} vs {b}", "dataset": dataset, **paired_stats(x, y, keys)})
+    holm_by_hand(rows, "Holm p")
+    return rows
+
+
+@pytest.mark.parametrize("dataset", MATCHED)
+def test_matched_comparisons_follow_from_the_fault_ids(dataset):
+    committed = read_csv(DATA / dataset / "matched" / "comparisons.csv")
+    found = pairs_and_family(dataset, "matched", MATCHED_FAMILY)
+    assert [c["comparison"] for c in committed] == [f["comparison"] for f in found]
+    for saved, row in zip(committed, found):
+        check_row(saved, row, ("mean a", "mean b", "paired r", "p", "Holm p"))
+
+
+def matched_family() -> list[dict]:
+    rows = [r for dataset in MATCHED for r in pairs_and_family(dataset, "matched", MATCHED_FAMILY)]
+    holm_by_hand(rows, "Holm p")
+    return rows
+
+
+def test_matched_verdicts_and_their_table_follow_from_the_pairs():
+    committed = {(r["comparison"], r["dataset"]): r for r in read_csv(DATA / "matched_verdicts.csv")}
+    found = matched_family()
+    assert len(found) == len(committed) == len(MATCHED_FAMILY) * len(MATCHED)
+    text = (DATA.parents[1] / "results.md").read_text()
+    table = text[text.index("### The timing-matched control") :]
+    for row in found:
+        check_row(committed[(row["comparison"], row["dataset"])], row, ("mean a", "mean b", "paired r", "p", "Holm p"))
+        start = f"| {row['comparison']} | {SHOWN[row['dataset']]} |"
+        line = next((x for x in table.splitlines() if x.startswith(start)), None)
+        assert line is not None, f"docs/results.md's timing-matched table has no row {start}"
+        assert [c.strip() for c in line.strip("|").split("|")][2:] == [
+            str(row["pairs"]),
+            f"{row['mean a']:.2f}",
+            f"{row['mean b']:.2f}",
+            f"{row['a wins']}/{row['pairs']}",
+            row["copies a ahead"],
+            f"{row['paired r']:+.2f}",
+            p_cell(row["p"]),
+            p_cell(row["Holm p"]),
         ]
