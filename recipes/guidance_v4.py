@@ -546,15 +546,8 @@ def verdicts(root: Path, datasets, command: str) -> Path:
         "Primary endpoint: distinct valid faults rarefied to the smallest valid-failure count of the pair; "
         f"Wilcoxon signed-rank over the pairs, Holm over all {len(rows)} comparisons.",
         "",
-        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *family_table(rows, "Holm p (all)"),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['comparison']} | {SHOWN.get(r['dataset'], r['dataset'])} | {r['pairs']} | {r['mean a']:.2f} | "
-            f"{r['mean b']:.2f} | {r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired r']:+.2f} | "
-            f"{shown_p(r['p'])} | {shown_p(r['Holm p (all)'])} |"
-        )
     (root / "verdicts.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     if all((root / d / "extension" / "comparisons.csv").exists() for d in datasets):
@@ -562,6 +555,20 @@ def verdicts(root: Path, datasets, command: str) -> Path:
     if all((root / d / "matched" / "comparisons.csv").exists() for d in datasets):
         matched_verdicts(root, datasets, command)
     return root / "verdicts.md"
+
+
+def family_table(rows: list[dict], holm_key: str) -> list[str]:
+    """A family's comparisons over datasets as a markdown table, Holm p from ``holm_key``."""
+    return [
+        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['comparison']} | {SHOWN.get(r['dataset'], r['dataset'])} | {r['pairs']} | {r['mean a']:.2f} | "
+            f"{r['mean b']:.2f} | {r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired r']:+.2f} | "
+            f"{shown_p(r['p'])} | {shown_p(r[holm_key])} |"
+            for r in rows
+        ),
+    ]
 
 
 def matched_verdicts(root: Path, datasets, command: str) -> None:
@@ -586,14 +593,7 @@ def matched_verdicts(root: Path, datasets, command: str) -> None:
         "IDC's choice against a blind one at IDC's count and moments, on the reference-pool endpoint; Wilcoxon "
         f"signed-rank over the pairs, Holm over all {len(rows)} comparisons.",
         "",
-        "| comparison | dataset | pairs | mean a | mean b | a wins | copies a ahead | paired r | p | Holm p |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *(
-            f"| {r['comparison']} | {SHOWN.get(r['dataset'], r['dataset'])} | {r['pairs']} | {r['mean a']:.2f} | "
-            f"{r['mean b']:.2f} | {r['a wins']}/{r['pairs']} | {r['copies a ahead']} | {r['paired r']:+.2f} | "
-            f"{shown_p(r['p'])} | {shown_p(r['Holm p'])} |"
-            for r in rows
-        ),
+        *family_table(rows, "Holm p"),
     ]
     (root / "matched_verdicts.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -197,12 +197,11 @@ def test_extension_runs_follow_from_their_fault_ids(dataset):
             assert float(r["keep_rate"]) == 1.0
 
 
-@pytest.mark.parametrize("dataset", EXTENDED)
-def test_extension_pairs_follow_from_the_fault_ids(dataset):
-    assignments = np.load(DATA / dataset / "extension" / "assignments.npz")
+def checked_pairs(dataset: str, folder: str) -> list[dict]:
+    """``<dataset>/<folder>/pairs.csv``, each row's target and rarefied values checked against the fault ids."""
+    assignments = np.load(DATA / dataset / folder / "assignments.npz")
     count = first_new(dataset)
-    pairs = read_csv(DATA / dataset / "extension" / "pairs.csv")
-    assert {p["comparison"] for p in pairs} >= {f"{a} vs {b}" for a, b in ADDED_FAMILY + FAMILY}
+    pairs = read_csv(DATA / dataset / folder / "pairs.csv")
     for p in pairs:
         a, b = p["comparison"].split(" vs ")
         ids_a, ids_b = (assignments[f"{arm}_c{p['copy']}_r{p['state']}"] for arm in (a, b))
@@ -211,22 +210,35 @@ def test_extension_pairs_follow_from_the_fault_ids(dataset):
         for column, ids in (("a", ids_a), ("b", ids_b)):
             assert float(p[column]) == pytest.approx(rarefied_by_hand(ids, n), rel=1e-9, abs=1e-9)
             assert float(p[f"{column} new"]) == pytest.approx(rarefied_by_hand(ids, n, count), rel=1e-9, abs=1e-9)
+    return pairs
+
+
+def family_from_pairs(pairs: list[dict], dataset: str, comparisons) -> list[dict]:
+    """The tests of ``comparisons`` from the pairs' rarefied values, Holm within them."""
+    rows = []
+    for a, b in comparisons:
+        mine = [p for p in pairs if p["comparison"] == f"{a} vs {b}"]
+        keys = [(int(p["copy"]), int(p["state"])) for p in mine]
+        x, y = [float(p["a"]) for p in mine], [float(p["b"]) for p in mine]
+        rows.append({"comparison": f"{a} vs {b}", "dataset": dataset, **paired_stats(x, y, keys)})
+    holm_by_hand(rows, "Holm p")
+    return rows
+
+
+@pytest.mark.parametrize("dataset", EXTENDED)
+def test_extension_pairs_follow_from_the_fault_ids(dataset):
+    pairs = checked_pairs(dataset, "extension")
+    assert {p["comparison"] for p in pairs} >= {f"{a} vs {b}" for a, b in ADDED_FAMILY + FAMILY}
 
 
 def extension_family(dataset: str) -> list[dict]:
     """Both families of one dataset (added, exploratory) from pairs.csv, Holm within each."""
     pairs = read_csv(DATA / dataset / "extension" / "pairs.csv")
-    found = []
-    for family, comparisons in (("added", ADDED_FAMILY), ("exploratory", FAMILY)):
-        rows = []
-        for a, b in comparisons:
-            mine = [p for p in pairs if p["comparison"] == f"{a} vs {b}"]
-            keys = [(int(p["copy"]), int(p["state"])) for p in mine]
-            x, y = [float(p["a"]) for p in mine], [float(p["b"]) for p in mine]
-            rows.append({"family": family, "comparison": f"{a} vs {b}", "dataset": dataset, **paired_stats(x, y, keys)})
-        holm_by_hand(rows, "Holm p")
-        found += rows
-    return found
+    return [
+        {"family": family, **row}
+        for family, comparisons in (("added", ADDED_FAMILY), ("exploratory", FAMILY))
+        for row in family_from_pairs(pairs, dataset, comparisons)
+    ]
 
 
 def check_row(saved: dict, row: dict, keys) -> None:
@@ -320,40 +332,18 @@ def test_matched_runs_follow_from_their_fault_ids_and_their_idc_runs_are_the_ext
                 assert same is None and int(r["kept"]) > 0
 
 
-def pairs_and_family(dataset: str, folder: str, family) -> list[dict]:
-    """``folder``'s pairs.csv checked against the fault ids, and its comparisons from the pairs (Holm within)."""
-    assignments = np.load(DATA / dataset / folder / "assignments.npz")
-    count = first_new(dataset)
-    pairs = read_csv(DATA / dataset / folder / "pairs.csv")
-    for p in pairs:
-        a, b = p["comparison"].split(" vs ")
-        ids_a, ids_b = (assignments[f"{arm}_c{p['copy']}_r{p['state']}"] for arm in (a, b))
-        n = min(len(ids_a), len(ids_b))
-        assert int(p["n"]) == n
-        for column, ids in (("a", ids_a), ("b", ids_b)):
-            assert float(p[column]) == pytest.approx(rarefied_by_hand(ids, n), rel=1e-9, abs=1e-9)
-            assert float(p[f"{column} new"]) == pytest.approx(rarefied_by_hand(ids, n, count), rel=1e-9, abs=1e-9)
-    rows = []
-    for a, b in family:
-        mine = [p for p in pairs if p["comparison"] == f"{a} vs {b}"]
-        keys = [(int(p["copy"]), int(p["state"])) for p in mine]
-        x, y = [float(p["a"]) for p in mine], [float(p["b"]) for p in mine]
-        rows.append({"comparison": f"{a} vs {b}", "dataset": dataset, **paired_stats(x, y, keys)})
-    holm_by_hand(rows, "Holm p")
-    return rows
-
-
 @pytest.mark.parametrize("dataset", MATCHED)
 def test_matched_comparisons_follow_from_the_fault_ids(dataset):
     committed = read_csv(DATA / dataset / "matched" / "comparisons.csv")
-    found = pairs_and_family(dataset, "matched", MATCHED_FAMILY)
+    found = family_from_pairs(checked_pairs(dataset, "matched"), dataset, MATCHED_FAMILY)
     assert [c["comparison"] for c in committed] == [f["comparison"] for f in found]
     for saved, row in zip(committed, found):
         check_row(saved, row, ("mean a", "mean b", "paired r", "p", "Holm p"))
 
 
 def matched_family() -> list[dict]:
-    rows = [r for dataset in MATCHED for r in pairs_and_family(dataset, "matched", MATCHED_FAMILY)]
+    pairs = {dataset: read_csv(DATA / dataset / "matched" / "pairs.csv") for dataset in MATCHED}
+    rows = [r for dataset in MATCHED for r in family_from_pairs(pairs[dataset], dataset, MATCHED_FAMILY)]
     holm_by_hand(rows, "Holm p")
     return rows
 
