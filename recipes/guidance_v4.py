@@ -537,24 +537,29 @@ def verdicts(root: Path, datasets, command: str) -> Path:
     adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
     for i, r in enumerate(rows):
         r["Holm p (all)"] = adjusted[i]
-    write_csv(root / "verdicts.csv", rows)
-    lines = [
-        "# Guidance study, fourth version: the declared family",
-        "",
-        f"Command: `{command}`",
-        "",
+    write_family(
+        root / "verdicts",
+        "the declared family",
         "Primary endpoint: distinct valid faults rarefied to the smallest valid-failure count of the pair; "
         f"Wilcoxon signed-rank over the pairs, Holm over all {len(rows)} comparisons.",
-        "",
-        *family_table(rows, "Holm p (all)"),
-    ]
-    (root / "verdicts.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        rows,
+        "Holm p (all)",
+        command,
+    )
     if all((root / d / "extension" / "comparisons.csv").exists() for d in datasets):
         extended_verdicts(root, datasets, rows, command)
     if all((root / d / "matched" / "comparisons.csv").exists() for d in datasets):
         matched_verdicts(root, datasets, command)
     return root / "verdicts.md"
+
+
+def write_family(stem: Path, title: str, blurb: str, rows: list[dict], holm_key: str, command: str) -> None:
+    """A family over datasets as ``<stem>.csv`` and ``<stem>.md`` (its table's Holm p from ``holm_key``)."""
+    write_csv(stem.with_suffix(".csv"), rows)
+    lines = [f"# Guidance study, fourth version: {title}", "", f"Command: `{command}`", "", blurb, ""]
+    lines += family_table(rows, holm_key)
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def family_table(rows: list[dict], holm_key: str) -> list[str]:
@@ -584,19 +589,15 @@ def matched_verdicts(root: Path, datasets, command: str) -> None:
     adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
     for i, r in enumerate(rows):
         r["Holm p"] = adjusted[i]
-    write_csv(root / "matched_verdicts.csv", rows)
-    lines = [
-        "# Guidance study, fourth version: the timing-matched controls",
-        "",
-        f"Command: `{command}`",
-        "",
+    write_family(
+        root / "matched_verdicts",
+        "the timing-matched controls",
         "IDC's choice against a blind one at IDC's count and moments, on the reference-pool endpoint; Wilcoxon "
         f"signed-rank over the pairs, Holm over all {len(rows)} comparisons.",
-        "",
-        *family_table(rows, "Holm p"),
-    ]
-    (root / "matched_verdicts.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        rows,
+        "Holm p",
+        command,
+    )
 
 
 def extended_verdicts(root: Path, datasets, published: list[dict], command: str) -> None:

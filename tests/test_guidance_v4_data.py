@@ -139,22 +139,33 @@ def test_verdicts_follow_from_the_runs():
             assert float(saved[key]) == pytest.approx(row[key], rel=1e-9, abs=1e-12), key
 
 
+def table_cells(table: str, row: dict) -> list[str]:
+    """The cells after (comparison, dataset) of ``table``'s line for ``row``'s comparison and dataset."""
+    start = f"| {row['comparison']} | {SHOWN[row['dataset']]} |"
+    line = next((x for x in table.splitlines() if x.startswith(start)), None)
+    assert line is not None, f"docs/results.md's table has no row {start}"
+    return [c.strip() for c in line.strip("|").split("|")][2:]
+
+
+def shown_cells(row: dict, holm_key: str) -> list[str]:
+    """How docs/results.md shows a comparison: pairs, means, wins, copies ahead, r, p and Holm p."""
+    return [
+        str(row["pairs"]),
+        f"{row['mean a']:.2f}",
+        f"{row['mean b']:.2f}",
+        f"{row['a wins']}/{row['pairs']}",
+        row["copies a ahead"],
+        f"{row['paired r']:+.2f}",
+        p_cell(row["p"]),
+        p_cell(row[holm_key]),
+    ]
+
+
 def test_the_published_table_follows_from_the_family():
     text = (DATA.parents[1] / "results.md").read_text()
     table = text[text.index("### The fourth version's declared family") :]
     for row in family_from_runs():
-        line = next(x for x in table.splitlines() if x.startswith(f"| {row['comparison']} | {SHOWN[row['dataset']]} |"))
-        cells = [c.strip() for c in line.strip("|").split("|")][2:]
-        assert cells == [
-            str(row["pairs"]),
-            f"{row['mean a']:.2f}",
-            f"{row['mean b']:.2f}",
-            f"{row['a wins']}/{row['pairs']}",
-            row["copies a ahead"],
-            f"{row['paired r']:+.2f}",
-            p_cell(row["p"]),
-            p_cell(row["Holm p (all)"]),
-        ]
+        assert table_cells(table, row) == shown_cells(row, "Holm p (all)")
 
 
 def first_new(dataset: str) -> int:
@@ -290,13 +301,7 @@ def test_the_published_grown_table_follows_from_the_family():
         cells = [c.strip() for c in line.strip("|").split("|")][3:]
         published = row.get("Holm p (published)")
         assert cells == [
-            str(row["pairs"]),
-            f"{row['mean a']:.2f}",
-            f"{row['mean b']:.2f}",
-            f"{row['a wins']}/{row['pairs']}",
-            row["copies a ahead"],
-            f"{row['paired r']:+.2f}",
-            p_cell(row["p"]),
+            *shown_cells(row, "Holm p (grown)")[:-1],
             p_cell(published) if published is not None else "",
             p_cell(row["Holm p (grown)"]),
         ]
@@ -356,16 +361,4 @@ def test_matched_verdicts_and_their_table_follow_from_the_pairs():
     table = text[text.index("### The timing-matched control") :]
     for row in found:
         check_row(committed[(row["comparison"], row["dataset"])], row, ("mean a", "mean b", "paired r", "p", "Holm p"))
-        start = f"| {row['comparison']} | {SHOWN[row['dataset']]} |"
-        line = next((x for x in table.splitlines() if x.startswith(start)), None)
-        assert line is not None, f"docs/results.md's timing-matched table has no row {start}"
-        assert [c.strip() for c in line.strip("|").split("|")][2:] == [
-            str(row["pairs"]),
-            f"{row['mean a']:.2f}",
-            f"{row['mean b']:.2f}",
-            f"{row['a wins']}/{row['pairs']}",
-            row["copies a ahead"],
-            f"{row['paired r']:+.2f}",
-            p_cell(row["p"]),
-            p_cell(row["Holm p"]),
-        ]
+        assert table_cells(table, row) == shown_cells(row, "Holm p")
