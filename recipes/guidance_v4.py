@@ -2,8 +2,9 @@
 
     python recipes/guidance_v4.py --dataset mnist|fashion-mnist|cifar10 [--copies 5] [--states 3] [--seeds 500]
                                   [--budget 10000] [--arms keep-none none idc@m4 ...] [--out DIR] [--summary-only]
-    python recipes/guidance_v4.py --verdicts mnist fashion-mnist      (the declared family, Holm over all)
+    python recipes/guidance_v4.py --verdicts mnist fashion-mnist cifar10  (the declared family, Holm over all)
     python recipes/guidance_v4.py --dataset mnist --extension          (the added arms, the reference pool)
+    python recipes/guidance_v4.py --dataset mnist --matched            (the timing-matched controls)
 
 Declared before the runs in docs/design.md, "The guidance study, fourth version". The third version's pairs
 (subject copy, state), seed sets, random states, mutators, budget, failures, validity and faults; new:
@@ -25,6 +26,10 @@ unguided runs (``<out>/reference``) whose failures, clustered once, are the refe
 faults against them at pairwise equal volume (ADDED_FAMILY), with DBCV, a min_cluster_size sweep and a contact
 sheet, in ``<out>/extension``. The pooled endpoint above stays the eight arms'; ``--verdicts`` then also writes
 the grown family (Holm over the published and the added comparisons).
+
+``--matched`` (docs/design.md, "The timing-matched control"): the MATCHED controls, which keep IDC's count at
+IDC's moments drawn blind, against their IDC arms on the extension's endpoint (MATCHED_FAMILY), in
+``<out>/matched``; ``--verdicts`` then also writes their family (Holm over every dataset's).
 """
 
 from __future__ import annotations
