@@ -539,9 +539,6 @@ def verdicts(root: Path, datasets, command: str) -> Path:
         if not path.exists():
             raise SystemExit(f"error: {path} not found: run `python recipes/guidance_v4.py --dataset {dataset}` first")
         rows += [{"dataset": dataset, **t} for t in comparisons(read_runs(path))]
-    adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
-    for i, r in enumerate(rows):
-        r["Holm p (all)"] = adjusted[i]
     write_family(
         root / "verdicts",
         "the declared family",
@@ -559,7 +556,11 @@ def verdicts(root: Path, datasets, command: str) -> Path:
 
 
 def write_family(stem: Path, title: str, blurb: str, rows: list[dict], holm_key: str, command: str) -> None:
-    """A family over datasets as ``<stem>.csv`` and ``<stem>.md`` (its table's Holm p from ``holm_key``)."""
+    """A family over datasets, Holm over all of its rows (into each row's ``holm_key``), as ``<stem>.csv`` and
+    ``<stem>.md``."""
+    adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
+    for i, r in enumerate(rows):
+        r[holm_key] = adjusted[i]
     write_csv(stem.with_suffix(".csv"), rows)
     lines = [f"# Guidance study, fourth version: {title}", "", f"Command: `{command}`", "", blurb, ""]
     lines += family_table(rows, holm_key)
@@ -591,9 +592,6 @@ def matched_verdicts(root: Path, datasets, command: str) -> None:
                 numbers = {k: float(t[k]) for k in ("mean a", "mean b", "paired r", "p")}
                 rows.append({"dataset": dataset, "comparison": t["comparison"], "pairs": int(t["pairs"]),
                              "a wins": int(t["a wins"]), **numbers, "copies a ahead": t["copies a ahead"]})  # fmt: skip
-    adjusted = holm({i: r["p"] for i, r in enumerate(rows)})
-    for i, r in enumerate(rows):
-        r["Holm p"] = adjusted[i]
     write_family(
         root / "matched_verdicts",
         "the timing-matched controls",
